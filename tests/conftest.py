@@ -1,0 +1,7 @@
+"""Shared fixtures live in ``tests/support``; each module there is one concern."""
+
+pytest_plugins = [
+    "tests.support.metastore",
+    "tests.support.s3",
+    "tests.support.iceberg",
+]

@@ -1,0 +1,1 @@
+"""Pytest fixtures; see the module docstring of each fixture."""
