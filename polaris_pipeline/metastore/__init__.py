@@ -1,0 +1,22 @@
+"""Access to the Polaris metastore: schema, connection and task state transitions."""
+
+from polaris_pipeline.metastore.connection import URL_ENV, make_engine, resolve_url, safe_url
+from polaris_pipeline.metastore.store import (
+    CompleteOutcome,
+    FailOutcome,
+    FailureRecord,
+    Metastore,
+    new_entity_id,
+)
+
+__all__ = [
+    "URL_ENV",
+    "CompleteOutcome",
+    "FailOutcome",
+    "FailureRecord",
+    "Metastore",
+    "make_engine",
+    "new_entity_id",
+    "resolve_url",
+    "safe_url",
+]

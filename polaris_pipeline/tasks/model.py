@@ -8,6 +8,7 @@ second source of truth. The same rule is written once more as SQL in
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
@@ -98,13 +99,15 @@ class LeasePolicy:
         return int(ceiling / 2 + unit_random * ceiling / 2)
 
 
+# Same pattern as the SQL predicates use, so Python and SQL agree on what is a number.
+INTEGER_PATTERN = r"-?[0-9]{1,18}"
+_INTEGER = re.compile(INTEGER_PATTERN)
+
+
 def _int_or_none(value: str | None) -> int | None:
-    if value is None:
+    if value is None or not _INTEGER.fullmatch(value):
         return None
-    text = value.strip()
-    if not text or len(text) > 19 or not text.lstrip("-").isdigit():
-        return None
-    return int(text)
+    return int(value)
 
 
 def parse_properties(raw: Any, *, column: str) -> dict[str, str]:

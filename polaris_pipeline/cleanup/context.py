@@ -1,0 +1,75 @@
+"""What a cleanup handler is given, and what it reports back.
+
+Handlers do not know about leases or the metastore: the runner hands them a
+``fence`` to call before every destructive step and a ``create_children`` that
+inserts child tasks in one transaction. That keeps handlers testable on their
+own and keeps the lease rules in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from polaris_pipeline.errors import GuardRefusal
+from polaris_pipeline.storage.config import StorageConfig
+from polaris_pipeline.storage.resolve import StorageResolver
+from polaris_pipeline.tasks.model import NewTask, TaskRow
+
+# Polaris's TABLE_METADATA_CLEANUP_BATCH_SIZE default.
+METADATA_BATCH_SIZE = 10
+# S3 DeleteObjects takes at most 1000 keys per request.
+DELETE_CHUNK_SIZE = 1000
+
+
+def _no_fence() -> None:
+    return None
+
+
+@dataclass
+class CleanupContext:
+    task: TaskRow
+    resolver: StorageResolver
+    config: StorageConfig
+    # Raises LeaseLost when the lease is gone; call before each destructive step.
+    fence: Callable[[], None] = _no_fence
+    # Inserts the children in one transaction, leased by the current holder; returns them.
+    create_children: Callable[[Sequence[NewTask]], Sequence[NewTask]] | None = None
+    new_task_id: Callable[[], int] | None = None
+    dry_run: bool = False
+    # (done, total, what) for long deletes; total may be 0 when unknown.
+    progress: Callable[[int, int, str], None] | None = None
+    metadata_batch_size: int = METADATA_BATCH_SIZE
+    delete_chunk_size: int = DELETE_CHUNK_SIZE
+
+
+@dataclass
+class CleanupResult:
+    """What one handler run did (or, in a dry run, would do)."""
+
+    deleted: int = 0
+    missing: int = 0
+    bytes_freed: int | None = 0
+    failed: dict[str, str] = field(default_factory=dict)  # uri -> error
+    refused: list[GuardRefusal] = field(default_factory=list)
+    children: list[NewTask] = field(default_factory=list)
+    would_delete: list[str] = field(default_factory=list)  # dry run only
+    deleted_paths_sample: list[str] = field(default_factory=list)  # first few, for run logs
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.refused
+
+    def error_summary(self) -> str | None:
+        """One line saying why the attempt failed, or None when it did not."""
+        parts: list[str] = []
+        if self.refused:
+            first = self.refused[0]
+            parts.append(
+                f"guard refused {len(self.refused)} path(s), first {first.path!r}: {first.reason}"
+            )
+        if self.failed:
+            uri, err = next(iter(self.failed.items()))
+            parts.append(f"{len(self.failed)} delete(s) failed, first {uri!r}: {err}")
+        return "; ".join(parts) or None

@@ -1,0 +1,688 @@
+"""Build real Iceberg tables with pyiceberg, and the Polaris TASK that drops them.
+
+Used by the demo and by the tests (``tests/support/iceberg.py`` wraps these in
+fixtures). Everything takes plain paths and URIs: a warehouse is a local
+directory (``file:///...``) or an ``s3://bucket/prefix`` with S3 options.
+
+The tables are shaped to exercise every kind of file a cleanup must delete:
+several snapshots (appends, an overwrite, a copy-on-write delete), real
+positional and equality delete files listed in a delete manifest, statistics
+and partition statistics files, and a metadata log that may be capped by
+``write.metadata.previous-versions-max`` so older metadata files fall out of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import struct
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import NamespaceAlreadyExistsError
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import (
+    DataFile,
+    DataFileContent,
+    FileFormat,
+    ManifestContent,
+    ManifestEntryStatus,
+    ManifestFile,
+    ManifestWriter,
+    ManifestWriterV2,
+)
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.serializers import FromInputFile
+from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.snapshots import Operation
+from pyiceberg.table.statistics import BlobMetadata, PartitionStatisticsFile, StatisticsFile
+from pyiceberg.table.update import SetPartitionStatisticsUpdate
+from pyiceberg.table.update.snapshot import _FastAppendFiles
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import DoubleType, LongType, NestedField, StringType
+
+from polaris_pipeline.tasks.model import (
+    ICEBERG_VIEW_SUB_TYPE,
+    TABLE_LIKE_TYPE_CODE,
+    NewTask,
+    Prop,
+    TaskRow,
+    TaskType,
+)
+
+ICEBERG_TABLE_SUB_TYPE = 2
+
+TABLE_SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=True),
+    NestedField(2, "category", StringType(), required=False),
+    NestedField(3, "value", DoubleType(), required=False),
+)
+ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("category", pa.string()),
+        pa.field("value", pa.float64()),
+    ]
+)
+PARTITION_SPEC = PartitionSpec(
+    PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="category")
+)
+
+# Reserved field ids of the positional-delete schema (Iceberg spec).
+_DELETE_FILE_PATH_ID = 2147483546
+_DELETE_POS_ID = 2147483545
+_PUFFIN_MAGIC = b"PFA1"
+
+
+# -- catalogs ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class S3Options:
+    """Where an S3-compatible store is and how to sign for it (moto, MinIO)."""
+
+    endpoint: str
+    access_key: str = "testing"
+    secret_key: str = "testing"
+    region: str = "us-east-1"
+
+    def pyiceberg_properties(self) -> dict[str, str]:
+        return {
+            "s3.endpoint": self.endpoint,
+            "s3.access-key-id": self.access_key,
+            "s3.secret-access-key": self.secret_key,
+            "s3.region": self.region,
+        }
+
+    def fsspec_options(self) -> dict[str, Any]:
+        return {
+            "key": self.access_key,
+            "secret": self.secret_key,
+            "client_kwargs": {"endpoint_url": self.endpoint, "region_name": self.region},
+        }
+
+
+def local_warehouse_uri(directory: str | os.PathLike[str]) -> str:
+    """``file:///abs/dir`` for a local directory (created if missing)."""
+    path = os.path.abspath(os.fspath(directory))
+    os.makedirs(path, exist_ok=True)
+    return "file://" + path
+
+
+def open_catalog(
+    warehouse: str,
+    db_path: str | os.PathLike[str],
+    *,
+    name: str = "demo",
+    s3: S3Options | None = None,
+    properties: Mapping[str, str] | None = None,
+) -> SqlCatalog:
+    """A pyiceberg SqlCatalog over a sqlite file, writing tables under ``warehouse``.
+
+    ``warehouse`` is ``file:///dir`` or ``s3://bucket/prefix``; a plain local path is
+    turned into a ``file://`` URI so every file path in the metadata carries a scheme,
+    as Polaris-written tables do.
+    """
+    if warehouse.startswith("/"):
+        warehouse = local_warehouse_uri(warehouse)
+    props: dict[str, str] = {
+        "uri": f"sqlite:///{os.path.abspath(os.fspath(db_path))}",
+        "warehouse": warehouse,
+    }
+    if s3 is not None:
+        props.update(s3.pyiceberg_properties())
+    props.update(properties or {})
+    return SqlCatalog(name, **props)
+
+
+def _ensure_namespace(catalog: SqlCatalog, namespace: tuple[str, ...]) -> None:
+    try:
+        catalog.create_namespace(namespace)
+    except NamespaceAlreadyExistsError:
+        pass
+
+
+# -- table builders ------------------------------------------------------------------
+
+
+def _batch(start: int, rows: int, categories: tuple[str, ...] = ("a", "b", "c")) -> pa.Table:
+    ids = list(range(start, start + rows))
+    return pa.table(
+        {
+            "id": ids,
+            "category": [categories[i % len(categories)] for i in ids],
+            "value": [i * 1.5 for i in ids],
+        },
+        schema=ARROW_SCHEMA,
+    )
+
+
+def build_table(
+    catalog: SqlCatalog,
+    identifier: str | tuple[str, ...],
+    *,
+    partitioned: bool = False,
+    with_deletes: bool = False,
+    properties: Mapping[str, str] | None = None,
+    with_statistics: bool = False,
+    format_version: int = 2,
+    appends: int = 3,
+    location: str | None = None,
+) -> Table:
+    """Create and populate a table with many kinds of files; returns it refreshed.
+
+    Commits, in order: ``appends`` appends, an overwrite of one category, a
+    copy-on-write delete of a few rows, then (``with_deletes``, format 2 only) a
+    snapshot adding one positional and one equality delete file in a delete
+    manifest, then (``with_statistics``) a statistics file and a partition
+    statistics file, then one last append. Every commit writes a new metadata file,
+    so the metadata log has several entries.
+    """
+    if with_deletes and format_version < 2:
+        raise ValueError("delete files need format version 2")
+    ident = tuple(identifier.split(".")) if isinstance(identifier, str) else tuple(identifier)
+    _ensure_namespace(catalog, ident[:-1])
+    props = {"format-version": str(format_version), **(properties or {})}
+    kwargs: dict[str, Any] = {"properties": props}
+    if partitioned:
+        kwargs["partition_spec"] = PARTITION_SPEC
+    if location is not None:
+        kwargs["location"] = location
+    table = catalog.create_table(ident, schema=TABLE_SCHEMA, **kwargs)
+
+    for i in range(appends):
+        table.append(_batch(i * 10, 6))
+    # Replaces every row of category "a": old files are dropped from the current
+    # snapshot but stay referenced by older snapshots.
+    table.overwrite(_batch(1000, 4, ("a",)), overwrite_filter="category == 'a'")
+    # pyiceberg deletes copy-on-write: rewrites the affected data files.
+    table.delete(delete_filter="id == 1 or id == 13")
+    if with_deletes:
+        add_delete_files(table)
+    if with_statistics:
+        add_statistics_files(table)
+    table.append(_batch(2000, 3))
+    return catalog.load_table(ident)
+
+
+class _DeleteManifestWriter(ManifestWriterV2):
+    """pyiceberg writes only data manifests; this one declares delete content."""
+
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes"}
+
+
+class _RowDelta(_FastAppendFiles):
+    """A fast append whose new manifest is a delete manifest (Iceberg's RowDelta)."""
+
+    def new_manifest_writer(self, spec: PartitionSpec) -> ManifestWriter:
+        return _DeleteManifestWriter(
+            spec, self.schema(), self.new_manifest_output(), self._snapshot_id, self._compression
+        )
+
+
+def _write_parquet(io: FileIO, path: str, table: pa.Table) -> int:
+    with io.new_output(path).create(overwrite=True) as out:
+        pq.write_table(table, out)
+    return len(io.new_input(path))
+
+
+def add_delete_files(table: Table) -> list[str]:
+    """Commit one positional and one equality delete file; returns their paths.
+
+    Both target a data file of the current snapshot (same partition), and are
+    listed in a new delete manifest, so the metadata names real delete files.
+    """
+    target = next(iter(table.scan().plan_files())).file
+    base = f"{table.location()}/data"
+    io = table.io
+
+    pos_path = f"{base}/pos-deletes-{uuid.uuid4()}.parquet"
+    pos_schema = pa.schema(
+        [
+            pa.field(
+                "file_path",
+                pa.string(),
+                nullable=False,
+                metadata={b"PARQUET:field_id": str(_DELETE_FILE_PATH_ID).encode()},
+            ),
+            pa.field(
+                "pos",
+                pa.int64(),
+                nullable=False,
+                metadata={b"PARQUET:field_id": str(_DELETE_POS_ID).encode()},
+            ),
+        ]
+    )
+    pos_size = _write_parquet(
+        io, pos_path, pa.table({"file_path": [target.file_path], "pos": [0]}, schema=pos_schema)
+    )
+
+    eq_path = f"{base}/eq-deletes-{uuid.uuid4()}.parquet"
+    eq_schema = pa.schema(
+        [pa.field("id", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": b"1"})]
+    )
+    eq_size = _write_parquet(io, eq_path, pa.table({"id": [2]}, schema=eq_schema))
+
+    files = [
+        DataFile.from_args(
+            content=DataFileContent.POSITION_DELETES,
+            file_path=pos_path,
+            file_format=FileFormat.PARQUET,
+            partition=target.partition,
+            record_count=1,
+            file_size_in_bytes=pos_size,
+        ),
+        DataFile.from_args(
+            content=DataFileContent.EQUALITY_DELETES,
+            file_path=eq_path,
+            file_format=FileFormat.PARQUET,
+            partition=target.partition,
+            record_count=1,
+            file_size_in_bytes=eq_size,
+            equality_ids=[1],
+        ),
+    ]
+    tx = table.transaction()
+    producer = _RowDelta(operation=Operation.OVERWRITE, transaction=tx, io=table.io)
+    for f in files:
+        f.spec_id = target.spec_id
+        producer.append_data_file(f)
+    producer.commit()
+    tx.commit_transaction()
+    return [pos_path, eq_path]
+
+
+def _puffin_bytes(snapshot_id: int, sequence_number: int, payload: bytes) -> tuple[bytes, int]:
+    """A Puffin file with one blob; returns (bytes, footer size)."""
+    blob_offset = len(_PUFFIN_MAGIC)
+    footer_json = json.dumps(
+        {
+            "blobs": [
+                {
+                    "type": "apache-datasketches-theta-v1",
+                    "fields": [1],
+                    "snapshot-id": snapshot_id,
+                    "sequence-number": sequence_number,
+                    "offset": blob_offset,
+                    "length": len(payload),
+                    # The blob is a placeholder, not a real sketch: nothing here reads it.
+                    "properties": {"polaris-pipeline": "test blob"},
+                }
+            ],
+            "properties": {"created-by": "polaris-pipeline demo"},
+        }
+    ).encode()
+    footer = (
+        _PUFFIN_MAGIC + footer_json + struct.pack("<i", len(footer_json)) + b"\x00\x00\x00\x00"
+    )
+    footer += _PUFFIN_MAGIC
+    return _PUFFIN_MAGIC + payload + footer, len(footer)
+
+
+def add_statistics_files(table: Table) -> list[str]:
+    """Write and register a statistics (Puffin) file and a partition statistics file."""
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        raise ValueError("statistics need a snapshot")
+    seq = snapshot.sequence_number or 0
+    io = table.io
+    stats_path = f"{table.location()}/metadata/{snapshot.snapshot_id}-{uuid.uuid4()}.stats"
+    data, footer_size = _puffin_bytes(snapshot.snapshot_id, seq, b"\x01\x02\x03\x04")
+    with io.new_output(stats_path).create(overwrite=True) as out:
+        out.write(data)
+    part_path = (
+        f"{table.location()}/metadata/partition-stats-{snapshot.snapshot_id}-{uuid.uuid4()}.parquet"
+    )
+    part_size = _write_parquet(
+        io, part_path, pa.table({"partition": ["a", "b"], "data_record_count": [1, 2]})
+    )
+
+    tx = table.transaction()
+    tx.update_statistics().set_statistics(
+        StatisticsFile(
+            snapshot_id=snapshot.snapshot_id,
+            statistics_path=stats_path,
+            file_size_in_bytes=len(data),
+            file_footer_size_in_bytes=footer_size,
+            blob_metadata=[
+                BlobMetadata(
+                    type="apache-datasketches-theta-v1",
+                    snapshot_id=snapshot.snapshot_id,
+                    sequence_number=seq,
+                    fields=[1],
+                )
+            ],
+        )
+    ).commit()
+    # pyiceberg has no public builder for partition statistics; the update model
+    # is public and applies like any other metadata update.
+    tx._apply(
+        (
+            SetPartitionStatisticsUpdate(
+                partition_statistics=PartitionStatisticsFile(
+                    snapshot_id=snapshot.snapshot_id,
+                    statistics_path=part_path,
+                    file_size_in_bytes=part_size,
+                )
+            ),
+        )
+    )
+    tx.commit_transaction()
+    return [stats_path, part_path]
+
+
+def add_data_file_named(table: Table, file_name: str) -> str:
+    """Write a data file with a chosen name (e.g. with ``[`` and ``*``) and add it.
+
+    Returns its path; it is listed in a new data manifest of the table.
+    """
+    path = f"{table.location()}/data/{file_name}"
+    field_ids = {"id": b"1", "category": b"2", "value": b"3"}
+    schema = pa.schema(
+        [f.with_metadata({b"PARQUET:field_id": field_ids[f.name]}) for f in ARROW_SCHEMA]
+    )
+    rows = _batch(5000, 2, ("a",)).cast(schema)
+    _write_parquet(table.io, path, rows)
+    table.add_files([path])
+    return path
+
+
+def write_view_metadata(
+    location: str, io: FileIO, *, namespace: tuple[str, ...] = ("ns",), name: str = "v"
+) -> str:
+    """Write a minimal Iceberg view metadata file under ``location``; returns its path."""
+    path = f"{location.rstrip('/')}/metadata/00000-{uuid.uuid4()}.metadata.json"
+    now = int(time.time() * 1000)
+    doc = {
+        "view-uuid": str(uuid.uuid4()),
+        "format-version": 1,
+        "location": location,
+        "current-version-id": 1,
+        "properties": {},
+        "schemas": [
+            {
+                "type": "struct",
+                "schema-id": 0,
+                "fields": [{"id": 1, "name": "id", "required": True, "type": "long"}],
+            }
+        ],
+        "versions": [
+            {
+                "version-id": 1,
+                "timestamp-ms": now,
+                "schema-id": 0,
+                "summary": {"engine-name": "polaris-pipeline-demo"},
+                "default-namespace": list(namespace),
+                "representations": [
+                    {"type": "sql", "sql": f"SELECT 1 AS id -- {name}", "dialect": "spark"}
+                ],
+            }
+        ],
+        "version-log": [{"version-id": 1, "timestamp-ms": now}],
+    }
+    with io.new_output(path).create(overwrite=True) as out:
+        out.write(json.dumps(doc).encode())
+    return path
+
+
+# -- what a table's metadata names ---------------------------------------------------
+
+
+def _read_metadata(io: FileIO, uri: str) -> TableMetadata:
+    return FromInputFile.table_metadata(io.new_input(uri))
+
+
+def _all_entries(io: FileIO, manifest: ManifestFile) -> Iterable[str]:
+    # discard_deleted=False: a DELETED entry still names a file that exists on disk.
+    for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
+        yield entry.data_file.file_path
+
+
+def referenced_files(table: Table) -> set[str]:
+    """Every file the table's metadata names, directly or through older metadata.
+
+    Current metadata, its metadata log, older metadata files reachable by
+    following each file's own log, manifest lists, manifests, every manifest
+    entry (all statuses, data and delete files), statistics and partition
+    statistics files. Uses pyiceberg's own readers: an oracle independent of the
+    handlers under test.
+    """
+    io = table.io
+    metadata = table.metadata
+    out: set[str] = {table.metadata_location}
+    # Follow metadata logs transitively, so files beyond a capped log are named too.
+    pending = [e.metadata_file for e in metadata.metadata_log]
+    while pending:
+        uri = pending.pop()
+        if uri in out:
+            continue
+        out.add(uri)
+        try:
+            older = _read_metadata(io, uri)
+        except FileNotFoundError:
+            continue
+        pending.extend(e.metadata_file for e in older.metadata_log)
+    manifests: dict[str, ManifestFile] = {}
+    for snapshot in metadata.snapshots:
+        out.add(snapshot.manifest_list)
+        for m in snapshot.manifests(io):
+            manifests.setdefault(m.manifest_path, m)
+    for path, m in manifests.items():
+        out.add(path)
+        out.update(_all_entries(io, m))
+    for stats in metadata.statistics:
+        out.add(stats.statistics_path)
+    for pstats in metadata.partition_statistics:
+        out.add(pstats.statistics_path)
+    # Cross-check with pyiceberg's inspection tables (live entries only).
+    out.update(str(p) for p in table.inspect.all_files().column("file_path").to_pylist())
+    out.update(str(p) for p in table.inspect.all_manifests().column("path").to_pylist())
+    return out
+
+
+def delete_manifest_paths(table: Table) -> set[str]:
+    """Paths of the delete manifests of every snapshot."""
+    return {
+        m.manifest_path
+        for s in table.metadata.snapshots
+        for m in s.manifests(table.io)
+        if m.content == ManifestContent.DELETES
+    }
+
+
+def content_files(table: Table) -> set[str]:
+    """Data and delete files named by any manifest entry of any snapshot."""
+    out: set[str] = set()
+    seen: set[str] = set()
+    for s in table.metadata.snapshots:
+        for m in s.manifests(table.io):
+            if m.manifest_path in seen:
+                continue
+            seen.add(m.manifest_path)
+            out.update(_all_entries(table.io, m))
+    return out
+
+
+def entry_statuses(table: Table) -> set[ManifestEntryStatus]:
+    """Which entry statuses occur across the table's manifests (for test coverage)."""
+    found: set[ManifestEntryStatus] = set()
+    for s in table.metadata.snapshots:
+        for m in s.manifests(table.io):
+            for e in m.fetch_manifest_entry(table.io, discard_deleted=False):
+                found.add(e.status)
+    return found
+
+
+# -- listing a location --------------------------------------------------------------
+
+
+def list_files(location: str, *, s3: S3Options | None = None) -> set[str]:
+    """Every file under ``location`` (``file:///...`` or ``s3://...``), as full URIs."""
+    root = location.rstrip("/")
+    if root.startswith("file://") or root.startswith("/"):
+        base = root[len("file://") :] if root.startswith("file://") else root
+        found: set[str] = set()
+        for dirpath, _dirs, files in os.walk(base):
+            for name in files:
+                found.add("file://" + os.path.join(dirpath, name))
+        return found
+    if root.startswith("s3://"):
+        import s3fs
+
+        fs = s3fs.S3FileSystem(
+            skip_instance_cache=True,
+            use_listings_cache=False,
+            **(s3.fsspec_options() if s3 else {}),
+        )
+        bucket_key = root[len("s3://") :]
+        try:
+            keys = fs.find(bucket_key)
+        except FileNotFoundError:
+            return set()
+        # find() on a prefix also matches siblings sharing the prefix text; keep only
+        # keys at a path-segment boundary.
+        return {"s3://" + k for k in keys if k == bucket_key or k.startswith(bucket_key + "/")}
+    raise ValueError(f"cannot list {location!r}: only file:// and s3:// are supported")
+
+
+# -- the Polaris TASK for a dropped table ----------------------------------------------
+
+
+def encode_namespace(namespace: Iterable[str]) -> str:
+    """Iceberg RESTUtil's encoding: each level URL-encoded, joined by ``%1F``."""
+    return "%1F".join(quote(level, safe="") for level in namespace)
+
+
+def dropped_entity(
+    *,
+    entity_id: int,
+    name: str,
+    namespace: tuple[str, ...],
+    metadata_location: str,
+    catalog_id: int = 1,
+    parent_id: int = 2,
+    is_view: bool = False,
+    properties: Mapping[str, str] | None = None,
+    now_ms: int | None = None,
+) -> dict[str, Any]:
+    """The dropped TABLE_LIKE entity as Polaris serializes it into the task's ``data``."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    internal = {"metadata-location": metadata_location, "parent-namespace": encode_namespace(namespace)}
+    return {
+        "catalogId": catalog_id,
+        "id": entity_id,
+        "parentId": parent_id,
+        "typeCode": TABLE_LIKE_TYPE_CODE,
+        "name": name,
+        "entityVersion": 3,
+        "subTypeCode": ICEBERG_VIEW_SUB_TYPE if is_view else ICEBERG_TABLE_SUB_TYPE,
+        "createTimestamp": now - 60_000,
+        "dropTimestamp": now,
+        "purgeTimestamp": 0,
+        "toPurgeTimestamp": 0,
+        "lastUpdateTimestamp": now,
+        # Polaris stores these two maps as JSON strings inside the JSON document.
+        "properties": json.dumps(dict(properties or {})),
+        "internalProperties": json.dumps(internal),
+        "grantRecordsVersion": 1,
+    }
+
+
+def new_task_id() -> int:
+    """A random positive 63-bit id, as Polaris draws them."""
+    return secrets.randbits(63) or 1
+
+
+@dataclass(frozen=True)
+class DropSpec:
+    """What Polaris knows of a table (or view) when it drops it with purge."""
+
+    namespace: tuple[str, ...]
+    name: str
+    metadata_location: str
+    location: str
+    table_properties: dict[str, str] = field(default_factory=dict)
+    is_view: bool = False
+
+    @classmethod
+    def of_table(cls, table: Table) -> DropSpec:
+        ident = table.name()
+        return cls(
+            namespace=tuple(ident[:-1]),
+            name=ident[-1],
+            metadata_location=table.metadata_location,
+            location=table.location(),
+            table_properties=dict(table.properties),
+        )
+
+
+def drop_task(
+    spec: DropSpec,
+    *,
+    realm_id: str = "POLARIS",
+    task_id: int | None = None,
+    entity_id: int | None = None,
+    extra_internal_properties: Mapping[str, str] | None = None,
+    create_timestamp: int | None = None,
+) -> NewTask:
+    """The ENTITY_CLEANUP_SCHEDULER task Polaris writes when ``spec`` is dropped with purge."""
+    eid = entity_id if entity_id is not None else new_task_id()
+    entity = dropped_entity(
+        entity_id=eid,
+        name=spec.name,
+        namespace=spec.namespace,
+        metadata_location=spec.metadata_location,
+        is_view=spec.is_view,
+    )
+    properties = {
+        Prop.TASK_TYPE: str(int(TaskType.ENTITY_CLEANUP_SCHEDULER)),
+        Prop.DATA: json.dumps(entity),
+    }
+    internal = {**spec.table_properties, "storageLocation": spec.location}
+    internal.update(extra_internal_properties or {})
+    return NewTask(
+        realm_id=realm_id,
+        id=task_id if task_id is not None else new_task_id(),
+        name=f"entityCleanup_{eid}",
+        properties=properties,
+        internal_properties=internal,
+        create_timestamp=create_timestamp,
+    )
+
+
+def drop_table_task(table: Table, **kwargs: Any) -> NewTask:
+    """``drop_task`` for a pyiceberg table (see ``drop_task`` for the keywords)."""
+    return drop_task(DropSpec.of_table(table), **kwargs)
+
+
+def task_row(task: NewTask, *, entity_version: int = 1, now_ms: int | None = None) -> TaskRow:
+    """The row a metastore would hold for ``task`` right after inserting it."""
+    ts = task.create_timestamp
+    if ts is None:
+        ts = int(time.time() * 1000) if now_ms is None else now_ms
+    return TaskRow(
+        realm_id=task.realm_id,
+        id=task.id,
+        name=task.name,
+        entity_version=entity_version,
+        grant_records_version=1,
+        create_timestamp=ts,
+        last_update_timestamp=ts,
+        properties=dict(task.properties),
+        internal_properties=dict(task.internal_properties),
+    )

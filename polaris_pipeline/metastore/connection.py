@@ -1,0 +1,90 @@
+"""Opening a metastore from a SQLAlchemy URL, and the database clock."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.pool import NullPool
+
+from polaris_pipeline.errors import MetastoreError
+from polaris_pipeline.metastore.schema import POLARIS_SCHEMA
+
+URL_ENV = "POLARIS_METASTORE_URL"
+
+# Epoch milliseconds on the database server. All lease arithmetic uses this,
+# so a worker whose own clock is off can neither steal nor lose leases.
+DB_NOW_MS = {
+    "postgresql": "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+    "sqlite": "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
+}
+
+
+def resolve_url(url: str | None) -> URL:
+    raw = url or os.environ.get(URL_ENV)
+    if not raw:
+        raise MetastoreError(f"no metastore URL: pass --metastore or set {URL_ENV}")
+    try:
+        parsed = make_url(raw)
+    except ArgumentError:
+        raise MetastoreError("metastore URL is not a SQLAlchemy URL (e.g. sqlite:///polaris.db)") from None
+    if parsed.get_backend_name() not in DB_NOW_MS:
+        raise MetastoreError(
+            f"unsupported metastore backend {parsed.get_backend_name()!r}: use postgresql or sqlite"
+        )
+    if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() in ("", "psycopg2"):
+        # psycopg 3 is the driver this project installs; pin it so a bare URL works.
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def safe_url(url: URL) -> str:
+    """The URL with its password masked, for messages and logs."""
+    return url.render_as_string(hide_password=True)
+
+
+def make_engine(url: str | URL | None, **kwargs: Any) -> Engine:
+    parsed = url if isinstance(url, URL) else resolve_url(url)
+    backend = parsed.get_backend_name()
+    options: dict[str, Any] = {}
+    if backend == "sqlite":
+        options["connect_args"] = {"timeout": 60}
+        if parsed.database in (None, "", ":memory:"):
+            raise MetastoreError("an in-memory SQLite metastore cannot be shared; use a file")
+        options["poolclass"] = NullPool
+    else:
+        options["pool_pre_ping"] = True
+        options["connect_args"] = {"connect_timeout": 10, "application_name": "polaris-pipeline"}
+    options.update(kwargs)
+    try:
+        engine = create_engine(parsed, **options)
+    except NoSuchModuleError:
+        raise MetastoreError(f"no database driver for {parsed.drivername!r}") from None
+    if backend == "sqlite":
+        _sqlite_write_transactions(engine)
+        engine = engine.execution_options(schema_translate_map={POLARIS_SCHEMA: None})
+    return engine
+
+
+def _sqlite_write_transactions(engine: Engine) -> None:
+    """Make every SQLite transaction take the write lock up front.
+
+    A deferred transaction that reads and then writes can fail at once with
+    "database is locked" when another process wrote in between; BEGIN
+    IMMEDIATE waits for the lock instead, so several sweepers can share a file.
+    """
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=60000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")

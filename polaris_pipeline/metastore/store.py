@@ -1,0 +1,686 @@
+"""Every state transition of a Polaris task, against PostgreSQL or SQLite.
+
+Each transition is one guarded write: a compare-and-set on
+(realm_id, id, entity_version, grant_records_version) exactly as Polaris
+writes its own leases, so a live Polaris and any number of our sweepers can
+share the table. Holders are identified by (executor id, attemptCount): every
+lease grant increments attemptCount, which makes it a fencing token.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import secrets
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import Engine, and_, delete, func, insert, select, text, update
+from sqlalchemy.engine import Connection, Row
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
+
+from polaris_pipeline.errors import MetastoreError
+from polaris_pipeline.metastore import predicates
+from polaris_pipeline.metastore.connection import DB_NOW_MS, make_engine, resolve_url, safe_url
+from polaris_pipeline.metastore.schema import (
+    POLARIS_SCHEMA,
+    create_schema,
+    entities,
+    read_schema_version,
+    require_schema,
+)
+from polaris_pipeline.tasks.model import (
+    CREATOR,
+    STATUS_DEAD,
+    STATUS_FAILED,
+    STATUS_REQUEUED,
+    TASK_TYPE_CODE,
+    Lease,
+    LeasePolicy,
+    NewTask,
+    Prop,
+    TaskRow,
+    TaskState,
+    bounded_error,
+    parse_properties,
+)
+
+ORIGINAL_PROPERTIES = "originalProperties"
+_CAS_RETRIES = 20
+
+_TASK_COLUMNS = (
+    entities.c.realm_id,
+    entities.c.id,
+    entities.c.catalog_id,
+    entities.c.parent_id,
+    entities.c.name,
+    entities.c.entity_version,
+    entities.c.grant_records_version,
+    entities.c.create_timestamp,
+    entities.c.last_update_timestamp,
+    entities.c.properties,
+    entities.c.internal_properties,
+)
+
+
+class CompleteOutcome(StrEnum):
+    DONE = "done"  # we deleted the row
+    ALREADY_GONE = "already-gone"  # someone else finished it: also success
+    LEASE_LOST = "lease-lost"
+
+
+class FailOutcome(StrEnum):
+    BACKING_OFF = "backing-off"
+    DEAD = "dead"
+    ALREADY_GONE = "already-gone"
+    LEASE_LOST = "lease-lost"
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    outcome: FailOutcome
+    next_attempt_ms: int | None = None
+
+
+def decode_row(row: Row[Any]) -> TaskRow:
+    """A TaskRow from a database row; undecodable properties become properties_error."""
+    props: dict[str, str] = {}
+    internal: dict[str, str] = {}
+    error: str | None = None
+    try:
+        props = parse_properties(row.properties, column="properties")
+    except ValueError as exc:
+        error = str(exc)
+    try:
+        internal = parse_properties(row.internal_properties, column="internal_properties")
+    except ValueError as exc:
+        error = error or str(exc)
+    return TaskRow(
+        realm_id=row.realm_id,
+        id=int(row.id),
+        name=row.name,
+        entity_version=int(row.entity_version),
+        grant_records_version=int(row.grant_records_version),
+        create_timestamp=int(row.create_timestamp),
+        last_update_timestamp=int(row.last_update_timestamp),
+        properties=props,
+        internal_properties=internal,
+        properties_error=error,
+        catalog_id=int(row.catalog_id),
+        parent_id=int(row.parent_id),
+    )
+
+
+def _raw_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", errors="replace")
+    return json.dumps(value)
+
+
+class Metastore:
+    """The Polaris metastore, addressed by a SQLAlchemy URL (default: $POLARIS_METASTORE_URL)."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        policy: LeasePolicy | None = None,
+        engine: Engine | None = None,
+    ) -> None:
+        self.url = resolve_url(url) if engine is None else engine.url
+        self.policy = policy or LeasePolicy()
+        self.engine = engine if engine is not None else make_engine(self.url)
+        self.dialect = self.engine.dialect.name
+        self._now_sql = DB_NOW_MS[self.dialect]
+
+    @property
+    def display_url(self) -> str:
+        return safe_url(self.url)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    # ------------------------------------------------------------ connections
+
+    @contextmanager
+    def _begin(self) -> Iterator[Connection]:
+        try:
+            with self.engine.begin() as conn:
+                yield conn
+        except (OperationalError, DBAPIError) as exc:
+            if isinstance(exc, IntegrityError):
+                raise
+            raise MetastoreError(self._describe(exc)) from exc
+
+    def _describe(self, exc: SQLAlchemyError) -> str:
+        orig = getattr(exc, "orig", None) or exc
+        first = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+        password = self.url.password
+        if password:
+            first = first.replace(str(password), "***")
+        return f"metastore {self.display_url}: {first}"
+
+    # ---------------------------------------------------------------- schema
+
+    def init_schema(self) -> bool:
+        """Create the Polaris-compatible tables; False when they already existed."""
+        with self._begin() as conn:
+            return create_schema(conn)
+
+    def check_schema(self) -> int | None:
+        """Fail with a clear error unless the Polaris layout is there; return its version."""
+        with self._begin() as conn:
+            require_schema(conn, self.display_url)
+            return read_schema_version(conn)
+
+    # ----------------------------------------------------------------- reads
+
+    def now_ms(self, conn: Connection | None = None) -> int:
+        if conn is not None:
+            return int(conn.execute(text(f"SELECT {self._now_sql}")).scalar_one())
+        with self._begin() as c:
+            return self.now_ms(c)
+
+    def _task_filter(self, realms: Iterable[str] | None) -> Any:
+        clause = and_(
+            entities.c.type_code == TASK_TYPE_CODE,
+            entities.c.catalog_id == 0,
+            entities.c.parent_id == 0,
+        )
+        if realms is not None:
+            clause = and_(clause, entities.c.realm_id.in_(list(realms)))
+        return clause
+
+    def realms(self) -> list[str]:
+        """Realms that have at least one task."""
+        with self._begin() as conn:
+            rows = conn.execute(
+                select(entities.c.realm_id).where(self._task_filter(None)).distinct()
+            )
+            return sorted(r.realm_id for r in rows)
+
+    def list_tasks(self, realms: Iterable[str] | None = None, *, limit: int | None = None) -> list[TaskRow]:
+        with self._begin() as conn:
+            return self._list(conn, realms, limit=limit)
+
+    def _list(
+        self, conn: Connection, realms: Iterable[str] | None, *, limit: int | None = None
+    ) -> list[TaskRow]:
+        query = (
+            select(*_TASK_COLUMNS)
+            .where(self._task_filter(realms))
+            .order_by(entities.c.create_timestamp, entities.c.realm_id, entities.c.id)
+        )
+        if limit is not None:
+            query = query.limit(limit)
+        return [decode_row(r) for r in conn.execute(query)]
+
+    def get_task(self, realm_id: str, task_id: int) -> TaskRow | None:
+        with self._begin() as conn:
+            return self._get(conn, realm_id, task_id)
+
+    def _get(self, conn: Connection, realm_id: str, task_id: int) -> TaskRow | None:
+        row = conn.execute(
+            select(*_TASK_COLUMNS).where(
+                entities.c.realm_id == realm_id,
+                entities.c.id == task_id,
+                entities.c.type_code == TASK_TYPE_CODE,
+            )
+        ).first()
+        return decode_row(row) if row is not None else None
+
+    def tasks_with_state(
+        self, realms: Iterable[str] | None = None
+    ) -> tuple[int, list[tuple[TaskRow, TaskState]]]:
+        with self._begin() as conn:
+            now = self.now_ms(conn)
+            return now, [(t, t.state(now, self.policy)) for t in self._list(conn, realms)]
+
+    def count_by_state(self, realms: Iterable[str] | None = None) -> dict[str, Counter[TaskState]]:
+        """Per realm, how many tasks are in each state (computed in the database on PostgreSQL)."""
+        out: dict[str, Counter[TaskState]] = {}
+        if self.dialect == "postgresql":
+            case = predicates.state_case(":now", ":timeout", ":grace", ":max_attempts")
+            realm_filter = "AND e.realm_id = ANY(:realms)" if realms is not None else ""
+            sql = (
+                f"SELECT e.realm_id, {case} AS state, count(*) AS n "
+                f"FROM {POLARIS_SCHEMA}.entities e WHERE {predicates.TASK_ROWS} {realm_filter} "
+                "GROUP BY 1, 2"
+            )
+            with self._begin() as conn:
+                params = self._policy_params(self.now_ms(conn))
+                if realms is not None:
+                    params["realms"] = list(realms)
+                for realm, state, n in conn.execute(text(sql), params):
+                    out.setdefault(realm, Counter())[TaskState(state)] += int(n)
+            return out
+        _, rows = self.tasks_with_state(realms)
+        for task, state in rows:
+            out.setdefault(task.realm_id, Counter())[state] += 1
+        return out
+
+    def _policy_params(self, now: int) -> dict[str, Any]:
+        return {
+            "now": now,
+            "timeout": self.policy.lease_timeout_ms,
+            "grace": self.policy.effective_grace_ms,
+            "max_attempts": self.policy.max_attempts,
+        }
+
+    # --------------------------------------------------------------- leasing
+
+    def lease_available(
+        self, executor_id: str, limit: int, realms: Iterable[str] | None = None
+    ) -> list[Lease]:
+        """Lease up to ``limit`` orphaned tasks for ``executor_id``.
+
+        A task lost to a concurrent leaser is skipped; the others still lease.
+        On PostgreSQL the batch is one UPDATE over a SKIP LOCKED selection.
+        """
+        if limit <= 0:
+            return []
+        realm_list = list(realms) if realms is not None else None
+        leases: list[Lease] = []
+        if self.dialect == "postgresql":
+            leases = self._lease_batch_postgres(executor_id, limit, realm_list)
+        if len(leases) < limit:
+            leases += self._lease_per_row(executor_id, limit - len(leases), realm_list)
+        return leases
+
+    def _lease_batch_postgres(
+        self, executor_id: str, limit: int, realms: list[str] | None
+    ) -> list[Lease]:
+        state = predicates.state_case("c.now_ms", ":timeout", ":grace", ":max_attempts")
+        realm_filter = "AND e.realm_id = ANY(:realms)" if realms is not None else ""
+        sql = f"""
+WITH c AS (SELECT {self._now_sql} AS now_ms),
+picked AS (
+    SELECT e.realm_id, e.id
+    FROM {POLARIS_SCHEMA}.entities e, c
+    WHERE {predicates.TASK_ROWS} {realm_filter}
+      AND jsonb_typeof(e.properties) = 'object'
+      AND {state} = 'orphaned'
+    ORDER BY e.create_timestamp, e.id
+    LIMIT :limit
+    FOR UPDATE OF e SKIP LOCKED
+)
+UPDATE {POLARIS_SCHEMA}.entities t
+SET properties = (t.properties - '{Prop.END_TIME}') || jsonb_build_object(
+        '{Prop.EXECUTOR}', CAST(:executor AS TEXT),
+        '{Prop.START_TIME}', CAST(c.now_ms AS TEXT),
+        '{Prop.ATTEMPT_COUNT}', CAST({predicates.ATTEMPTS.replace("e.", "t.")} + 1 AS TEXT)),
+    entity_version = t.entity_version + 1,
+    last_update_timestamp = c.now_ms
+FROM picked, c
+WHERE t.realm_id = picked.realm_id AND t.id = picked.id
+RETURNING t.realm_id, t.id, t.name, t.entity_version,
+    t.properties->>'{Prop.ATTEMPT_COUNT}' AS attempt,
+    t.properties->>'{Prop.TASK_TYPE}' AS task_type, c.now_ms
+"""
+        params: dict[str, Any] = {
+            "executor": executor_id,
+            "limit": limit,
+            "timeout": self.policy.lease_timeout_ms,
+            "grace": self.policy.effective_grace_ms,
+            "max_attempts": self.policy.max_attempts,
+        }
+        if realms is not None:
+            params["realms"] = realms
+        with self._begin() as conn:
+            rows = conn.execute(text(sql), params).all()
+        return [
+            Lease(
+                realm_id=r.realm_id,
+                task_id=int(r.id),
+                executor_id=executor_id,
+                attempt=int(r.attempt),
+                entity_version=int(r.entity_version),
+                start_time_ms=int(r.now_ms),
+                task_type_code=r.task_type,
+                name=r.name,
+            )
+            for r in rows
+        ]
+
+    def _lease_per_row(
+        self, executor_id: str, limit: int, realms: list[str] | None
+    ) -> list[Lease]:
+        """List, then one compare-and-set per task: Polaris's own algorithm.
+
+        On PostgreSQL this only sees rows the batch statement cannot (properties
+        that are not a JSON object); on SQLite it is the lease.
+        """
+        with self._begin() as conn:
+            now = self.now_ms(conn)
+            query = select(*_TASK_COLUMNS).where(self._task_filter(realms))
+            if self.dialect == "postgresql":
+                query = query.where(text("jsonb_typeof(properties) <> 'object'"))
+            candidates = [
+                t
+                for t in (decode_row(r) for r in conn.execute(
+                    query.order_by(entities.c.create_timestamp, entities.c.id)
+                ))
+                if t.state(now, self.policy) is TaskState.ORPHANED
+            ]
+        leases: list[Lease] = []
+        for task in candidates:
+            if len(leases) >= limit:
+                break
+            lease = self._cas_lease(task, executor_id)
+            if lease is not None:
+                leases.append(lease)
+        return leases
+
+    def _cas_lease(self, task: TaskRow, executor_id: str) -> Lease | None:
+        with self._begin() as conn:
+            now = self.now_ms(conn)
+            # Re-check on the database clock inside the write transaction.
+            if task.state(now, self.policy) is not TaskState.ORPHANED:
+                return None
+            props = dict(task.properties)
+            if task.properties_error:
+                # Keep the undecodable original so nothing is lost; the attempt will fail on it.
+                raw = conn.execute(
+                    select(entities.c.properties).where(
+                        entities.c.realm_id == task.realm_id, entities.c.id == task.id
+                    )
+                ).scalar_one_or_none()
+                props = {ORIGINAL_PROPERTIES: _raw_text(raw)}
+            props.pop(Prop.END_TIME, None)
+            attempt = task.attempt_count + 1
+            props.update(
+                {Prop.EXECUTOR: executor_id, Prop.START_TIME: str(now), Prop.ATTEMPT_COUNT: str(attempt)}
+            )
+            if not self._cas_write(conn, task, props, now):
+                return None
+        return Lease(
+            realm_id=task.realm_id,
+            task_id=task.id,
+            executor_id=executor_id,
+            attempt=attempt,
+            entity_version=task.entity_version + 1,
+            start_time_ms=now,
+            task_type_code=task.task_type_code,
+            name=task.name,
+        )
+
+    def _cas_write(self, conn: Connection, task: TaskRow, props: dict[str, str], now: int) -> bool:
+        result = conn.execute(
+            update(entities)
+            .where(
+                entities.c.realm_id == task.realm_id,
+                entities.c.id == task.id,
+                entities.c.entity_version == task.entity_version,
+                entities.c.grant_records_version == task.grant_records_version,
+            )
+            .values(
+                properties=props,
+                entity_version=task.entity_version + 1,
+                last_update_timestamp=now,
+            )
+        )
+        return result.rowcount == 1
+
+    def lease_task(self, realm_id: str, task_id: int, executor_id: str) -> Lease | None:
+        """Lease one named task if it is orphaned (e.g. a child a crashed run left behind)."""
+        task = self.get_task(realm_id, task_id)
+        if task is None:
+            return None
+        return self._cas_lease(task, executor_id)
+
+    # --------------------------------------------------------- holder's moves
+
+    def _held_by(self, task: TaskRow | None, lease: Lease, now: int) -> bool:
+        return (
+            task is not None
+            and task.executor_id == lease.executor_id
+            and task.attempt_count == lease.attempt
+            and task.lease_held(now, self.policy)
+        )
+
+    def _holder_cas(
+        self, lease: Lease, change: Any
+    ) -> tuple[str, Any]:
+        """Apply ``change(conn, task, now)`` while ``lease`` is held; retry lost CAS races.
+
+        The only writers of a held row are the holder itself (its heartbeat) and
+        a leaser after expiry, so a failed CAS is re-read and re-judged.
+        Returns ("ok", value) | ("gone", None) | ("lost", None).
+        """
+        for _ in range(_CAS_RETRIES):
+            with self._begin() as conn:
+                now = self.now_ms(conn)
+                task = self._get(conn, lease.realm_id, lease.task_id)
+                if task is None:
+                    return "gone", None
+                if not self._held_by(task, lease, now):
+                    return "lost", None
+                done, value = change(conn, task, now)
+                if done:
+                    return "ok", value
+        return "lost", None
+
+    def holds(self, lease: Lease) -> bool:
+        """Fencing check: does ``lease`` still hold its task, by the database clock?"""
+        with self._begin() as conn:
+            return self._held_by(self._get(conn, lease.realm_id, lease.task_id), lease, self.now_ms(conn))
+
+    def renew(self, lease: Lease) -> Lease | None:
+        """Heartbeat: restart the lease period; None when the lease was lost or the task is gone."""
+
+        def change(conn: Connection, task: TaskRow, now: int) -> tuple[bool, Lease | None]:
+            props = dict(task.properties)
+            props[Prop.START_TIME] = str(now)
+            if not self._cas_write(conn, task, props, now):
+                return False, None
+            return True, Lease(
+                realm_id=lease.realm_id,
+                task_id=lease.task_id,
+                executor_id=lease.executor_id,
+                attempt=lease.attempt,
+                entity_version=task.entity_version + 1,
+                start_time_ms=now,
+                task_type_code=lease.task_type_code,
+                name=lease.name,
+            )
+
+        status, value = self._holder_cas(lease, change)
+        return value if status == "ok" else None
+
+    def take_over(self, lease: Lease, executor_id: str) -> Lease | None:
+        """Hand a held lease to another executor id (a Dagster run taking the sensor's lease).
+
+        The attempt number stays: it is the same attempt, now run elsewhere.
+        """
+
+        def change(conn: Connection, task: TaskRow, now: int) -> tuple[bool, Lease | None]:
+            props = dict(task.properties)
+            props[Prop.EXECUTOR] = executor_id
+            props[Prop.START_TIME] = str(now)
+            if not self._cas_write(conn, task, props, now):
+                return False, None
+            return True, Lease(
+                realm_id=lease.realm_id,
+                task_id=lease.task_id,
+                executor_id=executor_id,
+                attempt=lease.attempt,
+                entity_version=task.entity_version + 1,
+                start_time_ms=now,
+                task_type_code=lease.task_type_code,
+                name=lease.name,
+            )
+
+        status, value = self._holder_cas(lease, change)
+        return value if status == "ok" else None
+
+    def complete(self, lease: Lease) -> CompleteOutcome:
+        """Success: delete the task row, guarded on the holder's lease."""
+
+        def change(conn: Connection, task: TaskRow, now: int) -> tuple[bool, None]:
+            result = conn.execute(
+                delete(entities).where(
+                    entities.c.realm_id == task.realm_id,
+                    entities.c.id == task.id,
+                    entities.c.entity_version == task.entity_version,
+                )
+            )
+            return result.rowcount == 1, None
+
+        status, _ = self._holder_cas(lease, change)
+        return {
+            "ok": CompleteOutcome.DONE,
+            "gone": CompleteOutcome.ALREADY_GONE,
+        }.get(status, CompleteOutcome.LEASE_LOST)
+
+    def fail(self, lease: Lease, error: str, *, run_id: str | None = None) -> FailureRecord:
+        """Record a failed attempt; back off, or dead-letter after ``max_attempts``."""
+
+        def change(conn: Connection, task: TaskRow, now: int) -> tuple[bool, FailureRecord]:
+            props = dict(task.properties)
+            props[Prop.END_TIME] = str(now)
+            props[Prop.ERROR] = bounded_error(error)
+            if run_id:
+                props[Prop.RUN_ID] = run_id
+            else:
+                props.pop(Prop.RUN_ID, None)
+            if task.attempt_count >= self.policy.max_attempts:
+                props[Prop.STATUS] = STATUS_DEAD
+                props.pop(Prop.NEXT_ATTEMPT, None)
+                record = FailureRecord(FailOutcome.DEAD)
+            else:
+                next_ms = now + self.policy.backoff_ms(task.attempt_count, random.random())
+                props[Prop.STATUS] = STATUS_FAILED
+                props[Prop.NEXT_ATTEMPT] = str(next_ms)
+                record = FailureRecord(FailOutcome.BACKING_OFF, next_ms)
+            return self._cas_write(conn, task, props, now), record
+
+        status, value = self._holder_cas(lease, change)
+        if status == "ok":
+            return value  # type: ignore[no-any-return]
+        return FailureRecord(FailOutcome.ALREADY_GONE if status == "gone" else FailOutcome.LEASE_LOST)
+
+    # -------------------------------------------------------------- operator
+
+    def requeue(self, realm_id: str, task_id: int) -> TaskState:
+        """Revive a dead or backing-off task: attempts reset, backoff cleared.
+
+        Raises MetastoreError for a task that does not exist or is leased now.
+        """
+        for _ in range(_CAS_RETRIES):
+            with self._begin() as conn:
+                now = self.now_ms(conn)
+                task = self._get(conn, realm_id, task_id)
+                if task is None:
+                    raise MetastoreError(f"no task {task_id} in realm {realm_id!r}")
+                if task.properties_error:
+                    raise MetastoreError(
+                        f"task {task.label}: {task.properties_error}; fix the row by hand"
+                    )
+                if task.lease_held(now, self.policy):
+                    raise MetastoreError(
+                        f"task {task.label} is leased by {task.executor_id}; not requeued"
+                    )
+                props = dict(task.properties)
+                props[Prop.ATTEMPT_COUNT] = "0"
+                props[Prop.STATUS] = STATUS_REQUEUED
+                props.pop(Prop.NEXT_ATTEMPT, None)
+                if self._cas_write(conn, task, props, now):
+                    refreshed = self._get(conn, realm_id, task_id)
+                    assert refreshed is not None
+                    return refreshed.state(now, self.policy)
+        raise MetastoreError(f"task {realm_id}/{task_id} kept changing; try again")
+
+    # ------------------------------------------------------------- children
+
+    def insert_tasks(
+        self, tasks: Sequence[NewTask], *, holder: Lease | None = None
+    ) -> list[Lease]:
+        """Insert tasks in one transaction.
+
+        With ``holder``, the holder's lease is checked inside the same
+        transaction and the new tasks are created already leased by the
+        holder's executor (attempt 1), so nobody else starts them while the
+        holder runs them, and they fall to any sweeper once that lease lapses.
+        """
+        if not tasks:
+            return []
+        with self._begin() as conn:
+            now = self.now_ms(conn)
+            if holder is not None:
+                parent = self._get(conn, holder.realm_id, holder.task_id)
+                if not self._held_by(parent, holder, now):
+                    from polaris_pipeline.errors import LeaseLost
+
+                    raise LeaseLost(f"lease on {holder.label} lost before its children were created")
+            rows: list[dict[str, Any]] = []
+            leases: list[Lease] = []
+            for task in tasks:
+                props = dict(task.properties)
+                if holder is not None:
+                    props.update(
+                        {
+                            Prop.EXECUTOR: holder.executor_id,
+                            Prop.START_TIME: str(now),
+                            Prop.ATTEMPT_COUNT: "1",
+                            Prop.CREATED_BY: CREATOR,
+                        }
+                    )
+                    leases.append(
+                        Lease(
+                            realm_id=task.realm_id,
+                            task_id=task.id,
+                            executor_id=holder.executor_id,
+                            attempt=1,
+                            entity_version=1,
+                            start_time_ms=now,
+                            task_type_code=props.get(Prop.TASK_TYPE),
+                            name=task.name,
+                        )
+                    )
+                created = task.create_timestamp if task.create_timestamp is not None else now
+                rows.append(
+                    {
+                        "realm_id": task.realm_id,
+                        "catalog_id": 0,
+                        "id": task.id,
+                        "parent_id": 0,
+                        "name": task.name,
+                        "entity_version": 1,
+                        "type_code": TASK_TYPE_CODE,
+                        "sub_type_code": 0,
+                        "create_timestamp": created,
+                        "drop_timestamp": 0,
+                        "purge_timestamp": 0,
+                        "to_purge_timestamp": 0,
+                        "last_update_timestamp": created,
+                        "properties": props,
+                        "internal_properties": dict(task.internal_properties),
+                        "grant_records_version": 1,
+                    }
+                )
+            conn.execute(insert(entities), rows)
+        return leases
+
+    def insert_raw(self, row: dict[str, Any]) -> None:
+        """Insert one entities row as given (tests and the demo write hostile rows with it)."""
+        with self._begin() as conn:
+            conn.execute(insert(entities), [row])
+
+    def count_tasks(self, realms: Iterable[str] | None = None) -> int:
+        with self._begin() as conn:
+            return int(
+                conn.execute(
+                    select(func.count()).select_from(entities).where(self._task_filter(realms))
+                ).scalar_one()
+            )
+
+
+def new_entity_id() -> int:
+    """A random positive 63-bit id, as Polaris makes them."""
+    return secrets.randbits(63) or 1

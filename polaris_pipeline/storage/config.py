@@ -1,0 +1,276 @@
+"""Storage configuration: per-location filesystem options and allowed prefixes.
+
+The file (YAML or JSON) looks like::
+
+    locations:
+      - prefix: s3://bucket/wh
+        options:
+          endpoint_url: http://minio:9000
+          key: {env: WH_ACCESS_KEY}
+          secret: {env: WH_SECRET_KEY}
+          client_kwargs: {region_name: us-east-1}
+    allowed_prefixes: [s3://bucket/wh]
+
+Options are passed to the fsspec filesystem as keyword arguments. A value written
+as ``{env: NAME}`` is read from the environment at load time, so secrets stay out
+of the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from polaris_pipeline.errors import StorageConfigError
+from polaris_pipeline.redact import mask_options, secret_values
+
+CONFIG_ENV_VAR = "POLARIS_PIPELINE_STORAGE_CONFIG"
+
+# Hadoop's s3a/s3n connectors and fsspec's gcs alias name the same stores.
+SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}
+
+_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):(.*)$", re.DOTALL)
+
+
+def split_uri(uri: str) -> tuple[str, str]:
+    """``(scheme, rest)`` of a URI, with aliases folded and local paths as ``file``.
+
+    ``rest`` is what follows ``scheme://``: ``bucket/key`` for object stores, an
+    absolute path for ``file``. Plain absolute paths, ``file:/x`` (Hadoop's form),
+    ``file:///x`` and ``file://localhost/x`` all give ``("file", "/x")``. The
+    scheme of anything else not followed by ``//`` gives ``("", uri)``: not a URI we
+    understand.
+    """
+    if uri.startswith("/"):
+        return "file", uri
+    m = _SCHEME_RE.match(uri)
+    if not m:
+        return "", uri
+    scheme = m.group(1).lower()
+    scheme = SCHEME_ALIASES.get(scheme, scheme)
+    rest = m.group(2)
+    if scheme == "file":
+        if rest.startswith("//localhost/"):
+            return scheme, rest[len("//localhost") :]
+        if rest.startswith("///"):
+            return scheme, rest[2:]
+        if rest.startswith("//"):
+            # file://host/path: rest does not start with "/", so callers refuse it.
+            return scheme, rest[2:]
+        if rest.startswith("/"):
+            return scheme, rest
+        return "", uri
+    if rest.startswith("//"):
+        return scheme, rest[2:]
+    return "", uri
+
+
+def normalize_uri(uri: str) -> str:
+    """``uri`` with its scheme folded (s3a/s3n -> s3) and local paths as ``file://``."""
+    scheme, rest = split_uri(uri)
+    if not scheme:
+        return uri
+    return f"{scheme}://{rest}"
+
+
+def _clean_prefix(prefix: str) -> str:
+    norm = normalize_uri(prefix)
+    # Keep the bare roots "s3://" and "file:///" intact; otherwise one trailing slash
+    # (or several) does not change which objects a prefix covers.
+    while norm.endswith("/") and not norm.endswith("://") and norm != "file:///":
+        norm = norm[:-1]
+    return norm
+
+
+def uri_within(uri: str, prefix: str) -> bool:
+    """Whether ``uri`` equals ``prefix`` or lies under it at a path-segment boundary."""
+    norm, pre = normalize_uri(uri), _clean_prefix(prefix)
+    if pre.endswith("/"):
+        return norm.startswith(pre)
+    return norm == pre or norm.startswith(pre + "/")
+
+
+@dataclass(frozen=True, repr=False)
+class StorageRule:
+    """Filesystem options for every URI under ``prefix``."""
+
+    prefix: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.prefix, str) or not self.prefix:
+            raise StorageConfigError("storage rule: prefix must be a non-empty string")
+        if not split_uri(self.prefix)[0]:
+            raise StorageConfigError(
+                f"storage rule: prefix {self.prefix!r} is neither a URI nor an absolute path"
+            )
+        if not isinstance(self.options, dict):
+            raise StorageConfigError(f"storage rule {self.prefix!r}: options must be a mapping")
+        object.__setattr__(self, "prefix", _clean_prefix(self.prefix))
+
+    def matches(self, uri: str) -> bool:
+        return uri_within(uri, self.prefix)
+
+    def __repr__(self) -> str:
+        return f"StorageRule(prefix={self.prefix!r}, options={mask_options(self.options)!r})"
+
+    __str__ = __repr__
+
+
+@dataclass(frozen=True, repr=False)
+class StorageConfig:
+    """Options per location prefix, and the prefixes deletion is confined to."""
+
+    rules: tuple[StorageRule, ...] = ()
+    allowed_prefixes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rules", tuple(self.rules))
+        prefixes = []
+        for p in self.allowed_prefixes:
+            if not isinstance(p, str) or not split_uri(p)[0]:
+                raise StorageConfigError(
+                    f"allowed prefix {p!r} is neither a URI nor an absolute path"
+                )
+            prefixes.append(_clean_prefix(p))
+        object.__setattr__(self, "allowed_prefixes", tuple(prefixes))
+
+    # -- lookups -------------------------------------------------------------------
+
+    def rule_for(self, uri: str) -> StorageRule | None:
+        """The rule with the longest prefix containing ``uri``, if any."""
+        best: StorageRule | None = None
+        for rule in self.rules:
+            if rule.matches(uri) and (best is None or len(rule.prefix) > len(best.prefix)):
+                best = rule
+        return best
+
+    def options_for(self, uri: str) -> dict[str, Any]:
+        rule = self.rule_for(uri)
+        return dict(rule.options) if rule else {}
+
+    def secrets(self) -> list[str]:
+        """Every secret value held by any rule, for redacting error text."""
+        out: list[str] = []
+        for rule in self.rules:
+            out.extend(secret_values(rule.options))
+        return out
+
+    # -- construction --------------------------------------------------------------
+
+    @classmethod
+    def from_mapping(
+        cls, data: Mapping[str, Any], *, source: str = "storage config"
+    ) -> StorageConfig:
+        """Build a config from parsed YAML/JSON, resolving ``{env: NAME}`` values."""
+        if not isinstance(data, Mapping):
+            raise StorageConfigError(f"{source}: top level must be a mapping")
+        unknown = sorted(set(data) - {"locations", "allowed_prefixes"})
+        if unknown:
+            raise StorageConfigError(
+                f"{source}: unknown key {unknown[0]!r} (expected 'locations', 'allowed_prefixes')"
+            )
+        locations = data.get("locations") or []
+        if not isinstance(locations, list):
+            raise StorageConfigError(f"{source}: 'locations' must be a list")
+        rules = []
+        for i, entry in enumerate(locations):
+            where = f"locations[{i}]"
+            if not isinstance(entry, Mapping):
+                raise StorageConfigError(f"{source}: {where} must be a mapping")
+            extra = sorted(set(entry) - {"prefix", "options"})
+            if extra:
+                raise StorageConfigError(
+                    f"{source}: {where}: unknown key {extra[0]!r} (expected 'prefix', 'options')"
+                )
+            prefix = entry.get("prefix")
+            if not isinstance(prefix, str) or not prefix:
+                raise StorageConfigError(f"{source}: {where}.prefix must be a non-empty string")
+            options = entry.get("options") or {}
+            if not isinstance(options, Mapping):
+                raise StorageConfigError(f"{source}: {where}.options must be a mapping")
+            resolved = _resolve_env(dict(options), f"{where}.options", source)
+            try:
+                rules.append(StorageRule(prefix, resolved))
+            except StorageConfigError as e:
+                raise StorageConfigError(f"{source}: {where}: {e}") from None
+        allowed = data.get("allowed_prefixes") or []
+        if not isinstance(allowed, list) or not all(isinstance(p, str) for p in allowed):
+            raise StorageConfigError(f"{source}: 'allowed_prefixes' must be a list of strings")
+        try:
+            return cls(tuple(rules), tuple(allowed))
+        except StorageConfigError as e:
+            raise StorageConfigError(f"{source}: {e}") from None
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str] | None = None) -> StorageConfig:
+        """Load from ``path``, else ``$POLARIS_PIPELINE_STORAGE_CONFIG``, else empty."""
+        if path is None:
+            path = os.environ.get(CONFIG_ENV_VAR) or None
+        if path is None:
+            return cls()
+        p = Path(path)
+        source = f"storage config {p}"
+        try:
+            text = p.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise StorageConfigError(f"{source}: file not found") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise StorageConfigError(f"{source}: cannot read: {type(e).__name__}") from None
+        data = _parse(text, json_only=p.suffix.lower() == ".json", source=source)
+        if data is None:
+            # An empty file is more likely a mistake than a wish for no rules and no
+            # allowed prefixes, which would silently widen what may be deleted.
+            raise StorageConfigError(f"{source}: file is empty")
+        return cls.from_mapping(data, source=source)
+
+    def __repr__(self) -> str:
+        return f"StorageConfig(rules={self.rules!r}, allowed_prefixes={self.allowed_prefixes!r})"
+
+    __str__ = __repr__
+
+
+def _parse(text: str, *, json_only: bool, source: str) -> Any:
+    # Error messages are built from positions only: parser messages quote the
+    # offending line, which may hold a secret.
+    if json_only:
+        try:
+            return json.loads(text) if text.strip() else None
+        except json.JSONDecodeError as e:
+            raise StorageConfigError(
+                f"{source}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}"
+            ) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise StorageConfigError(f"{source}: invalid YAML{where}: {e.problem}") from None
+    except yaml.YAMLError:
+        raise StorageConfigError(f"{source}: invalid YAML") from None
+
+
+def _resolve_env(value: Any, where: str, source: str) -> Any:
+    """Replace each ``{"env": "NAME"}`` in ``value`` by the variable's value."""
+    if isinstance(value, Mapping):
+        if set(value) == {"env"}:
+            name = value["env"]
+            if not isinstance(name, str) or not name:
+                raise StorageConfigError(f"{source}: {where}: 'env' must name a variable")
+            if name not in os.environ:
+                # Name the variable, never a value.
+                raise StorageConfigError(
+                    f"{source}: {where}: environment variable {name!r} is not set"
+                )
+            return os.environ[name]
+        return {k: _resolve_env(v, f"{where}.{k}", source) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resolve_env(v, f"{where}[{i}]", source) for i, v in enumerate(value)]
+    return value

@@ -1,0 +1,295 @@
+"""Delete files by literal path, reporting the outcome of every path.
+
+Paths are never handed to a call that expands globs: fsspec's ``rm`` (and s3fs's)
+expands ``*``, ``?`` and ``[...]``, so deleting ``a[1].parquet`` through it deletes
+``a1.parquet``. Instead:
+
+- S3: one ``DeleteObjects`` request per (bucket, up to 1000 keys), whose per-key
+  ``Errors`` are read. s3fs's own ``_bulk_delete`` returns the ``Deleted`` list and
+  drops ``Errors`` silently, so it is not used.
+- Local files: ``os.unlink`` per path; directories are refused.
+- Other filesystems: ``fs.rm_file(path)`` per path.
+
+Versioned buckets are out of scope: on a bucket with versioning enabled S3 answers
+a delete by adding a delete marker, so the data stays (and keeps costing) until a
+lifecycle rule expires non-current versions. That is reported as deleted, as S3
+reports it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fsspec import AbstractFileSystem
+from fsspec.asyn import AsyncFileSystem
+from fsspec.implementations.local import LocalFileSystem
+
+from polaris_pipeline.errors import StorageError
+from polaris_pipeline.storage.resolve import StorageResolver
+
+MAX_KEYS_PER_REQUEST = 1000  # the S3 DeleteObjects limit
+
+_GLOB_CHARS = frozenset("*?[")
+
+
+@dataclass
+class DeleteReport:
+    """What happened to each path of a delete.
+
+    ``bytes_freed`` is the sum of the sizes of the deleted files, or None when any
+    deleted file's size was not known (S3 sizes are not fetched: that would cost a
+    request per key). ``requests`` counts delete requests sent (DeleteObjects calls
+    for S3, one per file elsewhere).
+    """
+
+    deleted: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    bytes_freed: int | None = 0
+    requests: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """No path failed (missing paths are fine: files are shared across snapshots)."""
+        return not self.failed
+
+    def merge(self, other: DeleteReport) -> DeleteReport:
+        """A new report holding both reports' outcomes."""
+        return DeleteReport(
+            deleted=[*self.deleted, *other.deleted],
+            missing=[*self.missing, *other.missing],
+            failed={**self.failed, **other.failed},
+            bytes_freed=(
+                None
+                if self.bytes_freed is None or other.bytes_freed is None
+                else self.bytes_freed + other.bytes_freed
+            ),
+            requests=self.requests + other.requests,
+        )
+
+    def _add_bytes(self, n: int | None) -> None:
+        if n is None or self.bytes_freed is None:
+            self.bytes_freed = None
+        else:
+            self.bytes_freed += n
+
+
+def bulk_delete(
+    resolver: StorageResolver,
+    uris: Sequence[str],
+    *,
+    chunk_size: int = MAX_KEYS_PER_REQUEST,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> DeleteReport:
+    """Delete ``uris`` (literal paths), returning the outcome of each.
+
+    Never raises for a single path: a path that cannot be resolved or deleted is
+    recorded in ``failed``, with credentials masked. ``on_progress(done, total)`` is
+    called after each request batch (S3) or file (elsewhere). Callers are expected to
+    have passed the paths through a :class:`~polaris_pipeline.storage.guard.PathGuard`.
+    """
+    if not 1 <= chunk_size <= MAX_KEYS_PER_REQUEST:
+        raise ValueError(f"chunk_size must be between 1 and {MAX_KEYS_PER_REQUEST}")
+    report = DeleteReport()
+    total = len(uris)
+    progress = _Progress(total, on_progress)
+
+    # Group by filesystem (and bucket, for S3), keeping first-seen order; the same
+    # URI given twice is deleted once.
+    groups: dict[tuple[int, str], tuple[AbstractFileSystem, list[tuple[str, str]]]] = {}
+    seen: set[str] = set()
+    for uri in uris:
+        if uri in seen:
+            progress.step(1)
+            continue
+        seen.add(uri)
+        try:
+            fs, path = resolver.filesystem(uri)
+        except StorageError as e:
+            report.failed[uri] = str(e)
+            progress.step(1)
+            continue
+        bucket = path.split("/", 1)[0] if _is_s3(fs) else ""
+        groups.setdefault((id(fs), bucket), (fs, []))[1].append((uri, path))
+
+    for (_, bucket), (fs, items) in groups.items():
+        for start in range(0, len(items), chunk_size):
+            chunk = items[start : start + chunk_size]
+            if _is_s3(fs):
+                _delete_s3_chunk(resolver, fs, bucket, chunk, report)
+                progress.step(len(chunk))
+            elif isinstance(fs, LocalFileSystem):
+                for uri, path in chunk:
+                    _delete_local(resolver, uri, path, report)
+                    progress.step(1)
+            else:
+                for uri, path in chunk:
+                    _delete_other(resolver, fs, uri, path, report)
+                    progress.step(1)
+    return report
+
+
+class _Progress:
+    def __init__(self, total: int, callback: Callable[[int, int], None] | None) -> None:
+        self.total = total
+        self.done = 0
+        self.callback = callback
+
+    def step(self, n: int) -> None:
+        self.done += n
+        if self.callback is not None:
+            self.callback(self.done, self.total)
+
+
+def _is_s3(fs: AbstractFileSystem) -> bool:
+    # Checked by protocol rather than isinstance so importing this module does not
+    # import s3fs (and aiobotocore) for callers that only touch local files.
+    protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
+    return "s3" in protocols and hasattr(fs, "call_s3")
+
+
+# -- S3 ------------------------------------------------------------------------------
+
+
+def _delete_s3_chunk(
+    resolver: StorageResolver,
+    fs: Any,
+    bucket: str,
+    chunk: list[tuple[str, str]],
+    report: DeleteReport,
+) -> None:
+    # Several URIs can name one key (s3:// and s3a://); each is reported.
+    by_key: dict[str, list[str]] = {}
+    for uri, path in chunk:
+        key = path.split("/", 1)[1] if "/" in path else ""
+        if not key:
+            report.failed[uri] = "no object key (a bucket is never deleted)"
+            continue
+        by_key.setdefault(key, []).append(uri)
+    if not by_key:
+        return
+
+    report.requests += 1
+    try:
+        # call_s3 is s3fs's public synchronous entry to its aiobotocore client; it
+        # adds s3fs's retries and request-wide options (RequestPayer, SSE...).
+        response = fs.call_s3(
+            "delete_objects",
+            Bucket=bucket,
+            Delete={"Objects": [{"Key": k} for k in by_key], "Quiet": False},
+        )
+    except FileNotFoundError:
+        # NoSuchBucket: nothing under it exists any more.
+        for uris in by_key.values():
+            report.missing.extend(uris)
+        return
+    except Exception as e:
+        reason = f"DeleteObjects failed: {resolver.describe(e)}"
+        for uris in by_key.values():
+            for uri in uris:
+                report.failed[uri] = reason
+        return
+    finally:
+        # Whatever the outcome, listings cached for these paths may be stale now.
+        for key in by_key:
+            fs.invalidate_cache(f"{bucket}/{key}")
+
+    answered: set[str] = set()
+    for error in response.get("Errors", []):
+        key = error.get("Key", "")
+        if key not in by_key:
+            continue
+        answered.add(key)
+        code = error.get("Code", "Error")
+        if code == "NoSuchKey":
+            report.missing.extend(by_key[key])
+            continue
+        reason = resolver.redact(f"{code}: {error.get('Message', '')}".rstrip(": "))
+        for uri in by_key[key]:
+            report.failed[uri] = reason
+    deleted_any = False
+    for item in response.get("Deleted", []):
+        key = item.get("Key", "")
+        if key in by_key and key not in answered:
+            answered.add(key)
+            # S3 reports a key that did not exist as deleted; without a size check
+            # beforehand the two cannot be told apart, so both count as deleted.
+            report.deleted.extend(by_key[key])
+            deleted_any = True
+    for key, uris in by_key.items():
+        if key not in answered:
+            for uri in uris:
+                report.failed[uri] = "DeleteObjects reported no result for this key"
+    if deleted_any:
+        report._add_bytes(None)
+
+
+# -- local files ---------------------------------------------------------------------
+
+
+def _delete_local(resolver: StorageResolver, uri: str, path: str, report: DeleteReport) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        report.missing.append(uri)
+        return
+    except OSError as e:
+        report.failed[uri] = _os_reason(resolver, e)
+        return
+    if stat.S_ISDIR(st.st_mode):
+        report.failed[uri] = "is a directory (directories are never deleted)"
+        return
+    report.requests += 1
+    try:
+        # unlink removes a symlink itself, never its target.
+        os.unlink(path)
+    except FileNotFoundError:
+        report.missing.append(uri)
+    except OSError as e:
+        report.failed[uri] = _os_reason(resolver, e)
+    else:
+        report.deleted.append(uri)
+        report._add_bytes(st.st_size)
+
+
+def _os_reason(resolver: StorageResolver, e: OSError) -> str:
+    # strerror without the filename: the report is keyed by the path already.
+    return resolver.redact(f"{type(e).__name__}: {e.strerror or e}")
+
+
+# -- other filesystems ---------------------------------------------------------------
+
+
+def _delete_other(
+    resolver: StorageResolver,
+    fs: AbstractFileSystem,
+    uri: str,
+    path: str,
+    report: DeleteReport,
+) -> None:
+    if _GLOB_CHARS.intersection(path) and _rm_file_may_glob(fs):
+        report.failed[uri] = (
+            f"{type(fs).__name__} has no literal single-file delete; "
+            "refusing a path with glob characters"
+        )
+        return
+    report.requests += 1
+    try:
+        fs.rm_file(path)
+    except FileNotFoundError:
+        report.missing.append(uri)
+    except Exception as e:
+        report.failed[uri] = resolver.describe(e)
+    else:
+        report.deleted.append(uri)
+        report._add_bytes(None)
+
+
+def _rm_file_may_glob(fs: AbstractFileSystem) -> bool:
+    # AsyncFileSystem's default _rm_file calls _rm, which expands globs; only an
+    # implementation's own _rm_file is trusted to take the path literally.
+    return isinstance(fs, AsyncFileSystem) and type(fs)._rm_file is AsyncFileSystem._rm_file

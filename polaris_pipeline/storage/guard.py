@@ -1,0 +1,228 @@
+"""Decide whether a path may be deleted on behalf of one table.
+
+Polaris itself has no such fence: the credentials vended for a task are the only
+limit, and a manifest (or a crafted task) can name any path. The guard admits a
+path only when it lies strictly inside one of the table's roots (its location and
+its configured data/metadata paths) and, when the storage config lists allowed
+prefixes, inside one of those too.
+
+Checks are lexical (no URL decoding: object keys are literal), plus, for local
+files, symlink resolution of the parent directory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from polaris_pipeline.errors import GuardRefusal
+from polaris_pipeline.storage.config import StorageConfig, split_uri
+
+# Table properties that place files outside the table location. The last two are
+# the older names Iceberg still honours.
+ROOT_PROPERTIES = (
+    "write.data.path",
+    "write.metadata.path",
+    "write.object-storage.path",
+    "write.folder-storage.path",
+)
+
+_BUCKET_SCHEMES = frozenset({"s3", "gs"})
+
+
+@dataclass(frozen=True)
+class _Location:
+    scheme: str
+    authority: str  # bucket, container@account or host; "" for local files
+    segments: tuple[str, ...]
+
+    def __str__(self) -> str:
+        path = "/".join(self.segments)
+        if self.scheme == "file":
+            return f"file:///{path}"
+        return (
+            f"{self.scheme}://{self.authority}/{path}"
+            if path
+            else f"{self.scheme}://{self.authority}"
+        )
+
+    def contains(self, other: _Location, *, strictly: bool) -> bool:
+        n = len(self.segments)
+        return (
+            other.scheme == self.scheme
+            and other.authority == self.authority
+            and other.segments[:n] == self.segments
+            and (len(other.segments) > n or not strictly)
+        )
+
+
+def _parse(uri: str, *, root: bool = False) -> _Location:
+    """Split ``uri`` into scheme, authority and path segments; refuse tricks.
+
+    Raises a bare reason (str in a ValueError) so callers can word the refusal.
+    """
+    if "\x00" in uri:
+        raise ValueError("NUL byte")
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in uri):
+        raise ValueError("control character")
+    scheme, rest = split_uri(uri)
+    if not scheme:
+        raise ValueError("not a URI or absolute path")
+    if scheme == "file":
+        if not rest.startswith("/"):
+            raise ValueError("file URI with a host")
+        authority, path = "", rest[1:]
+    else:
+        authority, _, path = rest.partition("/")
+        if not authority:
+            raise ValueError("no bucket or host")
+    if root:
+        # "s3://b/wh/t/" names the same location as "s3://b/wh/t".
+        path = path.rstrip("/")
+    segments = tuple(path.split("/")) if path else ()
+    for seg in segments:
+        if seg == "..":
+            raise ValueError("'..' segment")
+        if seg == ".":
+            raise ValueError("'.' segment")
+        if seg == "":
+            raise ValueError("empty segment ('//')")
+    return _Location(scheme, authority, segments)
+
+
+def _parse_prefix(uri: str) -> _Location:
+    # An allowed prefix may be a whole bucket, unlike a table location.
+    try:
+        return _parse(uri, root=True)
+    except ValueError as e:
+        raise GuardRefusal(uri, f"allowed prefix: {e}") from None
+
+
+class PathGuard:
+    """Admits paths strictly inside one of ``roots`` and one of ``allowed_prefixes``.
+
+    With no allowed prefixes, only the roots apply. Roots that lie outside every
+    allowed prefix are dropped, so a table whose location is outside them can
+    delete nothing.
+    """
+
+    def __init__(
+        self,
+        roots: Iterable[str],
+        allowed_prefixes: Iterable[str] = (),
+        *,
+        location: str | None = None,
+    ) -> None:
+        all_roots = tuple(self._parse_root(r) for r in roots)
+        if not all_roots:
+            raise GuardRefusal("", "no table location")
+        self._allowed = tuple(_parse_prefix(p) for p in allowed_prefixes)
+        self._all_roots = all_roots
+        self._roots = tuple(
+            r for r in all_roots if not self._allowed or self._in_allowed(r, strictly=False)
+        )
+        self.roots: tuple[str, ...] = tuple(str(r) for r in self._roots)
+        self.location = location or str(all_roots[0])
+        self._real: dict[_Location, _Location] = {}
+
+    @classmethod
+    def for_table(
+        cls,
+        storage_location: str,
+        table_properties: Mapping[str, str],
+        config: StorageConfig,
+    ) -> PathGuard:
+        """The guard for a table at ``storage_location`` with ``table_properties``."""
+        roots = [storage_location]
+        roots.extend(
+            table_properties[k] for k in ROOT_PROPERTIES if table_properties.get(k, "").strip()
+        )
+        return cls(roots, config.allowed_prefixes, location=storage_location)
+
+    @staticmethod
+    def _parse_root(uri: str) -> _Location:
+        try:
+            loc = _parse(uri, root=True)
+        except ValueError as e:
+            raise GuardRefusal(uri, f"table location: {e}") from None
+        if not loc.segments:
+            # Everything "inside" a bucket or "/" is everything.
+            raise GuardRefusal(uri, "table location is a bucket or filesystem root")
+        return loc
+
+    # -- checks -------------------------------------------------------------------
+
+    def check(self, uri: str) -> None:
+        """Return if ``uri`` may be deleted; raise :class:`GuardRefusal` otherwise."""
+        try:
+            loc = _parse(uri)
+        except ValueError as e:
+            raise GuardRefusal(uri, str(e)) from None
+        if loc in self._all_roots:
+            raise GuardRefusal(uri, "is a table location itself")
+        if not self._roots:
+            raise GuardRefusal(uri, "table location is outside the allowed prefixes")
+        root = next((r for r in self._roots if r.contains(loc, strictly=True)), None)
+        if root is None:
+            raise GuardRefusal(uri, self._why_outside(loc))
+        if self._allowed and not self._in_allowed(loc, strictly=False):
+            raise GuardRefusal(uri, "outside the allowed prefixes")
+        if loc.scheme == "file":
+            self._check_local(uri, loc)
+
+    def split(self, uris: Iterable[str]) -> tuple[list[str], list[GuardRefusal]]:
+        """``(admitted, refusals)`` of ``uris``, each in input order."""
+        admitted: list[str] = []
+        refused: list[GuardRefusal] = []
+        for uri in uris:
+            try:
+                self.check(uri)
+            except GuardRefusal as e:
+                refused.append(e)
+            else:
+                admitted.append(uri)
+        return admitted, refused
+
+    def _in_allowed(self, loc: _Location, *, strictly: bool) -> bool:
+        return any(p.contains(loc, strictly=strictly) for p in self._allowed)
+
+    def _why_outside(self, loc: _Location) -> str:
+        if not any(r.scheme == loc.scheme for r in self._roots):
+            return f"other scheme {loc.scheme!r} (table location is {self._roots[0].scheme})"
+        same_scheme = [r for r in self._roots if r.scheme == loc.scheme]
+        if not any(r.authority == loc.authority for r in same_scheme):
+            kind = "bucket" if loc.scheme in _BUCKET_SCHEMES else "host"
+            return f"other {kind} {loc.authority!r}"
+        if len(self.roots) == 1:
+            return f"outside the table location {self.roots[0]}"
+        return f"outside the table locations {', '.join(self.roots)}"
+
+    def _check_local(self, uri: str, loc: _Location) -> None:
+        # A symlinked directory inside the table could point anywhere: compare where
+        # the parent really is. The file itself may be a symlink; unlinking it removes
+        # the link, not its target, so it is not resolved.
+        parent, name = os.path.split("/" + "/".join(loc.segments))
+        real = os.path.join(os.path.realpath(parent), name)
+        real_loc = _parse(real)
+        # A root that resolves to "/" admits nothing rather than everything.
+        real_roots = [rr for rr in map(self._realpath, self._roots) if rr.segments]
+        if not any(rr.contains(real_loc, strictly=True) for rr in real_roots):
+            raise GuardRefusal(uri, f"resolves outside the table location (to {real})")
+        if self._allowed and not any(
+            self._realpath(p).contains(real_loc, strictly=False) for p in self._allowed
+        ):
+            raise GuardRefusal(uri, f"resolves outside the allowed prefixes (to {real})")
+
+    def _realpath(self, loc: _Location) -> _Location:
+        """``loc`` with local symlinks resolved (cached: one guard serves one task)."""
+        if loc.scheme != "file":
+            return loc
+        real = self._real.get(loc)
+        if real is None:
+            real = _parse(os.path.realpath("/" + "/".join(loc.segments)), root=True)
+            self._real[loc] = real
+        return real
+
+    def __repr__(self) -> str:
+        return f"PathGuard(roots={self.roots!r})"

@@ -1,0 +1,183 @@
+"""Map a URI to an fsspec filesystem and the path that filesystem expects.
+
+Options come from the :class:`StorageConfig` rule with the longest matching prefix and
+are passed as keyword arguments to the filesystem class. Whatever a rule does not set
+is left to the filesystem's own defaults: fsspec's config (``FSSPEC_*`` variables and
+config files) and, for S3, botocore's credential chain (``AWS_*`` variables, profiles,
+instance roles).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import fsspec
+from fsspec import AbstractFileSystem
+from fsspec.implementations.local import LocalFileSystem
+from fsspec.registry import known_implementations
+from pyiceberg.io import InputFile, InputStream
+from pyiceberg.io.fsspec import FsspecInputFile
+
+from polaris_pipeline.errors import StorageError
+from polaris_pipeline.redact import redact
+from polaris_pipeline.storage.config import StorageConfig, split_uri
+
+# Schemes served by another scheme's fsspec implementation. adlfs understands
+# abfss:// itself but fsspec's registry only knows it as abfs.
+_PROTOCOL_ALIASES = {"abfss": "abfs"}
+
+
+class StorageResolver:
+    """Filesystems for URIs, built once per (protocol, options) and then reused.
+
+    The cache lives in the resolver rather than in fsspec's global instance cache so
+    that one resolver owns its clients (and their listing caches) for as long as it
+    lives, e.g. across sensor ticks, whatever else in the process does with fsspec.
+    """
+
+    def __init__(self, config: StorageConfig | None = None) -> None:
+        self.config = config if config is not None else StorageConfig()
+        self._secrets = self.config.secrets()
+        self._filesystems: dict[tuple[str, str], AbstractFileSystem] = {}
+        self._lock = threading.Lock()
+
+    # -- resolution -----------------------------------------------------------------
+
+    def filesystem(self, uri: str) -> tuple[AbstractFileSystem, str]:
+        """The filesystem serving ``uri`` and ``uri`` as a path of that filesystem.
+
+        Local paths come back as absolute paths, S3 URIs as ``bucket/key``, others as
+        their implementation's ``_strip_protocol`` gives them.
+        """
+        scheme, rest = split_uri(uri)
+        if not scheme:
+            raise StorageError(f"not a URI or absolute path: {self.redact(uri)!r}")
+        if scheme == "file":
+            if not rest.startswith("/"):
+                raise StorageError(f"not a local absolute path: {self.redact(uri)!r}")
+            return self._get("file", LocalFileSystem, uri), rest
+        if scheme == "s3":
+            bucket = rest.split("/", 1)[0]
+            if not bucket:
+                raise StorageError(f"no bucket in {self.redact(uri)!r}")
+            return self._get("s3", _filesystem_class("s3"), uri), rest
+        cls = _filesystem_class(scheme)
+        fs = self._get(scheme, cls, uri)
+        return fs, cls._strip_protocol(uri)
+
+    def _get(self, protocol: str, cls: type[AbstractFileSystem], uri: str) -> AbstractFileSystem:
+        options = self.config.options_for(uri)
+        key = (protocol, json.dumps(options, sort_keys=True, default=repr))
+        with self._lock:
+            fs = self._filesystems.get(key)
+            if fs is None:
+                try:
+                    # skip_instance_cache: this resolver's cache is the one that counts;
+                    # sharing fsspec's would let unrelated code mutate our instance.
+                    fs = cls(**options, skip_instance_cache=True)
+                except Exception as e:
+                    raise StorageError(
+                        f"cannot create {protocol} filesystem: {self.describe(e)}"
+                    ) from None
+                self._filesystems[key] = fs
+            return fs
+
+    # -- operations -----------------------------------------------------------------
+
+    def input_file(self, uri: str) -> InputFile:
+        """A pyiceberg ``InputFile`` reading ``uri`` through this resolver."""
+        fs, path = self.filesystem(uri)
+        return ResolvedInputFile(uri, fs, path, self)
+
+    def size(self, uri: str) -> int | None:
+        """Size in bytes; None when the file does not exist or has no size (a directory)."""
+        fs, path = self.filesystem(uri)
+        try:
+            info = fs.info(path)
+        except FileNotFoundError:
+            return None
+        except Exception as e:
+            raise StorageError(f"cannot stat {self.redact(uri)}: {self.describe(e)}") from None
+        if info.get("type") == "directory":
+            return None
+        size = info.get("size", info.get("Size"))
+        return int(size) if size is not None else None
+
+    def exists(self, uri: str) -> bool:
+        """Whether ``uri`` exists. Errors other than "not found" raise StorageError.
+
+        fsspec's own ``exists`` answers False on *any* error (an expired credential,
+        a 403), which a cleanup would read as "already deleted".
+        """
+        fs, path = self.filesystem(uri)
+        try:
+            fs.info(path)
+        except FileNotFoundError:
+            return False
+        except Exception as e:
+            raise StorageError(f"cannot stat {self.redact(uri)}: {self.describe(e)}") from None
+        return True
+
+    # -- error text -----------------------------------------------------------------
+
+    def redact(self, text: str) -> str:
+        return redact(text, self._secrets)
+
+    def describe(self, exc: BaseException) -> str:
+        """One line naming the error's type and message, with credentials masked."""
+        message = str(exc).strip().replace("\n", " ")
+        name = type(exc).__name__
+        return self.redact(f"{name}: {message}" if message else name)
+
+
+class ResolvedInputFile(FsspecInputFile):
+    """An ``FsspecInputFile`` whose ``location`` stays the original URI.
+
+    pyiceberg looks at ``location`` (e.g. for a ``.gz.metadata.json`` suffix) while
+    the filesystem wants its own path form, so the two are kept apart.
+    """
+
+    def __init__(
+        self, location: str, fs: AbstractFileSystem, path: str, resolver: StorageResolver
+    ) -> None:
+        super().__init__(location=location, fs=fs)
+        self._path = path
+        self._resolver = resolver
+
+    def __len__(self) -> int:
+        size = self._resolver.size(self.location)
+        if size is None:
+            raise FileNotFoundError(2, "No such file", self.location)
+        return size
+
+    def exists(self) -> bool:
+        return self._resolver.exists(self.location)
+
+    def open(self, seekable: bool = True) -> InputStream:
+        try:
+            stream: InputStream = self._fs.open(self._path, "rb")
+        except FileNotFoundError:
+            raise FileNotFoundError(2, "No such file", self.location) from None
+        except Exception as e:
+            raise StorageError(
+                f"cannot open {self._resolver.redact(self.location)}: {self._resolver.describe(e)}"
+            ) from None
+        return stream
+
+
+def _filesystem_class(scheme: str) -> type[AbstractFileSystem]:
+    protocol = _PROTOCOL_ALIASES.get(scheme, scheme)
+    try:
+        cls: type[AbstractFileSystem] = fsspec.get_filesystem_class(protocol)
+    except ImportError:
+        known: dict[str, Any] = known_implementations.get(protocol, {})
+        package = str(known.get("class", "")).split(".", 1)[0]
+        if package and package != "fsspec":
+            raise StorageError(f"no filesystem for scheme {scheme!r}: install {package}") from None
+        hint = known.get("err") or "its implementation cannot be imported"
+        raise StorageError(f"no filesystem for scheme {scheme!r}: {hint}") from None
+    except ValueError:
+        raise StorageError(f"no filesystem for scheme {scheme!r}") from None
+    return cls
