@@ -13,6 +13,7 @@ and partition statistics files, and a metadata log that may be capped by
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -45,7 +46,7 @@ from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation
-from pyiceberg.table.statistics import BlobMetadata, PartitionStatisticsFile, StatisticsFile
+from pyiceberg.table.statistics import PartitionStatisticsFile, StatisticsFile
 from pyiceberg.table.update import SetPartitionStatisticsUpdate
 from pyiceberg.table.update.snapshot import _FastAppendFiles
 from pyiceberg.transforms import IdentityTransform
@@ -146,10 +147,8 @@ def open_catalog(
 
 
 def _ensure_namespace(catalog: SqlCatalog, namespace: tuple[str, ...]) -> None:
-    try:
+    with contextlib.suppress(NamespaceAlreadyExistsError):
         catalog.create_namespace(namespace)
-    except NamespaceAlreadyExistsError:
-        pass
 
 
 # -- table builders ------------------------------------------------------------------
@@ -327,9 +326,7 @@ def _puffin_bytes(snapshot_id: int, sequence_number: int, payload: bytes) -> tup
             "properties": {"created-by": "polaris-pipeline demo"},
         }
     ).encode()
-    footer = (
-        _PUFFIN_MAGIC + footer_json + struct.pack("<i", len(footer_json)) + b"\x00\x00\x00\x00"
-    )
+    footer = _PUFFIN_MAGIC + footer_json + struct.pack("<i", len(footer_json)) + b"\x00\x00\x00\x00"
     footer += _PUFFIN_MAGIC
     return _PUFFIN_MAGIC + payload + footer, len(footer)
 
@@ -352,36 +349,35 @@ def add_statistics_files(table: Table) -> list[str]:
         io, part_path, pa.table({"partition": ["a", "b"], "data_record_count": [1, 2]})
     )
 
-    tx = table.transaction()
-    tx.update_statistics().set_statistics(
-        StatisticsFile(
-            snapshot_id=snapshot.snapshot_id,
-            statistics_path=stats_path,
-            file_size_in_bytes=len(data),
-            file_footer_size_in_bytes=footer_size,
-            blob_metadata=[
-                BlobMetadata(
-                    type="apache-datasketches-theta-v1",
-                    snapshot_id=snapshot.snapshot_id,
-                    sequence_number=seq,
-                    fields=[1],
-                )
+    # model_validate with the spec's (hyphenated) names: the models use field aliases.
+    stats = StatisticsFile.model_validate(
+        {
+            "snapshot-id": snapshot.snapshot_id,
+            "statistics-path": stats_path,
+            "file-size-in-bytes": len(data),
+            "file-footer-size-in-bytes": footer_size,
+            "blob-metadata": [
+                {
+                    "type": "apache-datasketches-theta-v1",
+                    "snapshot-id": snapshot.snapshot_id,
+                    "sequence-number": seq,
+                    "fields": [1],
+                }
             ],
-        )
-    ).commit()
+        }
+    )
+    part_stats = PartitionStatisticsFile.model_validate(
+        {
+            "snapshot-id": snapshot.snapshot_id,
+            "statistics-path": part_path,
+            "file-size-in-bytes": part_size,
+        }
+    )
+    tx = table.transaction()
+    tx.update_statistics().set_statistics(stats).commit()
     # pyiceberg has no public builder for partition statistics; the update model
     # is public and applies like any other metadata update.
-    tx._apply(
-        (
-            SetPartitionStatisticsUpdate(
-                partition_statistics=PartitionStatisticsFile(
-                    snapshot_id=snapshot.snapshot_id,
-                    statistics_path=part_path,
-                    file_size_in_bytes=part_size,
-                )
-            ),
-        )
-    )
+    tx._apply((SetPartitionStatisticsUpdate.model_validate({"partition-statistics": part_stats}),))
     tx.commit_transaction()
     return [stats_path, part_path]
 
@@ -582,7 +578,10 @@ def dropped_entity(
 ) -> dict[str, Any]:
     """The dropped TABLE_LIKE entity as Polaris serializes it into the task's ``data``."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    internal = {"metadata-location": metadata_location, "parent-namespace": encode_namespace(namespace)}
+    internal = {
+        "metadata-location": metadata_location,
+        "parent-namespace": encode_namespace(namespace),
+    }
     return {
         "catalogId": catalog_id,
         "id": entity_id,

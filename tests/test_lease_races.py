@@ -36,7 +36,10 @@ def _polaris_leaser(url: str, start: mp.synchronize.Event, out: mp.Queue) -> Non
     while idle < 3:
         batch: list[tuple[str, int, int, str]] = []
         for realm in REALMS:
-            batch += [(realm, i, a, "polaris") for i, a in polaris_load_tasks(store.engine, realm, "polaris", 50)]
+            batch += [
+                (realm, i, a, "polaris")
+                for i, a in polaris_load_tasks(store.engine, realm, "polaris", 50)
+            ]
         idle = idle + 1 if not batch else 0
         got += batch
     out.put(got)
@@ -45,12 +48,17 @@ def _polaris_leaser(url: str, start: mp.synchronize.Event, out: mp.Queue) -> Non
 
 def test_four_leasers_and_a_polaris_leaser_never_double_lease(metastore: Metastore) -> None:
     for realm in REALMS:
-        metastore.insert_tasks([batch_task(realm, create_timestamp=0) for _ in range(TASKS_PER_REALM)])
+        metastore.insert_tasks(
+            [batch_task(realm, create_timestamp=0) for _ in range(TASKS_PER_REALM)]
+        )
     url = metastore.url.render_as_string(hide_password=False)
     ctx = mp.get_context("spawn")
     start = ctx.Event()
     out: mp.Queue = ctx.Queue()
-    procs = [ctx.Process(target=_our_leaser, args=(url, f"sweeper-{i}", start, out)) for i in range(LEASERS)]
+    procs = [
+        ctx.Process(target=_our_leaser, args=(url, f"sweeper-{i}", start, out))
+        for i in range(LEASERS)
+    ]
     procs.append(ctx.Process(target=_polaris_leaser, args=(url, start, out)))
     for p in procs:
         p.start()

@@ -13,7 +13,6 @@ from polaris_pipeline.metastore import CompleteOutcome, FailOutcome, Metastore
 from polaris_pipeline.metastore.schema import entities
 from polaris_pipeline.metastore.store import ORIGINAL_PROPERTIES
 from polaris_pipeline.tasks.model import LeasePolicy, Prop, TaskState
-from tests.support.polaris_leaser import polaris_load_tasks
 from tests.support.tasks import batch_task, seed
 
 
@@ -59,7 +58,9 @@ def test_refuses_foreign_entities_table(metastore_url: str) -> None:
     with store.engine.begin() as conn:
         if store.dialect == "postgresql":
             conn.execute(text("CREATE SCHEMA polaris_schema"))
-            conn.execute(text("CREATE TABLE polaris_schema.entities (id TEXT PRIMARY KEY, body TEXT)"))
+            conn.execute(
+                text("CREATE TABLE polaris_schema.entities (id TEXT PRIMARY KEY, body TEXT)")
+            )
         else:
             conn.execute(text("CREATE TABLE entities (id TEXT PRIMARY KEY, body TEXT)"))
     with pytest.raises(SchemaMismatchError, match="missing column realm_id"):
@@ -91,7 +92,11 @@ def test_schema_v1_without_location_column_works_end_to_end(metastore_url: str) 
         if pg:
             conn.execute(text("CREATE SCHEMA polaris_schema"))
         conn.execute(
-            text(V1_DDL.format(schema="polaris_schema." if pg else "", json="JSONB" if pg else "TEXT"))
+            text(
+                V1_DDL.format(
+                    schema="polaris_schema." if pg else "", json="JSONB" if pg else "TEXT"
+                )
+            )
         )
         conn.execute(
             text(
@@ -188,7 +193,12 @@ def test_cas_lost_to_concurrent_writer_skips_only_that_task(metastore: Metastore
     stale = metastore.get_task("r1", tasks[0].id)
     assert stale is not None
     # Someone else (a Polaris server) leases the task after we read it.
-    _set_props(metastore, "r1", tasks[0].id, **{Prop.EXECUTOR: "polaris", Prop.START_TIME: str(metastore.now_ms())})
+    _set_props(
+        metastore,
+        "r1",
+        tasks[0].id,
+        **{Prop.EXECUTOR: "polaris", Prop.START_TIME: str(metastore.now_ms())},
+    )
     assert metastore._cas_lease(stale, "us") is None
     others = metastore.lease_available("us", 10)
     assert {lease.task_id for lease in others} == {tasks[1].id, tasks[2].id}
@@ -214,7 +224,9 @@ def test_take_over_moves_lease_to_new_executor(metastore: Metastore) -> None:
     assert metastore.holds(run) and not metastore.holds(lease)
 
 
-def test_database_clock_not_local_clock(metastore: Metastore, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_database_clock_not_local_clock(
+    metastore: Metastore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (live,) = seed(metastore, "r1", 1)
     (orphan,) = seed(metastore, "r1", 1)
     (lease,) = metastore.lease_available("polaris", 1)
@@ -250,7 +262,9 @@ def test_failure_records_result_and_backs_off(metastore: Metastore) -> None:
     assert row is not None
     assert row.properties[Prop.STATUS] == "failed"
     assert row.properties[Prop.RUN_ID] == "run-42"
-    assert row.properties[Prop.ERROR].startswith("boom: ") and len(row.properties[Prop.ERROR]) <= 2000
+    assert (
+        row.properties[Prop.ERROR].startswith("boom: ") and len(row.properties[Prop.ERROR]) <= 2000
+    )
     assert int(row.properties[Prop.END_TIME]) >= (row.start_time_ms or 0)
     assert row.properties[Prop.EXECUTOR] == "e"  # lease fields are kept
     now = metastore.now_ms()
@@ -272,7 +286,10 @@ def test_backoff_grows_exponentially_with_jitter() -> None:
 
 
 def test_dead_letter_after_max_attempts_and_requeue(metastore_url: str) -> None:
-    store = Metastore(metastore_url, policy=LeasePolicy(grace_ms=0, max_attempts=3, backoff_base_ms=0, backoff_max_ms=0))
+    store = Metastore(
+        metastore_url,
+        policy=LeasePolicy(grace_ms=0, max_attempts=3, backoff_base_ms=0, backoff_max_ms=0),
+    )
     store.init_schema()
     (task,) = seed(store, "r1", 1)
     outcomes = []
@@ -338,12 +355,22 @@ def test_undecodable_properties_are_kept_and_leased_alone(metastore: Metastore) 
     now = metastore.now_ms()
     metastore.insert_raw(
         {
-            "realm_id": "r1", "catalog_id": 0, "id": 77, "parent_id": 0, "name": "evil",
-            "entity_version": 1, "type_code": 8, "sub_type_code": 0,
-            "create_timestamp": now - 1, "drop_timestamp": 0, "purge_timestamp": 0,
-            "to_purge_timestamp": 0, "last_update_timestamp": now,
+            "realm_id": "r1",
+            "catalog_id": 0,
+            "id": 77,
+            "parent_id": 0,
+            "name": "evil",
+            "entity_version": 1,
+            "type_code": 8,
+            "sub_type_code": 0,
+            "create_timestamp": now - 1,
+            "drop_timestamp": 0,
+            "purge_timestamp": 0,
+            "to_purge_timestamp": 0,
+            "last_update_timestamp": now,
             "properties": json.loads(bad_props) if metastore.dialect == "postgresql" else bad_props,
-            "internal_properties": {}, "grant_records_version": 1,
+            "internal_properties": {},
+            "grant_records_version": 1,
         }
     )
     listed = {t.id: t for t in metastore.list_tasks()}
@@ -352,7 +379,11 @@ def test_undecodable_properties_are_kept_and_leased_alone(metastore: Metastore) 
     assert len(leases) == 3
     evil = metastore.get_task("r1", 77)
     assert evil is not None and evil.properties_error is None
-    assert json.loads(evil.properties[ORIGINAL_PROPERTIES]) if metastore.dialect == "postgresql" else evil.properties[ORIGINAL_PROPERTIES] == bad_props
+    assert (
+        json.loads(evil.properties[ORIGINAL_PROPERTIES])
+        if metastore.dialect == "postgresql"
+        else evil.properties[ORIGINAL_PROPERTIES] == bad_props
+    )
     (evil_lease,) = [lease for lease in leases if lease.task_id == 77]
     record = metastore.fail(evil_lease, "properties were not a JSON object")
     assert record.outcome is FailOutcome.BACKING_OFF
@@ -379,8 +410,10 @@ def test_sql_state_rule_matches_python_rule(metastore: Metastore) -> None:
     for extra in zoo:
         seed(metastore, "zoo", 1, extra=extra, create_timestamp=now + 1_000_000)
         seed(metastore, "zoo", 1, extra=extra, create_timestamp=now - 10_000_000)
-    strict = Metastore(engine=metastore.engine, policy=LeasePolicy(lease_timeout_ms=timeout, grace_ms=500_000))
-    now2, rows = strict.tasks_with_state(["zoo"])
+    strict = Metastore(
+        engine=metastore.engine, policy=LeasePolicy(lease_timeout_ms=timeout, grace_ms=500_000)
+    )
+    _, rows = strict.tasks_with_state(["zoo"])
     expected: dict[TaskState, int] = {}
     for _, state in rows:
         expected[state] = expected.get(state, 0) + 1
@@ -395,3 +428,22 @@ def test_unreachable_database_is_one_clear_error() -> None:
         store.check_schema()
     assert "s3cret-pw" not in str(info.value)
     assert "127.0.0.1" in str(info.value)
+
+
+def test_renew_held_by_renews_only_that_executors_live_leases(metastore: Metastore) -> None:
+    seed(metastore, "r1", 2)
+    seed(metastore, "r2", 1)
+    mine = metastore.lease_available("mine", 1, realms=["r1"])
+    other = metastore.lease_available("other", 1, realms=["r1"])
+    kids = metastore.insert_tasks([batch_task("r1") for _ in range(2)], holder=mine[0])
+    metastore.lease_available("mine", 1, realms=["r2"])
+    for lease in [*mine, *kids, *other]:
+        _age_lease(metastore, "r1", lease.task_id, 30_000)
+    assert metastore.renew_held_by("r1", "mine") == 3
+    now = metastore.now_ms()
+    fresh = {t.id: now - (t.start_time_ms or 0) < 10_000 for t in metastore.list_tasks(["r1"])}
+    assert all(fresh[lease.task_id] for lease in [*mine, *kids])
+    assert not fresh[other[0].task_id]
+    # A released (failed) lease is not revived by the heartbeat.
+    metastore.fail(kids[0], "x")
+    assert metastore.renew_held_by("r1", "mine") == 2

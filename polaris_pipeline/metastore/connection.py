@@ -30,13 +30,15 @@ def resolve_url(url: str | None) -> URL:
     try:
         parsed = make_url(raw)
     except ArgumentError:
-        raise MetastoreError("metastore URL is not a SQLAlchemy URL (e.g. sqlite:///polaris.db)") from None
+        raise MetastoreError(
+            "metastore URL is not a SQLAlchemy URL (e.g. sqlite:///polaris.db)"
+        ) from None
     if parsed.get_backend_name() not in DB_NOW_MS:
         raise MetastoreError(
             f"unsupported metastore backend {parsed.get_backend_name()!r}: use postgresql or sqlite"
         )
-    if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() in ("", "psycopg2"):
-        # psycopg 3 is the driver this project installs; pin it so a bare URL works.
+    if parsed.drivername == "postgresql":
+        # psycopg 3 is the driver this project installs; SQLAlchemy 2.0 would pick psycopg2.
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed
 

@@ -128,7 +128,10 @@ def check_entities_shape(conn: Connection) -> bool:
     inspector = inspect(conn)
     if not inspector.has_table("entities", schema=schema):
         return False
-    found = {c["name"].lower(): str(c["type"]).upper() for c in inspector.get_columns("entities", schema=schema)}
+    found = {
+        c["name"].lower(): str(c["type"]).upper()
+        for c in inspector.get_columns("entities", schema=schema)
+    }
     problems: list[str] = []
     for column, families in _REQUIRED_COLUMNS.items():
         if column not in found:
@@ -165,9 +168,7 @@ def read_schema_version(conn: Connection) -> int | None:
     schema = schema_name(conn.dialect.name)
     if not inspect(conn).has_table("version", schema=schema):
         return None
-    row = conn.execute(
-        version.select().where(version.c.version_key == "version")
-    ).first()
+    row = conn.execute(version.select().where(version.c.version_key == "version")).first()
     return int(row.version_value) if row is not None else None
 
 

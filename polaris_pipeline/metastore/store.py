@@ -20,7 +20,7 @@ from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Engine, and_, delete, func, insert, select, text, update
-from sqlalchemy.engine import Connection, Row
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
 from polaris_pipeline.errors import MetastoreError
@@ -86,7 +86,7 @@ class FailureRecord:
     next_attempt_ms: int | None = None
 
 
-def decode_row(row: Row[Any]) -> TaskRow:
+def decode_row(row: Any) -> TaskRow:
     """A TaskRow from a database row; undecodable properties become properties_error."""
     props: dict[str, str] = {}
     internal: dict[str, str] = {}
@@ -205,7 +205,9 @@ class Metastore:
             )
             return sorted(r.realm_id for r in rows)
 
-    def list_tasks(self, realms: Iterable[str] | None = None, *, limit: int | None = None) -> list[TaskRow]:
+    def list_tasks(
+        self, realms: Iterable[str] | None = None, *, limit: int | None = None
+    ) -> list[TaskRow]:
         with self._begin() as conn:
             return self._list(conn, realms, limit=limit)
 
@@ -348,9 +350,7 @@ RETURNING t.realm_id, t.id, t.name, t.entity_version,
             for r in rows
         ]
 
-    def _lease_per_row(
-        self, executor_id: str, limit: int, realms: list[str] | None
-    ) -> list[Lease]:
+    def _lease_per_row(self, executor_id: str, limit: int, realms: list[str] | None) -> list[Lease]:
         """List, then one compare-and-set per task: Polaris's own algorithm.
 
         On PostgreSQL this only sees rows the batch statement cannot (properties
@@ -363,9 +363,12 @@ RETURNING t.realm_id, t.id, t.name, t.entity_version,
                 query = query.where(text("jsonb_typeof(properties) <> 'object'"))
             candidates = [
                 t
-                for t in (decode_row(r) for r in conn.execute(
-                    query.order_by(entities.c.create_timestamp, entities.c.id)
-                ))
+                for t in (
+                    decode_row(r)
+                    for r in conn.execute(
+                        query.order_by(entities.c.create_timestamp, entities.c.id)
+                    )
+                )
                 if t.state(now, self.policy) is TaskState.ORPHANED
             ]
         leases: list[Lease] = []
@@ -395,7 +398,11 @@ RETURNING t.realm_id, t.id, t.name, t.entity_version,
             props.pop(Prop.END_TIME, None)
             attempt = task.attempt_count + 1
             props.update(
-                {Prop.EXECUTOR: executor_id, Prop.START_TIME: str(now), Prop.ATTEMPT_COUNT: str(attempt)}
+                {
+                    Prop.EXECUTOR: executor_id,
+                    Prop.START_TIME: str(now),
+                    Prop.ATTEMPT_COUNT: str(attempt),
+                }
             )
             if not self._cas_write(conn, task, props, now):
                 return None
@@ -444,9 +451,7 @@ RETURNING t.realm_id, t.id, t.name, t.entity_version,
             and task.lease_held(now, self.policy)
         )
 
-    def _holder_cas(
-        self, lease: Lease, change: Any
-    ) -> tuple[str, Any]:
+    def _holder_cas(self, lease: Lease, change: Any) -> tuple[str, Any]:
         """Apply ``change(conn, task, now)`` while ``lease`` is held; retry lost CAS races.
 
         The only writers of a held row are the holder itself (its heartbeat) and
@@ -469,7 +474,9 @@ RETURNING t.realm_id, t.id, t.name, t.entity_version,
     def holds(self, lease: Lease) -> bool:
         """Fencing check: does ``lease`` still hold its task, by the database clock?"""
         with self._begin() as conn:
-            return self._held_by(self._get(conn, lease.realm_id, lease.task_id), lease, self.now_ms(conn))
+            return self._held_by(
+                self._get(conn, lease.realm_id, lease.task_id), lease, self.now_ms(conn)
+            )
 
     def renew(self, lease: Lease) -> Lease | None:
         """Heartbeat: restart the lease period; None when the lease was lost or the task is gone."""
@@ -492,6 +499,57 @@ RETURNING t.realm_id, t.id, t.name, t.entity_version,
 
         status, value = self._holder_cas(lease, change)
         return value if status == "ok" else None
+
+    def renew_held_by(self, realm_id: str, executor_id: str) -> int:
+        """Heartbeat for everything one executor holds in a realm, in one statement.
+
+        Executor ids are unique per sweep process and per Dagster run, so this
+        renews exactly the tasks that holder is running or has queued (a table
+        cleanup's children). Returns how many leases were renewed.
+        """
+        if self.dialect == "postgresql":
+            held = (
+                f"{predicates.EXECUTOR} = :executor AND {predicates.START} IS NOT NULL"
+                f" AND c.now_ms - {predicates.START} <= :timeout"
+                f" AND NOT COALESCE({predicates.END} >= {predicates.START}, FALSE)"
+            )
+            sql = f"""
+WITH c AS (SELECT {self._now_sql} AS now_ms)
+UPDATE {POLARIS_SCHEMA}.entities e
+SET properties = e.properties || jsonb_build_object('{Prop.START_TIME}', CAST(c.now_ms AS TEXT)),
+    entity_version = e.entity_version + 1,
+    last_update_timestamp = c.now_ms
+FROM c
+WHERE {predicates.TASK_ROWS} AND e.realm_id = :realm
+  AND jsonb_typeof(e.properties) = 'object' AND {held}
+"""
+        else:
+
+            def field(key: str) -> str:
+                return (
+                    "(CASE WHEN json_valid(properties) "
+                    f"THEN json_extract(properties, '$.{key}') END)"
+                )
+
+            start = f"CAST({field(Prop.START_TIME)} AS INTEGER)"
+            end = f"CAST({field(Prop.END_TIME)} AS INTEGER)"
+            sql = f"""
+UPDATE entities
+SET properties = json_set(properties, '$.{Prop.START_TIME}', CAST({self._now_sql} AS TEXT)),
+    entity_version = entity_version + 1,
+    last_update_timestamp = {self._now_sql}
+WHERE type_code = {TASK_TYPE_CODE} AND catalog_id = 0 AND parent_id = 0 AND realm_id = :realm
+  AND {field(Prop.EXECUTOR)} = :executor
+  AND {self._now_sql} - {start} <= :timeout
+  AND NOT COALESCE({end} >= {start}, 0)
+"""
+        params = {
+            "realm": realm_id,
+            "executor": executor_id,
+            "timeout": self.policy.lease_timeout_ms,
+        }
+        with self._begin() as conn:
+            return int(conn.execute(text(sql), params).rowcount)
 
     def take_over(self, lease: Lease, executor_id: str) -> Lease | None:
         """Hand a held lease to another executor id (a Dagster run taking the sensor's lease).
@@ -562,8 +620,11 @@ RETURNING t.realm_id, t.id, t.name, t.entity_version,
 
         status, value = self._holder_cas(lease, change)
         if status == "ok":
-            return value  # type: ignore[no-any-return]
-        return FailureRecord(FailOutcome.ALREADY_GONE if status == "gone" else FailOutcome.LEASE_LOST)
+            assert isinstance(value, FailureRecord)
+            return value
+        return FailureRecord(
+            FailOutcome.ALREADY_GONE if status == "gone" else FailOutcome.LEASE_LOST
+        )
 
     # -------------------------------------------------------------- operator
 
@@ -598,9 +659,7 @@ RETURNING t.realm_id, t.id, t.name, t.entity_version,
 
     # ------------------------------------------------------------- children
 
-    def insert_tasks(
-        self, tasks: Sequence[NewTask], *, holder: Lease | None = None
-    ) -> list[Lease]:
+    def insert_tasks(self, tasks: Sequence[NewTask], *, holder: Lease | None = None) -> list[Lease]:
         """Insert tasks in one transaction.
 
         With ``holder``, the holder's lease is checked inside the same
@@ -617,7 +676,9 @@ RETURNING t.realm_id, t.id, t.name, t.entity_version,
                 if not self._held_by(parent, holder, now):
                     from polaris_pipeline.errors import LeaseLost
 
-                    raise LeaseLost(f"lease on {holder.label} lost before its children were created")
+                    raise LeaseLost(
+                        f"lease on {holder.label} lost before its children were created"
+                    )
             rows: list[dict[str, Any]] = []
             leases: list[Lease] = []
             for task in tasks:

@@ -18,6 +18,7 @@ of the file.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -153,8 +154,10 @@ class StorageConfig:
         return best
 
     def options_for(self, uri: str) -> dict[str, Any]:
+        """A deep copy of the options for ``uri``: filesystems may mutate what they
+        are given (s3fs rewrites ``config_kwargs["retries"]`` in place)."""
         rule = self.rule_for(uri)
-        return dict(rule.options) if rule else {}
+        return copy.deepcopy(rule.options) if rule else {}
 
     def secrets(self) -> list[str]:
         """Every secret value held by any rule, for redacting error text."""

@@ -118,8 +118,12 @@ def parse_properties(raw: Any, *, column: str) -> dict[str, str]:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise PayloadError(f"{column} is not JSON ({exc.msg} at char {exc.pos})") from None
+        except (ValueError, RecursionError):
+            raise PayloadError(
+                f"{column} is not usable JSON (too deeply nested or invalid)"
+            ) from None
     if not isinstance(value, Mapping):
         raise PayloadError(f"{column} is not a JSON object (found {type(value).__name__})")
     out: dict[str, str] = {}

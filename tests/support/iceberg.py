@@ -1,1 +1,123 @@
-"""Pytest fixtures; see the module docstring of each fixture."""
+"""Iceberg fixtures: real tables written by pyiceberg, locally or on the moto S3 server.
+
+The builders themselves live in ``polaris_pipeline.demo_tables`` (the demo uses
+them too); this module wraps them for tests.
+
+- ``local_warehouse`` / ``s3_warehouse``: a :class:`Warehouse` (a SqlCatalog over a
+  sqlite file in ``tmp_path``, tables under a local directory or under
+  ``s3://<fresh bucket>/wh``), with a StorageConfig and StorageResolver for it.
+- ``warehouse``: parametrized over both (ids ``local`` and ``s3``).
+- ``table_files(table)``: the oracle, every file of a table: what its metadata
+  names (pyiceberg's own readers and inspection tables) UNION a listing of its
+  location.
+- ``drop_task_row(table, ...)``: the ENTITY_CLEANUP_SCHEDULER TaskRow Polaris
+  writes when the table is dropped with purge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.table import Table
+
+from polaris_pipeline import demo_tables
+from polaris_pipeline.demo_tables import S3Options, build_table
+from polaris_pipeline.storage.config import StorageConfig
+from polaris_pipeline.storage.resolve import StorageResolver
+from polaris_pipeline.tasks.model import TaskRow
+
+__all__ = [
+    "Warehouse",
+    "build_table",
+    "drop_task_row",
+    "table_files",
+]
+
+
+@dataclass
+class Warehouse:
+    """One catalog and the storage objects a handler needs to clean its tables."""
+
+    kind: str  # "local" | "s3"
+    uri: str  # file:///... or s3://bucket/wh
+    catalog: SqlCatalog
+    config: StorageConfig
+    resolver: StorageResolver
+    s3: S3Options | None = None
+
+    def build(self, name: str, **kwargs: Any) -> Table:
+        """``build_table`` in namespace ``ns`` of this warehouse."""
+        return build_table(self.catalog, ("ns", name), **kwargs)
+
+    def files(self) -> set[str]:
+        """Every file under the warehouse (the catalog's sqlite file lives elsewhere)."""
+        return demo_tables.list_files(self.uri, s3=self.s3)
+
+    def exists(self, uri: str) -> bool:
+        return self.resolver.exists(uri)
+
+
+def _s3_options_of(table: Table) -> S3Options | None:
+    props = table.io.properties
+    endpoint = props.get("s3.endpoint")
+    if not endpoint:
+        return None
+    return S3Options(
+        endpoint=endpoint,
+        access_key=props.get("s3.access-key-id", ""),
+        secret_key=props.get("s3.secret-access-key", ""),
+        region=props.get("s3.region", "us-east-1"),
+    )
+
+
+def table_files(table: Table) -> set[str]:
+    """Every file of ``table``: named by its metadata, or lying under its location."""
+    named = demo_tables.referenced_files(table)
+    listed = demo_tables.list_files(table.location(), s3=_s3_options_of(table))
+    return named | listed
+
+
+def drop_task_row(table: Table, **kwargs: Any) -> TaskRow:
+    """The TaskRow of the cleanup task Polaris writes when ``table`` is dropped with purge.
+
+    Keywords go to :func:`polaris_pipeline.demo_tables.drop_task`.
+    """
+    return demo_tables.task_row(demo_tables.drop_table_task(table, **kwargs))
+
+
+@pytest.fixture
+def local_warehouse(tmp_path: Path) -> Warehouse:
+    uri = demo_tables.local_warehouse_uri(tmp_path / "wh")
+    catalog = demo_tables.open_catalog(uri, tmp_path / "catalog.db", name="local")
+    config = StorageConfig()
+    return Warehouse("local", uri, catalog, config, StorageResolver(config))
+
+
+@pytest.fixture
+def s3_warehouse(tmp_path: Path, moto_server: Any, s3_bucket: str) -> Warehouse:
+    s3 = S3Options(
+        endpoint=moto_server.endpoint_url,
+        access_key=moto_server.key,
+        secret_key=moto_server.secret,
+        region=moto_server.region,
+    )
+    uri = f"s3://{s3_bucket}/wh"
+    catalog = demo_tables.open_catalog(uri, tmp_path / "catalog.db", name="s3", s3=s3)
+    config = moto_server.storage_config(s3_bucket)
+    return Warehouse("s3", uri, catalog, config, StorageResolver(config), s3)
+
+
+@pytest.fixture(params=["local", "s3"])
+def warehouse(request: pytest.FixtureRequest) -> Iterator[Warehouse]:
+    yield request.getfixturevalue(f"{request.param}_warehouse")
+
+
+@pytest.fixture
+def make_table(warehouse: Warehouse) -> Callable[..., Table]:
+    """``make_table(name, **build_table_kwargs)`` in the parametrized warehouse."""
+    return warehouse.build

@@ -55,7 +55,11 @@ def polaris_load_tasks(
             continue
         attempt = int(props.get(Prop.ATTEMPT_COUNT) or 0) + 1
         props.update(
-            {Prop.EXECUTOR: executor_id, Prop.START_TIME: str(now), Prop.ATTEMPT_COUNT: str(attempt)}
+            {
+                Prop.EXECUTOR: executor_id,
+                Prop.START_TIME: str(now),
+                Prop.ATTEMPT_COUNT: str(attempt),
+            }
         )
         with engine.begin() as conn:
             result = conn.execute(

@@ -1,0 +1,25 @@
+"""BATCH_FILE_CLEANUP: delete the listed files that exist (metadata-level files)."""
+
+from __future__ import annotations
+
+from polaris_pipeline.cleanup.common import Guard, dedupe, delete_chunked, existing_with_sizes
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.tasks.payloads import decode_batch_cleanup
+
+
+def run_batch_cleanup(ctx: CleanupContext) -> CleanupResult:
+    """Guard every path, then delete those that exist; missing ones are counted."""
+    payload = decode_batch_cleanup(ctx.task.data())
+    result = CleanupResult()
+    guard = Guard.build(ctx, ctx.task.internal_properties)
+    admitted = [p for p in dedupe(payload.batch_files) if guard.admit(p, result)]
+    # Stat first (batches are small, at most the metadata batch size): it is how
+    # Polaris skips missing files, and gives sizes S3's delete call does not.
+    present = existing_with_sizes(ctx, result, admitted)
+    if ctx.dry_run:
+        result.would_delete.extend(present)
+        return result
+    delete_chunked(
+        ctx, result, list(present), sizes=present, what="batch files", total=len(present)
+    )
+    return result

@@ -1,0 +1,321 @@
+"""ENTITY_CLEANUP_SCHEDULER for a dropped table: plan children, then delete the metadata file.
+
+What a run does (Polaris's TableCleanupTaskHandler, plus what it misses):
+
+1. Guard the current metadata file; if it is gone, the table is done.
+2. Read it; read every snapshot's manifest list; keep the distinct manifests that
+   still exist. Collect metadata-level files: manifest lists, the metadata log,
+   older metadata files that fell out of a capped log (found by following the log
+   of the oldest metadata file that still exists, repeatedly), statistics and
+   partition statistics files.
+3. Create, in one ``create_children`` call, one MANIFEST_FILE_CLEANUP child per
+   manifest (it deletes the manifest's files, then the manifest), followed by
+   BATCH_FILE_CLEANUP children of at most ``metadata_batch_size`` metadata-level
+   paths each. The list is ordered so that a runner going in list order deletes
+   content and manifests before the manifest lists and older metadata that name them.
+4. Fence, then delete the current metadata file.
+
+A crash before step 4 leaves the metadata file, so a retry plans again (children
+created twice are harmless: each one's second run finds its files gone). After
+step 4 the children carry everything they need.
+
+With ``gc.enabled=false`` no child deletes content files: the manifests themselves
+go into batch children instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from pyiceberg.manifest import read_manifest_list
+from pyiceberg.serializers import FromInputFile
+from pyiceberg.table.metadata import TableMetadata
+
+from polaris_pipeline.cleanup.common import (
+    STORAGE_LOCATION_KEY,
+    Guard,
+    dedupe,
+    existing_with_sizes,
+    gc_disabled,
+    new_child,
+    table_identifier,
+    tally,
+)
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.manifest import sweep_manifest_entries
+from polaris_pipeline.cleanup.view import run_view_cleanup
+from polaris_pipeline.errors import PolarisPipelineError, StorageError
+from polaris_pipeline.storage.delete import bulk_delete
+from polaris_pipeline.tasks.manifest_codec import ManifestFileRef, manifest_ref_from_pyiceberg
+from polaris_pipeline.tasks.model import NewTask, TaskType
+from polaris_pipeline.tasks.payloads import (
+    BatchCleanupPayload,
+    DroppedEntity,
+    ManifestCleanupPayload,
+    TableIdentifier,
+    batch_cleanup_task_name,
+    decode_dropped_entity,
+    encode_batch_cleanup,
+    encode_manifest_cleanup,
+    manifest_cleanup_task_name,
+    require_metadata_location,
+)
+
+# Bound on how many older metadata files the log walk may discover, so a cyclic
+# or hostile chain of logs cannot keep a run busy forever.
+MAX_OLDER_METADATA = 100_000
+
+
+@dataclass
+class TablePlan:
+    """Everything a table cleanup deletes, directly or through its children."""
+
+    table_id: TableIdentifier
+    metadata_uri: str
+    keep_content: bool
+    manifests: list[ManifestFileRef] = field(default_factory=list)
+    manifest_lists: list[str] = field(default_factory=list)
+    previous_metadata: list[str] = field(default_factory=list)  # the metadata log
+    older_metadata: list[str] = field(default_factory=list)  # beyond a capped log
+    statistics: list[str] = field(default_factory=list)  # incl. partition statistics
+
+    def metadata_files(self) -> list[str]:
+        """Metadata-level paths for batch children, dependents before what names them."""
+        paths = dedupe(
+            [*self.statistics, *self.manifest_lists, *self.previous_metadata, *self.older_metadata]
+        )
+        return [p for p in paths if p != self.metadata_uri]
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+
+
+def read_table_metadata(ctx: CleanupContext, uri: str) -> TableMetadata | None:
+    """The table metadata at ``uri``, or None when the file does not exist."""
+    try:
+        return FromInputFile.table_metadata(ctx.resolver.input_file(uri))
+    except FileNotFoundError:
+        return None
+    except PolarisPipelineError:
+        raise
+    except (ValueError, TypeError, KeyError) as e:
+        # Includes pydantic's ValidationError: the file is not table metadata.
+        raise StorageError(f"cannot parse table metadata {uri}: {_short(e)}") from None
+
+
+def _chunks(items: list[str], size: int) -> Iterable[list[str]]:
+    step = max(1, size)
+    for start in range(0, len(items), step):
+        yield items[start : start + step]
+
+
+class _Planner:
+    def __init__(self, ctx: CleanupContext, result: CleanupResult, guard: Guard) -> None:
+        self.ctx = ctx
+        self.result = result
+        self.guard = guard
+
+    def note(self, text: str) -> None:
+        self.result.notes.append(text)
+
+    def manifests(self, metadata: TableMetadata) -> tuple[list[str], list[ManifestFileRef]]:
+        """(manifest lists, distinct existing manifests) of every snapshot."""
+        lists: list[str] = []
+        listed: set[str] = set()
+        found: dict[str, ManifestFileRef] = {}
+        missing_lists = missing_manifests = 0
+        seen: set[str] = set()
+        for snapshot in metadata.snapshots:
+            ml = snapshot.manifest_list
+            if not ml or ml in listed:
+                continue
+            listed.add(ml)
+            lists.append(ml)
+            # A refused manifest list is not even read: what it names is untrusted.
+            if not self.guard.admit(ml, self.result):
+                continue
+            try:
+                entries = list(read_manifest_list(self.ctx.resolver.input_file(ml)))
+            except FileNotFoundError:
+                missing_lists += 1
+                continue
+            for mf in entries:
+                path = mf.manifest_path
+                if path in seen:
+                    continue
+                seen.add(path)
+                if not self.guard.admit(path, self.result):
+                    continue
+                if not self.ctx.resolver.exists(path):
+                    missing_manifests += 1
+                    continue
+                found[path] = manifest_ref_from_pyiceberg(mf)
+        if missing_lists:
+            self.note(f"{missing_lists} manifest list(s) already gone: their manifests not listed")
+        if missing_manifests:
+            self.note(f"{missing_manifests} manifest(s) already gone")
+        return lists, list(found.values())
+
+    def older_metadata(self, metadata_uri: str, log: list[str]) -> list[str]:
+        """Metadata files older than the log, found by walking each oldest file's own log."""
+        known = {metadata_uri, *log}
+        older: list[str] = []
+        frontier = log
+        while frontier and len(older) < MAX_OLDER_METADATA:
+            oldest = self._oldest_readable(frontier)
+            if oldest is None:
+                break
+            new = [e.metadata_file for e in oldest.metadata_log if e.metadata_file not in known]
+            known.update(new)
+            older.extend(new)
+            frontier = new
+        if older:
+            self.note(f"{len(older)} metadata file(s) older than the metadata log found")
+        return older
+
+    def _oldest_readable(self, candidates: list[str]) -> TableMetadata | None:
+        # The log is oldest first; the first file that still exists has the longest
+        # view into the past.
+        for uri in candidates:
+            if self.guard.check(uri) is not None:
+                continue  # refused later, when the batch is planned; never read
+            try:
+                md = read_table_metadata(self.ctx, uri)
+            except StorageError as e:
+                self.note(f"older metadata {uri} unreadable, walk stopped: {e}")
+                return None
+            if md is not None:
+                return md
+        return None
+
+
+def plan_table_cleanup(
+    ctx: CleanupContext, entity: DroppedEntity, result: CleanupResult
+) -> TablePlan | None:
+    """Read the table and list what to delete; None when there is nothing to do.
+
+    Refusals are recorded in ``result``.
+    """
+    metadata_uri = require_metadata_location(entity)
+    internal = ctx.task.internal_properties
+    table_id = table_identifier(entity)
+
+    # With a storageLocation the metadata file is checked before it is read.
+    early = Guard.build(ctx, {**entity.properties, **internal})
+    if internal.get(STORAGE_LOCATION_KEY) and not early.admit(metadata_uri, result):
+        result.notes.append("metadata file refused by the guard: nothing read or deleted")
+        return None
+
+    metadata = read_table_metadata(ctx, metadata_uri)
+    if metadata is None:
+        result.missing += 1
+        result.notes.append("metadata file already gone: nothing to do")
+        return None
+
+    props = {**metadata.properties, **entity.properties, **internal}
+    guard = Guard.build(ctx, props, metadata.location)
+    if not guard.admit(metadata_uri, result):
+        result.notes.append("metadata file refused by the guard: nothing deleted")
+        return None
+
+    plan = TablePlan(
+        table_id=table_id,
+        metadata_uri=metadata_uri,
+        keep_content=gc_disabled(metadata.properties, entity.properties, internal),
+    )
+    planner = _Planner(ctx, result, guard)
+    plan.manifest_lists, plan.manifests = planner.manifests(metadata)
+    plan.previous_metadata = [e.metadata_file for e in metadata.metadata_log]
+    plan.older_metadata = planner.older_metadata(metadata_uri, plan.previous_metadata)
+    plan.statistics = dedupe(
+        [s.statistics_path for s in metadata.statistics]
+        + [s.statistics_path for s in metadata.partition_statistics]
+    )
+    # Metadata-level paths are guarded now, so a refusal stops the table before
+    # anything is scheduled. Manifest lists were checked while reading them.
+    checked = set(plan.manifest_lists)
+    for path in plan.metadata_files():
+        if path not in checked:
+            guard.admit(path, result)
+    if plan.keep_content:
+        result.notes.append("gc.enabled=false: content files kept")
+    if ctx.dry_run:
+        _dry_run(ctx, result, guard, plan)
+    return plan
+
+
+def _dry_run(ctx: CleanupContext, result: CleanupResult, guard: Guard, plan: TablePlan) -> None:
+    """Fill ``would_delete`` with the whole plan, children included."""
+    if not plan.keep_content:
+        for ref in plan.manifests:
+            sweep_manifest_entries(ctx, result, guard, ref)
+    result.would_delete.extend(ref.manifest_path for ref in plan.manifests)
+    refused = {r.path for r in result.refused}
+    candidates = [p for p in plan.metadata_files() if p not in refused]
+    result.would_delete.extend(existing_with_sizes(ctx, result, candidates))
+    result.would_delete.append(plan.metadata_uri)
+    result.would_delete[:] = dedupe(result.would_delete)
+    result.notes.append(
+        "dry run: content files are listed from the manifests without checking they exist"
+    )
+
+
+def build_children(ctx: CleanupContext, plan: TablePlan) -> list[NewTask]:
+    """The child tasks, in the order they should run (manifest children first)."""
+    parent = ctx.task.name
+    children: list[NewTask] = []
+    batch_paths: list[str] = []
+    if plan.keep_content:
+        # The manifests go, their files stay: a batch child never reads a manifest.
+        batch_paths.extend(ref.manifest_path for ref in plan.manifests)
+    else:
+        for ref in plan.manifests:
+            data = encode_manifest_cleanup(ManifestCleanupPayload(plan.table_id, ref))
+            name = manifest_cleanup_task_name(parent, ref.manifest_path)
+            children.append(new_child(ctx, TaskType.MANIFEST_FILE_CLEANUP, name, data))
+    batch_paths.extend(plan.metadata_files())
+    for files in _chunks(dedupe(batch_paths), ctx.metadata_batch_size):
+        data = encode_batch_cleanup(BatchCleanupPayload(plan.table_id, tuple(files)))
+        name = batch_cleanup_task_name(parent, files)
+        children.append(new_child(ctx, TaskType.BATCH_FILE_CLEANUP, name, data))
+    return children
+
+
+def run_table_cleanup(ctx: CleanupContext) -> CleanupResult:
+    """Clean up a dropped table (or view): see the module docstring."""
+    entity = decode_dropped_entity(ctx.task.data())
+    if entity.is_view:
+        return run_view_cleanup(ctx, entity)
+    result = CleanupResult()
+    plan = plan_table_cleanup(ctx, entity, result)
+    if plan is None or ctx.dry_run:
+        return result
+    if result.refused:
+        # Scheduling the rest and deleting the metadata file would lose the only
+        # record of the refused files; stop with everything in place instead.
+        result.notes.append("guard refused part of the plan: no child created, nothing deleted")
+        return result
+
+    children = build_children(ctx, plan)
+    if children:
+        if ctx.create_children is None:
+            raise PolarisPipelineError(
+                f"cannot schedule {len(children)} child task(s): no create_children given"
+            )
+        ctx.fence()
+        created = ctx.create_children(children)
+        result.children = list(created)
+        n_manifest = sum(1 for c in children if c.properties.get("taskType") == "2")
+        result.notes.append(
+            f"created {n_manifest} manifest and {len(children) - n_manifest} batch child task(s); "
+            "run them in list order (manifest children first)"
+        )
+
+    ctx.fence()
+    present = existing_with_sizes(ctx, result, [plan.metadata_uri])
+    if present:
+        tally(result, bulk_delete(ctx.resolver, [plan.metadata_uri]), present)
+    return result

@@ -1,0 +1,360 @@
+"""Carrying one lease down the data path: load, fence, clean up, write the outcome.
+
+The CLI sweep and every Dagster run use this same ``Runner``; Dagster adds
+scheduling, UI and retries around it, never a second implementation.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import traceback
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.dispatch import run_cleanup
+from polaris_pipeline.errors import LeaseLost, MetastoreError, PayloadError, PolarisPipelineError
+from polaris_pipeline.metastore import CompleteOutcome, FailOutcome, Metastore, new_entity_id
+from polaris_pipeline.storage.config import StorageConfig
+from polaris_pipeline.storage.resolve import StorageResolver
+from polaris_pipeline.tasks.model import Lease, NewTask, TaskRow, TaskState
+
+log = logging.getLogger("polaris_pipeline.runner")
+
+
+def make_executor_id(kind: str = "sweep") -> str:
+    """An executor id unique to this holder: the lease renewals and fencing depend on it."""
+    return f"polaris-pipeline:{kind}:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+class Status(StrEnum):
+    DONE = "done"
+    FAILED = "failed"  # recorded, will be retried after a backoff
+    DEAD = "dead"  # recorded, dead-lettered
+    LEASE_LOST = "lease-lost"  # someone else holds the task now; we stopped
+
+
+@dataclass
+class TaskOutcome:
+    lease: Lease
+    status: Status
+    task_type: str | None = None
+    error: str | None = None
+    result: CleanupResult | None = None
+    children: list[Lease] = field(default_factory=list)
+    next_attempt_ms: int | None = None
+    # The error will not go away by retrying at once (bad payload, guard refusal).
+    permanent: bool = False
+    # False when the failure was left unrecorded for the caller to retry (see execute).
+    recorded: bool = True
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.DONE
+
+
+ProgressFn = Callable[[Lease, int, int, str], None]
+
+
+class Heartbeat:
+    """Renews, in the background, every lease its executor holds in the given realms."""
+
+    def __init__(self, metastore: Metastore, executor_id: str, interval_s: float) -> None:
+        self._metastore = metastore
+        self._executor_id = executor_id
+        self._interval_s = interval_s
+        self._realms: set[str] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.failures = 0
+
+    def watch(self, realm_id: str) -> None:
+        with self._lock:
+            self._realms.add(realm_id)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="lease-heartbeat", daemon=True)
+            self._thread.start()
+
+    def beat(self) -> None:
+        with self._lock:
+            realms = sorted(self._realms)
+        for realm in realms:
+            try:
+                self._metastore.renew_held_by(realm, self._executor_id)
+            except MetastoreError as exc:
+                # A missed beat is survivable: the lease lasts several intervals,
+                # and the fencing check catches a lease that really lapsed.
+                self.failures += 1
+                log.warning("lease heartbeat failed: %s", exc)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self.beat()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+
+class Runner:
+    """Executes leased tasks. One Runner is one executor id and one heartbeat."""
+
+    def __init__(
+        self,
+        metastore: Metastore,
+        config: StorageConfig | None = None,
+        *,
+        executor_id: str | None = None,
+        run_id: str | None = None,
+        resolver: StorageResolver | None = None,
+        heartbeat_interval_s: float | None = None,
+        progress: ProgressFn | None = None,
+    ) -> None:
+        self.metastore = metastore
+        self.config = config or StorageConfig()
+        self.resolver = resolver or StorageResolver(self.config)
+        self.executor_id = executor_id or make_executor_id()
+        self.run_id = run_id
+        self.progress = progress
+        interval = heartbeat_interval_s or metastore.policy.lease_timeout_ms / 5000
+        self.heartbeat = Heartbeat(metastore, self.executor_id, interval)
+
+    def close(self) -> None:
+        self.heartbeat.stop()
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- leases
+
+    def lease(self, limit: int, realms: Iterable[str] | None = None) -> list[Lease]:
+        leases = self.metastore.lease_available(self.executor_id, limit, realms)
+        for realm in {lease.realm_id for lease in leases}:
+            self.heartbeat.watch(realm)
+        return leases
+
+    def adopt(self, lease: Lease) -> Lease | None:
+        """Take over a lease granted to another executor id (the sensor's) for this runner."""
+        if lease.executor_id == self.executor_id:
+            mine: Lease | None = lease
+        else:
+            mine = self.metastore.take_over(lease, self.executor_id)
+        if mine is not None:
+            self.heartbeat.watch(mine.realm_id)
+        return mine
+
+    def fence(self, lease: Lease) -> None:
+        """Raise LeaseLost unless ``lease`` still holds its task (database clock)."""
+        if not self.metastore.holds(lease):
+            raise LeaseLost(f"lease on {lease.label} (attempt {lease.attempt}) was lost")
+
+    # ---------------------------------------------------------------- execute
+
+    def execute(self, lease: Lease, *, record_failure: bool = True) -> TaskOutcome:
+        """Run one leased task to an outcome, which is written back to its row.
+
+        With ``record_failure=False`` a transient failure is returned without
+        being written, and the lease stays held, so that the caller (a Dagster
+        op with a RetryPolicy) can retry within the same lease. Permanent
+        failures are always recorded.
+        """
+        if lease.executor_id != self.executor_id:
+            raise ValueError("adopt() a lease granted to another executor before executing it")
+        self.heartbeat.watch(lease.realm_id)
+        task = self.metastore.get_task(lease.realm_id, lease.task_id)
+        if task is None:
+            # Finished by someone else after we leased it; success by Polaris's rules.
+            return TaskOutcome(lease, Status.DONE, lease.task_type_code)
+        if not self.metastore.holds(lease):
+            return self._lost(lease, task.task_type_code, "before it started")
+        children: list[Lease] = []
+
+        def create_children(kids: Iterable[NewTask]) -> list[NewTask]:
+            batch = list(kids)
+            children.extend(self.metastore.insert_tasks(batch, holder=lease))
+            return batch
+
+        ctx = CleanupContext(
+            task=task,
+            resolver=self.resolver,
+            config=self.config,
+            fence=lambda: self.fence(lease),
+            create_children=create_children,
+            new_task_id=new_entity_id,
+            progress=self._progress_for(lease),
+        )
+        try:
+            result = run_cleanup(ctx)
+        except LeaseLost:
+            return self._lost(lease, task.task_type_code, "during the cleanup", children)
+        except PayloadError as exc:
+            message = exc.for_task(task.label).args[0]
+            return self._fail(lease, task, message, children=children, permanent=True)
+        except (PolarisPipelineError, OSError) as exc:
+            return self._fail(lease, task, _one_line(exc), children=children, record=record_failure)
+        except Exception as exc:  # a bug or an unexpected library error: record it, keep sweeping
+            log.error("task %s: unexpected error\n%s", task.label, traceback.format_exc())
+            return self._fail(
+                lease,
+                task,
+                f"unexpected {_one_line(exc)}",
+                children=children,
+                record=record_failure,
+            )
+        if not result.ok:
+            summary = result.error_summary() or "cleanup reported a failure"
+            permanent = bool(result.refused)
+            return self._fail(
+                lease,
+                task,
+                summary,
+                result=result,
+                children=children,
+                permanent=permanent,
+                record=record_failure or permanent,
+            )
+        completed = self.metastore.complete(lease)
+        if completed is CompleteOutcome.LEASE_LOST:
+            return self._lost(lease, task.task_type_code, "before its result was written", children)
+        return TaskOutcome(
+            lease, Status.DONE, task.task_type_code, result=result, children=children
+        )
+
+    def _fail(
+        self,
+        lease: Lease,
+        task: TaskRow,
+        error: str,
+        *,
+        result: CleanupResult | None = None,
+        children: list[Lease] | None = None,
+        permanent: bool = False,
+        record: bool = True,
+    ) -> TaskOutcome:
+        kids = children or []
+        if not record and not permanent:
+            return TaskOutcome(
+                lease,
+                Status.FAILED,
+                task.task_type_code,
+                error=error,
+                result=result,
+                children=kids,
+                recorded=False,
+            )
+        written = self.metastore.fail(lease, error, run_id=self.run_id)
+        if written.outcome is FailOutcome.LEASE_LOST:
+            return self._lost(lease, task.task_type_code, "before its failure was written", kids)
+        if written.outcome is FailOutcome.ALREADY_GONE:
+            return TaskOutcome(
+                lease, Status.DONE, task.task_type_code, result=result, children=kids
+            )
+        status = Status.DEAD if written.outcome is FailOutcome.DEAD else Status.FAILED
+        log.warning("task %s failed (attempt %d): %s", task.label, lease.attempt, error)
+        return TaskOutcome(
+            lease,
+            status,
+            task.task_type_code,
+            error=error,
+            result=result,
+            children=kids,
+            next_attempt_ms=written.next_attempt_ms,
+            permanent=permanent,
+        )
+
+    def _lost(
+        self, lease: Lease, task_type: str | None, when: str, children: list[Lease] | None = None
+    ) -> TaskOutcome:
+        message = (
+            f"lease on {lease.label} (attempt {lease.attempt}) lost {when}; "
+            "stopped, nothing recorded"
+        )
+        log.warning(message)
+        return TaskOutcome(
+            lease, Status.LEASE_LOST, task_type, error=message, children=children or []
+        )
+
+    def _progress_for(self, lease: Lease) -> Callable[[int, int, str], None] | None:
+        progress = self.progress
+        if progress is None:
+            return None
+        return lambda done, total, what: progress(lease, done, total, what)
+
+    # ------------------------------------------------------------------ sweep
+
+    def execute_tree(
+        self, lease: Lease, on_outcome: Callable[[TaskOutcome], None] | None = None
+    ) -> list[TaskOutcome]:
+        """Execute a task and then, in order, the children it created."""
+        outcomes: list[TaskOutcome] = []
+        queue = [lease]
+        while queue:
+            outcome = self.execute(queue.pop(0))
+            outcomes.append(outcome)
+            if on_outcome:
+                on_outcome(outcome)
+            queue = outcome.children + queue
+        return outcomes
+
+    def sweep(
+        self,
+        realms: Iterable[str] | None = None,
+        *,
+        batch_size: int = 32,
+        max_tasks: int | None = None,
+        on_outcome: Callable[[TaskOutcome], None] | None = None,
+    ) -> list[TaskOutcome]:
+        """Lease and run every available task (and its children) until none remains."""
+        realm_list = list(realms) if realms is not None else None
+        outcomes: list[TaskOutcome] = []
+        while max_tasks is None or len(outcomes) < max_tasks:
+            limit = batch_size if max_tasks is None else min(batch_size, max_tasks - len(outcomes))
+            leases = self.lease(limit, realm_list)
+            if not leases:
+                break
+            for lease in leases:
+                outcomes += self.execute_tree(lease, on_outcome)
+        return outcomes
+
+    def plan(self, task: TaskRow) -> CleanupResult:
+        """Dry run of one task: what would be deleted and refused; nothing leased or changed."""
+        ctx = CleanupContext(
+            task=task,
+            resolver=self.resolver,
+            config=self.config,
+            dry_run=True,
+            new_task_id=new_entity_id,
+        )
+        return run_cleanup(ctx)
+
+    def dry_run(
+        self, realms: Iterable[str] | None = None
+    ) -> list[tuple[TaskRow, CleanupResult | str]]:
+        _, rows = self.metastore.tasks_with_state(realms)
+        out: list[tuple[TaskRow, CleanupResult | str]] = []
+        for task, state in rows:
+            if state is not TaskState.ORPHANED:
+                continue
+            try:
+                out.append((task, self.plan(task)))
+            except PayloadError as exc:
+                out.append((task, exc.for_task(task.label).args[0]))
+            except (PolarisPipelineError, OSError) as exc:
+                out.append((task, _one_line(exc)))
+        return out
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
