@@ -43,7 +43,17 @@ def test_tasks_list_table_and_json(metastore: Metastore) -> None:
     code, out = run("tasks", "list", "--metastore", url, *POLICY_FLAGS)
     assert code == 0
     header, rule, *rows = out.splitlines()
-    assert header.split() == ["ID", "REALM", "TYPE", "NAME", "STATE", "ATTEMPTS", "EXECUTOR", "LAST", "ERROR"]
+    assert header.split() == [
+        "ID",
+        "REALM",
+        "TYPE",
+        "NAME",
+        "STATE",
+        "ATTEMPTS",
+        "EXECUTOR",
+        "LAST",
+        "ERROR",
+    ]
     assert set(rule) == {"-", " "}
     # Columns are aligned: every row's STATE column starts where the header's does.
     col = header.index("STATE")
@@ -55,18 +65,24 @@ def test_tasks_list_table_and_json(metastore: Metastore) -> None:
     assert code == 0 and len(docs) == 1
     assert docs[0]["realm"] == "r2" and docs[0]["state"] == "leased"
     assert docs[0]["executor"] == "exec-A" and docs[0]["type"] == "batch_file_cleanup"
-    code, out = run("tasks", "list", "--metastore", url, "--state", "orphaned", "--json", *POLICY_FLAGS)
+    code, out = run(
+        "tasks", "list", "--metastore", url, "--state", "orphaned", "--json", *POLICY_FLAGS
+    )
     assert {d["realm"] for d in json.loads(out)} == {"r1"}
 
 
 def test_tasks_show_and_requeue(metastore: Metastore) -> None:
     (task,) = seed(metastore, "r1", 1, extra={Prop.STATUS: "dead", Prop.ERROR: "gave up"})
     url = url_of(metastore)
-    code, out = run("tasks", "show", str(task.id), "--realm", "r1", "--metastore", url, *POLICY_FLAGS)
+    code, out = run(
+        "tasks", "show", str(task.id), "--realm", "r1", "--metastore", url, *POLICY_FLAGS
+    )
     doc = json.loads(out)
     assert code == 0 and doc["state"] == "dead" and doc["last_error"] == "gave up"
     assert json.loads(doc["data"])["type"] == "TABLE_METADATA"
-    code, out = run("tasks", "requeue", str(task.id), "--realm", "r1", "--metastore", url, *POLICY_FLAGS)
+    code, out = run(
+        "tasks", "requeue", str(task.id), "--realm", "r1", "--metastore", url, *POLICY_FLAGS
+    )
     assert code == 0 and "now orphaned" in out
     code, _ = run("tasks", "show", "999", "--realm", "r1", "--metastore", url)
     assert code == 2
@@ -118,7 +134,10 @@ def test_sweep_deletes_batch_files_and_summarises(metastore: Metastore, tmp_path
 def test_errors_are_one_line_without_traceback(argv: list[str], message: str) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "polaris_pipeline.cli", *argv],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
@@ -127,18 +146,29 @@ def test_errors_are_one_line_without_traceback(argv: list[str], message: str) ->
     assert "Traceback" not in proc.stderr and "topsecret" not in proc.stderr
 
 
-def test_missing_schema_is_a_clear_error(metastore_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_schema_is_a_clear_error(
+    metastore_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, _ = run("tasks", "list", "--metastore", metastore_url)
     assert code == 2
     assert "run `polaris-pipeline init-metastore`" in capsys.readouterr().err
 
 
 def test_every_command_has_help_with_an_example() -> None:
-    for argv in (["--help"], ["init-metastore", "--help"], ["tasks", "list", "--help"],
-                 ["tasks", "show", "--help"], ["tasks", "requeue", "--help"], ["sweep", "--help"]):
+    for argv in (
+        ["--help"],
+        ["init-metastore", "--help"],
+        ["tasks", "list", "--help"],
+        ["tasks", "show", "--help"],
+        ["tasks", "requeue", "--help"],
+        ["sweep", "--help"],
+    ):
         proc = subprocess.run(
             [sys.executable, "-m", "polaris_pipeline.cli", *argv],
-            capture_output=True, text=True, timeout=60, check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
         assert proc.returncode == 0
         assert "Example: polaris-pipeline" in proc.stdout, argv

@@ -11,7 +11,6 @@ from sqlalchemy import text, update
 from polaris_pipeline.errors import LeaseLost, MetastoreError, SchemaMismatchError
 from polaris_pipeline.metastore import CompleteOutcome, FailOutcome, Metastore
 from polaris_pipeline.metastore.schema import entities
-from polaris_pipeline.metastore.store import ORIGINAL_PROPERTIES
 from polaris_pipeline.tasks.model import LeasePolicy, Prop, TaskState
 from tests.support.tasks import batch_task, seed
 
@@ -380,9 +379,9 @@ def test_undecodable_properties_are_kept_and_leased_alone(metastore: Metastore) 
     evil = metastore.get_task("r1", 77)
     assert evil is not None and evil.properties_error is None
     assert (
-        json.loads(evil.properties[ORIGINAL_PROPERTIES])
+        json.loads(evil.properties[Prop.ORIGINAL])
         if metastore.dialect == "postgresql"
-        else evil.properties[ORIGINAL_PROPERTIES] == bad_props
+        else evil.properties[Prop.ORIGINAL] == bad_props
     )
     (evil_lease,) = [lease for lease in leases if lease.task_id == 77]
     record = metastore.fail(evil_lease, "properties were not a JSON object")

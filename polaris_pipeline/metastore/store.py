@@ -49,7 +49,6 @@ from polaris_pipeline.tasks.model import (
     parse_properties,
 )
 
-ORIGINAL_PROPERTIES = "originalProperties"
 _CAS_RETRIES = 20
 
 _TASK_COLUMNS = (
@@ -394,7 +393,7 @@ RETURNING t.realm_id, t.id, t.name, t.entity_version,
                         entities.c.realm_id == task.realm_id, entities.c.id == task.id
                     )
                 ).scalar_one_or_none()
-                props = {ORIGINAL_PROPERTIES: _raw_text(raw)}
+                props = {Prop.ORIGINAL: _raw_text(raw)}
             props.pop(Prop.END_TIME, None)
             attempt = task.attempt_count + 1
             props.update(

@@ -55,6 +55,9 @@ class Prop:
     RUN_ID = "lastAttemptRunId"
     NEXT_ATTEMPT = "nextAttemptTime"
     CREATED_BY = "createdBy"  # "polaris-pipeline" on children we create: no grace period
+    # The undecodable original of a row whose properties were not a JSON object,
+    # kept when we lease it so that recording the failure loses nothing.
+    ORIGINAL = "originalProperties"
 
 
 STATUS_FAILED = "failed"
@@ -196,6 +199,11 @@ class TaskRow:
         if self.properties_error:
             raise PayloadError(self.properties_error, task=self.label)
         code = self.properties.get(Prop.TASK_TYPE)
+        if code is None and Prop.ORIGINAL in self.properties:
+            raise PayloadError(
+                f"properties were not a JSON object; the original is kept in {Prop.ORIGINAL}",
+                task=self.label,
+            )
         if code is None:
             raise PayloadError("properties have no taskType", task=self.label)
         number = _int_or_none(code)
