@@ -198,11 +198,30 @@ class Metastore:
 
     def realms(self) -> list[str]:
         """Realms that have at least one task."""
+        if self.dialect != "postgresql":
+            with self._begin() as conn:
+                rows = conn.execute(
+                    select(entities.c.realm_id).where(self._task_filter(None)).distinct()
+                )
+                return sorted(r.realm_id for r in rows)
+        # A loose index scan over the primary key visits one row per realm, then
+        # one index probe per realm for a task: never the whole entities table.
+        sql = f"""
+WITH RECURSIVE r AS (
+    (SELECT realm_id FROM {POLARIS_SCHEMA}.entities ORDER BY realm_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.realm_id FROM {POLARIS_SCHEMA}.entities e
+            WHERE e.realm_id > r.realm_id ORDER BY e.realm_id LIMIT 1)
+    FROM r WHERE r.realm_id IS NOT NULL
+)
+SELECT r.realm_id FROM r
+WHERE r.realm_id IS NOT NULL AND EXISTS (
+    SELECT 1 FROM {POLARIS_SCHEMA}.entities e
+    WHERE e.realm_id = r.realm_id AND {predicates.TASK_ROWS})
+ORDER BY 1
+"""
         with self._begin() as conn:
-            rows = conn.execute(
-                select(entities.c.realm_id).where(self._task_filter(None)).distinct()
-            )
-            return sorted(r.realm_id for r in rows)
+            return [row.realm_id for row in conn.execute(text(sql))]
 
     def list_tasks(
         self, realms: Iterable[str] | None = None, *, limit: int | None = None
@@ -289,6 +308,9 @@ class Metastore:
         realm_list = list(realms) if realms is not None else None
         leases: list[Lease] = []
         if self.dialect == "postgresql":
+            if realm_list is None:
+                # Naming the realms lets the lease use Polaris's unique index.
+                realm_list = self.realms()
             leases = self._lease_batch_postgres(executor_id, limit, realm_list)
         if len(leases) < limit:
             leases += self._lease_per_row(executor_id, limit - len(leases), realm_list)
@@ -307,7 +329,8 @@ picked AS (
     WHERE {predicates.TASK_ROWS} {realm_filter}
       AND jsonb_typeof(e.properties) = 'object'
       AND {state} = 'orphaned'
-    ORDER BY e.create_timestamp, e.id
+    -- No ORDER BY: the scan stops at the first :limit orphans instead of
+    -- sorting every candidate; backoff keeps failing tasks from crowding out others.
     LIMIT :limit
     FOR UPDATE OF e SKIP LOCKED
 )

@@ -163,8 +163,7 @@ class PathGuard:
             raise GuardRefusal(uri, "is a table location itself")
         if not self._roots:
             raise GuardRefusal(uri, "table location is outside the allowed prefixes")
-        root = next((r for r in self._roots if r.contains(loc, strictly=True)), None)
-        if root is None:
+        if not any(r.contains(loc, strictly=True) for r in self._roots):
             raise GuardRefusal(uri, self._why_outside(loc))
         if self._allowed and not self._in_allowed(loc, strictly=False):
             raise GuardRefusal(uri, "outside the allowed prefixes")
