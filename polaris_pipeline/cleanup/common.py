@@ -168,15 +168,22 @@ def existing_with_sizes(
     return out
 
 
-def new_child(ctx: CleanupContext, task_type: TaskType, name: str, data: str) -> NewTask:
-    """A child task of ``ctx.task``: same realm, the parent's internal properties unchanged."""
+def new_child(
+    ctx: CleanupContext,
+    task_type: TaskType,
+    name: str,
+    data: str,
+    internal_properties: Mapping[str, str] | None = None,
+) -> NewTask:
+    """A child task of ``ctx.task``: same realm, the parent's internal properties by default."""
     task_id = ctx.new_task_id() if ctx.new_task_id is not None else (secrets.randbits(63) or 1)
+    internal = ctx.task.internal_properties if internal_properties is None else internal_properties
     return NewTask(
         realm_id=ctx.task.realm_id,
         id=task_id,
         name=name,
         properties=task_properties(task_type, data),
-        internal_properties=dict(ctx.task.internal_properties),
+        internal_properties=dict(internal),
     )
 
 

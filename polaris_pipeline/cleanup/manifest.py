@@ -92,10 +92,11 @@ def sweep_manifest_entries(
     total = _expected_entries(ref)
     what = f"files of manifest {ref.manifest_path}"
     chunk_size = max(1, ctx.delete_chunk_size)
-    # Sizes are known from the entries, so bytes freed are exact even on S3. A
-    # file named twice (deletion vectors share a Puffin file) is deleted once per
-    # chunk; a repeat in a later chunk is just reported missing.
-    chunk: dict[str, int | None] = {}
+    # A file named twice (deletion vectors share a Puffin file) is deleted once
+    # per chunk; a repeat in a later chunk is just reported missing. Entry sizes
+    # are not used for bytes freed: S3 reports an absent key as deleted, and files
+    # shared with an earlier manifest are usually gone already.
+    chunk: dict[str, None] = {}
     done = 0
     for entry in iter_manifest_entries(ctx.resolver.input_file(ref.manifest_path)):
         if not guard.admit(entry.path, result):
@@ -103,16 +104,14 @@ def sweep_manifest_entries(
         if ctx.dry_run:
             result.would_delete.append(entry.path)
             continue
-        chunk.setdefault(entry.path, entry.size)
+        chunk.setdefault(entry.path, None)
         if len(chunk) >= chunk_size:
             done = delete_chunked(
-                ctx, result, list(chunk), sizes=chunk, what=what, done_before=done, total=total
+                ctx, result, list(chunk), what=what, done_before=done, total=total
             )
             chunk = {}
     if chunk and not ctx.dry_run:
-        delete_chunked(
-            ctx, result, list(chunk), sizes=chunk, what=what, done_before=done, total=total
-        )
+        delete_chunked(ctx, result, list(chunk), what=what, done_before=done, total=total)
 
 
 def run_manifest_cleanup(ctx: CleanupContext) -> CleanupResult:

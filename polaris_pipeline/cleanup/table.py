@@ -74,6 +74,7 @@ class TablePlan:
     table_id: TableIdentifier
     metadata_uri: str
     keep_content: bool
+    location: str  # the root the guard was built on
     manifests: list[ManifestFileRef] = field(default_factory=list)
     manifest_lists: list[str] = field(default_factory=list)
     previous_metadata: list[str] = field(default_factory=list)  # the metadata log
@@ -215,8 +216,9 @@ def plan_table_cleanup(
         result.notes.append("metadata file already gone: nothing to do")
         return None
 
-    props = {**metadata.properties, **entity.properties, **internal}
-    guard = Guard.build(ctx, props, metadata.location)
+    # The guard's roots come from what the catalog recorded (the entity and the
+    # task), never from the metadata file: a crafted file could widen them.
+    guard = Guard.build(ctx, {**entity.properties, **internal}, metadata.location)
     if not guard.admit(metadata_uri, result):
         result.notes.append("metadata file refused by the guard: nothing deleted")
         return None
@@ -225,6 +227,7 @@ def plan_table_cleanup(
         table_id=table_id,
         metadata_uri=metadata_uri,
         keep_content=gc_disabled(metadata.properties, entity.properties, internal),
+        location=internal.get(STORAGE_LOCATION_KEY) or metadata.location,
     )
     planner = _Planner(ctx, result, guard)
     plan.manifest_lists, plan.manifests = planner.manifests(metadata)
@@ -266,6 +269,12 @@ def _dry_run(ctx: CleanupContext, result: CleanupResult, guard: Guard, plan: Tab
 def build_children(ctx: CleanupContext, plan: TablePlan) -> list[NewTask]:
     """The child tasks, in the order they should run (manifest children first)."""
     parent = ctx.task.name
+    internal = dict(ctx.task.internal_properties)
+    if not internal.get(STORAGE_LOCATION_KEY):
+        # Polaris always writes storageLocation; without it the children, which run
+        # after the metadata file is gone, would have no location to guard with.
+        # An extra key is safe: Polaris ignores keys it does not know.
+        internal[STORAGE_LOCATION_KEY] = plan.location
     children: list[NewTask] = []
     batch_paths: list[str] = []
     if plan.keep_content:
@@ -275,12 +284,12 @@ def build_children(ctx: CleanupContext, plan: TablePlan) -> list[NewTask]:
         for ref in plan.manifests:
             data = encode_manifest_cleanup(ManifestCleanupPayload(plan.table_id, ref))
             name = manifest_cleanup_task_name(parent, ref.manifest_path)
-            children.append(new_child(ctx, TaskType.MANIFEST_FILE_CLEANUP, name, data))
+            children.append(new_child(ctx, TaskType.MANIFEST_FILE_CLEANUP, name, data, internal))
     batch_paths.extend(plan.metadata_files())
     for files in _chunks(dedupe(batch_paths), ctx.metadata_batch_size):
         data = encode_batch_cleanup(BatchCleanupPayload(plan.table_id, tuple(files)))
         name = batch_cleanup_task_name(parent, files)
-        children.append(new_child(ctx, TaskType.BATCH_FILE_CLEANUP, name, data))
+        children.append(new_child(ctx, TaskType.BATCH_FILE_CLEANUP, name, data, internal))
     return children
 
 
