@@ -1,22 +1,21 @@
 """MANIFEST_FILE_CLEANUP: delete every file a manifest names, then the manifest.
 
-Entries are streamed one at a time with pyiceberg's ``AvroFile``: no list of
-entries is built, whatever the manifest's format version (1, 2 or 3) or content
-(data or deletes). pyiceberg's ``AvroFile`` does read the manifest's bytes in
-one go before decoding; manifests are bounded by
-``commit.manifest.target-size-bytes`` (8 MB by default).
+Entries are streamed block by block with fastavro's container reader over the
+file object the storage layer opens: memory stays flat however many entries a
+manifest has, for every format version (1, 2 or 3) and content (data or
+deletes). Fields are read by the names the Iceberg spec fixes for manifest
+entries (``status``, ``data_file.file_path`` ...); v1 files have no
+``content`` and mean data.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import IO, Any, cast
 
-from pyiceberg.avro.file import AvroFile
+import fastavro
 from pyiceberg.io import InputFile
-from pyiceberg.manifest import DEFAULT_READ_VERSION, MANIFEST_ENTRY_SCHEMAS
-from pyiceberg.typedef import Record
-from pyiceberg.types import StructType
 
 from polaris_pipeline.cleanup.common import (
     Guard,
@@ -26,31 +25,10 @@ from polaris_pipeline.cleanup.common import (
     tally,
 )
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.errors import StorageError
 from polaris_pipeline.storage.delete import bulk_delete
 from polaris_pipeline.tasks.manifest_codec import ManifestFileRef
 from polaris_pipeline.tasks.payloads import decode_manifest_cleanup
-
-# pyiceberg's own read schema for manifest entries (what fetch_manifest_entry
-# uses): the resolver matches fields by id, reads v1, v2 and v3 files, and skips
-# primitive fields it does not know. Records stay generic (no enum conversion), so
-# an unexpected file format or content code cannot stop a cleanup.
-_ENTRY_SCHEMA = MANIFEST_ENTRY_SCHEMAS[DEFAULT_READ_VERSION]
-
-
-def _position(struct: StructType, field_id: int) -> int:
-    for pos, f in enumerate(struct.fields):
-        if f.field_id == field_id:
-            return pos
-    raise LookupError(f"field {field_id} not in the manifest entry schema")
-
-
-_STATUS_POS = _position(_ENTRY_SCHEMA.as_struct(), 0)
-_DATA_FILE_POS = _position(_ENTRY_SCHEMA.as_struct(), 2)
-_DATA_FILE_TYPE = _ENTRY_SCHEMA.find_field(2).field_type
-assert isinstance(_DATA_FILE_TYPE, StructType)
-_CONTENT_POS = _position(_DATA_FILE_TYPE, 134)
-_PATH_POS = _position(_DATA_FILE_TYPE, 100)
-_SIZE_POS = _position(_DATA_FILE_TYPE, 104)
 
 
 @dataclass(frozen=True)
@@ -63,18 +41,32 @@ class EntryRef:
     size: int
 
 
+def _entry(record: Any, location: str) -> EntryRef:
+    try:
+        data_file = record["data_file"]
+        content = data_file.get("content")
+        return EntryRef(
+            status=int(record["status"]),
+            content=0 if content is None else int(content),
+            path=str(data_file["file_path"]),
+            size=int(data_file["file_size_in_bytes"]),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise StorageError(f"{location} is not an Iceberg manifest: entry lacks {e}") from None
+
+
 def iter_manifest_entries(input_file: InputFile) -> Iterator[EntryRef]:
     """Every entry of a manifest, all statuses, one at a time."""
-    with AvroFile[Record](input_file, _ENTRY_SCHEMA) as reader:
-        for record in reader:
-            data_file = record[_DATA_FILE_POS]
-            content = data_file[_CONTENT_POS]
-            yield EntryRef(
-                status=int(record[_STATUS_POS]),
-                content=0 if content is None else int(content),
-                path=str(data_file[_PATH_POS]),
-                size=int(data_file[_SIZE_POS]),
-            )
+    with input_file.open() as stream:
+        try:
+            reader = fastavro.reader(cast(IO[bytes], stream))
+        except (ValueError, EOFError, fastavro.read.SchemaResolutionError) as e:
+            raise StorageError(f"{input_file.location} is not an Avro file: {e}") from None
+        try:
+            for record in reader:
+                yield _entry(record, input_file.location)
+        except (ValueError, EOFError) as e:
+            raise StorageError(f"{input_file.location} is a corrupt Avro file: {e}") from None
 
 
 def _expected_entries(ref: ManifestFileRef) -> int:
