@@ -27,9 +27,12 @@ from polaris_pipeline.tasks.model import Lease, NewTask, TaskRow, TaskState
 log = logging.getLogger("polaris_pipeline.runner")
 
 
-def make_executor_id(kind: str = "sweep") -> str:
+DEFAULT_EXECUTOR_PREFIX = "polaris-pipeline"
+
+
+def make_executor_id(kind: str = "sweep", prefix: str = DEFAULT_EXECUTOR_PREFIX) -> str:
     """An executor id unique to this holder: the lease renewals and fencing depend on it."""
-    return f"polaris-pipeline:{kind}:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    return f"{prefix}:{kind}:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
 class Status(StrEnum):
@@ -52,6 +55,8 @@ class TaskOutcome:
     permanent: bool = False
     # False when the failure was left unrecorded for the caller to retry (see execute).
     recorded: bool = True
+    # False when the lease was found lost before anything was done.
+    started: bool = True
 
     @property
     def ok(self) -> bool:
@@ -177,7 +182,9 @@ class Runner:
             # Finished by someone else after we leased it; success by Polaris's rules.
             return TaskOutcome(lease, Status.DONE, lease.task_type_code)
         if not self.metastore.holds(lease):
-            return self._lost(lease, task.task_type_code, "before it started")
+            lost = self._lost(lease, task.task_type_code, "before it started")
+            lost.started = False
+            return lost
         children: list[Lease] = []
 
         def create_children(kids: Iterable[NewTask]) -> list[NewTask]:

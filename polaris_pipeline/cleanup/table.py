@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from pyiceberg.exceptions import ValidationError
 from pyiceberg.manifest import read_manifest_list
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table.metadata import TableMetadata
@@ -102,7 +103,7 @@ def read_table_metadata(ctx: CleanupContext, uri: str) -> TableMetadata | None:
         return None
     except PolarisPipelineError:
         raise
-    except (ValueError, TypeError, KeyError) as e:
+    except (ValueError, TypeError, KeyError, ValidationError) as e:
         # Includes pydantic's ValidationError: the file is not table metadata.
         raise StorageError(f"cannot parse table metadata {uri}: {_short(e)}") from None
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
 
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import LeasePolicy
@@ -33,9 +34,12 @@ def pg_database() -> Iterator[str]:
     try:
         yield f"{base}/{name}"
     finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        # A fresh engine: a test may have restarted PostgreSQL, killing pooled connections.
         admin.dispose()
+        dropper = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+        with dropper.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        dropper.dispose()
 
 
 def _reset_pg_schema(url: str) -> None:

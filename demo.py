@@ -1,0 +1,411 @@
+"""The polaris-pipeline demo: orphaned Polaris cleanup tasks, recovered by Dagster.
+
+Runs on a fresh machine with nothing else installed or running. In ``.demo/``
+(or ``$POLARIS_PIPELINE_DEMO_DIR``, or ``--dir``), wiped at start, it:
+
+1. creates an embedded SQLite metastore with Polaris's ``entities`` table;
+2. writes real Iceberg tables with pyiceberg in a local warehouse;
+3. "drops" some of them with purge by writing the TASK rows Polaris would write:
+   orphaned table cleanups (past the grace period, never run), one task a live
+   Polaris server holds a lease on, one just dropped (within grace: Polaris may
+   be running it right now), and one with a malformed payload;
+4. evaluates the ``polaris_task_sweeper`` sensor and executes each run it asks
+   for on a real Dagster instance, tick after tick until no run is requested;
+5. reports what was recovered, what was recorded as failed, what was left alone,
+   checks the files on disk, and prints how to open the Dagster UI on the data.
+
+Usage: ``python demo.py [--dir DIR]`` (``make demo``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import shutil
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEMO_DIR_ENV = "POLARIS_PIPELINE_DEMO_DIR"
+REALM = "POLARIS"
+LIVE_EXECUTOR = "polaris-server-1"
+# Short enough that nothing waits long, long enough to outlast the demo: the
+# live Polaris lease must still hold when the sweeper looks at it.
+LEASE_TIMEOUT_MS = 60_000
+GRACE_MS = 60_000
+ORPHAN_AGE_MS = 10 * 60_000
+
+
+@dataclass
+class DemoTable:
+    name: str
+    role: str  # orphaned | live | fresh | kept
+    location: str
+    task_id: int | None = None
+    files_before: int = 0
+    files_after: int = 0
+
+
+@dataclass
+class RunReport:
+    run_id: str
+    task_label: str
+    success: bool
+    deleted: int = 0
+    bytes_freed: int = 0
+    steps: int = 0
+    error: str | None = None
+
+
+@dataclass
+class Demo:
+    root: Path
+    tables: list[DemoTable] = field(default_factory=list)
+    malformed_task_id: int = 0
+    runs: list[RunReport] = field(default_factory=list)
+
+    @property
+    def db_path(self) -> Path:
+        return self.root / "polaris.db"
+
+    @property
+    def metastore_url(self) -> str:
+        return f"sqlite:///{self.db_path}"
+
+    @property
+    def dagster_home(self) -> Path:
+        return self.root / "dagster_home"
+
+    @property
+    def warehouse(self) -> Path:
+        return self.root / "warehouse"
+
+
+def _quiet() -> None:
+    """Keep the demo's output to its own report; every event still lands in the instance."""
+    warnings.filterwarnings("ignore")
+    logging.getLogger("polaris_pipeline").addHandler(logging.NullHandler())
+    logging.getLogger("polaris_pipeline").propagate = False
+    for name in ("dagster", "alembic", "pyiceberg"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def build_world(demo: Demo) -> None:
+    from polaris_pipeline import demo_tables
+    from polaris_pipeline.metastore import Metastore
+    from polaris_pipeline.tasks.model import NewTask, Prop, TaskType
+
+    store = Metastore(demo.metastore_url)
+    store.init_schema()
+    warehouse = demo_tables.local_warehouse_uri(demo.warehouse)
+    catalog = demo_tables.open_catalog(warehouse, demo.root / "catalog.db", name="demo")
+
+    plans: list[tuple[str, str, dict[str, Any]]] = [
+        ("orders", "orphaned", {"partitioned": True, "with_deletes": True}),
+        ("events", "orphaned", {"with_statistics": True}),
+        ("customers", "orphaned", {"appends": 2}),
+        ("payments", "live", {"appends": 2}),
+        ("clicks", "fresh", {"appends": 1}),
+        ("inventory", "kept", {"appends": 2}),
+    ]
+    now = store.now_ms()
+    tasks: list[NewTask] = []
+    for name, role, kwargs in plans:
+        table = demo_tables.build_table(catalog, ("sales", name), **kwargs)
+        entry = DemoTable(f"sales.{name}", role, table.location())
+        entry.files_before = len(demo_tables.list_files(entry.location))
+        demo.tables.append(entry)
+        if role == "kept":
+            continue
+        created = now if role == "fresh" else now - ORPHAN_AGE_MS
+        task = demo_tables.drop_table_task(table, realm_id=REALM, create_timestamp=created)
+        if role == "live":
+            # A Polaris server leased it a moment ago and is still running it.
+            props = {
+                **task.properties,
+                Prop.EXECUTOR: LIVE_EXECUTOR,
+                Prop.START_TIME: str(now),
+                Prop.ATTEMPT_COUNT: "1",
+            }
+            task = dataclasses.replace(task, properties=props)
+        entry.task_id = task.id
+        tasks.append(task)
+
+    malformed = NewTask(
+        realm_id=REALM,
+        id=demo_tables.new_task_id(),
+        name="entityCleanup_4711",
+        properties={
+            Prop.TASK_TYPE: str(int(TaskType.ENTITY_CLEANUP_SCHEDULER)),
+            Prop.DATA: '{"catalogId": 1, "id": 4711, "name": "broken"',  # cut short
+        },
+        internal_properties={"storageLocation": f"{warehouse}/sales/broken"},
+        create_timestamp=now - ORPHAN_AGE_MS,
+    )
+    demo.malformed_task_id = malformed.id
+    tasks.append(malformed)
+    store.insert_tasks(tasks)
+    store.dispose()
+
+
+def _instance(demo: Demo) -> Any:
+    from dagster import DagsterInstance
+    from dagster._core.instance.ref import InstanceRef
+
+    demo.dagster_home.mkdir(parents=True, exist_ok=True)
+    (demo.dagster_home / "dagster.yaml").write_text(
+        "# Written by demo.py: the instance `dagster dev` opens with DAGSTER_HOME set here.\n"
+        "telemetry:\n  enabled: false\n"
+        "run_retries:\n  enabled: true\n"
+    )
+    return DagsterInstance.from_ref(InstanceRef.from_dir(str(demo.dagster_home)))
+
+
+def _report_run(result: Any, label: str) -> RunReport:
+    report = RunReport(result.run_id, label, result.success)
+    for event in result.all_events:
+        if event.is_step_success:
+            report.steps += 1
+        if event.is_successful_output and event.step_output_data.output_name in (
+            "outcome",
+            "result",
+        ):
+            meta = event.step_output_data.metadata
+            deleted = meta.get("files deleted")
+            freed = meta.get("bytes freed")
+            report.deleted += int(deleted.value) if deleted is not None else 0
+            if freed is not None and isinstance(freed.value, int):
+                report.bytes_freed += freed.value
+        if event.is_step_failure:
+            data = event.step_failure_data
+            user = data.user_failure_data
+            report.error = user.description if user is not None else data.error.message
+    return report
+
+
+def sweep(demo: Demo, out: Any) -> None:
+    from dagster import SensorResult, SkipReason, build_sensor_context
+
+    from jobs.task_job import polaris_task_job
+    from resources import PolarisMetastoreResource, PolarisStorageResource, SweeperSettings
+    from sensors.sweeper import polaris_task_sweeper
+
+    metastore = PolarisMetastoreResource(
+        url=demo.metastore_url, lease_timeout_ms=LEASE_TIMEOUT_MS, grace_ms=GRACE_MS
+    )
+    storage = PolarisStorageResource(
+        allowed_prefixes=[demo_tables_uri(demo.warehouse)],
+    )
+    # No wait between sweeps: the demo drives the ticks itself.
+    sweeper = SweeperSettings(interval_seconds=0, jitter=0)
+    instance = _instance(demo)
+    labels = {t.task_id: t.name for t in demo.tables if t.task_id is not None}
+    labels[demo.malformed_task_id] = "malformed task"
+    # Dagster's console logger would print every event; the instance keeps them all.
+    quiet_loggers = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+
+    cursor: str | None = None
+    tick = 0
+    while tick < 20:
+        tick += 1
+        with build_sensor_context(
+            instance=instance,
+            cursor=cursor,
+            resources={"metastore": metastore, "sweeper": sweeper},
+        ) as context:
+            # The sensor logs its lease line to the console; this report says it instead.
+            context.log.setLevel(logging.WARNING)
+            evaluation = polaris_task_sweeper(context)
+        assert isinstance(evaluation, SensorResult | SkipReason)
+        if isinstance(evaluation, SkipReason):
+            print(f"Sweeper tick {tick}: skipped: {evaluation.skip_message}", file=out)
+            break
+        cursor = evaluation.cursor
+        requests = list(evaluation.run_requests or [])
+        if not requests:
+            reason = evaluation.skip_reason.skip_message if evaluation.skip_reason else ""
+            print(f"Sweeper tick {tick}: no run requested: {reason}", file=out)
+            break
+        print(f"Sweeper tick {tick}: leased {len(requests)} task(s), one run each", file=out)
+        for request in requests:
+            task_id = int(request.tags["polaris/task_id"])
+            label = labels.get(task_id, f"task {task_id}")
+            result = polaris_task_job.execute_in_process(
+                run_config={**request.run_config, **quiet_loggers},
+                tags=request.tags,
+                instance=instance,
+                resources={"metastore": metastore, "storage": storage},
+                raise_on_error=False,
+            )
+            report = _report_run(result, label)
+            demo.runs.append(report)
+            if report.success:
+                what = f"deleted {report.deleted} files ({_human(report.bytes_freed)})"
+                print(
+                    f"  run {report.run_id[:8]}  {label:<16} SUCCESS  {what} "
+                    f"in {report.steps} steps",
+                    file=out,
+                )
+            else:
+                print(f"  run {report.run_id[:8]}  {label:<16} FAILURE  {report.error}", file=out)
+    instance.dispose()
+
+
+def demo_tables_uri(path: Path) -> str:
+    from polaris_pipeline.demo_tables import local_warehouse_uri
+
+    return local_warehouse_uri(path)
+
+
+def report(demo: Demo, out: Any) -> bool:
+    from polaris_pipeline import demo_tables
+    from polaris_pipeline.metastore import Metastore
+    from resources import clear_metastore_cache
+
+    clear_metastore_cache()
+    store = Metastore(demo.metastore_url)
+    remaining = {t.id: t for t in store.list_tasks()}
+    ok = True
+
+    for table in demo.tables:
+        table.files_after = len(demo_tables.list_files(table.location))
+
+    purged = [t for t in demo.tables if t.role == "orphaned"]
+    deleted = sum(r.deleted for r in demo.runs if r.success)
+    freed = sum(r.bytes_freed for r in demo.runs if r.success)
+    print("\nRecovered (orphaned cleanups Polaris never finished):", file=out)
+    for t in purged:
+        gone = t.files_after == 0 and t.task_id not in remaining
+        ok = ok and gone
+        state = "purged, task done" if gone else "NOT purged"
+        print(
+            f"  {t.name:<16} {t.files_before:>3} files before, {t.files_after} after: {state}",
+            file=out,
+        )
+    print(
+        f"  {len(purged)} table(s) purged, {deleted} files deleted ({_human(freed)}) "
+        f"in {sum(1 for r in demo.runs if r.success)} run(s)",
+        file=out,
+    )
+
+    print("\nRefused and recorded as failed:", file=out)
+    bad = remaining.get(demo.malformed_task_id)
+    if bad is None:
+        ok = False
+        print("  the malformed task is missing from the metastore", file=out)
+    else:
+        ok = ok and bad.status == "failed" and bool(bad.last_error)
+        print(f"  {bad.last_error}", file=out)
+        print(
+            f"  attempt {bad.attempt_count} recorded in the row (lastAttemptRunId="
+            f"{bad.properties.get('lastAttemptRunId', '?')}); the sweeper retries it after "
+            "a backoff and dead-letters it after max_attempts",
+            file=out,
+        )
+
+    print("\nLeft alone:", file=out)
+    for t in demo.tables:
+        if t.role not in ("live", "fresh"):
+            continue
+        row = remaining.get(t.task_id or 0)
+        intact = row is not None and t.files_after == t.files_before
+        ok = ok and intact
+        if t.role == "live":
+            why = f"leased by a live Polaris ({row.executor_id if row else '?'}), lease not expired"
+        else:
+            why = "dropped just now, within the grace period (Polaris may be running it)"
+        print(
+            f"  {t.name:<16} task {t.task_id} still in the metastore: {why}; "
+            f"{t.files_after}/{t.files_before} files still there",
+            file=out,
+        )
+    for t in demo.tables:
+        if t.role == "kept":
+            intact = t.files_after == t.files_before
+            ok = ok and intact
+            print(
+                f"  {t.name:<16} not dropped: {t.files_after}/{t.files_before} files untouched",
+                file=out,
+            )
+
+    total_before = sum(t.files_before for t in demo.tables)
+    total_after = sum(t.files_after for t in demo.tables)
+    verdict = "as expected" if ok else "NOT as expected"
+    print(
+        f"\nFiles in the warehouse: {total_before} before, {total_after} after: {verdict}.",
+        file=out,
+    )
+    store.dispose()
+    return ok
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument(
+        "--dir",
+        default=os.environ.get(DEMO_DIR_ENV) or ".demo",
+        help=f"where the demo lives; wiped at start (default ${DEMO_DIR_ENV} or .demo)",
+    )
+    args = parser.parse_args(argv)
+    _quiet()
+    root = Path(args.dir).resolve()
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    demo = Demo(root)
+    out = sys.stdout
+    started = time.monotonic()
+
+    print(f"polaris-pipeline demo in {root}", file=out)
+    build_world(demo)
+    dropped = [t for t in demo.tables if t.task_id is not None]
+    print(
+        f"Wrote {len(demo.tables)} Iceberg tables with pyiceberg "
+        f"({sum(t.files_before for t in demo.tables)} files) and dropped {len(dropped)} with "
+        "purge, plus one malformed cleanup task:",
+        file=out,
+    )
+    roles = {
+        "orphaned": "orphaned: Polaris wrote the cleanup task 10 min ago and never finished it",
+        "live": f"a live Polaris ({LIVE_EXECUTOR}) leased its task a moment ago",
+        "fresh": "dropped just now: within the grace period",
+        "kept": "not dropped",
+    }
+    for t in demo.tables:
+        print(f"  {t.name:<16} {t.files_before:>3} files  {roles[t.role]}", file=out)
+    print("", file=out)
+
+    sweep(demo, out)
+    ok = report(demo, out)
+
+    print(f"\nDone in {time.monotonic() - started:.1f} s.", file=out)
+    print("Open the Dagster UI on the same data (runs, their logs and metadata):", file=out)
+    print(
+        f"  DAGSTER_HOME={demo.dagster_home} POLARIS_METASTORE_URL={demo.metastore_url} "
+        ".venv/bin/dagster dev -w workspace.yaml",
+        file=out,
+    )
+    print(
+        "The sweeper sensor runs there too: the live and the fresh task are swept once "
+        "their lease and grace period lapse (5 minutes by default).",
+        file=out,
+    )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,525 @@
+"""``polaris_task_job``: one Dagster run per leased Polaris task.
+
+The sensor leases a task and passes the lease as op config. The run adopts the
+lease under its own executor id, runs it with the engine's ``Runner``, and, when
+a table cleanup creates child tasks, runs those children as mapped steps of the
+same run in two stages: manifest children (content files and the manifests)
+first, then the batch children (manifest lists, older metadata, statistics).
+
+Every op process of a run uses one executor id derived from the run id, so the
+children (created already leased by that id) need no take-over, and the
+heartbeat of whichever op is running renews every lease the run holds.
+"""
+
+import time
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from dagster import (
+    Backoff,
+    Config,
+    DynamicOut,
+    DynamicOutput,
+    Failure,
+    In,
+    Jitter,
+    JobDefinition,
+    MetadataValue,
+    OpExecutionContext,
+    Out,
+    Output,
+    RetryPolicy,
+    job,
+    multiprocess_executor,
+    op,
+)
+from pydantic import Field
+
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.runner import Runner, Status, TaskOutcome
+from polaris_pipeline.tasks.model import Lease, TaskRow, TaskState, TaskType
+from resources.metastore import PolarisMetastoreResource
+from resources.storage import PolarisStorageResource
+
+JOB_NAME = "polaris_task_job"
+# Op retries: a transient failure (storage hiccup, lost connection) is retried
+# inside the run under the same lease; the heartbeat keeps the lease alive.
+DEFAULT_RETRY_POLICY = RetryPolicy(
+    max_retries=3, delay=2, backoff=Backoff.EXPONENTIAL, jitter=Jitter.PLUS_MINUS
+)
+# Run retries (needs run_retries enabled in dagster.yaml): a run whose process
+# died is retried from the failed steps; the new run takes the lease over.
+# Op failures are retried by the RetryPolicy and then recorded in the task row,
+# so a run retry after one would only find the task backing off: run retries
+# are for runs whose worker died, not for op failures.
+DEFAULT_RUN_TAGS = {
+    "dagster/max_retries": "2",
+    "dagster/retry_on_asset_or_op_failure": "false",
+}
+
+TAG_REALM = "polaris/realm"
+TAG_TASK_ID = "polaris/task_id"
+TAG_TASK_TYPE = "polaris/task_type"
+TAG_ATTEMPT = "polaris/attempt"
+TAG_EXECUTOR = "polaris/executor"
+
+MANIFEST_TYPE_CODE = str(int(TaskType.MANIFEST_FILE_CLEANUP))
+_PROGRESS_LOG_INTERVAL_S = 10.0
+
+# Still Dagster's multiprocess executor (one process per step), but steps fork
+# from a server that has imported the engine once, instead of each spawning a
+# fresh interpreter that imports Dagster, pyiceberg and pyarrow again: a table's
+# children are many small steps. Run config can override it like any executor.
+TASK_EXECUTOR = multiprocess_executor.configured(
+    {"start_method": {"forkserver": {"preload_modules": ["dagster", __name__]}}},
+    name="multiprocess",
+)
+
+
+class TaskLeaseConfig(Config):
+    """A lease granted by the sensor, as op config.
+
+    ``task_id`` is text: Polaris ids use 63 bits, more than a JavaScript number
+    holds exactly, and the run config passes through the UI when a run is
+    re-executed from there.
+    """
+
+    realm_id: str = Field(description="Realm of the task.")
+    task_id: str = Field(description="Polaris entity id of the task (decimal text).")
+    executor_id: str = Field(description="Executor id the lease was granted to.")
+    attempt: int = Field(description="attemptCount written by the lease: the fencing token.")
+    entity_version: int = Field(description="entity_version of the row after the lease.")
+    start_time_ms: int = Field(description="Lease start, database clock (epoch ms).")
+    name: str = Field(default="", description="Task name.")
+    task_type: str | None = Field(default=None, description="taskType code (1, 2 or 3).")
+
+    def to_lease(self) -> Lease:
+        return lease_from_dict(self.model_dump())
+
+
+def lease_to_dict(lease: Lease) -> dict[str, Any]:
+    """The op config (and child payload) form of a lease."""
+    return {
+        "realm_id": lease.realm_id,
+        "task_id": str(lease.task_id),
+        "executor_id": lease.executor_id,
+        "attempt": lease.attempt,
+        "entity_version": lease.entity_version,
+        "start_time_ms": lease.start_time_ms,
+        "name": lease.name,
+        "task_type": lease.task_type_code,
+    }
+
+
+def lease_from_dict(data: Mapping[str, Any]) -> Lease:
+    return Lease(
+        realm_id=str(data["realm_id"]),
+        task_id=int(data["task_id"]),
+        executor_id=str(data["executor_id"]),
+        attempt=int(data["attempt"]),
+        entity_version=int(data["entity_version"]),
+        start_time_ms=int(data["start_time_ms"]),
+        task_type_code=data.get("task_type"),
+        name=str(data.get("name") or ""),
+    )
+
+
+def task_type_name(code: str | None) -> str:
+    """``entity_cleanup_scheduler`` for "1", and so on; ``unknown(<code>)`` otherwise."""
+    try:
+        return TaskType(int(code or "")).name.lower()
+    except ValueError:
+        return f"unknown({(code or '')[:20]})"
+
+
+def lease_tags(lease: Lease) -> dict[str, str]:
+    """Run tags that let an operator find a task's runs in the UI."""
+    return {
+        TAG_REALM: lease.realm_id,
+        TAG_TASK_ID: str(lease.task_id),
+        TAG_TASK_TYPE: task_type_name(lease.task_type_code),
+        TAG_ATTEMPT: str(lease.attempt),
+        TAG_EXECUTOR: lease.executor_id,
+    }
+
+
+def run_config_for(lease: Lease) -> dict[str, Any]:
+    """Run config that hands ``lease`` to the root op of the task job."""
+    return {"ops": {"run_polaris_task": {"config": lease_to_dict(lease)}}}
+
+
+class TransientTaskError(Exception):
+    """A failure left unrecorded so the op's RetryPolicy retries it under the same lease."""
+
+
+# ------------------------------------------------------------------ one task
+
+
+def _is_last_attempt(context: OpExecutionContext) -> bool:
+    policy = context.job_def.get_retry_policy_for_handle(context.op_handle)
+    max_retries = policy.max_retries if policy is not None else 0
+    return context.retry_number >= max_retries
+
+
+def _iso(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="seconds")
+
+
+def _holder_text(task: TaskRow, store: Metastore) -> str:
+    now = store.now_ms()
+    state = task.state(now, store.policy)
+    who = task.executor_id or "nobody"
+    if state is TaskState.LEASED:
+        return f"another executor holds task {task.label}: {who}, attempt {task.attempt_count}"
+    status = task.status or "unknown"
+    return (
+        f"another executor holds task {task.label} or its attempt ended: now {state.value} "
+        f"(last executor {who}, attempt {task.attempt_count}, last status {status})"
+    )
+
+
+class _ProgressLog:
+    """Runner progress, logged at most every few seconds so long deletes show life."""
+
+    def __init__(self, context: OpExecutionContext) -> None:
+        self._context = context
+        self._last = 0.0
+
+    def __call__(self, lease: Lease, done: int, total: int, what: str) -> None:
+        now = time.monotonic()
+        if now - self._last < _PROGRESS_LOG_INTERVAL_S and done != total:
+            return
+        self._last = now
+        of = f"/{total}" if total else ""
+        self._context.log.info(f"{lease.label}: {what} {done}{of}")
+
+
+def _adopt(
+    context: OpExecutionContext, runner: Runner, lease: Lease, store: Metastore
+) -> tuple[Lease | None, dict[str, Any] | None]:
+    """The lease, now held by this run; or None and the summary of why not."""
+    task = store.get_task(lease.realm_id, lease.task_id)
+    if task is None:
+        context.log.info(
+            f"task {lease.label} is already gone (finished by another executor); nothing to do"
+        )
+        return None, {"status": "already-done", "message": "task already gone"}
+    if task.executor_id == runner.executor_id and task.lease_held(store.now_ms(), store.policy):
+        # An op retry: an earlier try of this run already took the lease over (or
+        # leased the task again); the executor id is the run's, so it is ours.
+        held = Lease(
+            realm_id=lease.realm_id,
+            task_id=lease.task_id,
+            executor_id=runner.executor_id,
+            attempt=task.attempt_count,
+            entity_version=task.entity_version,
+            start_time_ms=task.start_time_ms or lease.start_time_ms,
+            task_type_code=lease.task_type_code,
+            name=lease.name,
+        )
+        return runner.adopt(held), None
+    if lease.executor_id != runner.executor_id:
+        # The sensor's lease (or, in a run retry, the previous run's): take it over.
+        mine = runner.adopt(lease)
+        if mine is not None:
+            return mine, None
+        task = store.get_task(lease.realm_id, lease.task_id)
+        if task is None:
+            context.log.info(f"task {lease.label} finished by another executor meanwhile")
+            return None, {"status": "already-done", "message": "task already gone"}
+    if task.state(store.now_ms(), store.policy) is TaskState.ORPHANED:
+        # The lease lapsed before this step started (a long run queue, a slow
+        # step queue) and nobody took the task since: lease it afresh rather
+        # than waste the attempt.
+        fresh = store.lease_task(lease.realm_id, lease.task_id, runner.executor_id)
+        if fresh is not None:
+            context.log.warning(
+                f"the lease on {lease.label} (attempt {lease.attempt}) expired before "
+                f"the run started; leased the task again as attempt {fresh.attempt}"
+            )
+            return runner.adopt(fresh), None
+        task = store.get_task(lease.realm_id, lease.task_id) or task
+    message = (
+        f"lease lost before the run started: {_holder_text(task, store)}; "
+        f"this run's lease (attempt {lease.attempt}) is void; nothing was deleted"
+    )
+    context.log.warning(message)
+    return None, {"status": Status.LEASE_LOST.value, "message": message}
+
+
+def _summary(outcome: TaskOutcome) -> dict[str, Any]:
+    result = outcome.result
+    return {
+        "task": outcome.lease.label,
+        "realm_id": outcome.lease.realm_id,
+        "task_id": str(outcome.lease.task_id),
+        "task_type": task_type_name(outcome.task_type),
+        "status": outcome.status.value,
+        "attempt": outcome.lease.attempt,
+        "deleted": result.deleted if result else 0,
+        "bytes_freed": result.bytes_freed if result else 0,
+        "refused": len(result.refused) if result else 0,
+        "children": len(outcome.children),
+        "error": outcome.error,
+    }
+
+
+def _lease_metadata(lease: Lease) -> dict[str, Any]:
+    return {
+        "task": lease.label,
+        "realm": lease.realm_id,
+        "task id": str(lease.task_id),
+        "type": task_type_name(lease.task_type_code),
+        "lease executor": lease.executor_id,
+        "lease attempt": lease.attempt,
+    }
+
+
+def _done_metadata(outcome: TaskOutcome) -> dict[str, Any]:
+    result = outcome.result
+    meta = {**_lease_metadata(outcome.lease), "status": outcome.status.value}
+    meta["type"] = task_type_name(outcome.task_type)
+    if result is None:
+        meta["note"] = "task row already gone: finished by another executor"
+        return meta
+    meta["files deleted"] = result.deleted
+    meta["files already gone"] = result.missing
+    meta["bytes freed"] = result.bytes_freed if result.bytes_freed is not None else "unknown"
+    meta["refused paths"] = len(result.refused)
+    meta["child tasks"] = len(outcome.children)
+    if result.deleted_paths_sample:
+        meta["deleted paths (sample)"] = MetadataValue.json(list(result.deleted_paths_sample))
+    if result.notes:
+        meta["notes"] = MetadataValue.md("\n".join(f"- {n}" for n in result.notes))
+    return meta
+
+
+def _first_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[0] if lines else "task failed"
+
+
+def run_leased_task(
+    context: OpExecutionContext,
+    lease: Lease,
+    metastore: PolarisMetastoreResource,
+    storage: PolarisStorageResource,
+) -> tuple[dict[str, Any], dict[str, Any], TaskOutcome | None]:
+    """Adopt and execute one lease; returns (summary, output metadata, outcome).
+
+    Raises TransientTaskError for the op's RetryPolicy, or a non-retryable
+    ``Failure`` once the failure is recorded in the task row.
+    """
+    store = metastore.get_metastore()
+    runner = Runner(
+        store,
+        storage.get_config(),
+        executor_id=metastore.run_executor_id(context.run_id),
+        run_id=context.run_id,
+        resolver=storage.get_resolver(),
+        progress=_ProgressLog(context),
+    )
+    try:
+        # One renewal of every lease this run holds in the realm: children queued
+        # behind many short steps (none living long enough to beat) stay held.
+        store.renew_held_by(lease.realm_id, runner.executor_id)
+        mine, lost = _adopt(context, runner, lease, store)
+        if mine is None:
+            summary = {"task": lease.label, **(lost or {})}
+            meta = {**_lease_metadata(lease), **summary}
+            return summary, meta, None
+        outcome = runner.execute(mine, record_failure=_is_last_attempt(context))
+    finally:
+        runner.close()
+
+    if outcome.status is Status.DONE:
+        result = outcome.result
+        if result is None:
+            context.log.info(f"task {mine.label} was already finished by another executor")
+        else:
+            freed = result.bytes_freed if result.bytes_freed is not None else "unknown"
+            context.log.info(
+                f"task {mine.label} ({task_type_name(outcome.task_type)}) done: "
+                f"{result.deleted} file(s) deleted, {freed} bytes freed, "
+                f"{result.missing} already gone, {len(outcome.children)} child task(s)"
+            )
+            for path in result.deleted_paths_sample:
+                context.log.debug(f"deleted {path}")
+        return _summary(outcome), _done_metadata(outcome), outcome
+
+    if outcome.status is Status.LEASE_LOST:
+        if not outcome.started:
+            task = store.get_task(mine.realm_id, mine.task_id)
+            holder = _holder_text(task, store) if task else f"task {mine.label} is gone"
+            message = (
+                f"lease lost before the run started: {holder}; "
+                f"this run's lease (attempt {mine.attempt}) is void; nothing was deleted"
+            )
+        else:
+            message = (
+                f"{outcome.error}; the cleanup stopped at once and the current holder "
+                "finishes it (handlers are idempotent)"
+            )
+        context.log.warning(message)
+        summary = {**_summary(outcome), "message": message}
+        return summary, {**_lease_metadata(mine), "status": "lease-lost", "message": message}, None
+
+    error = _first_line(outcome.error)
+    if not outcome.recorded:
+        context.log.warning(
+            f"task {mine.label} failed (try {context.retry_number + 1}), retrying in this run "
+            f"under the same lease: {error}"
+        )
+        raise TransientTaskError(error)
+
+    meta = {
+        **_lease_metadata(mine),
+        "status": outcome.status.value,
+        "error": outcome.error or error,
+        "permanent": outcome.permanent,
+        "dagster run id": context.run_id,
+    }
+    if outcome.next_attempt_ms is not None:
+        meta["next attempt"] = _iso(outcome.next_attempt_ms) or ""
+    if outcome.result is not None:
+        meta["files deleted"] = outcome.result.deleted
+        meta["refused paths"] = len(outcome.result.refused)
+    if outcome.status is Status.DEAD:
+        tail = "dead-lettered after its last attempt; `polaris-pipeline tasks requeue` revives it"
+    else:
+        tail = f"recorded; the sweeper retries it after {meta.get('next attempt', 'a backoff')}"
+    context.log.error(f"task {mine.label} failed ({tail}): {outcome.error}")
+    raise Failure(description=error, metadata=meta, allow_retries=False)
+
+
+# ----------------------------------------------------------------------- ops
+
+
+@op(
+    description="Adopt the sensor's lease on one Polaris task and run it to an outcome.",
+    out={
+        "outcome": Out(dict, description="What the task did."),
+        "children": DynamicOut(
+            dict,
+            is_required=False,
+            description="First stage of child leases: manifest children (or batch if none).",
+        ),
+        "later_children": Out(
+            list,
+            is_required=False,
+            description="Second stage of child leases: batch children, after the manifests.",
+        ),
+    },
+    retry_policy=DEFAULT_RETRY_POLICY,
+    tags={"kind": "polaris"},
+)
+def run_polaris_task(
+    context: OpExecutionContext,
+    config: TaskLeaseConfig,
+    metastore: PolarisMetastoreResource,
+    storage: PolarisStorageResource,
+) -> Iterator[Output[Any] | DynamicOutput[Any]]:
+    summary, meta, outcome = run_leased_task(context, config.to_lease(), metastore, storage)
+    yield Output(summary, "outcome", metadata=meta)
+    if outcome is None or not outcome.children:
+        return
+    manifests = [c for c in outcome.children if c.task_type_code == MANIFEST_TYPE_CODE]
+    batches = [c for c in outcome.children if c.task_type_code != MANIFEST_TYPE_CODE]
+    # Whichever group runs first goes to the mapped stage: a stage fed by a
+    # collect of nothing would be skipped by Dagster.
+    first, later = (manifests, batches) if manifests else (batches, [])
+    for child in first:
+        yield DynamicOutput(
+            lease_to_dict(child), mapping_key=f"t{child.task_id}", output_name="children"
+        )
+    if later:
+        yield Output([lease_to_dict(c) for c in later], "later_children")
+
+
+@op(
+    description="Run one child task created by the table cleanup, under the run's lease.",
+    retry_policy=DEFAULT_RETRY_POLICY,
+    tags={"kind": "polaris"},
+)
+def run_child_task(
+    context: OpExecutionContext,
+    lease: dict,
+    metastore: PolarisMetastoreResource,
+    storage: PolarisStorageResource,
+) -> Output[dict]:
+    child = lease_from_dict(lease)
+    summary, meta, outcome = run_leased_task(context, child, metastore, storage)
+    if outcome is not None and outcome.children:
+        # Only table cleanups create children, and a child is never one.
+        context.log.warning(
+            f"child {child.label} created {len(outcome.children)} task(s) of its own; "
+            "they are left to the sweeper"
+        )
+    return Output(summary, metadata=meta)
+
+
+@op(
+    description=(
+        "Gate between the stages: once every manifest child is done, hand out the batch "
+        "children (manifest lists, older metadata) they may still be named by."
+    ),
+    ins={"later_children": In(list), "first_stage": In(list)},
+    out=DynamicOut(dict, is_required=False),
+    tags={"kind": "polaris"},
+)
+def release_later_children(
+    context: OpExecutionContext, later_children: list, first_stage: list
+) -> Iterator[DynamicOutput[dict]]:
+    context.log.info(
+        f"{len(first_stage)} first-stage child task(s) done; "
+        f"releasing {len(later_children)} batch child task(s)"
+    )
+    for lease in later_children:
+        yield DynamicOutput(lease, mapping_key=f"t{lease['task_id']}")
+
+
+def build_polaris_task_job(
+    name: str = JOB_NAME,
+    *,
+    retry_policy: RetryPolicy = DEFAULT_RETRY_POLICY,
+    tags: Mapping[str, str] | None = None,
+) -> JobDefinition:
+    """The task job; ``retry_policy`` replaces the op retry policy (tests use fast ones)."""
+    root = run_polaris_task.with_retry_policy(retry_policy)
+    child = run_child_task.with_retry_policy(retry_policy)
+    later_child = run_child_task.alias("run_later_child_task").with_retry_policy(retry_policy)
+
+    @job(
+        name=name,
+        description=(
+            "One Polaris cleanup task per run: adopt the sweeper's lease, clean up, then "
+            "run the child tasks of a table cleanup in two ordered stages."
+        ),
+        tags={**DEFAULT_RUN_TAGS, **(tags or {})},
+        executor_def=TASK_EXECUTOR,
+    )
+    def polaris_task_graph() -> None:
+        _outcome, children, later = root()
+        first_stage = children.map(child).collect()
+        release_later_children(later, first_stage).map(later_child)
+
+    return polaris_task_graph
+
+
+polaris_task_job = build_polaris_task_job()
+
+__all__ = [
+    "DEFAULT_RETRY_POLICY",
+    "JOB_NAME",
+    "TaskLeaseConfig",
+    "TransientTaskError",
+    "build_polaris_task_job",
+    "lease_from_dict",
+    "lease_tags",
+    "lease_to_dict",
+    "polaris_task_job",
+    "run_config_for",
+]

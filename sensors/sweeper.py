@@ -1,0 +1,217 @@
+"""``polaris_task_sweeper``: lease orphaned Polaris tasks and request one run per lease.
+
+Cadence: the daemon evaluates the sensor every few seconds
+(``minimum_interval_seconds``), but it only touches the metastore when the time
+stored in its cursor has come. After each sweep the next one is set a base
+interval plus a random jitter ahead, so several deployments sweeping one
+metastore spread out instead of hitting it together. A sweep that filled its
+per-tick cap sets the next sweep to now: the backlog drains one capped batch
+per evaluation, and each tick stays small and fast.
+
+Cursor: JSON ``{"next_sweep_ms": <epoch ms>, "backlog": <bool>}``.
+"""
+
+import json
+import math
+import random
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from dagster import (
+    DagsterRunStatus,
+    DefaultSensorStatus,
+    JobDefinition,
+    RunRequest,
+    RunsFilter,
+    SensorDefinition,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    sensor,
+)
+
+from jobs.task_job import lease_tags, polaris_task_job, run_config_for
+from polaris_pipeline.tasks.model import TaskState
+from resources.metastore import PolarisMetastoreResource
+from resources.sweeper import SweeperSettings
+
+SENSOR_NAME = "polaris_task_sweeper"
+# How often the daemon may evaluate the sensor. Evaluations before the cursor's
+# next sweep time cost nothing (no database access), so this can be short.
+MINIMUM_INTERVAL_SECONDS = 10
+
+# Runs that exist but have not started yet, so have not adopted their lease.
+_WAITING_STATUSES = [
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+]
+
+
+@dataclass(frozen=True)
+class SweepCursor:
+    next_sweep_ms: int | None = None
+    backlog: bool = False
+
+    @classmethod
+    def parse(cls, raw: str | None) -> "SweepCursor":
+        """The stored cursor; anything unreadable counts as none (sweep now)."""
+        if not raw:
+            return cls()
+        try:
+            data = json.loads(raw)
+            next_ms = data.get("next_sweep_ms")
+            return cls(
+                next_sweep_ms=int(next_ms) if next_ms is not None else None,
+                backlog=bool(data.get("backlog", False)),
+            )
+        except (ValueError, TypeError, AttributeError):
+            return cls()
+
+    def dump(self) -> str:
+        return json.dumps({"next_sweep_ms": self.next_sweep_ms, "backlog": self.backlog})
+
+
+def next_sweep_ms(now_ms: int, settings: SweeperSettings, rng: random.Random | None = None) -> int:
+    """``now`` plus the base interval stretched by a random part of the jitter."""
+    unit = (rng or random).random()
+    return now_ms + int(settings.interval_seconds * 1000 * (1 + settings.jitter * unit))
+
+
+def _pending_runs(context: SensorEvaluationContext, job_name: str) -> int:
+    try:
+        instance = context.instance
+    except Exception:
+        # A context built for a test without an instance: nothing to count.
+        return 0
+    return instance.get_runs_count(RunsFilter(job_name=job_name, statuses=_WAITING_STATUSES))
+
+
+def _state_counts(per_realm: dict[str, Counter[TaskState]]) -> Counter[TaskState]:
+    total: Counter[TaskState] = Counter()
+    for counts in per_realm.values():
+        total.update(counts)
+    return total
+
+
+def _realms_text(configured: Iterable[str] | None, seen: Iterable[str]) -> str:
+    realms = list(configured) if configured is not None else sorted(seen)
+    if configured is None and not realms:
+        return "any realm"
+    return "realms [" + ", ".join(realms) + "]"
+
+
+def nothing_available_reason(
+    metastore: PolarisMetastoreResource, wait_s: int, *, limit_note: str = ""
+) -> str:
+    """Why nothing was leased, from one count per state (one query on PostgreSQL)."""
+    per_realm = metastore.get_metastore().count_by_state(metastore.realms)
+    counts = _state_counts(per_realm)
+    parts = [
+        f"{counts[TaskState.PENDING]} pending within grace",
+        f"{counts[TaskState.LEASED]} leased",
+        f"{counts[TaskState.BACKING_OFF]} backing off",
+        f"{counts[TaskState.DEAD]} dead",
+    ]
+    if counts[TaskState.ORPHANED]:
+        parts.append(f"{counts[TaskState.ORPHANED]} orphaned but taken by a concurrent sweeper")
+    where = _realms_text(metastore.realms, per_realm)
+    return f"no orphaned tasks in {where}; {', '.join(parts)}{limit_note}; next sweep in {wait_s} s"
+
+
+def sweep_tick(
+    context: SensorEvaluationContext,
+    metastore: PolarisMetastoreResource,
+    sweeper: SweeperSettings,
+    *,
+    job_name: str = polaris_task_job.name,
+    now_ms: int | None = None,
+) -> SensorResult | SkipReason:
+    """One evaluation of the sweeper; see the module docstring."""
+    settings = sweeper.validated()
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    cursor = SweepCursor.parse(context.cursor)
+    if cursor.next_sweep_ms is not None and now < cursor.next_sweep_ms:
+        wait_s = math.ceil((cursor.next_sweep_ms - now) / 1000)
+        return SkipReason(f"next sweep in {wait_s} s (jittered)")
+
+    later = next_sweep_ms(now, settings)
+    wait_s = math.ceil((later - now) / 1000)
+    pending = _pending_runs(context, job_name)
+    room = settings.max_pending_runs - pending
+    if room <= 0:
+        return SensorResult(
+            skip_reason=(
+                f"{pending} run(s) of {job_name} still waiting to start "
+                f"(max_pending_runs {settings.max_pending_runs}); leasing nothing until they "
+                f"start; next sweep in {wait_s} s"
+            ),
+            cursor=SweepCursor(later).dump(),
+        )
+    limit = min(settings.max_runs_per_tick, room)
+
+    executor_id = metastore.executor_id("sensor")
+    started = time.monotonic()
+    leases = metastore.get_metastore().lease_available(executor_id, limit, metastore.realms)
+    elapsed = time.monotonic() - started
+    if not leases:
+        note = f" ({pending} run(s) still waiting to start)" if pending else ""
+        return SensorResult(
+            skip_reason=nothing_available_reason(metastore, wait_s, limit_note=note),
+            cursor=SweepCursor(later).dump(),
+        )
+
+    # A full batch means more is waiting: sweep again at the next evaluation.
+    backlog = len(leases) >= settings.max_runs_per_tick
+    cursor_out = SweepCursor(now if backlog else later, backlog=backlog)
+    realms = sorted({lease.realm_id for lease in leases})
+    context.log.info(
+        f"leased {len(leases)} task(s) in {', '.join(realms)} as {executor_id} "
+        f"in {elapsed:.2f} s; "
+        + ("backlog: sweeping again at the next evaluation" if backlog else f"next in {wait_s} s")
+    )
+    return SensorResult(
+        run_requests=[
+            RunRequest(
+                run_key=lease.run_key, run_config=run_config_for(lease), tags=lease_tags(lease)
+            )
+            for lease in leases
+        ],
+        cursor=cursor_out.dump(),
+    )
+
+
+def build_polaris_task_sweeper(
+    job: JobDefinition = polaris_task_job,
+    *,
+    name: str = SENSOR_NAME,
+    minimum_interval_seconds: int = MINIMUM_INTERVAL_SECONDS,
+    default_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
+) -> SensorDefinition:
+    """The sweeper sensor for ``job`` (a job built by ``build_polaris_task_job``)."""
+
+    @sensor(
+        name=name,
+        job=job,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=default_status,
+        description=(
+            "Leases orphaned Polaris cleanup tasks (never leased past the grace period, or "
+            "whose lease expired) and requests one run of the task job per lease."
+        ),
+    )
+    def _sweeper(
+        context: SensorEvaluationContext,
+        metastore: PolarisMetastoreResource,
+        sweeper: SweeperSettings,
+    ) -> SensorResult | SkipReason:
+        return sweep_tick(context, metastore, sweeper, job_name=job.name)
+
+    return _sweeper
+
+
+# Running by default: a sweeper that waits for someone to switch it on guarantees
+# nothing. Stopping it in the UI is remembered by the instance.
+polaris_task_sweeper = build_polaris_task_sweeper()

@@ -1,0 +1,514 @@
+"""``polaris_task_job`` run for real: Dagster instances (SQLite and PostgreSQL storage),
+a real metastore, pyiceberg tables on local files and on the moto S3 server.
+
+Runs are requested by the sweeper sensor, as in production, then executed.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from dagster import (
+    DagsterEventType,
+    DagsterInstance,
+    DagsterRunStatus,
+    JobDefinition,
+    RetryPolicy,
+    RunRequest,
+    SensorResult,
+    build_sensor_context,
+    execute_job,
+    reconstructable,
+)
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
+
+from jobs.task_job import build_polaris_task_job, lease_from_dict, polaris_task_job
+from polaris_pipeline import demo_tables
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.tasks.model import NewTask, Prop
+from resources import (
+    PolarisMetastoreResource,
+    PolarisStorageResource,
+    SweeperSettings,
+    clear_metastore_cache,
+    clear_storage_cache,
+)
+from sensors.sweeper import polaris_task_sweeper
+from tests.support.iceberg import Warehouse, table_files
+from tests.support.metastore import PG_ADMIN_URL
+from tests.support.tasks import batch_task
+
+OLD_MS = 10 * 60_000
+FAST_RETRIES = RetryPolicy(max_retries=2, delay=0.05)
+NO_TELEMETRY = {"telemetry": {"enabled": False}}
+
+
+# -- fixtures ----------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _fresh_caches() -> Iterator[None]:
+    yield
+    clear_metastore_cache()
+    clear_storage_cache()
+
+
+@pytest.fixture(scope="session")
+def dagster_pg_url() -> Iterator[str]:
+    """A PostgreSQL database for Dagster's own storage, created and dropped by this session."""
+    name = f"pp_dagster_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    # No pool: the drop at the end opens a fresh connection, even if the server
+    # restarted meanwhile.
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    # dagster-postgres talks psycopg2; our metastore uses psycopg 3.
+    url = make_url(PG_ADMIN_URL).set(drivername="postgresql+psycopg2", database=name)
+    try:
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def _sqlite_instance(home: Path) -> DagsterInstance:
+    home.mkdir(parents=True, exist_ok=True)
+    return DagsterInstance.local_temp(str(home), overrides=NO_TELEMETRY)
+
+
+def _postgres_instance(home: Path, url: str) -> DagsterInstance:
+    home.mkdir(parents=True, exist_ok=True)
+    return DagsterInstance.local_temp(
+        str(home), overrides={**NO_TELEMETRY, "storage": {"postgres": {"postgres_url": url}}}
+    )
+
+
+@pytest.fixture(params=["sqlite-instance", "postgres-instance"])
+def instance(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DagsterInstance]:
+    """A Dagster instance whose run and event storage is SQLite files, or PostgreSQL."""
+    home = tmp_path / "dagster_home"
+    if request.param == "sqlite-instance":
+        inst = _sqlite_instance(home)
+    else:
+        inst = _postgres_instance(home, request.getfixturevalue("dagster_pg_url"))
+    with inst:
+        yield inst
+
+
+@pytest.fixture
+def sqlite_instance(tmp_path: Path) -> Iterator[DagsterInstance]:
+    with _sqlite_instance(tmp_path / "dagster_home") as inst:
+        yield inst
+
+
+# -- helpers -----------------------------------------------------------------------
+
+
+def metastore_resource(store: Metastore, **overrides: Any) -> PolarisMetastoreResource:
+    policy = store.policy
+    values: dict[str, Any] = {
+        "url": store.url.render_as_string(hide_password=False),
+        "lease_timeout_ms": policy.lease_timeout_ms,
+        "grace_ms": policy.grace_ms,
+        "max_attempts": policy.max_attempts,
+        **overrides,
+    }
+    return PolarisMetastoreResource(**values)
+
+
+def storage_resource(warehouse: Warehouse, moto: Any = None) -> PolarisStorageResource:
+    locations = None
+    if warehouse.kind == "s3":
+        bucket = warehouse.uri.removeprefix("s3://").split("/", 1)[0]
+        locations = [{"prefix": f"s3://{bucket}", "options": moto.storage_options()}]
+    return PolarisStorageResource(locations=locations, allowed_prefixes=[warehouse.uri])
+
+
+def sweep(metastore: PolarisMetastoreResource, instance: DagsterInstance) -> list[RunRequest]:
+    """One sensor tick; the run requests it made."""
+    with build_sensor_context(
+        instance=instance,
+        resources={"metastore": metastore, "sweeper": SweeperSettings(interval_seconds=0)},
+    ) as context:
+        result = polaris_task_sweeper(context)
+    if isinstance(result, SensorResult):
+        return list(result.run_requests or [])
+    return []
+
+
+def execute(
+    request: RunRequest,
+    instance: DagsterInstance,
+    metastore: PolarisMetastoreResource,
+    storage: PolarisStorageResource,
+    job: JobDefinition = polaris_task_job,
+) -> Any:
+    return job.execute_in_process(
+        run_config=request.run_config,
+        tags=request.tags,
+        instance=instance,
+        resources={"metastore": metastore, "storage": storage},
+        raise_on_error=False,
+    )
+
+
+def drop(store: Metastore, table: Any, realm: str = "POLARIS") -> NewTask:
+    """Polaris's drop-with-purge: the cleanup task, written long enough ago to be orphaned."""
+    task = demo_tables.drop_table_task(
+        table, realm_id=realm, create_timestamp=store.now_ms() - OLD_MS
+    )
+    store.insert_tasks([task])
+    return task
+
+
+def messages(instance: DagsterInstance, run_id: str) -> list[str]:
+    return [entry.user_message for entry in instance.all_logs(run_id)]
+
+
+def step_events(instance: DagsterInstance, run_id: str) -> list[tuple[str, str, float]]:
+    """(event type, step key, timestamp) of every step event of the run."""
+    out = []
+    for entry in instance.all_logs(run_id):
+        event = entry.dagster_event
+        if event is not None and event.step_key:
+            out.append((event.event_type_value, event.step_key, entry.timestamp))
+    return out
+
+
+def files_deleted(result: Any) -> int:
+    total = 0
+    for event in result.all_events:
+        if event.is_successful_output:
+            value = event.step_output_data.metadata.get("files deleted")
+            total += int(value.value) if value is not None else 0
+    return total
+
+
+def assert_table_purged(
+    warehouse: Warehouse, victim_files: set[str], neighbour_files: Sequence[str]
+) -> None:
+    left = sorted(f for f in victim_files if warehouse.exists(f))
+    assert not left, f"{len(left)} file(s) of the dropped table remain, e.g. {left[:3]}"
+    missing = sorted(f for f in neighbour_files if not warehouse.exists(f))
+    assert not missing, f"neighbour table lost {missing[:3]}"
+
+
+# -- table cleanup, end to end -----------------------------------------------------
+
+
+def test_table_cleanup_runs_children_in_order(
+    metastore: Metastore, local_warehouse: Warehouse, instance: DagsterInstance
+) -> None:
+    victim = local_warehouse.build(
+        "victim", partitioned=True, with_deletes=True, with_statistics=True
+    )
+    neighbour = local_warehouse.build("neighbour", appends=1)
+    victim_files = table_files(victim)
+    existing = {f for f in victim_files if local_warehouse.exists(f)}
+    neighbour_files = sorted(table_files(neighbour))
+    task = drop(metastore, victim)
+    resource = metastore_resource(metastore)
+    storage = storage_resource(local_warehouse)
+
+    [request] = sweep(resource, instance)
+    assert request.run_key == f"POLARIS:{task.id}:1"
+    result = execute(request, instance, resource, storage)
+
+    assert result.success
+    assert_table_purged(local_warehouse, victim_files, neighbour_files)
+    assert metastore.list_tasks() == []  # the task and every child it created
+    assert files_deleted(result) == len(existing)
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None and run.status is DagsterRunStatus.SUCCESS
+    assert run.tags["polaris/task_id"] == str(task.id)
+    assert run.tags["dagster/max_retries"] == "2"
+
+    root = result.output_for_node("run_polaris_task", "outcome")
+    assert root["status"] == "done" and root["deleted"] == 1  # the current metadata file
+    manifests = result.output_for_node("run_child_task")
+    later = result.output_for_node("run_later_child_task")
+    assert manifests and later
+    assert {o["task_type"] for o in manifests.values()} == {"manifest_file_cleanup"}
+    assert {o["task_type"] for o in later.values()} == {"batch_file_cleanup"}
+    assert root["children"] == len(manifests) + len(later)
+
+    # Every manifest child finished before the first batch child started.
+    events = step_events(instance, result.run_id)
+    manifest_done = max(
+        ts for kind, key, ts in events if kind == "STEP_SUCCESS" and key.startswith("run_child")
+    )
+    later_start = min(
+        ts for kind, key, ts in events if kind == "STEP_START" and key.startswith("run_later")
+    )
+    assert manifest_done <= later_start
+    assert any("done: 1 file(s) deleted" in m for m in messages(instance, result.run_id))
+
+
+@pytest.mark.parametrize("metastore_url", ["postgresql"], indirect=True)
+def test_table_cleanup_on_s3(
+    metastore: Metastore,
+    s3_warehouse: Warehouse,
+    moto_server: Any,
+    sqlite_instance: DagsterInstance,
+) -> None:
+    victim = s3_warehouse.build("victim", with_deletes=True, appends=1)
+    neighbour = s3_warehouse.build("neighbour", appends=1)
+    victim_files = table_files(victim)
+    neighbour_files = sorted(table_files(neighbour))
+    drop(metastore, victim)
+    resource = metastore_resource(metastore)
+    storage = storage_resource(s3_warehouse, moto_server)
+
+    [request] = sweep(resource, sqlite_instance)
+    result = execute(request, sqlite_instance, resource, storage)
+
+    assert result.success
+    assert_table_purged(s3_warehouse, victim_files, neighbour_files)
+    assert metastore.list_tasks() == []
+    # No secret leaks into what the run stored.
+    text_of_run = "\n".join(messages(sqlite_instance, result.run_id))
+    assert moto_server.secret not in text_of_run
+
+
+def test_table_without_manifest_children_still_runs_its_batches(
+    metastore: Metastore, local_warehouse: Warehouse, sqlite_instance: DagsterInstance
+) -> None:
+    """gc.enabled=false: no manifest child; the batch children form the first stage."""
+    victim = local_warehouse.build("victim", appends=1, properties={"gc.enabled": "false"})
+    content = demo_tables.content_files(victim)
+    drop(metastore, victim)
+    resource = metastore_resource(metastore)
+
+    [request] = sweep(resource, sqlite_instance)
+    result = execute(request, sqlite_instance, resource, storage_resource(local_warehouse))
+
+    assert result.success
+    assert metastore.list_tasks() == []
+    children = result.output_for_node("run_child_task")
+    assert children and {o["task_type"] for o in children.values()} == {"batch_file_cleanup"}
+    assert all(local_warehouse.exists(f) for f in content)  # gc disabled: data stays
+    assert not local_warehouse.exists(victim.metadata_location)
+
+
+# -- failures ----------------------------------------------------------------------
+
+
+def test_failed_task_records_the_run_id_and_the_run_fails_with_one_line(
+    metastore: Metastore, instance: DagsterInstance
+) -> None:
+    task = NewTask(
+        realm_id="POLARIS",
+        id=demo_tables.new_task_id(),
+        name="entityCleanup_42",
+        properties={Prop.TASK_TYPE: "1", Prop.DATA: '{"id": 42, "name": '},
+        internal_properties={"storageLocation": "file:///nowhere/ns/t"},
+        create_timestamp=metastore.now_ms() - OLD_MS,
+    )
+    metastore.insert_tasks([task])
+    resource = metastore_resource(metastore)
+
+    [request] = sweep(resource, instance)
+    result = execute(request, instance, resource, PolarisStorageResource())
+
+    assert not result.success
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None and run.status is DagsterRunStatus.FAILURE
+    [failure] = [e for e in result.all_events if e.is_step_failure]
+    user = failure.step_failure_data.user_failure_data
+    assert user is not None and user.description is not None
+    assert "\n" not in user.description
+    assert user.description.startswith(f"task POLARIS/{task.id} 'entityCleanup_42': ")
+    assert "not JSON" in user.description
+    assert user.metadata["dagster run id"].value == result.run_id
+    # A permanent failure is not retried by the op's RetryPolicy.
+    assert not [e for e in result.all_events if e.event_type == DagsterEventType.STEP_UP_FOR_RETRY]
+
+    row = metastore.get_task("POLARIS", task.id)
+    assert row is not None
+    assert row.properties[Prop.RUN_ID] == result.run_id
+    assert row.status == "failed" and row.last_error == user.description
+    assert row.attempt_count == 1
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_transient_failure_is_retried_in_the_run_then_recorded(
+    metastore: Metastore, sqlite_instance: DagsterInstance
+) -> None:
+    """Storage that cannot be reached: the op retries under the same lease, then records."""
+    location = "s3://unreachable/wh/ns/t"
+    task = batch_task(
+        "POLARIS",
+        [f"{location}/metadata/snap-1.avro"],
+        internal={"storageLocation": location},
+        create_timestamp=metastore.now_ms() - OLD_MS,
+    )
+    metastore.insert_tasks([task])
+    resource = metastore_resource(metastore)
+    options = {
+        "endpoint_url": f"http://127.0.0.1:{_closed_port()}",
+        "key": "k",
+        "secret": "s",
+        "client_kwargs": {"region_name": "us-east-1"},
+        "config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 1},
+    }
+    storage = PolarisStorageResource(locations=[{"prefix": "s3://unreachable", "options": options}])
+    job = build_polaris_task_job("polaris_task_job_fast_retries", retry_policy=FAST_RETRIES)
+
+    [request] = sweep(resource, sqlite_instance)
+    result = execute(request, sqlite_instance, resource, storage, job=job)
+
+    assert not result.success
+    retries = [e for e in result.all_events if e.event_type == DagsterEventType.STEP_UP_FOR_RETRY]
+    assert len(retries) == FAST_RETRIES.max_retries
+    [failure] = [e for e in result.all_events if e.is_step_failure]
+    user = failure.step_failure_data.user_failure_data
+    assert user is not None and user.description is not None
+    assert "\n" not in user.description and "snap-1.avro" in user.description
+    row = metastore.get_task("POLARIS", task.id)
+    assert row is not None
+    # One lease, one recorded failure: every try ran under the sensor's lease.
+    assert row.attempt_count == 1
+    assert row.status == "failed" and row.properties[Prop.RUN_ID] == result.run_id
+    assert row.last_error == user.description
+
+
+# -- leases ------------------------------------------------------------------------
+
+
+def test_lost_lease_stops_the_run_before_any_delete(
+    metastore: Metastore, local_warehouse: Warehouse, sqlite_instance: DagsterInstance
+) -> None:
+    victim = local_warehouse.build("victim", appends=1)
+    victim_files = sorted(table_files(victim))
+    task = drop(metastore, victim)
+    resource = metastore_resource(metastore)
+
+    [request] = sweep(resource, sqlite_instance)
+    sensor_lease = lease_from_dict(request.run_config["ops"]["run_polaris_task"]["config"])
+    # Another executor takes the task after the sensor leased it.
+    assert metastore.take_over(sensor_lease, "polaris-server-2") is not None
+    result = execute(request, sqlite_instance, resource, storage_resource(local_warehouse))
+
+    assert result.success  # not a failure of this run: someone else owns the task now
+    assert all(local_warehouse.exists(f) for f in victim_files)
+    outcome = result.output_for_node("run_polaris_task", "outcome")
+    assert outcome["status"] == "lease-lost"
+    lost = [m for m in messages(sqlite_instance, result.run_id) if "lease lost" in m]
+    assert lost and lost[0].startswith(
+        f"lease lost before the run started: another executor holds task POLARIS/{task.id} "
+    )
+    assert "polaris-server-2" in lost[0] and lost[0].endswith("nothing was deleted")
+    row = metastore.get_task("POLARIS", task.id)
+    assert row is not None and row.executor_id == "polaris-server-2"
+    assert Prop.ERROR not in row.properties  # nothing recorded by the loser
+
+
+def test_expired_sensor_lease_is_leased_again_by_the_run(
+    metastore: Metastore, tmp_path: Path, sqlite_instance: DagsterInstance
+) -> None:
+    """A run that starts after its lease lapsed (a long run queue) re-leases a free task."""
+    root = tmp_path / "wh" / "ns" / "t"
+    (root / "metadata").mkdir(parents=True)
+    files = [root / "metadata" / f"snap-{i}.avro" for i in range(3)]
+    for f in files:
+        f.write_bytes(b"x" * 10)
+    task = batch_task(
+        "POLARIS",
+        [f"file://{f}" for f in files],
+        internal={"storageLocation": f"file://{root}"},
+        create_timestamp=metastore.now_ms() - OLD_MS,
+    )
+    metastore.insert_tasks([task])
+    resource = metastore_resource(metastore, lease_timeout_ms=1_000)
+
+    [request] = sweep(resource, sqlite_instance)
+    time.sleep(1.2)
+    result = execute(request, sqlite_instance, resource, PolarisStorageResource())
+
+    assert result.success
+    assert not any(f.exists() for f in files)
+    assert metastore.get_task("POLARIS", task.id) is None
+    assert any(
+        "expired before the run started; leased the task again as attempt 2" in m
+        for m in messages(sqlite_instance, result.run_id)
+    )
+
+
+# -- the deployed shape: multiprocess executor, PostgreSQL instance ----------------
+
+
+def deployed_task_job() -> JobDefinition:
+    """The job with the code location's resources bound, for ``reconstructable``."""
+    import definitions
+
+    return definitions.defs.get_job_def("polaris_task_job")
+
+
+@pytest.mark.parametrize("metastore_url", ["postgresql"], indirect=True)
+def test_multiprocess_run_on_a_postgres_instance(
+    metastore: Metastore,
+    local_warehouse: Warehouse,
+    dagster_pg_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each step in its own process, Dagster storage in PostgreSQL, resources from the env."""
+    # One snapshot: one manifest child and one batch child, so few processes to start.
+    neighbour = local_warehouse.build("neighbour", appends=1)
+    neighbour_files = sorted(table_files(neighbour))
+    victim = local_warehouse.catalog.create_table(("ns", "victim"), schema=demo_tables.TABLE_SCHEMA)
+    victim.append(
+        pa.table(
+            {"id": [1, 2], "category": ["a", "b"], "value": [1.0, 2.0]}, demo_tables.ARROW_SCHEMA
+        )
+    )
+    victim = local_warehouse.catalog.load_table(("ns", "victim"))
+    victim_files = table_files(victim)
+    drop(metastore, victim)
+    monkeypatch.setenv("POLARIS_METASTORE_URL", metastore.url.render_as_string(False))
+    monkeypatch.delenv("POLARIS_PIPELINE_STORAGE_CONFIG", raising=False)
+    import definitions
+
+    with _postgres_instance(tmp_path / "dagster_home", dagster_pg_url) as instance:
+        resources = dict(definitions.defs.resources or {})
+        with build_sensor_context(instance=instance, resources=resources) as context:
+            result = polaris_task_sweeper(context)
+        assert isinstance(result, SensorResult)
+        [request] = result.run_requests or []
+        started = time.monotonic()
+        with execute_job(
+            reconstructable(deployed_task_job),
+            instance=instance,
+            run_config=request.run_config,
+            tags=request.tags,
+        ) as run:
+            print(f"\nmultiprocess run: {time.monotonic() - started:.1f} s")
+            assert run.success
+            processes = {
+                entry.dagster_event.pid
+                for entry in instance.all_logs(run.run_id)
+                if entry.dagster_event is not None
+                and entry.dagster_event.event_type == DagsterEventType.STEP_START
+            }
+            assert len(processes) > 1  # really one process per step
+            assert run.output_for_node("run_polaris_task", "outcome")["status"] == "done"
+            assert run.output_for_node("run_child_task")  # the mapped stage, across processes
+
+    assert_table_purged(local_warehouse, victim_files, neighbour_files)
+    assert metastore.list_tasks() == []

@@ -1,0 +1,367 @@
+"""The sweeper sensor, evaluated by Dagster against a real metastore (PostgreSQL and SQLite)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from dagster import (
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    SensorResult,
+    SkipReason,
+    build_sensor_context,
+)
+
+from jobs.task_job import JOB_NAME, TaskLeaseConfig
+from polaris_pipeline.errors import StorageConfigError
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop, TaskState
+from resources import (
+    PolarisMetastoreResource,
+    PolarisStorageResource,
+    SweeperSettings,
+    clear_metastore_cache,
+    clear_storage_cache,
+)
+from sensors.sweeper import SweepCursor, polaris_task_sweeper
+from tests.support.tasks import batch_task, seed
+
+GRACE_MS = 30_000
+OLD_MS = 10 * 60_000
+
+
+@pytest.fixture
+def policy() -> LeasePolicy:
+    # A real grace period, so "fresh" tasks exist; overrides tests/support/metastore.py.
+    return LeasePolicy(lease_timeout_ms=60_000, grace_ms=GRACE_MS)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_caches() -> Iterator[None]:
+    yield
+    clear_metastore_cache()
+    clear_storage_cache()
+
+
+@pytest.fixture
+def instance() -> Iterator[DagsterInstance]:
+    with DagsterInstance.ephemeral() as inst:
+        yield inst
+
+
+def resource_for(store: Metastore, **kwargs: Any) -> PolarisMetastoreResource:
+    policy = store.policy
+    values: dict[str, Any] = {
+        "url": store.url.render_as_string(hide_password=False),
+        "lease_timeout_ms": policy.lease_timeout_ms,
+        "grace_ms": policy.grace_ms,
+        "max_attempts": policy.max_attempts,
+        **kwargs,
+    }
+    return PolarisMetastoreResource(**values)
+
+
+def evaluate(
+    metastore: PolarisMetastoreResource,
+    instance: DagsterInstance,
+    *,
+    cursor: str | None = None,
+    sweeper: SweeperSettings | None = None,
+) -> SensorResult | SkipReason:
+    with build_sensor_context(
+        instance=instance,
+        cursor=cursor,
+        resources={"metastore": metastore, "sweeper": sweeper or SweeperSettings()},
+    ) as context:
+        result = polaris_task_sweeper(context)
+    assert isinstance(result, SensorResult | SkipReason)
+    return result
+
+
+def old_tasks(store: Metastore, realm: str, n: int) -> list[NewTask]:
+    """Never-leased tasks created long ago: orphaned."""
+    return seed(store, realm, n, create_timestamp=store.now_ms() - OLD_MS)
+
+
+def live_leased_task(store: Metastore, realm: str, executor: str = "polaris-server-1") -> NewTask:
+    """A task a live Polaris leased a moment ago."""
+    now = store.now_ms()
+    task = batch_task(
+        realm,
+        create_timestamp=now - OLD_MS,
+        extra={Prop.EXECUTOR: executor, Prop.START_TIME: str(now), Prop.ATTEMPT_COUNT: "1"},
+    )
+    store.insert_tasks([task])
+    return task
+
+
+def test_run_requests_match_available_tasks(metastore: Metastore, instance: DagsterInstance):
+    orphans = old_tasks(metastore, "A", 3) + old_tasks(metastore, "B", 2)
+    live = live_leased_task(metastore, "A")
+    fresh = seed(metastore, "A", 1)  # created now: Polaris may be running it in-process
+
+    result = evaluate(resource_for(metastore), instance)
+
+    assert isinstance(result, SensorResult)
+    requests = result.run_requests or []
+    by_id = {int(r.tags["polaris/task_id"]): r for r in requests}
+    assert set(by_id) == {t.id for t in orphans}
+    assert live.id not in by_id and fresh[0].id not in by_id
+    keys = [r.run_key for r in requests]
+    assert len(set(keys)) == len(keys)
+    for task in orphans:
+        request = by_id[task.id]
+        row = metastore.get_task(task.realm_id, task.id)
+        assert row is not None and row.executor_id is not None
+        assert row.executor_id.startswith("polaris-pipeline:sensor:")
+        assert request.run_key == f"{task.realm_id}:{task.id}:1"
+        assert request.tags == {
+            "polaris/realm": task.realm_id,
+            "polaris/task_id": str(task.id),
+            "polaris/task_type": "batch_file_cleanup",
+            "polaris/attempt": "1",
+            "polaris/executor": row.executor_id,
+        }
+        config = request.run_config["ops"]["run_polaris_task"]["config"]
+        lease = TaskLeaseConfig(**config).to_lease()
+        assert (lease.realm_id, lease.task_id, lease.attempt) == (task.realm_id, task.id, 1)
+        assert lease.executor_id == row.executor_id
+        assert lease.entity_version == row.entity_version
+        assert lease.start_time_ms == row.start_time_ms
+        assert lease.name == task.name and lease.task_type_code == "3"
+        # Polaris ids use 63 bits: passed as text so the UI cannot round them.
+        assert isinstance(config["task_id"], str)
+    # The live lease and the fresh task are untouched.
+    live_row = metastore.get_task("A", live.id)
+    assert live_row is not None and live_row.executor_id == "polaris-server-1"
+    fresh_row = metastore.get_task("A", fresh[0].id)
+    assert fresh_row is not None and fresh_row.executor_id is None
+    # One executor id for the whole tick.
+    assert len({r.tags["polaris/executor"] for r in requests}) == 1
+
+
+def test_realms_limit_what_is_leased(metastore: Metastore, instance: DagsterInstance):
+    in_a = old_tasks(metastore, "A", 2)
+    in_b = old_tasks(metastore, "B", 2)
+
+    result = evaluate(resource_for(metastore, realms=["A"]), instance)
+
+    assert isinstance(result, SensorResult)
+    assert {int(r.tags["polaris/task_id"]) for r in result.run_requests or []} == {
+        t.id for t in in_a
+    }
+    for task in in_b:
+        row = metastore.get_task("B", task.id)
+        assert row is not None and row.executor_id is None
+
+
+def test_cursor_holds_jittered_next_sweep_and_early_ticks_skip(
+    metastore: Metastore, instance: DagsterInstance
+):
+    old_tasks(metastore, "A", 1)
+    settings = SweeperSettings(interval_seconds=60, jitter=0.2)
+    resource = resource_for(metastore)
+
+    before = int(time.time() * 1000)
+    first = evaluate(resource, instance, sweeper=settings)
+    after = int(time.time() * 1000)
+
+    assert isinstance(first, SensorResult) and len(first.run_requests or []) == 1
+    assert first.cursor is not None
+    cursor = json.loads(first.cursor)
+    assert before + 60_000 <= cursor["next_sweep_ms"] <= after + 72_000
+    assert cursor["backlog"] is False
+
+    # A task becomes available, but the next sweep is not due: no database access.
+    late = old_tasks(metastore, "A", 1)[0]
+    second = evaluate(resource, instance, cursor=first.cursor, sweeper=settings)
+    assert isinstance(second, SkipReason)
+    assert second.skip_message is not None
+    assert second.skip_message.startswith("next sweep in ")
+    assert second.skip_message.endswith(" s (jittered)")
+    wait_s = int(second.skip_message.split()[3])
+    assert 55 <= wait_s <= 72
+    row = metastore.get_task("A", late.id)
+    assert row is not None and row.executor_id is None
+
+    # Once the time has come, the sweep acts again.
+    due = SweepCursor(next_sweep_ms=int(time.time() * 1000) - 1).dump()
+    third = evaluate(resource, instance, cursor=due, sweeper=settings)
+    assert isinstance(third, SensorResult)
+    assert [int(r.tags["polaris/task_id"]) for r in third.run_requests or []] == [late.id]
+
+
+def test_jitter_spreads_the_next_sweep(metastore: Metastore, instance: DagsterInstance):
+    settings = SweeperSettings(interval_seconds=10, jitter=0.5)
+    resource = resource_for(metastore)
+    delays = []
+    for _ in range(20):
+        now = int(time.time() * 1000)
+        result = evaluate(resource, instance, sweeper=settings)
+        assert isinstance(result, SensorResult) and result.cursor is not None
+        delay = json.loads(result.cursor)["next_sweep_ms"] - now
+        assert 10_000 <= delay <= 15_000 + 1_000
+        delays.append(delay)
+    assert len(set(delays)) > 1
+
+
+def test_skip_reason_says_why_nothing_is_available(metastore: Metastore, instance: DagsterInstance):
+    seed(metastore, "A", 2)  # fresh, within grace
+    live_leased_task(metastore, "A")
+    failed = old_tasks(metastore, "A", 1)[0]
+    [lease] = metastore.lease_available("someone-else", 1, ["A"])
+    assert lease.task_id == failed.id
+    metastore.fail(lease, "boom")  # backing off now
+    old = metastore.now_ms() - OLD_MS
+    dead = batch_task("A", create_timestamp=old, extra={Prop.STATUS: "dead"})
+    metastore.insert_tasks([dead])
+
+    result = evaluate(resource_for(metastore), instance)
+
+    assert isinstance(result, SensorResult)
+    assert not result.run_requests
+    assert result.skip_reason is not None
+    message = result.skip_reason.skip_message
+    assert message is not None
+    assert message.startswith(
+        "no orphaned tasks in realms [A]; 2 pending within grace, 1 leased, 1 backing off, 1 dead"
+    ), message
+    assert result.cursor is not None and json.loads(result.cursor)["next_sweep_ms"] > 0
+
+
+def test_skip_reason_on_an_empty_metastore(metastore: Metastore, instance: DagsterInstance):
+    result = evaluate(resource_for(metastore), instance)
+    assert isinstance(result, SensorResult) and result.skip_reason is not None
+    assert result.skip_reason.skip_message is not None
+    assert result.skip_reason.skip_message.startswith("no orphaned tasks in any realm; 0 pending")
+
+
+def test_waiting_runs_hold_back_leasing(metastore: Metastore, instance: DagsterInstance):
+    old_tasks(metastore, "A", 5)
+    # Runs created but not started yet (queued runs need a code location origin).
+    for status in (DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING):
+        instance.add_run(DagsterRun(job_name=JOB_NAME, run_id=str(uuid.uuid4()), status=status))
+    resource = resource_for(metastore)
+
+    full = evaluate(resource, instance, sweeper=SweeperSettings(max_pending_runs=2))
+    assert isinstance(full, SensorResult) and not full.run_requests
+    assert full.skip_reason is not None and full.skip_reason.skip_message is not None
+    assert "2 run(s) of polaris_task_job still waiting to start" in full.skip_reason.skip_message
+    counts = metastore.count_by_state(["A"])["A"]
+    assert counts[TaskState.ORPHANED] == 5
+
+    room = evaluate(resource, instance, sweeper=SweeperSettings(max_pending_runs=5))
+    assert isinstance(room, SensorResult) and len(room.run_requests or []) == 3
+
+
+@pytest.mark.parametrize("metastore_url", ["postgresql"], indirect=True)
+def test_per_tick_cap_with_a_large_backlog(metastore: Metastore, instance: DagsterInstance):
+    old = metastore.now_ms() - OLD_MS
+    started = time.monotonic()
+    for _ in range(10):
+        metastore.insert_tasks([batch_task("A", create_timestamp=old) for _ in range(1_000)])
+    print(f"\ninserted 10,000 tasks in {time.monotonic() - started:.2f} s")
+    resource = resource_for(metastore)
+    settings = SweeperSettings(max_runs_per_tick=200)
+
+    started = time.monotonic()
+    first = evaluate(resource, instance, sweeper=settings)
+    print(f"tick over a 10,000-task backlog: {time.monotonic() - started:.3f} s")
+
+    assert isinstance(first, SensorResult)
+    assert len(first.run_requests or []) == 200
+    assert first.cursor is not None
+    cursor = json.loads(first.cursor)
+    # A full batch: the next evaluation sweeps again instead of waiting a minute.
+    assert cursor["backlog"] is True
+    assert cursor["next_sweep_ms"] <= int(time.time() * 1000)
+
+    started = time.monotonic()
+    second = evaluate(resource, instance, cursor=first.cursor, sweeper=settings)
+    print(f"second tick: {time.monotonic() - started:.3f} s")
+    assert isinstance(second, SensorResult)
+    assert len(second.run_requests or []) == 200
+    first_keys = {r.run_key for r in first.run_requests or []}
+    second_keys = {r.run_key for r in second.run_requests or []}
+    assert not first_keys & second_keys
+    counts = metastore.count_by_state(["A"])["A"]
+    assert counts[TaskState.LEASED] == 400
+    assert counts[TaskState.ORPHANED] == 9_600
+
+
+def test_definitions_sensor_reads_the_url_from_the_environment(
+    metastore: Metastore, instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
+):
+    """The code location as deployed: EnvVar resolved when the sensor is evaluated."""
+    import definitions
+
+    task = old_tasks(metastore, "A", 1)[0]
+    monkeypatch.setenv("POLARIS_METASTORE_URL", metastore.url.render_as_string(False))
+
+    defs = definitions.defs
+    assert defs.sensors is not None and list(defs.sensors) == [polaris_task_sweeper]
+    # The resources exactly as the code location binds them (EnvVar unresolved until now).
+    with build_sensor_context(instance=instance, resources=dict(defs.resources or {})) as context:
+        result = polaris_task_sweeper(context)
+    assert isinstance(result, SensorResult)
+    assert [int(r.tags["polaris/task_id"]) for r in result.run_requests or []] == [task.id]
+
+
+# -- the resources the sensor and the runs share -----------------------------------
+
+
+def test_metastore_resource_never_shows_the_password(metastore: Metastore) -> None:
+    resource = PolarisMetastoreResource(url="postgresql+psycopg://polaris:s3cret@db/polaris")
+    assert "s3cret" not in repr(resource)
+    assert resource.display_url == "postgresql+psycopg://polaris:***@db/polaris"
+
+
+def test_metastore_resource_reuses_one_metastore_per_process(metastore: Metastore) -> None:
+    resource = resource_for(metastore)
+    again = resource_for(metastore)  # Dagster rebuilds resources on every tick
+    assert resource.get_metastore() is again.get_metastore()
+    other_policy = resource_for(metastore, max_attempts=3)
+    assert other_policy.get_metastore() is not resource.get_metastore()
+    assert other_policy.get_metastore().policy.max_attempts == 3
+
+
+def test_executor_ids() -> None:
+    resource = PolarisMetastoreResource(url="sqlite:///x.db", executor_prefix="pp-eu")
+    sensor_id = resource.executor_id("sensor")
+    assert sensor_id.startswith("pp-eu:sensor:") and sensor_id != resource.executor_id("sensor")
+    assert resource.run_executor_id("abc") == "pp-eu:run:abc"
+
+
+def test_storage_resource_inline_or_file(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WH_SECRET", "hunter2")
+    inline = PolarisStorageResource(
+        locations=[{"prefix": "s3://bucket/wh", "options": {"secret": {"env": "WH_SECRET"}}}],
+        allowed_prefixes=["s3://bucket/wh"],
+    )
+    config = inline.get_config()
+    assert config.options_for("s3://bucket/wh/t/x") == {"secret": "hunter2"}
+    assert "hunter2" not in repr(config)
+    assert inline.get_resolver() is inline.get_resolver()
+
+    path = tmp_path / "storage.yaml"
+    path.write_text("allowed_prefixes: [file:///data/wh]\n")
+    monkeypatch.setenv("POLARIS_PIPELINE_STORAGE_CONFIG", str(path))
+    assert PolarisStorageResource().get_config().allowed_prefixes == ("file:///data/wh",)
+
+    with pytest.raises(StorageConfigError, match="either config_path or locations"):
+        PolarisStorageResource(config_path=str(path), allowed_prefixes=["s3://b"]).get_config()
+
+
+def test_sweeper_settings_from_env() -> None:
+    settings = SweeperSettings.from_env(
+        {"POLARIS_PIPELINE_SWEEP_INTERVAL_S": "30", "POLARIS_PIPELINE_SWEEP_MAX_RUNS": "50"}
+    )
+    assert (settings.interval_seconds, settings.max_runs_per_tick, settings.jitter) == (30, 50, 0.2)
+    with pytest.raises(ValueError, match="POLARIS_PIPELINE_SWEEP_JITTER"):
+        SweeperSettings.from_env({"POLARIS_PIPELINE_SWEEP_JITTER": "lots"})
