@@ -13,8 +13,10 @@ Configuration comes from the environment of the code server and of the runs:
 - ``POLARIS_PIPELINE_SWEEP_INTERVAL_S``, ``POLARIS_PIPELINE_SWEEP_JITTER``,
   ``POLARIS_PIPELINE_SWEEP_MAX_RUNS``, ``POLARIS_PIPELINE_SWEEP_MAX_PENDING_RUNS``:
   the sweeper's cadence and bounds.
+- ``POLARIS_PIPELINE_MAX_ORPHAN_AGE_S``: threshold of the ``no_stale_orphans``
+  backlog check (default 3600).
 
-See docs/dagster.md.
+See docs/dagster.md and docs/operations.md.
 """
 
 from __future__ import annotations
@@ -22,8 +24,17 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from dagster import Definitions, EnvVar
+from dagster import Definitions, EnvVar, in_process_executor
 
+from assets.backlog import (
+    BacklogSettings,
+    no_dead_tasks,
+    no_stale_orphans,
+    polaris_backlog_job,
+    polaris_backlog_schedule,
+    polaris_task_backlog,
+)
+from jobs.realm_backfill import polaris_realm_backfill_job
 from jobs.task_job import polaris_task_job
 from polaris_pipeline.metastore import URL_ENV
 from resources.metastore import PolarisMetastoreResource
@@ -67,12 +78,21 @@ def metastore_resource_from_env() -> PolarisMetastoreResource:
 
 
 defs = Definitions(
-    jobs=[polaris_task_job],
+    assets=[polaris_task_backlog],
+    asset_checks=[no_dead_tasks, no_stale_orphans],
+    jobs=[polaris_task_job, polaris_realm_backfill_job, polaris_backlog_job],
     sensors=[polaris_task_sweeper],
+    schedules=[polaris_backlog_schedule],
+    # For jobs without an executor of their own, such as the one behind
+    # `dagster asset materialize` and the UI's Materialize button: the backlog
+    # steps are a few small queries, not worth a process each. The task job
+    # keeps its multiprocess executor.
+    executor=in_process_executor,
     resources={
         "metastore": metastore_resource_from_env(),
         # config_path unset: $POLARIS_PIPELINE_STORAGE_CONFIG, read when a run starts.
         "storage": PolarisStorageResource(),
         "sweeper": SweeperSettings.from_env(),
+        "backlog": BacklogSettings.from_env(),
     },
 )

@@ -8,7 +8,16 @@ metastore spread out instead of hitting it together. A sweep that filled its
 per-tick cap sets the next sweep to now: the backlog drains one capped batch
 per evaluation, and each tick stays small and fast.
 
-Cursor: JSON ``{"next_sweep_ms": <epoch ms>, "backlog": <bool>}``.
+Realm partitions: every sweep also keeps the ``polaris_realms`` dynamic
+partitions up to date (``AddDynamicPartitionsRequest``), for the realm backfill
+job and the backlog asset. Realms of the tasks just leased are added at once;
+the full list (``Metastore.realms()``, one loose index scan on PostgreSQL, or
+the configured realms) is read at most every ``realm_refresh_seconds``. Only the
+sweeps read it, never the skipped evaluations, and a failure there is logged,
+never allowed to fail the tick (its leases are already granted).
+
+Cursor: JSON ``{"next_sweep_ms": <epoch ms>, "backlog": <bool>,
+"realms_synced_ms": <epoch ms>}``.
 """
 
 import json
@@ -20,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from dagster import (
+    AddDynamicPartitionsRequest,
     DagsterRunStatus,
     DefaultSensorStatus,
     JobDefinition,
@@ -32,6 +42,7 @@ from dagster import (
     sensor,
 )
 
+from assets.partitions import REALM_PARTITIONS_NAME
 from jobs.task_job import lease_tags, polaris_task_job, run_config_for
 from polaris_pipeline.tasks.model import TaskState
 from resources.metastore import PolarisMetastoreResource
@@ -41,6 +52,8 @@ SENSOR_NAME = "polaris_task_sweeper"
 # How often the daemon may evaluate the sensor. Evaluations before the cursor's
 # next sweep time cost nothing (no database access), so this can be short.
 MINIMUM_INTERVAL_SECONDS = 10
+# How often a sweep reads the list of realms to add new realm partitions.
+REALM_REFRESH_SECONDS = 600
 
 # Runs that exist but have not started yet, so have not adopted their lease.
 _WAITING_STATUSES = [
@@ -54,6 +67,8 @@ _WAITING_STATUSES = [
 class SweepCursor:
     next_sweep_ms: int | None = None
     backlog: bool = False
+    # When the realm partitions were last synced with the metastore's realms.
+    realms_synced_ms: int | None = None
 
     @classmethod
     def parse(cls, raw: str | None) -> "SweepCursor":
@@ -63,15 +78,23 @@ class SweepCursor:
         try:
             data = json.loads(raw)
             next_ms = data.get("next_sweep_ms")
+            synced = data.get("realms_synced_ms")
             return cls(
                 next_sweep_ms=int(next_ms) if next_ms is not None else None,
                 backlog=bool(data.get("backlog", False)),
+                realms_synced_ms=int(synced) if synced is not None else None,
             )
         except (ValueError, TypeError, AttributeError):
             return cls()
 
     def dump(self) -> str:
-        return json.dumps({"next_sweep_ms": self.next_sweep_ms, "backlog": self.backlog})
+        return json.dumps(
+            {
+                "next_sweep_ms": self.next_sweep_ms,
+                "backlog": self.backlog,
+                "realms_synced_ms": self.realms_synced_ms,
+            }
+        )
 
 
 def next_sweep_ms(now_ms: int, settings: SweeperSettings, rng: random.Random | None = None) -> int:
@@ -121,6 +144,56 @@ def nothing_available_reason(
     return f"no orphaned tasks in {where}; {', '.join(parts)}{limit_note}; next sweep in {wait_s} s"
 
 
+def _existing_partitions(context: SensorEvaluationContext) -> set[str]:
+    try:
+        instance = context.instance
+    except Exception:
+        # A context built for a test without an instance: nothing is known yet.
+        return set()
+    return set(instance.get_dynamic_partitions(REALM_PARTITIONS_NAME))
+
+
+def realm_partition_requests(
+    context: SensorEvaluationContext,
+    metastore: PolarisMetastoreResource,
+    seen: Iterable[str],
+    cursor: SweepCursor,
+    now_ms: int,
+    refresh_seconds: float = REALM_REFRESH_SECONDS,
+) -> tuple[list[AddDynamicPartitionsRequest], int | None]:
+    """Requests adding the realms that are not partitions yet, and the new sync time.
+
+    ``seen`` (the realms of this tick's leases) costs nothing; the metastore's
+    full list is read only when the last sync is ``refresh_seconds`` old. With
+    configured realms, those are the partitions and the metastore is not asked.
+    Never raises: the leases of the tick are already granted.
+    """
+    synced = cursor.realms_synced_ms
+    due = synced is None or now_ms - synced >= refresh_seconds * 1000
+    candidates = set(seen)
+    try:
+        if due:
+            configured = metastore.realms
+            if configured is not None:
+                candidates.update(configured)
+            else:
+                candidates.update(metastore.get_metastore().realms())
+            synced = now_ms
+        if not candidates:
+            return [], synced
+        new = sorted(candidates - _existing_partitions(context))
+    except Exception as exc:
+        context.log.warning(
+            f"realm partitions not updated this tick ({type(exc).__name__}: {exc}); "
+            "trying again at the next sweep"
+        )
+        return [], cursor.realms_synced_ms
+    if not new:
+        return [], synced
+    context.log.info(f"adding realm partition(s) {', '.join(new)} to {REALM_PARTITIONS_NAME}")
+    return [AddDynamicPartitionsRequest(REALM_PARTITIONS_NAME, new)], synced
+
+
 def sweep_tick(
     context: SensorEvaluationContext,
     metastore: PolarisMetastoreResource,
@@ -128,6 +201,7 @@ def sweep_tick(
     *,
     job_name: str = polaris_task_job.name,
     now_ms: int | None = None,
+    realm_refresh_seconds: float = REALM_REFRESH_SECONDS,
 ) -> SensorResult | SkipReason:
     """One evaluation of the sweeper; see the module docstring."""
     settings = sweeper.validated()
@@ -148,7 +222,7 @@ def sweep_tick(
                 f"(max_pending_runs {settings.max_pending_runs}); leasing nothing until they "
                 f"start; next sweep in {wait_s} s"
             ),
-            cursor=SweepCursor(later).dump(),
+            cursor=SweepCursor(later, realms_synced_ms=cursor.realms_synced_ms).dump(),
         )
     limit = min(settings.max_runs_per_tick, room)
 
@@ -156,19 +230,23 @@ def sweep_tick(
     started = time.monotonic()
     leases = metastore.get_metastore().lease_available(executor_id, limit, metastore.realms)
     elapsed = time.monotonic() - started
+    seen = {lease.realm_id for lease in leases}
+    partitions, synced = realm_partition_requests(
+        context, metastore, seen, cursor, now, realm_refresh_seconds
+    )
     if not leases:
         note = f" ({pending} run(s) still waiting to start)" if pending else ""
         return SensorResult(
             skip_reason=nothing_available_reason(metastore, wait_s, limit_note=note),
-            cursor=SweepCursor(later).dump(),
+            cursor=SweepCursor(later, realms_synced_ms=synced).dump(),
+            dynamic_partitions_requests=partitions,
         )
 
     # A full batch means more is waiting: sweep again at the next evaluation.
     backlog = len(leases) >= settings.max_runs_per_tick
-    cursor_out = SweepCursor(now if backlog else later, backlog=backlog)
-    realms = sorted({lease.realm_id for lease in leases})
+    cursor_out = SweepCursor(now if backlog else later, backlog=backlog, realms_synced_ms=synced)
     context.log.info(
-        f"leased {len(leases)} task(s) in {', '.join(realms)} as {executor_id} "
+        f"leased {len(leases)} task(s) in {', '.join(sorted(seen))} as {executor_id} "
         f"in {elapsed:.2f} s; "
         + ("backlog: sweeping again at the next evaluation" if backlog else f"next in {wait_s} s")
     )
@@ -180,6 +258,7 @@ def sweep_tick(
             for lease in leases
         ],
         cursor=cursor_out.dump(),
+        dynamic_partitions_requests=partitions,
     )
 
 
@@ -189,6 +268,7 @@ def build_polaris_task_sweeper(
     name: str = SENSOR_NAME,
     minimum_interval_seconds: int = MINIMUM_INTERVAL_SECONDS,
     default_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
+    realm_refresh_seconds: float = REALM_REFRESH_SECONDS,
 ) -> SensorDefinition:
     """The sweeper sensor for ``job`` (a job built by ``build_polaris_task_job``)."""
 
@@ -199,7 +279,8 @@ def build_polaris_task_sweeper(
         default_status=default_status,
         description=(
             "Leases orphaned Polaris cleanup tasks (never leased past the grace period, or "
-            "whose lease expired) and requests one run of the task job per lease."
+            "whose lease expired) and requests one run of the task job per lease; keeps the "
+            f"{REALM_PARTITIONS_NAME} partitions up to date."
         ),
     )
     def _sweeper(
@@ -207,7 +288,13 @@ def build_polaris_task_sweeper(
         metastore: PolarisMetastoreResource,
         sweeper: SweeperSettings,
     ) -> SensorResult | SkipReason:
-        return sweep_tick(context, metastore, sweeper, job_name=job.name)
+        return sweep_tick(
+            context,
+            metastore,
+            sweeper,
+            job_name=job.name,
+            realm_refresh_seconds=realm_refresh_seconds,
+        )
 
     return _sweeper
 
