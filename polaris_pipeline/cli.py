@@ -24,6 +24,28 @@ EXIT_OK, EXIT_TASK_FAILED, EXIT_ERROR = 0, 1, 2
 EPILOG_ENV = f"The metastore URL defaults to ${URL_ENV}."
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Descriptions wrap as usual; examples (the epilogs) keep their lines, so they paste."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("Example"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def _examples(*commands: str) -> str:
+    head, *rest = commands
+    return "\n".join([f"Example: {head}", *(f"         {c}" for c in rest)])
+
+
+class _Parser(argparse.ArgumentParser):
+    """Sub-command parsers: the same help formatting as the top level."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 def _add_metastore(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--metastore",
@@ -39,7 +61,8 @@ def _add_realms(p: argparse.ArgumentParser) -> None:
         action="append",
         dest="realms",
         metavar="REALM",
-        help="limit to this realm; repeat for several (default: every realm with tasks)",
+        help="limit to this realm; repeat for several, e.g. --realm POLARIS --realm TEST "
+        "(default: every realm with tasks)",
     )
 
 
@@ -71,11 +94,24 @@ def _add_policy(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="polaris-pipeline",
-        description="Find and finish Apache Polaris cleanup tasks that Polaris left behind.",
-        epilog="Example: polaris-pipeline sweep --metastore sqlite:///polaris.db --once",
+        description="Find and finish Apache Polaris cleanup tasks that Polaris left behind. "
+        f"Every command takes --metastore URL (default ${URL_ENV}); see COMMAND --help.",
+        epilog=_examples(
+            "polaris-pipeline sweep --metastore sqlite:///polaris.db --once",
+            "polaris-pipeline tasks list --metastore postgresql+psycopg://polaris@db/polaris",
+        ),
+        formatter_class=_HelpFormatter,
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log what is done, to stderr")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="log what is done (leases, deletes, retries) to stderr, e.g. polaris-pipeline -v "
+        "sweep --once",
+    )
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
+    )
 
     init = sub.add_parser(
         "init-metastore",
@@ -89,9 +125,16 @@ def build_parser() -> argparse.ArgumentParser:
     tasks = sub.add_parser(
         "tasks",
         help="list, show and requeue tasks",
-        description="Inspect and manage Polaris TASK entities.",
+        description="Inspect and manage Polaris TASK entities. See ACTION --help.",
+        epilog=_examples(
+            "polaris-pipeline tasks list --state dead",
+            "polaris-pipeline tasks show 4711 --realm POLARIS",
+            "polaris-pipeline tasks requeue 4711 --realm POLARIS",
+        ),
     )
-    tsub = tasks.add_subparsers(dest="tasks_command", required=True, metavar="ACTION")
+    tsub = tasks.add_subparsers(
+        dest="tasks_command", required=True, metavar="ACTION", parser_class=_Parser
+    )
     lst = tsub.add_parser(
         "list",
         help="list tasks with their state",
@@ -106,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--state",
         action="append",
         choices=[s.value for s in TaskState],
-        help="only tasks in this state; repeat for several",
+        help="only tasks in this state; repeat for several, e.g. --state dead --state backing-off",
     )
     lst.add_argument(
         "--json", action="store_true", help="print JSON (one array) instead of a table"
@@ -118,8 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Show one task: every property, decoded payload summary and state.",
         epilog="Example: polaris-pipeline tasks show 4711 --realm POLARIS",
     )
-    show.add_argument("task_id", type=int, metavar="ID", help="the task's entity id")
-    show.add_argument("--realm", required=True, help="the task's realm")
+    show.add_argument(
+        "task_id", type=int, metavar="ID", help="the task's entity id, as `tasks list` shows it"
+    )
+    show.add_argument("--realm", required=True, help="the task's realm, e.g. POLARIS")
     _add_metastore(show)
     _add_policy(show)
 
@@ -130,8 +175,10 @@ def build_parser() -> argparse.ArgumentParser:
         "A task leased right now is refused.",
         epilog="Example: polaris-pipeline tasks requeue 4711 --realm POLARIS",
     )
-    requeue.add_argument("task_id", type=int, metavar="ID", help="the task's entity id")
-    requeue.add_argument("--realm", required=True, help="the task's realm")
+    requeue.add_argument(
+        "task_id", type=int, metavar="ID", help="the task's entity id, as `tasks list` shows it"
+    )
+    requeue.add_argument("--realm", required=True, help="the task's realm, e.g. POLARIS")
     _add_metastore(requeue)
     _add_policy(requeue)
 
@@ -140,8 +187,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="lease and run every available task",
         description="Lease every orphaned task and run it (and the children table cleanup "
         "creates) until none remains; print a summary. Exits 1 if any task failed.",
-        epilog="Example: polaris-pipeline sweep --metastore sqlite:///polaris.db "
-        "--storage-config storage.yaml --once",
+        epilog=_examples(
+            "polaris-pipeline sweep --metastore sqlite:///polaris.db --once --dry-run",
+            "polaris-pipeline sweep --metastore sqlite:///polaris.db "
+            "--storage-config storage.yaml --once",
+        ),
     )
     _add_metastore(sweep)
     _add_realms(sweep)
@@ -171,7 +221,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="tasks leased per round trip (default 32)",
     )
-    sweep.add_argument("--json", action="store_true", help="print the summary as JSON")
+    sweep.add_argument(
+        "--json",
+        action="store_true",
+        help="print the summary (with --dry-run: the plan) as JSON instead of text",
+    )
     return parser
 
 
@@ -307,9 +361,15 @@ class _Progress:
     def __call__(self, lease: Lease, done: int, total: int, what: str) -> None:
         if not self.enabled:
             return
-        of = f"/{total}" if total else ""
+        of = f"/{total} ({100 * done // total}%)" if total else ""
         self.stream.write(f"\r  {lease.realm_id}/{lease.task_id}: {what} {done}{of}\033[K")
         self.stream.flush()
+
+    def status(self, text: str) -> None:
+        """A transient line (overwritten by the next progress or report)."""
+        if self.enabled:
+            self.stream.write(f"\r  {text}\033[K")
+            self.stream.flush()
 
     def clear(self) -> None:
         if self.enabled:
@@ -328,6 +388,7 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
     with Runner(store, config, progress=progress) as runner:
         if args.dry_run:
             return _print_dry_run(runner.dry_run(args.realms), out, as_json=args.json)
+        progress.status(f"sweeping {store.display_url} …")
 
         def report(outcome: Any) -> None:
             progress.clear()
@@ -342,6 +403,7 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
                 print(line, file=out, flush=True)
 
         outcomes = runner.sweep(args.realms, batch_size=args.batch_size, on_outcome=report)
+        progress.clear()
     counts = Counter(o.status.value for o in outcomes)
     deleted = sum(o.result.deleted for o in outcomes if o.result)
     freed_known = all(o.result.bytes_freed is not None for o in outcomes if o.result)

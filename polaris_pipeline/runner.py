@@ -10,6 +10,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterable
@@ -130,7 +131,10 @@ class Runner:
         self.run_id = run_id
         self.progress = progress
         interval = heartbeat_interval_s or metastore.policy.lease_timeout_ms / 5000
+        self._heartbeat_interval_s = interval
         self.heartbeat = Heartbeat(metastore, self.executor_id, interval)
+        # (realm, task id) -> the elapsed-clock time until which the lease is guaranteed.
+        self._deadlines: dict[tuple[str, int], float] = {}
 
     def close(self) -> None:
         self.heartbeat.stop()
@@ -160,9 +164,24 @@ class Runner:
         return mine
 
     def fence(self, lease: Lease) -> None:
-        """Raise LeaseLost unless ``lease`` still holds its task (database clock)."""
-        if not self.metastore.holds(lease):
+        """Raise LeaseLost unless ``lease`` still holds its task (database clock).
+
+        Also notes until when the database guarantees the lease, so that
+        ``still_held`` can be asked before every single delete for free.
+        """
+        remaining = self.metastore.held_for_ms(lease)
+        if remaining is None:
+            self._deadlines.pop((lease.realm_id, lease.task_id), None)
             raise LeaseLost(f"lease on {lease.label} (attempt {lease.attempt}) was lost")
+        # Keep a margin: a delete started just before the deadline must end before it.
+        usable_s = remaining / 1000 * 0.8
+        self._deadlines[(lease.realm_id, lease.task_id)] = _elapsed_clock() + usable_s
+
+    def still_held(self, lease: Lease) -> None:
+        """Raise LeaseLost if the lease may have lapsed: fence again once the noted period ended."""
+        deadline = self._deadlines.get((lease.realm_id, lease.task_id))
+        if deadline is None or _elapsed_clock() >= deadline:
+            self.fence(lease)
 
     # ---------------------------------------------------------------- execute
 
@@ -197,6 +216,7 @@ class Runner:
             resolver=self.resolver,
             config=self.config,
             fence=lambda: self.fence(lease),
+            still_held=lambda: self.still_held(lease),
             create_children=create_children,
             new_task_id=new_entity_id,
             progress=self._progress_for(lease),
@@ -330,9 +350,21 @@ class Runner:
             leases = self.lease(limit, realm_list)
             if not leases:
                 break
-            for lease in leases:
-                outcomes += self.execute_tree(lease, on_outcome)
+            try:
+                for lease in leases:
+                    outcomes += self.execute_tree(lease, on_outcome)
+            except BaseException:
+                # The batch is abandoned: stop renewing its leases so they lapse and
+                # any sweeper (this one included, under a new id) can take them.
+                self._new_executor()
+                raise
         return outcomes
+
+    def _new_executor(self) -> None:
+        self.heartbeat.stop()
+        self._deadlines.clear()
+        self.executor_id = make_executor_id()
+        self.heartbeat = Heartbeat(self.metastore, self.executor_id, self._heartbeat_interval_s)
 
     def plan(self, task: TaskRow) -> CleanupResult:
         """Dry run of one task: what would be deleted and refused; nothing leased or changed."""
@@ -360,6 +392,18 @@ class Runner:
             except (PolarisPipelineError, OSError) as exc:
                 out.append((task, _one_line(exc)))
         return out
+
+
+def _elapsed_clock() -> float:
+    """Seconds on a clock that keeps running while the process or machine is suspended.
+
+    CLOCK_BOOTTIME counts a VM pause or a SIGSTOP; the lease period on the
+    database does too, so a resumed holder sees its deadline passed.
+    """
+    boottime = getattr(time, "CLOCK_BOOTTIME", None)
+    if boottime is not None:
+        return time.clock_gettime(boottime)
+    return time.monotonic()
 
 
 def _one_line(exc: BaseException) -> str:

@@ -74,7 +74,8 @@ class Guard:
         try:
             self._guard.check(uri)
         except GuardRefusal as e:
-            return e
+            # Drop the traceback: a batch may hold 100,000 refusals.
+            return e.with_traceback(None)
         return None
 
     def admit(self, uri: str, result: CleanupResult) -> bool:
@@ -136,7 +137,12 @@ def delete_chunked(
     for start in range(0, len(uris), chunk_size):
         chunk = uris[start : start + chunk_size]
         ctx.fence()
-        report = bulk_delete(ctx.resolver, chunk, chunk_size=min(chunk_size, MAX_KEYS_PER_REQUEST))
+        report = bulk_delete(
+            ctx.resolver,
+            chunk,
+            chunk_size=min(chunk_size, MAX_KEYS_PER_REQUEST),
+            check=ctx.still_held,
+        )
         tally(result, report, sizes)
         done += len(chunk)
         if ctx.progress is not None:

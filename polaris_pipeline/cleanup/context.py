@@ -33,6 +33,9 @@ class CleanupContext:
     config: StorageConfig
     # Raises LeaseLost when the lease is gone; call before each destructive step.
     fence: Callable[[], None] = _no_fence
+    # Cheap check before every single delete: free while the lease period the
+    # last fence saw still runs, a new fence once it has passed.
+    still_held: Callable[[], None] = _no_fence
     # Inserts the children in one transaction, leased by the current holder; returns them.
     create_children: Callable[[Sequence[NewTask]], Sequence[NewTask]] | None = None
     new_task_id: Callable[[], int] | None = None

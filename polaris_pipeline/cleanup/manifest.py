@@ -138,5 +138,5 @@ def run_manifest_cleanup(ctx: CleanupContext) -> CleanupResult:
         result.notes.append("manifest kept: some of its files were not deleted")
         return result
     ctx.fence()
-    tally(result, bulk_delete(ctx.resolver, [ref.manifest_path]), present)
+    tally(result, bulk_delete(ctx.resolver, [ref.manifest_path], check=ctx.still_held), present)
     return result

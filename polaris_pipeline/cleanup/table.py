@@ -327,5 +327,5 @@ def run_table_cleanup(ctx: CleanupContext) -> CleanupResult:
     ctx.fence()
     present = existing_with_sizes(ctx, result, [plan.metadata_uri])
     if present:
-        tally(result, bulk_delete(ctx.resolver, [plan.metadata_uri]), present)
+        tally(result, bulk_delete(ctx.resolver, [plan.metadata_uri], check=ctx.still_held), present)
     return result

@@ -51,5 +51,5 @@ def run_view_cleanup(ctx: CleanupContext, entity: DroppedEntity | None = None) -
         result.would_delete.append(metadata_uri)
         return result
     ctx.fence()
-    tally(result, bulk_delete(ctx.resolver, [metadata_uri]), present)
+    tally(result, bulk_delete(ctx.resolver, [metadata_uri], check=ctx.still_held), present)
     return result

@@ -48,7 +48,15 @@ def safe_url(url: URL) -> str:
     return url.render_as_string(hide_password=True)
 
 
-def make_engine(url: str | URL | None, **kwargs: Any) -> Engine:
+def make_engine(
+    url: str | URL | None, *, idle_in_transaction_timeout_ms: int | None = None, **kwargs: Any
+) -> Engine:
+    """An engine for the metastore.
+
+    ``idle_in_transaction_timeout_ms`` (PostgreSQL): a session frozen inside a
+    transaction (a paused VM, a partition) is ended by the server after this
+    long, so its row locks cannot keep other sweepers and Polaris off the tasks.
+    """
     parsed = url if isinstance(url, URL) else resolve_url(url)
     backend = parsed.get_backend_name()
     options: dict[str, Any] = {}
@@ -59,7 +67,15 @@ def make_engine(url: str | URL | None, **kwargs: Any) -> Engine:
         options["poolclass"] = NullPool
     else:
         options["pool_pre_ping"] = True
-        options["connect_args"] = {"connect_timeout": 10, "application_name": "polaris-pipeline"}
+        connect_args: dict[str, Any] = {
+            "connect_timeout": 10,
+            "application_name": "polaris-pipeline",
+        }
+        if idle_in_transaction_timeout_ms:
+            connect_args["options"] = (
+                f"-c idle_in_transaction_session_timeout={int(idle_in_transaction_timeout_ms)}"
+            )
+        options["connect_args"] = connect_args
     options.update(kwargs)
     try:
         engine = create_engine(parsed, **options)

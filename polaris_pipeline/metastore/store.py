@@ -134,7 +134,15 @@ class Metastore:
     ) -> None:
         self.url = resolve_url(url) if engine is None else engine.url
         self.policy = policy or LeasePolicy()
-        self.engine = engine if engine is not None else make_engine(self.url)
+        self.engine = (
+            engine
+            if engine is not None
+            else make_engine(
+                self.url,
+                # Half the lease: a frozen holder's locks are gone long before its lease.
+                idle_in_transaction_timeout_ms=max(1000, self.policy.lease_timeout_ms // 2),
+            )
+        )
         self.dialect = self.engine.dialect.name
         self._now_sql = DB_NOW_MS[self.dialect]
 
@@ -492,6 +500,16 @@ RETURNING t.realm_id, t.id, t.name, t.entity_version,
                 if done:
                     return "ok", value
         return "lost", None
+
+    def held_for_ms(self, lease: Lease) -> int | None:
+        """How much longer ``lease`` is guaranteed (database clock), or None if it is lost."""
+        with self._begin() as conn:
+            now = self.now_ms(conn)
+            task = self._get(conn, lease.realm_id, lease.task_id)
+            if task is None or not self._held_by(task, lease, now):
+                return None
+            start = task.start_time_ms or now
+            return start + self.policy.lease_timeout_ms - now
 
     def holds(self, lease: Lease) -> bool:
         """Fencing check: does ``lease`` still hold its task, by the database clock?"""

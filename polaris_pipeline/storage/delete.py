@@ -78,12 +78,17 @@ class DeleteReport:
             self.bytes_freed += n
 
 
+def _no_check() -> None:
+    return None
+
+
 def bulk_delete(
     resolver: StorageResolver,
     uris: Sequence[str],
     *,
     chunk_size: int = MAX_KEYS_PER_REQUEST,
     on_progress: Callable[[int, int], None] | None = None,
+    check: Callable[[], None] | None = None,
 ) -> DeleteReport:
     """Delete ``uris`` (literal paths), returning the outcome of each.
 
@@ -91,7 +96,10 @@ def bulk_delete(
     recorded in ``failed``, with credentials masked. ``on_progress(done, total)`` is
     called after each request batch (S3) or file (elsewhere). Callers are expected to
     have passed the paths through a :class:`~polaris_pipeline.storage.guard.PathGuard`.
+    ``check()`` runs before every request (S3) or file (elsewhere) and may raise to
+    stop at once: a holder whose lease lapsed mid-chunk deletes nothing more.
     """
+    guard_step = check or _no_check
     if not 1 <= chunk_size <= MAX_KEYS_PER_REQUEST:
         raise ValueError(f"chunk_size must be between 1 and {MAX_KEYS_PER_REQUEST}")
     report = DeleteReport()
@@ -120,14 +128,17 @@ def bulk_delete(
         for start in range(0, len(items), chunk_size):
             chunk = items[start : start + chunk_size]
             if _is_s3(fs):
+                guard_step()
                 _delete_s3_chunk(resolver, fs, bucket, chunk, report)
                 progress.step(len(chunk))
             elif isinstance(fs, LocalFileSystem):
                 for uri, path in chunk:
+                    guard_step()
                     _delete_local(resolver, uri, path, report)
                     progress.step(1)
             else:
                 for uri, path in chunk:
+                    guard_step()
                     _delete_other(resolver, fs, uri, path, report)
                     progress.step(1)
     return report

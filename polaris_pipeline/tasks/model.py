@@ -301,9 +301,21 @@ class NewTask:
     create_timestamp: int | None = None  # None: the database clock at insert
 
 
+_LONG_RUN = re.compile(r"\S{161,}")
+
+
+def _abbreviate(match: re.Match[str]) -> str:
+    run = match.group(0)
+    return f"{run[:100]}…[{len(run) - 150} chars]…{run[-50:]}"
+
+
 def bounded_error(message: str) -> str:
-    """Bound an error text so a hostile payload cannot bloat the row."""
-    text = message.replace("\x00", "\\0")
+    """Bound an error text so a hostile payload cannot bloat the row.
+
+    Very long words (paths, payload fragments) are abbreviated first, so the
+    cause that follows them is not cut off by the bound.
+    """
+    text = _LONG_RUN.sub(_abbreviate, message.replace("\x00", "\\0"))
     if len(text) <= MAX_ERROR_LENGTH:
         return text
     return text[: MAX_ERROR_LENGTH - 15] + "... [truncated]"
