@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench services clean
+.PHONY: demo test lint bench services system clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,10 @@ lint: $(BIN)/.installed
 services:
 	bash scripts/services.sh
 
-test: $(BIN)/.installed services lint
+system:
+	bash scripts/install-system-packages.sh
+
+test: $(BIN)/.installed system services lint
 	$(BIN)/pytest
 
 bench: $(BIN)/.installed services

@@ -66,6 +66,11 @@ TAG_EXECUTOR = "polaris/executor"
 
 MANIFEST_TYPE_CODE = str(int(TaskType.MANIFEST_FILE_CLEANUP))
 _PROGRESS_LOG_INTERVAL_S = 10.0
+# Task names of batch children embed their whole file list: logs and metadata show
+# this much of a name (the run's config and the metastore keep it whole).
+_NAME_IN_LABEL = 60
+# Refused or failed paths listed in a failure's metadata (the counts are exact).
+_FAILURE_SAMPLE = 20
 
 # Still Dagster's multiprocess executor (one process per step), but steps fork
 # from a server that has imported the engine once, instead of each spawning a
@@ -162,6 +167,25 @@ def _is_last_attempt(context: OpExecutionContext) -> bool:
     return context.retry_number >= max_retries
 
 
+def _label(lease: Lease) -> str:
+    """``realm/id 'name'`` with the name cut short enough to read in a log line."""
+    name = lease.name
+    if len(name) > _NAME_IN_LABEL:
+        name = name[: _NAME_IN_LABEL - 1] + "…"
+    return f"{lease.realm_id}/{lease.task_id} {name!r}"
+
+
+def _human_bytes(n: int | None) -> str:
+    if n is None:
+        return "unknown bytes"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{n} B" if unit == "B" else f"{size:.1f} {unit} ({n} bytes)"
+        size /= 1024
+    return f"{n} B"
+
+
 def _iso(ms: int | None) -> str | None:
     if ms is None:
         return None
@@ -194,7 +218,7 @@ class _ProgressLog:
             return
         self._last = now
         of = f"/{total}" if total else ""
-        self._context.log.info(f"{lease.label}: {what} {done}{of}")
+        self._context.log.info(f"{_label(lease)}: {what} {done}{of}")
 
 
 def _adopt(
@@ -204,7 +228,7 @@ def _adopt(
     task = store.get_task(lease.realm_id, lease.task_id)
     if task is None:
         context.log.info(
-            f"task {lease.label} is already gone (finished by another executor); nothing to do"
+            f"task {_label(lease)} is already gone (finished by another executor); nothing to do"
         )
         return None, {"status": "already-done", "message": "task already gone"}
     if task.executor_id == runner.executor_id and task.lease_held(store.now_ms(), store.policy):
@@ -228,7 +252,7 @@ def _adopt(
             return mine, None
         task = store.get_task(lease.realm_id, lease.task_id)
         if task is None:
-            context.log.info(f"task {lease.label} finished by another executor meanwhile")
+            context.log.info(f"task {_label(lease)} finished by another executor meanwhile")
             return None, {"status": "already-done", "message": "task already gone"}
     if task.state(store.now_ms(), store.policy) is TaskState.ORPHANED:
         # The lease lapsed before this step started (a long run queue, a slow
@@ -237,7 +261,7 @@ def _adopt(
         fresh = store.lease_task(lease.realm_id, lease.task_id, runner.executor_id)
         if fresh is not None:
             context.log.warning(
-                f"the lease on {lease.label} (attempt {lease.attempt}) expired before "
+                f"the lease on {_label(lease)} (attempt {lease.attempt}) expired before "
                 f"the run started; leased the task again as attempt {fresh.attempt}"
             )
             return runner.adopt(fresh), None
@@ -269,12 +293,13 @@ def _summary(outcome: TaskOutcome) -> dict[str, Any]:
 
 def _lease_metadata(lease: Lease) -> dict[str, Any]:
     return {
-        "task": lease.label,
+        "task": _label(lease),
         "realm": lease.realm_id,
         "task id": str(lease.task_id),
         "type": task_type_name(lease.task_type_code),
         "lease executor": lease.executor_id,
         "lease attempt": lease.attempt,
+        "lease started": _iso(lease.start_time_ms) or "",
     }
 
 
@@ -329,7 +354,7 @@ def run_leased_task(
         mine, lost = _adopt(context, runner, lease, store)
         if mine is None:
             summary = {"task": lease.label, **(lost or {})}
-            meta = {**_lease_metadata(lease), **summary}
+            meta = {**_lease_metadata(lease), **(lost or {})}
             return summary, meta, None
         outcome = runner.execute(mine, record_failure=_is_last_attempt(context))
     finally:
@@ -338,22 +363,29 @@ def run_leased_task(
     if outcome.status is Status.DONE:
         result = outcome.result
         if result is None:
-            context.log.info(f"task {mine.label} was already finished by another executor")
+            context.log.info(f"task {_label(mine)} was already finished by another executor")
         else:
-            freed = result.bytes_freed if result.bytes_freed is not None else "unknown"
             context.log.info(
-                f"task {mine.label} ({task_type_name(outcome.task_type)}) done: "
-                f"{result.deleted} file(s) deleted, {freed} bytes freed, "
-                f"{result.missing} already gone, {len(outcome.children)} child task(s)"
+                f"task {_label(mine)} ({task_type_name(outcome.task_type)}) done: "
+                f"{result.deleted} file(s) deleted, {_human_bytes(result.bytes_freed)} freed, "
+                f"{result.missing} already gone, {len(result.refused)} refused by the guard, "
+                f"{len(outcome.children)} child task(s); lease {mine.executor_id} "
+                f"attempt {mine.attempt}"
             )
-            for path in result.deleted_paths_sample:
-                context.log.debug(f"deleted {path}")
+            sample = result.deleted_paths_sample
+            if sample:
+                of = (
+                    f"first {len(sample)} of {result.deleted}"
+                    if result.deleted > len(sample)
+                    else "all"
+                )
+                context.log.info(f"deleted ({of}): " + ", ".join(sample))
         return _summary(outcome), _done_metadata(outcome), outcome
 
     if outcome.status is Status.LEASE_LOST:
         if not outcome.started:
             task = store.get_task(mine.realm_id, mine.task_id)
-            holder = _holder_text(task, store) if task else f"task {mine.label} is gone"
+            holder = _holder_text(task, store) if task else f"task {_label(mine)} is gone"
             message = (
                 f"lease lost before the run started: {holder}; "
                 f"this run's lease (attempt {mine.attempt}) is void; nothing was deleted"
@@ -370,7 +402,7 @@ def run_leased_task(
     error = _first_line(outcome.error)
     if not outcome.recorded:
         context.log.warning(
-            f"task {mine.label} failed (try {context.retry_number + 1}), retrying in this run "
+            f"task {_label(mine)} failed (try {context.retry_number + 1}), retrying in this run "
             f"under the same lease: {error}"
         )
         raise TransientTaskError(error)
@@ -384,14 +416,25 @@ def run_leased_task(
     }
     if outcome.next_attempt_ms is not None:
         meta["next attempt"] = _iso(outcome.next_attempt_ms) or ""
-    if outcome.result is not None:
-        meta["files deleted"] = outcome.result.deleted
-        meta["refused paths"] = len(outcome.result.refused)
+    result = outcome.result
+    if result is not None:
+        meta["files deleted"] = result.deleted
+        meta["files already gone"] = result.missing
+        meta["bytes freed"] = result.bytes_freed if result.bytes_freed is not None else "unknown"
+        meta["refused paths"] = len(result.refused)
+        if result.refused:
+            meta["refused paths (sample)"] = MetadataValue.json(
+                [{"path": r.path, "reason": r.reason} for r in result.refused[:_FAILURE_SAMPLE]]
+            )
+        if result.failed:
+            meta["failed deletes (sample)"] = MetadataValue.json(
+                [{"path": u, "error": e} for u, e in list(result.failed.items())[:_FAILURE_SAMPLE]]
+            )
     if outcome.status is Status.DEAD:
         tail = "dead-lettered after its last attempt; `polaris-pipeline tasks requeue` revives it"
     else:
         tail = f"recorded; the sweeper retries it after {meta.get('next attempt', 'a backoff')}"
-    context.log.error(f"task {mine.label} failed ({tail}): {outcome.error}")
+    context.log.error(f"task {_label(mine)} failed ({tail}): {outcome.error}")
     raise Failure(description=error, metadata=meta, allow_retries=False)
 
 
@@ -455,7 +498,7 @@ def run_child_task(
     if outcome is not None and outcome.children:
         # Only table cleanups create children, and a child is never one.
         context.log.warning(
-            f"child {child.label} created {len(outcome.children)} task(s) of its own; "
+            f"child {_label(child)} created {len(outcome.children)} task(s) of its own; "
             "they are left to the sweeper"
         )
     return Output(summary, metadata=meta)

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Debian packages the tests use, installed only when missing:
+#   chromium  the browser tests (tests/browser/), via scripts/install-browser.sh
+#   faketime  the clock-skew scenario of tests/reliability/ (a sweeper hours off)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+    SUDO="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+
+if ! command -v faketime >/dev/null 2>&1; then
+    echo "faketime missing: installing it with apt-get" >&2
+    $SUDO apt-get update -q
+    $SUDO apt-get install -y faketime
+fi
+bash scripts/install-browser.sh

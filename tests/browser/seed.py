@@ -1,0 +1,203 @@
+"""Seed a directory for the browser test: the demo, a dead-lettered task, the backlog.
+
+Run as ``python -m tests.browser.seed DIR FACTS.json`` (a process of its own:
+the demo quiets logging process-wide). In DIR, wiped first:
+
+1. the demo (``demo.py``'s own steps): a SQLite metastore with real Iceberg
+   tables dropped with purge, the sweeper sensor and one ``polaris_task_job`` run
+   per lease on the Dagster instance in ``DIR/dagster_home``: three orphaned
+   tables purged, a malformed task failed (once or twice), a task leased by a live Polaris
+   and one within the grace period left alone;
+2. a dropped table's batch task that names a file outside the table, swept
+   with ``max_attempts=1`` (the policy the UI's code location gets too): its run
+   fails on the guard and dead-letters it;
+3. when the code location has the backlog asset, ``polaris_backlog_job`` for the
+   realm partition, as its schedule would run it: counts by state, and the
+   dead-letter check failing.
+
+FACTS.json says what the test should find in the UI (ids, counts, messages).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+REALM = "POLARIS"
+# One attempt: the demo's malformed task (it fails once or twice, depending on
+# how fast the demo's second tick comes) is dead-lettered as well, so the live
+# sensor finds nothing to sweep and its ticks are the same on every machine.
+MAX_ATTEMPTS = 1
+# Polaris's default is 5 minutes; an hour keeps the live lease (and the grace of
+# the task dropped just now) valid however slow the machine running the test is.
+LEASE_TIMEOUT_MS = 3_600_000
+DEAD_TASK_NAME = "entityCleanup_outside_its_table"
+
+
+def _dead_letter(demo: Any, instance: Any, facts: dict[str, Any]) -> None:
+    """A batch naming a file outside its table: the guard refuses it; one attempt, dead."""
+    from dagster import SensorResult, build_sensor_context
+
+    from jobs.task_job import polaris_task_job
+    from polaris_pipeline.metastore import Metastore
+    from polaris_pipeline.tasks.model import NewTask, Prop
+    from resources import PolarisMetastoreResource, PolarisStorageResource, SweeperSettings
+    from sensors.sweeper import polaris_task_sweeper
+
+    store = Metastore(demo.metastore_url)
+    now = store.now_ms()
+    from demo import demo_tables_uri
+
+    warehouse = demo_tables_uri(demo.warehouse)
+    location = f"{warehouse}/sales/abandoned"
+    outside = demo.root / "not-the-table.txt"
+    outside.write_text("not part of any table")
+    task = NewTask(
+        realm_id=REALM,
+        id=4_200_000_000_000_000_042,
+        name=DEAD_TASK_NAME,
+        properties={
+            Prop.TASK_TYPE: "3",
+            Prop.DATA: json.dumps(
+                {
+                    "tableId": {"namespace": ["sales"], "name": "abandoned"},
+                    "batchFiles": [str(outside)],
+                    "type": "TABLE_METADATA",
+                }
+            ),
+        },
+        internal_properties={"storageLocation": location},
+        create_timestamp=now - 3_700_000,
+    )
+    store.insert_tasks([task])
+    store.dispose()
+
+    metastore = PolarisMetastoreResource(
+        url=demo.metastore_url, max_attempts=MAX_ATTEMPTS, lease_timeout_ms=LEASE_TIMEOUT_MS
+    )
+    with build_sensor_context(
+        instance=instance,
+        resources={"metastore": metastore, "sweeper": SweeperSettings(interval_seconds=0)},
+    ) as context:
+        evaluation = polaris_task_sweeper(context)
+    assert isinstance(evaluation, SensorResult), evaluation
+    requests = list(evaluation.run_requests or [])
+    assert [r.tags["polaris/task_id"] for r in requests] == [str(task.id)], requests
+    result = polaris_task_job.execute_in_process(
+        run_config={
+            **requests[0].run_config,
+            "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
+        },
+        tags=requests[0].tags,
+        instance=instance,
+        resources={
+            "metastore": metastore,
+            "storage": PolarisStorageResource(allowed_prefixes=[warehouse]),
+        },
+        raise_on_error=False,
+    )
+    assert not result.success
+    assert outside.exists()
+    facts["dead_task"] = {"id": str(task.id), "run_id": result.run_id, "path": str(outside)}
+
+
+def _backlog(demo: Any, instance: Any, facts: dict[str, Any]) -> None:
+    """The backlog asset of the realm and its checks, as ``polaris_backlog_job`` runs them."""
+    try:
+        from assets.backlog import JOB_NAME, polaris_task_backlog  # noqa: F401
+        from assets.partitions import REALM_PARTITIONS_NAME
+    except ImportError:
+        facts["backlog"] = None
+        return
+    os.environ["POLARIS_METASTORE_URL"] = demo.metastore_url
+    os.environ["POLARIS_PIPELINE_MAX_ATTEMPTS"] = str(MAX_ATTEMPTS)
+    os.environ["POLARIS_PIPELINE_LEASE_TIMEOUT_MS"] = str(LEASE_TIMEOUT_MS)
+    from definitions import defs
+
+    instance.add_dynamic_partitions(REALM_PARTITIONS_NAME, [REALM])
+    job = defs.get_job_def(JOB_NAME)
+    result = job.execute_in_process(
+        instance=instance,
+        partition_key=REALM,
+        run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
+        raise_on_error=False,
+    )
+    checks = {
+        e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data.passed
+        for e in result.all_events
+        if e.event_type_value == "ASSET_CHECK_EVALUATION"
+    }
+    materialized = [e for e in result.all_events if e.event_type_value == "ASSET_MATERIALIZATION"]
+    counts = {}
+    if materialized:
+        meta = materialized[0].step_materialization_data.materialization.metadata
+        counts = {k: v.value for k, v in meta.items()}
+    facts["backlog"] = {
+        "run_id": result.run_id,
+        "success": result.success,
+        "checks": checks,
+        "metadata": counts,
+    }
+
+
+def main(argv: list[str]) -> int:
+    root, facts_path = Path(argv[0]).resolve(), Path(argv[1])
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    import demo as demo_module
+
+    demo_module._quiet()
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    demo = demo_module.Demo(root)
+    out = io.StringIO()
+    demo_module.build_world(demo)
+    demo_module.sweep(demo, out)
+    ok = demo_module.report(demo, out)
+    print(out.getvalue())
+    assert ok, "the demo did not end as expected"
+
+    facts: dict[str, Any] = {
+        "metastore_url": demo.metastore_url,
+        "dagster_home": str(demo.dagster_home),
+        "max_attempts": MAX_ATTEMPTS,
+        "lease_timeout_ms": LEASE_TIMEOUT_MS,
+        "tables": [
+            {
+                "name": t.name,
+                "role": t.role,
+                "task_id": str(t.task_id) if t.task_id else None,
+                "files_before": t.files_before,
+                "files_after": t.files_after,
+            }
+            for t in demo.tables
+        ],
+        "malformed_task_id": str(demo.malformed_task_id),
+        "runs": [
+            {
+                "run_id": r.run_id,
+                "label": r.task_label,
+                "success": r.success,
+                "deleted": r.deleted,
+                "error": r.error,
+            }
+            for r in demo.runs
+        ],
+    }
+    instance = demo_module._instance(demo)
+    try:
+        _dead_letter(demo, instance, facts)
+        _backlog(demo, instance, facts)
+    finally:
+        instance.dispose()
+    facts_path.write_text(json.dumps(facts, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,455 @@
+"""The Dagster UI as an operator sees it: real runs, a real webserver, headless Chromium.
+
+``tests/browser/seed.py`` runs the demo in a directory of its own (real Iceberg
+tables dropped with purge, the sweeper sensor and one ``polaris_task_job`` run
+per lease on a real Dagster instance), dead-letters one more task through a
+real run, and materializes the realm's backlog asset. Then ``dagster dev``
+serves that instance on 127.0.0.1 (its daemon ticks the sensor for real) and
+Chromium, driven by Playwright, checks what an operator can see:
+
+- the ``polaris_task_sweeper`` sensor, running, with its ticks and why its first
+  tick leased nothing (the live Polaris lease and the task within grace);
+- runs of ``polaris_task_job`` tagged ``polaris/realm`` and ``polaris/task_id``,
+  and none for the task a live Polaris holds;
+- a run's logs and output metadata: what was deleted, bytes freed, the lease;
+- failed runs with their one-line error, including the dead-lettered task;
+- the backlog asset's counts by state and its failing dead-letter check.
+
+Screenshots land in ``test-artifacts/browser/``. Chromium is Debian's
+(``scripts/install-browser.sh``), launched by path: nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from playwright import sync_api
+
+expect = sync_api.expect
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts" / "browser"
+CHROMIUM = os.environ.get("POLARIS_PIPELINE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+DAGSTER = str(Path(sys.executable).parent / "dagster")
+SENSOR_PATH = "/locations/definitions/sensors/polaris_task_sweeper"
+UI_TIMEOUT_MS = 20_000
+SERVER_START_S = 120
+FIRST_TICK_S = 60
+
+pytestmark = pytest.mark.timeout(360)
+expect.set_options(timeout=UI_TIMEOUT_MS)
+
+
+# -- fixtures ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def facts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The seeded directory, and what the UI should show of it."""
+    root = tmp_path_factory.mktemp("ui")
+    facts_path = root / "facts.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.browser.seed", str(root / "demo"), str(facts_path)],
+        cwd=ROOT,
+        env=_env(DAGSTER_HOME=str(root / "unused")),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return dict(json.loads(facts_path.read_text()))
+
+
+@pytest.fixture(scope="module")
+def server(facts: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``dagster dev`` on the seeded instance; yields its base URL once the sensor ticked."""
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("dagster-dev") / "dagster-dev.log"
+    env = _env(
+        DAGSTER_HOME=facts["dagster_home"],
+        POLARIS_METASTORE_URL=facts["metastore_url"],
+        POLARIS_PIPELINE_MAX_ATTEMPTS=str(facts["max_attempts"]),
+        POLARIS_PIPELINE_LEASE_TIMEOUT_MS=str(facts["lease_timeout_ms"]),
+        # The first evaluation sweeps at once; none after it within the test.
+        POLARIS_PIPELINE_SWEEP_INTERVAL_S="3600",
+    )
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [DAGSTER, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: teardown stops all of it
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_serving(base, proc, log_path)
+        facts["first_tick"] = _wait_for_first_tick(base)
+        yield base
+    finally:
+        _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: run scripts/install-browser.sh")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    profile = tempfile.mkdtemp(prefix="chromium-profile-", dir=tmp_path_factory.getbasetemp())
+    with sync_api.sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            profile,
+            executable_path=CHROMIUM,
+            args=CHROMIUM_ARGS,
+            headless=True,
+            viewport={"width": 1600, "height": 1000},
+        )
+        # Dagster's first-visit "join the community" dialog would cover every page.
+        context.add_init_script("window.localStorage.setItem('communityNux', '\"1\"')")
+        context.set_default_timeout(UI_TIMEOUT_MS)
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+@pytest.fixture
+def page(browser: Any, server: str) -> Iterator[Any]:
+    page = browser.new_page()
+    page.base = server
+    try:
+        yield page
+    finally:
+        page.close()
+
+
+# -- helpers -------------------------------------------------------------------
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("POLARIS_", "DAGSTER_"))}
+    env.update(extra)
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_until_serving(base: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + SERVER_START_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"dagster dev exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{base}/server_info", timeout=2) as response:
+                if response.status == 200 and "dagster_webserver_version" in json.load(response):
+                    return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.5)
+    pytest.fail(f"dagster dev not serving after {SERVER_START_S} s:\n{log.read_text()[-3000:]}")
+
+
+_TICKS_QUERY = """
+query {
+  sensorOrError(sensorSelector: {repositoryLocationName: "definitions",
+      repositoryName: "__repository__", sensorName: "polaris_task_sweeper"}) {
+    __typename
+    ... on Sensor { sensorState { status ticks(limit: 50) { status skipReason runIds } } }
+  }
+}
+"""
+
+
+def _graphql(base: str, query: str) -> dict[str, Any]:
+    request = urllib.request.Request(
+        f"{base}/graphql",
+        data=json.dumps({"query": query}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return dict(json.load(response)["data"])
+
+
+def _wait_for_first_tick(base: str) -> dict[str, Any]:
+    """The daemon's first evaluation of the sweeper (it sweeps at once: no cursor yet)."""
+    deadline = time.monotonic() + FIRST_TICK_S
+    while time.monotonic() < deadline:
+        try:
+            sensor = _graphql(base, _TICKS_QUERY)["sensorOrError"]
+        except (OSError, KeyError, TypeError, ValueError):
+            sensor = {}
+        ticks = (sensor.get("sensorState") or {}).get("ticks") or []
+        done = [t for t in ticks if t["status"] != "STARTED"]
+        if done:
+            return dict(done[-1])  # newest first: the last is the first tick
+        time.sleep(1)
+    pytest.fail(f"the sweeper sensor did not tick within {FIRST_TICK_S} s")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop ``dagster dev`` and everything it started (its own process group)."""
+    if proc.poll() is not None:
+        return
+    pgid = os.getpgid(proc.pid)
+    os.killpg(pgid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=15)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)  # children that outlive the parent, too
+    if proc.poll() is None:
+        proc.wait(timeout=10)
+
+
+def _shot(page: Any, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def _goto(page: Any, path: str) -> None:
+    page.goto(page.base + path, wait_until="domcontentloaded")
+
+
+def _run(facts: dict[str, Any], label: str, *, success: bool) -> dict[str, Any]:
+    return next(r for r in facts["runs"] if r["label"] == label and r["success"] is success)
+
+
+def _table(facts: dict[str, Any], role: str, name: str | None = None) -> dict[str, Any]:
+    return next(
+        t for t in facts["tables"] if t["role"] == role and (name is None or t["name"] == name)
+    )
+
+
+def _runs_with_tag(page: Any, key: str, value: str) -> None:
+    query = urllib.parse.quote(f"tag:{key}={value}")
+    _goto(page, f"/runs?q%5B0%5D={query}")
+
+
+def _filter_logs(page: Any, text: str) -> None:
+    page.get_by_placeholder("Filter…").fill(text)
+
+
+# -- the sensor ----------------------------------------------------------------
+
+
+def test_sensor_page_shows_the_sweeper_running_and_its_ticks(
+    page: Any, facts: dict[str, Any]
+) -> None:
+    first = facts["first_tick"]
+    # The live Polaris lease and the task within grace are left alone; the two
+    # dead tasks are not retried; nothing else is available.
+    assert first["status"] == "SKIPPED", first
+    reason = first["skipReason"]
+    assert reason.startswith(
+        "no orphaned tasks in realms [POLARIS]; 1 pending within grace, 1 leased, "
+        "0 backing off, 2 dead; next sweep in "
+    ), reason
+
+    _goto(page, SENSOR_PATH)
+    expect(page.get_by_text("Leases orphaned Polaris cleanup tasks")).to_be_visible()
+    expect(page.get_by_role("link", name="polaris_task_job").first).to_be_visible()
+    expect(page.get_by_role("checkbox").first).to_be_checked()  # the "Running" switch
+    rows = page.locator("tbody tr").filter(has=page.get_by_role("button", name="View logs"))
+    expect(rows.first).to_be_visible()
+    assert rows.count() >= 1
+    _shot(page, "01-sensor-ticks")
+
+    # The oldest tick (last row) was the first sweep: it says why it leased nothing.
+    rows.last.get_by_text("0 runs requested").last.click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("Skip reason: " + reason[: reason.index("next sweep")])
+    expect(dialog).to_contain_text("1 leased")
+    _shot(page, "02-sensor-first-tick")
+
+
+# -- runs and their tags -------------------------------------------------------
+
+
+def test_runs_are_found_by_realm_and_task_id_tags(page: Any, facts: dict[str, Any]) -> None:
+    orders = _table(facts, "orphaned", "sales.orders")
+    run = _run(facts, "sales.orders", success=True)
+    _runs_with_tag(page, "polaris/task_id", orders["task_id"])
+    expect(page.get_by_role("link", name=run["run_id"][:8])).to_be_visible()
+    expect(page.get_by_text(f"polaris/task_id: {orders['task_id']}").first).to_be_visible()
+    expect(page.get_by_text("polaris/realm: POLARIS").first).to_be_visible()
+    expect(page.get_by_text("polaris/task_type: entity_cleanup_scheduler").first).to_be_visible()
+    rows = page.locator("[data-index]")  # the runs list is a virtualized table of divs
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("Success")
+    _shot(page, "03-runs-by-task-id")
+
+    # Every task run of the realm: the three purged tables, the malformed
+    # task's failures, the dead-lettered task.
+    page.set_viewport_size({"width": 1600, "height": 2000})  # every row rendered at once
+    _runs_with_tag(page, "polaris/realm", "POLARIS")
+    expected = [r["run_id"] for r in facts["runs"]] + [facts["dead_task"]["run_id"]]
+    for run_id in expected:
+        expect(page.get_by_role("link", name=run_id[:8])).to_be_visible()
+    expect(page.locator("[data-index]")).to_have_count(len(expected))
+    _shot(page, "04-runs-by-realm")
+
+    # The task a live Polaris holds was left alone: no run of it at all.
+    live = _table(facts, "live")
+    _runs_with_tag(page, "polaris/task_id", live["task_id"])
+    expect(page.get_by_text(f"polaris/task_id={live['task_id']}").first).to_be_visible()
+    expect(page.get_by_text("No matching runs")).to_be_visible()
+    expect(page.locator("[data-index]")).to_have_count(0)
+    _shot(page, "05-no-run-for-the-live-lease")
+
+
+def test_run_page_shows_tags_what_was_deleted_and_the_lease(
+    page: Any, facts: dict[str, Any]
+) -> None:
+    orders = _table(facts, "orphaned", "sales.orders")
+    run = _run(facts, "sales.orders", success=True)
+    _goto(page, f"/runs/{run['run_id']}")
+    expect(page.get_by_text("Success").first).to_be_visible()
+
+    page.get_by_role("button", name="View tags and config").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text(f"polaris/task_id: {orders['task_id']}")
+    expect(dialog).to_contain_text("polaris/realm: POLARIS")
+    expect(dialog).to_contain_text("polaris/attempt: 1")
+    _shot(page, "06-run-tags")
+    dialog.get_by_role("button", name="OK").click()
+    expect(dialog).to_have_count(0)
+
+    # The root step: one line saying what it did, what it deleted, and its output metadata.
+    _filter_logs(page, "step:run_polaris_task")
+    done = page.get_by_text(
+        re.compile(
+            r"\(entity_cleanup_scheduler\) done: 1 file\(s\) deleted, .* freed, "
+            r"0 already gone, 0 refused by the guard, \d+ child task\(s\); "
+            rf"lease polaris-pipeline:run:{run['run_id']} attempt 1"
+        )
+    )
+    expect(done).to_be_visible()
+    expect(
+        page.get_by_text(re.compile(r"deleted \(all\): file:///.*/sales/orders/metadata/"))
+    ).to_be_visible()
+    done.scroll_into_view_if_needed()
+    _shot(page, "07-run-root-step")
+
+    # Its output metadata, opened in full as an operator would.
+    _filter_logs(page, "step:run_polaris_task type:STEP_OUTPUT")
+    page.get_by_role("button", name="View full message").first.click()
+    message = page.get_by_role("dialog")
+    expect(message).to_contain_text('Yielded output "outcome"')
+    expect(message).to_contain_text(
+        re.compile(
+            rf"task\s*POLARIS/{orders['task_id']} 'entityCleanup_\d+'\s*realm\s*POLARIS\s*"
+            rf"task id\s*{orders['task_id']}\s*type\s*entity_cleanup_scheduler\s*"
+            rf"lease executor\s*polaris-pipeline:run:{run['run_id']}\s*lease attempt\s*1\s*"
+            r"lease started\s*20\d\d-\d\d-\d\dT[\d:]+\+00:00\s*status\s*done\s*"
+            r"files deleted\s*1\s*files already gone\s*0\s*bytes freed\s*[1-9]\d*\s*"
+            r"refused paths\s*0\s*child tasks\s*[1-9]\d*"
+        )
+    )
+    _shot(page, "08-run-output-metadata")
+    message.get_by_role("button", name="Done").click()
+    expect(message).to_have_count(0)
+
+    # The children deleted the data files: the log names them.
+    _filter_logs(page, "deleted (")
+    data_files = page.get_by_text(re.compile(r"deleted \(all\): file:///.*/sales/orders/data/"))
+    expect(data_files.first).to_be_visible()
+    data_files.first.scroll_into_view_if_needed()
+    _shot(page, "09-run-deleted-files")
+
+
+# -- failures ------------------------------------------------------------------
+
+
+def test_failed_runs_say_what_failed(page: Any, facts: dict[str, Any]) -> None:
+    malformed = _run(facts, "malformed task", success=False)
+    _goto(page, f"/runs/{malformed['run_id']}")
+    expect(page.get_by_text("Failure").first).to_be_visible()
+    _filter_logs(page, "type:STEP_FAILURE")
+    expect(
+        page.get_by_text(f"dagster._core.definitions.events.Failure: {malformed['error']}").first
+    ).to_be_visible()
+    expect(page.get_by_text("entity cleanup data is not JSON").first).to_be_visible()
+    expect(page.get_by_text(facts["malformed_task_id"]).first).to_be_visible()
+    _shot(page, "10-failed-run")
+
+    dead = facts["dead_task"]
+    _goto(page, f"/runs/{dead['run_id']}")
+    expect(page.get_by_text("Failure").first).to_be_visible()
+    _filter_logs(page, "step:run_polaris_task")
+    expect(
+        page.get_by_text(
+            f"dagster._core.definitions.events.Failure: guard refused 1 path(s), "
+            f"first '{dead['path']}'"
+        ).first
+    ).to_be_visible()
+    expect(
+        page.get_by_text(
+            re.compile(r"dead-lettered after its last attempt; `polaris-pipeline tasks requeue`")
+        )
+    ).to_be_visible()
+    expect(page.get_by_text("refused paths (sample)", exact=True)).to_be_visible()
+    _shot(page, "11-dead-lettered-run")
+
+
+# -- the backlog asset ---------------------------------------------------------
+
+
+def test_backlog_asset_shows_counts_by_state_and_a_failing_dead_letter_check(
+    page: Any, facts: dict[str, Any]
+) -> None:
+    backlog = facts.get("backlog")
+    assert backlog, "the seed found no backlog asset (assets/backlog.py)"
+    expected = {"pending": 1, "orphaned": 0, "leased": 1, "backing-off": 0, "dead": 2, "total": 4}
+    assert {k: backlog["metadata"].get(k) for k in expected} == expected
+    assert backlog["checks"]["no_dead_tasks"] is False
+
+    _goto(page, "/assets/polaris_task_backlog")
+    expect(page.get_by_text("Latest materialization").first).to_be_visible()
+    for key, value in expected.items():
+        row = page.locator("tr").filter(has=page.get_by_text(key, exact=True))
+        expect(row.first).to_be_visible()
+        expect(row.first.locator("td").last).to_have_text(str(value))
+    _shot(page, "12-backlog-asset")
+
+    _goto(page, "/assets/polaris_task_backlog?view=checks")
+    expect(page.get_by_text("Checks (2)")).to_be_visible()
+    # The selected check (the first, no_dead_tasks): its latest execution says why.
+    expect(page.get_by_text("2 dead-lettered task(s) in realm POLARIS").first).to_be_visible()
+    # The check list: the dead-letter check failed, the stale-orphan check passed.
+    listing = page.locator("body").aria_snapshot()
+    assert re.search(r"no_dead_tasks(?: no_dead_tasks)? Failed", listing), listing
+    assert re.search(r"no_stale_orphans(?: no_stale_orphans)? Succeeded", listing), listing
+    expect(
+        page.get_by_text("polaris-pipeline tasks requeue <task id> --realm POLARIS").first
+    ).to_be_visible()
+    _shot(page, "13-dead-letter-check")

@@ -1,0 +1,227 @@
+"""What a run of ``polaris_task_job`` tells an operator: its step metadata and log lines.
+
+Real runs on a real Dagster instance (SQLite storage), requested by the sweeper
+sensor over a real metastore (PostgreSQL and SQLite) and pyiceberg tables on
+local files. Each done step must say which task and realm it ran, what it
+deleted and freed, what the guard refused and which lease it held; a failed
+step must say what failed in one line before its traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import pytest
+from dagster import DagsterInstance, SensorResult, build_sensor_context
+from dagster._core.events import DagsterEvent
+
+from jobs.task_job import polaris_task_job
+from polaris_pipeline import demo_tables
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.tasks.model import NewTask
+from resources import (
+    PolarisMetastoreResource,
+    PolarisStorageResource,
+    SweeperSettings,
+    clear_metastore_cache,
+    clear_storage_cache,
+)
+from sensors.sweeper import polaris_task_sweeper
+from tests.support.iceberg import Warehouse, table_files
+from tests.support.tasks import batch_task
+
+OLD_MS = 10 * 60_000
+LEASE_KEYS = {
+    "task",
+    "realm",
+    "task id",
+    "type",
+    "lease executor",
+    "lease attempt",
+    "lease started",
+}
+DONE_KEYS = LEASE_KEYS | {
+    "status",
+    "files deleted",
+    "files already gone",
+    "bytes freed",
+    "refused paths",
+    "child tasks",
+}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_caches() -> Iterator[None]:
+    yield
+    clear_metastore_cache()
+    clear_storage_cache()
+
+
+@pytest.fixture
+def instance(tmp_path: Path) -> Iterator[DagsterInstance]:
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    with DagsterInstance.local_temp(str(home), overrides={"telemetry": {"enabled": False}}) as i:
+        yield i
+
+
+def _resource(store: Metastore) -> PolarisMetastoreResource:
+    return PolarisMetastoreResource(
+        url=store.url.render_as_string(hide_password=False),
+        lease_timeout_ms=store.policy.lease_timeout_ms,
+        grace_ms=store.policy.grace_ms,
+        max_attempts=store.policy.max_attempts,
+    )
+
+
+def _sweep_and_run(
+    store: Metastore, instance: DagsterInstance, storage: PolarisStorageResource
+) -> Any:
+    """One sensor tick, as the daemon evaluates it, then its one run."""
+    metastore = _resource(store)
+    with build_sensor_context(
+        instance=instance,
+        resources={"metastore": metastore, "sweeper": SweeperSettings(interval_seconds=0)},
+    ) as context:
+        evaluation = polaris_task_sweeper(context)
+    assert isinstance(evaluation, SensorResult), evaluation
+    [request] = evaluation.run_requests or []
+    return polaris_task_job.execute_in_process(
+        run_config=request.run_config,
+        tags=request.tags,
+        instance=instance,
+        resources={"metastore": metastore, "storage": storage},
+        raise_on_error=False,
+    )
+
+
+def _local(uri: str) -> Path:
+    return Path(unquote(urlparse(uri).path))
+
+
+def _values(event: DagsterEvent) -> dict[str, Any]:
+    return {k: v.value for k, v in event.step_output_data.metadata.items()}
+
+
+def _messages(instance: DagsterInstance, run_id: str) -> list[str]:
+    return [entry.user_message for entry in instance.all_logs(run_id)]
+
+
+def test_every_done_step_says_task_realm_deletions_bytes_refusals_and_lease(
+    metastore: Metastore, local_warehouse: Warehouse, instance: DagsterInstance
+) -> None:
+    victim = local_warehouse.build("victim", partitioned=True, with_deletes=True)
+    existing = {f for f in table_files(victim) if local_warehouse.exists(f)}
+    sizes = {f: _local(f).stat().st_size for f in existing}
+    task = demo_tables.drop_table_task(
+        victim, realm_id="POLARIS", create_timestamp=metastore.now_ms() - OLD_MS
+    )
+    metastore.insert_tasks([task])
+    storage = PolarisStorageResource(allowed_prefixes=[local_warehouse.uri])
+
+    result = _sweep_and_run(metastore, instance, storage)
+
+    assert result.success
+    run_executor = f"polaris-pipeline:run:{result.run_id}"
+    outputs = [
+        e
+        for e in result.all_events
+        if e.is_successful_output
+        and e.step_key.startswith(("run_polaris_task", "run_child_task", "run_later_child_task"))
+        and e.step_output_data.output_name in ("outcome", "result")
+    ]
+    # The root step and every child step (manifests, then batches) report.
+    assert len(outputs) >= 3
+    total_deleted = total_freed = 0
+    for event in outputs:
+        meta = _values(event)
+        assert meta.keys() >= DONE_KEYS, (event.step_key, sorted(meta))
+        assert meta["status"] == "done"
+        assert meta["realm"] == "POLARIS"
+        assert meta["task"].startswith(f"POLARIS/{meta['task id']} '")
+        assert len(meta["task"]) < 100  # batch children's names list every file: cut short
+        assert meta["lease executor"] == run_executor
+        assert meta["lease attempt"] == 1
+        assert meta["lease started"].startswith("20")  # ISO time, database clock
+        assert meta["refused paths"] == 0
+        assert isinstance(meta["bytes freed"], int) and meta["bytes freed"] > 0
+        total_deleted += meta["files deleted"]
+        total_freed += meta["bytes freed"]
+        sample = meta.get("deleted paths (sample)") or []
+        assert len(sample) == min(meta["files deleted"], 20)
+        assert all(p in existing and not local_warehouse.exists(p) for p in sample)
+    root = _values(next(e for e in outputs if e.step_key == "run_polaris_task"))
+    assert root["task id"] == str(task.id) and root["type"] == "entity_cleanup_scheduler"
+    assert root["child tasks"] >= 2
+    # Together the steps deleted exactly the files the table had, and say how much they freed.
+    assert total_deleted == len(existing)
+    assert total_freed == sum(sizes.values())
+
+    # The log says the same in words, with what was deleted, at INFO (shown by default).
+    messages = _messages(instance, result.run_id)
+    done_lines = [m for m in messages if " done: " in m]
+    assert len(done_lines) == len(outputs)
+    assert all(
+        "file(s) deleted" in m and "freed" in m and "refused by the guard" in m for m in done_lines
+    )
+    assert all(f"lease {run_executor} attempt 1" in m for m in done_lines)
+    listed = [m for m in messages if m.startswith("deleted (")]
+    named = {p.strip() for m in listed for p in m.split("): ", 1)[1].split(", ")}
+    assert named and named <= existing
+    assert all(len(m) < 400 for m in done_lines)
+
+
+def test_a_guard_refusal_fails_with_one_line_and_the_refused_paths(
+    metastore: Metastore, tmp_path: Path, instance: DagsterInstance
+) -> None:
+    table = tmp_path / "wh" / "ns" / "t"
+    (table / "metadata").mkdir(parents=True)
+    inside = table / "metadata" / "snap-1.avro"
+    inside.write_bytes(b"m" * 64)
+    outside = tmp_path / "precious.txt"
+    outside.write_text("keep me")
+    task: NewTask = batch_task(
+        "POLARIS",
+        [str(inside), str(outside)],
+        internal={"storageLocation": f"file://{table}"},
+        create_timestamp=metastore.now_ms() - OLD_MS,
+    )
+    metastore.insert_tasks([task])
+
+    result = _sweep_and_run(metastore, instance, PolarisStorageResource())
+
+    assert not result.success
+    # The guard kept the outside file; the batch still deleted what it admitted.
+    assert outside.read_text() == "keep me" and not inside.exists()
+    [failure] = [e for e in result.all_events if e.is_step_failure]
+    data = failure.step_failure_data
+    user = data.user_failure_data
+    assert user is not None and user.description is not None
+    # One line that says what failed...
+    assert "\n" not in user.description
+    assert user.description.startswith("guard refused 1 path(s), first ")
+    assert str(outside) in user.description
+    # ...and it is the first line of the error the UI shows above the stack trace.
+    first_line = data.error.message.strip().splitlines()[0]
+    assert first_line.endswith(user.description), first_line
+    assert data.error.stack  # the traceback is still there, below
+
+    meta = {k: v.value for k, v in user.metadata.items()}
+    assert meta.keys() >= LEASE_KEYS, sorted(meta)
+    assert meta["realm"] == "POLARIS" and meta["task id"] == str(task.id)
+    assert meta["lease executor"] == f"polaris-pipeline:run:{result.run_id}"
+    assert meta["lease attempt"] == 1
+    assert meta["status"] == "failed" and meta["permanent"] is True
+    assert meta["files deleted"] == 1 and meta["bytes freed"] == 64
+    assert meta["refused paths"] == 1
+    [refusal] = meta["refused paths (sample)"]
+    assert refusal["path"] == str(outside) and refusal["reason"]
+    assert meta["dagster run id"] == result.run_id and meta["next attempt"]
+
+    row = metastore.get_task("POLARIS", task.id)
+    assert row is not None and row.last_error == user.description
+    errors = [m for m in _messages(instance, result.run_id) if " failed (recorded" in m]
+    assert len(errors) == 1 and user.description in errors[0]
