@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from playwright import sync_api
 
 expect = sync_api.expect
