@@ -9,6 +9,7 @@ lease grant increments attemptCount, which makes it a fencing token.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import secrets
@@ -520,21 +521,22 @@ RETURNING t.realm_id, t.id, t.name, t.entity_version,
 
     def renew(self, lease: Lease) -> Lease | None:
         """Heartbeat: restart the lease period; None when the lease was lost or the task is gone."""
+        return self._restart_lease(lease, lease.executor_id)
+
+    def _restart_lease(self, lease: Lease, executor_id: str) -> Lease | None:
+        """Write a fresh start time (and holder) on a held lease: renewal and hand-over."""
 
         def change(conn: Connection, task: TaskRow, now: int) -> tuple[bool, Lease | None]:
             props = dict(task.properties)
+            props[Prop.EXECUTOR] = executor_id
             props[Prop.START_TIME] = str(now)
             if not self._cas_write(conn, task, props, now):
                 return False, None
-            return True, Lease(
-                realm_id=lease.realm_id,
-                task_id=lease.task_id,
-                executor_id=lease.executor_id,
-                attempt=lease.attempt,
+            return True, dataclasses.replace(
+                lease,
+                executor_id=executor_id,
                 entity_version=task.entity_version + 1,
                 start_time_ms=now,
-                task_type_code=lease.task_type_code,
-                name=lease.name,
             )
 
         status, value = self._holder_cas(lease, change)
@@ -596,26 +598,7 @@ WHERE type_code = {TASK_TYPE_CODE} AND catalog_id = 0 AND parent_id = 0 AND real
 
         The attempt number stays: it is the same attempt, now run elsewhere.
         """
-
-        def change(conn: Connection, task: TaskRow, now: int) -> tuple[bool, Lease | None]:
-            props = dict(task.properties)
-            props[Prop.EXECUTOR] = executor_id
-            props[Prop.START_TIME] = str(now)
-            if not self._cas_write(conn, task, props, now):
-                return False, None
-            return True, Lease(
-                realm_id=lease.realm_id,
-                task_id=lease.task_id,
-                executor_id=executor_id,
-                attempt=lease.attempt,
-                entity_version=task.entity_version + 1,
-                start_time_ms=now,
-                task_type_code=lease.task_type_code,
-                name=lease.name,
-            )
-
-        status, value = self._holder_cas(lease, change)
-        return value if status == "ok" else None
+        return self._restart_lease(lease, executor_id)
 
     def complete(self, lease: Lease) -> CompleteOutcome:
         """Success: delete the task row, guarded on the holder's lease."""
