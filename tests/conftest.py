@@ -4,4 +4,5 @@ pytest_plugins = [
     "tests.support.metastore",
     "tests.support.s3",
     "tests.support.iceberg",
+    "tests.support.dagster",
 ]

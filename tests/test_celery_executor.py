@@ -52,7 +52,6 @@ from jobs.celery import (
 from jobs.task_job import JOB_NAME, polaris_task_job
 from polaris_pipeline import demo_tables
 from polaris_pipeline.metastore import URL_ENV, Metastore
-from resources import clear_metastore_cache, clear_storage_cache
 from sensors.sweeper import SENSOR_NAME
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.metastore import PG_ADMIN_URL
@@ -70,13 +69,6 @@ WORKER_READY_S = 60
 
 
 # -- fixtures ----------------------------------------------------------------------
-
-
-@pytest.fixture(autouse=True)
-def _fresh_caches() -> Iterator[None]:
-    yield
-    clear_metastore_cache()
-    clear_storage_cache()
 
 
 def _broker_reachable(url: str) -> bool:

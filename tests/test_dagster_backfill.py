@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +38,6 @@ from resources import (
     PolarisMetastoreResource,
     PolarisStorageResource,
     SweeperSettings,
-    clear_metastore_cache,
-    clear_storage_cache,
 )
 from sensors.sweeper import REALM_REFRESH_SECONDS, SweepCursor, polaris_task_sweeper
 from tests.support.tasks import batch_task, seed
@@ -54,21 +51,6 @@ OLD_MS = 60 * 60_000
 def policy() -> LeasePolicy:
     # A real grace period, so that pending tasks exist; overrides tests/support/metastore.py.
     return LeasePolicy(lease_timeout_ms=60_000, grace_ms=GRACE_MS)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_caches() -> Iterator[None]:
-    yield
-    clear_metastore_cache()
-    clear_storage_cache()
-
-
-@pytest.fixture
-def instance(tmp_path: Path) -> Iterator[DagsterInstance]:
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    with DagsterInstance.local_temp(str(home), overrides={"telemetry": {"enabled": False}}) as inst:
-        yield inst
 
 
 def resource_for(store: Metastore, **kwargs: Any) -> PolarisMetastoreResource:

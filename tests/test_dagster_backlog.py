@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,7 @@ from assets.backlog import (
 from assets.partitions import REALM_PARTITIONS_NAME
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop, TaskRow, TaskState
-from resources import PolarisMetastoreResource, clear_metastore_cache
+from resources import PolarisMetastoreResource
 from tests.support.tasks import batch_task, seed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,20 +55,6 @@ ASSET_KEY = AssetKey(ASSET_NAME)
 def policy() -> LeasePolicy:
     # A real grace period, so that pending tasks exist; overrides tests/support/metastore.py.
     return LeasePolicy(lease_timeout_ms=60_000, grace_ms=GRACE_MS)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_caches() -> Iterator[None]:
-    yield
-    clear_metastore_cache()
-
-
-@pytest.fixture
-def instance(tmp_path: Path) -> Iterator[DagsterInstance]:
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    with DagsterInstance.local_temp(str(home), overrides={"telemetry": {"enabled": False}}) as inst:
-        yield inst
 
 
 def resource_for(store: Metastore) -> PolarisMetastoreResource:

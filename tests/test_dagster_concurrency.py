@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,6 @@ from assets.partitions import REALM_PARTITIONS_NAME
 from jobs.task_job import JOB_NAME, TAG_REALM
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import TaskState
-from resources import clear_metastore_cache, clear_storage_cache
 from tests.support.tasks import seed
 from tests.test_dagster_postgres_instance import (
     dagster_home_from_deploy,
@@ -88,13 +87,6 @@ class StartOnlyRunLauncher(RunLauncher, ConfigurableClass):
 
     def terminate(self, run_id: str) -> bool:
         return False
-
-
-@pytest.fixture(autouse=True)
-def _fresh_caches() -> Iterator[None]:
-    yield
-    clear_metastore_cache()
-    clear_storage_cache()
 
 
 def realm_limit() -> int:

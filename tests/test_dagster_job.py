@@ -40,8 +40,6 @@ from resources import (
     PolarisMetastoreResource,
     PolarisStorageResource,
     SweeperSettings,
-    clear_metastore_cache,
-    clear_storage_cache,
 )
 from sensors.sweeper import polaris_task_sweeper
 from tests.support.iceberg import Warehouse, table_files
@@ -54,13 +52,6 @@ NO_TELEMETRY = {"telemetry": {"enabled": False}}
 
 
 # -- fixtures ----------------------------------------------------------------------
-
-
-@pytest.fixture(autouse=True)
-def _fresh_caches() -> Iterator[None]:
-    yield
-    clear_metastore_cache()
-    clear_storage_cache()
 
 
 @pytest.fixture(scope="session")

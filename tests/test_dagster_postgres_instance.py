@@ -34,7 +34,6 @@ from sqlalchemy.pool import NullPool
 
 from assets.partitions import REALM_PARTITIONS_NAME
 from polaris_pipeline.metastore import Metastore
-from resources import clear_metastore_cache, clear_storage_cache
 from tests.support.metastore import PG_ADMIN_URL
 from tests.support.tasks import batch_task
 
@@ -94,13 +93,6 @@ def dagster_pg_url(env: dict[str, str]) -> str:
 
 
 # -- tests -------------------------------------------------------------------------
-
-
-@pytest.fixture(autouse=True)
-def _fresh_caches() -> Iterator[None]:
-    yield
-    clear_metastore_cache()
-    clear_storage_cache()
 
 
 def test_the_shipped_file_configures_the_instance_as_documented(

@@ -26,8 +26,6 @@ from resources import (
     PolarisMetastoreResource,
     PolarisStorageResource,
     SweeperSettings,
-    clear_metastore_cache,
-    clear_storage_cache,
 )
 from sensors.sweeper import SweepCursor, polaris_task_sweeper
 from tests.support.tasks import batch_task, seed
@@ -40,13 +38,6 @@ OLD_MS = 10 * 60_000
 def policy() -> LeasePolicy:
     # A real grace period, so "fresh" tasks exist; overrides tests/support/metastore.py.
     return LeasePolicy(lease_timeout_ms=60_000, grace_ms=GRACE_MS)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_caches() -> Iterator[None]:
-    yield
-    clear_metastore_cache()
-    clear_storage_cache()
 
 
 @pytest.fixture

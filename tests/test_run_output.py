@@ -9,12 +9,10 @@ step must say what failed in one line before its traceback.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-import pytest
 from dagster import DagsterInstance, SensorResult, build_sensor_context
 from dagster._core.events import DagsterEvent
 
@@ -26,8 +24,6 @@ from resources import (
     PolarisMetastoreResource,
     PolarisStorageResource,
     SweeperSettings,
-    clear_metastore_cache,
-    clear_storage_cache,
 )
 from sensors.sweeper import polaris_task_sweeper
 from tests.support.iceberg import Warehouse, table_files
@@ -51,21 +47,6 @@ DONE_KEYS = LEASE_KEYS | {
     "refused paths",
     "child tasks",
 }
-
-
-@pytest.fixture(autouse=True)
-def _fresh_caches() -> Iterator[None]:
-    yield
-    clear_metastore_cache()
-    clear_storage_cache()
-
-
-@pytest.fixture
-def instance(tmp_path: Path) -> Iterator[DagsterInstance]:
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    with DagsterInstance.local_temp(str(home), overrides={"telemetry": {"enabled": False}}) as i:
-        yield i
 
 
 def _resource(store: Metastore) -> PolarisMetastoreResource:
