@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -13,7 +12,7 @@ from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.runner import Runner, Status
 from polaris_pipeline.tasks.manifest_codec import ManifestFileRef, encode_manifest_file
 from polaris_pipeline.tasks.model import NewTask, Prop
-from tests.support.tasks import batch_task
+from tests.support.tasks import batch_task, dropped_entity_json
 
 TABLE_ID = {"namespace": ["ns"], "name": "t"}
 
@@ -41,28 +40,6 @@ def _manifest_bytes() -> bytes:
     )
 
 
-def _entity(**overrides: Any) -> str:
-    doc: dict[str, Any] = {
-        "catalogId": 1,
-        "id": 42,
-        "parentId": 2,
-        "typeCode": 7,
-        "subTypeCode": 2,
-        "name": "t",
-        "entityVersion": 1,
-        "createTimestamp": 0,
-        "dropTimestamp": 0,
-        "purgeTimestamp": 0,
-        "toPurgeTimestamp": 0,
-        "lastUpdateTimestamp": 0,
-        "grantRecordsVersion": 1,
-        "properties": "{}",
-        "internalProperties": json.dumps({"metadata-location": "file:///wh/ns/t/metadata/v1.json"}),
-    }
-    doc.update(overrides)
-    return json.dumps(doc)
-
-
 def _manifest_payload(raw: bytes | str) -> str:
     data = raw if isinstance(raw, str) else base64.b64encode(raw).decode()
     return json.dumps({"tableId": TABLE_ID, "manifestFileData": data})
@@ -78,18 +55,22 @@ CASES: list[tuple[str, dict[str, str], str]] = [
     ("no data", {Prop.TASK_TYPE: "3"}, "no data"),
     ("data not JSON", {Prop.TASK_TYPE: "1", Prop.DATA: "{oops"}, "not JSON"),
     ("data a JSON array", {Prop.TASK_TYPE: "3", Prop.DATA: "[1]"}, "array"),
-    ("entity of another type", {Prop.TASK_TYPE: "1", Prop.DATA: _entity(typeCode=6)}, "typeCode"),
+    (
+        "entity of another type",
+        {Prop.TASK_TYPE: "1", Prop.DATA: dropped_entity_json(typeCode=6)},
+        "typeCode",
+    ),
     (
         "no metadata-location",
-        {Prop.TASK_TYPE: "1", Prop.DATA: _entity(internalProperties="{}")},
+        {Prop.TASK_TYPE: "1", Prop.DATA: dropped_entity_json(internalProperties="{}")},
         "metadata-location",
     ),
     (
         "internal properties not JSON",
-        {Prop.TASK_TYPE: "1", Prop.DATA: _entity(internalProperties="{bad")},
+        {Prop.TASK_TYPE: "1", Prop.DATA: dropped_entity_json(internalProperties="{bad")},
         "internalProperties",
     ),
-    ("entity truncated", {Prop.TASK_TYPE: "1", Prop.DATA: _entity()[:40]}, "not JSON"),
+    ("entity truncated", {Prop.TASK_TYPE: "1", Prop.DATA: dropped_entity_json()[:40]}, "not JSON"),
     (
         "base64 garbage",
         {Prop.TASK_TYPE: "2", Prop.DATA: _manifest_payload("!!!not-base64")},

@@ -41,7 +41,7 @@ from tests.reliability.harness import (
     touch_all,
 )
 from tests.support.iceberg import Warehouse, table_files
-from tests.support.tasks import batch_task
+from tests.support.tasks import batch_task, dropped_entity_json
 
 REALM = "hostile"
 SQL_REALM = "'; DROP TABLE entities; --"
@@ -74,28 +74,6 @@ def _manifest_ref(path: str) -> ManifestFileRef:
 def _manifest_data(raw: bytes | str) -> str:
     data = raw if isinstance(raw, str) else base64.b64encode(raw).decode()
     return json.dumps({"tableId": TABLE_ID, "manifestFileData": data})
-
-
-def _entity(internal: dict[str, str]) -> str:
-    return json.dumps(
-        {
-            "catalogId": 1,
-            "id": 42,
-            "parentId": 2,
-            "typeCode": 7,
-            "subTypeCode": 2,
-            "name": "t",
-            "entityVersion": 1,
-            "createTimestamp": 0,
-            "dropTimestamp": 0,
-            "purgeTimestamp": 0,
-            "toPurgeTimestamp": 0,
-            "lastUpdateTimestamp": 0,
-            "grantRecordsVersion": 1,
-            "properties": "{}",
-            "internalProperties": json.dumps(internal),
-        }
-    )
 
 
 @dataclass
@@ -237,7 +215,7 @@ def build_hostile_set(store: Metastore, root: Path, wh: Warehouse) -> Hostile:
     h.add(
         "missing metadata-location",
         "metadata-location",
-        {Prop.TASK_TYPE: "1", Prop.DATA: _entity({})},
+        {Prop.TASK_TYPE: "1", Prop.DATA: dropped_entity_json(internalProperties="{}")},
         location=f"file://{root}/wh/ns/x",
     )
     # -- files that are not what they claim ----------------------------------------------

@@ -42,3 +42,28 @@ def seed(store: Metastore, realm: str, n: int, **kwargs: Any) -> list[NewTask]:
     tasks = [batch_task(realm, **kwargs) for _ in range(n)]
     store.insert_tasks(tasks)
     return tasks
+
+
+def dropped_entity_json(**overrides: Any) -> str:
+    """The ``data`` of an ENTITY_CLEANUP_SCHEDULER task, written out by hand in Jackson's
+    bean names (not through our encoder), with any field overridden: hostile inputs too.
+    """
+    doc: dict[str, Any] = {
+        "catalogId": 1,
+        "id": 42,
+        "parentId": 2,
+        "typeCode": 7,
+        "subTypeCode": 2,
+        "name": "t",
+        "entityVersion": 1,
+        "createTimestamp": 0,
+        "dropTimestamp": 0,
+        "purgeTimestamp": 0,
+        "toPurgeTimestamp": 0,
+        "lastUpdateTimestamp": 0,
+        "grantRecordsVersion": 1,
+        "properties": "{}",
+        "internalProperties": json.dumps({"metadata-location": "file:///wh/ns/t/metadata/v1.json"}),
+    }
+    doc.update(overrides)
+    return json.dumps(doc)
