@@ -66,6 +66,13 @@ def _add_realms(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_task_ref(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "task_id", type=int, metavar="ID", help="the task's entity id, as `tasks list` shows it"
+    )
+    p.add_argument("--realm", required=True, help="the task's realm, e.g. POLARIS")
+
+
 def _add_policy(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--lease-timeout-ms",
@@ -161,10 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Show one task: every property, decoded payload summary and state.",
         epilog="Example: polaris-pipeline tasks show 4711 --realm POLARIS",
     )
-    show.add_argument(
-        "task_id", type=int, metavar="ID", help="the task's entity id, as `tasks list` shows it"
-    )
-    show.add_argument("--realm", required=True, help="the task's realm, e.g. POLARIS")
+    _add_task_ref(show)
     _add_metastore(show)
     _add_policy(show)
 
@@ -175,10 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
         "A task leased right now is refused.",
         epilog="Example: polaris-pipeline tasks requeue 4711 --realm POLARIS",
     )
-    requeue.add_argument(
-        "task_id", type=int, metavar="ID", help="the task's entity id, as `tasks list` shows it"
-    )
-    requeue.add_argument("--realm", required=True, help="the task's realm, e.g. POLARIS")
+    _add_task_ref(requeue)
     _add_metastore(requeue)
     _add_policy(requeue)
 
