@@ -1,4 +1,5 @@
-"""Shared pieces of the benchmarks: databases, task rows, round-trip counting, machine facts.
+"""Shared pieces of the benchmarks: databases, task rows, a Polaris catalog to seed them
+with, round-trip counting, machine facts.
 
 Nothing here is timed itself; every benchmark measures its own side and its
 baseline in the same process run on the same data, so only ratios are compared
@@ -219,6 +220,154 @@ def copy_entities(url: str, rows: Iterable[Sequence[Any]]) -> int:
 def truncate_entities(url: str) -> None:
     with pg_connect(url) as conn:
         conn.execute("TRUNCATE polaris_schema.entities")
+
+
+# ------------------------------------------------------------------ the catalog
+
+
+def _j(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def _entity(
+    realm: str,
+    catalog_id: int,
+    entity_id: int,
+    parent_id: int,
+    name: str,
+    type_code: int,
+    sub_type: int,
+    created: int,
+    props: dict[str, str],
+    internal: dict[str, str],
+    location: str | None = None,
+) -> tuple[Any, ...]:
+    return (
+        realm,
+        catalog_id,
+        entity_id,
+        parent_id,
+        name,
+        3,
+        type_code,
+        sub_type,
+        created,
+        0,
+        0,
+        0,
+        created,
+        _j(props),
+        _j(internal),
+        1,
+        location,
+    )
+
+
+def non_task_entities(n: int, rng: random.Random) -> Iterator[tuple[Any, ...]]:
+    """``n`` entities of every non-task type over the 4 realms, shaped like a Polaris catalog."""
+    per_realm = n // len(REALMS)
+    created = now_ms() - 30 * 86_400_000
+    for realm in REALMS:
+        count = 0
+
+        def emit(row: tuple[Any, ...]) -> tuple[Any, ...]:
+            nonlocal count
+            count += 1
+            return row
+
+        yield emit(_entity(realm, 0, new_id(rng), 0, "root", 1, 0, created, {}, {}))
+        for i in range(200):
+            client = uuid.UUID(int=rng.getrandbits(128)).hex[:16]
+            yield emit(
+                _entity(
+                    realm, 0, new_id(rng), 0, f"principal-{i}", 2, 0, created,
+                    {}, {"client_id": client},
+                )
+            )  # fmt: skip
+            yield emit(_entity(realm, 0, new_id(rng), 0, f"role-{i}", 3, 0, created, {}, {}))
+        catalogs = [new_id(rng) for _ in range(10)]
+        namespaces: dict[int, list[tuple[int, str]]] = {}
+        for c, cat in enumerate(catalogs):
+            base = f"s3://warehouse-{realm.lower()}/catalog-{c}"
+            yield emit(
+                _entity(
+                    realm, 0, cat, 0, f"catalog-{c}", 4, 0, created,
+                    {"default-base-location": base},
+                    {"catalog-type": "INTERNAL", "storage_configuration_info": _j(
+                        {"storageType": "S3", "allowedLocations": [base]})},
+                )
+            )  # fmt: skip
+            for r in range(10):
+                yield emit(
+                    _entity(
+                        realm, cat, new_id(rng), cat, f"catalog-role-{r}", 5, 0, created, {}, {}
+                    )
+                )
+            namespaces[cat] = []
+            for k in range(500):
+                ns_id = new_id(rng)
+                namespaces[cat].append((ns_id, f"ns_{k}"))
+                yield emit(
+                    _entity(
+                        realm, cat, ns_id, cat, f"ns_{k}", 6, 0, created,
+                        {"location": f"{base}/ns_{k}"}, {"parent-namespace": ""},
+                    )
+                )  # fmt: skip
+        t = 0
+        while count < per_realm:
+            ci = t % len(catalogs)
+            cat = catalogs[ci]
+            ns_id, ns_name = namespaces[cat][rng.randrange(len(namespaces[cat]))]
+            view = rng.random() < 0.1
+            name = f"{'v' if view else 't'}_{t}"
+            location = f"warehouse-{realm.lower()}/catalog-{ci}/{ns_name}/{name}"
+            meta = f"s3://{location}/metadata/{t:05d}-{uuid.UUID(int=rng.getrandbits(128))}"
+            yield emit(
+                _entity(
+                    realm, cat, new_id(rng), ns_id, name, 7, 3 if view else 2, created,
+                    {"owner": "etl", "write.format.default": "parquet"},
+                    {"metadata-location": meta + ".metadata.json", "parent-namespace": ns_name},
+                    location=location,
+                )
+            )  # fmt: skip
+            t += 1
+
+
+def interleave(
+    entities: Iterator[tuple[Any, ...]], tasks: list[tuple[Any, ...]], n_entities: int
+) -> Iterator[tuple[Any, ...]]:
+    """The tasks spread evenly through the entities, as they accumulate in a live heap."""
+    every = max(1, n_entities // max(1, len(tasks)))
+    pending = iter(tasks)
+    for i, row in enumerate(entities):
+        yield row
+        if i % every == every - 1:
+            task = next(pending, None)
+            if task is not None:
+                yield task
+    yield from pending
+
+
+@contextmanager
+def catalog_database(purpose: str) -> Iterator[str]:
+    """A :func:`temp_database` with Polaris's schema created and no rows; yields its URL."""
+    from polaris_pipeline.metastore import Metastore
+
+    with temp_database(purpose) as url:
+        store = Metastore(url)
+        store.init_schema()
+        store.dispose()
+        yield url
+
+
+def seed_catalog(
+    url: str, tasks: list[tuple[Any, ...]], n_entities: int, rng: random.Random
+) -> int:
+    """Copy ``n_entities`` catalog entities with ``tasks`` spread through them, then
+    VACUUM (ANALYZE); returns the number of rows."""
+    n = copy_entities(url, interleave(non_task_entities(n_entities, rng), tasks, n_entities))
+    vacuum_analyze(url)
+    return n
 
 
 # ------------------------------------------------------- round trips to the server

@@ -28,12 +28,11 @@ from typing import Any
 from bench.common import (
     REALMS,
     batch_task_row,
-    copy_entities,
+    catalog_database,
     new_id,
     now_ms,
-    pg_connect,
-    temp_database,
-    vacuum_analyze,
+    seed_catalog,
+    truncate_entities,
 )
 from bench.report import BenchResult, Figure, fmt
 
@@ -80,22 +79,18 @@ def _evaluate(instance: Any, resources: dict[str, Any], cursor: str | None) -> d
 
 
 def _seed(url: str, n_tasks: int, n_entities: int) -> None:
-    from bench.sweep_query import _interleave, non_task_entities
-
     rng = random.Random(11)
     created = now_ms() - 3_600_000
     tasks = [
         batch_task_row(REALMS[i % len(REALMS)], new_id(rng), created_ms=created)
         for i in range(n_tasks)
     ]
-    copy_entities(url, _interleave(non_task_entities(n_entities, rng), tasks, n_entities))
-    vacuum_analyze(url)
+    seed_catalog(url, tasks, n_entities, rng)
 
 
 def run(quick: bool = False) -> BenchResult:
     from dagster import DagsterInstance
 
-    from polaris_pipeline.metastore import Metastore
     from resources import PolarisMetastoreResource, SweeperSettings, clear_metastore_cache
 
     size = QUICK if quick else FULL
@@ -115,11 +110,9 @@ def run(quick: bool = False) -> BenchResult:
     )
     runs: dict[str, Any] = {}
     with (
-        temp_database("sensor") as url,
+        catalog_database("sensor") as url,
         tempfile.TemporaryDirectory(prefix="pp-bench-sensor-") as tmp,
     ):
-        store = Metastore(url)
-        store.init_schema()
         _seed(url, n, size["entities"])
         metastore = PolarisMetastoreResource(url=url)
         home = Path(tmp) / "dagster_home"
@@ -147,8 +140,7 @@ def run(quick: bool = False) -> BenchResult:
             )
 
             # 2. the whole backlog in one tick (re-seeded)
-            with pg_connect(url) as conn:
-                conn.execute("TRUNCATE polaris_schema.entities")
+            truncate_entities(url)
             _seed(url, n, size["entities"])
             uncapped = {
                 "metastore": metastore,
@@ -172,7 +164,6 @@ def run(quick: bool = False) -> BenchResult:
                 flush=True,
             )
         clear_metastore_cache()
-        store.dispose()
 
     default = runs["default"]
     leasing = [t for t in default if t["requests"]]

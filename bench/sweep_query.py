@@ -24,7 +24,6 @@ import random
 import re
 import statistics
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,11 +32,12 @@ from sqlalchemy import event
 from bench.common import (
     REALMS,
     batch_task_row,
+    catalog_database,
     copy_entities,
     new_id,
     now_ms,
     pg_connect,
-    temp_database,
+    seed_catalog,
     vacuum_analyze,
 )
 from bench.report import BenchResult, Figure, fmt
@@ -51,115 +51,7 @@ INDEX_NAME = "entities_polaris_pipeline_tasks_idx"
 BACKLOG_MIX = {"orphaned": 0.20, "leased": 0.55, "backing-off": 0.10, "dead": 0.05, "pending": 0.10}
 
 
-# ------------------------------------------------------------------ the catalog
-
-
-def _j(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"))
-
-
-def _entity(
-    realm: str,
-    catalog_id: int,
-    entity_id: int,
-    parent_id: int,
-    name: str,
-    type_code: int,
-    sub_type: int,
-    created: int,
-    props: dict[str, str],
-    internal: dict[str, str],
-    location: str | None = None,
-) -> tuple[Any, ...]:
-    return (
-        realm,
-        catalog_id,
-        entity_id,
-        parent_id,
-        name,
-        3,
-        type_code,
-        sub_type,
-        created,
-        0,
-        0,
-        0,
-        created,
-        _j(props),
-        _j(internal),
-        1,
-        location,
-    )
-
-
-def non_task_entities(n: int, rng: random.Random) -> Iterator[tuple[Any, ...]]:
-    """``n`` entities of every non-task type over the 4 realms, shaped like a Polaris catalog."""
-    per_realm = n // len(REALMS)
-    created = now_ms() - 30 * 86_400_000
-    for realm in REALMS:
-        count = 0
-
-        def emit(row: tuple[Any, ...]) -> tuple[Any, ...]:
-            nonlocal count
-            count += 1
-            return row
-
-        yield emit(_entity(realm, 0, new_id(rng), 0, "root", 1, 0, created, {}, {}))
-        for i in range(200):
-            client = uuid.UUID(int=rng.getrandbits(128)).hex[:16]
-            yield emit(
-                _entity(
-                    realm, 0, new_id(rng), 0, f"principal-{i}", 2, 0, created,
-                    {}, {"client_id": client},
-                )
-            )  # fmt: skip
-            yield emit(_entity(realm, 0, new_id(rng), 0, f"role-{i}", 3, 0, created, {}, {}))
-        catalogs = [new_id(rng) for _ in range(10)]
-        namespaces: dict[int, list[tuple[int, str]]] = {}
-        for c, cat in enumerate(catalogs):
-            base = f"s3://warehouse-{realm.lower()}/catalog-{c}"
-            yield emit(
-                _entity(
-                    realm, 0, cat, 0, f"catalog-{c}", 4, 0, created,
-                    {"default-base-location": base},
-                    {"catalog-type": "INTERNAL", "storage_configuration_info": _j(
-                        {"storageType": "S3", "allowedLocations": [base]})},
-                )
-            )  # fmt: skip
-            for r in range(10):
-                yield emit(
-                    _entity(
-                        realm, cat, new_id(rng), cat, f"catalog-role-{r}", 5, 0, created, {}, {}
-                    )
-                )
-            namespaces[cat] = []
-            for k in range(500):
-                ns_id = new_id(rng)
-                namespaces[cat].append((ns_id, f"ns_{k}"))
-                yield emit(
-                    _entity(
-                        realm, cat, ns_id, cat, f"ns_{k}", 6, 0, created,
-                        {"location": f"{base}/ns_{k}"}, {"parent-namespace": ""},
-                    )
-                )  # fmt: skip
-        t = 0
-        while count < per_realm:
-            ci = t % len(catalogs)
-            cat = catalogs[ci]
-            ns_id, ns_name = namespaces[cat][rng.randrange(len(namespaces[cat]))]
-            view = rng.random() < 0.1
-            name = f"{'v' if view else 't'}_{t}"
-            location = f"warehouse-{realm.lower()}/catalog-{ci}/{ns_name}/{name}"
-            meta = f"s3://{location}/metadata/{t:05d}-{uuid.UUID(int=rng.getrandbits(128))}"
-            yield emit(
-                _entity(
-                    realm, cat, new_id(rng), ns_id, name, 7, 3 if view else 2, created,
-                    {"owner": "etl", "write.format.default": "parquet"},
-                    {"metadata-location": meta + ".metadata.json", "parent-namespace": ns_name},
-                    location=location,
-                )
-            )  # fmt: skip
-            t += 1
+# -------------------------------------------------------------------- the tasks
 
 
 def _task_extra(state: str, now: int, rng: random.Random) -> tuple[dict[str, str], int]:
@@ -202,21 +94,6 @@ def task_rows(n: int, mix: dict[str, float], rng: random.Random) -> list[tuple[A
             batch_task_row(REALMS[i % len(REALMS)], new_id(rng), created_ms=created, extra=extra)
         )
     return rows
-
-
-def _interleave(
-    entities: Iterator[tuple[Any, ...]], tasks: list[tuple[Any, ...]], n_entities: int
-) -> Iterator[tuple[Any, ...]]:
-    """The tasks spread evenly through the entities, as they accumulate in a live heap."""
-    every = max(1, n_entities // max(1, len(tasks)))
-    pending = iter(tasks)
-    for i, row in enumerate(entities):
-        yield row
-        if i % every == every - 1:
-            task = next(pending, None)
-            if task is not None:
-                yield task
-    yield from pending
 
 
 def _reseed_tasks(url: str, tasks: list[tuple[Any, ...]]) -> None:
@@ -510,20 +387,11 @@ def run(quick: bool = False) -> BenchResult:
     idle_mix["leased"] += BACKLOG_MIX["orphaned"]
     mixes = {"backlog": BACKLOG_MIX, "idle": idle_mix}
 
-    from polaris_pipeline.metastore import Metastore
-
     runs: dict[str, dict[str, Any]] = {}
-    with temp_database("sweep") as url:
-        store = Metastore(url)
-        store.init_schema()
-        store.dispose()
+    with catalog_database("sweep") as url:
         t0 = time.perf_counter()
         first_tasks = task_rows(size["tasks"], BACKLOG_MIX, rng)
-        n = copy_entities(
-            url,
-            _interleave(non_task_entities(size["entities"], rng), first_tasks, size["entities"]),
-        )
-        vacuum_analyze(url)
+        n = seed_catalog(url, first_tasks, size["entities"], rng)
         print(f"  seeded {n:,} rows in {time.perf_counter() - t0:.1f} s", flush=True)
         heap_pages, total_pages = table_pages(url)
         for mix_name, mix in mixes.items():

@@ -3,8 +3,10 @@
 The sensor leases a task and passes the lease as op config. The run adopts the
 lease under its own executor id, runs it with the engine's ``Runner``, and, when
 a table cleanup creates child tasks, runs those children as mapped steps of the
-same run in two stages: manifest children (content files and the manifests)
-first, then the batch children (manifest lists, older metadata, statistics).
+same run in three ordered stages: manifest children (content files and the
+manifests), then the batch children (manifest lists, older metadata, statistics),
+then the child that deletes the current metadata file. Children are grouped,
+``children_per_step`` to a mapped step, because each step has a fixed cost.
 
 Every op process of a run uses one executor id derived from the run id, so the
 children (created already leased by that id) need no take-over, and the
@@ -13,6 +15,7 @@ heartbeat of whichever op is running renews every lease the run holds.
 
 import time
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -71,6 +74,8 @@ _PROGRESS_LOG_INTERVAL_S = 10.0
 _NAME_IN_LABEL = 60
 # Refused or failed paths listed in a failure's metadata (the counts are exact).
 _FAILURE_SAMPLE = 20
+# Children per mapped step (see TaskLeaseConfig.children_per_step).
+CHILDREN_PER_STEP = 20
 
 # Still Dagster's multiprocess executor (one process per step), but steps fork
 # from a server that has imported the engine once, instead of each spawning a
@@ -98,9 +103,17 @@ class TaskLeaseConfig(Config):
     start_time_ms: int = Field(description="Lease start, database clock (epoch ms).")
     name: str = Field(default="", description="Task name.")
     task_type: str | None = Field(default=None, description="taskType code (1, 2 or 3).")
+    children_per_step: int = Field(
+        default=CHILDREN_PER_STEP,
+        ge=1,
+        description=(
+            "Child tasks a table cleanup's children are grouped by, one step per group: "
+            "a step costs Dagster about a tenth of a second, a small manifest less."
+        ),
+    )
 
     def to_lease(self) -> Lease:
-        return lease_from_dict(self.model_dump())
+        return lease_from_dict(self.model_dump(exclude={"children_per_step"}))
 
 
 def lease_to_dict(lease: Lease) -> dict[str, Any]:
@@ -327,20 +340,15 @@ def _first_line(text: str | None) -> str:
     return lines[0] if lines else "task failed"
 
 
-def run_leased_task(
+@contextmanager
+def _open_runner(
     context: OpExecutionContext,
-    lease: Lease,
     metastore: PolarisMetastoreResource,
     storage: PolarisStorageResource,
-) -> tuple[dict[str, Any], dict[str, Any], TaskOutcome | None]:
-    """Adopt and execute one lease; returns (summary, output metadata, outcome).
-
-    Raises TransientTaskError for the op's RetryPolicy, or a non-retryable
-    ``Failure`` once the failure is recorded in the task row.
-    """
-    store = metastore.get_metastore()
+) -> Iterator[Runner]:
+    """The engine's runner under the run's executor id, for one step."""
     runner = Runner(
-        store,
+        metastore.get_metastore(),
         storage.get_config(),
         executor_id=metastore.run_executor_id(context.run_id),
         run_id=context.run_id,
@@ -348,17 +356,29 @@ def run_leased_task(
         progress=_ProgressLog(context),
     )
     try:
-        # One renewal of every lease this run holds in the realm: children queued
-        # behind many short steps (none living long enough to beat) stay held.
-        store.renew_held_by(lease.realm_id, runner.executor_id)
-        mine, lost = _adopt(context, runner, lease, store)
-        if mine is None:
-            summary = {"task": lease.label, **(lost or {})}
-            meta = {**_lease_metadata(lease), **(lost or {})}
-            return summary, meta, None
-        outcome = runner.execute(mine, record_failure=_is_last_attempt(context))
+        yield runner
     finally:
         runner.close()
+
+
+def run_leased_task(
+    context: OpExecutionContext, runner: Runner, lease: Lease
+) -> tuple[dict[str, Any], dict[str, Any], TaskOutcome | None]:
+    """Adopt and execute one lease; returns (summary, output metadata, outcome).
+
+    Raises TransientTaskError for the op's RetryPolicy, or a non-retryable
+    ``Failure`` once the failure is recorded in the task row.
+    """
+    store = runner.metastore
+    # One renewal of every lease this run holds in the realm: children queued
+    # behind many short steps (none living long enough to beat) stay held.
+    store.renew_held_by(lease.realm_id, runner.executor_id)
+    mine, lost = _adopt(context, runner, lease, store)
+    if mine is None:
+        summary = {"task": lease.label, **(lost or {})}
+        meta = {**_lease_metadata(lease), **(lost or {})}
+        return summary, meta, None
+    outcome = runner.execute(mine, record_failure=_is_last_attempt(context))
 
     if outcome.status is Status.DONE:
         result = outcome.result
@@ -446,14 +466,22 @@ def run_leased_task(
     out={
         "outcome": Out(dict, description="What the task did."),
         "children": DynamicOut(
-            dict,
+            list,
             is_required=False,
-            description="First stage of child leases: manifest children (or batch if none).",
+            description=(
+                "First stage of child leases, in groups of up to children_per_step: "
+                "manifest children (or the first stage there is)."
+            ),
         ),
         "later_children": Out(
             list,
             is_required=False,
-            description="Second stage of child leases: batch children, after the manifests.",
+            description="Second stage: groups of batch children (manifest lists, old metadata).",
+        ),
+        "final_children": Out(
+            list,
+            is_required=False,
+            description="Third stage: the child that deletes the current metadata file.",
         ),
     },
     retry_policy=DEFAULT_RETRY_POLICY,
@@ -465,63 +493,173 @@ def run_polaris_task(
     metastore: PolarisMetastoreResource,
     storage: PolarisStorageResource,
 ) -> Iterator[Output[Any] | DynamicOutput[Any]]:
-    summary, meta, outcome = run_leased_task(context, config.to_lease(), metastore, storage)
+    with _open_runner(context, metastore, storage) as runner:
+        summary, meta, outcome = run_leased_task(context, runner, config.to_lease())
     yield Output(summary, "outcome", metadata=meta)
     if outcome is None or not outcome.children:
         return
-    manifests = [c for c in outcome.children if c.task_type_code == MANIFEST_TYPE_CODE]
-    batches = [c for c in outcome.children if c.task_type_code != MANIFEST_TYPE_CODE]
-    # Whichever group runs first goes to the mapped stage: a stage fed by a
-    # collect of nothing would be skipped by Dagster.
-    first, later = (manifests, batches) if manifests else (batches, [])
-    for child in first:
-        yield DynamicOutput(
-            lease_to_dict(child), mapping_key=f"t{child.task_id}", output_name="children"
-        )
-    if later:
-        yield Output([lease_to_dict(c) for c in later], "later_children")
+    stages = child_stages(outcome)
+    groups = [_groups(stage, config.children_per_step) for stage in stages]
+    # Only the first stage is fed straight from here: a stage fed by a collect of
+    # nothing would be skipped by Dagster, so empty stages are already left out.
+    for group in groups[0]:
+        yield DynamicOutput(group, mapping_key=_group_key(group), output_name="children")
+    for name, later in zip(("later_children", "final_children"), groups[1:], strict=False):
+        yield Output(later, name)
+
+
+def child_stages(outcome: TaskOutcome) -> list[list[Lease]]:
+    """The outcome's children split into the ordered stages the handler asked for."""
+    children = outcome.children
+    sizes = outcome.result.child_stages if outcome.result is not None else []
+    if sum(sizes) != len(children):
+        # A handler that gave no stages: everything in one stage.
+        sizes = [len(children)]
+    stages: list[list[Lease]] = []
+    start = 0
+    for size in sizes:
+        if size:
+            stages.append(children[start : start + size])
+        start += size
+    if len(stages) > 3:
+        # The job has three stage slots; later stages run together in the last.
+        stages[2:] = [[c for stage in stages[2:] for c in stage]]
+    return stages
+
+
+def _groups(leases: list[Lease], size: int) -> list[list[dict[str, Any]]]:
+    step = max(1, size)
+    return [[lease_to_dict(c) for c in leases[i : i + step]] for i in range(0, len(leases), step)]
+
+
+def _group_key(group: list[dict[str, Any]]) -> str:
+    first = f"t{group[0]['task_id']}"
+    return first if len(group) == 1 else f"{first}_n{len(group)}"
 
 
 @op(
-    description="Run one child task created by the table cleanup, under the run's lease.",
+    description=(
+        "Run a group of child tasks created by the table cleanup, one after the other, "
+        "under the run's lease."
+    ),
     retry_policy=DEFAULT_RETRY_POLICY,
     tags={"kind": "polaris"},
 )
 def run_child_task(
     context: OpExecutionContext,
-    lease: dict,
+    leases: list,
     metastore: PolarisMetastoreResource,
     storage: PolarisStorageResource,
 ) -> Output[dict]:
-    child = lease_from_dict(lease)
-    summary, meta, outcome = run_leased_task(context, child, metastore, storage)
-    if outcome is not None and outcome.children:
-        # Only table cleanups create children, and a child is never one.
-        context.log.warning(
-            f"child {_label(child)} created {len(outcome.children)} task(s) of its own; "
-            "they are left to the sweeper"
+    done: list[tuple[dict[str, Any], TaskOutcome | None]] = []
+    transient: list[str] = []
+    failures: list[Failure] = []
+    with _open_runner(context, metastore, storage) as runner:
+        for data in leases:
+            child = lease_from_dict(data)
+            # Every child is run even when one fails: one bad file must not hold
+            # back the rest of the table. Finished children are gone on a retry.
+            try:
+                summary, _meta, outcome = run_leased_task(context, runner, child)
+            except TransientTaskError as exc:
+                transient.append(str(exc))
+                continue
+            except Failure as exc:
+                failures.append(exc)
+                continue
+            if outcome is not None and outcome.children:
+                # Only table cleanups create children, and a child is never one.
+                context.log.warning(
+                    f"child {_label(child)} created {len(outcome.children)} task(s) of its "
+                    "own; they are left to the sweeper"
+                )
+            summary.setdefault("task_id", str(child.task_id))
+            done.append((summary, outcome))
+        executor_id = runner.executor_id
+    if transient:
+        raise TransientTaskError(
+            f"{len(transient)} of {len(leases)} child task(s) failed, first: {transient[0]}"
         )
-    return Output(summary, metadata=meta)
+    if failures:
+        first = failures[0]
+        raise Failure(
+            description=(
+                f"{len(failures)} of {len(leases)} child task(s) failed and were recorded; "
+                f"first: {first.description}"
+            ),
+            metadata={
+                **(first.metadata or {}),
+                "failed child tasks": len(failures),
+                "child tasks done": len(done),
+            },
+            allow_retries=False,
+        )
+    summaries = [summary for summary, _ in done]
+    group = {
+        "tasks": summaries,
+        "deleted": sum(s.get("deleted") or 0 for s in summaries),
+        "bytes_freed": sum(s.get("bytes_freed") or 0 for s in summaries),
+    }
+    return Output(group, metadata=_group_metadata(leases, executor_id, done))
+
+
+def _group_metadata(
+    leases: list, executor_id: str, done: list[tuple[dict[str, Any], TaskOutcome | None]]
+) -> dict[str, Any]:
+    """What a group step did, in total and per task, for the step's page in the UI."""
+    results = [o.result for _, o in done if o is not None and o.result is not None]
+    by_status: dict[str, int] = {}
+    for summary, _ in done:
+        by_status[summary["status"]] = by_status.get(summary["status"], 0) + 1
+    freed = [r.bytes_freed for r in results]
+    sample = [p for r in results for p in r.deleted_paths_sample][:_FAILURE_SAMPLE]
+    meta: dict[str, Any] = {
+        "realm": ", ".join(sorted({str(data["realm_id"]) for data in leases})),
+        "lease executor": executor_id,
+        "child tasks": len(done),
+        "by status": MetadataValue.json(by_status),
+        "files deleted": sum(r.deleted for r in results),
+        "files already gone": sum(r.missing for r in results),
+        "bytes freed": "unknown" if None in freed else sum(f or 0 for f in freed),
+        "refused paths": sum(len(r.refused) for r in results),
+        "tasks": MetadataValue.json(
+            [
+                {
+                    "task id": s["task_id"],
+                    "type": s.get("task_type"),
+                    "status": s.get("status"),
+                    "lease attempt": s.get("attempt"),
+                    "files deleted": s.get("deleted", 0),
+                    "bytes freed": s.get("bytes_freed", 0),
+                }
+                for s, _ in done
+            ]
+        ),
+    }
+    if sample:
+        meta["deleted paths (sample)"] = MetadataValue.json(sample)
+    return meta
 
 
 @op(
     description=(
-        "Gate between the stages: once every manifest child is done, hand out the batch "
-        "children (manifest lists, older metadata) they may still be named by."
+        "Gate between the stages: once every child of the previous stage is done, hand "
+        "out the next stage's children (which may delete files the previous stage read)."
     ),
-    ins={"later_children": In(list), "first_stage": In(list)},
-    out=DynamicOut(dict, is_required=False),
+    ins={"groups": In(list), "previous_stage": In(list)},
+    out=DynamicOut(list, is_required=False),
     tags={"kind": "polaris"},
 )
-def release_later_children(
-    context: OpExecutionContext, later_children: list, first_stage: list
-) -> Iterator[DynamicOutput[dict]]:
+def release_next_stage(
+    context: OpExecutionContext, groups: list, previous_stage: list
+) -> Iterator[DynamicOutput[list]]:
+    done = sum(len(g.get("tasks", [])) for g in previous_stage)
+    count = sum(len(g) for g in groups)
     context.log.info(
-        f"{len(first_stage)} first-stage child task(s) done; "
-        f"releasing {len(later_children)} batch child task(s)"
+        f"{done} child task(s) of the previous stage done; releasing {count} child task(s)"
     )
-    for lease in later_children:
-        yield DynamicOutput(lease, mapping_key=f"t{lease['task_id']}")
+    for group in groups:
+        yield DynamicOutput(group, mapping_key=_group_key(group))
 
 
 def build_polaris_task_job(
@@ -534,20 +672,24 @@ def build_polaris_task_job(
     root = run_polaris_task.with_retry_policy(retry_policy)
     child = run_child_task.with_retry_policy(retry_policy)
     later_child = run_child_task.alias("run_later_child_task").with_retry_policy(retry_policy)
+    final_child = run_child_task.alias("run_final_child_task").with_retry_policy(retry_policy)
+    release_later = release_next_stage.alias("release_later_children")
+    release_final = release_next_stage.alias("release_final_children")
 
     @job(
         name=name,
         description=(
             "One Polaris cleanup task per run: adopt the sweeper's lease, clean up, then "
-            "run the child tasks of a table cleanup in two ordered stages."
+            "run the child tasks of a table cleanup in three ordered stages."
         ),
         tags={**DEFAULT_RUN_TAGS, **(tags or {})},
         executor_def=TASK_EXECUTOR,
     )
     def polaris_task_graph() -> None:
-        _outcome, children, later = root()
+        _outcome, children, later, final = root()
         first_stage = children.map(child).collect()
-        release_later_children(later, first_stage).map(later_child)
+        second_stage = release_later(later, first_stage).map(later_child).collect()
+        release_final(final, second_stage).map(final_child)
 
     return polaris_task_graph
 
@@ -560,6 +702,7 @@ __all__ = [
     "TaskLeaseConfig",
     "TransientTaskError",
     "build_polaris_task_job",
+    "child_stages",
     "lease_from_dict",
     "lease_tags",
     "lease_to_dict",

@@ -13,6 +13,7 @@ same code pointer a run launcher would use.
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib
 import os
 import shutil
@@ -99,7 +100,7 @@ def dagster_pg() -> Iterator[dict[str, str]]:
         yield {
             "DAGSTER_PG_HOST": url.host or "127.0.0.1",
             "DAGSTER_PG_PORT": str(url.port or 5432),
-            "DAGSTER_PG_USER": url.username or "postgres",
+            "DAGSTER_PG_USERNAME": url.username or "postgres",
             "DAGSTER_PG_PASSWORD": url.password or "",
             "DAGSTER_PG_DB": name,
         }
@@ -247,7 +248,12 @@ def test_celery_job_is_the_task_job_with_another_executor() -> None:
     assert celery_job.graph is polaris_task_job.graph  # the same ops, not a copy
     assert dict(celery_job.tags) == dict(polaris_task_job.tags)
     assert celery_job.tags["dagster/max_retries"] == "2"
-    for node in ("run_polaris_task", "run_child_task", "run_later_child_task"):
+    for node in (
+        "run_polaris_task",
+        "run_child_task",
+        "run_later_child_task",
+        "run_final_child_task",
+    ):
         handle = NodeHandle(node, None)
         assert celery_job.get_retry_policy_for_handle(
             handle
@@ -354,9 +360,12 @@ def test_table_cleanup_steps_run_in_the_celery_worker(
         [request] = tick.run_requests or []
         assert request.run_key == f"POLARIS:{task.id}:1"
 
+        # One child per step, so the table's few manifests fan out to several Celery steps.
+        run_config = copy.deepcopy(request.run_config)
+        run_config["ops"]["run_polaris_task"]["config"]["children_per_step"] = 1
         started = time.monotonic()
         with execute_job(
-            recon_job, instance=instance, run_config=request.run_config, tags=request.tags
+            recon_job, instance=instance, run_config=run_config, tags=request.tags
         ) as result:
             elapsed = time.monotonic() - started
             print(f"\ncelery run: {elapsed:.1f} s")
@@ -364,6 +373,7 @@ def test_table_cleanup_steps_run_in_the_celery_worker(
             root = result.output_for_node("run_polaris_task", "outcome")
             manifests = result.output_for_node("run_child_task")
             later = result.output_for_node("run_later_child_task")
+            final = result.output_for_node("run_final_child_task")
         run = instance.get_run_by_id(result.run_id)
         assert run is not None and run.status is DagsterRunStatus.SUCCESS
         assert run.tags["polaris/task_id"] == str(task.id)
@@ -374,7 +384,8 @@ def test_table_cleanup_steps_run_in_the_celery_worker(
     assert not left, f"{len(left)} file(s) of the dropped table remain, e.g. {left[:3]}"
     assert all(local_warehouse.exists(f) for f in neighbour_files)
     assert metastore.list_tasks() == []
-    assert root["status"] == "done" and root["children"] == len(manifests) + len(later)
+    assert root["children"] == len(manifests) + len(later) + len(final)
+    assert root["status"] == "done" and len(final) == 1
     assert len(manifests) >= 2 and later  # the in-run fan-out: several Celery steps
 
     # Every step ran in the Celery worker: its processes, its node name, not this process.
@@ -385,9 +396,10 @@ def test_table_cleanup_steps_run_in_the_celery_worker(
         and entry.dagster_event.event_type == DagsterEventType.STEP_START
     }
     expected_steps = (
-        {"run_polaris_task", "release_later_children"}
+        {"run_polaris_task", "release_later_children", "release_final_children"}
         | {f"run_child_task[{key}]" for key in manifests}
         | {f"run_later_child_task[{key}]" for key in later}
+        | {f"run_final_child_task[{key}]" for key in final}
     )
     assert set(starts) == expected_steps
     worker_pids = worker.pids()

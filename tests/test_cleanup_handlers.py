@@ -188,9 +188,44 @@ def test_sweep_deletes_exactly_the_table(warehouse: Warehouse) -> None:
     assert delete_files <= oracle
     assert not any(warehouse.exists(p) for p in delete_files)
     assert all(warehouse.exists(p) for p in neighbour_files)
-    parent = runs[0].result
-    assert parent.deleted == 1 and parent.deleted_paths_sample == [table.metadata_location]
+    parent, last = runs[0].result, runs[-1]
+    assert parent.deleted == 0 and parent.child_stages[-1] == 1
+    assert decode_batch_cleanup(last.task.data()).batch_files == (table.metadata_location,)
+    assert last.result.deleted_paths_sample == [table.metadata_location]
     assert sum(r.result.deleted for r in runs) >= len(oracle)
+
+
+def test_current_metadata_file_goes_last(local_warehouse: Warehouse) -> None:
+    wh = local_warehouse
+    table = full_table(wh)
+    oracle = table_files(table)
+    parent, children = run_one(wh, drop_task_row(table))
+    stages = parent.child_stages
+    assert len(stages) == 3 and sum(stages) == len(children) and stages[-1] == 1
+    kinds = [c.properties["taskType"] for c in children]
+    assert kinds == ["2"] * stages[0] + ["3"] * (stages[1] + 1)
+    assert wh.exists(table.metadata_location)
+
+    for child in children[:-1]:
+        result, _ = run_one(wh, demo_tables.task_row(child))
+        assert result.ok
+        # Every other file may be gone by now; the metadata file is still there.
+        assert wh.exists(table.metadata_location)
+    assert (oracle & wh.files()) == {table.metadata_location}
+    result, _ = run_one(wh, demo_tables.task_row(children[-1]))
+    assert result.ok and result.deleted == 1
+    assert oracle.isdisjoint(wh.files())
+
+
+def test_table_with_only_a_metadata_file_is_deleted_by_the_parent(
+    local_warehouse: Warehouse,
+) -> None:
+    local_warehouse.catalog.create_namespace_if_not_exists("ns")
+    table = local_warehouse.catalog.create_table("ns.bare", schema=demo_tables.TABLE_SCHEMA)
+    assert not table.metadata.snapshots and not table.metadata.metadata_log
+    result, children = run_one(local_warehouse, drop_task_row(table))
+    assert result.ok and not children and not result.child_stages
+    assert result.deleted == 1 and not local_warehouse.exists(table.metadata_location)
 
 
 def test_format_v1_table_is_swept(local_warehouse: Warehouse) -> None:
@@ -221,7 +256,9 @@ def test_children_match_polaris_format(local_warehouse: Warehouse) -> None:
     # Manifest children come first: the runner goes in list order.
     assert types == sorted(types)
     manifest_children = [c for c in children if c.properties["taskType"] == "2"]
-    batch_children = [c for c in children if c.properties["taskType"] == "3"]
+    *batch_children, last = [c for c in children if c.properties["taskType"] == "3"]
+    assert children[-1] is last
+    assert result.child_stages == [len(manifest_children), len(batch_children), 1]
     assert len(manifest_children) == len(manifests)
     assert len({c.id for c in children}) == len(children)
     for child in children:
@@ -271,9 +308,18 @@ def test_children_match_polaris_format(local_warehouse: Warehouse) -> None:
     assert len(batched) == len(set(batched))
     assert set(batched) == expected
     assert table.metadata_location not in batched
-    # The parent deleted only the current metadata file.
-    assert not local_warehouse.exists(table.metadata_location)
-    assert all(local_warehouse.exists(p) for p in batched)
+    # The current metadata file is the last child's, alone, in the same format.
+    raw = json.loads(last.properties["data"])
+    assert raw == {
+        "tableId": {"namespace": ["ns"], "name": "t"},
+        "batchFiles": [table.metadata_location],
+        "type": "TABLE_METADATA",
+    }
+    listing = f"[{table.metadata_location}]"
+    assert re.fullmatch(re.escape(f"{task.name}_{listing}_") + UUID_RE, last.name)
+    # The parent deleted nothing itself.
+    assert result.deleted == 0
+    assert all(local_warehouse.exists(p) for p in [*batched, table.metadata_location])
 
 
 def test_default_batch_size_is_ten(local_warehouse: Warehouse) -> None:
@@ -381,13 +427,13 @@ def test_dry_run_lists_exactly_the_oracle(warehouse: Warehouse) -> None:
     assert set(result.would_delete) == oracle
     # Children's dry runs agree with the real plan, and delete nothing either.
     _, children = run_one(warehouse, drop_task_row(table))
-    listed: set[str] = {table.metadata_location}
+    listed: set[str] = set()
     for child in children:
         r, _ = run_one(warehouse, demo_tables.task_row(child), dry_run=True)
         assert r.deleted == 0 and r.ok
         listed.update(r.would_delete)
     assert listed == oracle
-    assert warehouse.files() == before - {table.metadata_location}
+    assert warehouse.files() == before
 
 
 # -- crash injection -----------------------------------------------------------------

@@ -42,6 +42,7 @@ from resources import (
     SweeperSettings,
 )
 from sensors.sweeper import polaris_task_sweeper
+from tests.support.dagster import child_summaries
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.metastore import PG_ADMIN_URL
 from tests.support.tasks import batch_task
@@ -226,24 +227,37 @@ def test_table_cleanup_runs_children_in_order(
     assert run.tags["dagster/max_retries"] == "2"
 
     root = result.output_for_node("run_polaris_task", "outcome")
-    assert root["status"] == "done" and root["deleted"] == 1  # the current metadata file
-    manifests = result.output_for_node("run_child_task")
-    later = result.output_for_node("run_later_child_task")
+    assert root["status"] == "done" and root["deleted"] == 0  # the children delete
+    manifests = child_summaries(result, "run_child_task")
+    later = child_summaries(result, "run_later_child_task")
+    [final] = child_summaries(result, "run_final_child_task")
     assert manifests and later
-    assert {o["task_type"] for o in manifests.values()} == {"manifest_file_cleanup"}
-    assert {o["task_type"] for o in later.values()} == {"batch_file_cleanup"}
-    assert root["children"] == len(manifests) + len(later)
+    assert {o["task_type"] for o in manifests} == {"manifest_file_cleanup"}
+    assert {o["task_type"] for o in later} == {"batch_file_cleanup"}
+    assert final["task_type"] == "batch_file_cleanup" and final["deleted"] == 1
+    assert root["children"] == len(manifests) + len(later) + 1
+    # Grouped: 20 children to a step by default.
+    steps = result.output_for_node("run_child_task")
+    assert len(steps) == -(-len(manifests) // 20)
 
-    # Every manifest child finished before the first batch child started.
+    # Each stage finished before the next one started; the metadata file went last.
     events = step_events(instance, result.run_id)
-    manifest_done = max(
-        ts for kind, key, ts in events if kind == "STEP_SUCCESS" and key.startswith("run_child")
+
+    def first_start(prefix: str) -> float:
+        return min(
+            ts for kind, key, ts in events if kind == "STEP_START" and key.startswith(prefix)
+        )
+
+    def last_success(prefix: str) -> float:
+        return max(
+            ts for kind, key, ts in events if kind == "STEP_SUCCESS" and key.startswith(prefix)
+        )
+
+    assert last_success("run_child") <= first_start("run_later")
+    assert last_success("run_later") <= first_start("run_final")
+    assert any(
+        f"deleted (all): {victim.metadata_location}" in m for m in messages(instance, result.run_id)
     )
-    later_start = min(
-        ts for kind, key, ts in events if kind == "STEP_START" and key.startswith("run_later")
-    )
-    assert manifest_done <= later_start
-    assert any("done: 1 file(s) deleted" in m for m in messages(instance, result.run_id))
 
 
 @pytest.mark.parametrize("metastore_url", ["postgresql"], indirect=True)
@@ -286,8 +300,11 @@ def test_table_without_manifest_children_still_runs_its_batches(
 
     assert result.success
     assert metastore.list_tasks() == []
-    children = result.output_for_node("run_child_task")
-    assert children and {o["task_type"] for o in children.values()} == {"batch_file_cleanup"}
+    children = child_summaries(result, "run_child_task")
+    assert children and {o["task_type"] for o in children} == {"batch_file_cleanup"}
+    # The metadata file is still the last stage, after the batches: here the second.
+    [final] = child_summaries(result, "run_later_child_task")
+    assert final["deleted"] == 1 and final["task_type"] == "batch_file_cleanup"
     assert all(local_warehouse.exists(f) for f in content)  # gc disabled: data stays
     assert not local_warehouse.exists(victim.metadata_location)
 

@@ -61,6 +61,7 @@ def dagster_pg_env() -> Iterator[dict[str, str]]:
     try:
         yield {
             "DAGSTER_PG_HOST": admin_url.host or "127.0.0.1",
+            "DAGSTER_PG_PORT": str(admin_url.port or 5432),
             "DAGSTER_PG_USERNAME": admin_url.username or "postgres",
             "DAGSTER_PG_PASSWORD": admin_url.password or "",
             "DAGSTER_PG_DB": name,
@@ -109,6 +110,7 @@ def test_the_shipped_file_configures_the_instance_as_documented(
         url = make_url(instance.run_storage.postgres_url)  # type: ignore[attr-defined]
         assert url.drivername == "postgresql+psycopg2"
         assert url.database == dagster_pg_env["DAGSTER_PG_DB"]
+        assert url.port == int(dagster_pg_env["DAGSTER_PG_PORT"])
         assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
         assert type(instance.run_launcher).__name__ == "DefaultRunLauncher"
         queue = instance.get_concurrency_config().run_queue_config

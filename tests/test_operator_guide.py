@@ -519,6 +519,7 @@ def _deploy_env(out: str, ctx: Context) -> None:
     home = Path(env["DAGSTER_HOME"])
     assert (home / "dagster.yaml").read_text() == (ROOT / "deploy/dagster.yaml").read_text()
     assert env["DAGSTER_PG_DB"] == ctx.dagster_db and env["DAGSTER_PG_PASSWORD"]
+    assert env["DAGSTER_PG_PORT"] == str(make_url(PG_ADMIN_URL).port or 5432)
 
 
 def _deployed(out: str, ctx: Context) -> None:
@@ -613,6 +614,7 @@ def _substitutions(
         ("polaris_cleanup", role),
         # Dagster's own database.
         ("DAGSTER_PG_HOST=db.example.com", f"DAGSTER_PG_HOST={admin.host or '127.0.0.1'}"),
+        ("DAGSTER_PG_PORT=5432", f"DAGSTER_PG_PORT={admin.port or 5432}"),
         ("DAGSTER_PG_USERNAME=dagster", f"DAGSTER_PG_USERNAME={admin.username or 'postgres'}"),
         ("DAGSTER_PG_DB=dagster", f"DAGSTER_PG_DB={dagster_db}"),
         ("/run/secrets/dagster-pg-password", str(secret)),

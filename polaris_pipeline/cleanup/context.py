@@ -56,6 +56,9 @@ class CleanupResult:
     failed: dict[str, str] = field(default_factory=dict)  # uri -> error
     refused: list[GuardRefusal] = field(default_factory=list)
     children: list[NewTask] = field(default_factory=list)
+    # Sizes of the ordered stages ``children`` falls into: each stage runs only
+    # after the one before it is done; tasks within a stage may run in parallel.
+    child_stages: list[int] = field(default_factory=list)
     would_delete: list[str] = field(default_factory=list)  # dry run only
     deleted_paths_sample: list[str] = field(default_factory=list)  # first few, for run logs
     notes: list[str] = field(default_factory=list)

@@ -1,4 +1,4 @@
-"""ENTITY_CLEANUP_SCHEDULER for a dropped table: plan children, then delete the metadata file.
+"""ENTITY_CLEANUP_SCHEDULER for a dropped table: plan the cleanup as child tasks.
 
 What a run does (Polaris's TableCleanupTaskHandler, plus what it misses):
 
@@ -8,16 +8,23 @@ What a run does (Polaris's TableCleanupTaskHandler, plus what it misses):
    older metadata files that fell out of a capped log (found by following the log
    of the oldest metadata file that still exists, repeatedly), statistics and
    partition statistics files.
-3. Create, in one ``create_children`` call, one MANIFEST_FILE_CLEANUP child per
-   manifest (it deletes the manifest's files, then the manifest), followed by
-   BATCH_FILE_CLEANUP children of at most ``metadata_batch_size`` metadata-level
-   paths each. The list is ordered so that a runner going in list order deletes
-   content and manifests before the manifest lists and older metadata that name them.
-4. Fence, then delete the current metadata file.
+3. Fence, then create, in one ``create_children`` call, three stages of children:
+   one MANIFEST_FILE_CLEANUP child per manifest (it deletes the manifest's files,
+   then the manifest); BATCH_FILE_CLEANUP children of at most
+   ``metadata_batch_size`` metadata-level paths each; and a last BATCH_FILE_CLEANUP
+   child holding only the current metadata file. A runner going in list order (or
+   stage by stage, as the Dagster job does) deletes content files, then manifests,
+   then manifest lists and older metadata, and the current metadata file last.
+   ``CleanupResult.child_stages`` gives the stage sizes.
 
-A crash before step 4 leaves the metadata file, so a retry plans again (children
-created twice are harmless: each one's second run finds its files gone). After
-step 4 the children carry everything they need.
+The parent deletes nothing itself (unless the table has nothing but its metadata
+file, which it then deletes directly). A crash before the children are committed
+leaves everything in place, so a retry plans again; a crash after it leaves the
+children, each a durable record of its part, and the metadata file, so a retry of
+the parent plans again too (children created twice are harmless: each one's second
+run finds its files gone). Every child is in Polaris's format: a Polaris server
+can run them, in any order, and each order is safe because no child needs a file
+another child deletes.
 
 With ``gc.enabled=false`` no child deletes content files: the manifests themselves
 go into batch children instead.
@@ -267,8 +274,13 @@ def _dry_run(ctx: CleanupContext, result: CleanupResult, guard: Guard, plan: Tab
     )
 
 
-def build_children(ctx: CleanupContext, plan: TablePlan) -> list[NewTask]:
-    """The child tasks, in the order they should run (manifest children first)."""
+def build_children(ctx: CleanupContext, plan: TablePlan) -> list[list[NewTask]]:
+    """The child tasks in stages, to run in order; empty stages are left out.
+
+    Manifest children, then batches of metadata-level files, then the current
+    metadata file on its own. A table with nothing but its metadata file has no
+    children: the parent deletes that file itself.
+    """
     parent = ctx.task.name
     internal = dict(ctx.task.internal_properties)
     if not internal.get(STORAGE_LOCATION_KEY):
@@ -276,7 +288,8 @@ def build_children(ctx: CleanupContext, plan: TablePlan) -> list[NewTask]:
         # after the metadata file is gone, would have no location to guard with.
         # An extra key is safe: Polaris ignores keys it does not know.
         internal[STORAGE_LOCATION_KEY] = plan.location
-    children: list[NewTask] = []
+    manifest_children: list[NewTask] = []
+    batch_children: list[NewTask] = []
     batch_paths: list[str] = []
     if plan.keep_content:
         # The manifests go, their files stay: a batch child never reads a manifest.
@@ -285,13 +298,24 @@ def build_children(ctx: CleanupContext, plan: TablePlan) -> list[NewTask]:
         for ref in plan.manifests:
             data = encode_manifest_cleanup(ManifestCleanupPayload(plan.table_id, ref))
             name = manifest_cleanup_task_name(parent, ref.manifest_path)
-            children.append(new_child(ctx, TaskType.MANIFEST_FILE_CLEANUP, name, data, internal))
+            manifest_children.append(
+                new_child(ctx, TaskType.MANIFEST_FILE_CLEANUP, name, data, internal)
+            )
     batch_paths.extend(plan.metadata_files())
     for files in _chunks(dedupe(batch_paths), ctx.metadata_batch_size):
-        data = encode_batch_cleanup(BatchCleanupPayload(plan.table_id, tuple(files)))
-        name = batch_cleanup_task_name(parent, files)
-        children.append(new_child(ctx, TaskType.BATCH_FILE_CLEANUP, name, data, internal))
-    return children
+        batch_children.append(_batch_child(ctx, plan, files, internal))
+    if not manifest_children and not batch_children:
+        return []
+    last = _batch_child(ctx, plan, [plan.metadata_uri], internal)
+    return [stage for stage in (manifest_children, batch_children, [last]) if stage]
+
+
+def _batch_child(
+    ctx: CleanupContext, plan: TablePlan, files: list[str], internal: dict[str, str]
+) -> NewTask:
+    data = encode_batch_cleanup(BatchCleanupPayload(plan.table_id, tuple(files)))
+    name = batch_cleanup_task_name(ctx.task.name, files)
+    return new_child(ctx, TaskType.BATCH_FILE_CLEANUP, name, data, internal)
 
 
 def run_table_cleanup(ctx: CleanupContext) -> CleanupResult:
@@ -309,23 +333,27 @@ def run_table_cleanup(ctx: CleanupContext) -> CleanupResult:
         result.notes.append("guard refused part of the plan: no child created, nothing deleted")
         return result
 
-    children = build_children(ctx, plan)
-    if children:
-        if ctx.create_children is None:
-            raise PolarisPipelineError(
-                f"cannot schedule {len(children)} child task(s): no create_children given"
-            )
+    stages = build_children(ctx, plan)
+    if not stages:
+        # Nothing but the metadata file: no child would carry anything else.
         ctx.fence()
-        created = ctx.create_children(children)
-        result.children = list(created)
-        n_manifest = sum(1 for c in children if c.properties.get("taskType") == "2")
-        result.notes.append(
-            f"created {n_manifest} manifest and {len(children) - n_manifest} batch child task(s); "
-            "run them in list order (manifest children first)"
+        present = existing_with_sizes(ctx, result, [plan.metadata_uri])
+        if present:
+            deleted = bulk_delete(ctx.resolver, [plan.metadata_uri], check=ctx.still_held)
+            tally(result, deleted, present)
+        return result
+    children = [child for stage in stages for child in stage]
+    if ctx.create_children is None:
+        raise PolarisPipelineError(
+            f"cannot schedule {len(children)} child task(s): no create_children given"
         )
-
     ctx.fence()
-    present = existing_with_sizes(ctx, result, [plan.metadata_uri])
-    if present:
-        tally(result, bulk_delete(ctx.resolver, [plan.metadata_uri], check=ctx.still_held), present)
+    result.children = list(ctx.create_children(children))
+    result.child_stages = [len(stage) for stage in stages]
+    n_manifest = sum(1 for c in children if c.properties.get("taskType") == "2")
+    result.notes.append(
+        f"created {n_manifest} manifest and {len(children) - n_manifest} batch child task(s) "
+        f"in {len(stages)} stage(s) of {'/'.join(map(str, result.child_stages))}; "
+        "run them in list order: the current metadata file is the last child"
+    )
     return result

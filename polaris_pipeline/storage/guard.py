@@ -13,6 +13,7 @@ files, symlink resolution of the parent directory.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -30,8 +31,16 @@ ROOT_PROPERTIES = (
 
 _BUCKET_SCHEMES = frozenset({"s3", "gs"})
 
+# C0 and C1 controls and DEL: one regex search instead of a Python test per character.
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_TRICK_SEGMENTS = frozenset({"..", ".", ""})
 
-@dataclass(frozen=True)
+# Resolved parent directories kept per guard. Bounded so that a manifest naming
+# a million directories does not grow memory; at the bound the cache is emptied.
+_MAX_CACHED_DIRS = 4096
+
+
+@dataclass(frozen=True, slots=True)
 class _Location:
     scheme: str
     authority: str  # bucket, container@account or host; "" for local files
@@ -46,6 +55,11 @@ class _Location:
             if path
             else f"{self.scheme}://{self.authority}"
         )
+
+    @property
+    def path(self) -> str:
+        """The absolute path of a local location."""
+        return "/" + "/".join(self.segments)
 
     def contains(self, other: _Location, *, strictly: bool) -> bool:
         n = len(self.segments)
@@ -64,7 +78,7 @@ def _parse(uri: str, *, root: bool = False) -> _Location:
     """
     if "\x00" in uri:
         raise ValueError("NUL byte")
-    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in uri):
+    if _CONTROL_RE.search(uri):
         raise ValueError("control character")
     scheme, rest = split_uri(uri)
     if not scheme:
@@ -81,6 +95,9 @@ def _parse(uri: str, *, root: bool = False) -> _Location:
         # "s3://b/wh/t/" names the same location as "s3://b/wh/t".
         path = path.rstrip("/")
     segments = tuple(path.split("/")) if path else ()
+    if _TRICK_SEGMENTS.isdisjoint(segments):
+        return _Location(scheme, authority, segments)
+    # Report the first offending segment, in path order.
     for seg in segments:
         if seg == "..":
             raise ValueError("'..' segment")
@@ -89,6 +106,11 @@ def _parse(uri: str, *, root: bool = False) -> _Location:
         if seg == "":
             raise ValueError("empty segment ('//')")
     return _Location(scheme, authority, segments)
+
+
+def _resolve(loc: _Location) -> _Location:
+    """The local ``loc`` with every symlink resolved."""
+    return _parse(os.path.realpath(loc.path), root=True)
 
 
 def _parse_prefix(uri: str) -> _Location:
@@ -125,6 +147,8 @@ class PathGuard:
         self.roots: tuple[str, ...] = tuple(str(r) for r in self._roots)
         self.location = location or str(all_roots[0])
         self._real: dict[_Location, _Location] = {}
+        self._real_roots: tuple[_Location, ...] | None = None
+        self._real_dirs: dict[tuple[str, ...], tuple[str, ...]] = {}
 
     @classmethod
     def for_table(
@@ -200,18 +224,25 @@ class PathGuard:
     def _check_local(self, uri: str, loc: _Location) -> None:
         # A symlinked directory inside the table could point anywhere: compare where
         # the parent really is. The file itself may be a symlink; unlinking it removes
-        # the link, not its target, so it is not resolved.
-        parent, name = os.path.split("/" + "/".join(loc.segments))
-        real = os.path.join(os.path.realpath(parent), name)
-        real_loc = _parse(real)
-        # A root that resolves to "/" admits nothing rather than everything.
-        real_roots = [rr for rr in map(self._realpath, self._roots) if rr.segments]
-        if not any(rr.contains(real_loc, strictly=True) for rr in real_roots):
-            raise GuardRefusal(uri, f"resolves outside the table location (to {real})")
+        # the link, not its target, so it is not resolved. That is also why the
+        # resolved parent can be cached per directory: the name is joined unresolved.
+        parent, name = loc.segments[:-1], loc.segments[-1]
+        real_parent = self._real_dirs.get(parent)
+        if real_parent is None:
+            if len(self._real_dirs) >= _MAX_CACHED_DIRS:
+                self._real_dirs.clear()
+            real_parent = _resolve(_Location("file", "", parent)).segments
+            self._real_dirs[parent] = real_parent
+        real_loc = _Location("file", "", (*real_parent, name))
+        if self._real_roots is None:
+            # A root that resolves to "/" admits nothing rather than everything.
+            self._real_roots = tuple(rr for rr in map(self._realpath, self._roots) if rr.segments)
+        if not any(rr.contains(real_loc, strictly=True) for rr in self._real_roots):
+            raise GuardRefusal(uri, f"resolves outside the table location (to {real_loc.path})")
         if self._allowed and not any(
             self._realpath(p).contains(real_loc, strictly=False) for p in self._allowed
         ):
-            raise GuardRefusal(uri, f"resolves outside the allowed prefixes (to {real})")
+            raise GuardRefusal(uri, f"resolves outside the allowed prefixes (to {real_loc.path})")
 
     def _realpath(self, loc: _Location) -> _Location:
         """``loc`` with local symlinks resolved (cached: one guard serves one task)."""
@@ -219,7 +250,7 @@ class PathGuard:
             return loc
         real = self._real.get(loc)
         if real is None:
-            real = _parse(os.path.realpath("/" + "/".join(loc.segments)), root=True)
+            real = _resolve(loc)
             self._real[loc] = real
         return real
 

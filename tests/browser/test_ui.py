@@ -343,19 +343,16 @@ def test_run_page_shows_tags_what_was_deleted_and_the_lease(
     dialog.get_by_role("button", name="OK").click()
     expect(dialog).to_have_count(0)
 
-    # The root step: one line saying what it did, what it deleted, and its output metadata.
+    # The root step: one line saying what it did (it plans; its children delete).
     _filter_logs(page, "step:run_polaris_task")
     done = page.get_by_text(
         re.compile(
-            r"\(entity_cleanup_scheduler\) done: 1 file\(s\) deleted, .* freed, "
+            r"\(entity_cleanup_scheduler\) done: 0 file\(s\) deleted, .* freed, "
             r"0 already gone, 0 refused by the guard, \d+ child task\(s\); "
             rf"lease polaris-pipeline:run:{run['run_id']} attempt 1"
         )
     )
     expect(done).to_be_visible()
-    expect(
-        page.get_by_text(re.compile(r"deleted \(all\): file:///.*/sales/orders/metadata/"))
-    ).to_be_visible()
     done.scroll_into_view_if_needed()
     _shot(page, "07-run-root-step")
 
@@ -370,7 +367,7 @@ def test_run_page_shows_tags_what_was_deleted_and_the_lease(
             rf"task id\s*{orders['task_id']}\s*type\s*entity_cleanup_scheduler\s*"
             rf"lease executor\s*polaris-pipeline:run:{run['run_id']}\s*lease attempt\s*1\s*"
             r"lease started\s*20\d\d-\d\d-\d\dT[\d:]+\+00:00\s*status\s*done\s*"
-            r"files deleted\s*1\s*files already gone\s*0\s*bytes freed\s*[1-9]\d*\s*"
+            r"files deleted\s*0\s*files already gone\s*0\s*bytes freed\s*0\s*"
             r"refused paths\s*0\s*child tasks\s*[1-9]\d*"
         )
     )
@@ -384,6 +381,14 @@ def test_run_page_shows_tags_what_was_deleted_and_the_lease(
     expect(data_files.first).to_be_visible()
     data_files.first.scroll_into_view_if_needed()
     _shot(page, "09-run-deleted-files")
+
+    # The current metadata file went last, on its own, in the final stage's step.
+    _filter_logs(page, "metadata.json")
+    expect(
+        page.get_by_text(
+            re.compile(r"deleted \(all\): file:///[^,]*/sales/orders/metadata/[^,/]*\.json$")
+        ).first
+    ).to_be_visible()
 
 
 # -- failures ------------------------------------------------------------------

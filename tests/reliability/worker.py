@@ -30,7 +30,7 @@ import os
 import resource
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from tests.reliability.journal import Journal
@@ -39,16 +39,21 @@ CURRENT: contextvars.ContextVar[Any] = contextvars.ContextVar("current_lease", d
 NO_LEASE = {"realm": "?", "task": -1, "attempt": -1, "executor": "?"}
 
 
-def _who() -> dict[str, Any]:
-    lease = CURRENT.get()
-    if lease is None:
-        return dict(NO_LEASE)
+def _lease_fields(lease: Any) -> dict[str, Any]:
+    """How a journal line names a lease: the holder's fencing token and its task."""
     return {
         "realm": lease.realm_id,
         "task": lease.task_id,
         "attempt": lease.attempt,
         "executor": lease.executor_id,
     }
+
+
+def _who() -> dict[str, Any]:
+    lease = CURRENT.get()
+    if lease is None:
+        return dict(NO_LEASE)
+    return _lease_fields(lease)
 
 
 def _skew_clock(seconds: float) -> None:
@@ -78,37 +83,37 @@ def install_journal(journal: Journal, delay: dict[str, Any] | None) -> None:
             return "missing"
         return "unknown"
 
-    def per_path(original: Any) -> Any:
-        def wrapped(resolver: Any, *args: Any) -> None:
-            uri, report = args[-3], args[-1]
-            who = _who()
+    def journaled(uris: list[str], report: Any, delete: Callable[[], None]) -> None:
+        # "begin" lines are on disk before the delete starts, "end" lines after it,
+        # whether it returned or raised.
+        who = _who()
+        for uri in uris:
             journal.write("begin", uri=uri, **who)
-            slow([uri])
-            n_deleted, n_missing = len(report.deleted), len(report.missing)
-            try:
-                original(resolver, *args)
-            finally:
+        slow(uris)
+        n_deleted, n_missing = len(report.deleted), len(report.missing)
+        try:
+            delete()
+        finally:
+            for uri in uris:
                 journal.write(
                     "end", uri=uri, res=result_of(report, uri, n_deleted, n_missing), **who
                 )
+
+    def per_path(original: Any) -> Any:
+        def wrapped(resolver: Any, *args: Any) -> None:
+            uri, report = args[-3], args[-1]
+            journaled([uri], report, lambda: original(resolver, *args))
 
         return wrapped
 
     original_s3 = delete_mod._delete_s3_chunk
 
     def s3_chunk(resolver: Any, fs: Any, bucket: str, chunk: list[Any], report: Any) -> None:
-        who = _who()
-        for uri, _ in chunk:
-            journal.write("begin", uri=uri, **who)
-        slow(u for u, _ in chunk)
-        n_deleted, n_missing = len(report.deleted), len(report.missing)
-        try:
-            original_s3(resolver, fs, bucket, chunk, report)
-        finally:
-            for uri, _ in chunk:
-                journal.write(
-                    "end", uri=uri, res=result_of(report, uri, n_deleted, n_missing), **who
-                )
+        journaled(
+            [uri for uri, _ in chunk],
+            report,
+            lambda: original_s3(resolver, fs, bucket, chunk, report),
+        )
 
     delete_mod._delete_local = per_path(delete_mod._delete_local)  # (resolver, uri, path, report)
     delete_mod._delete_other = per_path(delete_mod._delete_other)  # (resolver, fs, uri, path, rep)
@@ -124,36 +129,19 @@ def journal_runner_class(journal: Journal) -> type:
         def lease(self, limit: int, realms: Iterable[str] | None = None) -> Any:
             leases = super().lease(limit, realms)
             for lease in leases:
-                journal.write(
-                    "lease",
-                    realm=lease.realm_id,
-                    task=lease.task_id,
-                    attempt=lease.attempt,
-                    executor=lease.executor_id,
-                    start_ms=lease.start_time_ms,
-                )
+                journal.write("lease", **_lease_fields(lease), start_ms=lease.start_time_ms)
             return leases
 
         def execute(self, lease: Any, **kwargs: Any) -> Any:
             token = CURRENT.set(lease)
-            journal.write(
-                "exec",
-                realm=lease.realm_id,
-                task=lease.task_id,
-                attempt=lease.attempt,
-                executor=lease.executor_id,
-                start_ms=lease.start_time_ms,
-            )
+            journal.write("exec", **_lease_fields(lease), start_ms=lease.start_time_ms)
             try:
                 outcome = super().execute(lease, **kwargs)
             finally:
                 CURRENT.reset(token)
             journal.write(
                 "outcome",
-                realm=lease.realm_id,
-                task=lease.task_id,
-                attempt=lease.attempt,
-                executor=lease.executor_id,
+                **_lease_fields(lease),
                 status=outcome.status.value,
                 error=outcome.error,
                 next_ms=outcome.next_attempt_ms,
@@ -180,7 +168,7 @@ def _storage(cfg: dict[str, Any]) -> Any:
 
 def _stopped(cfg: dict[str, Any]) -> bool:
     stop = cfg.get("stop_file")
-    return bool(stop) and os.path.exists(stop)
+    return os.path.exists(stop) if stop else False
 
 
 def run_runner(cfg: dict[str, Any], journal: Journal) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dagster import DagsterInstance
@@ -26,3 +27,9 @@ def instance(tmp_path: Path) -> Iterator[DagsterInstance]:
     home.mkdir()
     with DagsterInstance.local_temp(str(home), overrides={"telemetry": {"enabled": False}}) as inst:
         yield inst
+
+
+def child_summaries(result: Any, node: str) -> list[dict[str, Any]]:
+    """Per-task summaries of a child stage's steps (each step runs a group of children)."""
+    groups = result.output_for_node(node)
+    return [task for group in groups.values() for task in group["tasks"]]
