@@ -396,6 +396,54 @@ def test_transient_failure_is_retried_in_the_run_then_recorded(
     assert row.last_error == user.description
 
 
+def test_one_failing_child_in_a_group_does_not_stop_the_others(
+    metastore: Metastore, local_warehouse: Warehouse, sqlite_instance: DagsterInstance
+) -> None:
+    """A data file that cannot be deleted fails its manifest child; the rest of the group runs."""
+    victim = local_warehouse.build("victim", appends=3)
+    drop(metastore, victim)
+    blocked = sorted(demo_tables.content_files(victim))[0]
+    path = Path(blocked.removeprefix("file://"))
+    path.unlink()
+    path.mkdir()  # a directory is never deleted: that child's delete fails every time
+    resource = metastore_resource(metastore)
+    job = build_polaris_task_job("polaris_task_job_fast_retries", retry_policy=FAST_RETRIES)
+
+    [request] = sweep(resource, sqlite_instance)
+    result = execute(request, sqlite_instance, resource, storage_resource(local_warehouse), job)
+
+    assert not result.success
+    root = result.output_for_node("run_polaris_task", "outcome")
+    left = metastore.list_tasks()
+    failed = [t for t in left if t.status == "failed"]
+    waiting = [t for t in left if t.status != "failed"]
+    # Every manifest naming the blocked file failed (it may be named twice: added,
+    # then deleted by the overwrite); every other manifest child finished and is gone.
+    assert failed and {t.task_type_code for t in failed} == {"2"}
+    assert all(blocked in (t.last_error or "") for t in failed)
+    # The later stages never started: their children wait, the metadata file is there.
+    assert waiting and {t.task_type_code for t in waiting} == {"3"}
+    assert local_warehouse.exists(victim.metadata_location)
+    assert not any(
+        k.startswith("run_later") for _, k, _ in step_events(sqlite_instance, result.run_id)
+    )
+    n_manifests = root["children"] - len(waiting)
+    assert n_manifests > len(failed) >= 1
+    # One group step (default 20 to a step) ran every manifest child, retried, then failed.
+    [failure] = [e for e in result.all_events if e.is_step_failure]
+    assert failure.step_key.startswith("run_child_task[")
+    assert failure.step_key.endswith(f"_n{n_manifests}]")
+    user = failure.step_failure_data.user_failure_data
+    assert user is not None and user.description is not None
+    assert user.description.startswith(f"{len(failed)} of {n_manifests} child task(s) failed")
+    assert blocked in user.description and "\n" not in user.description
+    assert {t.id for t in failed} == {
+        int(line.split("POLARIS/")[1].split(" ")[0])
+        for line in messages(sqlite_instance, result.run_id)
+        if "failed (recorded;" in line
+    }
+
+
 # -- leases ------------------------------------------------------------------------
 
 
