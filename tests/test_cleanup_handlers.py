@@ -9,6 +9,7 @@ of the queue and is run again from scratch. The metastore is not involved:
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import re
 import shutil
@@ -632,6 +633,43 @@ def test_table_plan_with_a_refused_path_schedules_nothing(local_warehouse: Wareh
     assert wh.files() == before
     assert [r.path for r in dry.refused] == [victim] and victim not in dry.would_delete
     assert table.metadata_location in dry.would_delete
+
+
+@pytest.mark.parametrize("recorded", [True, False])
+def test_write_data_path_is_a_root_only_when_the_catalog_recorded_it(
+    local_warehouse: Warehouse, recorded: bool
+) -> None:
+    """Data files under write.data.path: deleted when the task carries the property,
+    refused and kept when only the metadata file says so (it could be crafted)."""
+    wh = local_warehouse
+    data_root = f"{wh.uri}/elsewhere/t_data"
+    table = wh.build("t", appends=1, properties={"write.data.path": data_root})
+    content = demo_tables.content_files(table)
+    assert content and all(p.startswith(data_root + "/") for p in content)
+    assert table.metadata.properties["write.data.path"] == data_root
+    oracle = table_files(table)
+    task = drop_task_row(table)
+    if not recorded:
+        internal = {k: v for k, v in task.internal_properties.items() if k != "write.data.path"}
+        task = dataclasses.replace(task, internal_properties=internal)
+    before = wh.files()
+
+    runs = sweep(wh, task)
+
+    if recorded:
+        assert_all_ok(runs)
+        assert before - wh.files() == oracle
+        return
+    refused = {r.path for run in runs for r in run.result.refused}
+    assert refused == content
+    assert all(wh.exists(p) for p in content)
+    failing = [run for run in runs if not run.result.ok]
+    assert failing and all(r.task.task_type() == TaskType.MANIFEST_FILE_CLEANUP for r in failing)
+    # A manifest whose files were refused stays, so the refusal can be acted on.
+    for run in failing:
+        manifest = decode_manifest_cleanup(run.task.data()).manifest.manifest_path
+        assert wh.exists(manifest)
+    assert "outside" in (failing[0].result.error_summary() or "")
 
 
 def test_without_storage_location_the_metadata_location_guards(local_warehouse: Warehouse) -> None:
