@@ -229,6 +229,12 @@ def _seed(metastore: Metastore, root: Path) -> tuple[set[int], list[Path]]:
     return {t.id for t in tasks}, paths
 
 
+def _count(value: object) -> int:
+    """A file count from a run's output metadata (typed there as any metadata value)."""
+    assert isinstance(value, int), f"not a count: {value!r}"
+    return value
+
+
 def _journal(home: Path) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The deployment's successful runs that executed their task; and every run's outcome."""
     from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
@@ -260,8 +266,8 @@ def _journal(home: Path) -> tuple[list[dict[str, Any]], dict[str, int]]:
                         "task_id": int(run.tags["polaris/task_id"]),
                         "attempt": int(run.tags["polaris/attempt"]),
                         "run_id": run.run_id,
-                        "deleted": int(meta["files deleted"]),
-                        "already_gone": int(meta["files already gone"]),
+                        "deleted": _count(meta["files deleted"]),
+                        "already_gone": _count(meta["files already gone"]),
                     }
                 )
     return executed, dict(outcomes)

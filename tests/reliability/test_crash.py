@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypedDict
 
 import pytest
 
@@ -29,7 +30,24 @@ from tests.reliability.tables import BULK_DIR, big_table
 from tests.support.iceberg import Warehouse, table_files
 
 DELETE_DELAY_S = 0.02
-SLOW = {"match": BULK_DIR, "seconds": DELETE_DELAY_S}
+
+
+class Delay(TypedDict):
+    """Deletes of URIs containing ``match`` take ``seconds`` more (worker.install_journal)."""
+
+    match: str
+    seconds: float
+
+
+class CommonConfig(TypedDict):
+    """The worker settings (tests/reliability/worker.py) the victim and finisher share."""
+
+    url: str
+    policy: dict[str, Any]
+    deadline_s: int
+
+
+SLOW: Delay = {"match": BULK_DIR, "seconds": DELETE_DELAY_S}
 
 
 def _dagster_env(url: str, lease_ms: int) -> dict[str, str]:
@@ -49,8 +67,8 @@ def _crash_then_finish(
     rel_db: RelDb,
     scenario: Scenario,
     wh: Warehouse,
-    start_victim: Callable[[dict[str, object]], Worker],
-    start_finisher: Callable[[dict[str, object]], Worker],
+    start_victim: Callable[[CommonConfig], Worker],
+    start_finisher: Callable[[CommonConfig], Worker],
     victim_kind: str,
     finisher_kind: str,
 ) -> None:
@@ -78,7 +96,7 @@ def _crash_then_finish(
         "with SIGKILL after deleting a quarter of the big manifest's files; lease timeout "
         f"{policy.lease_timeout_ms} ms; {finisher_kind} started at once"
     )
-    common: dict[str, object] = {
+    common: CommonConfig = {
         "url": rel_db.url,
         "policy": policy_dict(policy),
         "deadline_s": 180,
@@ -168,12 +186,14 @@ def test_kill_9_dagster_run_mid_manifest_then_the_sensor_recovers(
 ) -> None:
     env = _dagster_env(rel_db.url, rel_policy().lease_timeout_ms)
 
-    def dagster(name: str, **extra: object) -> Callable[[dict[str, object]], Worker]:
-        def start(common: dict[str, object]) -> Worker:
+    def dagster(name: str, delay: Delay | None = None) -> Callable[[CommonConfig], Worker]:
+        def start(common: CommonConfig) -> Worker:
             home = tmp_path / f"dagster-{name}"
             home.mkdir()
+            if delay is None:
+                return workers.start(name, "dagster", env=env, dagster_home=str(home), **common)
             return workers.start(
-                name, "dagster", env=env, dagster_home=str(home), **{**common, **extra}
+                name, "dagster", env=env, dagster_home=str(home), **common, delay=delay
             )
 
         return start

@@ -10,11 +10,12 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
-from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.metastore import CompleteOutcome, Metastore
+from polaris_pipeline.tasks.model import Lease
 from tests.reliability import journal as jr
 from tests.reliability.harness import (
     SIZES,
@@ -38,6 +39,22 @@ REALMS = ["r1", "r2", "r3"]
 # A log line of the engine (cli.main's logging format) or the CLI's one-line error.
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (WARNING|ERROR|INFO) [\w.]+: ")
 ERROR_LINE = "polaris-pipeline: error: "
+
+
+class Delay(TypedDict):
+    """Every delete takes ``seconds`` more (worker.install_journal)."""
+
+    seconds: float
+
+
+class SweeperConfig(TypedDict):
+    """The worker settings (tests/reliability/worker.py) the three sweepers share."""
+
+    url: str
+    policy: dict[str, Any]
+    deadline_s: int
+    batch_size: int
+    delay: Delay
 
 
 def _seed(store: Metastore, root: Path, n: int) -> tuple[set[str], list[Any]]:
@@ -141,7 +158,7 @@ def test_killed_connections_mid_sweep(
         "database, 0.3 s apart, while the sweep runs (each sweeper re-creates its runner "
         "after a metastore error, as a re-run would)"
     )
-    common = {
+    common: SweeperConfig = {
         "url": pg_role.url,
         "policy": policy_dict(policy),
         "deadline_s": 240,
@@ -330,9 +347,9 @@ def test_runner_surviving_a_metastore_error_lets_the_task_be_retried(
         "`_begin` raises for a dropped connection); the caller keeps the Runner and sweeps on"
     )
     real_complete = store.complete
-    failures = []
+    failures: list[Lease] = []
 
-    def complete_once_failing(lease: Any) -> Any:
+    def complete_once_failing(lease: Lease) -> CompleteOutcome:
         if not failures:
             failures.append(lease)
             raise MetastoreError("metastore postgresql: server closed the connection unexpectedly")

@@ -18,7 +18,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
@@ -131,7 +131,9 @@ class Hostile:
         location: str | None,
         keep: list[Path] | None = None,
         doomed: list[str] | None = None,
-        **kwargs: Any,
+        realm: str = REALM,
+        task_name: str | None = None,
+        extra_props: dict[str, str] | None = None,
     ) -> None:
         data = json.dumps({"tableId": TABLE_ID, "batchFiles": paths, "type": "TABLE_METADATA"})
         self.add(
@@ -139,10 +141,19 @@ class Hostile:
             expect,
             {Prop.TASK_TYPE: "3", Prop.DATA: data},
             location=location,
+            realm=realm,
+            task_name=task_name,
             keep=keep,
             doomed=doomed,
-            **kwargs,
+            extra_props=extra_props,
         )
+
+
+class Guarded(TypedDict):
+    """A table location and the files outside it that must survive a hostile batch."""
+
+    location: str
+    keep: list[Path]
 
 
 def _table_dir(root: Path, name: str, files: int = 2) -> tuple[Path, list[str]]:
@@ -158,9 +169,24 @@ def build_hostile_set(store: Metastore, root: Path, wh: Warehouse) -> Hostile:
     precious = outside / "precious.txt"
     touch_all([precious], b"precious")
 
-    def good(name: str, realm: str = REALM, **kwargs: Any) -> None:
+    def good(
+        name: str,
+        realm: str = REALM,
+        *,
+        task_name: str | None = None,
+        extra_props: dict[str, str] | None = None,
+    ) -> None:
         loc, uris = _table_dir(root, name)
-        h.batch(name, "done", uris, location=f"file://{loc}", realm=realm, doomed=uris, **kwargs)
+        h.batch(
+            name,
+            "done",
+            uris,
+            location=f"file://{loc}",
+            realm=realm,
+            task_name=task_name,
+            doomed=uris,
+            extra_props=extra_props,
+        )
 
     good("good-first")
     # -- properties and payloads ---------------------------------------------------------
@@ -264,7 +290,7 @@ def build_hostile_set(store: Metastore, root: Path, wh: Warehouse) -> Hostile:
     sym = loc / "metadata"
     sym.parent.mkdir(parents=True, exist_ok=True)
     os.symlink(outside, loc / "link")
-    guarded = {"location": f"file://{loc}", "keep": [precious]}
+    guarded: Guarded = {"location": f"file://{loc}", "keep": [precious]}
     h.batch("other scheme", "other scheme", ["s3://other-bucket/wh/x.parquet"], **guarded)
     h.batch(
         "other bucket",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any, TypedDict
 
 import pytest
 
@@ -28,6 +29,27 @@ from tests.support.iceberg import Warehouse, table_files
 from tests.support.tasks import batch_task
 
 DELETE_DELAY_S = 0.03
+
+
+class Delay(TypedDict):
+    """Deletes of URIs containing ``match`` take ``seconds`` more (worker.install_journal)."""
+
+    match: str
+    seconds: float
+
+
+class StoreConfig(TypedDict):
+    """The worker settings (tests/reliability/worker.py) naming the metastore and policy."""
+
+    url: str
+    policy: dict[str, Any]
+
+
+class SweeperConfig(StoreConfig):
+    """Those, plus a deadline and slowed deletes: what both sweepers share."""
+
+    deadline_s: int
+    delay: Delay
 
 
 @pytest.mark.scenario(3, "Pause: SIGSTOP past lease expiry, another executor takes over, SIGCONT")
@@ -69,7 +91,7 @@ def test_paused_holder_deletes_nothing_more_and_writes_nothing(
         f"({policy.lease_timeout_ms} ms) expires sweeper B takes the task over; once B is "
         "deleting, A gets SIGCONT"
     )
-    common = {
+    common: SweeperConfig = {
         "url": rel_db.url,
         "policy": policy_dict(policy),
         "deadline_s": 120,
@@ -207,7 +229,7 @@ def test_holder_frozen_inside_a_transaction_does_not_block_the_takeover(
         "the holder stops (SIGSTOP) inside its heartbeat transaction, after the UPDATE and "
         f"before the COMMIT; after its {policy.lease_timeout_ms} ms lease, sweeper B starts"
     )
-    common = {"url": rel_db.url, "policy": policy_dict(policy)}
+    common: StoreConfig = {"url": rel_db.url, "policy": policy_dict(policy)}
     frozen = workers.start("frozen", "freeze", **common)
     wait_for(lambda: jr.of_kind(frozen.events(), "frozen"), 60, what="the holder to freeze")
     frozen.stopped = True

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any, TypedDict
 
 import pytest
 
@@ -27,6 +28,15 @@ from tests.support.tasks import batch_task
 
 REALMS = ["alpha", "beta", "gamma"]
 FILES_PER_TASK = 1
+
+
+class CommonConfig(TypedDict):
+    """The worker settings (tests/reliability/worker.py) every racer shares."""
+
+    url: str
+    policy: dict[str, Any]
+    start_file: str
+    deadline_s: int
 
 
 @pytest.mark.scenario(1, "Races: sweepers and Polaris's own executor on one task table")
@@ -66,7 +76,7 @@ def test_sweepers_and_polaris_race_without_double_runs(
     scenario.fault = "none but contention: every process leases from the same rows at once"
 
     go = tmp_path / "go"
-    common = {
+    common: CommonConfig = {
         "url": rel_db.url,
         "policy": policy_dict(policy),
         "start_file": str(go),

@@ -6,7 +6,7 @@ import json
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
@@ -35,6 +35,16 @@ from tests.support.tasks import batch_task
 KINDS = ["perm", "flaky", "partial", "slow", "statfail"]
 
 
+class SweeperConfig(TypedDict):
+    """The worker settings (tests/reliability/worker.py) both sweepers share."""
+
+    url: str
+    policy: dict[str, Any]
+    deadline_s: int
+    fault_plan: str
+    batch_size: int
+
+
 class ErrorWatch:
     """Polls the task rows and remembers every lastAttemptError each task showed."""
 
@@ -61,7 +71,8 @@ def _cause(error: str | None) -> str:
 
 def _backoff_violations(events: list[dict[str, Any]]) -> list[str]:
     """Leases granted before the backoff time recorded by the failed attempt before them."""
-    after_failure: dict[tuple[str, int], int] = {}
+    # (realm, task) as the journal records them: None in events that name no task.
+    after_failure: dict[tuple[str | None, int | None], int] = {}
     problems = []
     for e in events:
         key = (e.get("realm"), e.get("task"))
@@ -154,7 +165,7 @@ def test_faulty_filesystem_retries_with_backoff_and_finishes(
         "EIO on the first open of each manifest named -m0.avro; one delete that takes 3 s, "
         f"longer than the {policy.lease_timeout_ms} ms lease"
     )
-    common = {
+    common: SweeperConfig = {
         "url": rel_db.url,
         "policy": policy_dict(policy),
         "deadline_s": 230,
