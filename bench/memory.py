@@ -371,9 +371,10 @@ def run(quick: bool = False) -> BenchResult:
         "| step | µs per entry |\n|---|---:|\n"
         + "\n".join(f"| {k} | {v:.1f} |" for k, v in costs.items())
         + "\n\nMeasured step by step in the benchmark's own process. The guard's check "
-        "of a path tests every character for control characters in a Python generator "
-        "(`storage/guard.py` `_parse`); for a local path it also resolves the parent "
-        "directory (`os.path.realpath`) of every entry.",
+        "of a path searches it for control characters with one compiled regex and splits "
+        "it into segments (`storage/guard.py` `_parse`); for a local path it resolves each "
+        "parent directory once per task (`os.path.realpath`, cached per directory; the file "
+        "name itself is never resolved, since unlinking a symlink removes the link).",
     )
     return result
 

@@ -12,8 +12,8 @@ in the heap as a live Polaris would have them. Two task mixes:
 
 For each mix, without and with a candidate partial index on the task rows
 (``CANDIDATE_INDEX``): EXPLAIN (ANALYZE, BUFFERS) of the lease
-statement, of realm discovery (``Metastore.realms()``), of ``count_by_state``,
-of the per-row fallback listing and of the heartbeat; then 20 sweeper ticks
+statement, of realm discovery (``Metastore.realms()``), of ``count_by_state``
+and of the heartbeat; then 20 sweeper ticks
 (lease up to 200, then renew what the sweeper holds in every realm).
 """
 
@@ -186,26 +186,6 @@ def time_statement(url: str, statement: str, params: Any, *, with_index: bool) -
     return ms, count
 
 
-# A proposed change, measured here only (the engine does not have it): before the
-# task-state CASE, reject rows whose lease is plainly held (an executor, a start
-# time within the lease timeout, no end time). Such a row is "leased" (or "dead")
-# by the CASE too, never "orphaned", so the result is the same; the test costs a
-# fraction of the CASE, which extracts and pattern-matches half a dozen properties.
-PREFILTER_MARKER = "AND jsonb_typeof(e.properties) = 'object'"
-PREFILTER = (
-    "AND NOT COALESCE("
-    "NULLIF(e.properties->>'lastAttemptExecutorId', '') IS NOT NULL"
-    " AND NOT e.properties ? 'lastAttemptEndTime'"
-    " AND (CASE WHEN e.properties->>'lastAttemptStartTime' ~ '^-?[0-9]{1,18}$'"
-    " THEN CAST(e.properties->>'lastAttemptStartTime' AS BIGINT) END)"
-    " >= c.now_ms - %(timeout)s, FALSE)"
-)
-
-
-def with_prefilter(statement: str) -> str:
-    return statement.replace(PREFILTER_MARKER, f"{PREFILTER_MARKER}\n      {PREFILTER}", 1)
-
-
 def _walk(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield node
     for child in node.get("Plans", []):
@@ -300,15 +280,11 @@ def measure(url: str, size: dict[str, int], mix: str) -> dict[str, Any]:
     store.count_by_state(store.realms())
     store.lease_available("bench-capture", 1)  # one lease: the heartbeat below has a row
     store.renew_held_by(REALMS[0], "bench-capture")
-    # What lease_available runs when the batch comes back short (rows whose
-    # properties are not a JSON object; there are none here, so it leases nothing).
-    store._lease_per_row("bench-capture", 1, list(REALMS))
     queries = {
         LEASE_LABEL: capture.last("SKIP LOCKED"),
         "realm discovery (realms())": capture.last("WITH RECURSIVE"),
         "count_by_state()": capture.last("GROUP BY 1, 2", without="ANY("),
         "count_by_state(realms())": capture.last("= ANY(%(realms)s) GROUP BY 1, 2"),
-        "per-row fallback listing": capture.last("jsonb_typeof(properties) <> 'object'"),
         "heartbeat (renew_held_by, one realm)": capture.last(RENEW_MARKER),
     }
     for label, (statement, params) in queries.items():
@@ -323,8 +299,6 @@ def measure(url: str, size: dict[str, int], mix: str) -> dict[str, Any]:
             ("as is", statement, False),
             ("index", statement, True),
         ]
-        if label == LEASE_LABEL and PREFILTER_MARKER in statement:
-            arms.append(("prefilter", with_prefilter(statement), False))
         times: dict[str, list[float]] = {arm: [] for arm, _, _ in arms}
         rows: dict[str, set[int]] = {arm: set() for arm, _, _ in arms}
         for rnd in range(AB_ROUNDS):
@@ -403,8 +377,7 @@ def run(quick: bool = False) -> BenchResult:
             ab = one["ab"][LEASE_LABEL]
             print(
                 f"  {mix_name:8s}: lease statement {ab['as is']:.1f} ms "
-                f"(with the candidate index {ab['index']:.1f} ms, with the pre-filter "
-                f"{ab.get('prefilter', float('nan')):.1f} ms); tick median "
+                f"(with the candidate index {ab['index']:.1f} ms); tick median "
                 f"{statistics.median(ticks):.1f} ms, max {max(ticks):.1f} ms; "
                 f"count_by_state {one['count_by_state_ms']:.0f} ms",
                 flush=True,
@@ -448,22 +421,6 @@ def run(quick: bool = False) -> BenchResult:
                 "the extra index is slower",
             )
         )
-    for mix_name, r in runs.items():
-        ab = r["ab"][LEASE_LABEL]
-        if "prefilter" not in ab:
-            continue
-        same = r["ab_rows"][LEASE_LABEL]["prefilter"] == r["ab_rows"][LEASE_LABEL]["as is"]
-        result.add(
-            Figure(
-                f"{mix_name}: lease statement with the proposed pre-filter (not in the engine)",
-                ab["prefilter"],
-                "ms",
-                baseline=ab["as is"],
-                ratio=ab["as is"] / ab["prefilter"],
-                why="baseline column = the engine's statement as is; ratio = speed-up; "
-                + ("same number of rows leased" if same else "**rows leased differ**"),
-            )
-        )
     backlog = runs["backlog"]
     for label, key in (
         ("realm discovery (realms())", "realms_ms"),
@@ -503,11 +460,10 @@ def run(quick: bool = False) -> BenchResult:
         "shared hits and reads of the whole statement. The candidate index is\n\n"
         f"```sql\n{CANDIDATE_INDEX};\n```\n\nEach statement was planned and run with and "
         f"without it in the same database ({AB_ROUNDS} alternating rounds each, rolled back). "
-        "A third arm of the lease statement adds a pre-filter, a proposal measured here "
-        "only (the engine does not have it), placed before the task-state CASE:\n\n"
-        f"```sql\n{PREFILTER.replace('%(timeout)s', ':timeout')}\n```\n\n"
-        "A row it rejects has a live lease, which the CASE classifies as leased (or "
-        "dead), never orphaned: the leased rows are the same.\n\n" + "\n".join(summary),
+        "The lease statement rejects rows whose lease is plainly held (an executor, a "
+        "start time within the lease timeout, no end time: `predicates.plainly_held`) before "
+        "the task-state CASE; such a row is leased (or dead) by the CASE too, never "
+        "orphaned, so the leased rows are the same.\n\n" + "\n".join(summary),
     )
 
     tick_lines = [
@@ -531,7 +487,8 @@ def run(quick: bool = False) -> BenchResult:
     result.section(
         "Ticks",
         "A tick is `Metastore.lease_available(executor, 200)` (realm discovery, the batch "
-        "UPDATE and, when it returns fewer than 200, the per-row fallback listing) followed "
+        "UPDATE, whose one scan also reports orphans whose properties are not a JSON object "
+        "for the per-row compare-and-set; there are none here) followed "
         "by `renew_held_by(realm, executor)` for each of the 4 realms, on Polaris's schema "
         "as it is (no candidate index). In the backlog mix the sweeper keeps what it leased, "
         "so its heartbeat renews 200 more rows every tick.\n\n" + "\n".join(tick_lines),

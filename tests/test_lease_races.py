@@ -15,7 +15,7 @@ TASKS_PER_REALM = 1_000
 LEASERS = 4
 
 
-def _our_leaser(url: str, name: str, start: mp.synchronize.Event, out: mp.Queue) -> None:
+def _our_leaser(url: str, name: str, start: mp.synchronize.Barrier, out: mp.Queue) -> None:
     store = Metastore(url, policy=LeasePolicy(lease_timeout_ms=600_000, grace_ms=0))
     start.wait()
     got: list[tuple[str, int, int, str]] = []
@@ -28,7 +28,7 @@ def _our_leaser(url: str, name: str, start: mp.synchronize.Event, out: mp.Queue)
     store.dispose()
 
 
-def _polaris_leaser(url: str, start: mp.synchronize.Event, out: mp.Queue) -> None:
+def _polaris_leaser(url: str, start: mp.synchronize.Barrier, out: mp.Queue) -> None:
     store = Metastore(url)
     start.wait()
     got: list[tuple[str, int, int, str]] = []
@@ -53,7 +53,9 @@ def test_four_leasers_and_a_polaris_leaser_never_double_lease(metastore: Metasto
         )
     url = metastore.url.render_as_string(hide_password=False)
     ctx = mp.get_context("spawn")
-    start = ctx.Event()
+    # Released only once every leaser is up: a leaser still importing when the
+    # others start can find all 3,000 tasks gone, and the race would not be one.
+    start = ctx.Barrier(LEASERS + 2)
     out: mp.Queue = ctx.Queue()
     procs = [
         ctx.Process(target=_our_leaser, args=(url, f"sweeper-{i}", start, out))
@@ -62,7 +64,7 @@ def test_four_leasers_and_a_polaris_leaser_never_double_lease(metastore: Metasto
     procs.append(ctx.Process(target=_polaris_leaser, args=(url, start, out)))
     for p in procs:
         p.start()
-    start.set()
+    start.wait(timeout=120)
     results = [out.get(timeout=300) for _ in procs]
     for p in procs:
         p.join(timeout=60)

@@ -21,10 +21,20 @@ from polaris_pipeline.tasks.model import (
 TASK_ROWS = f"e.type_code = {TASK_TYPE_CODE} AND e.catalog_id = 0 AND e.parent_id = 0"
 
 
+# INTEGER_PATTERN, spelled for PostgreSQL as an unbounded regex plus a length
+# test on the digits: the same strings, but PostgreSQL's regex engine runs the
+# bounded repeat {1,18} several times slower, and this test runs on every row.
+_MAX_DIGITS = 18
+_MAX_INTEGER = 10**_MAX_DIGITS - 1
+if f"-?[0-9]{{1,{_MAX_DIGITS}}}" != INTEGER_PATTERN:
+    raise RuntimeError("tasks.model.INTEGER_PATTERN changed: update predicates._num to match")
+
+
 def _num(key: str) -> str:
+    value = f"e.properties->>'{key}'"
     return (
-        f"(CASE WHEN e.properties->>'{key}' ~ '^{INTEGER_PATTERN}$' "
-        f"THEN CAST(e.properties->>'{key}' AS BIGINT) END)"
+        f"(CASE WHEN {value} ~ '^-?[0-9]+$' AND length(ltrim({value}, '-')) <= {_MAX_DIGITS} "
+        f"THEN CAST({value} AS BIGINT) END)"
     )
 
 
@@ -33,6 +43,27 @@ START = _num(Prop.START_TIME)
 END = _num(Prop.END_TIME)
 NEXT = _num(Prop.NEXT_ATTEMPT)
 ATTEMPTS = f"GREATEST(COALESCE({_num(Prop.ATTEMPT_COUNT)}, 0), 0)"
+
+
+def plainly_held(now: str, timeout: str) -> str:
+    """True only for rows ``state_case`` calls leased (or dead), never orphaned; cheap.
+
+    An executor, no end time at all, and a start time within ``timeout`` of
+    ``now``. Placed before the CASE, it drops the rows other sweepers hold for
+    a fraction of the CASE's cost. The start time is first compared, as text,
+    with ``last_update_timestamp``, which our leases and renewals write with the
+    same value: no regex on the rows we hold. Rows it misses (an end time older
+    than the start, say) are still judged by the CASE.
+    """
+    start = f"e.properties->>'{Prop.START_TIME}'"
+    written_with_update = (
+        f"(e.last_update_timestamp BETWEEN GREATEST({now} - {timeout}, 0) AND {_MAX_INTEGER}"
+        f" AND {start} = CAST(e.last_update_timestamp AS TEXT))"
+    )
+    return (
+        f"COALESCE({EXECUTOR} IS NOT NULL AND NOT e.properties ? '{Prop.END_TIME}'"
+        f" AND ({written_with_update} OR {START} >= {now} - {timeout}), FALSE)"
+    )
 
 
 def state_case(now: str, timeout: str, grace: str, max_attempts: str) -> str:
