@@ -153,13 +153,12 @@ def test_lease_limit_counts_rows_that_are_not_json_objects(strict: Metastore) ->
     assert sorted(got) == sorted(orphans)
 
 
-def _pg_only(store: Metastore) -> None:
-    if store.dialect != "postgresql":
-        pytest.skip("PostgreSQL SQL only")
+# PostgreSQL SQL only: these run on PostgreSQL alone rather than skip on SQLite.
+pg_only = pytest.mark.parametrize("metastore_url", ["postgresql"], indirect=True)
 
 
+@pg_only
 def test_plainly_held_only_rejects_rows_the_rule_calls_held(strict: Metastore) -> None:
-    _pg_only(strict)
     _zoo(strict, "zoo")
     states = _states(strict, "zoo")
     held = predicates.plainly_held("c.now_ms", ":timeout")
@@ -178,6 +177,7 @@ def test_plainly_held_only_rejects_rows_the_rule_calls_held(strict: Metastore) -
     assert {by_executor[i] for i in rejected} >= {"ours", "polaris", "7"}
 
 
+@pg_only
 @pytest.mark.parametrize(
     "value",
     [
@@ -204,7 +204,6 @@ def test_plainly_held_only_rejects_rows_the_rule_calls_held(strict: Metastore) -
     ],
 )
 def test_sql_number_test_matches_python(metastore: Metastore, value: str) -> None:
-    _pg_only(metastore)
     with metastore.engine.begin() as conn:
         got = conn.execute(
             text(f"SELECT {predicates.START} FROM (SELECT CAST(:props AS JSONB) AS properties) e"),
@@ -214,10 +213,10 @@ def test_sql_number_test_matches_python(metastore: Metastore, value: str) -> Non
     assert got == row.start_time_ms
 
 
+@pg_only
 def test_short_batch_runs_no_listing_of_every_task(metastore: Metastore) -> None:
     """On PostgreSQL, a lease call that comes back short is one transaction and two
     statements (realm discovery, the lease): no second scan for malformed rows."""
-    _pg_only(metastore)
     seed(metastore, "r1", 3)
     statements: list[str] = []
 
