@@ -345,10 +345,17 @@ def _open_runner(
     context: OpExecutionContext,
     metastore: PolarisMetastoreResource,
     storage: PolarisStorageResource,
+    realm_id: str,
 ) -> Iterator[Runner]:
     """The engine's runner under the run's executor id, for one step."""
+    store = metastore.get_metastore()
+    if realm_id:
+        # One renewal of every lease this run holds in the realm, once per step:
+        # children queued behind earlier steps stay held. Not once per child: a
+        # run holding thousands of children would rewrite them all for each one.
+        store.renew_held_by(realm_id, metastore.run_executor_id(context.run_id))
     runner = Runner(
-        metastore.get_metastore(),
+        store,
         storage.get_config(),
         executor_id=metastore.run_executor_id(context.run_id),
         run_id=context.run_id,
@@ -370,9 +377,6 @@ def run_leased_task(
     ``Failure`` once the failure is recorded in the task row.
     """
     store = runner.metastore
-    # One renewal of every lease this run holds in the realm: children queued
-    # behind many short steps (none living long enough to beat) stay held.
-    store.renew_held_by(lease.realm_id, runner.executor_id)
     mine, lost = _adopt(context, runner, lease, store)
     if mine is None:
         summary = {"task": lease.label, **(lost or {})}
@@ -493,8 +497,9 @@ def run_polaris_task(
     metastore: PolarisMetastoreResource,
     storage: PolarisStorageResource,
 ) -> Iterator[Output[Any] | DynamicOutput[Any]]:
-    with _open_runner(context, metastore, storage) as runner:
-        summary, meta, outcome = run_leased_task(context, runner, config.to_lease())
+    lease = config.to_lease()
+    with _open_runner(context, metastore, storage, lease.realm_id) as runner:
+        summary, meta, outcome = run_leased_task(context, runner, lease)
     yield Output(summary, "outcome", metadata=meta)
     if outcome is None or not outcome.children:
         return
@@ -554,7 +559,8 @@ def run_child_task(
     done: list[tuple[dict[str, Any], TaskOutcome | None]] = []
     transient: list[str] = []
     failures: list[Failure] = []
-    with _open_runner(context, metastore, storage) as runner:
+    realm_id = str(leases[0]["realm_id"]) if leases else ""
+    with _open_runner(context, metastore, storage, realm_id) as runner:
         for data in leases:
             child = lease_from_dict(data)
             # Every child is run even when one fails: one bad file must not hold
