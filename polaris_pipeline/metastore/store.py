@@ -380,7 +380,8 @@ leased AS (
     FROM (SELECT * FROM picked ORDER BY realm_id, id) AS picked, c
     WHERE t.realm_id = picked.realm_id AND t.id = picked.id AND picked.is_object
     RETURNING t.realm_id, t.id, t.name, t.entity_version,
-        t.properties->>'{Prop.ATTEMPT_COUNT}' AS attempt,
+        -- Written just above as a decimal string, so the cast cannot fail.
+        CAST(t.properties->>'{Prop.ATTEMPT_COUNT}' AS BIGINT) AS attempt,
         t.properties->>'{Prop.TASK_TYPE}' AS task_type, c.now_ms
 )
 SELECT TRUE AS leased, realm_id, id, name, entity_version, attempt, task_type, now_ms
@@ -402,17 +403,9 @@ SELECT FALSE, realm_id, id, NULL, NULL, NULL, NULL, NULL FROM picked WHERE NOT i
                 return [], []
             rows = conn.execute(text(sql), params).all()
         # Unpacked as tuples: named access to a Row field costs about 0.5 µs, 8 per lease.
+        # The numbers come back typed (BIGINT, INTEGER): no int() per field.
         leases = [
-            Lease(
-                realm_id=realm_id,
-                task_id=int(task_id),
-                executor_id=executor_id,
-                attempt=int(attempt),
-                entity_version=int(version),
-                start_time_ms=int(now_ms),
-                task_type_code=task_type,
-                name=name,
-            )
+            Lease(realm_id, task_id, executor_id, attempt, version, now_ms, task_type, name)
             for leased, realm_id, task_id, name, version, attempt, task_type, now_ms in rows
             if leased
         ]
