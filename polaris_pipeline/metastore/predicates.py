@@ -30,8 +30,8 @@ if f"-?[0-9]{{1,{_MAX_DIGITS}}}" != INTEGER_PATTERN:
     raise RuntimeError("tasks.model.INTEGER_PATTERN changed: update predicates._num to match")
 
 
-def _num(key: str) -> str:
-    value = f"e.properties->>'{key}'"
+def _num(key: str, alias: str = "e") -> str:
+    value = f"{alias}.properties->>'{key}'"
     return (
         f"(CASE WHEN {value} ~ '^-?[0-9]+$' AND length(ltrim({value}, '-')) <= {_MAX_DIGITS} "
         f"THEN CAST({value} AS BIGINT) END)"
@@ -42,7 +42,14 @@ EXECUTOR = f"NULLIF(e.properties->>'{Prop.EXECUTOR}', '')"
 START = _num(Prop.START_TIME)
 END = _num(Prop.END_TIME)
 NEXT = _num(Prop.NEXT_ATTEMPT)
-ATTEMPTS = f"GREATEST(COALESCE({_num(Prop.ATTEMPT_COUNT)}, 0), 0)"
+
+
+def attempts(alias: str = "e") -> str:
+    """The attempt count of row ``alias`` as the rule reads it: 0 when absent or not a number."""
+    return f"GREATEST(COALESCE({_num(Prop.ATTEMPT_COUNT, alias)}, 0), 0)"
+
+
+ATTEMPTS = attempts()
 
 
 def plainly_held(now: str, timeout: str) -> str:

@@ -341,7 +341,7 @@ ORDER BY 1
         """
         now = "c.now_ms"
         state = predicates.state_case(now, ":timeout", ":grace", ":max_attempts")
-        attempts = predicates.ATTEMPTS.replace("e.", "t.")
+        attempts = predicates.attempts("t")
         sql = f"""
 WITH c AS (
     -- A first lease (the usual case) adds the same three keys to every row: built
