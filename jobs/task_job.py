@@ -39,6 +39,8 @@ from dagster import (
 )
 from pydantic import Field
 
+from polaris_pipeline.cleanup.context import MAX_CHILD_STAGES
+from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.runner import Runner, Status, TaskOutcome
 from polaris_pipeline.tasks.model import Lease, TaskRow, TaskState, TaskType
@@ -526,9 +528,12 @@ def child_stages(outcome: TaskOutcome) -> list[list[Lease]]:
         if size:
             stages.append(children[start : start + size])
         start += size
-    if len(stages) > 3:
-        # The job has three stage slots; later stages run together in the last.
-        stages[2:] = [[c for stage in stages[2:] for c in stage]]
+    if len(stages) > MAX_CHILD_STAGES:
+        # Merging stages would break the order the handler asked for: refuse. The
+        # children are already recorded, so the sweeper still runs them, in order.
+        raise PolarisPipelineError(
+            f"the handler gave {len(stages)} child stages; this job runs at most {MAX_CHILD_STAGES}"
+        )
     return stages
 
 

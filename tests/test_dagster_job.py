@@ -32,17 +32,25 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-from jobs.task_job import build_polaris_task_job, lease_from_dict, polaris_task_job
+from jobs.task_job import (
+    build_polaris_task_job,
+    child_stages,
+    lease_from_dict,
+    polaris_task_job,
+)
 from polaris_pipeline import demo_tables
+from polaris_pipeline.cleanup.context import MAX_CHILD_STAGES, CleanupResult
+from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.tasks.model import NewTask, Prop
+from polaris_pipeline.runner import Status, TaskOutcome
+from polaris_pipeline.tasks.model import Lease, NewTask, Prop
 from resources import (
     PolarisMetastoreResource,
     PolarisStorageResource,
     SweeperSettings,
 )
 from sensors.sweeper import polaris_task_sweeper
-from tests.support.dagster import child_summaries
+from tests.support.dagster import child_summaries, metastore_resource
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.metastore import PG_ADMIN_URL
 from tests.support.tasks import batch_task
@@ -105,18 +113,6 @@ def sqlite_instance(tmp_path: Path) -> Iterator[DagsterInstance]:
 
 
 # -- helpers -----------------------------------------------------------------------
-
-
-def metastore_resource(store: Metastore, **overrides: Any) -> PolarisMetastoreResource:
-    policy = store.policy
-    values: dict[str, Any] = {
-        "url": store.url.render_as_string(hide_password=False),
-        "lease_timeout_ms": policy.lease_timeout_ms,
-        "grace_ms": policy.grace_ms,
-        "max_attempts": policy.max_attempts,
-        **overrides,
-    }
-    return PolarisMetastoreResource(**values)
 
 
 def storage_resource(warehouse: Warehouse, moto: Any = None) -> PolarisStorageResource:
@@ -307,6 +303,25 @@ def test_table_without_manifest_children_still_runs_its_batches(
     assert final["deleted"] == 1 and final["task_type"] == "batch_file_cleanup"
     assert all(local_warehouse.exists(f) for f in content)  # gc disabled: data stays
     assert not local_warehouse.exists(victim.metadata_location)
+
+
+def _outcome_with_stages(sizes: list[int]) -> TaskOutcome:
+    def lease(i: int) -> Lease:
+        return Lease("r", i, "ex", 1, 1, 0, "3", f"child-{i}")
+
+    parent = lease(0)
+    children = [lease(i + 1) for i in range(sum(sizes))]
+    return TaskOutcome(
+        parent, Status.DONE, result=CleanupResult(child_stages=sizes), children=children
+    )
+
+
+def test_child_stages_keep_the_handlers_order_and_refuse_more_than_the_job_runs() -> None:
+    stages = child_stages(_outcome_with_stages([2, 0, 3, 1]))
+    # The empty stage is left out; the rest keep their members and their order.
+    assert [[c.task_id for c in stage] for stage in stages] == [[1, 2], [3, 4, 5], [6]]
+    with pytest.raises(PolarisPipelineError, match="4 child stages; this job runs at most 3"):
+        child_stages(_outcome_with_stages([1] * (MAX_CHILD_STAGES + 1)))
 
 
 # -- failures ----------------------------------------------------------------------

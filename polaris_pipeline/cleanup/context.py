@@ -46,6 +46,12 @@ class CleanupContext:
     delete_chunk_size: int = DELETE_CHUNK_SIZE
 
 
+# The most ordered stages a handler may give its children (the table handler's
+# manifests, metadata-level batches, current metadata file); the Dagster job has
+# one mapped step per stage.
+MAX_CHILD_STAGES = 3
+
+
 @dataclass
 class CleanupResult:
     """What one handler run did (or, in a dry run, would do)."""
@@ -58,6 +64,7 @@ class CleanupResult:
     children: list[NewTask] = field(default_factory=list)
     # Sizes of the ordered stages ``children`` falls into: each stage runs only
     # after the one before it is done; tasks within a stage may run in parallel.
+    # At most MAX_CHILD_STAGES: the Dagster job has that many stage slots.
     child_stages: list[int] = field(default_factory=list)
     would_delete: list[str] = field(default_factory=list)  # dry run only
     deleted_paths_sample: list[str] = field(default_factory=list)  # first few, for run logs
