@@ -38,9 +38,7 @@ from dagster import (
 )
 from dagster._core.definitions.dependency import NodeHandle
 from dagster._core.definitions.reconstruct import ReconstructableRepository
-from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.pool import NullPool
 
 from jobs.celery import (
     BACKEND_ENV,
@@ -55,7 +53,6 @@ from polaris_pipeline import demo_tables
 from polaris_pipeline.metastore import URL_ENV, Metastore
 from sensors.sweeper import SENSOR_NAME
 from tests.support.iceberg import Warehouse, table_files
-from tests.support.metastore import PG_ADMIN_URL
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -86,28 +83,6 @@ def broker() -> str:
     if not _broker_reachable(BROKER_URL):
         pytest.fail(f"no broker at {BROKER_URL}: run scripts/services.sh (it starts RabbitMQ)")
     return BROKER_URL
-
-
-@pytest.fixture
-def dagster_pg() -> Iterator[dict[str, str]]:
-    """A fresh PostgreSQL database for Dagster's storage, as deploy/celery/dagster.yaml reads it."""
-    name = f"pp_celery_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(PG_ADMIN_URL)
-    try:
-        yield {
-            "DAGSTER_PG_HOST": url.host or "127.0.0.1",
-            "DAGSTER_PG_PORT": str(url.port or 5432),
-            "DAGSTER_PG_USERNAME": url.username or "postgres",
-            "DAGSTER_PG_PASSWORD": url.password or "",
-            "DAGSTER_PG_DB": name,
-        }
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 @pytest.fixture
@@ -159,13 +134,13 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 def celery_env(
     broker: str,
     dagster_home: Path,
-    dagster_pg: dict[str, str],
+    dagster_pg_env: dict[str, str],
     metastore: Metastore,
     tmp_path: Path,
 ) -> dict[str, str]:
     """The environment of the code location, the run worker and the Celery worker alike."""
     return {
-        **dagster_pg,
+        **dagster_pg_env,
         URL_ENV: metastore.url.render_as_string(hide_password=False),
         # Step outputs where every worker reaches them (a shared volume in production).
         IO_BASE_DIR_ENV: str(tmp_path / "step-outputs"),

@@ -40,6 +40,7 @@ from resources import (
     SweeperSettings,
 )
 from sensors.sweeper import REALM_REFRESH_SECONDS, SweepCursor, polaris_task_sweeper
+from tests.support.dagster import metastore_resource
 from tests.support.tasks import batch_task, seed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,17 +52,6 @@ OLD_MS = 60 * 60_000
 def policy() -> LeasePolicy:
     # A real grace period, so that pending tasks exist; overrides tests/support/metastore.py.
     return LeasePolicy(lease_timeout_ms=60_000, grace_ms=GRACE_MS)
-
-
-def resource_for(store: Metastore, **kwargs: Any) -> PolarisMetastoreResource:
-    policy = store.policy
-    return PolarisMetastoreResource(
-        url=store.url.render_as_string(hide_password=False),
-        lease_timeout_ms=policy.lease_timeout_ms,
-        grace_ms=policy.grace_ms,
-        max_attempts=policy.max_attempts,
-        **kwargs,
-    )
 
 
 def tick(
@@ -108,7 +98,7 @@ def old(store: Metastore, realm: str, n: int) -> list[NewTask]:
 def test_sweeper_keeps_the_realm_partitions(metastore: Metastore, instance: DagsterInstance):
     old(metastore, "A", 2)
     seed(metastore, "B", 1)  # only a task within grace: not leased, but a realm
-    resource = resource_for(metastore)
+    resource = metastore_resource(metastore)
 
     first = tick(resource, instance)
     assert len(first.run_requests or []) == 2
@@ -144,7 +134,7 @@ def test_configured_realms_are_the_partitions(metastore: Metastore, instance: Da
     old(metastore, "A", 1)
     old(metastore, "B", 1)  # another deployment's realm
 
-    result = tick(resource_for(metastore, realms=["A", "Z"]), instance)
+    result = tick(metastore_resource(metastore, realms=["A", "Z"]), instance)
 
     assert [r.tags["polaris/realm"] for r in result.run_requests or []] == ["A"]
     assert apply(result, instance) == ["A", "Z"]
@@ -160,7 +150,7 @@ def test_a_failed_partition_sync_never_fails_the_tick(
 
     # Dagster's own storage fails after the leases were granted.
     monkeypatch.setattr(instance, "get_dynamic_partitions", unreachable)
-    result = tick(resource_for(metastore), instance)
+    result = tick(metastore_resource(metastore), instance)
 
     # The leases of the tick still become runs; the list is read again next sweep.
     assert {int(r.tags["polaris/task_id"]) for r in result.run_requests or []} == {
@@ -209,7 +199,7 @@ def run_backfill(
         partition_key=realm,
         instance=instance,
         resources={
-            "metastore": resource_for(store, **resource_kwargs),
+            "metastore": metastore_resource(store, **resource_kwargs),
             "storage": PolarisStorageResource(allowed_prefixes=[f"file://{warehouse}"]),
         },
         raise_on_error=False,

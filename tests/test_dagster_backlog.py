@@ -40,7 +40,7 @@ from assets.backlog import (
 from assets.partitions import REALM_PARTITIONS_NAME
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop, TaskRow, TaskState
-from resources import PolarisMetastoreResource
+from tests.support.dagster import metastore_resource
 from tests.support.tasks import batch_task, seed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,16 +57,6 @@ def policy() -> LeasePolicy:
     return LeasePolicy(lease_timeout_ms=60_000, grace_ms=GRACE_MS)
 
 
-def resource_for(store: Metastore) -> PolarisMetastoreResource:
-    policy = store.policy
-    return PolarisMetastoreResource(
-        url=store.url.render_as_string(hide_password=False),
-        lease_timeout_ms=policy.lease_timeout_ms,
-        grace_ms=policy.grace_ms,
-        max_attempts=policy.max_attempts,
-    )
-
-
 def refresh(
     store: Metastore,
     instance: DagsterInstance,
@@ -80,7 +70,10 @@ def refresh(
         [polaris_task_backlog, no_dead_tasks, no_stale_orphans],
         partition_key=realm,
         instance=instance,
-        resources={"metastore": resource_for(store), "backlog": settings or BacklogSettings()},
+        resources={
+            "metastore": metastore_resource(store),
+            "backlog": settings or BacklogSettings(),
+        },
     )
     assert result.success
     return result

@@ -43,17 +43,11 @@ from jobs.task_job import JOB_NAME, TAG_REALM
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import TaskState
 from tests.support.tasks import seed
-from tests.test_dagster_postgres_instance import (
-    dagster_home_from_deploy,
-    dagster_pg_env,
-    deploy_config,
-)
+from tests.test_dagster_postgres_instance import dagster_home_from_deploy, deploy_config
 
 ROOT = Path(__file__).resolve().parent.parent
 OLD_MS = 60 * 60_000
 IN_PROGRESS = [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
-
-__all__ = ["dagster_pg_env"]  # a fixture, imported for this module's tests
 
 
 class StartOnlyRunLauncher(RunLauncher, ConfigurableClass):

@@ -13,8 +13,6 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,28 +46,6 @@ _ENDED = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.C
 
 
 # -- shared with tests/test_dagster_concurrency.py ---------------------------------
-
-
-@pytest.fixture
-def dagster_pg_env() -> Iterator[dict[str, str]]:
-    """DAGSTER_PG_* for a database created for one test and dropped after it."""
-    admin_url = make_url(PG_ADMIN_URL)
-    name = f"pp_deploy_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield {
-            "DAGSTER_PG_HOST": admin_url.host or "127.0.0.1",
-            "DAGSTER_PG_PORT": str(admin_url.port or 5432),
-            "DAGSTER_PG_USERNAME": admin_url.username or "postgres",
-            "DAGSTER_PG_PASSWORD": admin_url.password or "",
-            "DAGSTER_PG_DB": name,
-        }
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 def deploy_config() -> dict[str, Any]:

@@ -28,6 +28,7 @@ from resources import (
     SweeperSettings,
 )
 from sensors.sweeper import SweepCursor, polaris_task_sweeper
+from tests.support.dagster import metastore_resource
 from tests.support.tasks import batch_task, seed
 
 GRACE_MS = 30_000
@@ -44,18 +45,6 @@ def policy() -> LeasePolicy:
 def instance() -> Iterator[DagsterInstance]:
     with DagsterInstance.ephemeral() as inst:
         yield inst
-
-
-def resource_for(store: Metastore, **kwargs: Any) -> PolarisMetastoreResource:
-    policy = store.policy
-    values: dict[str, Any] = {
-        "url": store.url.render_as_string(hide_password=False),
-        "lease_timeout_ms": policy.lease_timeout_ms,
-        "grace_ms": policy.grace_ms,
-        "max_attempts": policy.max_attempts,
-        **kwargs,
-    }
-    return PolarisMetastoreResource(**values)
 
 
 def evaluate(
@@ -97,7 +86,7 @@ def test_run_requests_match_available_tasks(metastore: Metastore, instance: Dags
     live = live_leased_task(metastore, "A")
     fresh = seed(metastore, "A", 1)  # created now: Polaris may be running it in-process
 
-    result = evaluate(resource_for(metastore), instance)
+    result = evaluate(metastore_resource(metastore), instance)
 
     assert isinstance(result, SensorResult)
     requests = result.run_requests or []
@@ -141,7 +130,7 @@ def test_realms_limit_what_is_leased(metastore: Metastore, instance: DagsterInst
     in_a = old_tasks(metastore, "A", 2)
     in_b = old_tasks(metastore, "B", 2)
 
-    result = evaluate(resource_for(metastore, realms=["A"]), instance)
+    result = evaluate(metastore_resource(metastore, realms=["A"]), instance)
 
     assert isinstance(result, SensorResult)
     assert {int(r.tags["polaris/task_id"]) for r in result.run_requests or []} == {
@@ -157,7 +146,7 @@ def test_cursor_holds_jittered_next_sweep_and_early_ticks_skip(
 ):
     old_tasks(metastore, "A", 1)
     settings = SweeperSettings(interval_seconds=60, jitter=0.2)
-    resource = resource_for(metastore)
+    resource = metastore_resource(metastore)
 
     before = int(time.time() * 1000)
     first = evaluate(resource, instance, sweeper=settings)
@@ -190,7 +179,7 @@ def test_cursor_holds_jittered_next_sweep_and_early_ticks_skip(
 
 def test_jitter_spreads_the_next_sweep(metastore: Metastore, instance: DagsterInstance):
     settings = SweeperSettings(interval_seconds=10, jitter=0.5)
-    resource = resource_for(metastore)
+    resource = metastore_resource(metastore)
     delays = []
     for _ in range(20):
         now = int(time.time() * 1000)
@@ -213,7 +202,7 @@ def test_skip_reason_says_why_nothing_is_available(metastore: Metastore, instanc
     dead = batch_task("A", create_timestamp=old, extra={Prop.STATUS: "dead"})
     metastore.insert_tasks([dead])
 
-    result = evaluate(resource_for(metastore), instance)
+    result = evaluate(metastore_resource(metastore), instance)
 
     assert isinstance(result, SensorResult)
     assert not result.run_requests
@@ -227,7 +216,7 @@ def test_skip_reason_says_why_nothing_is_available(metastore: Metastore, instanc
 
 
 def test_skip_reason_on_an_empty_metastore(metastore: Metastore, instance: DagsterInstance):
-    result = evaluate(resource_for(metastore), instance)
+    result = evaluate(metastore_resource(metastore), instance)
     assert isinstance(result, SensorResult) and result.skip_reason is not None
     assert result.skip_reason.skip_message is not None
     assert result.skip_reason.skip_message.startswith("no orphaned tasks in any realm; 0 pending")
@@ -238,7 +227,7 @@ def test_waiting_runs_hold_back_leasing(metastore: Metastore, instance: DagsterI
     # Runs created but not started yet (queued runs need a code location origin).
     for status in (DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING):
         instance.add_run(DagsterRun(job_name=JOB_NAME, run_id=str(uuid.uuid4()), status=status))
-    resource = resource_for(metastore)
+    resource = metastore_resource(metastore)
 
     full = evaluate(resource, instance, sweeper=SweeperSettings(max_pending_runs=2))
     assert isinstance(full, SensorResult) and not full.run_requests
@@ -258,7 +247,7 @@ def test_per_tick_cap_with_a_large_backlog(metastore: Metastore, instance: Dagst
     for _ in range(10):
         metastore.insert_tasks([batch_task("A", create_timestamp=old) for _ in range(1_000)])
     print(f"\ninserted 10,000 tasks in {time.monotonic() - started:.2f} s")
-    resource = resource_for(metastore)
+    resource = metastore_resource(metastore)
     settings = SweeperSettings(max_runs_per_tick=200)
 
     started = time.monotonic()
@@ -314,10 +303,10 @@ def test_metastore_resource_never_shows_the_password(metastore: Metastore) -> No
 
 
 def test_metastore_resource_reuses_one_metastore_per_process(metastore: Metastore) -> None:
-    resource = resource_for(metastore)
-    again = resource_for(metastore)  # Dagster rebuilds resources on every tick
+    resource = metastore_resource(metastore)
+    again = metastore_resource(metastore)  # Dagster rebuilds resources on every tick
     assert resource.get_metastore() is again.get_metastore()
-    other_policy = resource_for(metastore, max_attempts=3)
+    other_policy = metastore_resource(metastore, max_attempts=3)
     assert other_policy.get_metastore() is not resource.get_metastore()
     assert other_policy.get_metastore().policy.max_attempts == 3
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 
@@ -10,42 +9,18 @@ import pytest
 
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.runner import Runner, Status
-from polaris_pipeline.tasks.manifest_codec import ManifestFileRef, encode_manifest_file
+from polaris_pipeline.tasks.manifest_codec import encode_manifest_file
 from polaris_pipeline.tasks.model import NewTask, Prop
-from tests.support.tasks import batch_task, dropped_entity_json
+from tests.support.tasks import (
+    TABLE_ID,
+    batch_task,
+    dropped_entity_json,
+    insert_raw_task,
+    manifest_ref,
+    manifest_task_data,
+)
 
-TABLE_ID = {"namespace": ["ns"], "name": "t"}
-
-
-def _manifest_bytes() -> bytes:
-    return encode_manifest_file(
-        ManifestFileRef(
-            manifest_path="file:///wh/ns/t/metadata/m.avro",
-            manifest_length=10,
-            partition_spec_id=0,
-            content=0,
-            sequence_number=1,
-            min_sequence_number=1,
-            added_snapshot_id=1,
-            added_files_count=None,
-            existing_files_count=None,
-            deleted_files_count=None,
-            added_rows_count=None,
-            existing_rows_count=None,
-            deleted_rows_count=None,
-            partitions=None,
-            key_metadata=None,
-            first_row_id=None,
-        )
-    )
-
-
-def _manifest_payload(raw: bytes | str) -> str:
-    data = raw if isinstance(raw, str) else base64.b64encode(raw).decode()
-    return json.dumps({"tableId": TABLE_ID, "manifestFileData": data})
-
-
-GOOD_MANIFEST = _manifest_bytes()
+GOOD_MANIFEST = encode_manifest_file(manifest_ref())
 
 # (case, properties, the words the recorded error must contain)
 CASES: list[tuple[str, dict[str, str], str]] = [
@@ -73,22 +48,22 @@ CASES: list[tuple[str, dict[str, str], str]] = [
     ("entity truncated", {Prop.TASK_TYPE: "1", Prop.DATA: dropped_entity_json()[:40]}, "not JSON"),
     (
         "base64 garbage",
-        {Prop.TASK_TYPE: "2", Prop.DATA: _manifest_payload("!!!not-base64")},
+        {Prop.TASK_TYPE: "2", Prop.DATA: manifest_task_data("!!!not-base64")},
         "base64",
     ),
     (
         "wrong magic",
-        {Prop.TASK_TYPE: "2", Prop.DATA: _manifest_payload(b"\x00\x01" + GOOD_MANIFEST[2:])},
+        {Prop.TASK_TYPE: "2", Prop.DATA: manifest_task_data(b"\x00\x01" + GOOD_MANIFEST[2:])},
         "magic",
     ),
     (
         "manifest not Avro",
-        {Prop.TASK_TYPE: "2", Prop.DATA: _manifest_payload(GOOD_MANIFEST[:2] + b"\x00\x05hello")},
+        {Prop.TASK_TYPE: "2", Prop.DATA: manifest_task_data(GOOD_MANIFEST[:2] + b"\x00\x05hello")},
         "schema",
     ),
     (
         "datum truncated",
-        {Prop.TASK_TYPE: "2", Prop.DATA: _manifest_payload(GOOD_MANIFEST[:-6])},
+        {Prop.TASK_TYPE: "2", Prop.DATA: manifest_task_data(GOOD_MANIFEST[:-6])},
         "datum",
     ),
     (
@@ -173,27 +148,7 @@ def test_properties_not_a_json_object_recorded_and_original_kept(
     )
     pg = metastore.dialect == "postgresql"
     raw = "not json at all {" if not pg else '["an", "array"]'
-    now = metastore.now_ms()
-    metastore.insert_raw(
-        {
-            "realm_id": "r1",
-            "catalog_id": 0,
-            "id": 5,
-            "parent_id": 0,
-            "name": "weird; DROP TABLE x",
-            "entity_version": 1,
-            "type_code": 8,
-            "sub_type_code": 0,
-            "create_timestamp": now - 1,
-            "drop_timestamp": 0,
-            "purge_timestamp": 0,
-            "to_purge_timestamp": 0,
-            "last_update_timestamp": now,
-            "properties": json.loads(raw) if pg else raw,
-            "internal_properties": {},
-            "grant_records_version": 1,
-        }
-    )
+    insert_raw_task(metastore, "r1", 5, "weird; DROP TABLE x", json.loads(raw) if pg else raw)
     with Runner(metastore) as runner:
         outcomes = {o.lease.task_id: o for o in runner.sweep(["r1"])}
     assert not good.exists()

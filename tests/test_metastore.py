@@ -12,7 +12,7 @@ from polaris_pipeline.errors import LeaseLost, MetastoreError, SchemaMismatchErr
 from polaris_pipeline.metastore import CompleteOutcome, FailOutcome, Metastore
 from polaris_pipeline.metastore.schema import entities
 from polaris_pipeline.tasks.model import LeasePolicy, Prop, TaskState
-from tests.support.tasks import batch_task, seed
+from tests.support.tasks import batch_task, insert_raw_task, seed
 
 
 def _set_props(store: Metastore, realm: str, task_id: int, **changes: str | None) -> None:
@@ -349,28 +349,9 @@ def test_children_refused_when_holder_lost_lease(metastore: Metastore) -> None:
 
 def test_undecodable_properties_are_kept_and_leased_alone(metastore: Metastore) -> None:
     seed(metastore, "r1", 2)
-    bad_props = "[1, 2, 3]" if metastore.dialect == "postgresql" else "{not json"
-    now = metastore.now_ms()
-    metastore.insert_raw(
-        {
-            "realm_id": "r1",
-            "catalog_id": 0,
-            "id": 77,
-            "parent_id": 0,
-            "name": "evil",
-            "entity_version": 1,
-            "type_code": 8,
-            "sub_type_code": 0,
-            "create_timestamp": now - 1,
-            "drop_timestamp": 0,
-            "purge_timestamp": 0,
-            "to_purge_timestamp": 0,
-            "last_update_timestamp": now,
-            "properties": json.loads(bad_props) if metastore.dialect == "postgresql" else bad_props,
-            "internal_properties": {},
-            "grant_records_version": 1,
-        }
-    )
+    pg = metastore.dialect == "postgresql"
+    bad_props = "[1, 2, 3]" if pg else "{not json"
+    insert_raw_task(metastore, "r1", 77, "evil", json.loads(bad_props) if pg else bad_props)
     listed = {t.id: t for t in metastore.list_tasks()}
     assert len(listed) == 3 and listed[77].properties_error is not None
     leases = metastore.lease_available("e", 10)

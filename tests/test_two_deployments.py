@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -38,12 +37,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, delete, select
+from sqlalchemy import create_engine, delete
 
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.schema import entities
-from polaris_pipeline.tasks.model import LeasePolicy, Prop
-from tests.support.polaris_leaser import polaris_load_tasks
+from polaris_pipeline.tasks.model import LeasePolicy
+from tests.support.polaris_leaser import polaris_batch_files, polaris_load_tasks
 from tests.support.tasks import batch_task
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -160,15 +159,7 @@ class PolarisServer:
             engine.dispose()
 
     def _execute(self, engine: Any, task_id: int, attempt: int) -> None:
-        with engine.connect() as conn:
-            props = conn.execute(
-                select(entities.c.properties).where(
-                    entities.c.realm_id == REALM, entities.c.id == task_id
-                )
-            ).scalar_one()
-        if isinstance(props, str):
-            props = json.loads(props)
-        files = json.loads(props[Prop.DATA])["batchFiles"]
+        files = polaris_batch_files(engine, REALM, task_id)
         present = 0
         for uri in files:
             try:

@@ -12,7 +12,6 @@ SQL metacharacters in realm and task names).
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import time
@@ -24,7 +23,7 @@ import pytest
 
 from polaris_pipeline import demo_tables
 from polaris_pipeline.metastore import Metastore, new_entity_id
-from polaris_pipeline.tasks.manifest_codec import ManifestFileRef, encode_manifest_file
+from polaris_pipeline.tasks.manifest_codec import encode_manifest_file
 from polaris_pipeline.tasks.model import MAX_ERROR_LENGTH, NewTask, Prop
 from polaris_pipeline.tasks.payloads import (
     ManifestCleanupPayload,
@@ -41,39 +40,19 @@ from tests.reliability.harness import (
     touch_all,
 )
 from tests.support.iceberg import Warehouse, table_files
-from tests.support.tasks import batch_task, dropped_entity_json
+from tests.support.tasks import (
+    TABLE_ID,
+    batch_task,
+    dropped_entity_json,
+    insert_raw_task,
+    manifest_ref,
+    manifest_task_data,
+)
 
 REALM = "hostile"
 SQL_REALM = "'; DROP TABLE entities; --"
 ODD_REALMS = [SQL_REALM, "x%_\\*", "réalm ☃ \u202e"]
 SQL_NAME = "x'); DELETE FROM polaris_schema.entities; --"
-TABLE_ID = {"namespace": ["ns"], "name": "t"}
-
-
-def _manifest_ref(path: str) -> ManifestFileRef:
-    return ManifestFileRef(
-        manifest_path=path,
-        manifest_length=100,
-        partition_spec_id=0,
-        content=0,
-        sequence_number=1,
-        min_sequence_number=1,
-        added_snapshot_id=1,
-        added_files_count=1,
-        existing_files_count=0,
-        deleted_files_count=0,
-        added_rows_count=1,
-        existing_rows_count=0,
-        deleted_rows_count=0,
-        partitions=None,
-        key_metadata=None,
-        first_row_id=None,
-    )
-
-
-def _manifest_data(raw: bytes | str) -> str:
-    data = raw if isinstance(raw, str) else base64.b64encode(raw).decode()
-    return json.dumps({"tableId": TABLE_ID, "manifestFileData": data})
 
 
 @dataclass
@@ -195,26 +174,8 @@ def build_hostile_set(store: Metastore, root: Path, wh: Warehouse) -> Hostile:
     else:
         not_object = "not json at all {"
     task_id = new_entity_id()
-    now = store.now_ms()
-    store.insert_raw(
-        {
-            "realm_id": REALM,
-            "catalog_id": 0,
-            "id": task_id,
-            "parent_id": 0,
-            "name": "properties-not-an-object",
-            "entity_version": 1,
-            "type_code": 8,
-            "sub_type_code": 0,
-            "create_timestamp": 0,
-            "drop_timestamp": 0,
-            "purge_timestamp": 0,
-            "to_purge_timestamp": 0,
-            "last_update_timestamp": now,
-            "properties": not_object,
-            "internal_properties": {},
-            "grant_records_version": 1,
-        }
+    insert_raw_task(
+        store, REALM, task_id, "properties-not-an-object", not_object, create_timestamp=0
     )
     h.cases.append(Case("properties not a JSON object", REALM, task_id, "not a JSON object"))
     h.add("unknown task type", "unknown taskType '9'", {Prop.TASK_TYPE: "9", Prop.DATA: "{}"})
@@ -225,18 +186,18 @@ def build_hostile_set(store: Metastore, root: Path, wh: Warehouse) -> Hostile:
     h.add(
         "base64 garbage",
         "base64",
-        {Prop.TASK_TYPE: "2", Prop.DATA: _manifest_data("!!!not-base64")},
+        {Prop.TASK_TYPE: "2", Prop.DATA: manifest_task_data("!!!not-base64")},
     )
-    good_bytes = encode_manifest_file(_manifest_ref("file:///nowhere/m.avro"))
+    good_bytes = encode_manifest_file(manifest_ref("file:///nowhere/m.avro"))
     h.add(
         "wrong magic bytes",
         "magic",
-        {Prop.TASK_TYPE: "2", Prop.DATA: _manifest_data(b"\x00\x01" + good_bytes[2:])},
+        {Prop.TASK_TYPE: "2", Prop.DATA: manifest_task_data(b"\x00\x01" + good_bytes[2:])},
     )
     h.add(
         "manifest bytes not Avro",
         "schema",
-        {Prop.TASK_TYPE: "2", Prop.DATA: _manifest_data(good_bytes[:2] + b"\x00\x05hello")},
+        {Prop.TASK_TYPE: "2", Prop.DATA: manifest_task_data(good_bytes[:2] + b"\x00\x05hello")},
     )
     h.add(
         "missing metadata-location",
@@ -249,7 +210,7 @@ def build_hostile_set(store: Metastore, root: Path, wh: Warehouse) -> Hostile:
     fake = loc / "metadata" / "snap-1-m0.avro"
     touch_all([fake], b"this is not an avro file at all" * 10)
     payload = encode_manifest_cleanup(
-        ManifestCleanupPayload(TableIdentifier(("ns",), "t"), _manifest_ref(f"file://{fake}"))
+        ManifestCleanupPayload(TableIdentifier(("ns",), "t"), manifest_ref(f"file://{fake}"))
     )
     h.add(
         "manifest file on disk is not Avro",

@@ -237,12 +237,11 @@ def run_cli(cfg: dict[str, Any], journal: Journal) -> int:
 
 def run_polaris(cfg: dict[str, Any], journal: Journal) -> int:
     """Polaris's executor: list-then-CAS lease, delete the batch's files, drop the row."""
-    from sqlalchemy import delete, select
+    from sqlalchemy import delete
 
     from polaris_pipeline.metastore import Metastore
     from polaris_pipeline.metastore.schema import entities
-    from polaris_pipeline.tasks.model import Prop
-    from tests.support.polaris_leaser import polaris_load_tasks
+    from tests.support.polaris_leaser import polaris_batch_files, polaris_load_tasks
 
     store = Metastore(cfg["url"], policy=_policy(cfg))
     engine = store.engine
@@ -260,16 +259,7 @@ def run_polaris(cfg: dict[str, Any], journal: Journal) -> int:
                 leased_any = True
                 who = {"realm": realm, "task": task_id, "attempt": attempt, "executor": executor}
                 journal.write("lease", **who)
-                with engine.connect() as conn:
-                    props = conn.execute(
-                        select(entities.c.properties).where(
-                            entities.c.realm_id == realm, entities.c.id == task_id
-                        )
-                    ).scalar_one_or_none()
-                if isinstance(props, str):
-                    props = json.loads(props)
-                files = json.loads((props or {}).get(Prop.DATA, "{}")).get("batchFiles", [])
-                for uri in files:
+                for uri in polaris_batch_files(engine, realm, task_id):
                     path = uri.removeprefix("file://")
                     journal.write("begin", uri=uri, **who)
                     try:

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from dagster import DagsterInstance
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
 
-from resources import clear_metastore_cache, clear_storage_cache
+from polaris_pipeline.metastore import Metastore
+from resources import PolarisMetastoreResource, clear_metastore_cache, clear_storage_cache
+from tests.support.metastore import PG_ADMIN_URL
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +36,42 @@ def instance(tmp_path: Path) -> Iterator[DagsterInstance]:
         yield inst
 
 
+@pytest.fixture
+def dagster_pg_env() -> Iterator[dict[str, str]]:
+    """DAGSTER_PG_* (as both deploy/*.yaml read them) for a database made for one test."""
+    admin_url = make_url(PG_ADMIN_URL)
+    name = f"pp_dagster_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield {
+            "DAGSTER_PG_HOST": admin_url.host or "127.0.0.1",
+            "DAGSTER_PG_PORT": str(admin_url.port or 5432),
+            "DAGSTER_PG_USERNAME": admin_url.username or "postgres",
+            "DAGSTER_PG_PASSWORD": admin_url.password or "",
+            "DAGSTER_PG_DB": name,
+        }
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
 def child_summaries(result: Any, node: str) -> list[dict[str, Any]]:
     """Per-task summaries of a child stage's steps (each step runs a group of children)."""
     groups = result.output_for_node(node)
     return [task for group in groups.values() for task in group["tasks"]]
+
+
+def metastore_resource(store: Metastore, **overrides: Any) -> PolarisMetastoreResource:
+    """The Dagster resource over the same database and lease policy as ``store``."""
+    policy = store.policy
+    values: dict[str, Any] = {
+        "url": store.url.render_as_string(hide_password=False),
+        "lease_timeout_ms": policy.lease_timeout_ms,
+        "grace_ms": policy.grace_ms,
+        "max_attempts": policy.max_attempts,
+        **overrides,
+    }
+    return PolarisMetastoreResource(**values)

@@ -79,3 +79,17 @@ def polaris_load_tasks(
         if result.rowcount == 1:
             leased.append((int(row.id), attempt))
     return leased
+
+
+def polaris_batch_files(engine: Engine, realm_id: str, task_id: int) -> list[str]:
+    """The batchFiles of a BATCH_FILE_CLEANUP task, read as Polaris's executor reads them
+    after leasing (none if the row or its payload is gone)."""
+    with engine.connect() as conn:
+        raw = conn.execute(
+            select(entities.c.properties).where(
+                entities.c.realm_id == realm_id, entities.c.id == task_id
+            )
+        ).scalar_one_or_none()
+    props = _props(raw) or {}
+    files = json.loads(props.get(Prop.DATA, "{}")).get("batchFiles", [])
+    return [str(f) for f in files]

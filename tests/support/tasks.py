@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
 from polaris_pipeline.metastore import Metastore, new_entity_id
+from polaris_pipeline.tasks.manifest_codec import ManifestFileRef
 from polaris_pipeline.tasks.model import NewTask, Prop
+
+# The tableId every hand-written payload here names.
+TABLE_ID = {"namespace": ["ns"], "name": "t"}
 
 
 def batch_task(
@@ -22,7 +27,7 @@ def batch_task(
     task_id = new_entity_id()
     data = json.dumps(
         {
-            "tableId": {"namespace": ["ns"], "name": "t"},
+            "tableId": TABLE_ID,
             "batchFiles": files or [],
             "type": "TABLE_METADATA",
         }
@@ -67,3 +72,66 @@ def dropped_entity_json(**overrides: Any) -> str:
     }
     doc.update(overrides)
     return json.dumps(doc)
+
+
+def manifest_ref(path: str = "file:///wh/ns/t/metadata/m.avro") -> ManifestFileRef:
+    """A data manifest's ManifestFile record with only Polaris's required fields set."""
+    return ManifestFileRef(
+        manifest_path=path,
+        manifest_length=100,
+        partition_spec_id=0,
+        content=0,
+        sequence_number=1,
+        min_sequence_number=1,
+        added_snapshot_id=1,
+        added_files_count=None,
+        existing_files_count=None,
+        deleted_files_count=None,
+        added_rows_count=None,
+        existing_rows_count=None,
+        deleted_rows_count=None,
+        partitions=None,
+        key_metadata=None,
+        first_row_id=None,
+    )
+
+
+def manifest_task_data(raw: bytes | str) -> str:
+    """A MANIFEST_FILE_CLEANUP ``data`` carrying ``raw`` (bytes are base64-encoded, as
+    Polaris does; a str goes in as given, so hostile encodings can be written)."""
+    data = raw if isinstance(raw, str) else base64.b64encode(raw).decode()
+    return json.dumps({"tableId": TABLE_ID, "manifestFileData": data})
+
+
+def insert_raw_task(
+    store: Metastore,
+    realm: str,
+    task_id: int,
+    name: str,
+    properties: Any,
+    *,
+    create_timestamp: int | None = None,
+) -> None:
+    """Insert a TASK row whose properties are written as given: a str that is not JSON
+    (SQLite's TEXT column), or any JSON value (PostgreSQL's JSONB), for hostile rows."""
+    now = store.now_ms()
+    store.insert_raw(
+        {
+            "realm_id": realm,
+            "catalog_id": 0,
+            "id": task_id,
+            "parent_id": 0,
+            "name": name,
+            "entity_version": 1,
+            "type_code": 8,
+            "sub_type_code": 0,
+            "create_timestamp": now - 1 if create_timestamp is None else create_timestamp,
+            "drop_timestamp": 0,
+            "purge_timestamp": 0,
+            "to_purge_timestamp": 0,
+            "last_update_timestamp": now,
+            "properties": properties,
+            "internal_properties": {},
+            "grant_records_version": 1,
+        }
+    )
