@@ -530,7 +530,7 @@ def child_stages(outcome: TaskOutcome) -> list[list[Lease]]:
         start += size
     if len(stages) > MAX_CHILD_STAGES:
         # Merging stages would break the order the handler asked for: refuse. The
-        # children are already recorded, so the sweeper still runs them, in order.
+        # children are already recorded, so a sweeper runs them once the lease lapses.
         raise PolarisPipelineError(
             f"the handler gave {len(stages)} child stages; this job runs at most {MAX_CHILD_STAGES}"
         )

@@ -160,6 +160,8 @@ class PolarisServer:
 
     def _execute(self, engine: Any, task_id: int, attempt: int) -> None:
         files = polaris_batch_files(engine, REALM, task_id)
+        # Leased by us a moment ago: nothing else may have removed the row.
+        assert files is not None, f"task {task_id} vanished while leased"
         present = 0
         for uri in files:
             try:

@@ -259,7 +259,7 @@ def run_polaris(cfg: dict[str, Any], journal: Journal) -> int:
                 leased_any = True
                 who = {"realm": realm, "task": task_id, "attempt": attempt, "executor": executor}
                 journal.write("lease", **who)
-                for uri in polaris_batch_files(engine, realm, task_id):
+                for uri in polaris_batch_files(engine, realm, task_id) or []:
                     path = uri.removeprefix("file://")
                     journal.write("begin", uri=uri, **who)
                     try:

@@ -81,15 +81,17 @@ def polaris_load_tasks(
     return leased
 
 
-def polaris_batch_files(engine: Engine, realm_id: str, task_id: int) -> list[str]:
+def polaris_batch_files(engine: Engine, realm_id: str, task_id: int) -> list[str] | None:
     """The batchFiles of a BATCH_FILE_CLEANUP task, read as Polaris's executor reads them
-    after leasing (none if the row or its payload is gone)."""
+    after leasing; None if the row is gone (the caller decides whether that may happen)."""
     with engine.connect() as conn:
         raw = conn.execute(
             select(entities.c.properties).where(
                 entities.c.realm_id == realm_id, entities.c.id == task_id
             )
         ).scalar_one_or_none()
+    if raw is None:
+        return None
     props = _props(raw) or {}
     files = json.loads(props.get(Prop.DATA, "{}")).get("batchFiles", [])
     return [str(f) for f in files]

@@ -8,7 +8,7 @@ from typing import Any
 
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.tasks.manifest_codec import ManifestFileRef
-from polaris_pipeline.tasks.model import NewTask, Prop
+from polaris_pipeline.tasks.model import TASK_TYPE_CODE, NewTask, Prop
 
 # The tableId every hand-written payload here names.
 TABLE_ID = {"namespace": ["ns"], "name": "t"}
@@ -123,7 +123,7 @@ def insert_raw_task(
             "parent_id": 0,
             "name": name,
             "entity_version": 1,
-            "type_code": 8,
+            "type_code": TASK_TYPE_CODE,
             "sub_type_code": 0,
             "create_timestamp": now - 1 if create_timestamp is None else create_timestamp,
             "drop_timestamp": 0,
