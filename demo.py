@@ -200,9 +200,13 @@ def _report_run(result: Any, label: str) -> RunReport:
 def sweep(demo: Demo, out: Any) -> None:
     from dagster import SensorResult, SkipReason, build_sensor_context
 
-    from jobs.task_job import polaris_task_job
-    from resources import PolarisMetastoreResource, PolarisStorageResource, SweeperSettings
-    from sensors.sweeper import polaris_task_sweeper
+    from polaris_pipeline.dagster.resources import (
+        PolarisMetastoreResource,
+        PolarisStorageResource,
+        SweeperSettings,
+    )
+    from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
+    from polaris_pipeline.dagster.task_job import polaris_task_job
 
     metastore = PolarisMetastoreResource(
         url=demo.metastore_url, lease_timeout_ms=LEASE_TIMEOUT_MS, grace_ms=GRACE_MS
@@ -273,8 +277,8 @@ def demo_tables_uri(path: Path) -> str:
 
 def report(demo: Demo, out: Any) -> bool:
     from polaris_pipeline import demo_tables
+    from polaris_pipeline.dagster.resources import clear_metastore_cache
     from polaris_pipeline.metastore import Metastore
-    from resources import clear_metastore_cache
 
     clear_metastore_cache()
     store = Metastore(demo.metastore_url)

@@ -1,6 +1,6 @@
 """Dagster assets of the polaris-pipeline code location: the realms and their task backlog."""
 
-from assets.backlog import (
+from polaris_pipeline.dagster.backlog import (
     BacklogSettings,
     no_dead_tasks,
     no_stale_orphans,
@@ -8,7 +8,7 @@ from assets.backlog import (
     polaris_backlog_schedule,
     polaris_task_backlog,
 )
-from assets.partitions import REALM_PARTITIONS_NAME, realm_partitions
+from polaris_pipeline.dagster.partitions import REALM_PARTITIONS_NAME, realm_partitions
 
 __all__ = [
     "REALM_PARTITIONS_NAME",

@@ -293,7 +293,7 @@ def _quiet_dagster() -> None:
 def _tick(instance: Any, resources: dict[str, Any], cursor: str | None) -> tuple[list, Any, float]:
     from dagster import SensorResult, build_sensor_context
 
-    from sensors.sweeper import polaris_task_sweeper
+    from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
 
     t0 = time.perf_counter()
     with build_sensor_context(instance=instance, resources=resources, cursor=cursor) as context:
@@ -316,8 +316,8 @@ def _execute(job: Any, request: Any, instance: Any, resources: dict[str, Any]) -
 
 def drive(store: Any, instance: Any, metastore: Any, storage: Any, *, label: str) -> dict[str, Any]:
     """Sensor ticks and runs until no task is left; every figure of one end-to-end pass."""
-    from jobs.task_job import polaris_task_job
-    from resources import SweeperSettings
+    from polaris_pipeline.dagster.resources import SweeperSettings
+    from polaris_pipeline.dagster.task_job import polaris_task_job
 
     sensor_resources = {"metastore": metastore, "sweeper": SweeperSettings(interval_seconds=0)}
     run_resources = {"metastore": metastore, "storage": storage}
@@ -374,9 +374,9 @@ def overhead(store: Any, instance: Any, metastore: Any, storage: Any, n: int) ->
     """Seconds per run: a trivial job, our job on a no-op task, the engine alone."""
     from dagster import job, op
 
-    from jobs.task_job import polaris_task_job
+    from polaris_pipeline.dagster.resources import SweeperSettings
+    from polaris_pipeline.dagster.task_job import polaris_task_job
     from polaris_pipeline.runner import Runner
-    from resources import SweeperSettings
     from tests.support.tasks import batch_task
 
     @op
@@ -434,13 +434,13 @@ def overhead(store: Any, instance: Any, metastore: Any, storage: Any, n: int) ->
 
 
 def _one_instance(kind: str, size: dict[str, int], dagster_pg: str | None) -> dict[str, Any]:
-    from polaris_pipeline.metastore import Metastore
-    from resources import (
+    from polaris_pipeline.dagster.resources import (
         PolarisMetastoreResource,
         PolarisStorageResource,
         clear_metastore_cache,
         clear_storage_cache,
     )
+    from polaris_pipeline.metastore import Metastore
 
     with (
         temp_database(f"e2e_{kind}") as url,
@@ -480,7 +480,7 @@ def _one_instance(kind: str, size: dict[str, int], dagster_pg: str | None) -> di
 
 
 def run(quick: bool = False) -> BenchResult:
-    from jobs.task_job import CHILDREN_PER_STEP
+    from polaris_pipeline.dagster.task_job import CHILDREN_PER_STEP
 
     size = QUICK if quick else FULL
     _quiet_dagster()

@@ -60,7 +60,7 @@ def _quiet_dagster() -> None:
 def _evaluate(instance: Any, resources: dict[str, Any], cursor: str | None) -> dict[str, Any]:
     from dagster import SensorResult, SkipReason, build_sensor_context
 
-    from sensors.sweeper import polaris_task_sweeper
+    from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
 
     t0 = time.perf_counter()
     with build_sensor_context(instance=instance, resources=resources, cursor=cursor) as context:
@@ -91,7 +91,11 @@ def _seed(url: str, n_tasks: int, n_entities: int) -> None:
 def run(quick: bool = False) -> BenchResult:
     from dagster import DagsterInstance
 
-    from resources import PolarisMetastoreResource, SweeperSettings, clear_metastore_cache
+    from polaris_pipeline.dagster.resources import (
+        PolarisMetastoreResource,
+        SweeperSettings,
+        clear_metastore_cache,
+    )
 
     size = QUICK if quick else FULL
     _quiet_dagster()

@@ -1,6 +1,6 @@
 """Dagster jobs of the polaris-pipeline code location."""
 
-from jobs.task_job import (
+from polaris_pipeline.dagster.task_job import (
     JOB_NAME,
     TaskLeaseConfig,
     build_polaris_task_job,

@@ -1,13 +1,13 @@
-"""Dagster resources of the polaris-pipeline code location: thin wrappers of the engine."""
+"""This code location's resources: the library's, nothing of its own.
 
-from resources.metastore import PolarisMetastoreResource, clear_metastore_cache
-from resources.storage import PolarisStorageResource, clear_storage_cache
-from resources.sweeper import SweeperSettings
+``definitions.py`` configures them from the environment through
+``polaris_pipeline.dagster.build_defs_from_env``.
+"""
 
-__all__ = [
-    "PolarisMetastoreResource",
-    "PolarisStorageResource",
-    "SweeperSettings",
-    "clear_metastore_cache",
-    "clear_storage_cache",
-]
+from polaris_pipeline.dagster.resources import (
+    PolarisMetastoreResource,
+    PolarisStorageResource,
+    SweeperSettings,
+)
+
+__all__ = ["PolarisMetastoreResource", "PolarisStorageResource", "SweeperSettings"]

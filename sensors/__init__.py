@@ -1,6 +1,6 @@
 """Dagster sensors of the polaris-pipeline code location."""
 
-from sensors.sweeper import (
+from polaris_pipeline.dagster.sweeper import (
     REALM_REFRESH_SECONDS,
     SENSOR_NAME,
     SweepCursor,

@@ -40,7 +40,8 @@ from dagster._core.definitions.dependency import NodeHandle
 from dagster._core.definitions.reconstruct import ReconstructableRepository
 from sqlalchemy.engine import make_url
 
-from jobs.celery import (
+from polaris_pipeline import demo_tables
+from polaris_pipeline.dagster.celery import (
     BACKEND_ENV,
     BROKER_ENV,
     IO_BASE_DIR_ENV,
@@ -48,10 +49,9 @@ from jobs.celery import (
     build_polaris_celery_task_job,
     celery_executor_config,
 )
-from jobs.task_job import JOB_NAME, polaris_task_job
-from polaris_pipeline import demo_tables
+from polaris_pipeline.dagster.sweeper import SENSOR_NAME
+from polaris_pipeline.dagster.task_job import JOB_NAME, polaris_task_job
 from polaris_pipeline.metastore import URL_ENV, Metastore
-from sensors.sweeper import SENSOR_NAME
 from tests.support.iceberg import Warehouse, table_files
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -248,11 +248,10 @@ def test_executor_config_names_the_variables_never_their_values() -> None:
 def test_celery_location_is_the_main_location_with_the_task_job_on_celery(
     tmp_path: Path,
 ) -> None:
-    import celery_definitions
-    import definitions
+    from polaris_pipeline.dagster import TASK_EXECUTOR_ENV, build_defs_from_env
 
-    base = definitions.defs
-    defs = celery_definitions.build_celery_defs(base, {IO_BASE_DIR_ENV: str(tmp_path)})
+    base = build_defs_from_env({})
+    defs = build_defs_from_env({TASK_EXECUTOR_ENV: "celery", IO_BASE_DIR_ENV: str(tmp_path)})
     assert sorted(j.name for j in defs.jobs or []) == sorted(j.name for j in base.jobs or [])
     assert [s.name for s in defs.sensors or []] == [s.name for s in base.sensors or []]
     assert [s.name for s in defs.schedules or []] == [s.name for s in base.schedules or []]
@@ -264,7 +263,8 @@ def test_celery_location_is_the_main_location_with_the_task_job_on_celery(
     assert defs.resolve_sensor_def(SENSOR_NAME).job_name == JOB_NAME
     io_manager = (defs.resources or {})["io_manager"]
     assert io_manager.base_dir == str(tmp_path)
-    assert "io_manager" not in (celery_definitions.build_celery_defs(base, {}).resources or {})
+    without_dir = build_defs_from_env({TASK_EXECUTOR_ENV: "celery"})
+    assert "io_manager" not in (without_dir.resources or {})
 
 
 def test_worker_config_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,16 +30,20 @@ from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
 from dagster._daemon.backfill import execute_backfill_iteration
 
-from assets.partitions import REALM_PARTITIONS_NAME
-from jobs.realm_backfill import JOB_NAME, OP_NAME, polaris_realm_backfill_job
-from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop
-from resources import (
+from polaris_pipeline.dagster.partitions import REALM_PARTITIONS_NAME
+from polaris_pipeline.dagster.realm_backfill import JOB_NAME, OP_NAME, polaris_realm_backfill_job
+from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
     PolarisStorageResource,
     SweeperSettings,
 )
-from sensors.sweeper import REALM_REFRESH_SECONDS, SweepCursor, polaris_task_sweeper
+from polaris_pipeline.dagster.sweeper import (
+    REALM_REFRESH_SECONDS,
+    SweepCursor,
+    polaris_task_sweeper,
+)
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop
 from tests.support.dagster import metastore_resource
 from tests.support.tasks import batch_task, seed
 

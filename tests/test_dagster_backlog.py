@@ -24,7 +24,7 @@ from dagster import (
     materialize,
 )
 
-from assets.backlog import (
+from polaris_pipeline.dagster.backlog import (
     ASSET_NAME,
     DEAD_CHECK,
     OLDEST_ORPHAN_KEY,
@@ -37,7 +37,7 @@ from assets.backlog import (
     polaris_backlog_schedule,
     polaris_task_backlog,
 )
-from assets.partitions import REALM_PARTITIONS_NAME
+from polaris_pipeline.dagster.partitions import REALM_PARTITIONS_NAME
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop, TaskRow, TaskState
 from tests.support.dagster import metastore_resource

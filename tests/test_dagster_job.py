@@ -32,24 +32,24 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-from jobs.task_job import (
+from polaris_pipeline import demo_tables
+from polaris_pipeline.cleanup.context import MAX_CHILD_STAGES, CleanupResult
+from polaris_pipeline.dagster.resources import (
+    PolarisMetastoreResource,
+    PolarisStorageResource,
+    SweeperSettings,
+)
+from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
+from polaris_pipeline.dagster.task_job import (
     build_polaris_task_job,
     child_stages,
     lease_from_dict,
     polaris_task_job,
 )
-from polaris_pipeline import demo_tables
-from polaris_pipeline.cleanup.context import MAX_CHILD_STAGES, CleanupResult
 from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.runner import Status, TaskOutcome
 from polaris_pipeline.tasks.model import Lease, NewTask, Prop
-from resources import (
-    PolarisMetastoreResource,
-    PolarisStorageResource,
-    SweeperSettings,
-)
-from sensors.sweeper import polaris_task_sweeper
 from tests.support.dagster import child_summaries, metastore_resource
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.metastore import PG_ADMIN_URL

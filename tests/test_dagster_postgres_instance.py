@@ -30,7 +30,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-from assets.partitions import REALM_PARTITIONS_NAME
+from polaris_pipeline.dagster.partitions import REALM_PARTITIONS_NAME
 from polaris_pipeline.metastore import Metastore
 from tests.support.metastore import PG_ADMIN_URL
 from tests.support.tasks import batch_task

@@ -18,16 +18,16 @@ from dagster import (
     build_sensor_context,
 )
 
-from jobs.task_job import JOB_NAME, TaskLeaseConfig
-from polaris_pipeline.errors import StorageConfigError
-from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop, TaskState
-from resources import (
+from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
     PolarisStorageResource,
     SweeperSettings,
 )
-from sensors.sweeper import SweepCursor, polaris_task_sweeper
+from polaris_pipeline.dagster.sweeper import SweepCursor, polaris_task_sweeper
+from polaris_pipeline.dagster.task_job import JOB_NAME, TaskLeaseConfig
+from polaris_pipeline.errors import StorageConfigError
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop, TaskState
 from tests.support.dagster import metastore_resource
 from tests.support.tasks import batch_task, seed
 
@@ -285,10 +285,12 @@ def test_definitions_sensor_reads_the_url_from_the_environment(
     monkeypatch.setenv("POLARIS_METASTORE_URL", metastore.url.render_as_string(False))
 
     defs = definitions.defs
-    assert defs.sensors is not None and list(defs.sensors) == [polaris_task_sweeper]
+    assert defs.sensors is not None
+    [sweeper] = list(defs.sensors)
+    assert sweeper.name == polaris_task_sweeper.name
     # The resources exactly as the code location binds them (EnvVar unresolved until now).
     with build_sensor_context(instance=instance, resources=dict(defs.resources or {})) as context:
-        result = polaris_task_sweeper(context)
+        result = sweeper(context)
     assert isinstance(result, SensorResult)
     assert [int(r.tags["polaris/task_id"]) for r in result.run_requests or []] == [task.id]
 

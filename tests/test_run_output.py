@@ -16,16 +16,16 @@ from urllib.parse import unquote, urlparse
 from dagster import DagsterInstance, SensorResult, build_sensor_context
 from dagster._core.events import DagsterEvent
 
-from jobs.task_job import polaris_task_job
 from polaris_pipeline import demo_tables
-from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.tasks.model import NewTask
-from resources import (
+from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
     PolarisStorageResource,
     SweeperSettings,
 )
-from sensors.sweeper import polaris_task_sweeper
+from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
+from polaris_pipeline.dagster.task_job import polaris_task_job
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.tasks.model import NewTask
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.tasks import batch_task
 

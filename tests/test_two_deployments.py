@@ -68,9 +68,13 @@ def run_deployment(
     """A sensor loop and its runs on the instance at ``home`` until no task is left."""
     from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context
 
-    from jobs.task_job import polaris_task_job
-    from resources import PolarisMetastoreResource, PolarisStorageResource, SweeperSettings
-    from sensors.sweeper import polaris_task_sweeper
+    from polaris_pipeline.dagster.resources import (
+        PolarisMetastoreResource,
+        PolarisStorageResource,
+        SweeperSettings,
+    )
+    from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
+    from polaris_pipeline.dagster.task_job import polaris_task_job
 
     metastore = PolarisMetastoreResource(
         url=metastore_url, realms=[REALM], lease_timeout_ms=LEASE_TIMEOUT_MS, grace_ms=0

@@ -43,11 +43,15 @@ def _dead_letter(demo: Any, instance: Any, facts: dict[str, Any]) -> None:
     """A batch naming a file outside its table: the guard refuses it; one attempt, dead."""
     from dagster import SensorResult, build_sensor_context
 
-    from jobs.task_job import polaris_task_job
+    from polaris_pipeline.dagster.resources import (
+        PolarisMetastoreResource,
+        PolarisStorageResource,
+        SweeperSettings,
+    )
+    from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
+    from polaris_pipeline.dagster.task_job import polaris_task_job
     from polaris_pipeline.metastore import Metastore
     from polaris_pipeline.tasks.model import NewTask, Prop
-    from resources import PolarisMetastoreResource, PolarisStorageResource, SweeperSettings
-    from sensors.sweeper import polaris_task_sweeper
 
     store = Metastore(demo.metastore_url)
     now = store.now_ms()
@@ -109,8 +113,8 @@ def _dead_letter(demo: Any, instance: Any, facts: dict[str, Any]) -> None:
 def _backlog(demo: Any, instance: Any, facts: dict[str, Any]) -> None:
     """The backlog asset of the realm and its checks, as ``polaris_backlog_job`` runs them."""
     try:
-        from assets.backlog import JOB_NAME, polaris_task_backlog  # noqa: F401
-        from assets.partitions import REALM_PARTITIONS_NAME
+        from polaris_pipeline.dagster.backlog import JOB_NAME, polaris_task_backlog  # noqa: F401
+        from polaris_pipeline.dagster.partitions import REALM_PARTITIONS_NAME
     except ImportError:
         facts["backlog"] = None
         return

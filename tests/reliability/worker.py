@@ -290,9 +290,9 @@ def run_dagster(cfg: dict[str, Any], journal: Journal) -> int:
     from dagster import DagsterInstance, SensorResult, build_sensor_context
 
     import definitions
-    import jobs.task_job as task_job
+    import polaris_pipeline.dagster.task_job as task_job
+    from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
     from polaris_pipeline.metastore import Metastore
-    from sensors.sweeper import polaris_task_sweeper
 
     task_job.Runner = journal_runner_class(journal)  # type: ignore[assignment,misc]
     defs = definitions.defs

@@ -14,8 +14,12 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
+from polaris_pipeline.dagster.resources import (
+    PolarisMetastoreResource,
+    clear_metastore_cache,
+    clear_storage_cache,
+)
 from polaris_pipeline.metastore import Metastore
-from resources import PolarisMetastoreResource, clear_metastore_cache, clear_storage_cache
 from tests.support.metastore import PG_ADMIN_URL
 
 

@@ -32,12 +32,12 @@ from dagster import (
 )
 from pydantic import Field
 
-from assets.partitions import realm_partitions
-from jobs.task_job import DEFAULT_RUN_TAGS, TAG_REALM, task_type_name
+from polaris_pipeline.dagster.partitions import realm_partitions
+from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
+from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
+from polaris_pipeline.dagster.task_job import DEFAULT_RUN_TAGS, TAG_REALM, task_type_name
 from polaris_pipeline.runner import Runner, Status, TaskOutcome
 from polaris_pipeline.tasks.model import TaskState
-from resources.metastore import PolarisMetastoreResource
-from resources.storage import PolarisStorageResource
 
 JOB_NAME = "polaris_realm_backfill_job"
 OP_NAME = "sweep_realm"

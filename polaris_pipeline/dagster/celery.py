@@ -26,7 +26,7 @@ from typing import Any
 from dagster import ExecutorDefinition, FilesystemIOManager, JobDefinition
 from dagster_celery import celery_executor
 
-from jobs.task_job import polaris_task_job
+from polaris_pipeline.dagster.task_job import polaris_task_job
 
 BROKER_ENV = "POLARIS_PIPELINE_CELERY_BROKER"
 BACKEND_ENV = "POLARIS_PIPELINE_CELERY_BACKEND"

@@ -24,6 +24,7 @@ from dagster import (
     Config,
     DynamicOut,
     DynamicOutput,
+    ExecutorDefinition,
     Failure,
     In,
     Jitter,
@@ -40,12 +41,12 @@ from dagster import (
 from pydantic import Field
 
 from polaris_pipeline.cleanup.context import MAX_CHILD_STAGES
+from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
+from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.runner import Runner, Status, TaskOutcome
 from polaris_pipeline.tasks.model import Lease, TaskRow, TaskState, TaskType
-from resources.metastore import PolarisMetastoreResource
-from resources.storage import PolarisStorageResource
 
 JOB_NAME = "polaris_task_job"
 # Op retries: a transient failure (storage hiccup, lost connection) is retried
@@ -678,8 +679,12 @@ def build_polaris_task_job(
     *,
     retry_policy: RetryPolicy = DEFAULT_RETRY_POLICY,
     tags: Mapping[str, str] | None = None,
+    executor_def: ExecutorDefinition | None = None,
 ) -> JobDefinition:
-    """The task job; ``retry_policy`` replaces the op retry policy (tests use fast ones)."""
+    """The task job; ``retry_policy`` replaces the op retry policy (tests use fast ones).
+
+    ``executor_def`` defaults to ``TASK_EXECUTOR`` (one process per step).
+    """
     root = run_polaris_task.with_retry_policy(retry_policy)
     child = run_child_task.with_retry_policy(retry_policy)
     later_child = run_child_task.alias("run_later_child_task").with_retry_policy(retry_policy)
@@ -694,7 +699,7 @@ def build_polaris_task_job(
             "run the child tasks of a table cleanup in three ordered stages."
         ),
         tags={**DEFAULT_RUN_TAGS, **(tags or {})},
-        executor_def=TASK_EXECUTOR,
+        executor_def=executor_def or TASK_EXECUTOR,
     )
     def polaris_task_graph() -> None:
         _outcome, children, later, final = root()

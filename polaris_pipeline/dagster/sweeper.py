@@ -42,11 +42,11 @@ from dagster import (
     sensor,
 )
 
-from assets.partitions import REALM_PARTITIONS_NAME
-from jobs.task_job import lease_tags, polaris_task_job, run_config_for
+from polaris_pipeline.dagster.partitions import REALM_PARTITIONS_NAME
+from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
+from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
+from polaris_pipeline.dagster.task_job import lease_tags, polaris_task_job, run_config_for
 from polaris_pipeline.tasks.model import TaskState
-from resources.metastore import PolarisMetastoreResource
-from resources.sweeper import SweeperSettings
 
 SENSOR_NAME = "polaris_task_sweeper"
 # How often the daemon may evaluate the sensor. Evaluations before the cursor's

@@ -45,10 +45,10 @@ from dagster import (
 )
 from pydantic import Field
 
-from assets.partitions import REALM_PARTITIONS_NAME, realm_partitions
+from polaris_pipeline.dagster.partitions import REALM_PARTITIONS_NAME, realm_partitions
+from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import LeasePolicy, TaskRow, TaskState
-from resources.metastore import PolarisMetastoreResource
 
 ASSET_NAME = "polaris_task_backlog"
 DEAD_CHECK = "no_dead_tasks"

@@ -1,0 +1,35 @@
+"""The Dagster integration of polaris-pipeline.
+
+One import gives a Dagster project everything::
+
+    from polaris_pipeline.dagster import build_defs
+    defs = build_defs(realms=["POLARIS"])
+
+or one ``defs.yaml`` (``type: polaris_pipeline.dagster.PolarisSweeper``). The
+pieces (resources, the sweeper sensor, the task job, the backlog) are importable
+from their modules for projects that compose their own ``Definitions``.
+"""
+
+from polaris_pipeline.dagster.component import PolarisSweeper
+from polaris_pipeline.dagster.definitions import (
+    TASK_EXECUTOR_ENV,
+    TaskExecutor,
+    build_defs,
+    build_defs_from_env,
+)
+from polaris_pipeline.dagster.resources import (
+    PolarisMetastoreResource,
+    PolarisStorageResource,
+    SweeperSettings,
+)
+
+__all__ = [
+    "TASK_EXECUTOR_ENV",
+    "PolarisMetastoreResource",
+    "PolarisStorageResource",
+    "PolarisSweeper",
+    "SweeperSettings",
+    "TaskExecutor",
+    "build_defs",
+    "build_defs_from_env",
+]

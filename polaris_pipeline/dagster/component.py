@@ -1,0 +1,103 @@
+"""``PolarisSweeper``: the integration as a ``dg`` Component.
+
+A ``defs.yaml`` of a few lines gives a Dagster project the sweeper sensor, the
+task and backfill jobs, the backlog asset and its checks::
+
+    type: polaris_pipeline.dagster.PolarisSweeper
+    attributes:
+      metastore_url: "{{ env.POLARIS_METASTORE_URL }}"
+      realms: [POLARIS]
+      storage: {config_path: /etc/polaris-pipeline/storage.yaml}
+      sweep: {interval_seconds: 60, jitter: 0.2}
+      executor: in_process
+
+Every attribute left out keeps the library's default (``build_defs``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+import dagster as dg
+from pydantic import Field
+
+from polaris_pipeline.dagster.definitions import build_defs
+from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
+from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
+
+
+class StorageModel(dg.Model):
+    """Where the sweeper finds filesystem options and allowed prefixes."""
+
+    config_path: str | None = Field(
+        default=None,
+        description="Storage config file; null reads $POLARIS_PIPELINE_STORAGE_CONFIG.",
+    )
+    locations: list[dict[str, Any]] | None = Field(
+        default=None, description="Inline: [{prefix: s3://bucket/wh, options: {...}}]."
+    )
+    allowed_prefixes: list[str] | None = Field(
+        default=None, description="Inline: prefixes outside which nothing is deleted."
+    )
+
+
+class SweepModel(dg.Model):
+    """The sweeper's cadence and bounds; unset fields keep the defaults."""
+
+    interval_seconds: float | None = None
+    jitter: float | None = None
+    max_runs_per_tick: int | None = None
+    max_pending_runs: int | None = None
+
+
+def _as_env_var(value: str) -> str | dg.EnvVar:
+    """``value`` as a reference to the variable it came from, when one holds it.
+
+    ``{{ env.NAME }}`` in a defs.yaml resolves to the URL itself; passing the
+    variable instead keeps the password out of the UI's resource page.
+    """
+    for name, env_value in os.environ.items():
+        if env_value == value and name.isupper():
+            return dg.EnvVar(name)
+    return value
+
+
+class PolarisSweeper(dg.Component, dg.Model, dg.Resolvable):
+    """Guaranteed execution of Apache Polaris cleanup tasks: sensor, jobs, backlog, checks."""
+
+    metastore_url: str = Field(
+        description='SQLAlchemy URL of the Polaris metastore: "{{ env.POLARIS_METASTORE_URL }}".'
+    )
+    realms: list[str] | None = Field(default=None, description="Realms to sweep; null: all.")
+    lease_timeout_ms: int | None = Field(
+        default=None, description="Must equal Polaris's POLARIS_TASK_TIMEOUT_MILLIS."
+    )
+    grace_ms: int | None = None
+    max_attempts: int | None = None
+    storage: StorageModel | None = None
+    sweep: SweepModel | None = None
+    executor: Literal["multiprocess", "in_process", "celery"] | None = Field(
+        default=None, description="How the task job's steps run; null: one process per step."
+    )
+
+    def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
+        storage = PolarisStorageResource(**(self.storage.model_dump() if self.storage else {}))
+        cadence = {
+            k: v
+            for k, v in (self.sweep.model_dump() if self.sweep else {}).items()
+            if v is not None
+        }
+        return build_defs(
+            metastore_url=_as_env_var(self.metastore_url),
+            realms=self.realms,
+            lease_timeout_ms=self.lease_timeout_ms,
+            grace_ms=self.grace_ms,
+            max_attempts=self.max_attempts,
+            storage=storage,
+            sweeper=SweeperSettings(**cadence).validated(),
+            executor=self.executor,
+        )
+
+
+__all__ = ["PolarisSweeper", "StorageModel", "SweepModel"]
