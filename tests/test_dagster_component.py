@@ -1,0 +1,76 @@
+"""The ``PolarisSweeper`` Component, loaded from a ``defs.yaml`` the way ``dg`` loads it."""
+
+from __future__ import annotations
+
+import pytest
+from dagster import DagsterInstance, EnvVar, SensorResult, build_sensor_context
+from dagster.components.testing import create_defs_folder_sandbox
+
+from polaris_pipeline.dagster import PolarisSweeper
+from polaris_pipeline.dagster.backlog import no_dead_tasks, no_stale_orphans
+from polaris_pipeline.dagster.sweeper import SENSOR_NAME
+from polaris_pipeline.dagster.task_job import JOB_NAME
+from polaris_pipeline.metastore import URL_ENV, Metastore
+from tests.support.tasks import seed
+
+DEFS_YAML = {
+    "type": "polaris_pipeline.dagster.PolarisSweeper",
+    "attributes": {
+        "metastore_url": "{{ env.POLARIS_METASTORE_URL }}",
+        "realms": ["POLARIS"],
+        "grace_ms": 0,
+        "sweep": {"interval_seconds": 5, "jitter": 0.1, "max_runs_per_tick": 7},
+        "executor": "in_process",
+    },
+}
+
+
+@pytest.mark.parametrize("metastore_url", ["sqlite"], indirect=True)
+def test_defs_yaml_gives_the_sweeper_the_jobs_and_the_checks(
+    metastore: Metastore, instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = metastore.url.render_as_string(hide_password=False)
+    monkeypatch.setenv(URL_ENV, url)
+    seed(metastore, "POLARIS", 3, create_timestamp=metastore.now_ms() - 60_000)
+    seed(metastore, "OTHER", 2, create_timestamp=metastore.now_ms() - 60_000)
+
+    with create_defs_folder_sandbox() as sandbox:
+        defs_path = sandbox.scaffold_component(
+            component_cls=PolarisSweeper, defs_yaml_contents=DEFS_YAML
+        )
+        with sandbox.load_component_and_build_defs(defs_path=defs_path) as (component, defs):
+            assert isinstance(component, PolarisSweeper)
+            assert component.realms == ["POLARIS"]
+            assert defs.resolve_job_def(JOB_NAME).executor_def.name == "in_process"
+            check_keys = set(defs.resolve_asset_graph().asset_check_keys)
+            assert {no_dead_tasks.check_key, no_stale_orphans.check_key} <= check_keys
+            resources = dict(defs.resources or {})
+            # The template resolved to the URL, but the resource names the variable:
+            # the UI's resource page never shows the URL.
+            assert resources["metastore"].url == EnvVar(URL_ENV)
+            assert resources["sweeper"].max_runs_per_tick == 7
+            assert resources["sweeper"].interval_seconds == 5
+            sensor = defs.resolve_sensor_def(SENSOR_NAME)
+            with build_sensor_context(instance=instance, resources=resources) as context:
+                result = sensor(context)
+    assert isinstance(result, SensorResult)
+    realms = {r.tags["polaris/realm"] for r in result.run_requests or []}
+    assert realms == {"POLARIS"}  # the component's realms, not every realm
+    assert len(result.run_requests or []) == 3
+
+
+def test_a_mistyped_attribute_is_refused() -> None:
+    bad = {**DEFS_YAML, "attributes": {**DEFS_YAML["attributes"], "realm": ["POLARIS"]}}
+    with create_defs_folder_sandbox() as sandbox:
+        defs_path = sandbox.scaffold_component(component_cls=PolarisSweeper, defs_yaml_contents=bad)
+        with (
+            pytest.raises(Exception) as error,
+            sandbox.load_component_and_build_defs(defs_path=defs_path),
+        ):
+            pass
+    causes = []
+    cause: BaseException | None = error.value
+    while cause is not None:
+        causes.append(str(cause))
+        cause = cause.__cause__ or cause.__context__
+    assert any("realm" in text and "extra" in text.lower() for text in causes), causes
