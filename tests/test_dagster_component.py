@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from dagster import DagsterInstance, EnvVar, SensorResult, build_sensor_context
 from dagster.components.testing import create_defs_folder_sandbox
@@ -13,15 +15,16 @@ from polaris_pipeline.dagster.task_job import JOB_NAME
 from polaris_pipeline.metastore import URL_ENV, Metastore
 from tests.support.tasks import seed
 
-DEFS_YAML = {
+ATTRIBUTES: dict[str, Any] = {
+    "metastore_url": "{{ env.POLARIS_METASTORE_URL }}",
+    "realms": ["POLARIS"],
+    "grace_ms": 0,
+    "sweep": {"interval_seconds": 5, "jitter": 0.1, "max_runs_per_tick": 7},
+    "executor": "in_process",
+}
+DEFS_YAML: dict[str, Any] = {
     "type": "polaris_pipeline.dagster.PolarisSweeper",
-    "attributes": {
-        "metastore_url": "{{ env.POLARIS_METASTORE_URL }}",
-        "realms": ["POLARIS"],
-        "grace_ms": 0,
-        "sweep": {"interval_seconds": 5, "jitter": 0.1, "max_runs_per_tick": 7},
-        "executor": "in_process",
-    },
+    "attributes": ATTRIBUTES,
 }
 
 
@@ -60,7 +63,7 @@ def test_defs_yaml_gives_the_sweeper_the_jobs_and_the_checks(
 
 
 def test_a_mistyped_attribute_is_refused() -> None:
-    bad = {**DEFS_YAML, "attributes": {**DEFS_YAML["attributes"], "realm": ["POLARIS"]}}
+    bad = {**DEFS_YAML, "attributes": {**ATTRIBUTES, "realm": ["POLARIS"]}}
     with create_defs_folder_sandbox() as sandbox:
         defs_path = sandbox.scaffold_component(component_cls=PolarisSweeper, defs_yaml_contents=bad)
         with (
