@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -77,3 +82,29 @@ def test_a_mistyped_attribute_is_refused() -> None:
         causes.append(str(cause))
         cause = cause.__cause__ or cause.__context__
     assert any("realm" in text and "extra" in text.lower() for text in causes), causes
+
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "dg_project"
+
+
+def _dg(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    dg = Path(sys.executable).parent / "dg"
+    return subprocess.run(
+        [str(dg), *args], cwd=EXAMPLE, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_dg_lists_the_component_and_checks_the_example_project(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(EXAMPLE / "src"),
+        URL_ENV: f"sqlite:///{tmp_path / 'polaris.db'}",
+        "DAGSTER_HOME": str(tmp_path),
+    }
+    listed = _dg("list", "components", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    keys = {entry["key"] for entry in json.loads(listed.stdout)["items"]}
+    assert "polaris_pipeline.dagster.PolarisSweeper" in keys
+    checked = _dg("check", "defs", "--use-active-venv", env=env)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "All definitions loaded successfully" in checked.stdout + checked.stderr
