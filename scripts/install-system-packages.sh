@@ -17,3 +17,4 @@ if ! command -v faketime >/dev/null 2>&1; then
     $SUDO apt-get install -y faketime
 fi
 bash scripts/install-browser.sh
+bash scripts/install-iceberg-java.sh
