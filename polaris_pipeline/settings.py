@@ -1,0 +1,266 @@
+"""Every setting of the engine, read once from the environment, overridable by flags.
+
+The command line and the Dagster code location both build a ``PipelineSettings``
+from the same variables, so they cannot disagree on what is leased, what is
+dead or which realms are swept. Each default is written once: the lease policy's
+come from ``LeasePolicy`` itself, the others are the constants below.
+
+=====================================  ==========================  =====================
+variable                               field                       command-line flag
+=====================================  ==========================  =====================
+``POLARIS_METASTORE_URL``              ``metastore_url``           ``--metastore``
+``POLARIS_PIPELINE_REALMS``            ``realms`` (comma list)     ``--realm`` (repeated)
+``POLARIS_PIPELINE_LEASE_TIMEOUT_MS``  ``lease_timeout_ms``        ``--lease-timeout-ms``
+``POLARIS_PIPELINE_GRACE_MS``          ``grace_ms``                ``--grace-ms``
+``POLARIS_PIPELINE_MAX_ATTEMPTS``      ``max_attempts``            ``--max-attempts``
+``POLARIS_PIPELINE_STORAGE_CONFIG``    ``storage_config``          ``--storage-config``
+``POLARIS_PIPELINE_EXECUTOR_PREFIX``   ``executor_prefix``
+``POLARIS_PIPELINE_SWEEP_INTERVAL_S``  ``sweep_interval_s``
+``POLARIS_PIPELINE_SWEEP_JITTER``      ``sweep_jitter``
+``POLARIS_PIPELINE_SWEEP_MAX_RUNS``    ``sweep_max_runs``
+``POLARIS_PIPELINE_SWEEP_MAX_PENDING_RUNS``  ``sweep_max_pending_runs``
+``POLARIS_PIPELINE_MAX_ORPHAN_AGE_S``  ``max_orphan_age_s``
+=====================================  ==========================  =====================
+
+An unset or blank variable means the default. A bad value is a ``SettingsError``
+naming the variable (or the flag) and what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from polaris_pipeline.errors import PolarisPipelineError
+from polaris_pipeline.metastore.connection import URL_ENV
+from polaris_pipeline.storage.config import CONFIG_ENV_VAR
+from polaris_pipeline.tasks.model import LeasePolicy
+
+REALMS_ENV = "POLARIS_PIPELINE_REALMS"
+LEASE_TIMEOUT_ENV = "POLARIS_PIPELINE_LEASE_TIMEOUT_MS"
+GRACE_ENV = "POLARIS_PIPELINE_GRACE_MS"
+MAX_ATTEMPTS_ENV = "POLARIS_PIPELINE_MAX_ATTEMPTS"
+EXECUTOR_PREFIX_ENV = "POLARIS_PIPELINE_EXECUTOR_PREFIX"
+SWEEP_INTERVAL_ENV = "POLARIS_PIPELINE_SWEEP_INTERVAL_S"
+SWEEP_JITTER_ENV = "POLARIS_PIPELINE_SWEEP_JITTER"
+SWEEP_MAX_RUNS_ENV = "POLARIS_PIPELINE_SWEEP_MAX_RUNS"
+SWEEP_MAX_PENDING_ENV = "POLARIS_PIPELINE_SWEEP_MAX_PENDING_RUNS"
+MAX_ORPHAN_AGE_ENV = "POLARIS_PIPELINE_MAX_ORPHAN_AGE_S"
+
+# The sweeper sensor's cadence and bounds, and the backlog check's threshold.
+DEFAULT_SWEEP_INTERVAL_S = 60.0
+DEFAULT_SWEEP_JITTER = 0.2
+DEFAULT_SWEEP_MAX_RUNS = 200
+DEFAULT_SWEEP_MAX_PENDING_RUNS = 400
+DEFAULT_MAX_ORPHAN_AGE_S = 3600.0
+
+_POLICY = LeasePolicy()
+
+
+class SettingsError(PolarisPipelineError, ValueError):
+    """A setting has a bad value; the message names its variable or flag."""
+
+
+def _text(raw: str) -> str:
+    return raw.strip()
+
+
+def _integer(raw: str) -> int:
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise ValueError("not an integer") from None
+
+
+def _number(raw: str) -> float:
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ValueError("not a number") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError("not a finite number")
+    return value
+
+
+def _realm_list(raw: str) -> tuple[str, ...]:
+    realms = tuple(dict.fromkeys(r.strip() for r in raw.split(",") if r.strip()))
+    if not realms:
+        raise ValueError("names no realm (a comma-separated list, e.g. POLARIS,TEST)")
+    return realms
+
+
+def _policy_field(name: str) -> Callable[[Any], None]:
+    # LeasePolicy holds the rule; building one with only this field applies it.
+    def check(value: Any) -> None:
+        LeasePolicy(**{name: value})
+
+    return check
+
+
+def _at_least(bound: float, what: str) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if value < bound:
+            raise ValueError(f"{what} must be at least {bound:g}")
+
+    return check
+
+
+def _positive(what: str) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if value <= 0:
+            raise ValueError(f"{what} must be positive")
+
+    return check
+
+
+def _jitter(value: Any) -> None:
+    if not 0 <= value <= 10:
+        raise ValueError("the jitter is a fraction of the interval between 0 and 10")
+
+
+def _nonblank(what: str) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"{what} must not be empty")
+        if any(c.isspace() for c in value):
+            raise ValueError(f"{what} must not contain white space")
+
+    return check
+
+
+def _realms_check(value: Any) -> None:
+    if isinstance(value, str) or not all(isinstance(r, str) and r.strip() for r in value):
+        raise ValueError("each realm must be a non-empty name")
+
+
+@dataclass(frozen=True)
+class _Spec:
+    env: str
+    flag: str | None
+    parse: Callable[[str], Any]
+    check: Callable[[Any], None] | None = None
+
+
+_SPECS: dict[str, _Spec] = {
+    "metastore_url": _Spec(URL_ENV, "--metastore", _text),
+    "realms": _Spec(REALMS_ENV, "--realm", _realm_list, _realms_check),
+    "lease_timeout_ms": _Spec(
+        LEASE_TIMEOUT_ENV, "--lease-timeout-ms", _integer, _policy_field("lease_timeout_ms")
+    ),
+    "grace_ms": _Spec(GRACE_ENV, "--grace-ms", _integer, _policy_field("grace_ms")),
+    "max_attempts": _Spec(
+        MAX_ATTEMPTS_ENV, "--max-attempts", _integer, _policy_field("max_attempts")
+    ),
+    "storage_config": _Spec(CONFIG_ENV_VAR, "--storage-config", _text),
+    "executor_prefix": _Spec(EXECUTOR_PREFIX_ENV, None, _text, _nonblank("the executor prefix")),
+    "sweep_interval_s": _Spec(
+        SWEEP_INTERVAL_ENV, None, _number, _at_least(0, "the sweep interval")
+    ),
+    "sweep_jitter": _Spec(SWEEP_JITTER_ENV, None, _number, _jitter),
+    "sweep_max_runs": _Spec(SWEEP_MAX_RUNS_ENV, None, _integer, _at_least(1, "the runs per tick")),
+    "sweep_max_pending_runs": _Spec(
+        SWEEP_MAX_PENDING_ENV, None, _integer, _at_least(1, "the pending runs")
+    ),
+    "max_orphan_age_s": _Spec(
+        MAX_ORPHAN_AGE_ENV, None, _number, _positive("the maximum orphan age")
+    ),
+}
+
+
+@dataclass(frozen=True)
+class PipelineSettings:
+    """What the engine, the CLI and the code location are configured with."""
+
+    # None: no URL configured; commands that need one say so.
+    metastore_url: str | None = None
+    # None: every realm that has tasks.
+    realms: tuple[str, ...] | None = None
+    lease_timeout_ms: int = _POLICY.lease_timeout_ms
+    grace_ms: int | None = _POLICY.grace_ms
+    max_attempts: int = _POLICY.max_attempts
+    # None: no storage config file (no location rules, no allowed prefixes).
+    storage_config: str | None = None
+    # None: the runner's own prefix (``runner.DEFAULT_EXECUTOR_PREFIX``).
+    executor_prefix: str | None = None
+    sweep_interval_s: float = DEFAULT_SWEEP_INTERVAL_S
+    sweep_jitter: float = DEFAULT_SWEEP_JITTER
+    sweep_max_runs: int = DEFAULT_SWEEP_MAX_RUNS
+    sweep_max_pending_runs: int = DEFAULT_SWEEP_MAX_PENDING_RUNS
+    max_orphan_age_s: float = DEFAULT_MAX_ORPHAN_AGE_S
+
+    def __post_init__(self) -> None:
+        if self.realms is not None:
+            object.__setattr__(self, "realms", tuple(self.realms))
+        for name, spec in _SPECS.items():
+            value = getattr(self, name)
+            if value is not None and spec.check is not None:
+                _checked(spec.check, value, name)
+
+    @property
+    def policy(self) -> LeasePolicy:
+        """The lease policy these settings give."""
+        return dataclasses.replace(
+            _POLICY,
+            lease_timeout_ms=self.lease_timeout_ms,
+            grace_ms=self.grace_ms,
+            max_attempts=self.max_attempts,
+        )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> PipelineSettings:
+        """The defaults, with every variable of the table above that is set and not blank."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for name, spec in _SPECS.items():
+            raw = env.get(spec.env)
+            if raw is None or not raw.strip():
+                continue
+            try:
+                value = spec.parse(raw)
+                if spec.check is not None:
+                    spec.check(value)
+            except ValueError as exc:
+                # Name the variable; the URL's value may hold a password, the others not.
+                shown = "" if name == "metastore_url" else f"={raw.strip()!r}"
+                raise SettingsError(f"{spec.env}{shown}: {exc}") from None
+            values[name] = value
+        return cls(**values)
+
+    def with_overrides(self, **overrides: Any) -> PipelineSettings:
+        """These settings with each override that is not None (flags beat the environment).
+
+        Keys are field names; an unknown one is a programming error (TypeError).
+        """
+        changes: dict[str, Any] = {}
+        for name, value in overrides.items():
+            if name not in _SPECS:
+                raise TypeError(f"unknown setting {name!r}")
+            if value is None:
+                continue
+            if name == "realms":
+                value = tuple(dict.fromkeys(value))
+            spec = _SPECS[name]
+            if spec.check is not None:
+                _checked(spec.check, value, spec.flag or name)
+            changes[name] = value
+        return dataclasses.replace(self, **changes)
+
+    def realm_list(self) -> list[str] | None:
+        """``realms`` as the metastore's calls take it."""
+        return list(self.realms) if self.realms is not None else None
+
+
+def _checked(check: Callable[[Any], None], value: Any, label: str) -> None:
+    try:
+        check(value)
+    except (ValueError, TypeError) as exc:
+        shown = ",".join(value) if isinstance(value, tuple) else value
+        raise SettingsError(f"{label} {shown!r}: {exc}") from None
+
+
+def env_names() -> Iterable[str]:
+    """Every variable a ``PipelineSettings`` reads, for documentation and tests."""
+    return [spec.env for spec in _SPECS.values()]

@@ -1,0 +1,105 @@
+"""One settings object: every variable read, each default once, bad values named."""
+
+from __future__ import annotations
+
+import pytest
+
+from polaris_pipeline.settings import (
+    GRACE_ENV,
+    LEASE_TIMEOUT_ENV,
+    MAX_ATTEMPTS_ENV,
+    REALMS_ENV,
+    PipelineSettings,
+    SettingsError,
+    env_names,
+)
+from polaris_pipeline.tasks.model import LeasePolicy
+
+
+def test_defaults_are_the_lease_policy_s() -> None:
+    settings = PipelineSettings.from_env({})
+    assert settings == PipelineSettings()
+    assert settings.policy == LeasePolicy()
+    assert settings.metastore_url is None and settings.realms is None
+    assert settings.storage_config is None and settings.executor_prefix is None
+
+
+def test_every_variable_is_read() -> None:
+    env = {
+        "POLARIS_METASTORE_URL": "sqlite:////tmp/p.db",
+        REALMS_ENV: " POLARIS , TEST,,POLARIS ",
+        LEASE_TIMEOUT_ENV: "60000",
+        GRACE_ENV: "0",
+        MAX_ATTEMPTS_ENV: "3",
+        "POLARIS_PIPELINE_STORAGE_CONFIG": "/etc/storage.yaml",
+        "POLARIS_PIPELINE_EXECUTOR_PREFIX": "site-b",
+        "POLARIS_PIPELINE_SWEEP_INTERVAL_S": "30",
+        "POLARIS_PIPELINE_SWEEP_JITTER": "0.5",
+        "POLARIS_PIPELINE_SWEEP_MAX_RUNS": "10",
+        "POLARIS_PIPELINE_SWEEP_MAX_PENDING_RUNS": "20",
+        "POLARIS_PIPELINE_MAX_ORPHAN_AGE_S": "120",
+    }
+    assert set(env) == set(env_names())
+    s = PipelineSettings.from_env(env)
+    assert s.metastore_url == "sqlite:////tmp/p.db"
+    assert s.realms == ("POLARIS", "TEST")  # trimmed, blanks and repeats dropped
+    assert s.policy == LeasePolicy(lease_timeout_ms=60000, grace_ms=0, max_attempts=3)
+    assert s.storage_config == "/etc/storage.yaml" and s.executor_prefix == "site-b"
+    assert (s.sweep_interval_s, s.sweep_jitter) == (30.0, 0.5)
+    assert (s.sweep_max_runs, s.sweep_max_pending_runs, s.max_orphan_age_s) == (10, 20, 120.0)
+
+
+def test_blank_variables_mean_the_default() -> None:
+    s = PipelineSettings.from_env({LEASE_TIMEOUT_ENV: "", GRACE_ENV: "   ", REALMS_ENV: ""})
+    assert s == PipelineSettings()
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "message"),
+    [
+        (LEASE_TIMEOUT_ENV, "5m", "POLARIS_PIPELINE_LEASE_TIMEOUT_MS='5m': not an integer"),
+        (LEASE_TIMEOUT_ENV, "0", "POLARIS_PIPELINE_LEASE_TIMEOUT_MS='0': lease timeout must be"),
+        (GRACE_ENV, "-1", "POLARIS_PIPELINE_GRACE_MS='-1': grace period must not be negative"),
+        (MAX_ATTEMPTS_ENV, "0", "POLARIS_PIPELINE_MAX_ATTEMPTS='0': max attempts must be"),
+        (MAX_ATTEMPTS_ENV, "2.5", "POLARIS_PIPELINE_MAX_ATTEMPTS='2.5': not an integer"),
+        (REALMS_ENV, " , ,", "POLARIS_PIPELINE_REALMS=', ,': names no realm"),
+        ("POLARIS_PIPELINE_SWEEP_JITTER", "nan", "SWEEP_JITTER='nan': not a finite number"),
+        ("POLARIS_PIPELINE_SWEEP_JITTER", "11", "between 0 and 10"),
+        ("POLARIS_PIPELINE_SWEEP_MAX_RUNS", "0", "must be at least 1"),
+        ("POLARIS_PIPELINE_MAX_ORPHAN_AGE_S", "-5", "must be positive"),
+        ("POLARIS_PIPELINE_EXECUTOR_PREFIX", "a b", "must not contain white space"),
+    ],
+)
+def test_a_bad_value_names_its_variable(name: str, raw: str, message: str) -> None:
+    with pytest.raises(SettingsError) as err:
+        PipelineSettings.from_env({name: raw})
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_the_url_is_trimmed_and_kept_whole() -> None:
+    # The URL is checked when the metastore is opened (its errors mask the password).
+    s = PipelineSettings.from_env({"POLARIS_METASTORE_URL": "  postgresql://u:pw@h/db  "})
+    assert s.metastore_url == "postgresql://u:pw@h/db"
+
+
+def test_overrides_beat_the_environment_and_none_keeps_it() -> None:
+    env = PipelineSettings.from_env({MAX_ATTEMPTS_ENV: "3", REALMS_ENV: "A", GRACE_ENV: "10"})
+    s = env.with_overrides(max_attempts=5, realms=["B", "B", "C"], grace_ms=None)
+    assert s.max_attempts == 5 and s.realms == ("B", "C") and s.grace_ms == 10
+    assert env.max_attempts == 3  # frozen: the original is unchanged
+    assert env.with_overrides() == env
+
+
+def test_a_bad_override_names_its_flag() -> None:
+    with pytest.raises(SettingsError, match=r"--lease-timeout-ms 0: lease timeout must be"):
+        PipelineSettings().with_overrides(lease_timeout_ms=0)
+    with pytest.raises(SettingsError, match=r"--realm '': each realm must be a non-empty name"):
+        PipelineSettings().with_overrides(realms=[""])
+    with pytest.raises(TypeError, match="unknown setting"):
+        PipelineSettings().with_overrides(lease_timeout=1)
+
+
+def test_direct_construction_is_validated_too() -> None:
+    with pytest.raises(SettingsError, match="max_attempts"):
+        PipelineSettings(max_attempts=0)
