@@ -135,9 +135,18 @@ class Runner:
         self.heartbeat = Heartbeat(metastore, self.executor_id, interval)
         # (realm, task id) -> the elapsed-clock time until which the lease is guaranteed.
         self._deadlines: dict[tuple[str, int], float] = {}
+        # The metastore's schema version, read once per Runner (one sweep or run):
+        # it says which Polaris reads the child rows we write.
+        self._schema_version: tuple[int | None] | None = None
 
     def close(self) -> None:
         self.heartbeat.stop()
+
+    def schema_version(self) -> int | None:
+        """The metastore's Polaris schema version (None without a version row), cached."""
+        if self._schema_version is None:
+            self._schema_version = (self.metastore.check_schema(),)
+        return self._schema_version[0]
 
     def __enter__(self) -> Runner:
         return self
@@ -220,6 +229,7 @@ class Runner:
             create_children=create_children,
             new_task_id=new_entity_id,
             progress=self._progress_for(lease),
+            schema_version=self.schema_version(),
         )
         try:
             result = run_cleanup(ctx)
@@ -374,6 +384,7 @@ class Runner:
             config=self.config,
             dry_run=True,
             new_task_id=new_entity_id,
+            schema_version=self.schema_version(),
         )
         return run_cleanup(ctx)
 

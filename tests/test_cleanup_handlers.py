@@ -250,7 +250,8 @@ def test_children_match_polaris_format(local_warehouse: Warehouse) -> None:
         for mf in read_manifest_list(table.io.new_input(s.manifest_list))
     }
 
-    result, children = run_one(local_warehouse, task, metadata_batch_size=4)
+    # A Polaris 1.7+ metastore (schema v5): batch payloads carry "type".
+    result, children = run_one(local_warehouse, task, metadata_batch_size=4, schema_version=5)
 
     assert result.ok and result.children == children
     types = [c.properties["taskType"] for c in children]
@@ -351,7 +352,7 @@ def test_gc_disabled_keeps_content_files(local_warehouse: Warehouse, where: str)
 
     assert_all_ok(runs)
     assert all(r.task.task_type() != TaskType.MANIFEST_FILE_CLEANUP for r in runs)
-    assert "gc.enabled=false: content files kept" in runs[0].result.notes
+    assert "gc.enabled='false': content files kept" in runs[0].result.notes
     assert all(local_warehouse.exists(p) for p in content)
     assert before - local_warehouse.files() == oracle - content
     assert delete_manifests and not any(local_warehouse.exists(p) for p in delete_manifests)
@@ -383,7 +384,7 @@ def test_gc_disabled_manifest_task_keeps_its_files(local_warehouse: Warehouse) -
     files = [e.data_file.file_path for e in mf.fetch_manifest_entry(table.io, False)]
     result, _ = run_one(local_warehouse, task)
     assert result.ok and result.deleted == 1
-    assert "gc.enabled=false: content files kept" in result.notes
+    assert "gc.enabled='false': content files kept" in result.notes
     assert not local_warehouse.exists(mf.manifest_path)
     assert all(local_warehouse.exists(p) for p in files)
 
@@ -672,10 +673,13 @@ def test_write_data_path_is_a_root_only_when_the_catalog_recorded_it(
     assert "outside" in (failing[0].result.error_summary() or "")
 
 
-def test_without_storage_location_the_metadata_location_guards(local_warehouse: Warehouse) -> None:
+def test_without_storage_location_the_metadata_file_is_not_a_root(
+    local_warehouse: Warehouse,
+) -> None:
+    """Without storageLocation (and no entity location) the task is refused: the
+    metadata file's own location is never taken as the guard's root."""
     wh = local_warehouse
     table = wh.build("t")
-    oracle = table_files(table)
     before = wh.files()
     task = drop_task_row(table)
     internal = {k: v for k, v in task.internal_properties.items() if k != "storageLocation"}
@@ -683,12 +687,10 @@ def test_without_storage_location_the_metadata_location_guards(local_warehouse: 
 
     runs = sweep(wh, task)
 
-    assert_all_ok(runs)
-    assert before - wh.files() == oracle
-    # The children got the location the parent guarded with (they cannot read it).
-    assert {c.internal_properties.get("storageLocation") for c in runs[0].created} == {
-        table.location()
-    }
+    assert len(runs) == 1 and not runs[0].created
+    assert [r.path for r in runs[0].result.refused] == [table.metadata_location]
+    assert "recorded no table location" in (runs[0].result.error_summary() or "")
+    assert wh.files() == before
 
 
 # -- literal paths -------------------------------------------------------------------

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from polaris_pipeline.cleanup.common import Guard, dedupe, delete_chunked, existing_with_sizes
+from polaris_pipeline.cleanup.common import (
+    Guard,
+    dedupe,
+    delete_chunked,
+    delete_leftover_sidecars,
+    existing_with_sizes,
+)
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
 from polaris_pipeline.tasks.payloads import decode_batch_cleanup
 
@@ -11,7 +17,7 @@ def run_batch_cleanup(ctx: CleanupContext) -> CleanupResult:
     """Guard every path, then delete those that exist; missing ones are counted."""
     payload = decode_batch_cleanup(ctx.task.data())
     result = CleanupResult()
-    guard = Guard.build(ctx, ctx.task.internal_properties)
+    guard = Guard.build(ctx)
     admitted = [p for p in dedupe(payload.batch_files) if guard.admit(p, result)]
     # Stat first (batches are small, at most the metadata batch size): it is how
     # Polaris skips missing files, and gives sizes S3's delete call does not.
@@ -19,7 +25,9 @@ def run_batch_cleanup(ctx: CleanupContext) -> CleanupResult:
     if ctx.dry_run:
         result.would_delete.extend(present)
         return result
+    gone = [p for p in admitted if p not in present and p not in result.failed]
+    delete_leftover_sidecars(ctx, result, guard, gone)
     delete_chunked(
-        ctx, result, list(present), sizes=present, what="batch files", total=len(present)
+        ctx, result, guard, list(present), sizes=present, what="batch files", total=len(present)
     )
     return result

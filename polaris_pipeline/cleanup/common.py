@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
-from urllib.parse import unquote
+from dataclasses import dataclass
+from urllib.parse import unquote_plus
 
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
 from polaris_pipeline.errors import GuardRefusal, PolarisPipelineError
-from polaris_pipeline.storage.delete import MAX_KEYS_PER_REQUEST, DeleteReport, bulk_delete
-from polaris_pipeline.storage.guard import PathGuard
-from polaris_pipeline.tasks.model import NewTask, TaskType
+from polaris_pipeline.storage.delete import (
+    MAX_KEYS_PER_REQUEST,
+    DeleteReport,
+    bulk_delete,
+    crc_sidecar,
+)
+from polaris_pipeline.storage.guard import ROOT_PROPERTIES, PathGuard, locations_agree
+from polaris_pipeline.tasks.model import NewTask, TaskRow, TaskType
 from polaris_pipeline.tasks.payloads import DroppedEntity, TableIdentifier, task_properties
 
 STORAGE_LOCATION_KEY = "storageLocation"
+# Where Polaris records a table's (or view's) base location on the entity itself.
+ENTITY_LOCATION_KEY = "location"
 PARENT_NAMESPACE_KEY = "parent-namespace"
 GC_ENABLED_KEY = "gc.enabled"
 SAMPLE_SIZE = 20
@@ -21,51 +29,129 @@ SAMPLE_SIZE = 20
 _NAMESPACE_SEPARATOR = "%1F"
 
 
-def gc_disabled(*property_maps: Mapping[str, str] | None) -> bool:
-    """Whether any source says ``gc.enabled=false``: then content files must stay.
+def gc_enabled(value: str | None) -> bool:
+    """``gc.enabled`` as Iceberg reads it (Java's ``Boolean.parseBoolean``).
+
+    On only when absent or equal to ``true`` ignoring case: ``false``, ``0``,
+    ``no``, `` true`` and the empty string all turn it off. Java's case folding
+    matches no non-ASCII character to the letters of ``true``, so ASCII lower
+    case is exact.
+    """
+    return value is None or (value.isascii() and value.lower() == "true")
+
+
+def gc_disabling_value(*property_maps: Mapping[str, str] | None) -> str | None:
+    """The first ``gc.enabled`` value that turns garbage collection off, else None.
 
     Any one source is enough: keeping files by mistake costs storage, deleting
     them by mistake loses data another table may still reference.
     """
     for props in property_maps:
-        if props and str(props.get(GC_ENABLED_KEY, "")).strip().lower() == "false":
-            return True
-    return False
+        if props and GC_ENABLED_KEY in props:
+            value = str(props[GC_ENABLED_KEY])
+            if not gc_enabled(value):
+                return value
+    return None
+
+
+def gc_disabled(*property_maps: Mapping[str, str] | None) -> bool:
+    """Whether any source turns ``gc.enabled`` off: then content files must stay."""
+    return gc_disabling_value(*property_maps) is not None
+
+
+def gc_kept_note(value: str) -> str:
+    """The note a handler leaves when ``gc.enabled`` kept the content files."""
+    return f"gc.enabled={value!r}: content files kept"
 
 
 def table_identifier(entity: DroppedEntity) -> TableIdentifier:
-    """The dropped table's identifier, as Polaris's ``getTableIdentifier`` builds it."""
+    """The dropped table's identifier, as Polaris's ``getTableIdentifier`` builds it.
+
+    ``parent-namespace`` holds the levels joined by ``%1F``, each encoded by Java's
+    ``URLEncoder`` (form encoding: a space is ``+``, a plus sign ``%2B``), so each
+    level is decoded with form semantics.
+    """
     encoded = entity.internal_properties.get(PARENT_NAMESPACE_KEY, "")
-    levels = tuple(unquote(p) for p in encoded.split(_NAMESPACE_SEPARATOR)) if encoded else ()
+    levels = tuple(unquote_plus(p) for p in encoded.split(_NAMESPACE_SEPARATOR)) if encoded else ()
     return TableIdentifier(levels, entity.name)
 
 
-class Guard:
-    """A PathGuard, or the reason there is none (every path is then refused)."""
+@dataclass(frozen=True)
+class RecordedRoots:
+    """The table roots the catalog recorded: what a guard may be built on.
 
-    def __init__(self, guard: PathGuard | None, reason: str | None = None) -> None:
+    Never read from a file the guard is about to judge (a metadata file's own
+    ``location``): such a file could be crafted, or be a live table's.
+    """
+
+    location: str
+    source: str  # which record ``location`` came from, for messages
+    # Root properties (write.data.path ...) the catalog recorded; never the metadata file's.
+    properties: dict[str, str]
+
+
+def recorded_roots(task: TaskRow, entity: DroppedEntity | None = None) -> RecordedRoots | None:
+    """The task's recorded roots, or None when the catalog recorded no location.
+
+    The location is the task's ``storageLocation``, else the dropped entity's
+    ``properties["location"]`` (blank values count as absent). Root properties come
+    from the entity's properties and the task's internal properties (the task's win:
+    it is what the catalog handed the task).
+    """
+    internal = task.internal_properties
+    location, source = internal.get(STORAGE_LOCATION_KEY, ""), "the task's storageLocation"
+    if not location.strip() and entity is not None:
+        location = entity.properties.get(ENTITY_LOCATION_KEY, "")
+        source = "the dropped entity's location property"
+    if not location.strip():
+        return None
+    props = {
+        key: value
+        for source_props in (entity.properties if entity is not None else {}, internal)
+        for key, value in source_props.items()
+        if key in ROOT_PROPERTIES and value.strip()
+    }
+    return RecordedRoots(location, source, props)
+
+
+def _no_roots_reason(entity: DroppedEntity | None) -> str:
+    where = "no storageLocation"
+    if entity is not None:
+        where += f" and the dropped entity no {ENTITY_LOCATION_KEY!r} property"
+    return (
+        f"the catalog recorded no table location (the task has {where}); "
+        "refused without reading or deleting anything"
+    )
+
+
+class Guard:
+    """A PathGuard on the recorded roots, or the reason there is none (all refused)."""
+
+    def __init__(
+        self,
+        guard: PathGuard | None,
+        reason: str | None = None,
+        roots: RecordedRoots | None = None,
+    ) -> None:
         self._guard = guard
         self._reason = reason
+        self.roots = roots
 
     @classmethod
-    def build(
-        cls,
-        ctx: CleanupContext,
-        table_properties: Mapping[str, str],
-        fallback_location: str | None = None,
-    ) -> Guard:
-        """The guard for the task's table.
+    def build(cls, ctx: CleanupContext, entity: DroppedEntity | None = None) -> Guard:
+        """The guard for the task's table, on the roots the catalog recorded only.
 
-        The task's ``storageLocation`` comes first: it was written by the catalog,
-        whereas the metadata's ``location`` is only as trustworthy as the file.
+        ``entity`` is the dropped table or view, for the table and view handlers;
+        child tasks have only their own internal properties.
         """
-        location = ctx.task.internal_properties.get(STORAGE_LOCATION_KEY) or fallback_location
-        if not location:
-            return cls(None, "task has no storageLocation and no table location is known")
+        roots = recorded_roots(ctx.task, entity)
+        if roots is None:
+            return cls(None, _no_roots_reason(entity))
         try:
-            return cls(PathGuard.for_table(location, table_properties, ctx.config))
+            guard = PathGuard.for_table(roots.location, roots.properties, ctx.config)
         except GuardRefusal as e:
-            return cls(None, f"no usable table location ({e.reason})")
+            return cls(None, f"no usable table location ({e.reason})", roots)
+        return cls(guard, roots=roots)
 
     def check(self, uri: str) -> GuardRefusal | None:
         """None when ``uri`` may be deleted, else the refusal."""
@@ -78,6 +164,10 @@ class Guard:
             return e.with_traceback(None)
         return None
 
+    def allows(self, uri: str) -> bool:
+        """Whether ``uri`` may be deleted (nothing recorded): for checksum sidecars."""
+        return self.check(uri) is None
+
     def admit(self, uri: str, result: CleanupResult) -> bool:
         """Check ``uri``; a refusal is recorded in ``result``."""
         refusal = self.check(uri)
@@ -85,6 +175,68 @@ class Guard:
             result.refused.append(refusal)
             return False
         return True
+
+    def admit_declared_location(
+        self, metadata_uri: str, declared: object, result: CleanupResult
+    ) -> bool:
+        """Whether the ``location`` a metadata file declares agrees with the recorded root.
+
+        A disagreement is recorded as a refusal of the metadata file: nothing the
+        file names is then scheduled or deleted.
+        """
+        if self.roots is None:
+            return self.admit(metadata_uri, result)
+        if isinstance(declared, str) and locations_agree(self.roots.location, declared):
+            return True
+        result.refused.append(
+            GuardRefusal(
+                metadata_uri,
+                f"the metadata file declares location {declared!r}, but the catalog "
+                f"recorded {self.roots.location!r} ({self.roots.source})",
+            )
+        )
+        return False
+
+
+def delete_guarded(
+    ctx: CleanupContext,
+    guard: Guard,
+    uris: Sequence[str],
+    *,
+    chunk_size: int = MAX_KEYS_PER_REQUEST,
+) -> DeleteReport:
+    """``bulk_delete`` of already admitted ``uris``, with their checksum sidecars.
+
+    Each local file's Hadoop sidecar (``.NAME.crc``) goes too when it exists and
+    the same guard admits it; nothing else is ever added.
+    """
+    return bulk_delete(
+        ctx.resolver,
+        uris,
+        chunk_size=chunk_size,
+        check=ctx.still_held,
+        sidecar_check=guard.allows,
+    )
+
+
+def delete_leftover_sidecars(
+    ctx: CleanupContext, result: CleanupResult, guard: Guard, gone: Iterable[str]
+) -> None:
+    """Delete the checksum sidecars of admitted local files found already gone.
+
+    A crash between a file's unlink and its sidecar's leaves only the sidecar;
+    the retry finds the file missing and must still finish it. Only sidecars are
+    counted: the files were counted missing when they were looked up.
+    """
+    local = [u for u in gone if crc_sidecar(u) is not None]
+    if not local or ctx.dry_run:
+        return
+    ctx.fence()
+    report = delete_guarded(ctx, guard, local)
+    result.sidecars_deleted += len(report.sidecars)
+    result.failed.update({u: e for u, e in report.failed.items() if u not in local})
+    if result.bytes_freed is not None:
+        result.bytes_freed += report.sidecar_bytes
 
 
 def tally(
@@ -98,6 +250,7 @@ def tally(
     whose delete call does not say how big a file was (S3).
     """
     result.deleted += len(report.deleted)
+    result.sidecars_deleted += len(report.sidecars)
     result.missing += len(report.missing)
     result.failed.update(report.failed)
     room = SAMPLE_SIZE - len(result.deleted_paths_sample)
@@ -109,7 +262,7 @@ def tally(
         and sizes is not None
         and all(sizes.get(u) is not None for u in report.deleted)
     ):
-        freed = sum(sizes[u] or 0 for u in report.deleted)
+        freed = sum(sizes[u] or 0 for u in report.deleted) + report.sidecar_bytes
     else:
         freed = report.bytes_freed
     if freed is None or result.bytes_freed is None:
@@ -121,6 +274,7 @@ def tally(
 def delete_chunked(
     ctx: CleanupContext,
     result: CleanupResult,
+    guard: Guard,
     uris: Sequence[str],
     *,
     sizes: Mapping[str, int | None] | None = None,
@@ -128,7 +282,8 @@ def delete_chunked(
     done_before: int = 0,
     total: int = 0,
 ) -> int:
-    """Delete ``uris`` in chunks of ``ctx.delete_chunk_size``, fencing before each.
+    """Delete ``uris`` (admitted by ``guard``) in chunks of ``ctx.delete_chunk_size``,
+    fencing before each; checksum sidecars go with their files.
 
     Returns how many paths were processed, for progress across several calls.
     """
@@ -137,12 +292,7 @@ def delete_chunked(
     for start in range(0, len(uris), chunk_size):
         chunk = uris[start : start + chunk_size]
         ctx.fence()
-        report = bulk_delete(
-            ctx.resolver,
-            chunk,
-            chunk_size=min(chunk_size, MAX_KEYS_PER_REQUEST),
-            check=ctx.still_held,
-        )
+        report = delete_guarded(ctx, guard, chunk, chunk_size=min(chunk_size, MAX_KEYS_PER_REQUEST))
         tally(result, report, sizes)
         done += len(chunk)
         if ctx.progress is not None:

@@ -44,6 +44,9 @@ class CleanupContext:
     progress: Callable[[int, int, str], None] | None = None
     metadata_batch_size: int = METADATA_BATCH_SIZE
     delete_chunk_size: int = DELETE_CHUNK_SIZE
+    # The metastore's Polaris schema version (its ``version`` row), None when it has
+    # none: child payloads are written in the form that Polaris version reads.
+    schema_version: int | None = None
 
 
 # The most ordered stages a handler may give its children (the table handler's
@@ -57,6 +60,8 @@ class CleanupResult:
     """What one handler run did (or, in a dry run, would do)."""
 
     deleted: int = 0
+    # Hadoop checksum sidecars (.NAME.crc) deleted with local files; not in ``deleted``.
+    sidecars_deleted: int = 0
     missing: int = 0
     bytes_freed: int | None = 0
     failed: dict[str, str] = field(default_factory=dict)  # uri -> error

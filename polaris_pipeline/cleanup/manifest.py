@@ -20,13 +20,15 @@ from pyiceberg.io import InputFile
 from polaris_pipeline.cleanup.common import (
     Guard,
     delete_chunked,
+    delete_guarded,
+    delete_leftover_sidecars,
     existing_with_sizes,
-    gc_disabled,
+    gc_disabling_value,
+    gc_kept_note,
     tally,
 )
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
 from polaris_pipeline.errors import StorageError
-from polaris_pipeline.storage.delete import bulk_delete
 from polaris_pipeline.tasks.manifest_codec import ManifestFileRef
 from polaris_pipeline.tasks.payloads import decode_manifest_cleanup
 
@@ -99,11 +101,11 @@ def sweep_manifest_entries(
         chunk.setdefault(entry.path, None)
         if len(chunk) >= chunk_size:
             done = delete_chunked(
-                ctx, result, list(chunk), what=what, done_before=done, total=total
+                ctx, result, guard, list(chunk), what=what, done_before=done, total=total
             )
             chunk = {}
     if chunk and not ctx.dry_run:
-        delete_chunked(ctx, result, list(chunk), what=what, done_before=done, total=total)
+        delete_chunked(ctx, result, guard, list(chunk), what=what, done_before=done, total=total)
 
 
 def run_manifest_cleanup(ctx: CleanupContext) -> CleanupResult:
@@ -112,7 +114,7 @@ def run_manifest_cleanup(ctx: CleanupContext) -> CleanupResult:
     ref = payload.manifest
     result = CleanupResult()
     props = ctx.task.internal_properties
-    guard = Guard.build(ctx, props)
+    guard = Guard.build(ctx)
     if not guard.admit(ref.manifest_path, result):
         result.notes.append("manifest path refused by the guard: nothing read or deleted")
         return result
@@ -121,11 +123,13 @@ def run_manifest_cleanup(ctx: CleanupContext) -> CleanupResult:
     if result.failed:
         return result
     if ref.manifest_path not in present:
+        delete_leftover_sidecars(ctx, result, guard, [ref.manifest_path])
         result.notes.append("manifest already gone: nothing to do")
         return result
 
-    if gc_disabled(props):
-        result.notes.append("gc.enabled=false: content files kept")
+    keep_value = gc_disabling_value(props)
+    if keep_value is not None:
+        result.notes.append(gc_kept_note(keep_value))
     else:
         sweep_manifest_entries(ctx, result, guard, ref)
 
@@ -138,5 +142,5 @@ def run_manifest_cleanup(ctx: CleanupContext) -> CleanupResult:
         result.notes.append("manifest kept: some of its files were not deleted")
         return result
     ctx.fence()
-    tally(result, bulk_delete(ctx.resolver, [ref.manifest_path], check=ctx.still_held), present)
+    tally(result, delete_guarded(ctx, guard, [ref.manifest_path]), present)
     return result

@@ -2,12 +2,16 @@
 
 What a run does (Polaris's TableCleanupTaskHandler, plus what it misses):
 
-1. Guard the current metadata file; if it is gone, the table is done.
-2. Read it; read every snapshot's manifest list; keep the distinct manifests that
-   still exist. Collect metadata-level files: manifest lists, the metadata log,
-   older metadata files that fell out of a capped log (found by following the log
-   of the oldest metadata file that still exists, repeatedly), statistics and
-   partition statistics files.
+1. Build the guard on the roots the catalog recorded (the task's
+   ``storageLocation``, else the dropped entity's ``location``; never the metadata
+   file's). Without either the task is refused. Guard the current metadata file;
+   if it is gone, the table is done.
+2. Read it; refuse the table unless its ``location`` is the recorded root. Read
+   every snapshot's manifest list; keep the distinct manifests that still exist.
+   Collect metadata-level files: manifest lists, the metadata log, older metadata
+   files that fell out of a capped log (found by following the log of the oldest
+   metadata file that still exists, repeatedly), statistics and partition
+   statistics files.
 3. Fence, then create, in one ``create_children`` call, three stages of children:
    one MANIFEST_FILE_CLEANUP child per manifest (it deletes the manifest's files,
    then the manifest); BATCH_FILE_CLEANUP children of at most
@@ -26,8 +30,8 @@ run finds its files gone). Every child is in Polaris's format: a Polaris server
 can run them, in any order, and each order is safe because no child needs a file
 another child deletes.
 
-With ``gc.enabled=false`` no child deletes content files: the manifests themselves
-go into batch children instead.
+With ``gc.enabled`` anything but ``true`` (as Iceberg reads it) no child deletes
+content files: the manifests themselves go into batch children instead.
 """
 
 from __future__ import annotations
@@ -43,9 +47,12 @@ from pyiceberg.table.metadata import TableMetadata
 from polaris_pipeline.cleanup.common import (
     STORAGE_LOCATION_KEY,
     Guard,
+    RecordedRoots,
     dedupe,
+    delete_guarded,
     existing_with_sizes,
-    gc_disabled,
+    gc_disabling_value,
+    gc_kept_note,
     new_child,
     table_identifier,
     tally,
@@ -54,7 +61,6 @@ from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
 from polaris_pipeline.cleanup.manifest import sweep_manifest_entries
 from polaris_pipeline.cleanup.view import run_view_cleanup
 from polaris_pipeline.errors import PolarisPipelineError, StorageError
-from polaris_pipeline.storage.delete import bulk_delete
 from polaris_pipeline.tasks.manifest_codec import ManifestFileRef, manifest_ref_from_pyiceberg
 from polaris_pipeline.tasks.model import NewTask, TaskType
 from polaris_pipeline.tasks.payloads import (
@@ -63,6 +69,7 @@ from polaris_pipeline.tasks.payloads import (
     ManifestCleanupPayload,
     TableIdentifier,
     batch_cleanup_task_name,
+    batch_type_readable,
     decode_dropped_entity,
     encode_batch_cleanup,
     encode_manifest_cleanup,
@@ -82,7 +89,7 @@ class TablePlan:
     table_id: TableIdentifier
     metadata_uri: str
     keep_content: bool
-    location: str  # the root the guard was built on
+    roots: RecordedRoots  # what the guard was built on, all from the catalog
     manifests: list[ManifestFileRef] = field(default_factory=list)
     manifest_lists: list[str] = field(default_factory=list)
     previous_metadata: list[str] = field(default_factory=list)  # the metadata log
@@ -206,15 +213,19 @@ def plan_table_cleanup(
 ) -> TablePlan | None:
     """Read the table and list what to delete; None when there is nothing to do.
 
-    Refusals are recorded in ``result``.
+    Refusals are recorded in ``result``. The guard is built on what the catalog
+    recorded (the task's ``storageLocation``, else the entity's ``location``) and
+    judges the metadata file before it is read; the file's own ``location`` must
+    then equal that root, or the whole table is refused.
     """
     metadata_uri = require_metadata_location(entity)
     internal = ctx.task.internal_properties
     table_id = table_identifier(entity)
 
-    # With a storageLocation the metadata file is checked before it is read.
-    early = Guard.build(ctx, {**entity.properties, **internal})
-    if internal.get(STORAGE_LOCATION_KEY) and not early.admit(metadata_uri, result):
+    guard = Guard.build(ctx, entity)
+    # Judged before it is read. A guard without recorded roots refuses every path,
+    # so ``roots`` is only None here when the refusal is already recorded.
+    if not guard.admit(metadata_uri, result) or guard.roots is None:
         result.notes.append("metadata file refused by the guard: nothing read or deleted")
         return None
 
@@ -223,19 +234,16 @@ def plan_table_cleanup(
         result.missing += 1
         result.notes.append("metadata file already gone: nothing to do")
         return None
-
-    # The guard's roots come from what the catalog recorded (the entity and the
-    # task), never from the metadata file: a crafted file could widen them.
-    guard = Guard.build(ctx, {**entity.properties, **internal}, metadata.location)
-    if not guard.admit(metadata_uri, result):
-        result.notes.append("metadata file refused by the guard: nothing deleted")
+    if not guard.admit_declared_location(metadata_uri, metadata.location, result):
+        result.notes.append("metadata file's location is not the recorded one: nothing deleted")
         return None
 
+    keep_value = gc_disabling_value(metadata.properties, entity.properties, internal)
     plan = TablePlan(
         table_id=table_id,
         metadata_uri=metadata_uri,
-        keep_content=gc_disabled(metadata.properties, entity.properties, internal),
-        location=internal.get(STORAGE_LOCATION_KEY) or metadata.location,
+        keep_content=keep_value is not None,
+        roots=guard.roots,
     )
     planner = _Planner(ctx, result, guard)
     plan.manifest_lists, plan.manifests = planner.manifests(metadata)
@@ -251,8 +259,8 @@ def plan_table_cleanup(
     for path in plan.metadata_files():
         if path not in checked:
             guard.admit(path, result)
-    if plan.keep_content:
-        result.notes.append("gc.enabled=false: content files kept")
+    if keep_value is not None:
+        result.notes.append(gc_kept_note(keep_value))
     if ctx.dry_run:
         _dry_run(ctx, result, guard, plan)
     return plan
@@ -282,12 +290,7 @@ def build_children(ctx: CleanupContext, plan: TablePlan) -> list[list[NewTask]]:
     children: the parent deletes that file itself.
     """
     parent = ctx.task.name
-    internal = dict(ctx.task.internal_properties)
-    if not internal.get(STORAGE_LOCATION_KEY):
-        # Polaris always writes storageLocation; without it the children, which run
-        # after the metadata file is gone, would have no location to guard with.
-        # An extra key is safe: Polaris ignores keys it does not know.
-        internal[STORAGE_LOCATION_KEY] = plan.location
+    internal = child_internal_properties(ctx, plan.roots)
     manifest_children: list[NewTask] = []
     batch_children: list[NewTask] = []
     batch_paths: list[str] = []
@@ -310,10 +313,28 @@ def build_children(ctx: CleanupContext, plan: TablePlan) -> list[list[NewTask]]:
     return [stage for stage in (manifest_children, batch_children, [last]) if stage]
 
 
+def child_internal_properties(ctx: CleanupContext, roots: RecordedRoots) -> dict[str, str]:
+    """The children's internal properties: the parent's, plus the roots it guarded with.
+
+    Children run after the metadata file is gone and see no dropped entity, so a
+    parent whose root came from the entity's ``location`` (Polaris wrote no
+    ``storageLocation``) hands it down as ``storageLocation``, with the root
+    properties the entity recorded. Everything handed down came from the catalog,
+    never from the metadata file. Extra keys are safe: Polaris reads a map.
+    """
+    internal = dict(ctx.task.internal_properties)
+    if not internal.get(STORAGE_LOCATION_KEY, "").strip():
+        internal[STORAGE_LOCATION_KEY] = roots.location
+    for key, value in roots.properties.items():
+        internal.setdefault(key, value)
+    return internal
+
+
 def _batch_child(
     ctx: CleanupContext, plan: TablePlan, files: list[str], internal: dict[str, str]
 ) -> NewTask:
-    data = encode_batch_cleanup(BatchCleanupPayload(plan.table_id, tuple(files)))
+    payload = BatchCleanupPayload(plan.table_id, tuple(files))
+    data = encode_batch_cleanup(payload, with_type=batch_type_readable(ctx.schema_version))
     name = batch_cleanup_task_name(ctx.task.name, files)
     return new_child(ctx, TaskType.BATCH_FILE_CLEANUP, name, data, internal)
 
@@ -327,6 +348,7 @@ def run_table_cleanup(ctx: CleanupContext) -> CleanupResult:
     plan = plan_table_cleanup(ctx, entity, result)
     if plan is None or ctx.dry_run:
         return result
+    guard = Guard.build(ctx, entity)
     if result.refused:
         # Scheduling the rest and deleting the metadata file would lose the only
         # record of the refused files; stop with everything in place instead.
@@ -339,8 +361,7 @@ def run_table_cleanup(ctx: CleanupContext) -> CleanupResult:
         ctx.fence()
         present = existing_with_sizes(ctx, result, [plan.metadata_uri])
         if present:
-            deleted = bulk_delete(ctx.resolver, [plan.metadata_uri], check=ctx.still_held)
-            tally(result, deleted, present)
+            tally(result, delete_guarded(ctx, guard, [plan.metadata_uri]), present)
         return result
     children = [child for stage in stages for child in stage]
     if ctx.create_children is None:

@@ -1,31 +1,44 @@
-"""Cleanup of a dropped view: only its current metadata file is deleted (as Polaris does)."""
+"""Cleanup of a dropped view: only its current metadata file is deleted (as Polaris does).
+
+The guard is built on what the catalog recorded (the task's ``storageLocation``,
+else the dropped entity's ``location``) and judges the metadata file before it is
+read. The file is deleted only when it is view metadata (it has a ``view-uuid``)
+whose ``location`` is that recorded root: a task pointing at a table's metadata
+file, or at a file declaring another location, is refused.
+"""
 
 from __future__ import annotations
 
 import json
 
-from polaris_pipeline.cleanup.common import STORAGE_LOCATION_KEY, Guard, existing_with_sizes, tally
+from polaris_pipeline.cleanup.common import (
+    Guard,
+    delete_guarded,
+    delete_leftover_sidecars,
+    existing_with_sizes,
+    tally,
+)
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
-from polaris_pipeline.errors import StorageError
-from polaris_pipeline.storage.delete import bulk_delete
+from polaris_pipeline.errors import GuardRefusal, StorageError
 from polaris_pipeline.tasks.payloads import (
     DroppedEntity,
     decode_dropped_entity,
     require_metadata_location,
 )
 
+# Iceberg's view metadata always has it; table metadata has "table-uuid" instead.
+_VIEW_UUID_KEY = "view-uuid"
 
-def _view_location(ctx: CleanupContext, metadata_uri: str) -> str | None:
-    """The ``location`` the view metadata declares (only read without storageLocation)."""
+
+def _read_view_metadata(ctx: CleanupContext, metadata_uri: str) -> object | None:
+    """The JSON document at ``metadata_uri``, or None when the file is gone."""
     try:
         with ctx.resolver.input_file(metadata_uri).open() as stream:
-            doc = json.loads(stream.read())
+            return json.loads(stream.read())
     except FileNotFoundError:
         return None
     except ValueError as e:
         raise StorageError(f"view metadata {metadata_uri} is not JSON: {e}") from None
-    location = doc.get("location") if isinstance(doc, dict) else None
-    return location if isinstance(location, str) and location else None
 
 
 def run_view_cleanup(ctx: CleanupContext, entity: DroppedEntity | None = None) -> CleanupResult:
@@ -34,22 +47,32 @@ def run_view_cleanup(ctx: CleanupContext, entity: DroppedEntity | None = None) -
         entity = decode_dropped_entity(ctx.task.data())
     metadata_uri = require_metadata_location(entity)
     result = CleanupResult()
-    props = {**entity.properties, **ctx.task.internal_properties}
-    fallback = None
-    if not ctx.task.internal_properties.get(STORAGE_LOCATION_KEY):
-        fallback = _view_location(ctx, metadata_uri)
-    guard = Guard.build(ctx, props, fallback)
+    guard = Guard.build(ctx, entity)
     if not guard.admit(metadata_uri, result):
+        result.notes.append("view metadata file refused by the guard: nothing read or deleted")
         return result
     present = existing_with_sizes(ctx, result, [metadata_uri])
     if result.failed:
         return result
     if not present:
+        delete_leftover_sidecars(ctx, result, guard, [metadata_uri])
         result.notes.append("view metadata file already gone: nothing to do")
+        return result
+    doc = _read_view_metadata(ctx, metadata_uri)
+    if doc is None:
+        result.notes.append("view metadata file already gone: nothing to do")
+        return result
+    if not isinstance(doc, dict) or _VIEW_UUID_KEY not in doc:
+        result.refused.append(
+            GuardRefusal(metadata_uri, "is not Iceberg view metadata (no view-uuid)")
+        )
+        return result
+    if not guard.admit_declared_location(metadata_uri, doc.get("location"), result):
+        result.notes.append("view metadata's location is not the recorded one: nothing deleted")
         return result
     if ctx.dry_run:
         result.would_delete.append(metadata_uri)
         return result
     ctx.fence()
-    tally(result, bulk_delete(ctx.resolver, [metadata_uri], check=ctx.still_held), present)
+    tally(result, delete_guarded(ctx, guard, [metadata_uri]), present)
     return result

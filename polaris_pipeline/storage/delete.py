@@ -7,7 +7,10 @@ expands ``*``, ``?`` and ``[...]``, so deleting ``a[1].parquet`` through it dele
 - S3: one ``DeleteObjects`` request per (bucket, up to 1000 keys), whose per-key
   ``Errors`` are read. s3fs's own ``_bulk_delete`` returns the ``Deleted`` list and
   drops ``Errors`` silently, so it is not used.
-- Local files: ``os.unlink`` per path; directories are refused.
+- Local files: ``os.unlink`` per path; directories are refused. With
+  ``sidecar_check`` given, the Hadoop checksum sidecar ``<dir>/.<name>.crc`` of
+  each local path goes too, when it is a regular file the check admits (see
+  :func:`crc_sidecar`).
 - Other filesystems: ``fs.rm_file(path)`` per path.
 
 Versioned buckets are out of scope: on a bucket with versioning enabled S3 answers
@@ -29,6 +32,7 @@ from fsspec.asyn import AsyncFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
 from polaris_pipeline.errors import StorageError
+from polaris_pipeline.storage.config import split_uri
 from polaris_pipeline.storage.resolve import StorageResolver
 
 MAX_KEYS_PER_REQUEST = 1000  # the S3 DeleteObjects limit
@@ -51,6 +55,11 @@ class DeleteReport:
     failed: dict[str, str] = field(default_factory=dict)
     bytes_freed: int | None = 0
     requests: int = 0
+    # Hadoop checksum sidecars deleted beside local files; kept apart from
+    # ``deleted`` so file counts stay those of the table. Their bytes are in
+    # ``bytes_freed`` and, separately, in ``sidecar_bytes``.
+    sidecars: list[str] = field(default_factory=list)
+    sidecar_bytes: int = 0
 
     @property
     def ok(self) -> bool:
@@ -69,6 +78,8 @@ class DeleteReport:
                 else self.bytes_freed + other.bytes_freed
             ),
             requests=self.requests + other.requests,
+            sidecars=[*self.sidecars, *other.sidecars],
+            sidecar_bytes=self.sidecar_bytes + other.sidecar_bytes,
         )
 
     def _add_bytes(self, n: int | None) -> None:
@@ -82,6 +93,29 @@ def _no_check() -> None:
     return None
 
 
+def is_crc_sidecar_name(name: str) -> bool:
+    """Whether a file name is Hadoop's checksum-file form ``.NAME.crc``."""
+    return len(name) > len("..crc") and name.startswith(".") and name.endswith(".crc")
+
+
+def crc_sidecar(uri: str) -> str | None:
+    """The Hadoop checksum sidecar of the local file ``uri``: ``<dir>/.<name>.crc``.
+
+    Hadoop's local filesystem (what Polaris's FileIO uses for ``file:``) writes it
+    beside every file and deletes it with the file. None for any other scheme, and
+    for a name that is itself a checksum file (Hadoop gives those no sidecar). The
+    sidecar keeps the URI's own spelling (``file:/``, ``file:///`` or a bare path)
+    so that the guard judges it exactly as it judged the file.
+    """
+    scheme, _ = split_uri(uri)
+    if scheme != "file":
+        return None
+    head, sep, name = uri.rpartition("/")
+    if not sep or not name or is_crc_sidecar_name(name):
+        return None
+    return f"{head}/.{name}.crc"
+
+
 def bulk_delete(
     resolver: StorageResolver,
     uris: Sequence[str],
@@ -89,6 +123,7 @@ def bulk_delete(
     chunk_size: int = MAX_KEYS_PER_REQUEST,
     on_progress: Callable[[int, int], None] | None = None,
     check: Callable[[], None] | None = None,
+    sidecar_check: Callable[[str], bool] | None = None,
 ) -> DeleteReport:
     """Delete ``uris`` (literal paths), returning the outcome of each.
 
@@ -98,6 +133,10 @@ def bulk_delete(
     have passed the paths through a :class:`~polaris_pipeline.storage.guard.PathGuard`.
     ``check()`` runs before every request (S3) or file (elsewhere) and may raise to
     stop at once: a holder whose lease lapsed mid-chunk deletes nothing more.
+    ``sidecar_check(uri)`` says whether a local file's checksum sidecar may be
+    deleted (the caller's guard); without it no sidecar is touched. A sidecar is
+    looked for whether its file was deleted or found missing: a crash between the
+    two unlinks leaves only the sidecar, and the retry must finish it.
     """
     guard_step = check or _no_check
     if not 1 <= chunk_size <= MAX_KEYS_PER_REQUEST:
@@ -135,6 +174,9 @@ def bulk_delete(
                 for uri, path in chunk:
                     guard_step()
                     _delete_local(resolver, uri, path, report)
+                    # A file that could not be deleted keeps its checksum too.
+                    if sidecar_check is not None and uri not in report.failed:
+                        _delete_sidecar(resolver, uri, report, sidecar_check)
                     progress.step(1)
             else:
                 for uri, path in chunk:
@@ -264,6 +306,38 @@ def _delete_local(resolver: StorageResolver, uri: str, path: str, report: Delete
         report.failed[uri] = _os_reason(resolver, e)
     else:
         report.deleted.append(uri)
+        report._add_bytes(st.st_size)
+
+
+def _delete_sidecar(
+    resolver: StorageResolver,
+    uri: str,
+    report: DeleteReport,
+    sidecar_check: Callable[[str], bool],
+) -> None:
+    sidecar = crc_sidecar(uri)
+    if sidecar is None or not sidecar_check(sidecar):
+        return
+    _, path = split_uri(sidecar)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        report.failed[sidecar] = _os_reason(resolver, e)
+        return
+    if not stat.S_ISREG(st.st_mode):
+        return  # a directory or link by that name is not a sidecar Hadoop wrote
+    report.requests += 1
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        report.failed[sidecar] = _os_reason(resolver, e)
+    else:
+        report.sidecars.append(sidecar)
+        report.sidecar_bytes += st.st_size
         report._add_bytes(st.st_size)
 
 

@@ -113,6 +113,21 @@ def _resolve(loc: _Location) -> _Location:
     return _parse(os.path.realpath(loc.path), root=True)
 
 
+def locations_agree(recorded: str, declared: str) -> bool:
+    """Whether a metadata file's ``location`` agrees with the root the catalog recorded.
+
+    Equal strings after dropping trailing slashes is the only agreement. Polaris
+    writes ``storageLocation`` (and the entity's ``location``) from the metadata's
+    own ``location``, so a real file matches exactly. Anything else is refused: a
+    wider location (the namespace directory) would make the file's other paths look
+    like the table's, a narrower or a sibling one means the file is not this
+    table's. Spellings are not reconciled (``s3a://`` vs ``s3://``, ``file:/`` vs
+    ``file:///``): a file that disagrees in form only is refused and left for an
+    operator, which costs a retry, never data.
+    """
+    return bool(recorded.strip()) and recorded.rstrip("/") == declared.rstrip("/")
+
+
 def _parse_prefix(uri: str) -> _Location:
     # An allowed prefix may be a whole bucket, unlike a table location.
     try:

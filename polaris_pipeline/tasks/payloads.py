@@ -32,6 +32,9 @@ from polaris_pipeline.tasks.model import (
 
 BATCH_TYPE_TABLE_METADATA = "TABLE_METADATA"
 BATCH_TYPES = frozenset({BATCH_TYPE_TABLE_METADATA})
+# The metastore schema version of the first Polaris (1.7) whose BATCH_FILE_CLEANUP
+# payload has ``type``; Polaris 1.0-1.6 (schema v1-v4) fail to decode it.
+BATCH_TYPE_SINCE_SCHEMA_VERSION = 5
 METADATA_LOCATION_KEY = "metadata-location"
 
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
@@ -348,10 +351,22 @@ def decode_batch_cleanup(data: str) -> BatchCleanupPayload:
     return BatchCleanupPayload(table_id, paths, normalised)
 
 
-def encode_batch_cleanup(p: BatchCleanupPayload) -> str:
-    return _dumps(
-        {"tableId": p.table_id.to_json_obj(), "batchFiles": list(p.batch_files), "type": p.type}
-    )
+def batch_type_readable(schema_version: int | None) -> bool:
+    """Whether the Polaris that owns a metastore of ``schema_version`` reads ``type``.
+
+    Unknown (no version row) is treated as an older Polaris: omitting ``type`` is
+    safe for every version (1.7+ reads a missing ``type`` as TABLE_METADATA), while
+    writing it breaks 1.0-1.6.
+    """
+    return schema_version is not None and schema_version >= BATCH_TYPE_SINCE_SCHEMA_VERSION
+
+
+def encode_batch_cleanup(p: BatchCleanupPayload, *, with_type: bool = True) -> str:
+    """The BATCH_FILE_CLEANUP ``data``; ``with_type=False`` for Polaris before 1.7."""
+    doc: dict[str, Any] = {"tableId": p.table_id.to_json_obj(), "batchFiles": list(p.batch_files)}
+    if with_type:
+        doc["type"] = p.type
+    return _dumps(doc)
 
 
 # ---------------------------------------------------------------------------

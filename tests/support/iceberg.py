@@ -12,11 +12,15 @@ them too); this module wraps them for tests.
   location.
 - ``drop_task_row(table, ...)``: the ENTITY_CLEANUP_SCHEDULER TaskRow Polaris
   writes when the table is dropped with purge.
+- ``recorded_drop_task(...)``: the same task with every catalog record chosen
+  (entity properties, internal properties, metadata-location), for hostile rows.
+- ``write_sidecars(uris)``: Hadoop's ``.NAME.crc`` beside each local file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,15 +31,18 @@ from pyiceberg.table import Table
 
 from polaris_pipeline import demo_tables
 from polaris_pipeline.demo_tables import S3Options, build_table
-from polaris_pipeline.storage.config import StorageConfig
+from polaris_pipeline.storage.config import StorageConfig, split_uri
+from polaris_pipeline.storage.delete import crc_sidecar
 from polaris_pipeline.storage.resolve import StorageResolver
-from polaris_pipeline.tasks.model import TaskRow
+from polaris_pipeline.tasks.model import NewTask, Prop, TaskRow, TaskType
 
 __all__ = [
     "Warehouse",
     "build_table",
     "drop_task_row",
+    "recorded_drop_task",
     "table_files",
+    "write_sidecars",
 ]
 
 
@@ -88,6 +95,61 @@ def drop_task_row(table: Table, **kwargs: Any) -> TaskRow:
     Keywords go to :func:`polaris_pipeline.demo_tables.drop_task`.
     """
     return demo_tables.task_row(demo_tables.drop_table_task(table, **kwargs))
+
+
+def recorded_drop_task(
+    metadata_location: str,
+    *,
+    namespace: tuple[str, ...] = ("ns",),
+    name: str = "t",
+    entity_properties: Mapping[str, str] | None = None,
+    internal_properties: Mapping[str, str] | None = None,
+    is_view: bool = False,
+    realm_id: str = "POLARIS",
+    parent_namespace: str | None = None,
+) -> NewTask:
+    """An ENTITY_CLEANUP_SCHEDULER task with exactly the given catalog records.
+
+    ``entity_properties`` are the dropped entity's ``properties`` (where Polaris
+    keeps ``location``); ``internal_properties`` the task's own (``storageLocation``
+    ...), empty by default, as Polaris writes them when it finds no storage
+    configuration. ``parent_namespace`` replaces the entity's encoded namespace
+    as written (to write Java's form encoding by hand).
+    """
+    entity_id = demo_tables.new_task_id()
+    entity = demo_tables.dropped_entity(
+        entity_id=entity_id,
+        name=name,
+        namespace=namespace,
+        metadata_location=metadata_location,
+        is_view=is_view,
+        properties=entity_properties,
+    )
+    if parent_namespace is not None:
+        internal = json.loads(entity["internalProperties"])
+        internal["parent-namespace"] = parent_namespace
+        entity["internalProperties"] = json.dumps(internal)
+    return NewTask(
+        realm_id=realm_id,
+        id=demo_tables.new_task_id(),
+        name=f"entityCleanup_{entity_id}",
+        properties={
+            Prop.TASK_TYPE: str(int(TaskType.ENTITY_CLEANUP_SCHEDULER)),
+            Prop.DATA: json.dumps(entity),
+        },
+        internal_properties=dict(internal_properties or {}),
+    )
+
+
+def write_sidecars(uris: Iterable[str]) -> set[str]:
+    """Write a Hadoop checksum sidecar beside each local file of ``uris``; returns them."""
+    out: set[str] = set()
+    for uri in uris:
+        sidecar = crc_sidecar(uri)
+        assert sidecar is not None, uri
+        Path(split_uri(sidecar)[1]).write_bytes(b"crc\x00\x00\x02\x00")
+        out.add(sidecar)
+    return out
 
 
 @pytest.fixture

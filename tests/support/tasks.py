@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 from typing import Any
 
 from polaris_pipeline.metastore import Metastore, new_entity_id
+from polaris_pipeline.metastore.schema import version as version_table
 from polaris_pipeline.tasks.manifest_codec import ManifestFileRef
-from polaris_pipeline.tasks.model import TASK_TYPE_CODE, NewTask, Prop
+from polaris_pipeline.tasks.model import TASK_TYPE_CODE, LeasePolicy, NewTask, Prop
 
 # The tableId every hand-written payload here names.
 TABLE_ID = {"namespace": ["ns"], "name": "t"}
@@ -135,3 +137,21 @@ def insert_raw_task(
             "grant_records_version": 1,
         }
     )
+
+
+def sqlite_metastore(directory: Path) -> Metastore:
+    """A fresh SQLite metastore in ``directory``: no grace period, a one-minute lease."""
+    store = Metastore(
+        f"sqlite:///{directory}/polaris.db",
+        policy=LeasePolicy(lease_timeout_ms=60_000, grace_ms=0),
+    )
+    store.init_schema()
+    return store
+
+
+def set_schema_version(store: Metastore, value: int | None) -> None:
+    """Make ``store``'s ``version`` row say ``value`` (None: no row at all)."""
+    with store.engine.begin() as conn:
+        conn.execute(version_table.delete().where(version_table.c.version_key == "version"))
+        if value is not None:
+            conn.execute(version_table.insert().values(version_key="version", version_value=value))
