@@ -309,3 +309,34 @@ def test_view_with_entity_location_only_is_deleted(
     assert outcome.ok, outcome.error
     assert not wh.exists(current)
     assert store.get_task(task.realm_id, task.id) is None
+
+
+def test_root_properties_the_entity_recorded_reach_the_children(
+    local_warehouse: Warehouse, store: Metastore
+) -> None:
+    """write.data.path recorded on the entity (no storageLocation, no task properties):
+    the parent admits the data files, and the children get it too, since they see
+    no entity."""
+    wh = local_warehouse
+    data_root = f"{wh.uri}/elsewhere/t_data"
+    table = wh.build("t", appends=1, properties={"write.data.path": data_root})
+    oracle = table_files(table)
+    before = wh.files()
+    task = recorded_drop_task(
+        table.metadata_location,
+        entity_properties={"location": table.location(), "write.data.path": data_root},
+    )
+
+    store.insert_tasks([task])
+    with Runner(store, wh.config, resolver=wh.resolver) as runner:
+        (lease,) = runner.lease(1, ["POLARIS"])
+        parent = runner.execute(lease)
+        children = [store.get_task("POLARIS", c.task_id) for c in parent.children]
+        rest = [o for child in parent.children for o in runner.execute_tree(child)]
+
+    assert parent.ok and children and all(o.ok for o in rest), [o.error for o in rest]
+    for child in children:
+        assert child is not None
+        assert child.internal_properties["storageLocation"] == table.location()
+        assert child.internal_properties["write.data.path"] == data_root
+    assert before - wh.files() == oracle
