@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.metastore import URL_ENV, Metastore
+from polaris_pipeline.metastore.ddl import LATEST_SCHEMA_VERSION, MIN_SCHEMA_VERSION
 from polaris_pipeline.tasks.model import Lease, LeasePolicy, TaskRow, TaskState
 
 EXIT_OK, EXIT_TASK_FAILED, EXIT_ERROR = 0, 1, 2
@@ -122,12 +123,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     init = sub.add_parser(
         "init-metastore",
-        help="create Polaris's entities and version tables (development and demos)",
-        description="Create Polaris's entities and version tables if they are absent. A database "
-        "whose entities table has another shape is refused and left untouched.",
-        epilog="Example: polaris-pipeline init-metastore --metastore sqlite:///polaris.db",
+        help="create Polaris's metastore tables of a schema version (development and demos)",
+        description="Create the tables, keys and indexes Polaris's own schema of the chosen "
+        "version creates, and its version row, when there is no entities table yet. A database "
+        "that already has Polaris's entities table is left as it is; one whose entities table "
+        "has another shape is refused and left untouched.",
+        epilog=_examples(
+            "polaris-pipeline init-metastore --metastore sqlite:///polaris.db",
+            "polaris-pipeline init-metastore --schema-version 4",
+        ),
     )
     _add_metastore(init)
+    init.add_argument(
+        "--schema-version",
+        type=int,
+        choices=range(MIN_SCHEMA_VERSION, LATEST_SCHEMA_VERSION + 1),
+        default=LATEST_SCHEMA_VERSION,
+        metavar="N",
+        help=f"Polaris's schema version, {MIN_SCHEMA_VERSION}..{LATEST_SCHEMA_VERSION}: "
+        "1 = Polaris 1.0, 2 = 1.1, 3 = 1.2-1.3, 4 = 1.4-1.6, 5 = 1.7 and later "
+        f"(default: {LATEST_SCHEMA_VERSION})",
+    )
 
     tasks = sub.add_parser(
         "tasks",
@@ -282,10 +298,12 @@ def _task_json(task: TaskRow, state: TaskState) -> dict[str, Any]:
 
 def cmd_init(args: argparse.Namespace, out: TextIO) -> int:
     store = Metastore(args.metastore)
-    created = store.init_schema()
+    created = store.init_schema(args.schema_version)
+    found = store.check_schema()
+    version = "no version row" if found is None else f"schema version {found}"
     print(
         f"{'created' if created else 'found existing'} Polaris entities table "
-        f"in {store.display_url}",
+        f"in {store.display_url} ({version})",
         file=out,
     )
     return EXIT_OK

@@ -1,5 +1,8 @@
 """Polaris's ``entities`` and ``version`` tables, as SQLAlchemy Core tables.
 
+The statements use these; creating a metastore uses ``ddl`` (Polaris's whole
+schema of a chosen version), and these tables only describe what is queried.
+
 PostgreSQL keeps them in schema ``polaris_schema`` with JSONB properties;
 SQLite (the embedded default) has no schemas and stores the JSON as text. One
 ``MetaData`` serves both through a schema translate map.
@@ -20,12 +23,15 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     inspect,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Connection
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from polaris_pipeline.errors import MetastoreError, SchemaMismatchError
+from polaris_pipeline.metastore import ddl
+from polaris_pipeline.metastore.ddl import LATEST_SCHEMA_VERSION
 
 POLARIS_SCHEMA = "polaris_schema"
 
@@ -81,7 +87,9 @@ entities = Table(
     # Schema v2 and later; never read or written, so v1 databases work unchanged.
     Column("location_without_scheme", Text, nullable=True),
     PrimaryKeyConstraint("realm_id", "id"),
-    UniqueConstraint("realm_id", "catalog_id", "parent_id", "type_code", "name"),
+    UniqueConstraint(
+        "realm_id", "catalog_id", "parent_id", "type_code", "name", name="constraint_name"
+    ),
     schema=POLARIS_SCHEMA,
 )
 
@@ -149,18 +157,24 @@ def check_entities_shape(conn: Connection) -> bool:
     return True
 
 
-def create_schema(conn: Connection) -> bool:
-    """Create the Polaris layout this tool uses; return False if it already existed.
+def create_schema(conn: Connection, schema_version: int = LATEST_SCHEMA_VERSION) -> bool:
+    """Create Polaris's tables of ``schema_version``; return False if ``entities`` existed.
 
-    Only ``entities`` and ``version`` are created: enough for development and
-    demos, not a bootstrap for a Polaris server (Polaris creates its own).
+    Every table, key and index Polaris's own DDL of that version creates (see
+    ``ddl``), and the version row, so a Polaris server of that version can start
+    on the database. An existing Polaris ``entities`` table means the database is
+    someone's metastore already: nothing is created or changed, not even the
+    version row. A foreign ``entities`` table is refused (SchemaMismatchError).
     """
+    ddl.check_version(schema_version)
     if check_entities_shape(conn):
         return False
     schema = schema_name(conn.dialect.name)
     if schema:
         conn.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-    metadata.create_all(conn, tables=[entities, version], checkfirst=True)
+    for statement in ddl.create_statements(schema_version, conn.dialect.name, schema):
+        conn.exec_driver_sql(statement)
+    conn.execute(text(ddl.version_row_statement(schema)), {"version": schema_version})
     return True
 
 
@@ -174,7 +188,16 @@ def read_schema_version(conn: Connection) -> int | None:
 
 def require_schema(conn: Connection, url_for_humans: str) -> None:
     if not check_entities_shape(conn):
+        schema = schema_name(conn.dialect.name)
+        if schema:
+            # PostgreSQL is where a real Polaris lives: its server creates the tables, so
+            # the hint is about where we looked, never to create them here.
+            raise MetastoreError(
+                f"no Polaris entities table {schema}.entities in {url_for_humans}: point "
+                "--metastore at the database Polaris's JDBC persistence uses, as a role "
+                f"granted USAGE on schema {schema}"
+            )
         raise MetastoreError(
-            f"no Polaris entities table in {url_for_humans}: "
-            "point --metastore at Polaris's database, or run `polaris-pipeline init-metastore`"
+            f"no Polaris entities table in {url_for_humans}: point --metastore at Polaris's "
+            "database, or for a scratch SQLite file run `polaris-pipeline init-metastore`"
         )

@@ -27,6 +27,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlch
 from polaris_pipeline.errors import MetastoreError
 from polaris_pipeline.metastore import predicates
 from polaris_pipeline.metastore.connection import DB_NOW_MS, make_engine, resolve_url, safe_url
+from polaris_pipeline.metastore.ddl import LATEST_SCHEMA_VERSION
 from polaris_pipeline.metastore.schema import (
     POLARIS_SCHEMA,
     create_schema,
@@ -176,10 +177,10 @@ class Metastore:
 
     # ---------------------------------------------------------------- schema
 
-    def init_schema(self) -> bool:
-        """Create the Polaris-compatible tables; False when they already existed."""
+    def init_schema(self, schema_version: int = LATEST_SCHEMA_VERSION) -> bool:
+        """Create Polaris's tables of ``schema_version``; False when they already existed."""
         with self._begin() as conn:
-            return create_schema(conn)
+            return create_schema(conn, schema_version)
 
     def check_schema(self) -> int | None:
         """Fail with a clear error unless the Polaris layout is there; return its version."""
