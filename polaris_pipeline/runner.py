@@ -232,6 +232,9 @@ class Runner:
             schema_version=self.schema_version(),
         )
         try:
+            # The task's own storage_configuration_info may say how to reach its
+            # storage; a malformed one is a PayloadError, recorded below.
+            ctx.resolver = self.resolver.for_task(task)
             result = run_cleanup(ctx)
         except LeaseLost:
             return self._lost(lease, task.task_type_code, "during the cleanup", children)
@@ -380,7 +383,7 @@ class Runner:
         """Dry run of one task: what would be deleted and refused; nothing leased or changed."""
         ctx = CleanupContext(
             task=task,
-            resolver=self.resolver,
+            resolver=self.resolver.for_task(task),
             config=self.config,
             dry_run=True,
             new_task_id=new_entity_id,

@@ -22,11 +22,23 @@ from pyiceberg.io.fsspec import FsspecInputFile
 
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.redact import redact
+from polaris_pipeline.storage.catalog_config import (
+    AwsStorage,
+    CatalogStorage,
+    FileStorage,
+    catalog_storage,
+)
 from polaris_pipeline.storage.config import StorageConfig, split_uri
+from polaris_pipeline.storage.credentials import StsCredentials, s3_options
+from polaris_pipeline.storage.scope import task_scope
+from polaris_pipeline.tasks.model import TaskRow
 
 # Schemes served by another scheme's fsspec implementation. adlfs understands
 # abfss:// itself but fsspec's registry only knows it as abfs.
 _PROTOCOL_ALIASES = {"abfss": "abfs"}
+
+# How many filesystems with catalog-vended credentials a resolver keeps.
+MAX_CATALOG_FILESYSTEMS = 32
 
 
 class StorageResolver:
@@ -37,11 +49,36 @@ class StorageResolver:
     lives, e.g. across sensor ticks, whatever else in the process does with fsspec.
     """
 
-    def __init__(self, config: StorageConfig | None = None) -> None:
+    def __init__(
+        self, config: StorageConfig | None = None, *, sts: StsCredentials | None = None
+    ) -> None:
         self.config = config if config is not None else StorageConfig()
+        # Shared by every task's resolver: AssumeRole results outlive one task, so
+        # the children of one table reuse their parent's credentials.
+        self.sts = sts if sts is not None else StsCredentials()
         self._secrets = self.config.secrets()
         self._filesystems: dict[tuple[str, str], AbstractFileSystem] = {}
         self._lock = threading.Lock()
+        # Filesystems holding catalog-vended credentials, shared by the tasks whose
+        # credentials are the same (a table's children): a new s3fs client costs
+        # about a second. Bounded, oldest out, since every table brings its own.
+        self._catalog_filesystems: dict[tuple[str, str], AbstractFileSystem] = {}
+        self._max_filesystems: int | None = None
+
+    def for_task(self, task: TaskRow) -> StorageResolver:
+        """The resolver for one task: catalog storage mode when the task carries
+        ``storage_configuration_info``, this resolver (the static config) otherwise.
+
+        Raises PayloadError for a malformed configuration and StorageError when the
+        task's location cannot be scoped (none, or outside ``allowedLocations``).
+        """
+        storage = catalog_storage(task.internal_properties)
+        if storage is None:
+            return self
+        return CatalogStorageResolver(self, storage, task_scope(storage, task.internal_properties))
+
+    def _options(self, uri: str, protocol: str) -> dict[str, Any]:
+        return self.config.options_for(uri)
 
     # -- resolution -----------------------------------------------------------------
 
@@ -68,11 +105,13 @@ class StorageResolver:
         return fs, cls._strip_protocol(uri)
 
     def _get(self, protocol: str, cls: type[AbstractFileSystem], uri: str) -> AbstractFileSystem:
-        options = self.config.options_for(uri)
+        options = self._options(uri, protocol)
         key = (protocol, json.dumps(options, sort_keys=True, default=repr))
         with self._lock:
-            fs = self._filesystems.get(key)
-            if fs is None:
+            fs = self._filesystems.pop(key, None)
+            if fs is not None:
+                self._filesystems[key] = fs  # most recently used last
+            else:
                 try:
                     # skip_instance_cache: this resolver's cache is the one that counts;
                     # sharing fsspec's would let unrelated code mutate our instance.
@@ -82,6 +121,8 @@ class StorageResolver:
                         f"cannot create {protocol} filesystem: {self.describe(e)}"
                     ) from None
                 self._filesystems[key] = fs
+                if self._max_filesystems and len(self._filesystems) > self._max_filesystems:
+                    del self._filesystems[next(iter(self._filesystems))]
             return fs
 
     # -- operations -----------------------------------------------------------------
@@ -130,6 +171,55 @@ class StorageResolver:
         message = str(exc).strip().replace("\n", " ")
         name = type(exc).__name__
         return self.redact(f"{name}: {message}" if message else name)
+
+
+class CatalogStorageResolver(StorageResolver):
+    """One task's filesystems, reached with credentials from the catalog's storage config.
+
+    A URI under a static storage rule still goes through that rule (the explicit
+    override); every other URI is reached as Polaris reaches it, with credentials
+    scoped to ``scope``. Filesystems are cached here, not in the parent: each
+    holds this task's credentials and goes away with the task.
+    """
+
+    def __init__(
+        self, parent: StorageResolver, storage: CatalogStorage, scope: tuple[str, ...]
+    ) -> None:
+        super().__init__(parent.config, sts=parent.sts)
+        self._filesystems = parent._catalog_filesystems
+        self._lock = parent._lock
+        self._max_filesystems = MAX_CATALOG_FILESYSTEMS
+        self.parent = parent
+        self.storage = storage
+        self.scope = scope
+        self._session_secrets: list[str] = []
+
+    def for_task(self, task: TaskRow) -> StorageResolver:
+        return self.parent.for_task(task)
+
+    def filesystem(self, uri: str) -> tuple[AbstractFileSystem, str]:
+        if self.config.rule_for(uri) is not None:
+            return self.parent.filesystem(uri)
+        return super().filesystem(uri)
+
+    def _options(self, uri: str, protocol: str) -> dict[str, Any]:
+        storage = self.storage
+        if isinstance(storage, FileStorage) and protocol == "file":
+            return {}
+        if isinstance(storage, AwsStorage) and protocol == "s3":
+            session = self.sts.get(storage, self.scope)
+            if session is not None:
+                self._session_secrets = session.secrets()
+            return s3_options(storage, session)
+        raise StorageError(
+            f"{self.redact(uri)!r} is not {storage.storage_type} storage, which the "
+            "catalog's storage configuration describes"
+        )
+
+    def redact(self, text: str) -> str:
+        external_id = getattr(self.storage, "external_id", None) or ""
+        hidden = [*self._session_secrets, *([external_id] if len(external_id) >= 4 else [])]
+        return redact(text, [*self._secrets, *hidden])
 
 
 class ResolvedInputFile(FsspecInputFile):

@@ -7,11 +7,22 @@ parsing and error handling are the real ones.
 - ``s3_bucket`` (function): the name of a new, empty, uniquely named bucket.
 - ``s3_storage_config`` (function): a callable ``(bucket, allowed_prefixes=())``
   returning a StorageConfig that points ``s3://<bucket>`` at the server.
+- ``moto_iam`` (module): a second moto server, in its own process, with IAM
+  authorization enforced (see :class:`MotoIam`). Its own process because moto
+  keeps the enforcement switch in a process-wide setting, which would lock the
+  shared ``moto_server`` out too.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -85,3 +96,163 @@ def s3_bucket(moto_server: MotoS3) -> str:
 def s3_storage_config(moto_server: MotoS3) -> Callable[..., StorageConfig]:
     """``make(bucket, allowed_prefixes=())``: a StorageConfig for ``s3://<bucket>``."""
     return moto_server.storage_config
+
+
+# -- moto with IAM enforced ------------------------------------------------------------
+
+ACCOUNT = "123456789012"  # moto's default account
+
+
+@dataclass(frozen=True)
+class IamUser:
+    name: str
+    key: str
+    secret: str
+
+
+@dataclass(frozen=True)
+class MotoIam:
+    """A moto server that checks every request against IAM policies.
+
+    ``admin`` may do anything (tests arrange and inspect buckets with it);
+    ``sweeper`` may only call ``sts:AssumeRole`` on the roles in ``assumable``;
+    role ``purger`` may touch every bucket, role ``powerless`` nothing at all,
+    role ``forbidden`` exists but the sweeper may not assume it.
+    """
+
+    endpoint_url: str
+    admin: IamUser
+    sweeper: IamUser
+    region: str = "us-east-1"
+
+    @staticmethod
+    def role_arn(name: str) -> str:
+        return f"arn:aws:iam::{ACCOUNT}:role/{name}"
+
+    def client(self, service: str = "s3", user: IamUser | None = None) -> Any:
+        who = user or self.admin
+        return boto3.client(
+            service,
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id=who.key,
+            aws_secret_access_key=who.secret,
+            region_name=self.region,
+        )
+
+    def new_bucket(self) -> str:
+        name = f"pp-iam-{uuid.uuid4().hex[:16]}"
+        self.client().create_bucket(Bucket=name)
+        return name
+
+    def keys(self, bucket: str) -> set[str]:
+        """Every key of ``bucket`` (listed as admin)."""
+        pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket)
+        return {obj["Key"] for page in pages for obj in page.get("Contents", [])}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode} before answering {url}")
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"no answer from {url} within {timeout_s} s")
+
+
+def _policy(*statements: dict[str, Any]) -> str:
+    return json.dumps({"Version": "2012-10-17", "Statement": list(statements)})
+
+
+# How many calls _arrange_iam makes: moto lets exactly that many through unchecked
+# (INITIAL_NO_AUTH_ACTION_COUNT) and authorizes every later one.
+_SETUP_CALLS = 11
+
+
+def _arrange_iam(endpoint: str, region: str) -> tuple[IamUser, IamUser]:
+    """Users, roles and policies, created while moto still lets everyone in."""
+    boot = boto3.client(
+        "iam",
+        endpoint_url=endpoint,
+        aws_access_key_id="bootstrap",
+        aws_secret_access_key="bootstrap",
+        region_name=region,
+    )
+    calls: list[str] = []
+    boot.meta.events.register("after-call.iam", lambda **kw: calls.append("call"))
+
+    def user(name: str, policy: str) -> IamUser:
+        boot.create_user(UserName=name)
+        boot.put_user_policy(UserName=name, PolicyName=f"{name}-policy", PolicyDocument=policy)
+        key = boot.create_access_key(UserName=name)["AccessKey"]
+        return IamUser(name, key["AccessKeyId"], key["SecretAccessKey"])
+
+    admin = user("admin", _policy({"Effect": "Allow", "Action": "*", "Resource": "*"}))
+    sweeper = user(
+        "sweeper",
+        _policy(
+            {
+                "Effect": "Allow",
+                "Action": "sts:AssumeRole",
+                "Resource": [MotoIam.role_arn("purger"), MotoIam.role_arn("powerless")],
+            }
+        ),
+    )
+    trust = _policy(
+        {
+            "Effect": "Allow",
+            "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:user/sweeper"},
+            "Action": "sts:AssumeRole",
+        }
+    )
+    for role in ("purger", "powerless", "forbidden"):
+        boot.create_role(RoleName=role, AssumeRolePolicyDocument=trust)
+    boot.put_role_policy(
+        RoleName="purger",
+        PolicyName="buckets",
+        PolicyDocument=_policy({"Effect": "Allow", "Action": "s3:*", "Resource": "*"}),
+    )
+    boot.put_role_policy(
+        RoleName="powerless",
+        PolicyName="nothing",
+        PolicyDocument=_policy({"Effect": "Allow", "Action": "sqs:ListQueues", "Resource": "*"}),
+    )
+    if len(calls) != _SETUP_CALLS:
+        raise RuntimeError(f"IAM set-up made {len(calls)} calls, expected {_SETUP_CALLS}")
+    return admin, sweeper
+
+
+@pytest.fixture(scope="module")
+def moto_iam() -> Iterator[MotoIam]:
+    """A moto server on 127.0.0.1 enforcing IAM, for one test module."""
+    port = _free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(_SETUP_CALLS)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_http(f"{endpoint}/moto-api/", proc)
+        # From the end of this on, every request is authorized against its policies.
+        admin, sweeper = _arrange_iam(endpoint, "us-east-1")
+        yield MotoIam(endpoint, admin, sweeper)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

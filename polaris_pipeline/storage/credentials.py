@@ -1,0 +1,250 @@
+"""S3 credentials scoped to one task's locations, the way Polaris vends them.
+
+The sweeper's own AWS identity (botocore's default chain: environment, web
+identity, profile, instance role) calls STS AssumeRole on the catalog's
+``roleARN`` with its ``externalId`` and an inline session policy that allows
+reading, listing and deleting only under the task's locations. The session
+policy is a second fence behind the path guard: even a guard bug cannot delete
+outside the table, because the credentials cannot.
+
+Credentials are cached per (role, external id, STS endpoint, region, location
+set) and asked for again ``refresh_margin_s`` before they expire, so a long
+manifest never runs on an expired token.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import botocore.session
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from polaris_pipeline.errors import StorageError
+from polaris_pipeline.redact import MASK, redact
+from polaris_pipeline.storage.catalog_config import AwsStorage
+from polaris_pipeline.storage.config import split_uri
+
+SESSION_NAME = "polaris-pipeline"
+DEFAULT_DURATION_S = 3600
+DEFAULT_REFRESH_MARGIN_S = 600
+
+
+@dataclass(frozen=True, repr=False)
+class AwsSession:
+    """Temporary credentials from AssumeRole; ``expires_at`` in epoch seconds."""
+
+    access_key_id: str
+    secret_access_key: str
+    session_token: str
+    expires_at: float
+
+    def secrets(self) -> list[str]:
+        return [self.access_key_id, self.secret_access_key, self.session_token]
+
+    def __repr__(self) -> str:
+        return f"AwsSession(access_key_id={MASK!r}, expires_at={self.expires_at!r})"
+
+    __str__ = __repr__
+
+
+def _escape_glob(value: str) -> str:
+    """IAM policy variables make ``*``, ``?`` and ``$`` in a key literal (as Polaris does)."""
+    return "".join({"*": "${*}", "?": "${?}", "$": "${$}"}.get(c, c) for c in value)
+
+
+def _bucket_and_key(location: str) -> tuple[str, str]:
+    scheme, rest = split_uri(location)
+    if scheme != "s3":
+        raise StorageError(f"not an S3 location: {location!r}")
+    bucket, _, key = rest.partition("/")
+    if not bucket:
+        raise StorageError(f"no bucket in {location!r}")
+    return bucket, key.strip("/")
+
+
+def _under(prefix: str) -> str:
+    # Polaris's concatFilePrefixes(prefix, "*", "/"): a trailing "/*" so that a
+    # sibling sharing the name as a string prefix ("t" vs "t2") is not covered.
+    return f"{prefix}/*" if prefix else "*"
+
+
+def session_policy(storage: AwsStorage, locations: Sequence[str]) -> dict[str, Any]:
+    """The inline session policy for ``locations``: the shape Polaris builds, minus writes.
+
+    Objects: GetObject/GetObjectVersion and DeleteObject under each location.
+    Buckets: ListBucket with an ``s3:prefix`` condition per location, and
+    GetBucketLocation. KMS: Decrypt/DescribeKey on the keys the catalog names, so
+    SSE-KMS objects (manifests) can be read; nothing is written, so no key is
+    granted for encryption.
+    """
+    arn = f"arn:{storage.partition}:s3:::"
+    objects: list[str] = []
+    list_prefixes: dict[str, list[str]] = {}
+    for location in locations:
+        bucket, key = _bucket_and_key(location)
+        objects.append(arn + _under(_escape_glob(f"{bucket}/{key}" if key else bucket)))
+        list_prefixes.setdefault(bucket, []).append(_under(_escape_glob(key)))
+    statements: list[dict[str, Any]] = [
+        {"Effect": "Allow", "Action": ["s3:DeleteObject"], "Resource": objects},
+    ]
+    kms_keys = [k for k in (storage.current_kms_key, *storage.allowed_kms_keys) if k]
+    if kms_keys and not storage.kms_unavailable:
+        statements.append(
+            {"Effect": "Allow", "Action": ["kms:DescribeKey", "kms:Decrypt"], "Resource": kms_keys}
+        )
+    for bucket, prefixes in list_prefixes.items():
+        statements.append(
+            {
+                "Effect": "Allow",
+                "Action": ["s3:ListBucket"],
+                "Resource": [arn + bucket],
+                "Condition": {"StringLike": {"s3:prefix": prefixes}},
+            }
+        )
+    for bucket in list_prefixes:
+        statements.append(
+            {"Effect": "Allow", "Action": ["s3:GetBucketLocation"], "Resource": [arn + bucket]}
+        )
+    statements.append(
+        {"Effect": "Allow", "Action": ["s3:GetObject", "s3:GetObjectVersion"], "Resource": objects}
+    )
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
+_CacheKey = tuple[str, str, str, str, tuple[str, ...]]
+
+
+class StsCredentials:
+    """AssumeRole results per (role, external id, endpoint, region, locations), refreshed early.
+
+    ``session`` is the botocore session whose default credential chain is the
+    sweeper's identity (a fresh one by default); ``clock`` is for tests.
+    """
+
+    def __init__(
+        self,
+        *,
+        session: botocore.session.Session | None = None,
+        duration_s: int = DEFAULT_DURATION_S,
+        refresh_margin_s: float = DEFAULT_REFRESH_MARGIN_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._session = session
+        self.duration_s = duration_s
+        self.refresh_margin_s = refresh_margin_s
+        self._clock = clock
+        self._cache: dict[_CacheKey, AwsSession] = {}
+        self._clients: dict[tuple[str, str], Any] = {}
+        self._lock = threading.Lock()
+
+    def get(self, storage: AwsStorage, locations: Sequence[str]) -> AwsSession | None:
+        """Credentials for ``locations``; None when the catalog says STS is unavailable
+        (then the sweeper's own identity reaches the bucket, as Polaris's does)."""
+        if storage.sts_unavailable:
+            return None
+        if not storage.role_arn:
+            raise StorageError("the catalog's S3 storage configuration names no roleARN")
+        key: _CacheKey = (
+            storage.role_arn,
+            storage.external_id or "",
+            storage.sts_url or "",
+            storage.region or "",
+            tuple(sorted(set(locations))),
+        )
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is not None and cached.expires_at - self._clock() > self.refresh_margin_s:
+                return cached
+            fresh = self._assume(storage, key[4])
+            self._cache[key] = fresh
+            return fresh
+
+    def _client(self, storage: AwsStorage) -> Any:
+        region = storage.region or "us-east-1"
+        client_key = (storage.sts_url or "", region)
+        client = self._clients.get(client_key)
+        if client is None:
+            session = self._session or botocore.session.Session()
+            client = session.create_client(
+                "sts",
+                region_name=region,
+                endpoint_url=storage.sts_url,
+                config=Config(retries={"max_attempts": 3, "mode": "standard"}),
+            )
+            self._clients[client_key] = client
+        return client
+
+    def _assume(self, storage: AwsStorage, locations: tuple[str, ...]) -> AwsSession:
+        request: dict[str, Any] = {
+            "RoleArn": storage.role_arn,
+            "RoleSessionName": SESSION_NAME,
+            "Policy": json.dumps(session_policy(storage, locations), separators=(",", ":")),
+            "DurationSeconds": self.duration_s,
+        }
+        if storage.external_id:
+            request["ExternalId"] = storage.external_id
+        hidden = _maskable([storage.external_id or ""])
+        try:
+            response = self._client(storage).assume_role(**request)
+        except ClientError as e:
+            error = e.response.get("Error", {})
+            code, message = error.get("Code", "error"), error.get("Message", "")
+            raise StorageError(
+                redact(
+                    f"STS AssumeRole on {storage.role_arn} failed: {code}: {message}".rstrip(": "),
+                    hidden,
+                )
+            ) from None
+        except BotoCoreError as e:
+            # No credentials, no endpoint, a timeout: botocore's text names no secret,
+            # but it is masked all the same.
+            raise StorageError(
+                redact(
+                    f"STS AssumeRole on {storage.role_arn} failed: {type(e).__name__}: {e}",
+                    hidden,
+                )
+            ) from None
+        creds = response["Credentials"]
+        expiration = creds.get("Expiration")
+        expires_at = (
+            expiration.timestamp()
+            if hasattr(expiration, "timestamp")
+            else self._clock() + self.duration_s
+        )
+        return AwsSession(
+            creds["AccessKeyId"], creds["SecretAccessKey"], creds["SessionToken"], expires_at
+        )
+
+
+def _maskable(values: list[str]) -> list[str]:
+    """Values worth masking: a one- or two-letter one would mask every such letter of
+    the message instead (and STS refuses external ids that short anyway)."""
+    return [v for v in values if len(v) >= 4]
+
+
+def s3_options(storage: AwsStorage, session: AwsSession | None) -> dict[str, Any]:
+    """s3fs keyword arguments for the catalog's endpoint, region and addressing style.
+
+    With no session the keys are left out, so botocore's default chain (the
+    sweeper's identity) signs the requests.
+    """
+    options: dict[str, Any] = {}
+    if session is not None:
+        options.update(
+            key=session.access_key_id,
+            secret=session.secret_access_key,
+            token=session.session_token,
+        )
+    if storage.s3_endpoint:
+        options["endpoint_url"] = storage.s3_endpoint
+    if storage.region:
+        options["client_kwargs"] = {"region_name": storage.region}
+    if storage.path_style_access:
+        options["config_kwargs"] = {"s3": {"addressing_style": "path"}}
+    return options

@@ -1,0 +1,63 @@
+"""The locations a task's credentials are scoped to, as Polaris scopes them.
+
+Polaris's ``TaskFileIOSupplier`` asks for credentials on the task's
+``storageLocation`` alone. The sweeper also reads and deletes under a recorded
+``write.data.path``/``write.metadata.path`` (the guard admits them), so those
+join the scope when they lie inside the catalog's ``allowedLocations``; outside
+them the catalog never vouched for them, and they stay out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from polaris_pipeline.errors import StorageError
+from polaris_pipeline.storage.catalog_config import CatalogStorage, FileStorage
+from polaris_pipeline.storage.config import normalize_uri, uri_within
+from polaris_pipeline.storage.guard import ROOT_PROPERTIES
+
+STORAGE_LOCATION_KEY = "storageLocation"
+
+
+def _clean(uri: str) -> str:
+    norm = normalize_uri(uri.strip())
+    return norm.rstrip("/") if not norm.endswith("://") else norm
+
+
+def within_allowed(storage: CatalogStorage, uri: str) -> bool:
+    """Whether ``uri`` lies in (or is) one of the catalog's allowed locations."""
+    for allowed in storage.allowed_locations:
+        if isinstance(storage, FileStorage) and allowed == "*":
+            return True
+        if uri_within(uri, allowed):
+            return True
+    return False
+
+
+def task_scope(storage: CatalogStorage, internal_properties: Mapping[str, str]) -> tuple[str, ...]:
+    """The task's location first, then the recorded root paths inside allowedLocations.
+
+    Raises StorageError when the task has no ``storageLocation`` or it lies outside
+    ``allowedLocations``: credentials for such a task cannot be asked for.
+    """
+    location = internal_properties.get(STORAGE_LOCATION_KEY, "")
+    if not location.strip():
+        raise StorageError(
+            "the task carries storage_configuration_info but no storageLocation to scope "
+            "credentials to"
+        )
+    location = _clean(location)
+    if not within_allowed(storage, location):
+        raise StorageError(
+            f"the task's storageLocation {location!r} is outside the catalog's "
+            f"allowedLocations ({', '.join(storage.allowed_locations) or 'none'})"
+        )
+    scope = [location]
+    for key in ROOT_PROPERTIES:
+        value = internal_properties.get(key, "")
+        if not value.strip():
+            continue
+        root = _clean(value)
+        if within_allowed(storage, root) and not any(uri_within(root, s) for s in scope):
+            scope.append(root)
+    return tuple(scope)

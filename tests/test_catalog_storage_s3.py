@@ -1,0 +1,452 @@
+"""Catalog storage mode on S3: the task's storage_configuration_info, decoded, and
+credentials from STS AssumeRole scoped to the table, against moto with IAM enforced.
+
+moto checks identity policies (the sweeper's base user may only assume roles; only
+the ``purger`` role may touch buckets) but neither session policies nor external
+ids, so the AssumeRole request the sweeper sends is captured on its own botocore
+session and checked here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import botocore.session
+import pytest
+from pyiceberg.table import Table
+
+from polaris_pipeline import demo_tables
+from polaris_pipeline.demo_tables import S3Options
+from polaris_pipeline.errors import PayloadError, StorageError
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.runner import Runner, Status
+from polaris_pipeline.storage.catalog_config import (
+    STORAGE_CONFIG_KEY,
+    AwsStorage,
+    AzureStorage,
+    FileStorage,
+    GcsStorage,
+    catalog_storage,
+    decode_storage_config,
+)
+from polaris_pipeline.storage.config import StorageConfig, StorageRule
+from polaris_pipeline.storage.credentials import StsCredentials, s3_options, session_policy
+from polaris_pipeline.storage.resolve import StorageResolver
+from polaris_pipeline.storage.scope import task_scope
+from polaris_pipeline.tasks.model import Prop
+from tests.support.s3 import MotoIam
+from tests.support.tasks import sqlite_metastore
+
+# -- decoding ------------------------------------------------------------------------
+
+AWS_DOC = {
+    "@type": "AwsStorageConfigurationInfo",
+    "storageType": "S3",
+    "allowedLocations": ["s3://bucket/wh/"],
+    "roleARN": "arn:aws:iam::123456789012:role/catalog",
+    "externalId": "ext-123",
+    "region": "eu-west-1",
+    "endpoint": "http://minio:9000",
+    "stsEndpoint": "http://sts:9000",
+    "pathStyleAccess": True,
+    "currentKmsKey": "arn:aws:kms:eu-west-1:123456789012:key/current",
+    "allowedKmsKeys": ["arn:aws:kms:eu-west-1:123456789012:key/old"],
+    "someFieldOfANewerPolaris": {"x": 1},
+}
+
+
+def test_decodes_the_four_types_polaris_writes() -> None:
+    aws = decode_storage_config(json.dumps(AWS_DOC))
+    assert isinstance(aws, AwsStorage)
+    assert aws.role_arn == "arn:aws:iam::123456789012:role/catalog"
+    assert aws.external_id == "ext-123"
+    assert aws.sts_url == "http://sts:9000"
+    assert aws.path_style_access and not aws.sts_unavailable
+    assert aws.allowed_kms_keys == ("arn:aws:kms:eu-west-1:123456789012:key/old",)
+    azure = decode_storage_config(
+        json.dumps(
+            {
+                "@type": "AzureStorageConfigurationInfo",
+                "storageType": "AZURE",
+                "allowedLocations": ["abfss://c@acct.dfs.core.windows.net/wh"],
+                "tenantId": "tenant",
+                "hierarchical": True,
+            }
+        )
+    )
+    assert isinstance(azure, AzureStorage) and azure.tenant_id == "tenant" and azure.hierarchical
+    gcs = decode_storage_config(
+        json.dumps(
+            {
+                "@type": "GcpStorageConfigurationInfo",
+                "allowedLocations": ["gs://b/wh"],
+                "gcpServiceAccount": "sa@p.iam.gserviceaccount.com",
+            }
+        )
+    )
+    assert isinstance(gcs, GcsStorage) and gcs.gcp_service_account == "sa@p.iam.gserviceaccount.com"
+    local = decode_storage_config(
+        '{"@type": "FileStorageConfigurationInfo", "allowedLocations": ["file:///tmp", "*"]}'
+    )
+    assert isinstance(local, FileStorage) and local.allowed_locations == ("file:///tmp", "*")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "is empty"),
+        ("   ", "is empty"),
+        ("{not json", "is not JSON"),
+        ("[1]", "JSON list, not an object"),
+        ('{"storageType": "S3"}', "no '@type'"),
+        ('{"@type": "HdfsStorageConfigurationInfo"}', "unknown '@type'"),
+        ('{"@type": "AwsStorageConfigurationInfo", "storageType": "GCS"}', "'storageType' says"),
+        ('{"@type": "AwsStorageConfigurationInfo", "roleARN": 7}', "'roleARN' must be a string"),
+        ('{"@type": "AwsStorageConfigurationInfo", "roleARN": "admin"}', "not a role ARN"),
+        ('{"@type": "AwsStorageConfigurationInfo", "pathStyleAccess": "yes"}', "true or false"),
+        ('{"@type": "AwsStorageConfigurationInfo", "allowedLocations": "s3://b"}', "list of"),
+        ('{"@type": "AwsStorageConfigurationInfo", "allowedLocations": [""]}', "list of"),
+        ('{"@type": "AwsStorageConfigurationInfo", "allowedLocations": ["gs://b"]}', "s3://"),
+        ('{"@type": "GcpStorageConfigurationInfo", "allowedLocations": ["s3://b"]}', "gs://"),
+        ('{"@type": "FileStorageConfigurationInfo", "allowedLocations": ["s3://b"]}', "local"),
+    ],
+)
+def test_malformed_documents_are_payload_errors(text: str, message: str) -> None:
+    with pytest.raises(PayloadError, match=message):
+        decode_storage_config(text)
+
+
+def test_absent_config_is_static_mode_but_a_blank_one_is_an_error() -> None:
+    assert catalog_storage({"storageLocation": "s3://b/t"}) is None
+    with pytest.raises(PayloadError, match="is empty"):
+        catalog_storage({STORAGE_CONFIG_KEY: ""})
+
+
+def test_errors_never_quote_the_external_id() -> None:
+    doc = dict(AWS_DOC, externalId="very-secret-ext", pathStyleAccess="nope")
+    with pytest.raises(PayloadError) as info:
+        decode_storage_config(json.dumps(doc))
+    assert "very-secret-ext" not in str(info.value)
+
+
+# -- scope and policy ----------------------------------------------------------------
+
+
+def _aws(**fields: Any) -> AwsStorage:
+    doc = {"@type": "AwsStorageConfigurationInfo", "allowedLocations": ["s3://b/wh"], **fields}
+    storage = decode_storage_config(json.dumps(doc))
+    assert isinstance(storage, AwsStorage)
+    return storage
+
+
+def test_scope_is_the_location_plus_recorded_roots_inside_allowed_locations() -> None:
+    storage = _aws()
+    scope = task_scope(
+        storage,
+        {
+            "storageLocation": "s3a://b/wh/ns/t/",
+            "write.data.path": "s3://b/wh/data/t",
+            "write.metadata.path": "s3://b/wh2/meta/t",  # outside: a sibling of wh, not in it
+            "write.object-storage.path": "s3://b/wh/ns/t/objects",  # already covered
+        },
+    )
+    assert scope == ("s3://b/wh/ns/t", "s3://b/wh/data/t")
+
+
+@pytest.mark.parametrize(
+    ("internal", "message"),
+    [
+        ({}, "no storageLocation"),
+        ({"storageLocation": "  "}, "no storageLocation"),
+        ({"storageLocation": "s3://b/wh2/t"}, "outside the catalog's allowedLocations"),
+        ({"storageLocation": "s3://other/wh/t"}, "outside the catalog's allowedLocations"),
+    ],
+)
+def test_scope_refuses_what_the_catalog_did_not_allow(
+    internal: dict[str, str], message: str
+) -> None:
+    with pytest.raises(StorageError, match=message):
+        task_scope(_aws(), internal)
+
+
+def test_session_policy_names_only_the_granted_prefixes() -> None:
+    storage = _aws(currentKmsKey="arn:aws:kms:us-east-1:1:key/k", roleARN="arn:aws:iam::1:role/r")
+    policy = session_policy(storage, ["s3://b/wh/ns/t*?$", "s3://b/wh/data"])
+    by_action = {tuple(s["Action"]): s for s in policy["Statement"]}
+    objects = ["arn:aws:s3:::b/wh/ns/t${*}${?}${$}/*", "arn:aws:s3:::b/wh/data/*"]
+    assert by_action[("s3:DeleteObject",)]["Resource"] == objects
+    assert by_action[("s3:GetObject", "s3:GetObjectVersion")]["Resource"] == objects
+    listing = by_action[("s3:ListBucket",)]
+    assert listing["Resource"] == ["arn:aws:s3:::b"]
+    assert listing["Condition"] == {
+        "StringLike": {"s3:prefix": ["wh/ns/t${*}${?}${$}/*", "wh/data/*"]}
+    }
+    assert by_action[("kms:DescribeKey", "kms:Decrypt")]["Resource"] == [
+        "arn:aws:kms:us-east-1:1:key/k"
+    ]
+    assert not any("s3:PutObject" in s["Action"] for s in policy["Statement"])
+    kms_off = session_policy(_aws(currentKmsKey="k", kmsUnavailable=True), ["s3://b/wh/t"])
+    assert not any("kms:Decrypt" in s["Action"] for s in kms_off["Statement"])
+
+
+def test_s3_options_follow_the_catalog() -> None:
+    options = s3_options(_aws(endpoint="http://e:1", region="r1", pathStyleAccess=True), None)
+    assert options == {
+        "endpoint_url": "http://e:1",
+        "client_kwargs": {"region_name": "r1"},
+        "config_kwargs": {"s3": {"addressing_style": "path"}},
+    }
+    assert "key" not in options  # no session: the sweeper's own chain signs
+
+
+# -- against moto with IAM enforced --------------------------------------------------
+
+
+class StsRecorder:
+    """The sweeper's botocore session, recording each AssumeRole it sends and gets."""
+
+    def __init__(self) -> None:
+        self.session = botocore.session.Session()
+        self.requests: list[dict[str, Any]] = []
+        self.secrets: list[str] = []
+        self.session.register("provide-client-params.sts.AssumeRole", self._request)
+        self.session.register("after-call.sts.AssumeRole", self._response)
+
+    def _request(self, params: dict[str, Any], **_: Any) -> None:
+        self.requests.append(dict(params))
+
+    def _response(self, parsed: dict[str, Any], **_: Any) -> None:
+        creds = parsed.get("Credentials") or {}
+        self.secrets += [v for k, v in creds.items() if k in ("SecretAccessKey", "SessionToken")]
+
+
+@pytest.fixture
+def sweeper_identity(moto_iam: MotoIam, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The sweeper's default credential chain finds the base user in the environment."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", moto_iam.sweeper.key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", moto_iam.sweeper.secret)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+
+
+@pytest.fixture
+def recorder(sweeper_identity: None) -> StsRecorder:
+    return StsRecorder()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Metastore]:
+    store = sqlite_metastore(tmp_path)
+    yield store
+    store.engine.dispose()
+
+
+def _table(moto_iam: MotoIam, tmp_path: Path, bucket: str, name: str) -> Table:
+    s3 = S3Options(
+        endpoint=moto_iam.endpoint_url,
+        access_key=moto_iam.admin.key,
+        secret_key=moto_iam.admin.secret,
+        region=moto_iam.region,
+    )
+    catalog = demo_tables.open_catalog(
+        f"s3://{bucket}/wh", tmp_path / f"{name}.db", name=name, s3=s3
+    )
+    return demo_tables.build_table(catalog, ("ns", name), appends=1)
+
+
+def _storage_info(moto_iam: MotoIam, bucket: str, role: str, **extra: Any) -> str:
+    return json.dumps(
+        {
+            "@type": "AwsStorageConfigurationInfo",
+            "storageType": "S3",
+            "allowedLocations": [f"s3://{bucket}/wh"],
+            "roleARN": moto_iam.role_arn(role),
+            "externalId": f"ext-{role}",
+            "region": moto_iam.region,
+            "endpoint": moto_iam.endpoint_url,
+            "pathStyleAccess": True,
+            **extra,
+        }
+    )
+
+
+def _drop(store: Metastore, table: Table, storage_info: str) -> int:
+    task = demo_tables.drop_table_task(
+        table, extra_internal_properties={STORAGE_CONFIG_KEY: storage_info}
+    )
+    store.insert_tasks([task])
+    return task.id
+
+
+def _keys_of(moto_iam: MotoIam, bucket: str, table: Table) -> set[str]:
+    prefix = table.location().split(f"s3://{bucket}/", 1)[1] + "/"
+    return {k for k in moto_iam.keys(bucket) if k.startswith(prefix)}
+
+
+def _sweep(store: Metastore, recorder: StsRecorder, config: StorageConfig | None = None) -> Any:
+    resolver = StorageResolver(config, sts=StsCredentials(session=recorder.session))
+    with Runner(store, config, resolver=resolver) as runner:
+        return runner.sweep()
+
+
+def test_table_purged_with_assumed_role_and_no_storage_config(
+    moto_iam: MotoIam, recorder: StsRecorder, store: Metastore, tmp_path: Path
+) -> None:
+    bucket = moto_iam.new_bucket()
+    table = _table(moto_iam, tmp_path, bucket, "t")
+    assert _keys_of(moto_iam, bucket, table)
+    # A neighbour whose location starts with the table's: the policy must not cover it.
+    neighbour = table.location().split(f"s3://{bucket}/", 1)[1] + "2/data/keep.parquet"
+    moto_iam.client().put_object(Bucket=bucket, Key=neighbour, Body=b"keep")
+    task_id = _drop(store, table, _storage_info(moto_iam, bucket, "purger"))
+
+    outcomes = _sweep(store, recorder)
+
+    assert [o.status for o in outcomes] == [Status.DONE] * len(outcomes)
+    assert len(outcomes) > 1  # the table task and its children
+    assert store.get_task("POLARIS", task_id) is None
+    assert _keys_of(moto_iam, bucket, table) == set()
+    assert neighbour in moto_iam.keys(bucket)
+    # One AssumeRole for the whole tree: children reuse the parent's scope and credentials.
+    assert len(recorder.requests) == 1
+    request = recorder.requests[0]
+    assert request["RoleArn"] == moto_iam.role_arn("purger")
+    assert request["ExternalId"] == "ext-purger"
+    policy = json.loads(request["Policy"])
+    prefix = table.location().split(f"s3://{bucket}/", 1)[1]
+    resources = {r for s in policy["Statement"] for r in s["Resource"]}
+    assert resources == {f"arn:aws:s3:::{bucket}/{prefix}/*", f"arn:aws:s3:::{bucket}"}
+    listing = [s for s in policy["Statement"] if s["Action"] == ["s3:ListBucket"]]
+    assert listing[0]["Condition"] == {"StringLike": {"s3:prefix": [f"{prefix}/*"]}}
+
+
+def test_denied_roles_fail_clearly_delete_nothing_and_the_sweep_goes_on(
+    moto_iam: MotoIam, recorder: StsRecorder, store: Metastore, tmp_path: Path
+) -> None:
+    bucket = moto_iam.new_bucket()
+    # One table dropped twice (two tasks, two roles): both must fail and keep it whole.
+    kept = _table(moto_iam, tmp_path, bucket, "kept")
+    fine = _table(moto_iam, tmp_path, bucket, "fine")
+    before = _keys_of(moto_iam, bucket, kept)
+    ids = {
+        "powerless": _drop(store, kept, _storage_info(moto_iam, bucket, "powerless")),
+        "forbidden": _drop(store, kept, _storage_info(moto_iam, bucket, "forbidden")),
+        "fine": _drop(store, fine, _storage_info(moto_iam, bucket, "purger")),
+    }
+
+    outcomes = _sweep(store, recorder)
+
+    by_id = {o.lease.task_id: o for o in outcomes}
+    assert by_id[ids["powerless"]].status is Status.FAILED
+    assert by_id[ids["forbidden"]].status is Status.FAILED
+    assert store.get_task("POLARIS", ids["fine"]) is None
+    assert _keys_of(moto_iam, bucket, fine) == set()
+    assert _keys_of(moto_iam, bucket, kept) == before
+    rows = {name: store.get_task("POLARIS", i) for name, i in ids.items() if name != "fine"}
+    errors = {name: row.properties[Prop.ERROR] for name, row in rows.items() if row}
+    assert "AccessDenied" in errors["powerless"] or "Forbidden" in errors["powerless"]
+    assert (
+        "STS AssumeRole on arn:aws:iam::123456789012:role/forbidden failed: AccessDenied"
+        in (errors["forbidden"])
+    )
+    for row in rows.values():
+        assert row is not None and row.properties.get(Prop.NEXT_ATTEMPT)  # backs off
+    # No credential of any kind in what was recorded.
+    recorded = json.dumps([row.properties for row in rows.values() if row])
+    assert len(recorder.secrets) == 4  # the powerless and the purger roles' sessions
+    for secret in [*recorder.secrets, moto_iam.sweeper.secret, "ext-forbidden", "ext-powerless"]:
+        assert secret not in recorded
+
+
+def test_malformed_or_misplaced_configs_are_recorded_and_delete_nothing(
+    moto_iam: MotoIam, recorder: StsRecorder, store: Metastore, tmp_path: Path
+) -> None:
+    bucket = moto_iam.new_bucket()
+    table = _table(moto_iam, tmp_path, bucket, "kept")
+    before = _keys_of(moto_iam, bucket, table)
+    bad_id = _drop(store, table, '{"@type": "HdfsStorageConfigurationInfo"}')
+    out_id = _drop(
+        store,
+        table,
+        _storage_info(moto_iam, bucket, "purger", allowedLocations=[f"s3://{bucket}/elsewhere"]),
+    )
+
+    _sweep(store, recorder)
+
+    bad, out = store.get_task("POLARIS", bad_id), store.get_task("POLARIS", out_id)
+    assert (
+        bad is not None
+        and "unknown '@type' 'HdfsStorageConfigurationInfo'" in (bad.properties[Prop.ERROR])
+    )
+    assert (
+        out is not None and "outside the catalog's allowedLocations" in (out.properties[Prop.ERROR])
+    )
+    assert recorder.requests == []  # nothing was even asked of STS
+    assert _keys_of(moto_iam, bucket, table) == before
+
+
+def test_sts_unavailable_uses_the_sweepers_own_identity(
+    moto_iam: MotoIam, recorder: StsRecorder, store: Metastore, tmp_path: Path
+) -> None:
+    bucket = moto_iam.new_bucket()
+    table = _table(moto_iam, tmp_path, bucket, "direct")
+    before = _keys_of(moto_iam, bucket, table)
+    task_id = _drop(store, table, _storage_info(moto_iam, bucket, "purger", stsUnavailable=True))
+
+    _sweep(store, recorder)
+
+    # No AssumeRole; the base user itself may not read the bucket, so moto refuses it.
+    assert recorder.requests == []
+    row = store.get_task("POLARIS", task_id)
+    assert row is not None and "Forbidden" in row.properties[Prop.ERROR]
+    assert _keys_of(moto_iam, bucket, table) == before
+
+
+def test_a_static_rule_overrides_the_catalog_for_its_prefix(
+    moto_iam: MotoIam, recorder: StsRecorder, store: Metastore, tmp_path: Path
+) -> None:
+    bucket = moto_iam.new_bucket()
+    table = _table(moto_iam, tmp_path, bucket, "static")
+    _drop(store, table, _storage_info(moto_iam, bucket, "forbidden"))
+    admin = {
+        "endpoint_url": moto_iam.endpoint_url,
+        "key": moto_iam.admin.key,
+        "secret": moto_iam.admin.secret,
+        "client_kwargs": {"region_name": moto_iam.region},
+    }
+    config = StorageConfig(rules=(StorageRule(f"s3://{bucket}", admin),))
+
+    outcomes = _sweep(store, recorder, config)
+
+    assert outcomes and all(o.status is Status.DONE for o in outcomes)
+    assert recorder.requests == []
+    assert _keys_of(moto_iam, bucket, table) == set()
+
+
+def test_credentials_are_cached_per_scope_and_refreshed_before_expiry(
+    moto_iam: MotoIam, recorder: StsRecorder
+) -> None:
+    now = [1_000_000_000.0]
+    sts = StsCredentials(session=recorder.session, refresh_margin_s=600, clock=lambda: now[0])
+    storage = _aws(
+        roleARN=moto_iam.role_arn("purger"),
+        externalId="ext-e",
+        endpoint=moto_iam.endpoint_url,
+        allowedLocations=["s3://b"],
+    )
+    first = sts.get(storage, ["s3://b/t"])
+    assert first is not None
+    now[0] = first.expires_at - 601
+    assert sts.get(storage, ["s3://b/t"]) is first
+    assert len(recorder.requests) == 1
+    assert sts.get(storage, ["s3://b/t2"]) is not first  # another location set, another call
+    assert len(recorder.requests) == 2
+    now[0] = first.expires_at - 599  # inside the margin: asked again before it expires
+    assert sts.get(storage, ["s3://b/t"]) is not first
+    assert len(recorder.requests) == 3
+    assert repr(first).count(first.access_key_id) == 0
