@@ -5,6 +5,9 @@
 and writes its class path to the ``classpath`` file there; this module only
 reads that file. The JVM is started once and answers requests line by line, so
 hundreds of cases cost one JVM start (about a second).
+
+``write_iceberg_tables`` runs tests/java/spark/IcebergTableWriter, Iceberg's Java
+library inside Spark 3.5, to write real tables (class path: ``spark-classpath``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import tempfile
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -147,3 +151,77 @@ def iceberg_java_judge() -> Iterator[IcebergJavaJudge]:
         yield judge
     finally:
         judge.close()
+
+
+# ---------------------------------------------------------------------------
+# Real tables written by Iceberg's Java library inside Spark
+# ---------------------------------------------------------------------------
+
+WRITER_CLASS = "IcebergTableWriter"
+# What Spark's own launcher opens on Java 17 (its JavaModuleOptions); without
+# them Spark's off-heap and serialization code fails at start.
+SPARK_JVM_FLAGS = (
+    "-XX:+IgnoreUnrecognizedVMOptions",
+    *(
+        f"--add-opens=java.base/{package}=ALL-UNNAMED"
+        for package in (
+            "java.lang",
+            "java.lang.invoke",
+            "java.lang.reflect",
+            "java.io",
+            "java.net",
+            "java.nio",
+            "java.util",
+            "java.util.concurrent",
+            "java.util.concurrent.atomic",
+            "sun.nio.ch",
+            "sun.nio.cs",
+            "sun.security.action",
+            "sun.util.calendar",
+        )
+    ),
+    "-Djdk.reflect.useDirectMethodHandle=false",
+    "-Xmx768m",
+    "-XX:+UseSerialGC",
+)
+
+
+@dataclass(frozen=True)
+class WrittenTable:
+    name: str
+    location: str  # as Iceberg wrote it: file:/... (one slash)
+    metadata_location: str
+
+
+def write_iceberg_tables(
+    warehouse: Path, tables: Sequence[tuple[str, int]], *, timeout: float = 600
+) -> dict[str, WrittenTable]:
+    """Write ``(name, format_version)`` tables in namespace ``db`` under ``warehouse`` with Spark.
+
+    See tests/java/spark/IcebergTableWriter.java for what each table holds. Skips
+    only when there is no ``java``.
+    """
+    java = java_executable()
+    if java is None:
+        pytest.skip(f"no java on PATH (CI has one; locally: bash {INSTALL_SCRIPT})")
+    listing = iceberg_java_dir() / "spark-classpath"
+    if not listing.is_file():
+        pytest.fail(f"Spark's jars are not installed ({listing} is missing): run {INSTALL_SCRIPT}")
+    classpath = os.pathsep.join(line for line in listing.read_text().splitlines() if line)
+    specs = [f"{name}:{version}" for name, version in tables]
+    done = subprocess.run(
+        [java, *SPARK_JVM_FLAGS, "-cp", classpath, WRITER_CLASS, warehouse.as_uri(), *specs],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=warehouse.parent,  # Spark leaves spark-warehouse/ and similar in its directory
+    )
+    if done.returncode != 0:
+        raise AssertionError(f"the Spark writer failed:\n{done.stderr[-6000:]}")
+    out: dict[str, WrittenTable] = {}
+    for line in done.stdout.splitlines():
+        kind, name, location, metadata_location = line.split("\t")
+        assert kind == "TABLE", line
+        out[name] = WrittenTable(name, location, metadata_location)
+    assert sorted(out) == sorted(name for name, _ in tables), done.stdout
+    return out
