@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pyiceberg.table import Table
 
 from polaris_pipeline import demo_tables
 from polaris_pipeline.metastore import Metastore
@@ -55,10 +56,7 @@ def test_purge_deletes_every_sidecar_and_nothing_else(
         stray.write_bytes(b"not ours")
     before = wh.files()
 
-    task = drop_task_row(table)
-    store.insert_tasks(
-        [NewTask(task.realm_id, task.id, task.name, task.properties, task.internal_properties)]
-    )
+    store.insert_tasks([_polaris_drop_task(table)])
     with Runner(store, wh.config, resolver=wh.resolver) as runner:
         outcomes = runner.sweep(["POLARIS"])
 
@@ -157,10 +155,7 @@ def test_s3_objects_named_like_sidecars_are_left(s3_warehouse: Warehouse, store:
     fs, path = wh.resolver.filesystem(key)
     fs.pipe_file(path, b"crc")
     oracle = table_files(table) - {key}
-    task = drop_task_row(table)
-    store.insert_tasks(
-        [NewTask(task.realm_id, task.id, task.name, task.properties, task.internal_properties)]
-    )
+    store.insert_tasks([_polaris_drop_task(table)])
 
     with Runner(store, wh.config, resolver=wh.resolver) as runner:
         outcomes = runner.sweep(["POLARIS"])
@@ -168,3 +163,27 @@ def test_s3_objects_named_like_sidecars_are_left(s3_warehouse: Warehouse, store:
     assert all(o.ok for o in outcomes), [o.error for o in outcomes]
     assert not any(wh.exists(p) for p in oracle)
     assert wh.exists(key)
+
+
+def test_dry_run_lists_the_sidecars_it_would_delete(
+    local_warehouse: Warehouse, store: Metastore
+) -> None:
+    wh = local_warehouse
+    table = wh.build("t", partitioned=True, with_deletes=True, with_statistics=True, appends=1)
+    oracle = table_files(table)
+    sidecars = write_sidecars(oracle)
+    (_local(table.location()) / "data" / ".x.crc").write_bytes(b"not ours")
+    before = wh.files()
+
+    with Runner(store, wh.config, resolver=wh.resolver) as runner:
+        plan = runner.plan(demo_tables.task_row(_polaris_drop_task(table)))
+
+    assert plan.ok, plan.error_summary()
+    assert set(plan.would_delete) == oracle | sidecars
+    assert wh.files() == before
+
+
+def _polaris_drop_task(table: Table) -> NewTask:
+    """The drop task Polaris writes for ``table``, ready to insert."""
+    task = drop_task_row(table)
+    return NewTask(task.realm_id, task.id, task.name, task.properties, task.internal_properties)

@@ -8,6 +8,7 @@ from polaris_pipeline.cleanup.common import (
     delete_chunked,
     delete_leftover_sidecars,
     existing_with_sizes,
+    list_dry_run_sidecars,
 )
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
 from polaris_pipeline.tasks.payloads import decode_batch_cleanup
@@ -24,6 +25,7 @@ def run_batch_cleanup(ctx: CleanupContext) -> CleanupResult:
     present = existing_with_sizes(ctx, result, admitted)
     if ctx.dry_run:
         result.would_delete.extend(present)
+        list_dry_run_sidecars(result, guard)
         return result
     gone = [p for p in admitted if p not in present and p not in result.failed]
     delete_leftover_sidecars(ctx, result, guard, gone)

@@ -14,6 +14,7 @@ from polaris_pipeline.storage.delete import (
     DeleteReport,
     bulk_delete,
     crc_sidecar,
+    present_crc_sidecar,
 )
 from polaris_pipeline.storage.guard import ROOT_PROPERTIES, PathGuard, locations_agree
 from polaris_pipeline.tasks.model import NewTask, TaskRow, TaskType
@@ -237,6 +238,16 @@ def delete_leftover_sidecars(
     result.failed.update({u: e for u, e in report.failed.items() if u not in local})
     if result.bytes_freed is not None:
         result.bytes_freed += report.sidecar_bytes
+
+
+def list_dry_run_sidecars(result: CleanupResult, guard: Guard) -> None:
+    """Add to ``would_delete`` the checksum sidecars a real run would delete with its files."""
+    sidecars = [
+        sidecar
+        for sidecar in map(present_crc_sidecar, result.would_delete)
+        if sidecar is not None and guard.allows(sidecar)
+    ]
+    result.would_delete[:] = dedupe([*result.would_delete, *sidecars])
 
 
 def tally(

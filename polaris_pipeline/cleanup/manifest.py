@@ -25,6 +25,7 @@ from polaris_pipeline.cleanup.common import (
     existing_with_sizes,
     gc_disabling_value,
     gc_kept_note,
+    list_dry_run_sidecars,
     tally,
 )
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
@@ -135,6 +136,7 @@ def run_manifest_cleanup(ctx: CleanupContext) -> CleanupResult:
 
     if ctx.dry_run:
         result.would_delete.append(ref.manifest_path)
+        list_dry_run_sidecars(result, guard)
         return result
     if result.failed or result.refused:
         # The manifest is the only record of the files still to delete: keep it

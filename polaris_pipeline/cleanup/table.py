@@ -53,6 +53,7 @@ from polaris_pipeline.cleanup.common import (
     existing_with_sizes,
     gc_disabling_value,
     gc_kept_note,
+    list_dry_run_sidecars,
     new_child,
     table_identifier,
     tally,
@@ -276,7 +277,7 @@ def _dry_run(ctx: CleanupContext, result: CleanupResult, guard: Guard, plan: Tab
     candidates = [p for p in plan.metadata_files() if p not in refused]
     result.would_delete.extend(existing_with_sizes(ctx, result, candidates))
     result.would_delete.append(plan.metadata_uri)
-    result.would_delete[:] = dedupe(result.would_delete)
+    list_dry_run_sidecars(result, guard)
     result.notes.append(
         "dry run: content files are listed from the manifests without checking they exist"
     )

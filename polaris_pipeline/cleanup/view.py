@@ -16,6 +16,7 @@ from polaris_pipeline.cleanup.common import (
     delete_guarded,
     delete_leftover_sidecars,
     existing_with_sizes,
+    list_dry_run_sidecars,
     tally,
 )
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
@@ -72,6 +73,7 @@ def run_view_cleanup(ctx: CleanupContext, entity: DroppedEntity | None = None) -
         return result
     if ctx.dry_run:
         result.would_delete.append(metadata_uri)
+        list_dry_run_sidecars(result, guard)
         return result
     ctx.fence()
     tally(result, delete_guarded(ctx, guard, [metadata_uri]), present)

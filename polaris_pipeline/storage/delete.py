@@ -309,13 +309,28 @@ def _delete_local(resolver: StorageResolver, uri: str, path: str, report: Delete
         report._add_bytes(st.st_size)
 
 
+def present_crc_sidecar(uri: str) -> str | None:
+    """``crc_sidecar(uri)`` when it exists as a regular file (what Hadoop writes).
+
+    A directory or a symlink by that name is not a sidecar and is never deleted.
+    """
+    sidecar = crc_sidecar(uri)
+    if sidecar is None:
+        return None
+    try:
+        st = os.lstat(split_uri(sidecar)[1])
+    except OSError:
+        return None
+    return sidecar if stat.S_ISREG(st.st_mode) else None
+
+
 def _delete_sidecar(
     resolver: StorageResolver,
     uri: str,
     report: DeleteReport,
     sidecar_check: Callable[[str], bool],
 ) -> None:
-    sidecar = crc_sidecar(uri)
+    sidecar = present_crc_sidecar(uri)
     if sidecar is None or not sidecar_check(sidecar):
         return
     _, path = split_uri(sidecar)
@@ -327,7 +342,7 @@ def _delete_sidecar(
         report.failed[sidecar] = _os_reason(resolver, e)
         return
     if not stat.S_ISREG(st.st_mode):
-        return  # a directory or link by that name is not a sidecar Hadoop wrote
+        return  # replaced since it was looked up: not ours to delete
     report.requests += 1
     try:
         os.unlink(path)

@@ -8,6 +8,11 @@ prefixes, inside one of those too.
 
 Checks are lexical (no URL decoding: object keys are literal), plus, for local
 files, symlink resolution of the parent directory.
+
+The roots must come from what the catalog recorded, never from a file the guard
+is about to judge: ``polaris_pipeline.cleanup.common.recorded_roots`` picks them
+(the task's ``storageLocation``, else the dropped entity's ``location``), and
+:func:`locations_agree` is the one rule for a metadata file's own ``location``.
 """
 
 from __future__ import annotations
