@@ -16,7 +16,9 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
+from polaris_pipeline.attempt_observer import AttemptObserver
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
 from polaris_pipeline.cleanup.dispatch import run_cleanup
 from polaris_pipeline.errors import LeaseLost, MetastoreError, PayloadError, PolarisPipelineError
@@ -123,8 +125,17 @@ class Runner:
         resolver: StorageResolver | None = None,
         heartbeat_interval_s: float | None = None,
         progress: ProgressFn | None = None,
+        write_task_events: bool = False,
+        tracer_provider: Any | None = None,
     ) -> None:
+        """``write_task_events``: write Polaris's BEFORE/AFTER_ATTEMPT_TASK rows to the
+        ``events`` table (schema v3+), off by default as Polaris's own listener is.
+        ``tracer_provider``: OpenTelemetry's, else the global one (spans are no-ops
+        when none is configured or OpenTelemetry is not installed)."""
         self.metastore = metastore
+        self.observer = AttemptObserver(
+            metastore, write_task_events=write_task_events, tracer_provider=tracer_provider
+        )
         self.config = config or StorageConfig()
         self.resolver = resolver or StorageResolver(self.config)
         self.executor_id = executor_id or make_executor_id()
@@ -213,6 +224,15 @@ class Runner:
             lost = self._lost(lease, task.task_type_code, "before it started")
             lost.started = False
             return lost
+        # The attempt proper: inside its span, between its Polaris events (when enabled).
+        return self.observer.observe(
+            lease,
+            task.task_type_code,
+            self.executor_id,
+            lambda: self._attempt(lease, task, record_failure),
+        )
+
+    def _attempt(self, lease: Lease, task: TaskRow, record_failure: bool) -> TaskOutcome:
         children: list[Lease] = []
 
         def create_children(kids: Iterable[NewTask]) -> list[NewTask]:
