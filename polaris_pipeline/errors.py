@@ -4,14 +4,25 @@ from __future__ import annotations
 
 
 class PolarisPipelineError(Exception):
-    """Base of every error the engine raises on purpose."""
+    """Base of every error the engine raises on purpose.
+
+    ``permanent`` says whether a task that failed with it can heal by being
+    retried: False (the default) for anything that depends on the outside world
+    (storage, network, the metastore), True for what depends only on the task's
+    own row, which never changes (see ``is_permanent``).
+    """
+
+    permanent: bool = False
 
 
 class PayloadError(PolarisPipelineError, ValueError):
     """A task's properties or payload cannot be decoded.
 
-    ``task`` names the task ("realm/id name") when the caller knows it.
+    ``task`` names the task ("realm/id name") when the caller knows it. Permanent:
+    the payload (and the task type) are the row's own, so a retry decodes the same.
     """
+
+    permanent = True
 
     def __init__(self, message: str, *, task: str | None = None) -> None:
         self.reason = message
@@ -39,7 +50,13 @@ class StorageConfigError(StorageError):
 
 
 class GuardRefusal(PolarisPipelineError):
-    """A path lies outside the locations a task may delete from."""
+    """A path lies outside the locations a task may delete from.
+
+    Permanent: the roots come from what the catalog recorded on the row, and the
+    refused paths from the task's payload or immutable Iceberg files.
+    """
+
+    permanent = True
 
     def __init__(self, path: str, reason: str) -> None:
         self.path = path
@@ -49,3 +66,13 @@ class GuardRefusal(PolarisPipelineError):
 
 class LeaseLost(PolarisPipelineError):
     """The holder no longer holds the task's lease; it must stop at once."""
+
+
+def is_permanent(exc: BaseException) -> bool:
+    """Whether a task that failed with ``exc`` fails the same way on every retry.
+
+    Such a task is dead-lettered at once (no confirmation attempt: the inputs that
+    decide it are the row itself, so a second attempt could only repeat it). Every
+    other error, unexpected ones included, is transient and backs off.
+    """
+    return isinstance(exc, PolarisPipelineError) and exc.permanent

@@ -21,7 +21,13 @@ from typing import Any
 from polaris_pipeline.attempt_observer import AttemptObserver
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
 from polaris_pipeline.cleanup.dispatch import run_cleanup
-from polaris_pipeline.errors import LeaseLost, MetastoreError, PayloadError, PolarisPipelineError
+from polaris_pipeline.errors import (
+    LeaseLost,
+    MetastoreError,
+    PayloadError,
+    PolarisPipelineError,
+    is_permanent,
+)
 from polaris_pipeline.metastore import CompleteOutcome, FailOutcome, Metastore, new_entity_id
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.resolve import StorageResolver
@@ -141,7 +147,8 @@ class Runner:
         self.executor_id = executor_id or make_executor_id()
         self.run_id = run_id
         self.progress = progress
-        interval = heartbeat_interval_s or metastore.policy.lease_timeout_ms / 5000
+        # Beat within the shortest lease of any realm (realms may override the timeout).
+        interval = heartbeat_interval_s or metastore.policy.shortest_lease_timeout_ms / 5000
         self._heartbeat_interval_s = interval
         self.heartbeat = Heartbeat(metastore, self.executor_id, interval)
         # (realm, task id) -> the elapsed-clock time until which the lease is guaranteed.
@@ -250,6 +257,7 @@ class Runner:
             new_task_id=new_entity_id,
             progress=self._progress_for(lease),
             schema_version=self.schema_version(),
+            metadata_batch_size=self.metastore.policy.for_realm(task.realm_id).metadata_batch_size,
         )
         try:
             # The task's own storage_configuration_info may say how to reach its
@@ -262,7 +270,14 @@ class Runner:
             message = exc.for_task(task.label).args[0]
             return self._fail(lease, task, message, children=children, permanent=True)
         except (PolarisPipelineError, OSError) as exc:
-            return self._fail(lease, task, _one_line(exc), children=children, record=record_failure)
+            return self._fail(
+                lease,
+                task,
+                _one_line(exc),
+                children=children,
+                record=record_failure,
+                permanent=is_permanent(exc),
+            )
         except Exception as exc:  # a bug or an unexpected library error: record it, keep sweeping
             log.error("task %s: unexpected error\n%s", task.label, traceback.format_exc())
             return self._fail(
@@ -274,7 +289,7 @@ class Runner:
             )
         if not result.ok:
             summary = result.error_summary() or "cleanup reported a failure"
-            permanent = bool(result.refused)
+            permanent = any(is_permanent(refusal) for refusal in result.refused)
             return self._fail(
                 lease,
                 task,
@@ -313,7 +328,7 @@ class Runner:
                 children=kids,
                 recorded=False,
             )
-        written = self.metastore.fail(lease, error, run_id=self.run_id)
+        written = self.metastore.fail(lease, error, run_id=self.run_id, permanent=permanent)
         if written.outcome is FailOutcome.LEASE_LOST:
             return self._lost(lease, task.task_type_code, "before its failure was written", kids)
         if written.outcome is FailOutcome.ALREADY_GONE:
@@ -408,6 +423,7 @@ class Runner:
             dry_run=True,
             new_task_id=new_entity_id,
             schema_version=self.schema_version(),
+            metadata_batch_size=self.metastore.policy.for_realm(task.realm_id).metadata_batch_size,
         )
         return run_cleanup(ctx)
 

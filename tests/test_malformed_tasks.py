@@ -128,12 +128,13 @@ def test_malformed_payload_recorded_on_that_task_only(
     assert outcomes[after.id].status is Status.DONE
     assert not any(f.exists() for f in good_files)
     bad = outcomes[bad_id]
-    assert bad.status is Status.FAILED and bad.permanent
+    # Permanent: dead-lettered at once, marked so (no hour of retries).
+    assert bad.status is Status.DEAD and bad.permanent
     assert bad.error is not None and expected in bad.error, bad.error
     assert f"r1/{bad_id}" in bad.error  # the error names the task
     row = metastore.get_task("r1", bad_id)
     assert row is not None  # never dropped: its work is not done
-    assert row.last_error == bad.error and row.status == "failed"
+    assert row.last_error == bad.error and row.status == "dead" and row.failure_permanent
     assert row.properties.get(Prop.DATA) == props.get(Prop.DATA)  # payload kept as it was
 
 
@@ -153,7 +154,7 @@ def test_properties_not_a_json_object_recorded_and_original_kept(
         outcomes = {o.lease.task_id: o for o in runner.sweep(["r1"])}
     assert not good.exists()
     weird = outcomes[5]
-    assert weird.status is Status.FAILED and weird.error is not None
+    assert weird.status is Status.DEAD and weird.permanent and weird.error is not None
     assert "not a JSON object" in weird.error
     row = metastore.get_task("r1", 5)
     assert row is not None and row.last_error == weird.error

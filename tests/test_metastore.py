@@ -385,6 +385,7 @@ def test_sql_state_rule_matches_python_rule(metastore: Metastore) -> None:
         {Prop.NEXT_ATTEMPT: str(now + 100_000)},
         {Prop.NEXT_ATTEMPT: str(now - 100_000)},
         {Prop.CREATED_BY: "polaris-pipeline"},
+        {Prop.TASK_TYPE: "1", Prop.DATA: '{"catalogId":0,"id":5,"typeCode":3}'},  # a role
     ]
     for extra in zoo:
         seed(metastore, "zoo", 1, extra=extra, create_timestamp=now + 1_000_000)

@@ -5,6 +5,7 @@ shortcuts on its way (the plainly-held pre-filter, the number test) agree with t
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -12,8 +13,16 @@ from sqlalchemy import event, text
 
 from polaris_pipeline.metastore import Metastore, new_entity_id, predicates
 from polaris_pipeline.metastore.schema import POLARIS_SCHEMA
-from polaris_pipeline.tasks.model import CREATOR, LeasePolicy, Prop, TaskRow, TaskState
-from tests.support.tasks import seed
+from polaris_pipeline.tasks.model import (
+    CREATOR,
+    LeasePolicy,
+    Prop,
+    TaskRow,
+    TaskState,
+    is_unhandled_cleanup,
+)
+from polaris_pipeline.tasks.payloads import DroppedEntity, encode_dropped_entity
+from tests.support.tasks import dropped_entity_json, seed
 
 TIMEOUT = 60_000
 GRACE = 500_000
@@ -46,6 +55,74 @@ def _insert(
             },
         )
     return task_id
+
+
+def polaris_entity(type_code: int, sub_type_code: int = 0) -> str:
+    """``data`` exactly as Polaris writes it for a dropped entity of ``type_code``."""
+    return encode_dropped_entity(
+        DroppedEntity(
+            id=new_entity_id(),
+            name=f"dropped_{type_code}",
+            type_code=type_code,
+            sub_type_code=sub_type_code,
+            catalog_id=0 if type_code in (2, 3, 4) else 11,
+            parent_id=0 if type_code in (2, 3, 4) else 12,
+            entity_version=3,
+            properties={"owner": "ops"},
+            internal_properties={"client_id": "x"} if type_code == 2 else {},
+        )
+    )
+
+
+def compact(**overrides: Any) -> str:
+    """The hand-written dropped entity, compact as Jackson writes it."""
+    return json.dumps(json.loads(dropped_entity_json(**overrides)), separators=(",", ":"))
+
+
+# (taskType, data, whether the rule calls it unhandled): the shapes Polaris writes, and
+# hostile ones where a JSON reader and a text rule could disagree on the typeCode.
+DATA_CASES: list[tuple[Any, Any, bool]] = [
+    *(("1", polaris_entity(code), True) for code in (2, 3, 4, 5, 6)),
+    ("1", polaris_entity(7, 2), False),  # a table
+    ("1", polaris_entity(7, 3), False),  # a view
+    ("1", compact(typeCode=3), True),
+    ("1", compact(typeCode=70), True),
+    ("1", compact(typeCode=-0), True),
+    ("1", compact(typeCode=10**20), True),
+    ("1", dropped_entity_json(typeCode=3), False),  # spaced JSON: Jackson never writes it
+    ("1", '{"typeCode":7}', False),
+    ("1", '{"typeCode":3}', True),
+    ("1", '{"name":"r\\"x","typeCode":5,"properties":"{}"}', True),
+    ("1", '{"typeCode":"7"}', False),  # a string: the decoder decides
+    ("1", '{"typeCode":"3"}', False),
+    ("1", '{"typeCode":3.0}', False),
+    ("1", '{"typeCode":3e0}', False),
+    ("1", '{"typeCode":07}', False),
+    ("1", '{"typeCode": 3}', False),  # not compact, as Jackson never writes
+    ("1", '{"typeCode":3,"typeCode":7}', False),  # a reader takes the last
+    ("1", '{"typeCode":3,"p":{"typeCode":7}}', False),
+    ("1", '{"a":{"typeCode":3},"typeCode":3}', False),
+    ("1", '{"x":"\\u0041","typeCode":3}', False),  # an escape could spell a key
+    ("1", '{"type\\u0043ode":7,"typeCode":3}', False),
+    ("1", '{"typeCode":3} ', False),
+    ("1", '{"typeCode":3,', False),
+    ("1", "{not json}", False),
+    ("1", "not json", False),
+    ("1", "", False),
+    ("1", compact(typeCode=None), False),  # typeCode null
+    (
+        "1",
+        json.dumps({k: v for k, v in json.loads(compact()).items() if k != "typeCode"}),
+        False,
+    ),
+    ("1", {"typeCode": 3}, False),  # data an object, not a JSON string
+    ("1", None, False),  # no data
+    ("2", '{"typeCode":3}', False),
+    ("3", polaris_entity(3), False),
+    ("01", polaris_entity(3), False),
+    (" 1", polaris_entity(3), False),
+    (1, polaris_entity(3), True),  # a number: reads as "1" in both
+]
 
 
 def _zoo(store: Metastore, realm: str) -> None:
@@ -83,6 +160,31 @@ def _zoo(store: Metastore, realm: str) -> None:
         ({Prop.NEXT_ATTEMPT: str(now + 100_000)}, None),
         ({Prop.NEXT_ATTEMPT: str(now - 100_000)}, None),
         ({Prop.CREATED_BY: CREATOR}, None),
+        # Unhandled whatever else the row says: dead-lettered by an older version,
+        # leased by one, or backing off.
+        ({Prop.TASK_TYPE: "1", Prop.DATA: polaris_entity(5), Prop.STATUS: "dead"}, None),
+        ({Prop.TASK_TYPE: "1", Prop.DATA: polaris_entity(6), Prop.ATTEMPT_COUNT: "8"}, None),
+        (
+            {
+                Prop.TASK_TYPE: "1",
+                Prop.DATA: polaris_entity(3),
+                x: "ours",
+                Prop.START_TIME: str(now),
+            },
+            now,
+        ),
+        (
+            {
+                Prop.TASK_TYPE: "1",
+                Prop.DATA: polaris_entity(4),
+                Prop.NEXT_ATTEMPT: str(now + 100_000),
+            },
+            None,
+        ),
+        *(
+            ({Prop.TASK_TYPE: task_type, Prop.DATA: data}, None)
+            for task_type, data, _ in DATA_CASES
+        ),
         (  # a failed attempt, released early: leased again, the end time dropped
             {
                 x: "ours",
@@ -96,6 +198,7 @@ def _zoo(store: Metastore, realm: str) -> None:
     ]
     for props, updated in cases:
         body = {Prop.TASK_TYPE: "3", Prop.DATA: "{}", **props}
+        body = {k: v for k, v in body.items() if v is not None or k != Prop.DATA}
         for created in (old, fresh):
             _insert(store, realm, json.dumps(body), created=created, updated=updated or created)
     # Properties that are not a JSON object: PostgreSQL holds any JSON value,
@@ -125,6 +228,8 @@ def test_lease_takes_exactly_the_orphans_of_the_python_rule(strict: Metastore) -
     _zoo(strict, "zoo")
     before = _states(strict, "zoo")
     assert set(before.values()) == set(TaskState)  # the zoo reaches every state
+    expected_unhandled = 4 + sum(1 for _, _, unhandled in DATA_CASES if unhandled)
+    assert list(before.values()).count(TaskState.UNHANDLED) == 2 * expected_unhandled
     attempts = {t.id: t.attempt_count for t in strict.list_tasks(["zoo"])}
     leases = strict.lease_available("sweeper", 1_000)
     leased = [lease.task_id for lease in leases]
@@ -171,7 +276,9 @@ def test_plainly_held_only_rejects_rows_the_rule_calls_held(strict: Metastore) -
             {"timeout": TIMEOUT},
         ).all()
     rejected = {row.id for row in rows if row.held}
-    assert all(states[i] in (TaskState.LEASED, TaskState.DEAD) for i in rejected)
+    # Unhandled comes before leased in the rule; either way such a row is not taken.
+    not_available = (TaskState.LEASED, TaskState.DEAD, TaskState.UNHANDLED)
+    assert all(states[i] in not_available for i in rejected)
     # It does fire: on the leases written as ours are, and on others' (start != update).
     by_executor: dict[int, str | None] = {t.id: t.executor_id for t in strict.list_tasks()}
     assert {by_executor[i] for i in rejected} >= {"ours", "polaris", "7"}
@@ -231,3 +338,49 @@ def test_short_batch_runs_no_listing_of_every_task(metastore: Metastore) -> None
         event.remove(metastore.engine, "before_cursor_execute", record)
     assert len(statements) == 4
     assert not any("<> 'object'" in s for s in statements)
+
+
+def test_python_unhandled_rule_matches_the_expectations() -> None:
+    for task_type, data, unhandled in DATA_CASES:
+        props = {Prop.TASK_TYPE: task_type, **({Prop.DATA: data} if data is not None else {})}
+        row = TaskRow("r", 1, "n", 1, 1, 0, 0, properties=_as_read(props))
+        assert row.unhandled is unhandled, (task_type, data)
+        assert (row.state(10**13, LeasePolicy()) is TaskState.UNHANDLED) is unhandled
+
+
+def _as_read(props: dict[str, Any]) -> dict[str, str]:
+    """Properties as ``parse_properties`` hands them over (non-strings as JSON text)."""
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in props.items()}
+
+
+@pg_only
+def test_sql_unhandled_rule_matches_python(metastore: Metastore) -> None:
+    """The SQL rule on every shape, one statement; the same answers as Python's."""
+    bodies = [
+        json.dumps({Prop.TASK_TYPE: t, **({Prop.DATA: d} if d is not None else {})})
+        for t, d, _ in DATA_CASES
+    ]
+    with metastore.engine.begin() as conn:
+        got = (
+            conn.execute(
+                text(
+                    f"SELECT {predicates.UNHANDLED} FROM (SELECT CAST(b AS JSONB) AS properties, n"
+                    " FROM unnest(CAST(:bodies AS TEXT[])) WITH ORDINALITY AS u(b, n)) e ORDER BY n"
+                ),
+                {"bodies": bodies},
+            )
+            .scalars()
+            .all()
+        )
+    assert got == [unhandled for _, _, unhandled in DATA_CASES]
+    for (task_type, data, _), sql in zip(DATA_CASES, got, strict=True):
+        props = _as_read({Prop.TASK_TYPE: task_type, **({Prop.DATA: data} if data else {})})
+        assert is_unhandled_cleanup(props.get(Prop.TASK_TYPE), props.get(Prop.DATA)) is sql
+
+
+@pg_only
+def test_counts_in_sql_match_the_python_rule(strict: Metastore) -> None:
+    _zoo(strict, "zoo")
+    python = Counter(_states(strict, "zoo").values())
+    assert strict.count_by_state(["zoo"])["zoo"] == python
+    assert python[TaskState.UNHANDLED] > 0

@@ -7,11 +7,18 @@ SQL and the Python rule classify the same rows the same way.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+
 from polaris_pipeline.tasks.model import (
     CREATOR,
     INTEGER_PATTERN,
     STATUS_DEAD,
+    TABLE_LIKE_TYPE_CODE,
     TASK_TYPE_CODE,
+    UNHANDLED_DATA_PATTERN,
+    UNHANDLED_TASK_TYPE,
+    UNHANDLED_TYPE_KEY,
     Prop,
 )
 
@@ -52,6 +59,49 @@ def attempts(alias: str = "e") -> str:
 ATTEMPTS = attempts()
 
 
+def _literal(value: str) -> str:
+    """A PostgreSQL E'' string literal: the same text whatever standard_conforming_strings is."""
+    return "E'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _unhandled() -> str:
+    """``tasks.model.is_unhandled_cleanup`` in SQL, on the text of ``data``.
+
+    The task-type test is one key look-up and settles almost every row; only
+    ENTITY_CLEANUP_SCHEDULER rows run the anchored regex, which stops within the
+    first members of the entity. No JSON cast: a cast error would abort the lease.
+    """
+    data = f"(e.properties->>'{Prop.DATA}')"
+    key = _literal(UNHANDLED_TYPE_KEY)
+    return (
+        f"COALESCE(e.properties->>'{Prop.TASK_TYPE}' = '{UNHANDLED_TASK_TYPE}'"
+        f" AND right({data}, 1) = '}}'"
+        f" AND substring({data} FROM {_literal(UNHANDLED_DATA_PATTERN)})"
+        f" <> '{TABLE_LIKE_TYPE_CODE}'"
+        f" AND strpos(substr({data}, strpos({data}, {key}) + {len(UNHANDLED_TYPE_KEY)}), {key}) = 0"
+        f" AND strpos({data}, {_literal(chr(92) + 'u')}) = 0, FALSE)"
+    )
+
+
+UNHANDLED = _unhandled()
+# SQLAlchemy's text() reads ":name" as a bind parameter; the rule's literals must not
+# contain one, or every statement embedding it would ask for a missing parameter.
+if re.search(r"(?<![:\w]):\w", UNHANDLED):
+    raise RuntimeError("predicates.UNHANDLED contains ':<word>': reword the pattern")
+
+
+def per_realm(default: str, overrides: Sequence[tuple[str, str]], alias: str = "e") -> str:
+    """A SQL value that is ``overrides``' value for its realm, else ``default``.
+
+    ``overrides`` pairs bind-parameter names (realm, value); without any the
+    statement is unchanged, so the usual single policy costs nothing.
+    """
+    if not overrides:
+        return default
+    whens = " ".join(f"WHEN {realm} THEN CAST({value} AS BIGINT)" for realm, value in overrides)
+    return f"(CASE {alias}.realm_id {whens} ELSE CAST({default} AS BIGINT) END)"
+
+
 def plainly_held(now: str, timeout: str) -> str:
     """True only for rows ``state_case`` calls leased (or dead), never orphaned; cheap.
 
@@ -74,7 +124,10 @@ def plainly_held(now: str, timeout: str) -> str:
 
 
 def state_case(now: str, timeout: str, grace: str, max_attempts: str) -> str:
-    """A CASE expression giving the TaskState value of row ``e`` at ``now``."""
+    """A CASE expression giving the TaskState value of row ``e`` at ``now``.
+
+    ``timeout`` and ``grace`` may be per-realm expressions (``per_realm``).
+    """
     dead = f"COALESCE(e.properties->>'{Prop.STATUS}' = '{STATUS_DEAD}', FALSE)"
     held = (
         f"({EXECUTOR} IS NOT NULL AND {START} IS NOT NULL AND {now} - {START} <= {timeout}"
@@ -86,7 +139,8 @@ def state_case(now: str, timeout: str, grace: str, max_attempts: str) -> str:
         f" AND {now} - e.create_timestamp < {grace})"
     )
     return (
-        f"CASE WHEN {dead} THEN 'dead' WHEN {held} THEN 'leased'"
+        f"CASE WHEN {UNHANDLED} THEN 'unhandled'"
+        f" WHEN {dead} THEN 'dead' WHEN {held} THEN 'leased'"
         f" WHEN {ATTEMPTS} >= {max_attempts} THEN 'dead'"
         f" WHEN {backing_off} THEN 'backing-off' WHEN {pending} THEN 'pending'"
         " ELSE 'orphaned' END"

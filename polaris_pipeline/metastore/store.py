@@ -37,6 +37,7 @@ from polaris_pipeline.metastore.schema import (
 )
 from polaris_pipeline.tasks.model import (
     CREATOR,
+    PERMANENT_TRUE,
     STATUS_DEAD,
     STATUS_FAILED,
     STATUS_REQUEUED,
@@ -85,6 +86,23 @@ class FailOutcome(StrEnum):
 class FailureRecord:
     outcome: FailOutcome
     next_attempt_ms: int | None = None
+    # Dead-lettered at once: the failure is one retrying cannot heal.
+    permanent: bool = False
+
+
+class DiscardOutcome(StrEnum):
+    DISCARDED = "discarded"
+    WOULD_DISCARD = "would-discard"  # dry run
+    REFUSED = "refused"  # not unhandled, gone, or changed meanwhile
+
+
+@dataclass(frozen=True)
+class DiscardResult:
+    realm_id: str
+    task_id: int
+    outcome: DiscardOutcome
+    name: str = ""
+    detail: str = ""  # why a refusal was refused
 
 
 def decode_row(row: Any) -> TaskRow:
@@ -142,7 +160,9 @@ class Metastore:
             else make_engine(
                 self.url,
                 # Half the lease: a frozen holder's locks are gone long before its lease.
-                idle_in_transaction_timeout_ms=max(1000, self.policy.lease_timeout_ms // 2),
+                idle_in_transaction_timeout_ms=max(
+                    1000, self.policy.shortest_lease_timeout_ms // 2
+                ),
             )
         )
         self.dialect = self.engine.dialect.name
@@ -278,15 +298,16 @@ ORDER BY 1
         """Per realm, how many tasks are in each state (computed in the database on PostgreSQL)."""
         out: dict[str, Counter[TaskState]] = {}
         if self.dialect == "postgresql":
-            case = predicates.state_case(":now", ":timeout", ":grace", ":max_attempts")
-            realm_filter = "AND e.realm_id = ANY(:realms)" if realms is not None else ""
-            sql = (
-                f"SELECT e.realm_id, {case} AS state, count(*) AS n "
-                f"FROM {POLARIS_SCHEMA}.entities e WHERE {predicates.TASK_ROWS} {realm_filter} "
-                "GROUP BY 1, 2"
-            )
             with self._begin() as conn:
                 params = self._policy_params(self.now_ms(conn))
+                timeout, grace = self._realm_timing_sql(params)
+                case = predicates.state_case(":now", timeout, grace, ":max_attempts")
+                realm_filter = "AND e.realm_id = ANY(:realms)" if realms is not None else ""
+                sql = (
+                    f"SELECT e.realm_id, {case} AS state, count(*) AS n "
+                    f"FROM {POLARIS_SCHEMA}.entities e WHERE {predicates.TASK_ROWS} "
+                    f"{realm_filter} GROUP BY 1, 2"
+                )
                 if realms is not None:
                     params["realms"] = list(realms)
                 for realm, state, n in conn.execute(text(sql), params):
@@ -304,6 +325,26 @@ ORDER BY 1
             "grace": self.policy.effective_grace_ms,
             "max_attempts": self.policy.max_attempts,
         }
+
+    def _realm_timing_sql(self, params: dict[str, Any]) -> tuple[str, str]:
+        """The lease timeout and grace of row ``e`` as SQL, per realm; fills ``params``.
+
+        One CASE on realm_id over the realms with overrides (bound, never spliced);
+        with none, the plain ``:timeout`` and ``:grace`` parameters.
+        """
+        timeouts: list[tuple[str, str]] = []
+        graces: list[tuple[str, str]] = []
+        for i, realm in enumerate(sorted(self.policy.realm_overrides)):
+            own = self.policy.for_realm(realm)
+            params[f"ovr_realm_{i}"] = realm
+            params[f"ovr_timeout_{i}"] = own.lease_timeout_ms
+            params[f"ovr_grace_{i}"] = own.effective_grace_ms
+            timeouts.append((f":ovr_realm_{i}", f":ovr_timeout_{i}"))
+            graces.append((f":ovr_realm_{i}", f":ovr_grace_{i}"))
+        return (
+            predicates.per_realm(":timeout", timeouts),
+            predicates.per_realm(":grace", graces),
+        )
 
     # --------------------------------------------------------------- leasing
 
@@ -341,7 +382,15 @@ ORDER BY 1
         ``realms`` None: every realm with a task, found in the same transaction.
         """
         now = "c.now_ms"
-        state = predicates.state_case(now, ":timeout", ":grace", ":max_attempts")
+        params: dict[str, Any] = {
+            "executor": executor_id,
+            "limit": limit,
+            "timeout": self.policy.lease_timeout_ms,
+            "grace": self.policy.effective_grace_ms,
+            "max_attempts": self.policy.max_attempts,
+        }
+        timeout, grace = self._realm_timing_sql(params)
+        state = predicates.state_case(now, timeout, grace, ":max_attempts")
         attempts = predicates.attempts("t")
         sql = f"""
 WITH c AS (
@@ -358,7 +407,7 @@ picked AS (
     FROM {POLARIS_SCHEMA}.entities e, c
     WHERE {predicates.TASK_ROWS} AND e.realm_id = ANY(:realms)
       -- Rows other sweepers plainly hold go first, before the costly CASE.
-      AND NOT {predicates.plainly_held(now, ":timeout")}
+      AND NOT {predicates.plainly_held(now, timeout)}
       AND {state} = 'orphaned'
     -- No ORDER BY: the scan stops at the first :limit orphans instead of
     -- sorting every candidate; backoff keeps failing tasks from crowding out others.
@@ -390,13 +439,6 @@ FROM leased
 UNION ALL
 SELECT FALSE, realm_id, id, NULL, NULL, NULL, NULL, NULL FROM picked WHERE NOT is_object
 """
-        params: dict[str, Any] = {
-            "executor": executor_id,
-            "limit": limit,
-            "timeout": self.policy.lease_timeout_ms,
-            "grace": self.policy.effective_grace_ms,
-            "max_attempts": self.policy.max_attempts,
-        }
         with self._begin() as conn:
             # Naming the realms lets the scan use Polaris's unique index.
             params["realms"] = self._realms(conn) if realms is None else realms
@@ -505,6 +547,94 @@ SELECT FALSE, realm_id, id, NULL, NULL, NULL, NULL, NULL FROM picked WHERE NOT i
             return None
         return self._cas_lease(task, executor_id)
 
+    def select_available(self, limit: int, realms: Iterable[str] | None = None) -> list[TaskRow]:
+        """Up to ``limit`` tasks ``lease_available`` would lease now; writes nothing.
+
+        The sweeper selects candidates with it and each run leases its own task
+        when it starts (``Runner.start``): a run waiting in a queue holds no lease
+        that could lapse. Same availability rule as the lease statement: on
+        PostgreSQL the same predicates, on SQLite the Python rule.
+        """
+        if limit <= 0:
+            return []
+        realm_list = list(realms) if realms is not None else None
+        if self.dialect != "postgresql":
+            with self._begin() as conn:
+                now = self.now_ms(conn)
+                query = select(*_TASK_COLUMNS).where(self._task_filter(realm_list))
+                rows = conn.execute(query.order_by(entities.c.create_timestamp, entities.c.id))
+                out: list[TaskRow] = []
+                for row in rows:
+                    task = decode_row(row)
+                    if task.state(now, self.policy) is TaskState.ORPHANED:
+                        out.append(task)
+                        if len(out) >= limit:
+                            break
+                return out
+        params: dict[str, Any] = {
+            "limit": limit,
+            "timeout": self.policy.lease_timeout_ms,
+            "grace": self.policy.effective_grace_ms,
+            "max_attempts": self.policy.max_attempts,
+        }
+        clock = "c.now_ms"
+        timeout, grace = self._realm_timing_sql(params)
+        state = predicates.state_case(clock, timeout, grace, ":max_attempts")
+        columns = ", ".join(f"e.{column.name}" for column in _TASK_COLUMNS)
+        sql = f"""
+WITH c AS (SELECT {self._now_sql} AS now_ms)
+SELECT {columns}
+FROM {POLARIS_SCHEMA}.entities e, c
+WHERE {predicates.TASK_ROWS} AND e.realm_id = ANY(:realms)
+  AND NOT {predicates.plainly_held(clock, timeout)}
+  AND {state} = 'orphaned'
+LIMIT :limit
+"""
+        with self._begin() as conn:
+            params["realms"] = self._realms(conn) if realm_list is None else realm_list
+            if not params["realms"]:
+                return []
+            return [decode_row(r) for r in conn.execute(text(sql), params)]
+
+    def lease_for_operator(self, realm_id: str, task_id: int, executor_id: str) -> Lease | None:
+        """An operator's "run it now": requeue and lease a backing-off or dead task, one CAS.
+
+        The attempt count restarts as ``requeue`` does (this lease is attempt 1) and
+        the backoff is cleared. None unless the task is backing off or dead (an
+        available task takes ``lease_task``; a held, pending or unhandled one is
+        not taken) or when the row changed meanwhile.
+        """
+        with self._begin() as conn:
+            now = self.now_ms(conn)
+            task = self._get(conn, realm_id, task_id)
+            if task is None or task.properties_error:
+                return None
+            if task.state(now, self.policy) not in (TaskState.BACKING_OFF, TaskState.DEAD):
+                return None
+            props = dict(task.properties)
+            for key in (Prop.NEXT_ATTEMPT, Prop.END_TIME, Prop.PERMANENT):
+                props.pop(key, None)
+            props.update(
+                {
+                    Prop.STATUS: STATUS_REQUEUED,
+                    Prop.EXECUTOR: executor_id,
+                    Prop.START_TIME: str(now),
+                    Prop.ATTEMPT_COUNT: "1",
+                }
+            )
+            if not self._cas_write(conn, task, props, now):
+                return None
+        return Lease(
+            realm_id=task.realm_id,
+            task_id=task.id,
+            executor_id=executor_id,
+            attempt=1,
+            entity_version=task.entity_version + 1,
+            start_time_ms=now,
+            task_type_code=task.task_type_code,
+            name=task.name,
+        )
+
     # --------------------------------------------------------- holder's moves
 
     def _held_by(self, task: TaskRow | None, lease: Lease, now: int) -> bool:
@@ -543,7 +673,7 @@ SELECT FALSE, realm_id, id, NULL, NULL, NULL, NULL, NULL FROM picked WHERE NOT i
             if task is None or not self._held_by(task, lease, now):
                 return None
             start = task.start_time_ms or now
-            return start + self.policy.lease_timeout_ms - now
+            return start + self.policy.for_realm(lease.realm_id).lease_timeout_ms - now
 
     def holds(self, lease: Lease) -> bool:
         """Fencing check: does ``lease`` still hold its task, by the database clock?"""
@@ -621,7 +751,7 @@ WHERE type_code = {TASK_TYPE_CODE} AND catalog_id = 0 AND parent_id = 0 AND real
         params = {
             "realm": realm_id,
             "executor": executor_id,
-            "timeout": self.policy.lease_timeout_ms,
+            "timeout": self.policy.for_realm(realm_id).lease_timeout_ms,
         }
         with self._begin() as conn:
             return int(conn.execute(text(sql), params).rowcount)
@@ -652,8 +782,14 @@ WHERE type_code = {TASK_TYPE_CODE} AND catalog_id = 0 AND parent_id = 0 AND real
             "gone": CompleteOutcome.ALREADY_GONE,
         }.get(status, CompleteOutcome.LEASE_LOST)
 
-    def fail(self, lease: Lease, error: str, *, run_id: str | None = None) -> FailureRecord:
-        """Record a failed attempt; back off, or dead-letter after ``max_attempts``."""
+    def fail(
+        self, lease: Lease, error: str, *, run_id: str | None = None, permanent: bool = False
+    ) -> FailureRecord:
+        """Record a failed attempt; back off, or dead-letter after ``max_attempts``.
+
+        ``permanent`` (``errors.is_permanent``): retrying cannot heal it, so the
+        task is dead-lettered at once, marked ``lastAttemptPermanent=true``.
+        """
 
         def change(conn: Connection, task: TaskRow, now: int) -> tuple[bool, FailureRecord]:
             props = dict(task.properties)
@@ -663,10 +799,14 @@ WHERE type_code = {TASK_TYPE_CODE} AND catalog_id = 0 AND parent_id = 0 AND real
                 props[Prop.RUN_ID] = run_id
             else:
                 props.pop(Prop.RUN_ID, None)
-            if task.attempt_count >= self.policy.max_attempts:
+            if permanent:
+                props[Prop.PERMANENT] = PERMANENT_TRUE
+            else:
+                props.pop(Prop.PERMANENT, None)
+            if permanent or task.attempt_count >= self.policy.max_attempts:
                 props[Prop.STATUS] = STATUS_DEAD
                 props.pop(Prop.NEXT_ATTEMPT, None)
-                record = FailureRecord(FailOutcome.DEAD)
+                record = FailureRecord(FailOutcome.DEAD, permanent=permanent)
             else:
                 next_ms = now + self.policy.backoff_ms(task.attempt_count, random.random())
                 props[Prop.STATUS] = STATUS_FAILED
@@ -699,6 +839,11 @@ WHERE type_code = {TASK_TYPE_CODE} AND catalog_id = 0 AND parent_id = 0 AND real
                     raise MetastoreError(
                         f"task {task.label}: {task.properties_error}; fix the row by hand"
                     )
+                if task.unhandled:
+                    raise MetastoreError(
+                        f"task {task.label} is unhandled (Polaris never runs it, it has no "
+                        "files); not requeued: discard it with `tasks discard`"
+                    )
                 if task.lease_held(now, self.policy):
                     raise MetastoreError(
                         f"task {task.label} is leased by {task.executor_id}; not requeued"
@@ -707,11 +852,97 @@ WHERE type_code = {TASK_TYPE_CODE} AND catalog_id = 0 AND parent_id = 0 AND real
                 props[Prop.ATTEMPT_COUNT] = "0"
                 props[Prop.STATUS] = STATUS_REQUEUED
                 props.pop(Prop.NEXT_ATTEMPT, None)
+                props.pop(Prop.PERMANENT, None)
                 if self._cas_write(conn, task, props, now):
                     refreshed = self._get(conn, realm_id, task_id)
                     assert refreshed is not None
                     return refreshed.state(now, self.policy)
         raise MetastoreError(f"task {realm_id}/{task_id} kept changing; try again")
+
+    def discard_unhandled(
+        self,
+        task_ids: Sequence[int] | None = None,
+        realms: Iterable[str] | None = None,
+        *,
+        dry_run: bool = False,
+    ) -> list[DiscardResult]:
+        """Delete unhandled tasks (``TaskState.UNHANDLED``) and nothing else.
+
+        ``task_ids`` None: every unhandled task of ``realms`` (None: every realm).
+        Each delete is a compare-and-set on the entity_version that was judged, so
+        a row changed meanwhile is refused, not deleted. A named task that is not
+        unhandled, or is found in several realms, is refused with the reason.
+        """
+        realm_list = list(realms) if realms is not None else None
+        with self._begin() as conn:
+            now = self.now_ms(conn)
+            query = select(*_TASK_COLUMNS).where(self._task_filter(realm_list))
+            if task_ids is not None:
+                query = query.where(entities.c.id.in_(list(task_ids)))
+            query = query.order_by(entities.c.realm_id, entities.c.id)
+            found = [decode_row(r) for r in conn.execute(query)]
+        results: list[DiscardResult] = []
+        if task_ids is not None:
+            by_id: dict[int, list[TaskRow]] = {}
+            for task in found:
+                by_id.setdefault(task.id, []).append(task)
+            candidates: list[TaskRow] = []
+            for task_id in dict.fromkeys(task_ids):
+                rows = by_id.get(task_id, [])
+                where = f" in realm(s) {', '.join(realm_list)}" if realm_list else ""
+                if not rows:
+                    results.append(
+                        DiscardResult("", task_id, DiscardOutcome.REFUSED, detail=f"no task{where}")
+                    )
+                elif len(rows) > 1:
+                    names = ", ".join(t.realm_id for t in rows)
+                    results.append(
+                        DiscardResult(
+                            "",
+                            task_id,
+                            DiscardOutcome.REFUSED,
+                            detail=f"found in realms {names}; name one with --realm",
+                        )
+                    )
+                else:
+                    candidates.append(rows[0])
+        else:
+            candidates = [t for t in found if t.unhandled]
+        for task in candidates:
+            results.append(self._discard_one(task, now, dry_run=dry_run))
+        return results
+
+    def _discard_one(self, task: TaskRow, now: int, *, dry_run: bool) -> DiscardResult:
+        state = task.state(now, self.policy)
+        if state is not TaskState.UNHANDLED:
+            return DiscardResult(
+                task.realm_id,
+                task.id,
+                DiscardOutcome.REFUSED,
+                task.name,
+                f"it is {state.value}, not unhandled; only unhandled tasks are discarded",
+            )
+        if dry_run:
+            return DiscardResult(task.realm_id, task.id, DiscardOutcome.WOULD_DISCARD, task.name)
+        with self._begin() as conn:
+            deleted = conn.execute(
+                delete(entities).where(
+                    entities.c.realm_id == task.realm_id,
+                    entities.c.id == task.id,
+                    entities.c.type_code == TASK_TYPE_CODE,
+                    entities.c.entity_version == task.entity_version,
+                    entities.c.grant_records_version == task.grant_records_version,
+                )
+            ).rowcount
+        if deleted != 1:
+            return DiscardResult(
+                task.realm_id,
+                task.id,
+                DiscardOutcome.REFUSED,
+                task.name,
+                "it changed or went away since it was read; not discarded",
+            )
+        return DiscardResult(task.realm_id, task.id, DiscardOutcome.DISCARDED, task.name)
 
     # ------------------------------------------------------------- children
 

@@ -7,6 +7,7 @@ second source of truth. The same rule is written once more as SQL in
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Mapping
@@ -35,6 +36,10 @@ class TaskState(StrEnum):
     LEASED = "leased"  # an executor holds an unexpired lease
     BACKING_OFF = "backing-off"  # last attempt failed; next attempt time in the future
     DEAD = "dead"  # dead-lettered; only an operator's requeue revives it
+    # An ENTITY_CLEANUP_SCHEDULER task for an entity that is not a table or view
+    # (a role, namespace, catalog, principal): Polaris writes these and never runs
+    # them; they carry no files. Never leased; an operator may discard them.
+    UNHANDLED = "unhandled"
 
 
 class Prop:
@@ -54,6 +59,9 @@ class Prop:
     END_TIME = "lastAttemptEndTime"
     RUN_ID = "lastAttemptRunId"
     NEXT_ATTEMPT = "nextAttemptTime"
+    # "true" when the last failure is one retrying cannot heal (see errors.is_permanent):
+    # the task was dead-lettered at once instead of backing off.
+    PERMANENT = "lastAttemptPermanent"
     CREATED_BY = "createdBy"  # "polaris-pipeline" on children we create: no grace period
     # The undecodable original of a row whose properties were not a JSON object,
     # kept when we lease it so that recording the failure loses nothing.
@@ -63,19 +71,80 @@ class Prop:
 STATUS_FAILED = "failed"
 STATUS_DEAD = "dead"
 STATUS_REQUEUED = "requeued"
+PERMANENT_TRUE = "true"
 CREATOR = "polaris-pipeline"
 MAX_ERROR_LENGTH = 2000
+# Polaris's TABLE_METADATA_CLEANUP_BATCH_SIZE default.
+DEFAULT_METADATA_BATCH_SIZE = 10
+
+
+def _check_timing(lease_timeout_ms: int | None, grace_ms: int | None) -> None:
+    if lease_timeout_ms is not None and lease_timeout_ms <= 0:
+        raise ValueError("lease timeout must be positive")
+    if grace_ms is not None and grace_ms < 0:
+        raise ValueError("grace period must not be negative")
+
+
+def _check_batch_size(size: int | None) -> None:
+    if size is not None and size < 1:
+        raise ValueError("metadata batch size must be at least 1")
+
+
+@dataclass(frozen=True)
+class RealmOverride:
+    """One realm's own values; a field left None takes the global one.
+
+    Polaris lets a realm override ``POLARIS_TASK_TIMEOUT_MILLIS`` and
+    ``TABLE_METADATA_CLEANUP_BATCH_SIZE``; the grace period follows the lease
+    timeout unless set.
+    """
+
+    lease_timeout_ms: int | None = None
+    grace_ms: int | None = None
+    metadata_batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_timing(self.lease_timeout_ms, self.grace_ms)
+        _check_batch_size(self.metadata_batch_size)
+
+    @classmethod
+    def from_json_obj(cls, value: object, *, realm: str = "?") -> RealmOverride:
+        """From ``{"lease_timeout_ms": .., "grace_ms": .., "metadata_batch_size": ..}``.
+
+        Unknown keys and non-integer values are a ValueError naming the realm, so a
+        typo in a setting is not silently the default.
+        """
+        if not isinstance(value, Mapping):
+            raise ValueError(f"realm {realm!r}: overrides must be a JSON object")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(str(k) for k in value if k not in names)
+        if unknown:
+            raise ValueError(f"realm {realm!r}: unknown override(s) {', '.join(unknown)}")
+        for key, item in value.items():
+            if item is not None and (isinstance(item, bool) or not isinstance(item, int)):
+                raise ValueError(f"realm {realm!r}: {key} must be an integer")
+        try:
+            return cls(**{str(k): v for k, v in value.items()})
+        except ValueError as exc:
+            raise ValueError(f"realm {realm!r}: {exc}") from None
 
 
 @dataclass(frozen=True)
 class LeasePolicy:
-    """Timing rules of leasing. Defaults match Polaris where Polaris has one."""
+    """Timing rules of leasing. Defaults match Polaris where Polaris has one.
+
+    ``realm_overrides`` gives realms their own lease timeout, grace period and
+    metadata batch size; ``for_realm`` resolves the policy one realm runs under.
+    The rule (``TaskRow.state``) and the lease statement both apply it per row.
+    """
 
     lease_timeout_ms: int = 300_000  # POLARIS_TASK_TIMEOUT_MILLIS
     grace_ms: int | None = None  # None: the lease timeout
     max_attempts: int = 8
     backoff_base_ms: int = 30_000
     backoff_max_ms: int = 3_600_000
+    metadata_batch_size: int = DEFAULT_METADATA_BATCH_SIZE  # TABLE_METADATA_CLEANUP_BATCH_SIZE
+    realm_overrides: Mapping[str, RealmOverride] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if self.lease_timeout_ms <= 0:
@@ -86,6 +155,38 @@ class LeasePolicy:
             raise ValueError("max attempts must be at least 1")
         if self.backoff_base_ms < 0 or self.backoff_max_ms < self.backoff_base_ms:
             raise ValueError("backoff bounds must satisfy 0 <= base <= max")
+        _check_batch_size(self.metadata_batch_size)
+        overrides = dict(self.realm_overrides)
+        for realm, override in overrides.items():
+            if not isinstance(override, RealmOverride):
+                raise ValueError(f"realm {realm!r}: override must be a RealmOverride")
+        # A private copy (plain dict: policies are pickled into worker processes),
+        # and each realm's policy resolved once: the state rule asks on every row.
+        object.__setattr__(self, "realm_overrides", overrides)
+        resolved = {realm: self._resolve(o) for realm, o in overrides.items()}
+        object.__setattr__(self, "_by_realm", resolved)
+
+    def _resolve(self, override: RealmOverride) -> LeasePolicy:
+        timeout = override.lease_timeout_ms or self.lease_timeout_ms
+        grace = override.grace_ms if override.grace_ms is not None else self.grace_ms
+        return dataclasses.replace(
+            self,
+            lease_timeout_ms=timeout,
+            grace_ms=grace,
+            metadata_batch_size=override.metadata_batch_size or self.metadata_batch_size,
+            realm_overrides={},
+        )
+
+    def for_realm(self, realm_id: str) -> LeasePolicy:
+        """The policy ``realm_id`` runs under: its overrides over the global values."""
+        by_realm: dict[str, LeasePolicy] = self.__dict__["_by_realm"]
+        return by_realm.get(realm_id, self)
+
+    @property
+    def shortest_lease_timeout_ms(self) -> int:
+        """The shortest lease timeout of any realm: heartbeats must beat within it."""
+        by_realm: dict[str, LeasePolicy] = self.__dict__["_by_realm"]
+        return min([self.lease_timeout_ms, *(p.lease_timeout_ms for p in by_realm.values())])
 
     @property
     def effective_grace_ms(self) -> int:
@@ -111,6 +212,43 @@ def _int_or_none(value: str | None) -> int | None:
     if value is None or not _INTEGER.fullmatch(value):
         return None
     return int(value)
+
+
+# The rule for "a cleanup task Polaris never runs", on the text of ``data`` alone,
+# so that Python and PostgreSQL (which has no error-free JSON parse before 16, and
+# where a failing cast would abort the whole lease statement) decide it alike.
+# ``data`` must start as Jackson writes an entity: compact JSON, only scalar
+# members (numbers, strings without \u escapes, literals) before ``typeCode``,
+# whose value is an integer. Python's and PostgreSQL's regex engines read this
+# pattern the same way (only [] classes, no \s, \d or look-around).
+# No ":" before a letter or digit: SQLAlchemy's text() would read ":0" as a parameter.
+_JSON_INT = r"-?(?:[1-9][0-9]*|0)"
+_JSON_SCALAR = rf'(?:{_JSON_INT}|"(?:[^"\\]|\\["\\/bfnrt])*"|true|false|null)'
+UNHANDLED_DATA_PATTERN = rf'^\{{(?:"[A-Za-z]+":{_JSON_SCALAR},)*"typeCode":({_JSON_INT})[,}}]'
+UNHANDLED_TYPE_KEY = '"typeCode"'
+_UNHANDLED_DATA = re.compile(UNHANDLED_DATA_PATTERN)
+UNHANDLED_TASK_TYPE = "1"  # ENTITY_CLEANUP_SCHEDULER, exactly as Polaris writes it
+
+
+def is_unhandled_cleanup(task_type: str | None, data: str | None) -> bool:
+    """Whether a task is an ENTITY_CLEANUP_SCHEDULER for an entity that is not TABLE_LIKE.
+
+    Deliberately conservative (``metastore.predicates.UNHANDLED`` is the same rule
+    in SQL): any doubt about which ``typeCode`` a JSON reader would see (a second
+    ``"typeCode"`` anywhere, a ``\\u`` escape that could spell one, data not
+    ending in ``}``, non-compact JSON, a string or fractional value) leaves the task
+    to the normal path, where the payload decoder decides. A real table's task is
+    therefore never unhandled: its typeCode is 7.
+    """
+    if task_type != UNHANDLED_TASK_TYPE or data is None or not data.endswith("}"):
+        return False
+    match = _UNHANDLED_DATA.match(data)
+    if match is None or match.group(1) == str(TABLE_LIKE_TYPE_CODE):
+        return False
+    first = data.find(UNHANDLED_TYPE_KEY)
+    if data.find(UNHANDLED_TYPE_KEY, first + len(UNHANDLED_TYPE_KEY)) != -1:
+        return False
+    return "\\u" not in data
 
 
 def parse_properties(raw: Any, *, column: str) -> dict[str, str]:
@@ -187,6 +325,20 @@ class TaskRow:
         return self.properties.get(Prop.ERROR)
 
     @property
+    def failure_permanent(self) -> bool:
+        """The last failure was one retrying cannot heal (dead-lettered at once)."""
+        return self.properties.get(Prop.PERMANENT) == PERMANENT_TRUE
+
+    @property
+    def unhandled(self) -> bool:
+        """A cleanup task Polaris never runs (see ``is_unhandled_cleanup``)."""
+        if self.properties_error:
+            return False
+        return is_unhandled_cleanup(
+            self.properties.get(Prop.TASK_TYPE), self.properties.get(Prop.DATA)
+        )
+
+    @property
     def created_by_us(self) -> bool:
         return self.properties.get(Prop.CREATED_BY) == CREATOR
 
@@ -225,9 +377,9 @@ class TaskRow:
         return _int_or_none(self.properties.get(Prop.END_TIME))
 
     def lease_expired(self, now_ms: int, policy: LeasePolicy) -> bool:
-        """Polaris's rule: no start time, or older than the lease timeout."""
+        """Polaris's rule: no start time, or older than the realm's lease timeout."""
         start = self.start_time_ms
-        return start is None or now_ms - start > policy.lease_timeout_ms
+        return start is None or now_ms - start > policy.for_realm(self.realm_id).lease_timeout_ms
 
     @property
     def lease_released(self) -> bool:
@@ -243,7 +395,15 @@ class TaskRow:
         )
 
     def state(self, now_ms: int, policy: LeasePolicy) -> TaskState:
-        """The state at ``now_ms`` (database clock). Mirrors ``metastore.predicates``."""
+        """The state at ``now_ms`` (database clock) under the realm's policy.
+
+        Mirrors ``metastore.predicates``. Unhandled comes first: it depends on the
+        payload alone, which never changes, so such a task is never leased, and one
+        an older version dead-lettered no longer counts as dead.
+        """
+        if self.unhandled:
+            return TaskState.UNHANDLED
+        policy = policy.for_realm(self.realm_id)
         if self.status == STATUS_DEAD:
             return TaskState.DEAD
         if self.lease_held(now_ms, policy):
