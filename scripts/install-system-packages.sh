@@ -18,3 +18,4 @@ if ! command -v faketime >/dev/null 2>&1; then
 fi
 bash scripts/install-browser.sh
 bash scripts/install-iceberg-java.sh
+bash scripts/install-storage-emulators.sh

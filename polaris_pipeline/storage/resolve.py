@@ -22,13 +22,19 @@ from pyiceberg.io.fsspec import FsspecInputFile
 
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.redact import redact
+from polaris_pipeline.storage.azure_credentials import (
+    AzureCredentials,
+    adlfs_options,
+    parse_location,
+)
 from polaris_pipeline.storage.catalog_config import (
     AwsStorage,
+    AzureStorage,
     CatalogStorage,
     FileStorage,
     catalog_storage,
 )
-from polaris_pipeline.storage.config import StorageConfig, split_uri
+from polaris_pipeline.storage.config import StorageConfig, split_uri, uri_within
 from polaris_pipeline.storage.credentials import StsCredentials, s3_options
 from polaris_pipeline.storage.scope import task_scope
 from polaris_pipeline.tasks.model import TaskRow
@@ -50,12 +56,17 @@ class StorageResolver:
     """
 
     def __init__(
-        self, config: StorageConfig | None = None, *, sts: StsCredentials | None = None
+        self,
+        config: StorageConfig | None = None,
+        *,
+        sts: StsCredentials | None = None,
+        azure: AzureCredentials | None = None,
     ) -> None:
         self.config = config if config is not None else StorageConfig()
-        # Shared by every task's resolver: AssumeRole results outlive one task, so
-        # the children of one table reuse their parent's credentials.
+        # Shared by every task's resolver: vended credentials outlive one task, so
+        # the children of one table reuse their parent's.
         self.sts = sts if sts is not None else StsCredentials()
+        self.azure = azure if azure is not None else AzureCredentials()
         self._secrets = self.config.secrets()
         self._filesystems: dict[tuple[str, str], AbstractFileSystem] = {}
         self._lock = threading.Lock()
@@ -185,7 +196,7 @@ class CatalogStorageResolver(StorageResolver):
     def __init__(
         self, parent: StorageResolver, storage: CatalogStorage, scope: tuple[str, ...]
     ) -> None:
-        super().__init__(parent.config, sts=parent.sts)
+        super().__init__(parent.config, sts=parent.sts, azure=parent.azure)
         self._filesystems = parent._catalog_filesystems
         self._lock = parent._lock
         self._max_filesystems = MAX_CATALOG_FILESYSTEMS
@@ -211,9 +222,24 @@ class CatalogStorageResolver(StorageResolver):
             if session is not None:
                 self._session_secrets = session.secrets()
             return s3_options(storage, session)
+        if isinstance(storage, AzureStorage) and protocol in ("abfs", "abfss"):
+            root = self._scope_root(uri)
+            sas = self.azure.sas_for(storage, parse_location(root))
+            self._session_secrets = [sas.token]
+            return adlfs_options(parse_location(root).account, sas)
         raise StorageError(
             f"{self.redact(uri)!r} is not {storage.storage_type} storage, which the "
             "catalog's storage configuration describes"
+        )
+
+    def _scope_root(self, uri: str) -> str:
+        """The scope location holding ``uri``: credentials are made for that one."""
+        for root in self.scope:
+            if uri_within(uri, root):
+                return root
+        raise StorageError(
+            f"{self.redact(uri)!r} is outside the locations this task's credentials "
+            f"cover ({', '.join(self.scope)})"
         )
 
     def redact(self, text: str) -> str:

@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -150,13 +151,17 @@ class MotoIam:
         return {obj["Key"] for page in pages for obj in page.get("Contents", [])}
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A port of 127.0.0.1 free right now, for a server started by a test."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+def wait_http(
+    url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30, *, accept_errors: bool = False
+) -> None:
+    """Wait until ``url`` answers (any HTTP status with ``accept_errors``) or ``proc`` exits."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -164,6 +169,10 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30) -
         try:
             with urllib.request.urlopen(url, timeout=1):
                 return
+        except urllib.error.HTTPError:
+            if accept_errors:
+                return
+            time.sleep(0.1)
         except OSError:
             time.sleep(0.1)
     raise RuntimeError(f"no answer from {url} within {timeout_s} s")
@@ -234,7 +243,7 @@ def _arrange_iam(endpoint: str, region: str) -> tuple[IamUser, IamUser]:
 @pytest.fixture(scope="module")
 def moto_iam() -> Iterator[MotoIam]:
     """A moto server on 127.0.0.1 enforcing IAM, for one test module."""
-    port = _free_port()
+    port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(_SETUP_CALLS)
@@ -245,7 +254,7 @@ def moto_iam() -> Iterator[MotoIam]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        _wait_http(f"{endpoint}/moto-api/", proc)
+        wait_http(f"{endpoint}/moto-api/", proc)
         # From the end of this on, every request is authorized against its policies.
         admin, sweeper = _arrange_iam(endpoint, "us-east-1")
         yield MotoIam(endpoint, admin, sweeper)

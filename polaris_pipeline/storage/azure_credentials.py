@@ -1,0 +1,218 @@
+"""Azure credentials for a task's location: a SAS limited to the table, as Polaris vends.
+
+Which identity signs the SAS, in order:
+
+- a configured account key, in the Azure SDK's own variables:
+  ``AZURE_STORAGE_CONNECTION_STRING`` (whose ``AccountName`` must be the
+  location's account; its ``BlobEndpoint`` is honoured, e.g. for Azurite) or
+  ``AZURE_STORAGE_ACCOUNT_NAME`` + ``AZURE_STORAGE_ACCOUNT_KEY``: a service SAS;
+- otherwise ``DefaultAzureCredential`` (environment, workload identity, managed
+  identity, Azure CLI): a user delegation key, then a user delegation SAS, as
+  Polaris's ``AzureCredentialsStorageIntegration`` does.
+
+Scope: on an account with a hierarchical namespace (the catalog says
+``hierarchical``) the SAS is a directory SAS on the table's directory; otherwise
+Azure has no narrower SAS than the container, and the path guard is the only
+fence inside it (docs/operator-guide.md says so). The SAS allows read, list and
+delete only.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from polaris_pipeline.errors import StorageError
+from polaris_pipeline.storage.catalog_config import AzureStorage
+from polaris_pipeline.storage.config import split_uri
+
+SAS_LIFETIME_S = 3600
+REFRESH_MARGIN_S = 600
+# Hosts the location names: ``<account>.dfs.<suffix>`` (ADLS) or ``<account>.blob.<suffix>``.
+_SERVICES = ("dfs", "blob")
+
+
+@dataclass(frozen=True)
+class AzureLocation:
+    """``abfs[s]://container@account.dfs.core.windows.net/path`` taken apart."""
+
+    container: str
+    account: str
+    suffix: str  # "core.windows.net"
+    path: str  # no leading or trailing slash
+
+    @property
+    def blob_endpoint(self) -> str:
+        return f"https://{self.account}.blob.{self.suffix}"
+
+
+def parse_location(uri: str) -> AzureLocation:
+    scheme, rest = split_uri(uri)
+    if scheme not in ("abfs", "abfss", "wasb", "wasbs"):
+        raise StorageError(f"not an Azure location: {uri!r}")
+    authority, _, path = rest.partition("/")
+    container, at, host = authority.partition("@")
+    if not at or not container or not host:
+        raise StorageError(f"Azure location {uri!r} is not container@account.host/path")
+    account, _, service_suffix = host.partition(".")
+    service, _, suffix = service_suffix.partition(".")
+    if not account or service not in _SERVICES or not suffix:
+        raise StorageError(f"Azure location {uri!r}: host {host!r} is not account.dfs|blob.suffix")
+    return AzureLocation(container, account, suffix, path.strip("/"))
+
+
+def _connection_string_fields(text: str) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    for part in text.split(";"):
+        name, eq, value = part.partition("=")
+        if eq:
+            fields[name.strip()] = value.strip()
+    return fields
+
+
+@dataclass(frozen=True)
+class AccountKey:
+    """A configured key for one account, and where its blob service answers."""
+
+    account: str
+    key: str
+    blob_endpoint: str | None
+
+
+def configured_key(account: str) -> AccountKey | None:
+    """The key the environment configures for ``account``, if any."""
+    conn = os.environ.get("AZURE_STORAGE_CONNECTION_STRING", "")
+    if conn:
+        fields = _connection_string_fields(conn)
+        if fields.get("AccountName") == account and fields.get("AccountKey"):
+            return AccountKey(account, fields["AccountKey"], fields.get("BlobEndpoint"))
+    if os.environ.get("AZURE_STORAGE_ACCOUNT_NAME") == account:
+        key = os.environ.get("AZURE_STORAGE_ACCOUNT_KEY", "")
+        if key:
+            return AccountKey(account, key, None)
+    return None
+
+
+@dataclass(frozen=True, repr=False)
+class AzureSas:
+    token: str
+    blob_endpoint: str
+    expires_at: float
+
+    def __repr__(self) -> str:
+        return f"AzureSas(blob_endpoint={self.blob_endpoint!r}, expires_at={self.expires_at!r})"
+
+    __str__ = __repr__
+
+
+class AzureCredentials:
+    """SAS tokens per (account, container, directory), made again before they expire."""
+
+    def __init__(
+        self,
+        *,
+        lifetime_s: int = SAS_LIFETIME_S,
+        refresh_margin_s: float = REFRESH_MARGIN_S,
+        clock: Callable[[], float] = time.time,
+        credential: Any = None,
+    ) -> None:
+        self.lifetime_s = lifetime_s
+        self.refresh_margin_s = refresh_margin_s
+        self._clock = clock
+        self._credential = credential  # DefaultAzureCredential unless given
+        self._cache: dict[tuple[str, str, str, bool], AzureSas] = {}
+        self._lock = threading.Lock()
+
+    def sas_for(self, storage: AzureStorage, root: AzureLocation) -> AzureSas:
+        directory = root.path if storage.hierarchical else ""
+        key = (root.account, root.container, directory, storage.hierarchical)
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is not None and cached.expires_at - self._clock() > self.refresh_margin_s:
+                return cached
+            try:
+                fresh = self._make(root, directory)
+            except StorageError:
+                raise
+            except Exception as e:
+                # Azure SDK messages name accounts and codes, never keys; still one line.
+                text = str(e).strip().splitlines()
+                raise StorageError(
+                    f"cannot get a SAS for {root.container}@{root.account}: "
+                    f"{type(e).__name__}: {text[0] if text else ''}"
+                ) from None
+            self._cache[key] = fresh
+            return fresh
+
+    def _make(self, root: AzureLocation, directory: str) -> AzureSas:
+        from azure.storage.blob import (
+            BlobServiceClient,
+            ContainerSasPermissions,
+            generate_container_sas,
+        )
+
+        now = datetime.now(UTC)
+        start, expiry = now - timedelta(minutes=5), now + timedelta(seconds=self.lifetime_s)
+        account_key = configured_key(root.account)
+        endpoint = (account_key.blob_endpoint if account_key else None) or root.blob_endpoint
+        signer: dict[str, Any]
+        if account_key is not None:
+            signer = {"account_key": account_key.key}
+        else:
+            credential = self._credential
+            if credential is None:
+                from azure.identity import DefaultAzureCredential
+
+                credential = self._credential = DefaultAzureCredential()
+            service = BlobServiceClient(endpoint, credential=credential)
+            signer = {"user_delegation_key": service.get_user_delegation_key(start, expiry)}
+        if directory:
+            token = _directory_sas(root, directory, signer, start, expiry)
+        else:
+            token = generate_container_sas(
+                root.account,
+                root.container,
+                permission=ContainerSasPermissions(read=True, list=True, delete=True),
+                start=start,
+                expiry=expiry,
+                **signer,
+            )
+        return AzureSas(token, endpoint, expiry.timestamp())
+
+
+def _directory_sas(
+    root: AzureLocation, directory: str, signer: dict[str, Any], start: datetime, expiry: datetime
+) -> str:
+    try:
+        from azure.storage.filedatalake import FileSasPermissions, generate_directory_sas
+    except ImportError:
+        raise StorageError(
+            "the catalog's Azure storage is hierarchical: a directory SAS needs "
+            "azure-storage-file-datalake (pip install azure-storage-file-datalake)"
+        ) from None
+    token: str = generate_directory_sas(
+        root.account,
+        root.container,
+        directory,
+        signer.get("account_key") or signer["user_delegation_key"],
+        permission=FileSasPermissions(read=True, delete=True),
+        start=start,
+        expiry=expiry,
+    )
+    return token
+
+
+def adlfs_options(account: str, sas: AzureSas) -> dict[str, Any]:
+    """adlfs keyword arguments: the SAS inside a connection string, so that the
+    blob endpoint (Azurite's, a sovereign cloud's) travels with it."""
+    return {
+        "account_name": account,
+        "connection_string": (
+            f"BlobEndpoint={sas.blob_endpoint};SharedAccessSignature={sas.token}"
+        ),
+    }
