@@ -4,18 +4,35 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from polaris_pipeline.cli import main
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.tasks.model import Prop
+from polaris_pipeline.tasks.model import NewTask, Prop
 from tests.support.tasks import batch_task, seed
 
 POLICY_FLAGS = ["--grace-ms", "0"]
+ENV_VARS = (
+    "POLARIS_METASTORE_URL",
+    "POLARIS_PIPELINE_REALMS",
+    "POLARIS_PIPELINE_LEASE_TIMEOUT_MS",
+    "POLARIS_PIPELINE_GRACE_MS",
+    "POLARIS_PIPELINE_MAX_ATTEMPTS",
+    "POLARIS_PIPELINE_STORAGE_CONFIG",
+    "COLUMNS",
+)
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
 
 
 def run(*argv: str) -> tuple[int, str]:
@@ -26,6 +43,13 @@ def run(*argv: str) -> tuple[int, str]:
 
 def url_of(store: Metastore) -> str:
     return store.url.render_as_string(hide_password=False)
+
+
+def states(url: str, *flags: str) -> dict[str, str]:
+    """Task id -> state, as ``tasks list --json`` gives them."""
+    code, out = run("tasks", "list", "--metastore", url, "--json", *flags)
+    assert code == 0, out
+    return {d["id"]: d["state"] for d in json.loads(out)}
 
 
 def test_init_metastore_creates_then_finds(metastore_url: str) -> None:
@@ -47,9 +71,11 @@ def test_tasks_list_table_and_json(metastore: Metastore) -> None:
         "ID",
         "REALM",
         "TYPE",
-        "NAME",
+        "TABLE",
         "STATE",
-        "ATTEMPTS",
+        "ATT",
+        "NEXT",
+        "NAME",
         "EXECUTOR",
         "LAST",
         "ERROR",
@@ -57,35 +83,56 @@ def test_tasks_list_table_and_json(metastore: Metastore) -> None:
     assert set(rule) == {"-", " "}
     # Columns are aligned: every row's STATE column starts where the header's does.
     col = header.index("STATE")
-    states = [row[col:].split()[0] for row in rows[:3]]
-    assert sorted(states) == ["leased", "orphaned", "orphaned"]
+    assert sorted(row[col:].split()[0] for row in rows[:3]) == ["leased", "orphaned", "orphaned"]
+    assert all(row[header.index("TABLE") :].startswith("ns.t ") for row in rows[:3])
     assert "3 task(s), 1 leased, 2 orphaned" in out
     code, out = run("tasks", "list", "--metastore", url, "--realm", "r2", "--json", *POLICY_FLAGS)
     docs = json.loads(out)
     assert code == 0 and len(docs) == 1
     assert docs[0]["realm"] == "r2" and docs[0]["state"] == "leased"
     assert docs[0]["executor"] == "exec-A" and docs[0]["type"] == "batch_file_cleanup"
+    assert docs[0]["table"] == "ns.t" and isinstance(docs[0]["id"], str)
     code, out = run(
         "tasks", "list", "--metastore", url, "--state", "orphaned", "--json", *POLICY_FLAGS
     )
     assert {d["realm"] for d in json.loads(out)} == {"r1"}
 
 
-def test_tasks_show_and_requeue(metastore: Metastore) -> None:
+def test_tasks_show_human_and_json_and_requeue(metastore: Metastore) -> None:
     (task,) = seed(metastore, "r1", 1, extra={Prop.STATUS: "dead", Prop.ERROR: "gave up"})
     url = url_of(metastore)
-    code, out = run(
-        "tasks", "show", str(task.id), "--realm", "r1", "--metastore", url, *POLICY_FLAGS
-    )
+    code, out = run("tasks", "show", str(task.id), "--metastore", url, *POLICY_FLAGS)
+    assert code == 0, out
+    fields = {line.split("  ", 1)[0]: line.split("  ", 1)[1].strip() for line in out.splitlines()}
+    assert fields["task"] == f"r1/{task.id} {task.name}"
+    assert fields["type"] == "batch_file_cleanup" and fields["table"] == "ns.t"
+    assert fields["files"] == "0 in the batch" and fields["state"].startswith("dead")
+    assert fields["last error"] == "gave up"
+    code, out = run("tasks", "show", str(task.id), "--realm", "r1", "--metastore", url, "--json")
     doc = json.loads(out)
     assert code == 0 and doc["state"] == "dead" and doc["last_error"] == "gave up"
     assert json.loads(doc["data"])["type"] == "TABLE_METADATA"
-    code, out = run(
-        "tasks", "requeue", str(task.id), "--realm", "r1", "--metastore", url, *POLICY_FLAGS
-    )
-    assert code == 0 and "now orphaned" in out
+    assert doc["payload"]["table"] == "ns.t" and doc["payload"]["batch_files"] == 0
+    code, out = run("tasks", "requeue", str(task.id), "--metastore", url, *POLICY_FLAGS)
+    assert code == 0 and f"requeued task {task.id} in realm 'r1': now orphaned" in out
     code, _ = run("tasks", "show", "999", "--realm", "r1", "--metastore", url)
     assert code == 2
+
+
+def test_tasks_show_without_realm_refuses_an_id_in_two_realms(
+    metastore: Metastore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (a,) = seed(metastore, "r1", 1)
+    twin = NewTask("r2", a.id, a.name, a.properties, a.internal_properties)
+    metastore.insert_tasks([twin])
+    url = url_of(metastore)
+    code, _ = run("tasks", "show", str(a.id), "--metastore", url)
+    err = capsys.readouterr().err
+    assert code == 2 and f"task id {a.id} is in several realms (r1, r2): pass --realm" in err
+    code, out = run("tasks", "show", str(a.id), "--realm", "r2", "--metastore", url, "--json")
+    assert code == 0 and json.loads(out)["realm"] == "r2"
+    code, _ = run("tasks", "show", "12345", "--metastore", url)
+    assert code == 2 and "no task 12345 in realms [r1, r2]" in capsys.readouterr().err
 
 
 def test_sweep_deletes_batch_files_and_summarises(metastore: Metastore, tmp_path: Path) -> None:
@@ -111,50 +158,231 @@ def test_sweep_deletes_batch_files_and_summarises(metastore: Metastore, tmp_path
     code, out = run("sweep", "--metastore", url, "--once", "--json", *POLICY_FLAGS)
     summary = json.loads(out)
     assert code == 1  # the refused task failed
-    assert summary["done"] == 1 and summary["failed"] == 1
+    assert summary["done"] == 1 and summary["failed"] + summary["dead"] == 1
+    assert summary["roots"]["tasks"] == 2 and summary["children"]["tasks"] == 0
     assert summary["files_deleted"] == 3 and summary["bytes_freed"] == 300
     assert summary["paths_refused"] == 1
+    refused = [o for o in summary["outcomes"] if o["paths_refused"]]
+    assert [o["id"] for o in refused] == [str(outside.id)]
+    assert refused[0]["cause"].startswith("guard refused 1 path(s)")
     assert not any(f.exists() for f in files) and keep.exists()
     assert (tmp_path / "elsewhere.txt").read_text() == "precious"
     row = metastore.get_task("r1", outside.id)
     assert row is not None and "guard refused" in (row.last_error or "")
 
 
+# -- settings: the environment, then the flags ---------------------------------------------
+
+
+def _aged_task(store: Metastore, realm: str, **props: str) -> NewTask:
+    task = batch_task(realm, extra=props, create_timestamp=store.now_ms() - 3_600_000)
+    store.insert_tasks([task])
+    return task
+
+
+def test_cli_honours_grace_and_flag_beats_it(
+    metastore: Metastore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (fresh,) = seed(metastore, "r1", 1)  # created now, never leased
+    url = url_of(metastore)
+    assert states(url)[str(fresh.id)] == "pending"  # default grace: the lease timeout
+    monkeypatch.setenv("POLARIS_PIPELINE_GRACE_MS", "0")
+    assert states(url)[str(fresh.id)] == "orphaned"
+    assert states(url, "--grace-ms", "3600000")[str(fresh.id)] == "pending"
+
+
+def test_cli_honours_max_attempts_and_flag_beats_it(
+    metastore: Metastore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tried = _aged_task(metastore, "r1", **{Prop.ATTEMPT_COUNT: "3"})
+    url = url_of(metastore)
+    assert states(url)[str(tried.id)] == "orphaned"  # default: 8 attempts
+    monkeypatch.setenv("POLARIS_PIPELINE_MAX_ATTEMPTS", "3")
+    assert states(url)[str(tried.id)] == "dead"
+    assert states(url, "--max-attempts", "4")[str(tried.id)] == "orphaned"
+
+
+def test_cli_honours_lease_timeout_and_flag_beats_it(
+    metastore: Metastore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started = str(metastore.now_ms() - 120_000)
+    held = _aged_task(
+        metastore,
+        "r1",
+        **{Prop.EXECUTOR: "polaris-1", Prop.START_TIME: started, Prop.ATTEMPT_COUNT: "1"},
+    )
+    url = url_of(metastore)
+    assert states(url)[str(held.id)] == "leased"  # default: 300 s
+    monkeypatch.setenv("POLARIS_PIPELINE_LEASE_TIMEOUT_MS", "60000")
+    assert states(url)[str(held.id)] == "orphaned"
+    assert states(url, "--lease-timeout-ms", "600000")[str(held.id)] == "leased"
+
+
+def test_cli_honours_realms_in_list_and_sweep(
+    metastore: Metastore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mine = _aged_task(metastore, "r1")
+    other = _aged_task(metastore, "r2")
+    url = url_of(metastore)
+    monkeypatch.setenv("POLARIS_PIPELINE_REALMS", "r1")
+    assert set(states(url)) == {str(mine.id)}
+    assert set(states(url, "--realm", "r2")) == {str(other.id)}
+    code, out = run("sweep", "--metastore", url, "--once", "--json")
+    assert code == 0, out
+    assert [o["id"] for o in json.loads(out)["outcomes"]] == [str(mine.id)]
+    # The other realm's task is untouched: the host is restricted to r1.
+    assert metastore.get_task("r2", other.id) is not None
+    assert metastore.get_task("r1", mine.id) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("POLARIS_PIPELINE_MAX_ATTEMPTS", "eight", "POLARIS_PIPELINE_MAX_ATTEMPTS='eight': not an"),
+        (
+            "POLARIS_PIPELINE_LEASE_TIMEOUT_MS",
+            "-1",
+            "POLARIS_PIPELINE_LEASE_TIMEOUT_MS='-1': lease",
+        ),
+        ("POLARIS_PIPELINE_REALMS", ",", "POLARIS_PIPELINE_REALMS=',': names no realm"),
+    ],
+)
+def test_a_bad_variable_is_one_line_and_exit_2(
+    tmp_path: Path, name: str, value: str, message: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ENV_VARS}
+    proc = subprocess.run(
+        [sys.executable, "-m", "polaris_pipeline.cli", "tasks", "list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**env, name: value, "POLARIS_METASTORE_URL": f"sqlite:///{tmp_path}/x.db"},
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"polaris-pipeline: error: {message}"), lines
+
+
+# -- read-only commands and hostile input ------------------------------------------------
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["tasks", "list", "--metastore", "nonsense"], "not a SQLAlchemy URL"),
+        (["tasks", "list", "--metastore", "sqlite://relative"], "names a host"),
+        (["tasks", "show", "1", "--metastore", "sqlite://"], "in-memory SQLite"),
         (["tasks", "list", "--metastore", "mysql://x/y"], "unsupported metastore backend"),
         (
             ["tasks", "list", "--metastore", "postgresql://u:topsecret@127.0.0.1:1/db"],
             "metastore postgresql+psycopg://u:***@127.0.0.1:1/db",
         ),
+        (["tasks", "list", "--lease-timeout-ms", "0"], "--lease-timeout-ms 0: lease timeout"),
     ],
 )
-def test_errors_are_one_line_without_traceback(argv: list[str], message: str) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "polaris_pipeline.cli", *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
+def test_errors_are_one_line_without_traceback(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # In-process: an exception that escaped main() would fail the test by itself.
+    code, out = run(*argv)
+    assert code == 2 and out == ""
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
     assert lines[0].startswith("polaris-pipeline: error:") and message in lines[0]
-    assert "Traceback" not in proc.stderr and "topsecret" not in proc.stderr
+    assert "topsecret" not in lines[0]
 
 
-def test_missing_schema_is_a_clear_error(
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["tasks", "list"],
+        ["tasks", "show", "1"],
+        ["sweep", "--once", "--dry-run"],
+    ],
+)
+def test_read_only_commands_never_create_a_sqlite_file(
+    tmp_path: Path, argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "typo.db"
+    code, out = run(*argv, "--metastore", f"sqlite:///{db}")
+    assert code == 2 and out == ""
+    assert f"no SQLite metastore at {db}: the file does not exist" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_read_only_commands_change_no_row(metastore: Metastore, tmp_path: Path) -> None:
+    """A dry run and the listings leave every row as it was (entity_version included)."""
+    task = _aged_task(metastore, "r1")
+    url = url_of(metastore)
+
+    table = "polaris_schema.entities" if metastore.dialect == "postgresql" else "entities"
+
+    def rows() -> list[tuple[object, ...]]:
+        with metastore.engine.connect() as conn:
+            return [
+                tuple(r) for r in conn.execute(text(f"SELECT * FROM {table} ORDER BY realm_id, id"))
+            ]
+
+    before = rows()
+    for argv in (
+        ["tasks", "list"],
+        ["tasks", "show", str(task.id)],
+        ["sweep", "--once", "--dry-run"],
+        ["sweep", "--once", "--dry-run", "--json"],
+    ):
+        code, out = run(*argv, "--metastore", url)
+        assert code == 0, (argv, out)
+    assert rows() == before
+
+
+def test_a_dry_run_that_finds_nothing_says_why(metastore: Metastore) -> None:
+    now = metastore.now_ms()
+    seed(metastore, "r1", 1)  # pending within the default grace
+    _aged_task(metastore, "r1", **{Prop.NEXT_ATTEMPT: str(now + 600_000), Prop.ATTEMPT_COUNT: "1"})
+    _aged_task(
+        metastore,
+        "r1",
+        **{Prop.EXECUTOR: "polaris-1", Prop.START_TIME: str(now), Prop.ATTEMPT_COUNT: "1"},
+    )
+    _aged_task(metastore, "r1", **{Prop.STATUS: "dead"})
+    code, out = run("sweep", "--once", "--dry-run", "--metastore", url_of(metastore))
+    assert code == 0
+    assert "dry run: 0 task(s), 0 file(s) would be deleted; nothing was changed" in out
+    reason = out.strip().splitlines()[-1]
+    assert reason.startswith("nothing is available in any realm: 1 leased (the first lease")
+    assert "1 backing off (the first retry is in 9m" in reason
+    assert "1 pending within grace (the first grace period ends in 4m" in reason
+    assert "1 dead" in reason and reason.count("Z)") == 3
+    code, out = run("sweep", "--once", "--dry-run", "--json", "--metastore", url_of(metastore))
+    doc = json.loads(out)
+    assert doc["tasks"] == [] and doc["nothing_available"] == reason
+
+
+def test_missing_schema_hint_on_sqlite_offers_init(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "empty.db"
+    db.write_bytes(b"")  # an existing file, no tables
+    code, _ = run("tasks", "list", "--metastore", f"sqlite:///{db}")
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "no Polaris entities table in sqlite:///" in err
+    assert "run `polaris-pipeline init-metastore`" in err
+
+
+@pytest.mark.parametrize("metastore_url", ["postgresql"], indirect=True)
+def test_missing_schema_hint_on_postgresql_names_the_schema_and_never_init(
     metastore_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, _ = run("tasks", "list", "--metastore", metastore_url)
     assert code == 2
-    assert "run `polaris-pipeline init-metastore`" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no Polaris entities table polaris_schema.entities in postgresql" in err
+    assert "USAGE on schema polaris_schema" in err and "init-metastore" not in err
 
 
-def test_every_command_has_help_with_an_example() -> None:
+def test_every_command_has_help_with_an_example(capsys: pytest.CaptureFixture[str]) -> None:
     for argv in (
         ["--help"],
         ["init-metastore", "--help"],
@@ -163,12 +391,7 @@ def test_every_command_has_help_with_an_example() -> None:
         ["tasks", "requeue", "--help"],
         ["sweep", "--help"],
     ):
-        proc = subprocess.run(
-            [sys.executable, "-m", "polaris_pipeline.cli", *argv],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert proc.returncode == 0
-        assert "Example: polaris-pipeline" in proc.stdout, argv
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 0
+        assert "Example: polaris-pipeline" in capsys.readouterr().out, argv

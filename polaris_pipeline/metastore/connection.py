@@ -1,9 +1,19 @@
-"""Opening a metastore from a SQLAlchemy URL, and the database clock."""
+"""Opening a metastore from a SQLAlchemy URL, and the database clock.
+
+A URL that cannot name a metastore (``nonsense``, ``sqlite://relative``) is one
+``MetastoreError`` line. ``read_only=True`` opens a metastore so that nothing
+can be created or changed: a missing SQLite file is an error instead of a new
+empty database, SQLite opens the file with ``mode=ro``, and PostgreSQL sessions
+are read-only transactions.
+"""
 
 from __future__ import annotations
 
 import os
+import sqlite3
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
@@ -37,10 +47,23 @@ def resolve_url(url: str | None) -> URL:
         raise MetastoreError(
             f"unsupported metastore backend {parsed.get_backend_name()!r}: use postgresql or sqlite"
         )
+    if parsed.get_backend_name() == "sqlite":
+        _check_sqlite_url(parsed)
     if parsed.drivername == "postgresql":
         # psycopg 3 is the driver this project installs; SQLAlchemy 2.0 would pick psycopg2.
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed
+
+
+def _check_sqlite_url(url: URL) -> None:
+    if url.host:
+        # sqlite://name reads "name" as a host: almost always a path missing a slash.
+        raise MetastoreError(
+            f"SQLite URL {safe_url(url)!r} names a host; a file is sqlite:///relative/path.db "
+            "or sqlite:////absolute/path.db"
+        )
+    if url.database in (None, "", ":memory:"):
+        raise MetastoreError("an in-memory SQLite metastore cannot be shared; use a file")
 
 
 def safe_url(url: URL) -> str:
@@ -49,9 +72,15 @@ def safe_url(url: URL) -> str:
 
 
 def make_engine(
-    url: str | URL | None, *, idle_in_transaction_timeout_ms: int | None = None, **kwargs: Any
+    url: str | URL | None,
+    *,
+    idle_in_transaction_timeout_ms: int | None = None,
+    read_only: bool = False,
+    **kwargs: Any,
 ) -> Engine:
     """An engine for the metastore.
+
+    ``read_only``: see the module's doc; for the commands that only look.
 
     ``idle_in_transaction_timeout_ms`` (PostgreSQL): a session frozen inside a
     transaction (a paused VM, a partition) is ended by the server after this
@@ -61,20 +90,26 @@ def make_engine(
     backend = parsed.get_backend_name()
     options: dict[str, Any] = {}
     if backend == "sqlite":
+        _check_sqlite_url(parsed)
         options["connect_args"] = {"timeout": 60}
-        if parsed.database in (None, "", ":memory:"):
-            raise MetastoreError("an in-memory SQLite metastore cannot be shared; use a file")
         options["poolclass"] = NullPool
+        if read_only:
+            options["creator"] = _sqlite_read_only(str(parsed.database))
     else:
         options["pool_pre_ping"] = True
         connect_args: dict[str, Any] = {
             "connect_timeout": 10,
             "application_name": "polaris-pipeline",
         }
+        settings = []
         if idle_in_transaction_timeout_ms:
-            connect_args["options"] = (
+            settings.append(
                 f"-c idle_in_transaction_session_timeout={int(idle_in_transaction_timeout_ms)}"
             )
+        if read_only:
+            settings.append("-c default_transaction_read_only=on")
+        if settings:
+            connect_args["options"] = " ".join(settings)
         options["connect_args"] = connect_args
     options.update(kwargs)
     try:
@@ -82,7 +117,10 @@ def make_engine(
     except NoSuchModuleError:
         raise MetastoreError(f"no database driver for {parsed.drivername!r}") from None
     if backend == "sqlite":
-        _sqlite_write_transactions(engine)
+        if read_only:
+            _sqlite_read_transactions(engine)
+        else:
+            _sqlite_write_transactions(engine)
         engine = engine.execution_options(schema_translate_map={POLARIS_SCHEMA: None})
     return engine
 
@@ -106,3 +144,36 @@ def _sqlite_write_transactions(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _begin(conn: Any) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _sqlite_read_only(database: str) -> Any:
+    """A connection factory opening ``database`` read-only; the file must exist.
+
+    SQLite would otherwise create an empty database on first connect, and a read-only
+    command would leave a file behind that later looks like a metastore without tables.
+    """
+    path = Path(database).expanduser()
+    if not path.is_file():
+        what = "is not a file" if path.exists() else "does not exist"
+        raise MetastoreError(f"no SQLite metastore at {database}: the file {what}")
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(uri, uri=True, timeout=60, check_same_thread=False)
+
+    return connect
+
+
+def _sqlite_read_transactions(engine: Engine) -> None:
+    """Read-only SQLite: each transaction is one snapshot, and no lock is written."""
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA busy_timeout=60000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN")

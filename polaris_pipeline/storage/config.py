@@ -11,9 +11,10 @@ The file (YAML or JSON) looks like::
           client_kwargs: {region_name: us-east-1}
     allowed_prefixes: [s3://bucket/wh]
 
-Options are passed to the fsspec filesystem as keyword arguments. A value written
-as ``{env: NAME}`` is read from the environment at load time, so secrets stay out
-of the file.
+Options are passed to the fsspec filesystem as keyword arguments, and an option
+the filesystem does not accept is refused when the file loads (the rule is in
+``storage.options``). A value written as ``{env: NAME}`` (that key alone) is read
+from the environment at load time, so secrets stay out of the file.
 """
 
 from __future__ import annotations
@@ -201,9 +202,11 @@ class StorageConfig:
                 raise StorageConfigError(f"{source}: {where}.options must be a mapping")
             resolved = _resolve_env(dict(options), f"{where}.options", source)
             try:
-                rules.append(StorageRule(prefix, resolved))
+                rule = StorageRule(prefix, resolved)
             except StorageConfigError as e:
                 raise StorageConfigError(f"{source}: {where}: {e}") from None
+            check_options(split_uri(rule.prefix)[0], rule.options, f"{source}: {where}.options")
+            rules.append(rule)
         allowed = data.get("allowed_prefixes") or []
         if not isinstance(allowed, list) or not all(isinstance(p, str) for p in allowed):
             raise StorageConfigError(f"{source}: 'allowed_prefixes' must be a list of strings")
@@ -260,10 +263,26 @@ def _parse(text: str, *, json_only: bool, source: str) -> Any:
         raise StorageConfigError(f"{source}: invalid YAML") from None
 
 
+def check_options(scheme: str, options: Mapping[str, Any], where: str) -> None:
+    """Refuse an option the scheme's filesystem does not accept (``storage.options``)."""
+    # Imported here: storage.options reaches the resolver, which imports this module.
+    from polaris_pipeline.storage.options import check_options as check
+
+    check(scheme, options, where)
+
+
 def _resolve_env(value: Any, where: str, source: str) -> Any:
     """Replace each ``{"env": "NAME"}`` in ``value`` by the variable's value."""
     if isinstance(value, Mapping):
-        if set(value) == {"env"}:
+        if "env" in value:
+            extra = sorted(str(k) for k in value if k != "env")
+            if extra:
+                # {env: NAME, default: x} is not supported: a fallback for a secret would
+                # hide a missing variable, and any other key is a typo.
+                raise StorageConfigError(
+                    f"{source}: {where}: unknown key {extra[0]!r} beside 'env' "
+                    "(write {env: NAME} alone)"
+                )
             name = value["env"]
             if not isinstance(name, str) or not name:
                 raise StorageConfigError(f"{source}: {where}: 'env' must name a variable")

@@ -1,0 +1,152 @@
+"""How numbers, times and tasks are written for people: one formatter each.
+
+- ``format_bytes``: sizes in binary units (``488.3 KiB``).
+- ``iso_utc`` / ``format_duration`` / ``relative_time``: epoch milliseconds as
+  ISO 8601 in UTC (``2026-12-01T10:05:40.123Z``) and spans as ``4m30s``.
+- ``short_task_name`` / ``task_label``: a task's name cut to something readable.
+  Polaris names a batch child ``<parent>_[<every file>]_<uuid>`` and a manifest
+  child ``<parent>_<manifest path>_<uuid>``, so the raw names run to kilobytes.
+- ``error_cause``: a recorded error without the task label it starts with.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+ELLIPSIS = "…"
+# A name longer than this (and not one of Polaris's child shapes) is cut in the middle.
+MAX_NAME = 48
+
+_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_BATCH_NAME = re.compile(rf"^(?P<parent>.*?)_\[(?P<files>.*)\]_(?P<uuid>{_UUID})$", re.DOTALL)
+_MANIFEST_NAME = re.compile(
+    rf"^(?P<parent>[^_/]+_[^_/]+)_(?P<path>.+)_(?P<uuid>{_UUID})$", re.DOTALL
+)
+
+
+def format_bytes(n: int | None) -> str:
+    """``n`` bytes in binary units; ``unknown`` for None."""
+    if n is None:
+        return "unknown"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def iso_utc(ms: int | None) -> str | None:
+    """Epoch milliseconds as ISO 8601 in UTC with milliseconds; None when not a time.
+
+    A row may hold any 18-digit number as a time; one outside the calendar gives None
+    rather than an error, and the millisecond value is still shown beside it.
+    """
+    if ms is None:
+        return None
+    try:
+        moment = datetime.fromtimestamp(ms // 1000, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+    return f"{moment:%Y-%m-%dT%H:%M:%S}.{ms % 1000:03d}Z"
+
+
+def format_duration(ms: int) -> str:
+    """A span as its two largest units: ``45s``, ``4m30s``, ``2h05m``, ``3d04h``."""
+    seconds = max(0, ms) // 1000
+    days, rest = divmod(seconds, 86_400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def relative_time(ms: int | None, now_ms: int) -> str:
+    """``in 4m30s`` or ``4m30s ago`` (empty for None)."""
+    if ms is None:
+        return ""
+    if ms >= now_ms:
+        return f"in {format_duration(ms - now_ms)}"
+    return f"{format_duration(now_ms - ms)} ago"
+
+
+def truncate(text: str | None, width: int) -> str:
+    """``text`` on one line (line breaks and tabs become spaces, runs of spaces stay, so
+    aligned text keeps its columns), cut to ``width`` characters with an ellipsis."""
+    if not text:
+        return ""
+    flat = re.sub(r"[\r\n\t\v\f]", " ", text)
+    if width <= 0:
+        return ""
+    return flat if len(flat) <= width else flat[: width - 1] + ELLIPSIS
+
+
+def _middle_cut(text: str, width: int) -> str:
+    if len(text) <= width:
+        return text
+    head = (width - 1) * 2 // 3
+    return text[:head] + ELLIPSIS + text[len(text) - (width - 1 - head) :]
+
+
+def _count_listed(files: str) -> int:
+    # Java's List.toString joins with ", "; a path holding ", " itself is rare
+    # enough that the count is only a label, never used to decide anything.
+    return 0 if not files.strip() else files.count(", ") + 1
+
+
+def short_task_name(name: str) -> str:
+    """A task name fit for a line: child names lose their file list or manifest path.
+
+    ``entityCleanup_42_[s3://b/a.avro, s3://b/b.avro]_<uuid>`` becomes
+    ``entityCleanup_42_[2 files]_1b4e28ba``; a manifest child keeps the manifest's
+    file name; any other name is cut in the middle to ``MAX_NAME`` characters.
+    """
+    flat = " ".join(name.split())
+    batch = _BATCH_NAME.match(flat)
+    if batch:
+        n = _count_listed(batch["files"])
+        files = f"{n} file" if n == 1 else f"{n} files"
+        parent = _middle_cut(batch["parent"], MAX_NAME - 8)
+        return f"{parent}_[{files}]_{batch['uuid'][:8]}"
+    manifest = _MANIFEST_NAME.match(flat)
+    if manifest and len(flat) > MAX_NAME:
+        base = manifest["path"].rstrip("/").rsplit("/", 1)[-1]
+        base = _middle_cut(base, MAX_NAME // 2)
+        return f"{manifest['parent']}_{ELLIPSIS}/{base}_{manifest['uuid'][:8]}"
+    return _middle_cut(flat, MAX_NAME)
+
+
+def task_label(realm_id: str, task_id: int, name: str) -> str:
+    """``POLARIS/4711 entityCleanup_42``: how a task is named on one line."""
+    return f"{realm_id}/{task_id} {short_task_name(name)}"
+
+
+def error_cause(error: str | None, realm_id: str, task_id: int, name: str) -> str:
+    """A recorded error without the ``task <label>: `` it starts with.
+
+    The engine's messages name the task in full (``task POLARIS/7 '<name>': cause``);
+    beside the task's own row that is a repeat, and for a batch child the name is
+    the whole file list, which hides the cause. Later mentions of the full label
+    become the short one.
+    """
+    if not error:
+        return ""
+    text = " ".join(error.split())
+    full = f"{realm_id}/{task_id} {name!r}"
+    for prefix in (f"task {full}: ", f"{full}: "):
+        if text.startswith(prefix):
+            text = text[len(prefix) :]
+            break
+    else:
+        # The stored text may have been abbreviated (a bounded error): drop up to the
+        # first "': " after the task's id.
+        lead = re.match(rf"^task {re.escape(realm_id)}/{task_id} (['\"]).*?\1: ", text)
+        if lead:
+            text = text[lead.end() :]
+    return text.replace(full, task_label(realm_id, task_id, name))

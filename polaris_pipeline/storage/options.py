@@ -1,0 +1,125 @@
+"""Which keyword arguments a location's fsspec filesystem accepts.
+
+A misspelt option (``endpoint`` for ``endpoint_url``) would otherwise go unnoticed
+until a run, or never: s3fs hands unknown keywords on to botocore's session. So
+the storage config is checked when it loads, by this rule:
+
+- The accepted names are the named parameters of the ``__init__`` of the
+  filesystem class and of each base class it hands ``**kwargs`` on to (the next
+  class in its MRO), down to fsspec's ``AbstractFileSystem``, whose documented
+  options (the listings cache, ``skip_instance_cache``, ``asynchronous``,
+  ``loop``) are accepted everywhere.
+- s3fs's ``S3FileSystem`` does not hand its ``**kwargs`` to a base class but to
+  aiobotocore's session: for ``s3`` the accepted names are ``S3FileSystem``'s own
+  parameters (``client_kwargs`` and ``config_kwargs`` among them: botocore client
+  and ``Config`` options go there), fsspec's, and the session's (``profile``).
+- A scheme whose implementation is not installed is not checked here: using it
+  fails with "install <package>" when a task reaches it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import fsspec
+from fsspec.spec import AbstractFileSystem
+
+from polaris_pipeline.errors import StorageConfigError
+
+# AbstractFileSystem.__init__ takes **storage_options and documents these.
+BASE_OPTIONS = frozenset(
+    {
+        "use_listings_cache",
+        "listings_expiry_time",
+        "max_paths",
+        "skip_instance_cache",
+        "asynchronous",
+        "loop",
+    }
+)
+
+
+def _init_params(cls: type) -> tuple[set[str], bool]:
+    """Named keyword parameters of ``cls.__init__`` and whether it takes ``**kwargs``."""
+    init = cls.__dict__.get("__init__")
+    if init is None:
+        return set(), True  # inherited: the base's parameters apply
+    names: set[str] = set()
+    var_kw = False
+    for param in inspect.signature(init).parameters.values():
+        if param.kind is param.VAR_KEYWORD:
+            var_kw = True
+        elif param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            names.add(param.name)
+    names.discard("self")
+    return names, var_kw
+
+
+def accepted_options(cls: type) -> frozenset[str]:
+    """The keyword arguments ``cls`` accepts, by the rule of this module's doc."""
+    names: set[str] = set(BASE_OPTIONS)
+    for klass in cls.__mro__:
+        if klass is AbstractFileSystem or klass is object:
+            break
+        own, forwards = _init_params(klass)
+        names |= own
+        if _is_s3fs(klass):
+            # Its **kwargs go to aiobotocore's session, not to its base classes.
+            names |= _aiobotocore_session_params()
+            break
+        if not forwards:
+            break
+    return frozenset(names)
+
+
+def _is_s3fs(klass: type) -> bool:
+    return klass.__module__.startswith("s3fs.") and klass.__name__ == "S3FileSystem"
+
+
+def _aiobotocore_session_params() -> set[str]:
+    try:
+        from aiobotocore.session import AioSession
+    except ImportError:  # pragma: no cover - s3fs depends on it
+        return set()
+    names, _ = _init_params(AioSession)
+    return names
+
+
+def filesystem_class(scheme: str) -> type | None:
+    """The installed fsspec class for ``scheme``; None when it is not installed or unknown."""
+    # The resolver's own scheme mapping (abfss is served by abfs), imported here
+    # because the resolver imports the config module that calls this one.
+    from polaris_pipeline.storage.resolve import _PROTOCOL_ALIASES
+
+    try:
+        cls: type = fsspec.get_filesystem_class(_PROTOCOL_ALIASES.get(scheme, scheme))
+    except (ImportError, ValueError):
+        return None
+    return cls
+
+
+def check_options(scheme: str, options: Mapping[str, Any], where: str) -> None:
+    """Raise StorageConfigError naming the first option the filesystem would not accept."""
+    cls = filesystem_class(scheme)
+    if cls is None:
+        return
+    allowed = accepted_options(cls)
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise StorageConfigError(
+            f"{where}: {cls.__name__} ({scheme}://) accepts no option {unknown[0]!r}"
+            f"{_hint(unknown[0], allowed, scheme)}"
+        )
+
+
+def _hint(name: str, allowed: Iterable[str], scheme: str) -> str:
+    close = [a for a in sorted(allowed) if name in a or a in name]
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    if scheme == "s3":
+        return (
+            "; botocore client options go under client_kwargs, Config options under config_kwargs"
+        )
+    return ""

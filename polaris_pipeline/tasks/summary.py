@@ -1,0 +1,130 @@
+"""What a task is about, decoded from its payload: its type, table and files.
+
+Read-only views (``tasks list``, ``tasks show``) show this beside a task's
+state. A payload that does not decode is not an error here: the summary says
+why, and the task still lists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from polaris_pipeline.errors import PolarisPipelineError
+from polaris_pipeline.formatting import iso_utc, relative_time
+from polaris_pipeline.tasks import payloads
+from polaris_pipeline.tasks.model import LeasePolicy, TaskRow, TaskState, TaskType
+
+
+def type_name(task: TaskRow) -> str:
+    """The task type as shown to people: ``batch_file_cleanup``; ``?<code>`` when unknown."""
+    try:
+        return task.task_type().name.lower()
+    except PolarisPipelineError:
+        return f"?{(task.task_type_code or '')[:20]}"
+
+
+@dataclass(frozen=True)
+class PayloadSummary:
+    type: str
+    table: str | None = None  # namespace.table
+    metadata_location: str | None = None  # table cleanup: the dropped table's metadata file
+    manifest_path: str | None = None  # manifest cleanup
+    batch_files: int | None = None  # batch cleanup: how many files it names
+    entity_id: int | None = None  # table cleanup: the dropped entity's id
+    is_view: bool = False
+    problem: str | None = None  # why the payload could not be decoded
+
+
+def summarize(task: TaskRow) -> PayloadSummary:
+    """Decode ``task``'s payload far enough to say what it cleans up."""
+    kind = type_name(task)
+    try:
+        task_type = task.task_type()
+        data = task.data()
+        if task_type is TaskType.ENTITY_CLEANUP_SCHEDULER:
+            # Imported here: the cleanup package brings the storage clients, which a
+            # listing without table cleanups (and every --help) need not load.
+            from polaris_pipeline.cleanup.common import table_identifier
+
+            entity = payloads.decode_dropped_entity(data)
+            return PayloadSummary(
+                kind,
+                table=str(table_identifier(entity)),
+                metadata_location=entity.metadata_location,
+                entity_id=entity.id,
+                is_view=entity.is_view,
+            )
+        if task_type is TaskType.MANIFEST_FILE_CLEANUP:
+            manifest = payloads.decode_manifest_cleanup(data)
+            return PayloadSummary(
+                kind, table=str(manifest.table_id), manifest_path=manifest.manifest.manifest_path
+            )
+        batch = payloads.decode_batch_cleanup(data)
+        return PayloadSummary(kind, table=str(batch.table_id), batch_files=len(batch.batch_files))
+    except PolarisPipelineError as exc:
+        reason = getattr(exc, "reason", None) or str(exc)
+        return PayloadSummary(kind, problem=reason)
+
+
+def available_at_ms(
+    task: TaskRow, state: TaskState, now_ms: int, policy: LeasePolicy
+) -> int | None:
+    """When ``task`` is next available to a sweep (database clock); None: not by itself.
+
+    Orphaned: now. Backing off: its next attempt time. Pending: when the grace period
+    ends. Leased: when the lease expires. Dead: only an operator's requeue revives it.
+    """
+    if state is TaskState.ORPHANED:
+        return now_ms
+    if state is TaskState.BACKING_OFF:
+        return task.next_attempt_ms
+    if state is TaskState.PENDING:
+        return task.create_timestamp + policy.effective_grace_ms
+    if state is TaskState.LEASED:
+        return (task.start_time_ms or now_ms) + policy.lease_timeout_ms
+    return None
+
+
+def _first(times: list[int | None]) -> int | None:
+    known = [t for t in times if t is not None]
+    return min(known) if known else None
+
+
+def nothing_available_reason(
+    rows: list[tuple[TaskRow, TaskState]],
+    now_ms: int,
+    policy: LeasePolicy,
+    realms: list[str] | None,
+) -> str:
+    """Why a sweep finds nothing: how many tasks are in each state, and when the first frees."""
+    where = f"realms [{', '.join(realms)}]" if realms is not None else "any realm"
+    if not rows:
+        return f"nothing is available: no tasks in {where}"
+
+    def when(state: TaskState, what: str) -> str:
+        first = _first([available_at_ms(t, s, now_ms, policy) for t, s in rows if s is state])
+        if first is None:
+            return ""
+        return f" ({what} {relative_time(first, now_ms)}, at {iso_utc(first)})"
+
+    counts = {state: sum(1 for _, s in rows if s is state) for state in TaskState}
+    parts = []
+    if counts[TaskState.LEASED]:
+        parts.append(
+            f"{counts[TaskState.LEASED]} leased{when(TaskState.LEASED, 'the first lease expires')}"
+        )
+    if counts[TaskState.BACKING_OFF]:
+        parts.append(
+            f"{counts[TaskState.BACKING_OFF]} backing off"
+            f"{when(TaskState.BACKING_OFF, 'the first retry is')}"
+        )
+    if counts[TaskState.PENDING]:
+        parts.append(
+            f"{counts[TaskState.PENDING]} pending within grace"
+            f"{when(TaskState.PENDING, 'the first grace period ends')}"
+        )
+    if counts[TaskState.DEAD]:
+        parts.append(f"{counts[TaskState.DEAD]} dead (only `tasks requeue` revives them)")
+    if counts[TaskState.ORPHANED]:
+        parts.append(f"{counts[TaskState.ORPHANED]} orphaned")
+    return f"nothing is available in {where}: " + ", ".join(parts)
