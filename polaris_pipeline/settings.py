@@ -13,6 +13,8 @@ variable                               field                       command-line 
 ``POLARIS_PIPELINE_LEASE_TIMEOUT_MS``  ``lease_timeout_ms``        ``--lease-timeout-ms``
 ``POLARIS_PIPELINE_GRACE_MS``          ``grace_ms``                ``--grace-ms``
 ``POLARIS_PIPELINE_MAX_ATTEMPTS``      ``max_attempts``            ``--max-attempts``
+``POLARIS_PIPELINE_METADATA_BATCH_SIZE``  ``metadata_batch_size``
+``POLARIS_PIPELINE_REALM_OVERRIDES``   ``realm_overrides`` (JSON)
 ``POLARIS_PIPELINE_STORAGE_CONFIG``    ``storage_config``          ``--storage-config``
 ``POLARIS_PIPELINE_EXECUTOR_PREFIX``   ``executor_prefix``
 ``POLARIS_PIPELINE_SWEEP_INTERVAL_S``  ``sweep_interval_s``
@@ -22,6 +24,10 @@ variable                               field                       command-line 
 ``POLARIS_PIPELINE_MAX_ORPHAN_AGE_S``  ``max_orphan_age_s``
 =====================================  ==========================  =====================
 
+``POLARIS_PIPELINE_REALM_OVERRIDES`` is a JSON object of realm to its own values,
+as Polaris lets a realm override its task timeout and metadata batch size:
+``{"TEST": {"lease_timeout_ms": 60000, "metadata_batch_size": 5}}``.
+
 An unset or blank variable means the default. A bad value is a ``SettingsError``
 naming the variable (or the flag) and what is wrong with it.
 """
@@ -29,20 +35,23 @@ naming the variable (or the flag) and what is wrong with it.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.metastore.connection import URL_ENV
 from polaris_pipeline.storage.config import CONFIG_ENV_VAR
-from polaris_pipeline.tasks.model import LeasePolicy
+from polaris_pipeline.tasks.model import LeasePolicy, RealmOverride
 
 REALMS_ENV = "POLARIS_PIPELINE_REALMS"
 LEASE_TIMEOUT_ENV = "POLARIS_PIPELINE_LEASE_TIMEOUT_MS"
 GRACE_ENV = "POLARIS_PIPELINE_GRACE_MS"
 MAX_ATTEMPTS_ENV = "POLARIS_PIPELINE_MAX_ATTEMPTS"
+METADATA_BATCH_SIZE_ENV = "POLARIS_PIPELINE_METADATA_BATCH_SIZE"
+REALM_OVERRIDES_ENV = "POLARIS_PIPELINE_REALM_OVERRIDES"
 EXECUTOR_PREFIX_ENV = "POLARIS_PIPELINE_EXECUTOR_PREFIX"
 SWEEP_INTERVAL_ENV = "POLARIS_PIPELINE_SWEEP_INTERVAL_S"
 SWEEP_JITTER_ENV = "POLARIS_PIPELINE_SWEEP_JITTER"
@@ -90,6 +99,18 @@ def _realm_list(raw: str) -> tuple[str, ...]:
     if not realms:
         raise ValueError("names no realm (a comma-separated list, e.g. POLARIS,TEST)")
     return realms
+
+
+def _realm_overrides(raw: str) -> dict[str, RealmOverride]:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise ValueError('not JSON (e.g. {"TEST": {"lease_timeout_ms": 60000}})') from None
+    if not isinstance(value, dict):
+        raise ValueError("not a JSON object of realm to overrides")
+    return {
+        str(realm): RealmOverride.from_json_obj(v, realm=str(realm)) for realm, v in value.items()
+    }
 
 
 def _policy_field(name: str) -> Callable[[Any], None]:
@@ -154,6 +175,12 @@ _SPECS: dict[str, _Spec] = {
     "max_attempts": _Spec(
         MAX_ATTEMPTS_ENV, "--max-attempts", _integer, _policy_field("max_attempts")
     ),
+    "metadata_batch_size": _Spec(
+        METADATA_BATCH_SIZE_ENV, None, _integer, _policy_field("metadata_batch_size")
+    ),
+    "realm_overrides": _Spec(
+        REALM_OVERRIDES_ENV, None, _realm_overrides, _policy_field("realm_overrides")
+    ),
     "storage_config": _Spec(CONFIG_ENV_VAR, "--storage-config", _text),
     "executor_prefix": _Spec(EXECUTOR_PREFIX_ENV, None, _text, _nonblank("the executor prefix")),
     "sweep_interval_s": _Spec(
@@ -181,6 +208,10 @@ class PipelineSettings:
     lease_timeout_ms: int = _POLICY.lease_timeout_ms
     grace_ms: int | None = _POLICY.grace_ms
     max_attempts: int = _POLICY.max_attempts
+    # Polaris's TABLE_METADATA_CLEANUP_BATCH_SIZE: metadata files per batch child.
+    metadata_batch_size: int = _POLICY.metadata_batch_size
+    # Realm -> its own lease timeout, grace period and metadata batch size.
+    realm_overrides: Mapping[str, RealmOverride] = field(default_factory=dict)
     # None: no storage config file (no location rules, no allowed prefixes).
     storage_config: str | None = None
     # None: the runner's own prefix (``runner.DEFAULT_EXECUTOR_PREFIX``).
@@ -207,6 +238,8 @@ class PipelineSettings:
             lease_timeout_ms=self.lease_timeout_ms,
             grace_ms=self.grace_ms,
             max_attempts=self.max_attempts,
+            metadata_batch_size=self.metadata_batch_size,
+            realm_overrides=self.realm_overrides,
         )
 
     @classmethod

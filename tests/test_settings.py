@@ -13,7 +13,7 @@ from polaris_pipeline.settings import (
     SettingsError,
     env_names,
 )
-from polaris_pipeline.tasks.model import LeasePolicy
+from polaris_pipeline.tasks.model import LeasePolicy, RealmOverride
 
 
 def test_defaults_are_the_lease_policy_s() -> None:
@@ -31,6 +31,8 @@ def test_every_variable_is_read() -> None:
         LEASE_TIMEOUT_ENV: "60000",
         GRACE_ENV: "0",
         MAX_ATTEMPTS_ENV: "3",
+        "POLARIS_PIPELINE_METADATA_BATCH_SIZE": "4",
+        "POLARIS_PIPELINE_REALM_OVERRIDES": '{"TEST": {"lease_timeout_ms": 1000}}',
         "POLARIS_PIPELINE_STORAGE_CONFIG": "/etc/storage.yaml",
         "POLARIS_PIPELINE_EXECUTOR_PREFIX": "site-b",
         "POLARIS_PIPELINE_SWEEP_INTERVAL_S": "30",
@@ -43,7 +45,15 @@ def test_every_variable_is_read() -> None:
     s = PipelineSettings.from_env(env)
     assert s.metastore_url == "sqlite:////tmp/p.db"
     assert s.realms == ("POLARIS", "TEST")  # trimmed, blanks and repeats dropped
-    assert s.policy == LeasePolicy(lease_timeout_ms=60000, grace_ms=0, max_attempts=3)
+    assert s.policy == LeasePolicy(
+        lease_timeout_ms=60000,
+        grace_ms=0,
+        max_attempts=3,
+        metadata_batch_size=4,
+        realm_overrides={"TEST": RealmOverride(lease_timeout_ms=1000)},
+    )
+    assert s.policy.for_realm("TEST").lease_timeout_ms == 1000
+    assert s.policy.for_realm("POLARIS").lease_timeout_ms == 60000
     assert s.storage_config == "/etc/storage.yaml" and s.executor_prefix == "site-b"
     assert (s.sweep_interval_s, s.sweep_jitter) == (30.0, 0.5)
     assert (s.sweep_max_runs, s.sweep_max_pending_runs, s.max_orphan_age_s) == (10, 20, 120.0)
@@ -68,6 +78,14 @@ def test_blank_variables_mean_the_default() -> None:
         ("POLARIS_PIPELINE_SWEEP_MAX_RUNS", "0", "must be at least 1"),
         ("POLARIS_PIPELINE_MAX_ORPHAN_AGE_S", "-5", "must be positive"),
         ("POLARIS_PIPELINE_EXECUTOR_PREFIX", "a b", "must not contain white space"),
+        ("POLARIS_PIPELINE_METADATA_BATCH_SIZE", "0", "metadata batch size must be at least 1"),
+        ("POLARIS_PIPELINE_REALM_OVERRIDES", "{TEST: 1}", "REALM_OVERRIDES='{TEST: 1}': not JSON"),
+        ("POLARIS_PIPELINE_REALM_OVERRIDES", "[]", "not a JSON object of realm to overrides"),
+        (
+            "POLARIS_PIPELINE_REALM_OVERRIDES",
+            '{"TEST": {"lease_timeout": 5}}',
+            "realm 'TEST': unknown override(s) lease_timeout",
+        ),
     ],
 )
 def test_a_bad_value_names_its_variable(name: str, raw: str, message: str) -> None:

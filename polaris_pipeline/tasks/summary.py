@@ -74,6 +74,7 @@ def available_at_ms(
     Orphaned: now. Backing off: its next attempt time. Pending: when the grace period
     ends. Leased: when the lease expires. Dead: only an operator's requeue revives it.
     """
+    policy = policy.for_realm(task.realm_id)  # a realm may have its own timeout and grace
     if state is TaskState.ORPHANED:
         return now_ms
     if state is TaskState.BACKING_OFF:
