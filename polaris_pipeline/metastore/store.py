@@ -69,6 +69,14 @@ _TASK_COLUMNS = (
 )
 
 
+class HolderCas(StrEnum):
+    """What a compare-and-set by a lease holder found: applied, row gone, lease lost."""
+
+    APPLIED = "applied"
+    GONE = "gone"
+    LOST = "lost"
+
+
 class CompleteOutcome(StrEnum):
     DONE = "done"  # we deleted the row
     ALREADY_GONE = "already-gone"  # someone else finished it: also success
@@ -645,25 +653,25 @@ LIMIT :limit
             and task.lease_held(now, self.policy)
         )
 
-    def _holder_cas(self, lease: Lease, change: Any) -> tuple[str, Any]:
+    def _holder_cas(self, lease: Lease, change: Any) -> tuple[HolderCas, Any]:
         """Apply ``change(conn, task, now)`` while ``lease`` is held; retry lost CAS races.
 
         The only writers of a held row are the holder itself (its heartbeat) and
         a leaser after expiry, so a failed CAS is re-read and re-judged.
-        Returns ("ok", value) | ("gone", None) | ("lost", None).
+        Returns (APPLIED, value), or (GONE | LOST, None).
         """
         for _ in range(_CAS_RETRIES):
             with self._begin() as conn:
                 now = self.now_ms(conn)
                 task = self._get(conn, lease.realm_id, lease.task_id)
                 if task is None:
-                    return "gone", None
+                    return HolderCas.GONE, None
                 if not self._held_by(task, lease, now):
-                    return "lost", None
+                    return HolderCas.LOST, None
                 done, value = change(conn, task, now)
                 if done:
-                    return "ok", value
-        return "lost", None
+                    return HolderCas.APPLIED, value
+        return HolderCas.LOST, None
 
     def held_for_ms(self, lease: Lease) -> int | None:
         """How much longer ``lease`` is guaranteed (database clock), or None if it is lost."""
@@ -703,7 +711,7 @@ LIMIT :limit
             )
 
         status, value = self._holder_cas(lease, change)
-        return value if status == "ok" else None
+        return value if status is HolderCas.APPLIED else None
 
     def renew_held_by(self, realm_id: str, executor_id: str) -> int:
         """Heartbeat for everything one executor holds in a realm, in one statement.
@@ -778,9 +786,10 @@ WHERE type_code = {TASK_TYPE_CODE} AND catalog_id = 0 AND parent_id = 0 AND real
 
         status, _ = self._holder_cas(lease, change)
         return {
-            "ok": CompleteOutcome.DONE,
-            "gone": CompleteOutcome.ALREADY_GONE,
-        }.get(status, CompleteOutcome.LEASE_LOST)
+            HolderCas.APPLIED: CompleteOutcome.DONE,
+            HolderCas.GONE: CompleteOutcome.ALREADY_GONE,
+            HolderCas.LOST: CompleteOutcome.LEASE_LOST,
+        }[status]
 
     def fail(
         self, lease: Lease, error: str, *, run_id: str | None = None, permanent: bool = False
@@ -815,11 +824,11 @@ WHERE type_code = {TASK_TYPE_CODE} AND catalog_id = 0 AND parent_id = 0 AND real
             return self._cas_write(conn, task, props, now), record
 
         status, value = self._holder_cas(lease, change)
-        if status == "ok":
+        if status is HolderCas.APPLIED:
             assert isinstance(value, FailureRecord)
             return value
         return FailureRecord(
-            FailOutcome.ALREADY_GONE if status == "gone" else FailOutcome.LEASE_LOST
+            FailOutcome.ALREADY_GONE if status is HolderCas.GONE else FailOutcome.LEASE_LOST
         )
 
     # -------------------------------------------------------------- operator
