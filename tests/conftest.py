@@ -5,4 +5,5 @@ pytest_plugins = [
     "tests.support.s3",
     "tests.support.iceberg",
     "tests.support.dagster",
+    "tests.support.daemon_fixtures",
 ]

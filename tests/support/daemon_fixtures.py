@@ -1,0 +1,77 @@
+"""Fixtures of the daemon tests: a PostgreSQL metastore, a warehouse of files, the daemon.
+
+Registered in tests/conftest.py; the helpers are imported by the test modules.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.tasks.model import LeasePolicy
+from tests.support.daemon import DaemonConfig, DaemonHarness
+from tests.support.metastore import _reset_pg_schema
+
+# Lease timeout of the daemon tests: short, so a lapsed lease is seen in seconds.
+LEASE_TIMEOUT_MS = 8_000
+
+
+@pytest.fixture
+def pg_url(pg_database: str) -> str:
+    """The session's PostgreSQL database with an empty Polaris schema."""
+    _reset_pg_schema(pg_database)
+    store = Metastore(pg_database)
+    store.init_schema()
+    store.dispose()
+    return pg_database
+
+
+def metastore_for(url: str, lease_timeout_ms: int = LEASE_TIMEOUT_MS, **policy: Any) -> Metastore:
+    """The test's own view of the metastore, with the daemon's lease policy."""
+    return Metastore(
+        url, policy=LeasePolicy(lease_timeout_ms=lease_timeout_ms, grace_ms=0, **policy)
+    )
+
+
+def write_storage_config(path: Path, allowed: list[str]) -> str:
+    """A storage config file confining deletes to ``allowed``; returns its path."""
+    path.write_text(yaml.safe_dump({"allowed_prefixes": allowed}), encoding="utf-8")
+    return str(path)
+
+
+def touch_files(directory: Path, n: int, *, scheme: str = "file") -> list[str]:
+    """``n`` small files in ``directory``, as ``file:///abs/path`` URIs, or for another
+    scheme ``<scheme>://abs/path`` (its first directory in the authority's place)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    uris = []
+    for i in range(n):
+        path = directory / f"{i:05d}.parquet"
+        path.write_bytes(b"PAR1")
+        uris.append(f"file://{path}" if scheme == "file" else f"{scheme}:/{path}")
+    return uris
+
+
+def existing(uris: list[str]) -> list[str]:
+    """The URIs whose local file still exists."""
+    return [u for u in uris if os.path.exists("/" + u.split("://", 1)[1].lstrip("/"))]
+
+
+@pytest.fixture
+def start_daemon(tmp_path: Path) -> Iterator[Callable[..., DaemonHarness]]:
+    """``start_daemon(metastore_url=..., **DaemonConfig fields)``; stopped on teardown."""
+    started: list[DaemonHarness] = []
+
+    def start(**config: Any) -> DaemonHarness:
+        harness = DaemonHarness(tmp_path / f"dagster_home_{len(started)}", DaemonConfig(**config))
+        started.append(harness)
+        return harness.start()
+
+    yield start
+    for harness in started:
+        harness.stop()
