@@ -29,6 +29,7 @@ from polaris_pipeline.errors import (
     is_permanent,
 )
 from polaris_pipeline.metastore import CompleteOutcome, FailOutcome, Metastore, new_entity_id
+from polaris_pipeline.start import StartDecision, decide_start
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.tasks.model import Lease, NewTask, TaskRow, TaskState
@@ -189,6 +190,33 @@ class Runner:
         if mine is not None:
             self.heartbeat.watch(mine.realm_id)
         return mine
+
+    def start(
+        self, realm_id: str, task_id: int, *, operator: bool = False, may_adopt: bool = True
+    ) -> StartDecision:
+        """Lease, adopt or refuse one named task as its work starts (``polaris_pipeline.start``).
+
+        ``operator``: the start is an operator's deliberate act (a manual run, a
+        re-execution), so a backing-off or dead task is retried now.
+        """
+        decision = decide_start(
+            self.metastore,
+            self.executor_id,
+            realm_id,
+            task_id,
+            operator=operator,
+            may_adopt=may_adopt,
+        )
+        if decision.lease is not None:
+            self.heartbeat.watch(realm_id)
+        return decision
+
+    def record_failure(self, lease: Lease, error: str) -> TaskOutcome:
+        """Record a failure found before the cleanup could start (a configuration error)."""
+        task = self.metastore.get_task(lease.realm_id, lease.task_id)
+        if task is None:
+            return TaskOutcome(lease, Status.DONE, lease.task_type_code)
+        return self._fail(lease, task, error)
 
     def fence(self, lease: Lease) -> None:
         """Raise LeaseLost unless ``lease`` still holds its task (database clock).

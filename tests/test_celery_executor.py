@@ -219,7 +219,7 @@ def test_celery_job_is_the_task_job_with_another_executor() -> None:
     celery_job = build_polaris_celery_task_job()
     assert celery_job.name == polaris_task_job.name == JOB_NAME
     assert celery_job.executor_def.name == "celery"
-    assert polaris_task_job.executor_def.name == "multiprocess"
+    assert polaris_task_job.executor_def.name == "in_process"  # one task's work: no fork per step
     assert celery_job.graph is polaris_task_job.graph  # the same ops, not a copy
     assert dict(celery_job.tags) == dict(polaris_task_job.tags)
     assert celery_job.tags["dagster/max_retries"] == "2"

@@ -41,10 +41,11 @@ from polaris_pipeline.dagster.resources import (
 )
 from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
 from polaris_pipeline.dagster.task_job import (
+    MULTIPROCESS_EXECUTOR,
     build_polaris_task_job,
     child_stages,
-    lease_from_dict,
     polaris_task_job,
+    run_config_for,
 )
 from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.metastore import Metastore
@@ -360,7 +361,8 @@ def test_failed_task_records_the_run_id_and_the_run_fails_with_one_line(
     row = metastore.get_task("POLARIS", task.id)
     assert row is not None
     assert row.properties[Prop.RUN_ID] == result.run_id
-    assert row.status == "failed" and row.last_error == user.description
+    # A payload that cannot decode fails the same way every time: dead-lettered at once.
+    assert row.status == "dead" and row.last_error == user.description
     assert row.attempt_count == 1
 
 
@@ -459,76 +461,285 @@ def test_one_failing_child_in_a_group_does_not_stop_the_others(
     }
 
 
-# -- leases ------------------------------------------------------------------------
+# -- leases: taken when the run starts ---------------------------------------------
 
 
-def test_lost_lease_stops_the_run_before_any_delete(
-    metastore: Metastore, local_warehouse: Warehouse, sqlite_instance: DagsterInstance
-) -> None:
-    victim = local_warehouse.build("victim", appends=1)
-    victim_files = sorted(table_files(victim))
-    task = drop(metastore, victim)
-    resource = metastore_resource(metastore)
-
-    [request] = sweep(resource, sqlite_instance)
-    sensor_lease = lease_from_dict(request.run_config["ops"]["run_polaris_task"]["config"])
-    # Another executor takes the task after the sensor leased it.
-    assert metastore.take_over(sensor_lease, "polaris-server-2") is not None
-    result = execute(request, sqlite_instance, resource, storage_resource(local_warehouse))
-
-    assert result.success  # not a failure of this run: someone else owns the task now
-    assert all(local_warehouse.exists(f) for f in victim_files)
-    outcome = result.output_for_node("run_polaris_task", "outcome")
-    assert outcome["status"] == "lease-lost"
-    lost = [m for m in messages(sqlite_instance, result.run_id) if "lease lost" in m]
-    assert lost and lost[0].startswith(
-        f"lease lost before the run started: another executor holds task POLARIS/{task.id} "
-    )
-    assert "polaris-server-2" in lost[0] and lost[0].endswith("nothing was deleted")
-    row = metastore.get_task("POLARIS", task.id)
-    assert row is not None and row.executor_id == "polaris-server-2"
-    assert Prop.ERROR not in row.properties  # nothing recorded by the loser
-
-
-def test_expired_sensor_lease_is_leased_again_by_the_run(
-    metastore: Metastore, tmp_path: Path, sqlite_instance: DagsterInstance
-) -> None:
-    """A run that starts after its lease lapsed (a long run queue) re-leases a free task."""
+def local_batch(store: Metastore, tmp_path: Path, n: int = 2) -> tuple[NewTask, list[Path]]:
+    """An orphaned BATCH task over ``n`` local files."""
     root = tmp_path / "wh" / "ns" / "t"
-    (root / "metadata").mkdir(parents=True)
-    files = [root / "metadata" / f"snap-{i}.avro" for i in range(3)]
+    (root / "metadata").mkdir(parents=True, exist_ok=True)
+    files = [root / "metadata" / f"snap-{uuid.uuid4().hex[:8]}.avro" for _ in range(n)]
     for f in files:
         f.write_bytes(b"x" * 10)
     task = batch_task(
         "POLARIS",
         [f"file://{f}" for f in files],
         internal={"storageLocation": f"file://{root}"},
-        create_timestamp=metastore.now_ms() - OLD_MS,
+        create_timestamp=store.now_ms() - OLD_MS,
     )
-    metastore.insert_tasks([task])
+    store.insert_tasks([task])
+    return task, files
+
+
+def launch(
+    instance: DagsterInstance,
+    metastore: PolarisMetastoreResource,
+    task_id: int,
+    *,
+    tags: dict[str, str] | None = None,
+    storage: PolarisStorageResource | None = None,
+    job: JobDefinition = polaris_task_job,
+) -> Any:
+    """A run launched by hand: the launchpad's minimal config, realm and task id."""
+    return job.execute_in_process(
+        run_config=run_config_for("POLARIS", task_id),
+        tags=tags or {},
+        instance=instance,
+        resources={"metastore": metastore, "storage": storage or PolarisStorageResource()},
+        raise_on_error=False,
+    )
+
+
+def run_tags(instance: DagsterInstance, result: Any) -> dict[str, str]:
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None
+    return dict(run.tags)
+
+
+def failure_text(result: Any) -> str:
+    [failure] = [e for e in result.all_events if e.is_step_failure]
+    user = failure.step_failure_data.user_failure_data
+    assert user is not None and user.description is not None
+    return str(user.description)
+
+
+def reexecution_tags(parent: str, **extra: str) -> dict[str, str]:
+    """The tags Dagster puts on a re-execution of run ``parent`` (UI or run retry)."""
+    return {"dagster/parent_run_id": parent, "dagster/root_run_id": parent, **extra}
+
+
+def test_waiting_in_the_queue_costs_no_attempt(
+    metastore: Metastore, tmp_path: Path, sqlite_instance: DagsterInstance
+) -> None:
+    """Selected, then the run waits longer than a lease: it still runs as attempt 1."""
+    task, files = local_batch(metastore, tmp_path)
     resource = metastore_resource(metastore, lease_timeout_ms=1_000)
 
     [request] = sweep(resource, sqlite_instance)
     time.sleep(1.2)
+    # Another sweep meanwhile selects the same version: the same run key (Dagster drops it).
+    [again] = sweep(resource, sqlite_instance)
+    assert again.run_key == request.run_key
+    row = metastore.get_task("POLARIS", task.id)
+    assert row is not None and row.attempt_count == 0 and row.executor_id is None
     result = execute(request, sqlite_instance, resource, PolarisStorageResource())
 
     assert result.success
     assert not any(f.exists() for f in files)
     assert metastore.get_task("POLARIS", task.id) is None
+    tags = run_tags(sqlite_instance, result)
+    assert tags["polaris/attempt"] == "1" and tags["polaris/outcome"] == "done"
+    assert tags["polaris/executor"] == resource.run_executor_id(result.run_id)
+
+
+def test_a_task_taken_after_selection_ends_the_sweepers_run_as_skipped(
+    metastore: Metastore, tmp_path: Path, sqlite_instance: DagsterInstance
+) -> None:
+    task, files = local_batch(metastore, tmp_path)
+    resource = metastore_resource(metastore)
+
+    [request] = sweep(resource, sqlite_instance)
+    # A Polaris server (or another deployment) leases the task before the run starts.
+    assert metastore.lease_task("POLARIS", task.id, "polaris-server-2") is not None
+    result = execute(request, sqlite_instance, resource, PolarisStorageResource())
+
+    assert result.success  # the sweeper lost a race: not a failure alarm
+    assert all(f.exists() for f in files)
+    outcome = result.output_for_node("run_polaris_task", "outcome")
+    assert outcome["status"] == "skipped"
+    assert "held by another holder: polaris-server-2, attempt 1" in outcome["message"]
+    assert run_tags(sqlite_instance, result)["polaris/outcome"] == "skipped"
     assert any(
-        "expired before the run started; leased the task again as attempt 2" in m
+        m.startswith("skipped: ") and m.endswith("nothing was done")
         for m in messages(sqlite_instance, result.run_id)
     )
+    row = metastore.get_task("POLARIS", task.id)
+    assert row is not None and row.executor_id == "polaris-server-2"
+    assert row.attempt_count == 1 and Prop.ERROR not in row.properties
+
+
+def test_a_sweepers_run_whose_task_is_gone_or_backing_off_is_skipped(
+    metastore: Metastore, tmp_path: Path, sqlite_instance: DagsterInstance
+) -> None:
+    gone, _ = local_batch(metastore, tmp_path)
+    waiting, files = local_batch(metastore, tmp_path)
+    resource = metastore_resource(metastore)
+    requests = {int(r.tags["polaris/task_id"]): r for r in sweep(resource, sqlite_instance)}
+    finished = metastore.lease_task("POLARIS", gone.id, "other")
+    assert finished is not None and metastore.complete(finished)
+    failed = metastore.lease_task("POLARIS", waiting.id, "other")
+    assert failed is not None
+    metastore.fail(failed, "boom")
+
+    for task_id, expected in (
+        (gone.id, "is gone: it was completed (or discarded); nothing to do"),
+        (waiting.id, "is backing off until "),
+    ):
+        result = execute(requests[task_id], sqlite_instance, resource, PolarisStorageResource())
+        assert result.success
+        outcome = result.output_for_node("run_polaris_task", "outcome")
+        assert outcome["status"] == "skipped" and expected in outcome["message"]
+        assert run_tags(sqlite_instance, result)["polaris/outcome"] == "skipped"
+    # The sweeper's run never retries a backing-off task early: that is an operator's call.
+    row = metastore.get_task("POLARIS", waiting.id)
+    assert row is not None and row.status == "failed" and all(f.exists() for f in files)
+
+
+def test_an_operator_launch_needs_only_realm_and_task_id(
+    metastore: Metastore, tmp_path: Path, sqlite_instance: DagsterInstance
+) -> None:
+    task, files = local_batch(metastore, tmp_path)
+    resource = metastore_resource(metastore)
+
+    result = launch(sqlite_instance, resource, task.id)
+
+    assert result.success
+    assert not any(f.exists() for f in files)
+    assert metastore.get_task("POLARIS", task.id) is None
+    assert run_tags(sqlite_instance, result)["polaris/attempt"] == "1"
+
+
+@pytest.mark.parametrize("state", ["backing off", "dead"])
+def test_an_operator_reexecution_retries_a_backing_off_or_dead_task_now(
+    metastore: Metastore, tmp_path: Path, sqlite_instance: DagsterInstance, state: str
+) -> None:
+    task, files = local_batch(metastore, tmp_path)
+    resource = metastore_resource(metastore, max_attempts=1 if state == "dead" else 8)
+    store = resource.get_metastore()  # its policy: one attempt allowed for "dead"
+    lease = store.lease_task("POLARIS", task.id, "earlier-run")
+    assert lease is not None
+    store.fail(lease, "storage was down")
+    row = metastore.get_task("POLARIS", task.id)
+    assert row is not None and row.status == ("dead" if state == "dead" else "failed")
+
+    # The failed run re-executed from the UI: a parent, no retry number; the sweeper's tag.
+    parent = str(uuid.uuid4())
+    tags = reexecution_tags(parent, **{"polaris/launched_by": "sweeper"})
+    result = launch(sqlite_instance, resource, task.id, tags=tags)
+
+    assert result.success
+    assert not any(f.exists() for f in files)
+    assert metastore.get_task("POLARIS", task.id) is None
+    assert run_tags(sqlite_instance, result)["polaris/start"] == (
+        f"operator retry: {state} task retried now"
+    )
+    assert any(
+        m.startswith(f"operator retry: {state} task retried now")
+        and "last error: storage was down" in m
+        for m in messages(sqlite_instance, result.run_id)
+    )
+
+
+def test_an_operator_run_fails_clearly_on_a_held_pending_or_gone_task(
+    metastore: Metastore, tmp_path: Path, sqlite_instance: DagsterInstance
+) -> None:
+    held, held_files = local_batch(metastore, tmp_path)
+    assert metastore.lease_task("POLARIS", held.id, "polaris-server-2") is not None
+    fresh = batch_task("POLARIS", ["file:///nowhere/x.avro"])  # created now: within grace
+    metastore.insert_tasks([fresh])
+    resource = metastore_resource(metastore, grace_ms=60_000)
+
+    result = launch(sqlite_instance, resource, held.id)
+    assert not result.success
+    text_ = failure_text(result)
+    assert f"task POLARIS/{held.id} " in text_
+    assert "held by another holder: polaris-server-2, attempt 1, lease until " in text_
+    assert "wait for that run to finish" in text_
+    assert all(f.exists() for f in held_files)
+
+    result = launch(sqlite_instance, resource, fresh.id)
+    assert not result.success and "is pending: created at " in failure_text(result)
+    row = metastore.get_task("POLARIS", fresh.id)
+    assert row is not None and row.executor_id is None
+
+    missing = demo_tables.new_task_id()
+    result = launch(sqlite_instance, resource, missing)
+    assert not result.success
+    assert failure_text(result) == (
+        f"task POLARIS/{missing} is gone: it was completed (or discarded); nothing to do"
+    )
+    # A task id that is not a number is refused before anything is read.
+    bad = polaris_task_job.execute_in_process(
+        run_config={"ops": {"run_polaris_task": {"config": {"realm_id": "P", "task_id": "1e3"}}}},
+        instance=sqlite_instance,
+        resources={"metastore": resource, "storage": PolarisStorageResource()},
+        raise_on_error=False,
+    )
+    assert not bad.success and "is not a decimal task id" in failure_text(bad)
+
+
+def test_a_run_retry_adopts_the_lease_of_its_dead_parent(
+    metastore: Metastore, tmp_path: Path, sqlite_instance: DagsterInstance
+) -> None:
+    """A run whose worker died held the lease; the daemon's retry continues the same attempt."""
+    task, files = local_batch(metastore, tmp_path)
+    resource = metastore_resource(metastore)
+    parent = str(uuid.uuid4())
+    # What the dead parent left: the task leased under the lineage's executor id.
+    held = metastore.lease_task("POLARIS", task.id, resource.run_executor_id(parent))
+    assert held is not None and held.attempt == 1
+
+    # Another sweeper-launched run (not of the lineage) finds it held: skipped.
+    other = launch(sqlite_instance, resource, task.id, tags={"polaris/launched_by": "sweeper"})
+    assert other.success
+    assert other.output_for_node("run_polaris_task", "outcome")["status"] == "skipped"
+
+    tags = reexecution_tags(
+        parent, **{"dagster/retry_number": "1", "polaris/launched_by": "sweeper"}
+    )
+    result = launch(sqlite_instance, resource, task.id, tags=tags)
+
+    assert result.success
+    assert not any(f.exists() for f in files)
+    assert metastore.get_task("POLARIS", task.id) is None
+    tags_after = run_tags(sqlite_instance, result)
+    assert tags_after["polaris/attempt"] == "1"  # the same attempt, not a new one
+    assert tags_after["polaris/executor"] == resource.run_executor_id(parent)
+    assert tags_after["polaris/start"] == f"adopted the lease of run lineage {parent}"
+
+
+def test_a_storage_config_error_in_a_run_is_recorded_not_retried(
+    metastore: Metastore, tmp_path: Path, sqlite_instance: DagsterInstance
+) -> None:
+    task, files = local_batch(metastore, tmp_path)
+    resource = metastore_resource(metastore)
+    [request] = sweep(resource, sqlite_instance)
+    broken = PolarisStorageResource(config_path=str(tmp_path / "missing-storage.yaml"))
+    job = build_polaris_task_job("polaris_task_job_fast_retries", retry_policy=FAST_RETRIES)
+
+    result = execute(request, sqlite_instance, resource, broken, job=job)
+
+    assert not result.success
+    assert not [e for e in result.all_events if e.event_type == DagsterEventType.STEP_UP_FOR_RETRY]
+    assert failure_text(result).startswith("storage configuration: ")
+    row = metastore.get_task("POLARIS", task.id)
+    assert row is not None and row.attempt_count == 1 and row.status == "failed"
+    assert (row.last_error or "").startswith("storage configuration: ")
+    assert row.properties[Prop.RUN_ID] == result.run_id
+    assert all(f.exists() for f in files)
 
 
 # -- the deployed shape: multiprocess executor, PostgreSQL instance ----------------
 
 
 def deployed_task_job() -> JobDefinition:
-    """The job with the code location's resources bound, for ``reconstructable``."""
-    import definitions
+    """The job as the code location builds it with the multiprocess executor chosen."""
+    from polaris_pipeline.dagster.definitions import build_defs_from_env
 
-    return definitions.defs.get_job_def("polaris_task_job")
+    env = {**os.environ, "POLARIS_PIPELINE_TASK_EXECUTOR": "multiprocess"}
+    job = build_defs_from_env(env).get_job_def("polaris_task_job")
+    assert job.executor_def.name == MULTIPROCESS_EXECUTOR.name
+    return job
 
 
 @pytest.mark.parametrize("metastore_url", ["postgresql"], indirect=True)

@@ -18,13 +18,14 @@ from dagster import (
     build_sensor_context,
 )
 
+from polaris_pipeline.dagster.definitions import build_defs_from_env
 from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
     PolarisStorageResource,
     SweeperSettings,
 )
 from polaris_pipeline.dagster.sweeper import SweepCursor, polaris_task_sweeper
-from polaris_pipeline.dagster.task_job import JOB_NAME, TaskLeaseConfig
+from polaris_pipeline.dagster.task_job import JOB_NAME, TaskRunConfig
 from polaris_pipeline.errors import StorageConfigError
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop, TaskState
@@ -98,23 +99,24 @@ def test_run_requests_match_available_tasks(metastore: Metastore, instance: Dags
     for task in orphans:
         request = by_id[task.id]
         row = metastore.get_task(task.realm_id, task.id)
-        assert row is not None and row.executor_id is not None
-        assert row.executor_id.startswith("polaris-pipeline:sensor:")
-        assert request.run_key == f"{task.realm_id}:{task.id}:1"
+        # Selected, not leased: the run leases its task when it starts.
+        assert row is not None and row.executor_id is None and row.attempt_count == 0
+        assert request.run_key == f"{task.realm_id}:{task.id}:{row.entity_version}"
         assert request.tags == {
             "polaris/realm": task.realm_id,
             "polaris/task_id": str(task.id),
             "polaris/task_type": "batch_file_cleanup",
-            "polaris/attempt": "1",
-            "polaris/executor": row.executor_id,
+            "polaris/launched_by": "sweeper",
         }
         config = request.run_config["ops"]["run_polaris_task"]["config"]
-        lease = TaskLeaseConfig(**config).to_lease()
-        assert (lease.realm_id, lease.task_id, lease.attempt) == (task.realm_id, task.id, 1)
-        assert lease.executor_id == row.executor_id
-        assert lease.entity_version == row.entity_version
-        assert lease.start_time_ms == row.start_time_ms
-        assert lease.name == task.name and lease.task_type_code == "3"
+        # Only what names the task: no lease fields for the launchpad to ask for.
+        assert config == {
+            "realm_id": task.realm_id,
+            "task_id": str(task.id),
+            "entity_version": row.entity_version,
+        }
+        parsed = TaskRunConfig(**config)
+        assert parsed.task_number() == task.id
         # Polaris ids use 63 bits: passed as text so the UI cannot round them.
         assert isinstance(config["task_id"], str)
     # The live lease and the fresh task are untouched.
@@ -122,8 +124,26 @@ def test_run_requests_match_available_tasks(metastore: Metastore, instance: Dags
     assert live_row is not None and live_row.executor_id == "polaris-server-1"
     fresh_row = metastore.get_task("A", fresh[0].id)
     assert fresh_row is not None and fresh_row.executor_id is None
-    # One executor id for the whole tick.
-    assert len({r.tags["polaris/executor"] for r in requests}) == 1
+
+
+def test_run_key_changes_with_every_write_to_the_row(
+    metastore: Metastore, instance: DagsterInstance
+) -> None:
+    """A requeued (or failed, or re-leased) task gets a new key: Dagster never drops its run."""
+    [task] = old_tasks(metastore, "A", 1)
+    resource = metastore_resource(metastore)
+    [first] = evaluate(resource, instance).run_requests or []  # type: ignore[union-attr]
+    # Unchanged while it waits: the same key, which Dagster drops as a repeat.
+    [again] = evaluate(resource, instance).run_requests or []  # type: ignore[union-attr]
+    assert again.run_key == first.run_key
+    lease = metastore.lease_task("A", task.id, "someone")
+    assert lease is not None
+    metastore.fail(lease, "boom")
+    metastore.requeue("A", task.id)
+    [after] = evaluate(resource, instance).run_requests or []  # type: ignore[union-attr]
+    assert after.run_key != first.run_key
+    row = metastore.get_task("A", task.id)
+    assert row is not None and after.run_key == f"A:{task.id}:{row.entity_version}"
 
 
 def test_realms_limit_what_is_leased(metastore: Metastore, instance: DagsterInstance):
@@ -174,7 +194,8 @@ def test_cursor_holds_jittered_next_sweep_and_early_ticks_skip(
     due = SweepCursor(next_sweep_ms=int(time.time() * 1000) - 1).dump()
     third = evaluate(resource, instance, cursor=due, sweeper=settings)
     assert isinstance(third, SensorResult)
-    assert [int(r.tags["polaris/task_id"]) for r in third.run_requests or []] == [late.id]
+    # The first task is selected again too: no run of it was ever queued here.
+    assert late.id in {int(r.tags["polaris/task_id"]) for r in third.run_requests or []}
 
 
 def test_jitter_spreads_the_next_sweep(metastore: Metastore, instance: DagsterInstance):
@@ -240,6 +261,106 @@ def test_waiting_runs_hold_back_leasing(metastore: Metastore, instance: DagsterI
     assert isinstance(room, SensorResult) and len(room.run_requests or []) == 3
 
 
+def test_a_task_with_a_waiting_run_gets_no_second_one(
+    metastore: Metastore, instance: DagsterInstance
+) -> None:
+    tasks = old_tasks(metastore, "A", 3)
+    resource = metastore_resource(metastore)
+    first = evaluate(resource, instance)
+    assert isinstance(first, SensorResult)
+    waiting = [r for r in first.run_requests or [] if r.tags["polaris/task_id"] == str(tasks[0].id)]
+    instance.add_run(
+        DagsterRun(
+            job_name=JOB_NAME,
+            run_id=str(uuid.uuid4()),
+            status=DagsterRunStatus.NOT_STARTED,
+            tags=waiting[0].tags,
+        )
+    )
+    # The same id in another realm is another task: not held back.
+    instance.add_run(
+        DagsterRun(
+            job_name=JOB_NAME,
+            run_id=str(uuid.uuid4()),
+            status=DagsterRunStatus.NOT_STARTED,
+            tags={"polaris/realm": "B", "polaris/task_id": str(tasks[1].id)},
+        )
+    )
+
+    second = evaluate(resource, instance)
+    assert isinstance(second, SensorResult)
+    assert {int(r.tags["polaris/task_id"]) for r in second.run_requests or []} == {
+        tasks[1].id,
+        tasks[2].id,
+    }
+
+
+def test_configuration_errors_select_nothing_and_say_why(
+    metastore: Metastore, instance: DagsterInstance, tmp_path: Any
+) -> None:
+    [task] = old_tasks(metastore, "A", 1)
+    typo = tmp_path / "storage.yaml"
+    typo.write_text("locations: [{prefix: s3://b, options: {key: secret-value}\n")
+
+    def skip(result: Any) -> str:
+        assert isinstance(result, SensorResult | SkipReason)
+        reason = result.skip_reason if isinstance(result, SensorResult) else result
+        assert reason is not None and reason.skip_message is not None
+        if isinstance(result, SensorResult):
+            assert not result.run_requests
+        return reason.skip_message
+
+    resources = {
+        "metastore": metastore_resource(metastore),
+        "sweeper": SweeperSettings(),
+        "storage": PolarisStorageResource(config_path=str(typo)),
+    }
+    with build_sensor_context(instance=instance, resources=resources) as context:
+        message = skip(polaris_task_sweeper(context))
+    assert message.startswith("configuration error, nothing selected (every run would fail): ")
+    assert "StorageConfigError" in message and "secret-value" not in message
+
+    missing = {**resources, "storage": PolarisStorageResource(config_path=str(tmp_path / "no"))}
+    with build_sensor_context(instance=instance, resources=missing) as context:
+        assert "StorageConfigError" in skip(polaris_task_sweeper(context))
+
+    unreachable = {
+        **resources,
+        "storage": PolarisStorageResource(),
+        "metastore": PolarisMetastoreResource(
+            url="postgresql+psycopg://u:hunter2@127.0.0.1:1/none"
+        ),
+    }
+    with build_sensor_context(instance=instance, resources=unreachable) as context:
+        message = skip(polaris_task_sweeper(context))
+    assert "MetastoreError" in message and "hunter2" not in message
+
+    bad_policy = {**resources, "storage": PolarisStorageResource()}
+    bad_policy["metastore"] = metastore_resource(metastore, lease_timeout_ms=0)
+    with build_sensor_context(instance=instance, resources=bad_policy) as context:
+        assert "lease timeout must be positive" in skip(polaris_task_sweeper(context))
+
+    bad_settings = {**resources, "sweeper": SweeperSettings(jitter=-1)}
+    with build_sensor_context(instance=instance, resources=bad_settings) as context:
+        assert "sweeper settings" in skip(polaris_task_sweeper(context))
+
+    # Nothing was touched, and a good config selects the task.
+    row = metastore.get_task("A", task.id)
+    assert row is not None and row.executor_id is None
+    good = {**resources, "storage": PolarisStorageResource()}
+    with build_sensor_context(instance=instance, resources=good) as context:
+        result = polaris_task_sweeper(context)
+    assert isinstance(result, SensorResult) and len(result.run_requests or []) == 1
+
+
+def test_the_deployed_sensor_requires_the_storage_resource() -> None:
+    from polaris_pipeline.dagster.definitions import build_defs
+
+    defs = build_defs(metastore_url="sqlite:///unused.db")
+    [sensor_def] = list(defs.sensors or [])
+    assert "storage" in sensor_def.required_resource_keys
+
+
 @pytest.mark.parametrize("metastore_url", ["postgresql"], indirect=True)
 def test_per_tick_cap_with_a_large_backlog(metastore: Metastore, instance: DagsterInstance):
     old = metastore.now_ms() - OLD_MS
@@ -262,6 +383,16 @@ def test_per_tick_cap_with_a_large_backlog(metastore: Metastore, instance: Dagst
     assert cursor["backlog"] is True
     assert cursor["next_sweep_ms"] <= int(time.time() * 1000)
 
+    # The runs requested wait in the queue: their tasks are not selected again.
+    for request in first.run_requests or []:
+        instance.add_run(
+            DagsterRun(
+                job_name=JOB_NAME,
+                run_id=str(uuid.uuid4()),
+                status=DagsterRunStatus.NOT_STARTED,
+                tags=request.tags,
+            )
+        )
     started = time.monotonic()
     second = evaluate(resource, instance, cursor=first.cursor, sweeper=settings)
     print(f"second tick: {time.monotonic() - started:.3f} s")
@@ -270,9 +401,9 @@ def test_per_tick_cap_with_a_large_backlog(metastore: Metastore, instance: Dagst
     first_keys = {r.run_key for r in first.run_requests or []}
     second_keys = {r.run_key for r in second.run_requests or []}
     assert not first_keys & second_keys
+    # Selecting writes nothing.
     counts = metastore.count_by_state(["A"])["A"]
-    assert counts[TaskState.LEASED] == 400
-    assert counts[TaskState.ORPHANED] == 9_600
+    assert counts[TaskState.ORPHANED] == 10_000
 
 
 def test_definitions_sensor_reads_the_url_from_the_environment(
@@ -341,9 +472,10 @@ def test_storage_resource_inline_or_file(tmp_path: Any, monkeypatch: pytest.Monk
 
 
 def test_sweeper_settings_from_env() -> None:
-    settings = SweeperSettings.from_env(
+    defs = build_defs_from_env(
         {"POLARIS_PIPELINE_SWEEP_INTERVAL_S": "30", "POLARIS_PIPELINE_SWEEP_MAX_RUNS": "50"}
     )
+    settings = (defs.resources or {})["sweeper"]
     assert (settings.interval_seconds, settings.max_runs_per_tick, settings.jitter) == (30, 50, 0.2)
     with pytest.raises(ValueError, match="POLARIS_PIPELINE_SWEEP_JITTER"):
-        SweeperSettings.from_env({"POLARIS_PIPELINE_SWEEP_JITTER": "lots"})
+        build_defs_from_env({"POLARIS_PIPELINE_SWEEP_JITTER": "lots"})

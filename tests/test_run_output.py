@@ -215,14 +215,15 @@ def test_a_guard_refusal_fails_with_one_line_and_the_refused_paths(
     assert meta["realm"] == "POLARIS" and meta["task id"] == str(task.id)
     assert meta["lease executor"] == f"polaris-pipeline:run:{result.run_id}"
     assert meta["lease attempt"] == 1
-    assert meta["status"] == "failed" and meta["permanent"] is True
+    # A guard refusal cannot heal by retrying: dead-lettered at once.
+    assert meta["status"] == "dead" and meta["permanent"] is True
     assert meta["files deleted"] == 1 and meta["bytes freed"] == 64
     assert meta["refused paths"] == 1
     [refusal] = meta["refused paths (sample)"]
     assert refusal["path"] == str(outside) and refusal["reason"]
-    assert meta["dagster run id"] == result.run_id and meta["next attempt"]
+    assert meta["dagster run id"] == result.run_id and "next attempt" not in meta
 
     row = metastore.get_task("POLARIS", task.id)
     assert row is not None and row.last_error == user.description
-    errors = [m for m in _messages(instance, result.run_id) if " failed (recorded" in m]
+    errors = [m for m in _messages(instance, result.run_id) if " failed (dead-lettered" in m]
     assert len(errors) == 1 and user.description in errors[0]

@@ -33,11 +33,12 @@ from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResourc
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
 from polaris_pipeline.dagster.sweeper import build_polaris_task_sweeper
-from polaris_pipeline.dagster.task_job import build_polaris_task_job
+from polaris_pipeline.dagster.task_job import MULTIPROCESS_EXECUTOR, build_polaris_task_job
 from polaris_pipeline.metastore import URL_ENV
 
-# How the task job's steps execute: one process per step (the default), all in
-# the run's own process, or on Celery workers (dagster-celery, an extra).
+# How the task job's steps execute: all in the run's own process (the default: a
+# run is one task's worth of work), one process per step, or on Celery workers
+# (dagster-celery, an extra).
 TaskExecutor = Literal["multiprocess", "in_process", "celery"]
 
 REALMS_ENV = "POLARIS_PIPELINE_REALMS"
@@ -48,12 +49,12 @@ TASK_EXECUTOR_ENV = "POLARIS_PIPELINE_TASK_EXECUTOR"
 
 
 def _task_executor(executor: TaskExecutor | ExecutorDefinition | None) -> ExecutorDefinition | None:
-    if executor is None or executor == "multiprocess":
-        return None  # the task job's own default
+    if executor is None or executor == "in_process":
+        return None  # the task job's own default: every step in the run's process
     if isinstance(executor, ExecutorDefinition):
         return executor
-    if executor == "in_process":
-        return in_process_executor
+    if executor == "multiprocess":
+        return MULTIPROCESS_EXECUTOR
     if executor == "celery":
         # Imported here: dagster-celery is an extra, only the Celery location needs it.
         from polaris_pipeline.dagster.celery import build_celery_executor

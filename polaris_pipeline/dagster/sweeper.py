@@ -27,9 +27,11 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from dagster import (
     AddDynamicPartitionsRequest,
+    DagsterRun,
     DagsterRunStatus,
     DefaultSensorStatus,
     JobDefinition,
@@ -44,8 +46,17 @@ from dagster import (
 
 from polaris_pipeline.dagster.partitions import REALM_PARTITIONS_NAME
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
+from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
-from polaris_pipeline.dagster.task_job import lease_tags, polaris_task_job, run_config_for
+from polaris_pipeline.dagster.task_job import (
+    TAG_REALM,
+    TAG_TASK_ID,
+    candidate_tags,
+    polaris_task_job,
+    run_config_for,
+    run_key_for,
+)
+from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.tasks.model import TaskState
 
 SENSOR_NAME = "polaris_task_sweeper"
@@ -55,7 +66,7 @@ MINIMUM_INTERVAL_SECONDS = 10
 # How often a sweep reads the list of realms to add new realm partitions.
 REALM_REFRESH_SECONDS = 600
 
-# Runs that exist but have not started yet, so have not adopted their lease.
+# Runs that exist but have not started yet, so have not leased their task.
 _WAITING_STATUSES = [
     DagsterRunStatus.QUEUED,
     DagsterRunStatus.NOT_STARTED,
@@ -103,13 +114,13 @@ def next_sweep_ms(now_ms: int, settings: SweeperSettings, rng: random.Random | N
     return now_ms + int(settings.interval_seconds * 1000 * (1 + settings.jitter * unit))
 
 
-def _pending_runs(context: SensorEvaluationContext, job_name: str) -> int:
+def _waiting_runs(context: SensorEvaluationContext, job_name: str) -> list[DagsterRun]:
     try:
         instance = context.instance
     except Exception:
         # A context built for a test without an instance: nothing to count.
-        return 0
-    return instance.get_runs_count(RunsFilter(job_name=job_name, statuses=_WAITING_STATUSES))
+        return []
+    return list(instance.get_runs(RunsFilter(job_name=job_name, statuses=_WAITING_STATUSES)))
 
 
 def _state_counts(per_realm: dict[str, Counter[TaskState]]) -> Counter[TaskState]:
@@ -194,17 +205,58 @@ def realm_partition_requests(
     return [AddDynamicPartitionsRequest(REALM_PARTITIONS_NAME, new)], synced
 
 
+def config_problem(
+    metastore: PolarisMetastoreResource, storage: PolarisStorageResource | None
+) -> str | None:
+    """What would make every run fail, found before anything is selected; None if all is well.
+
+    The lease settings are valid, the metastore answers and has Polaris's tables,
+    and the storage config loads (``PolarisStorageResource``'s own loading, the
+    same the runs use).
+    """
+    try:
+        metastore.policy()
+        metastore.get_metastore().check_schema()
+        if storage is not None:
+            storage.get_config()
+    except (PolarisPipelineError, ValueError) as exc:
+        return f"{type(exc).__name__}: {_first_line(exc)}"
+    except Exception as exc:
+        # Unknown errors may quote a URL with its password: the type alone.
+        return f"{type(exc).__name__} while checking the metastore and storage configuration"
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def _waiting_tasks(runs: Iterable[DagsterRun]) -> set[tuple[str, int]]:
+    """(realm, task id) of the runs waiting to start: their task gets no second run."""
+    out: set[tuple[str, int]] = set()
+    for run in runs:
+        realm, task_id = run.tags.get(TAG_REALM), run.tags.get(TAG_TASK_ID)
+        if realm is not None and task_id is not None and task_id.isdigit():
+            out.add((realm, int(task_id)))
+    return out
+
+
 def sweep_tick(
     context: SensorEvaluationContext,
     metastore: PolarisMetastoreResource,
     sweeper: SweeperSettings,
+    storage: PolarisStorageResource | None = None,
     *,
     job_name: str = polaris_task_job.name,
     now_ms: int | None = None,
     realm_refresh_seconds: float = REALM_REFRESH_SECONDS,
 ) -> SensorResult | SkipReason:
     """One evaluation of the sweeper; see the module docstring."""
-    settings = sweeper.validated()
+    try:
+        settings = sweeper.validated()
+    except ValueError as exc:
+        return SkipReason(f"configuration error, nothing selected: sweeper settings: {exc}")
     now = int(time.time() * 1000) if now_ms is None else now_ms
     cursor = SweepCursor.parse(context.cursor)
     if cursor.next_sweep_ms is not None and now < cursor.next_sweep_ms:
@@ -213,29 +265,43 @@ def sweep_tick(
 
     later = next_sweep_ms(now, settings)
     wait_s = math.ceil((later - now) / 1000)
-    pending = _pending_runs(context, job_name)
+    problem = config_problem(metastore, storage)
+    if problem is not None:
+        return SensorResult(
+            skip_reason=(
+                f"configuration error, nothing selected (every run would fail): {problem}; "
+                f"next check in {wait_s} s"
+            ),
+            cursor=SweepCursor(later, realms_synced_ms=cursor.realms_synced_ms).dump(),
+        )
+    waiting = _waiting_runs(context, job_name)
+    pending = len(waiting)
     room = settings.max_pending_runs - pending
     if room <= 0:
         return SensorResult(
             skip_reason=(
                 f"{pending} run(s) of {job_name} still waiting to start "
-                f"(max_pending_runs {settings.max_pending_runs}); leasing nothing until they "
-                f"start; next sweep in {wait_s} s"
+                f"(max_pending_runs {settings.max_pending_runs}): the run queue, not the "
+                f"metastore, is the bottleneck; selecting nothing until they start; next "
+                f"sweep in {wait_s} s"
             ),
             cursor=SweepCursor(later, realms_synced_ms=cursor.realms_synced_ms).dump(),
         )
     limit = min(settings.max_runs_per_tick, room)
+    queued = _waiting_tasks(waiting)
 
-    executor_id = metastore.executor_id("sensor")
     started = time.monotonic()
-    leases = metastore.get_metastore().lease_available(executor_id, limit, metastore.realms)
+    rows = metastore.get_metastore().select_available(limit + len(queued), metastore.realms)
     elapsed = time.monotonic() - started
-    seen = {lease.realm_id for lease in leases}
+    candidates = [t for t in rows if (t.realm_id, t.id) not in queued][:limit]
+    seen = {task.realm_id for task in candidates}
     partitions, synced = realm_partition_requests(
         context, metastore, seen, cursor, now, realm_refresh_seconds
     )
-    if not leases:
+    if not candidates:
         note = f" ({pending} run(s) still waiting to start)" if pending else ""
+        if rows:
+            note = f" ({len(rows)} available task(s) already have a run waiting to start)"
         return SensorResult(
             skip_reason=nothing_available_reason(metastore, wait_s, limit_note=note),
             cursor=SweepCursor(later, realms_synced_ms=synced).dump(),
@@ -243,19 +309,23 @@ def sweep_tick(
         )
 
     # A full batch means more is waiting: sweep again at the next evaluation.
-    backlog = len(leases) >= settings.max_runs_per_tick
+    backlog = len(candidates) >= settings.max_runs_per_tick
     cursor_out = SweepCursor(now if backlog else later, backlog=backlog, realms_synced_ms=synced)
     context.log.info(
-        f"leased {len(leases)} task(s) in {', '.join(sorted(seen))} as {executor_id} "
-        f"in {elapsed:.2f} s; "
+        f"selected {len(candidates)} available task(s) in {', '.join(sorted(seen))} in "
+        f"{elapsed:.2f} s (each run leases its task when it starts); "
         + ("backlog: sweeping again at the next evaluation" if backlog else f"next in {wait_s} s")
     )
     return SensorResult(
         run_requests=[
             RunRequest(
-                run_key=lease.run_key, run_config=run_config_for(lease), tags=lease_tags(lease)
+                run_key=run_key_for(task),
+                run_config=run_config_for(
+                    task.realm_id, task.id, entity_version=task.entity_version
+                ),
+                tags=candidate_tags(task),
             )
-            for lease in leases
+            for task in candidates
         ],
         cursor=cursor_out.dump(),
         dynamic_partitions_requests=partitions,
@@ -269,29 +339,40 @@ def build_polaris_task_sweeper(
     minimum_interval_seconds: int = MINIMUM_INTERVAL_SECONDS,
     default_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
     realm_refresh_seconds: float = REALM_REFRESH_SECONDS,
+    check_storage: bool = True,
 ) -> SensorDefinition:
-    """The sweeper sensor for ``job`` (a job built by ``build_polaris_task_job``)."""
+    """The sweeper sensor for ``job`` (a job built by ``build_polaris_task_job``).
+
+    ``check_storage`` makes the ``storage`` resource required, so every sweep checks
+    that the runs' storage config loads (``build_defs`` does); without it the
+    storage resource is checked only when the evaluation context has one.
+    """
+    keys = {"metastore", "sweeper", *(["storage"] if check_storage else [])}
 
     @sensor(
         name=name,
         job=job,
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=default_status,
+        required_resource_keys=keys,
         description=(
-            "Leases orphaned Polaris cleanup tasks (never leased past the grace period, or "
-            "whose lease expired) and requests one run of the task job per lease; keeps the "
-            f"{REALM_PARTITIONS_NAME} partitions up to date."
+            "Selects available Polaris cleanup tasks (never leased past the grace period, or "
+            "whose lease expired) and requests one run of the task job per task, which leases "
+            f"it when it starts; keeps the {REALM_PARTITIONS_NAME} partitions up to date."
         ),
     )
-    def _sweeper(
-        context: SensorEvaluationContext,
-        metastore: PolarisMetastoreResource,
-        sweeper: SweeperSettings,
-    ) -> SensorResult | SkipReason:
+    def _sweeper(context: SensorEvaluationContext, **_keys: Any) -> SensorResult | SkipReason:
+        # Dagster passes the required resources as keywords when a test calls the
+        # sensor; the daemon does not: read them from the context either way.
+        try:
+            storage: PolarisStorageResource | None = context.resources.storage
+        except Exception:
+            storage = None
         return sweep_tick(
             context,
-            metastore,
-            sweeper,
+            context.resources.metastore,
+            context.resources.sweeper,
+            storage,
             job_name=job.name,
             realm_refresh_seconds=realm_refresh_seconds,
         )
@@ -301,4 +382,5 @@ def build_polaris_task_sweeper(
 
 # Running by default: a sweeper that waits for someone to switch it on guarantees
 # nothing. Stopping it in the UI is remembered by the instance.
-polaris_task_sweeper = build_polaris_task_sweeper()
+# The module-level sensor (tests, the demo) checks storage only when given one.
+polaris_task_sweeper = build_polaris_task_sweeper(check_storage=False)

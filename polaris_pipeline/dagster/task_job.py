@@ -1,27 +1,45 @@
-"""``polaris_task_job``: one Dagster run per leased Polaris task.
+"""``polaris_task_job``: one Dagster run per Polaris task, which leases it when it starts.
 
-The sensor leases a task and passes the lease as op config. The run adopts the
-lease under its own executor id, runs it with the engine's ``Runner``, and, when
-a table cleanup creates child tasks, runs those children as mapped steps of the
-same run in three ordered stages: manifest children (content files and the
-manifests), then the batch children (manifest lists, older metadata, statistics),
-then the child that deletes the current metadata file. Children are grouped,
-``children_per_step`` to a mapped step, because each step has a fixed cost.
+The sweeper only selects available tasks and requests one run per task (run key
+``<realm>:<task id>:<entity_version>``). The run's root op leases the task
+through the engine (``Runner.start``) as its work starts, so a run that waits
+in a queue holds no lease that could lapse, and an attempt is counted only for
+a run that started work. What a run does at start depends on who launched it
+(``run_intent``):
 
-Every op process of a run uses one executor id derived from the run id, so the
-children (created already leased by that id) need no take-over, and the
-heartbeat of whichever op is running renews every lease the run holds.
+- a run the sweeper requested (tag ``polaris/launched_by: sweeper``): leases the
+  task when it is available; a task taken meanwhile, gone, or no longer
+  available ends the run as a success tagged ``polaris/outcome: skipped`` with
+  the reason (the sweeper lost a race: not a failure);
+- an operator's run (launched from the launchpad with ``realm_id`` and
+  ``task_id``, or a re-execution from the UI): a backing-off or dead task is
+  retried now (requeued and leased in one step, logged and tagged
+  ``polaris/start``); a task held by another live holder, pending, or gone
+  fails the run with the reason and what to do;
+- a Dagster run retry (``dagster/retry_number``; its worker died): the run's
+  executor id comes from its root run, so it adopts the lease its dead parent
+  held and continues the same attempt; otherwise it acts as the original run.
+
+A table cleanup's children run in the same run, as mapped steps in three
+ordered stages: manifest children, then the batch children (manifest lists,
+older metadata, statistics), then the child that deletes the current metadata
+file; ``children_per_step`` children to a step. By default every step runs in
+the run's own process (``in_process``): a run is one task's worth of work, and
+the multiprocess executor (``MULTIPROCESS_EXECUTOR``) costs a forkserver and a
+process per step; ``build_defs(executor="multiprocess")`` chooses it.
 """
 
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from dagster import (
     Backoff,
     Config,
+    DagsterRunStatus,
     DynamicOut,
     DynamicOutput,
     ExecutorDefinition,
@@ -34,6 +52,8 @@ from dagster import (
     Out,
     Output,
     RetryPolicy,
+    RunsFilter,
+    in_process_executor,
     job,
     multiprocess_executor,
     op,
@@ -43,10 +63,10 @@ from pydantic import Field
 from polaris_pipeline.cleanup.context import MAX_CHILD_STAGES
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
-from polaris_pipeline.errors import PolarisPipelineError
-from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.errors import PolarisPipelineError, StorageConfigError
 from polaris_pipeline.runner import Runner, Status, TaskOutcome
-from polaris_pipeline.tasks.model import Lease, TaskRow, TaskState, TaskType
+from polaris_pipeline.start import StartAction, StartDecision
+from polaris_pipeline.tasks.model import Lease, TaskRow, TaskType
 
 JOB_NAME = "polaris_task_job"
 # Op retries: a transient failure (storage hiccup, lost connection) is retried
@@ -55,10 +75,10 @@ DEFAULT_RETRY_POLICY = RetryPolicy(
     max_retries=3, delay=2, backoff=Backoff.EXPONENTIAL, jitter=Jitter.PLUS_MINUS
 )
 # Run retries (needs run_retries enabled in dagster.yaml): a run whose process
-# died is retried from the failed steps; the new run takes the lease over.
-# Op failures are retried by the RetryPolicy and then recorded in the task row,
-# so a run retry after one would only find the task backing off: run retries
-# are for runs whose worker died, not for op failures.
+# died is retried from the failed steps; the new run adopts the lease (its
+# executor id is its root run's). Op failures are retried by the RetryPolicy and
+# then recorded in the task row, so a run retry after one would only find the
+# task backing off: run retries are for runs whose worker died.
 DEFAULT_RUN_TAGS = {
     "dagster/max_retries": "2",
     "dagster/retry_on_asset_or_op_failure": "false",
@@ -69,6 +89,18 @@ TAG_TASK_ID = "polaris/task_id"
 TAG_TASK_TYPE = "polaris/task_type"
 TAG_ATTEMPT = "polaris/attempt"
 TAG_EXECUTOR = "polaris/executor"
+# "sweeper" on the runs the sensor requests; absent on an operator's launch.
+TAG_LAUNCHED_BY = "polaris/launched_by"
+LAUNCHED_BY_SWEEPER = "sweeper"
+# "skipped" when a sweeper's run found its task taken or gone (nothing done).
+TAG_OUTCOME = "polaris/outcome"
+# How the run started its task when it was not a plain lease (operator retry, adoption).
+TAG_START = "polaris/start"
+# Set by Dagster: every re-execution and run retry has a parent and a root; only
+# the daemon's automatic run retries have a retry number (it is not inherited).
+PARENT_RUN_ID_TAG = "dagster/parent_run_id"
+ROOT_RUN_ID_TAG = "dagster/root_run_id"
+RETRY_NUMBER_TAG = "dagster/retry_number"
 
 MANIFEST_TYPE_CODE = str(int(TaskType.MANIFEST_FILE_CLEANUP))
 _PROGRESS_LOG_INTERVAL_S = 10.0
@@ -77,35 +109,37 @@ _PROGRESS_LOG_INTERVAL_S = 10.0
 _NAME_IN_LABEL = 60
 # Refused or failed paths listed in a failure's metadata (the counts are exact).
 _FAILURE_SAMPLE = 20
-# Children per mapped step (see TaskLeaseConfig.children_per_step).
+# Children per mapped step (see TaskRunConfig.children_per_step).
 CHILDREN_PER_STEP = 20
+_IN_PROGRESS = [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
 
-# Still Dagster's multiprocess executor (one process per step), but steps fork
-# from a server that has imported the engine once, instead of each spawning a
-# fresh interpreter that imports Dagster, pyiceberg and pyarrow again: a table's
-# children are many small steps. Run config can override it like any executor.
-TASK_EXECUTOR = multiprocess_executor.configured(
+# The option for tables with many large children: one process per step, forked
+# from a server that has imported the engine once instead of each spawning a
+# fresh interpreter that imports Dagster, pyiceberg and pyarrow again.
+MULTIPROCESS_EXECUTOR = multiprocess_executor.configured(
     {"start_method": {"forkserver": {"preload_modules": ["dagster", __name__]}}},
     name="multiprocess",
 )
+# Kept for callers of the earlier name.
+TASK_EXECUTOR = MULTIPROCESS_EXECUTOR
 
 
-class TaskLeaseConfig(Config):
-    """A lease granted by the sensor, as op config.
+class TaskRunConfig(Config):
+    """Which task the run cleans up: all the launchpad asks for.
 
     ``task_id`` is text: Polaris ids use 63 bits, more than a JavaScript number
-    holds exactly, and the run config passes through the UI when a run is
-    re-executed from there.
+    holds exactly, and the run config passes through the UI.
     """
 
     realm_id: str = Field(description="Realm of the task.")
     task_id: str = Field(description="Polaris entity id of the task (decimal text).")
-    executor_id: str = Field(description="Executor id the lease was granted to.")
-    attempt: int = Field(description="attemptCount written by the lease: the fencing token.")
-    entity_version: int = Field(description="entity_version of the row after the lease.")
-    start_time_ms: int = Field(description="Lease start, database clock (epoch ms).")
-    name: str = Field(default="", description="Task name.")
-    task_type: str | None = Field(default=None, description="taskType code (1, 2 or 3).")
+    entity_version: int | None = Field(
+        default=None,
+        description=(
+            "entity_version of the row when the sweeper selected it (it names the run key); "
+            "for information only: the run leases whatever the row is when it starts."
+        ),
+    )
     children_per_step: int = Field(
         default=CHILDREN_PER_STEP,
         ge=1,
@@ -115,8 +149,19 @@ class TaskLeaseConfig(Config):
         ),
     )
 
-    def to_lease(self) -> Lease:
-        return lease_from_dict(self.model_dump(exclude={"children_per_step"}))
+    def task_number(self) -> int:
+        try:
+            number = int(self.task_id.strip())
+        except ValueError:
+            raise Failure(
+                description=f"task_id {self.task_id[:40]!r} is not a decimal task id",
+                allow_retries=False,
+            ) from None
+        return number
+
+
+# The earlier name of the config class.
+TaskLeaseConfig = TaskRunConfig
 
 
 def lease_to_dict(lease: Lease) -> dict[str, Any]:
@@ -165,13 +210,94 @@ def lease_tags(lease: Lease) -> dict[str, str]:
     }
 
 
-def run_config_for(lease: Lease) -> dict[str, Any]:
-    """Run config that hands ``lease`` to the root op of the task job."""
-    return {"ops": {"run_polaris_task": {"config": lease_to_dict(lease)}}}
+def run_key_for(task: TaskRow) -> str:
+    """``<realm>:<task id>:<entity_version>``: one run per selected version of the row.
+
+    Unchanged while the task waits, so Dagster drops a second request for the same
+    candidate; every lease, failure, renewal or requeue bumps the version, so the
+    next run of the task is never dropped as a repeat.
+    """
+    return f"{task.realm_id}:{task.id}:{task.entity_version}"
+
+
+def candidate_tags(task: TaskRow) -> dict[str, str]:
+    """Tags of the run the sweeper requests for ``task`` (attempt and executor come at start)."""
+    return {
+        TAG_REALM: task.realm_id,
+        TAG_TASK_ID: str(task.id),
+        TAG_TASK_TYPE: task_type_name(task.task_type_code),
+        TAG_LAUNCHED_BY: LAUNCHED_BY_SWEEPER,
+    }
+
+
+def run_config_for(
+    realm_id: str,
+    task_id: int | str,
+    *,
+    entity_version: int | None = None,
+    children_per_step: int | None = None,
+) -> dict[str, Any]:
+    """Run config of the task job for one task."""
+    config: dict[str, Any] = {"realm_id": realm_id, "task_id": str(task_id)}
+    if entity_version is not None:
+        config["entity_version"] = entity_version
+    if children_per_step is not None:
+        config["children_per_step"] = children_per_step
+    return {"ops": {"run_polaris_task": {"config": config}}}
 
 
 class TransientTaskError(Exception):
     """A failure left unrecorded so the op's RetryPolicy retries it under the same lease."""
+
+
+# ------------------------------------------------------------- who launched it
+
+
+@dataclass(frozen=True)
+class RunIntent:
+    """Who launched the run, read from its tags, and what follows from it."""
+
+    operator: bool  # an operator's deliberate act: backing-off and dead tasks run now
+    root_run_id: str  # the run lineage's first run: it names the executor id
+    parent_run_id: str | None
+    retry_number: int | None  # an automatic run retry by the daemon
+    how: str  # in words, for logs
+
+
+def run_intent(run_id: str, tags: Mapping[str, str]) -> RunIntent:
+    parent = tags.get(PARENT_RUN_ID_TAG) or None
+    root = tags.get(ROOT_RUN_ID_TAG) or parent or run_id
+    by_sweeper = tags.get(TAG_LAUNCHED_BY) == LAUNCHED_BY_SWEEPER
+    raw_retry = tags.get(RETRY_NUMBER_TAG)
+    retry = int(raw_retry) if raw_retry and raw_retry.isdigit() else None
+    if parent is None:
+        how = "requested by the sweeper" if by_sweeper else "launched by an operator"
+        return RunIntent(not by_sweeper, root, None, None, how)
+    if retry is not None:
+        # The daemon's run retry carries the parent's tags: the original intent holds.
+        how = f"automatic run retry {retry} of run {parent}"
+        return RunIntent(not by_sweeper, root, parent, retry, how)
+    return RunIntent(True, root, parent, None, f"re-execution of run {parent} by an operator")
+
+
+def _intent(context: OpExecutionContext) -> RunIntent:
+    return run_intent(context.run_id, context.dagster_run.tags)
+
+
+def _lineage_busy(context: OpExecutionContext, intent: RunIntent) -> str | None:
+    """Another run of this lineage still in progress (it shares the executor id), or None."""
+    if intent.parent_run_id is None:
+        return None  # a first run: the only holder of its executor id is itself
+    try:
+        instance = context.instance
+        runs = instance.get_runs(RunsFilter(tags={ROOT_RUN_ID_TAG: intent.root_run_id}))
+        root = instance.get_run_by_id(intent.root_run_id)
+    except Exception:
+        return None
+    for run in [*runs, *([root] if root is not None else [])]:
+        if run.run_id != context.run_id and run.status in _IN_PROGRESS:
+            return run.run_id
+    return None
 
 
 # ------------------------------------------------------------------ one task
@@ -208,19 +334,6 @@ def _iso(ms: int | None) -> str | None:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="seconds")
 
 
-def _holder_text(task: TaskRow, store: Metastore) -> str:
-    now = store.now_ms()
-    state = task.state(now, store.policy)
-    who = task.executor_id or "nobody"
-    if state is TaskState.LEASED:
-        return f"another executor holds task {task.label}: {who}, attempt {task.attempt_count}"
-    status = task.status or "unknown"
-    return (
-        f"another executor holds task {task.label} or its attempt ended: now {state.value} "
-        f"(last executor {who}, attempt {task.attempt_count}, last status {status})"
-    )
-
-
 class _ProgressLog:
     """Runner progress, logged at most every few seconds so long deletes show life."""
 
@@ -237,57 +350,11 @@ class _ProgressLog:
         self._context.log.info(f"{_label(lease)}: {what} {done}{of}")
 
 
-def _adopt(
-    context: OpExecutionContext, runner: Runner, lease: Lease, store: Metastore
-) -> tuple[Lease | None, dict[str, Any] | None]:
-    """The lease, now held by this run; or None and the summary of why not."""
-    task = store.get_task(lease.realm_id, lease.task_id)
-    if task is None:
-        context.log.info(
-            f"task {_label(lease)} is already gone (finished by another executor); nothing to do"
-        )
-        return None, {"status": "already-done", "message": "task already gone"}
-    if task.executor_id == runner.executor_id and task.lease_held(store.now_ms(), store.policy):
-        # An op retry: an earlier try of this run already took the lease over (or
-        # leased the task again); the executor id is the run's, so it is ours.
-        held = Lease(
-            realm_id=lease.realm_id,
-            task_id=lease.task_id,
-            executor_id=runner.executor_id,
-            attempt=task.attempt_count,
-            entity_version=task.entity_version,
-            start_time_ms=task.start_time_ms or lease.start_time_ms,
-            task_type_code=lease.task_type_code,
-            name=lease.name,
-        )
-        return runner.adopt(held), None
-    if lease.executor_id != runner.executor_id:
-        # The sensor's lease (or, in a run retry, the previous run's): take it over.
-        mine = runner.adopt(lease)
-        if mine is not None:
-            return mine, None
-        task = store.get_task(lease.realm_id, lease.task_id)
-        if task is None:
-            context.log.info(f"task {_label(lease)} finished by another executor meanwhile")
-            return None, {"status": "already-done", "message": "task already gone"}
-    if task.state(store.now_ms(), store.policy) is TaskState.ORPHANED:
-        # The lease lapsed before this step started (a long run queue, a slow
-        # step queue) and nobody took the task since: lease it afresh rather
-        # than waste the attempt.
-        fresh = store.lease_task(lease.realm_id, lease.task_id, runner.executor_id)
-        if fresh is not None:
-            context.log.warning(
-                f"the lease on {_label(lease)} (attempt {lease.attempt}) expired before "
-                f"the run started; leased the task again as attempt {fresh.attempt}"
-            )
-            return runner.adopt(fresh), None
-        task = store.get_task(lease.realm_id, lease.task_id) or task
-    message = (
-        f"lease lost before the run started: {_holder_text(task, store)}; "
-        f"this run's lease (attempt {lease.attempt}) is void; nothing was deleted"
-    )
-    context.log.warning(message)
-    return None, {"status": Status.LEASE_LOST.value, "message": message}
+def _add_tags(context: OpExecutionContext, tags: Mapping[str, str]) -> None:
+    try:
+        context.instance.add_run_tags(context.run_id, dict(tags))
+    except Exception as exc:  # tags are for the UI; never fail a run over them
+        context.log.warning(f"run tags not added ({type(exc).__name__}: {exc})")
 
 
 def _summary(outcome: TaskOutcome) -> dict[str, Any]:
@@ -343,48 +410,125 @@ def _first_line(text: str | None) -> str:
     return lines[0] if lines else "task failed"
 
 
+@dataclass
+class _Step:
+    """What every task of one step shares: the runner, who launched the run, and so on."""
+
+    runner: Runner
+    intent: RunIntent
+    may_adopt: bool
+    # A storage config that did not load: each task leased is failed with it, recorded.
+    config_error: str | None = None
+
+
 @contextmanager
-def _open_runner(
+def _open_step(
     context: OpExecutionContext,
     metastore: PolarisMetastoreResource,
     storage: PolarisStorageResource,
     realm_id: str,
-) -> Iterator[Runner]:
-    """The engine's runner under the run's executor id, for one step."""
+) -> Iterator[_Step]:
+    """The engine's runner under the run lineage's executor id, for one step."""
+    intent = _intent(context)
     store = metastore.get_metastore()
+    executor_id = metastore.run_executor_id(intent.root_run_id)
     if realm_id:
         # One renewal of every lease this run holds in the realm, once per step:
         # children queued behind earlier steps stay held. Not once per child: a
         # run holding thousands of children would rewrite them all for each one.
-        store.renew_held_by(realm_id, metastore.run_executor_id(context.run_id))
+        store.renew_held_by(realm_id, executor_id)
+    config_error: str | None = None
+    try:
+        config = storage.get_config()
+        resolver = storage.get_resolver()
+    except StorageConfigError as exc:
+        # Not transient: recorded on the task (after leasing it) instead of retried.
+        config_error = f"storage configuration: {exc}"
+        config, resolver = None, None
+    busy = _lineage_busy(context, intent)
+    if busy is not None:
+        context.log.warning(f"run {busy} of this run's lineage is still in progress: no adoption")
     runner = Runner(
         store,
-        storage.get_config(),
-        executor_id=metastore.run_executor_id(context.run_id),
+        config,
+        executor_id=executor_id,
         run_id=context.run_id,
-        resolver=storage.get_resolver(),
+        resolver=resolver,
         progress=_ProgressLog(context),
     )
     try:
-        yield runner
+        yield _Step(runner, intent, busy is None, config_error)
     finally:
         runner.close()
 
 
-def run_leased_task(
-    context: OpExecutionContext, runner: Runner, lease: Lease
+def _refused(
+    context: OpExecutionContext, step: _Step, decision: StartDecision, *, child: bool
+) -> tuple[dict[str, Any], dict[str, Any], None]:
+    """A task this run did not start: skipped (the sweeper lost a race) or a failure."""
+    realm = decision.task.realm_id if decision.task is not None else ""
+    summary: dict[str, Any] = {"status": "skipped", "message": decision.message}
+    if decision.task is not None:
+        summary.update(
+            task=decision.task.label,
+            realm_id=realm,
+            task_id=str(decision.task.id),
+            task_type=task_type_name(decision.task.task_type_code),
+        )
+    if child and decision.action is StartAction.GONE:
+        # A child finished by an earlier try of this run (or its lineage): done.
+        context.log.info(decision.message)
+        return {**summary, "status": "already-done"}, {"note": decision.message}, None
+    if step.intent.operator:
+        context.log.error(f"{decision.message} ({step.intent.how})")
+        raise Failure(
+            description=decision.message,
+            metadata={"start": decision.action.value, "launched": step.intent.how},
+            allow_retries=False,
+        )
+    context.log.info(f"skipped: {decision.message}; nothing was done")
+    if not child:
+        _add_tags(context, {TAG_OUTCOME: "skipped"})
+    return summary, {"status": "skipped", "message": decision.message}, None
+
+
+def run_task(
+    context: OpExecutionContext, step: _Step, realm_id: str, task_id: int, *, child: bool = False
 ) -> tuple[dict[str, Any], dict[str, Any], TaskOutcome | None]:
-    """Adopt and execute one lease; returns (summary, output metadata, outcome).
+    """Start (``Runner.start``) and execute one task; returns (summary, metadata, outcome).
 
     Raises TransientTaskError for the op's RetryPolicy, or a non-retryable
-    ``Failure`` once the failure is recorded in the task row.
+    ``Failure`` once the failure is recorded in the task row (or the operator's
+    run could not start its task).
     """
-    store = runner.metastore
-    mine, lost = _adopt(context, runner, lease, store)
+    runner = step.runner
+    decision = runner.start(
+        realm_id, task_id, operator=step.intent.operator, may_adopt=step.may_adopt
+    )
+    mine = decision.lease
     if mine is None:
-        summary = {"task": lease.label, **(lost or {})}
-        meta = {**_lease_metadata(lease), **(lost or {})}
-        return summary, meta, None
+        return _refused(context, step, decision, child=child)
+    if decision.action is StartAction.OPERATOR_RETRY:
+        context.log.warning(decision.message)
+    elif decision.action is StartAction.ADOPTED and context.retry_number == 0:
+        context.log.info(f"{decision.message} ({step.intent.how})")
+    if not child:
+        tags = {TAG_ATTEMPT: str(mine.attempt), TAG_EXECUTOR: mine.executor_id}
+        if decision.action is StartAction.OPERATOR_RETRY:
+            task = decision.task
+            state = "dead" if task is not None and task.status == "dead" else "backing off"
+            tags[TAG_START] = f"operator retry: {state} task retried now"
+        elif decision.action is StartAction.ADOPTED and step.intent.parent_run_id is not None:
+            tags[TAG_START] = f"adopted the lease of run lineage {step.intent.root_run_id}"
+        _add_tags(context, tags)
+    if step.config_error is not None:
+        outcome = runner.record_failure(mine, step.config_error)
+        context.log.error(f"task {_label(mine)} not run: {step.config_error} (recorded)")
+        raise Failure(
+            description=step.config_error,
+            metadata={**_lease_metadata(mine), "status": outcome.status.value},
+            allow_retries=False,
+        )
     outcome = runner.execute(mine, record_failure=_is_last_attempt(context))
 
     if outcome.status is Status.DONE:
@@ -410,19 +554,15 @@ def run_leased_task(
         return _summary(outcome), _done_metadata(outcome), outcome
 
     if outcome.status is Status.LEASE_LOST:
-        if not outcome.started:
-            task = store.get_task(mine.realm_id, mine.task_id)
-            holder = _holder_text(task, store) if task else f"task {_label(mine)} is gone"
-            message = (
-                f"lease lost before the run started: {holder}; "
-                f"this run's lease (attempt {mine.attempt}) is void; nothing was deleted"
-            )
-        else:
-            message = (
-                f"{outcome.error}; the cleanup stopped at once and the current holder "
-                "finishes it (handlers are idempotent)"
-            )
+        # Taken away mid-way (this run stalled past its lease): the current holder
+        # finishes it. Not this run's failure, and not work this run claims.
+        message = (
+            f"{outcome.error}; the cleanup stopped at once and the current holder "
+            "finishes it (handlers are idempotent)"
+        )
         context.log.warning(message)
+        if not child:
+            _add_tags(context, {TAG_OUTCOME: "lease-lost"})
         summary = {**_summary(outcome), "message": message}
         return summary, {**_lease_metadata(mine), "status": "lease-lost", "message": message}, None
 
@@ -469,7 +609,10 @@ def run_leased_task(
 
 
 @op(
-    description="Adopt the sensor's lease on one Polaris task and run it to an outcome.",
+    description=(
+        "Lease one Polaris task as the run starts (or adopt this run lineage's lease) and "
+        "run it to an outcome."
+    ),
     out={
         "outcome": Out(dict, description="What the task did."),
         "children": DynamicOut(
@@ -496,13 +639,15 @@ def run_leased_task(
 )
 def run_polaris_task(
     context: OpExecutionContext,
-    config: TaskLeaseConfig,
+    config: TaskRunConfig,
     metastore: PolarisMetastoreResource,
     storage: PolarisStorageResource,
 ) -> Iterator[Output[Any] | DynamicOutput[Any]]:
-    lease = config.to_lease()
-    with _open_runner(context, metastore, storage, lease.realm_id) as runner:
-        summary, meta, outcome = run_leased_task(context, runner, lease)
+    task_id = config.task_number()
+    with _open_step(context, metastore, storage, config.realm_id) as step:
+        summary, meta, outcome = run_task(context, step, config.realm_id, task_id)
+    if outcome is not None and outcome.status is Status.DONE:
+        _add_tags(context, {TAG_OUTCOME: "done"})
     yield Output(summary, "outcome", metadata=meta)
     if outcome is None or not outcome.children:
         return
@@ -566,13 +711,15 @@ def run_child_task(
     transient: list[str] = []
     failures: list[Failure] = []
     realm_id = str(leases[0]["realm_id"]) if leases else ""
-    with _open_runner(context, metastore, storage, realm_id) as runner:
+    with _open_step(context, metastore, storage, realm_id) as step:
         for data in leases:
             child = lease_from_dict(data)
             # Every child is run even when one fails: one bad file must not hold
             # back the rest of the table. Finished children are gone on a retry.
             try:
-                summary, _meta, outcome = run_leased_task(context, runner, child)
+                summary, _meta, outcome = run_task(
+                    context, step, child.realm_id, child.task_id, child=True
+                )
             except TransientTaskError as exc:
                 transient.append(str(exc))
                 continue
@@ -587,7 +734,7 @@ def run_child_task(
                 )
             summary.setdefault("task_id", str(child.task_id))
             done.append((summary, outcome))
-        executor_id = runner.executor_id
+        executor_id = step.runner.executor_id
     if transient:
         raise TransientTaskError(
             f"{len(transient)} of {len(leases)} child task(s) failed, first: {transient[0]}"
@@ -683,7 +830,8 @@ def build_polaris_task_job(
 ) -> JobDefinition:
     """The task job; ``retry_policy`` replaces the op retry policy (tests use fast ones).
 
-    ``executor_def`` defaults to ``TASK_EXECUTOR`` (one process per step).
+    ``executor_def`` defaults to ``in_process_executor`` (every step in the run's own
+    process); ``MULTIPROCESS_EXECUTOR`` runs a process per step.
     """
     root = run_polaris_task.with_retry_policy(retry_policy)
     child = run_child_task.with_retry_policy(retry_policy)
@@ -695,11 +843,12 @@ def build_polaris_task_job(
     @job(
         name=name,
         description=(
-            "One Polaris cleanup task per run: adopt the sweeper's lease, clean up, then "
-            "run the child tasks of a table cleanup in three ordered stages."
+            "One Polaris cleanup task per run: lease it as the run starts, clean up, then run "
+            "the child tasks of a table cleanup in three ordered stages. Launch it by hand "
+            "with realm_id and task_id to run one task now."
         ),
         tags={**DEFAULT_RUN_TAGS, **(tags or {})},
-        executor_def=executor_def or TASK_EXECUTOR,
+        executor_def=executor_def or in_process_executor,
     )
     def polaris_task_graph() -> None:
         _outcome, children, later, final = root()
@@ -715,13 +864,19 @@ polaris_task_job = build_polaris_task_job()
 __all__ = [
     "DEFAULT_RETRY_POLICY",
     "JOB_NAME",
+    "MULTIPROCESS_EXECUTOR",
+    "RunIntent",
     "TaskLeaseConfig",
+    "TaskRunConfig",
     "TransientTaskError",
     "build_polaris_task_job",
+    "candidate_tags",
     "child_stages",
     "lease_from_dict",
     "lease_tags",
     "lease_to_dict",
     "polaris_task_job",
     "run_config_for",
+    "run_intent",
+    "run_key_for",
 ]

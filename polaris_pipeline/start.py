@@ -1,0 +1,178 @@
+"""What a holder does with one named task when its work starts: lease, adopt, or refuse.
+
+The one decision behind ``Runner.start``, used by every Dagster run (its root
+and child steps) and by the CLI wherever a single task is leased. The sweeper
+only selects candidates (``Metastore.select_available``); the lease is taken
+here, when the work starts, so an attempt is counted only for work that
+started, and no lease lapses while a run waits in a queue.
+
+The cases, in order:
+
+- the task row is gone: completed (or discarded) by someone; nothing to do;
+- the task is held by this holder's own executor id (an op retry, or a Dagster
+  run retry: a run's executor id comes from its root run) and ``may_adopt``:
+  adopt the lease, continue the same attempt;
+- the task is held by anyone else: refused, with who holds it and until when;
+- the task is available: lease it (attempt + 1) in one compare-and-set;
+- the task is backing off or dead: leased only on an operator's intent
+  (requeue and lease in one compare-and-set, attempts restart); refused otherwise;
+- the task is pending (within the grace period, a Polaris server may be running
+  it in-process) or unhandled: refused, for operators too.
+
+A compare-and-set lost to a concurrent writer is re-read and judged again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.tasks.model import Lease, TaskRow, TaskState
+
+_CAS_ROUNDS = 5
+
+
+class StartAction(StrEnum):
+    LEASED = "leased"  # was available; leased now (a new attempt)
+    ADOPTED = "adopted"  # already held by this holder; the same attempt continues
+    OPERATOR_RETRY = "operator-retry"  # backing off or dead; requeued and leased now
+    GONE = "gone"  # no such task (any more)
+    HELD = "held"  # another holder's live lease
+    NOT_AVAILABLE = "not-available"  # pending, backing off, dead or unhandled, and not taken
+
+
+@dataclass(frozen=True)
+class StartDecision:
+    action: StartAction
+    message: str
+    lease: Lease | None = None
+    task: TaskRow | None = None
+
+    @property
+    def started(self) -> bool:
+        """True when ``lease`` is held by the caller and the work may go ahead."""
+        return self.lease is not None
+
+
+def _iso(ms: int | None) -> str:
+    if ms is None:
+        return "unknown"
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="seconds")
+
+
+def gone_message(realm_id: str, task_id: int) -> str:
+    return f"task {realm_id}/{task_id} is gone: it was completed (or discarded); nothing to do"
+
+
+def _held_message(task: TaskRow, store: Metastore, now: int, own: bool) -> str:
+    policy = store.policy.for_realm(task.realm_id)
+    until = (task.start_time_ms or now) + policy.lease_timeout_ms
+    who = "an earlier run of this run's lineage that is still running" if own else "another holder"
+    return (
+        f"task {task.label} is held by {who}: {task.executor_id}, attempt "
+        f"{task.attempt_count}, lease until {_iso(until)} unless renewed; wait for that run to "
+        "finish or its lease to lapse (then the sweeper runs it), or stop that holder first"
+    )
+
+
+def _lease_from_row(task: TaskRow) -> Lease:
+    return Lease(
+        realm_id=task.realm_id,
+        task_id=task.id,
+        executor_id=task.executor_id or "",
+        attempt=task.attempt_count,
+        entity_version=task.entity_version,
+        start_time_ms=task.start_time_ms or 0,
+        task_type_code=task.task_type_code,
+        name=task.name,
+    )
+
+
+def decide_start(
+    store: Metastore,
+    executor_id: str,
+    realm_id: str,
+    task_id: int,
+    *,
+    operator: bool = False,
+    may_adopt: bool = True,
+) -> StartDecision:
+    """Lease, adopt or refuse task ``realm_id/task_id`` for ``executor_id``; see the module."""
+    task: TaskRow | None = None
+    for _ in range(_CAS_ROUNDS):
+        task = store.get_task(realm_id, task_id)
+        if task is None:
+            return StartDecision(StartAction.GONE, gone_message(realm_id, task_id))
+        now = store.now_ms()
+        state = task.state(now, store.policy)
+        if state is TaskState.LEASED:
+            if task.executor_id == executor_id and may_adopt:
+                return StartDecision(
+                    StartAction.ADOPTED,
+                    f"task {task.label}: adopted this lineage's lease (attempt "
+                    f"{task.attempt_count}); the same attempt continues",
+                    _lease_from_row(task),
+                    task,
+                )
+            own = task.executor_id == executor_id
+            return StartDecision(StartAction.HELD, _held_message(task, store, now, own), None, task)
+        if state is TaskState.ORPHANED:
+            lease = store.lease_task(realm_id, task_id, executor_id)
+            if lease is not None:
+                return StartDecision(
+                    StartAction.LEASED,
+                    f"task {task.label}: leased as attempt {lease.attempt}",
+                    lease,
+                    task,
+                )
+            continue  # changed meanwhile: judge it again
+        if state in (TaskState.BACKING_OFF, TaskState.DEAD):
+            what = "backing off" if state is TaskState.BACKING_OFF else "dead"
+            if not operator:
+                when = (
+                    f" until {_iso(task.next_attempt_ms)}"
+                    if state is TaskState.BACKING_OFF
+                    else " (only an operator's retry or requeue revives it)"
+                )
+                return StartDecision(
+                    StartAction.NOT_AVAILABLE,
+                    f"task {task.label} is {what}{when}; not run",
+                    None,
+                    task,
+                )
+            lease = store.lease_for_operator(realm_id, task_id, executor_id)
+            if lease is not None:
+                return StartDecision(
+                    StartAction.OPERATOR_RETRY,
+                    f"operator retry: {what} task retried now ({task.label}, was attempt "
+                    f"{task.attempt_count}, last error: {task.last_error or 'none'}); attempts "
+                    "restart at 1",
+                    lease,
+                    task,
+                )
+            continue
+        if state is TaskState.PENDING:
+            grace = store.policy.for_realm(task.realm_id).effective_grace_ms
+            return StartDecision(
+                StartAction.NOT_AVAILABLE,
+                f"task {task.label} is pending: created at {_iso(task.create_timestamp)}, within "
+                "the grace period a Polaris server may be running it in-process; it becomes "
+                f"available at {_iso(task.create_timestamp + grace)}",
+                None,
+                task,
+            )
+        return StartDecision(
+            StartAction.NOT_AVAILABLE,
+            f"task {task.label} is {state.value}; it is never leased",
+            None,
+            task,
+        )
+    label = task.label if task is not None else f"{realm_id}/{task_id}"
+    return StartDecision(
+        StartAction.HELD,
+        f"task {label} kept changing under concurrent writers; launch it again",
+        None,
+        task,
+    )
