@@ -628,10 +628,10 @@ class _Progress:
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
         self.enabled = stream.isatty()
-        # One character short of the width: a line that fills the terminal wraps,
-        # and \r can then no longer take it back.
+        # The two-space indent plus the text stays one character short of the width:
+        # a line that fills the terminal wraps, and \r can then no longer take it back.
         width = output_width(stream) if self.enabled else None
-        self.width = max(20, width - 1) if width else None
+        self.width = max(20, width - 3) if width else None
 
     def _write(self, text: str) -> None:
         line = truncate(text, self.width) if self.width else text
@@ -726,7 +726,7 @@ def _outcome_line(outcome: Any, summary: PayloadSummary | None, width: int | Non
         if result.deleted:
             done += f" ({format_bytes(result.bytes_freed)})"
         if result.missing:
-            done += f", {result.missing} already gone"
+            done += f", {result.missing} were gone"
         if outcome.children:
             done += f", {len(outcome.children)} child task(s)"
         rest.append(done)
@@ -736,7 +736,7 @@ def _outcome_line(outcome: Any, summary: PayloadSummary | None, width: int | Non
     tail = "".join(f"  {part}" for part in rest)
     if width is not None and len(head) + len(name) + len(tail) > width:
         room = width - len(head) - len(tail)
-        name = truncate(name, max(room, 12))
+        name = truncate(name, max(room, 10))
     line = head + name + tail
     return truncate(line, width) if width is not None else line
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import fcntl
+import io
 import os
 import pty
 import re
@@ -26,9 +27,11 @@ import time
 import uuid
 from pathlib import Path
 
-from polaris_pipeline.cli import build_parser
+import pytest
+
+from polaris_pipeline.cli import _Progress, build_parser
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.tasks.model import Prop
+from polaris_pipeline.tasks.model import Lease, Prop
 from tests.support.iceberg import recorded_drop_task
 from tests.support.tasks import batch_task
 
@@ -124,6 +127,9 @@ def test_sweep_shows_progress_on_a_terminal_and_a_summary(tmp_path: Path) -> Non
     assert counts == sorted(counts) and counts[-1] == FILES
     assert [int(p) for _, p in updates][-1] == 100
     assert "\r  sweeping sqlite:///" in screen  # shown before the first file goes
+    # Each progress line stays short of the width: a wrapped line cannot be taken back.
+    transient = re.findall(r"\r(  [^\r\n\x1b]*)\x1b\[K", screen)
+    assert transient and all(len(t) < WIDTH for t in transient)
     # Then the progress line is erased, and the task's line and the summary follow.
     text = _visible(screen)
     # At 100 columns the name gives way (the id stays whole), not what was done.
@@ -332,3 +338,21 @@ def test_every_option_of_every_command_has_help_and_every_command_an_example() -
         for action in parser._actions:
             for flag in action.option_strings:
                 assert flag in proc.stdout, (path, flag)
+
+
+class _FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_long_progress_message_is_cut_short_of_the_width(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    stream = _FakeTerminal()
+    progress = _Progress(stream)
+    lease = Lease("POLARIS", 3008983788998583856, "x", 1, 1, 0)
+    progress(lease, 1, 3, "files of manifest file:///wh/" + "m" * 300 + ".avro")
+    (segment,) = re.findall(r"\r(.*?)\x1b\[K", stream.getvalue())
+    assert segment.startswith("  POLARIS/3008983788998583856: files of manifest")
+    assert len(segment) == WIDTH - 1 and segment.endswith("…")
