@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -15,6 +16,7 @@ from sqlalchemy import text
 from polaris_pipeline.cli import main
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask, Prop
+from tests.support.iceberg import recorded_drop_task
 from tests.support.tasks import batch_task, seed
 
 POLICY_FLAGS = ["--grace-ms", "0"]
@@ -346,6 +348,15 @@ def test_a_dry_run_that_finds_nothing_says_why(metastore: Metastore) -> None:
         **{Prop.EXECUTOR: "polaris-1", Prop.START_TIME: str(now), Prop.ATTEMPT_COUNT: "1"},
     )
     _aged_task(metastore, "r1", **{Prop.STATUS: "dead"})
+    role = recorded_drop_task("file:///wh/x/metadata/v1.json", realm_id="r1")
+    entity = {**json.loads(role.properties[Prop.DATA]), "typeCode": 2}  # a dropped principal
+
+    def compact(doc: object) -> str:  # as Polaris's Jackson writes it
+        return json.dumps(doc, separators=(",", ":"))
+
+    metastore.insert_tasks(
+        [dataclasses.replace(role, properties={**role.properties, Prop.DATA: compact(entity)})]
+    )
     code, out = run("sweep", "--once", "--dry-run", "--metastore", url_of(metastore))
     assert code == 0
     assert "dry run: 0 task(s), 0 file(s) would be deleted; nothing was changed" in out
@@ -354,6 +365,7 @@ def test_a_dry_run_that_finds_nothing_says_why(metastore: Metastore) -> None:
     assert "1 backing off (the first retry is in 9m" in reason
     assert "1 pending within grace (the first grace period ends in 4m" in reason
     assert "1 dead" in reason and reason.count("Z)") == 3
+    assert "1 unhandled (never run; `tasks discard` removes them)" in reason
     code, out = run("sweep", "--once", "--dry-run", "--json", "--metastore", url_of(metastore))
     doc = json.loads(out)
     assert doc["tasks"] == [] and doc["nothing_available"] == reason

@@ -126,6 +126,10 @@ def nothing_available_reason(
         )
     if counts[TaskState.DEAD]:
         parts.append(f"{counts[TaskState.DEAD]} dead (only `tasks requeue` revives them)")
+    if counts[TaskState.UNHANDLED]:
+        parts.append(
+            f"{counts[TaskState.UNHANDLED]} unhandled (never run; `tasks discard` removes them)"
+        )
     if counts[TaskState.ORPHANED]:
         parts.append(f"{counts[TaskState.ORPHANED]} orphaned")
     return f"nothing is available in {where}: " + ", ".join(parts)
