@@ -274,6 +274,7 @@ def test_a_bad_variable_is_one_line_and_exit_2(
     [
         (["tasks", "list", "--metastore", "nonsense"], "not a SQLAlchemy URL"),
         (["tasks", "list", "--metastore", "sqlite://relative"], "names a host"),
+        (["tasks", "list", "--metastore", "postgresql://u:pw@h:port/db"], "not a SQLAlchemy URL"),
         (["tasks", "show", "1", "--metastore", "sqlite://"], "in-memory SQLite"),
         (["tasks", "list", "--metastore", "mysql://x/y"], "unsupported metastore backend"),
         (

@@ -39,7 +39,9 @@ def resolve_url(url: str | None) -> URL:
         raise MetastoreError(f"no metastore URL: pass --metastore or set {URL_ENV}")
     try:
         parsed = make_url(raw)
-    except ArgumentError:
+    except (ArgumentError, ValueError):
+        # ValueError: a port that is not a number. The URL is not echoed: it may hold
+        # a password.
         raise MetastoreError(
             "metastore URL is not a SQLAlchemy URL (e.g. sqlite:///polaris.db)"
         ) from None
