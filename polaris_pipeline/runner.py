@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from polaris_pipeline.attempt_observer import AttemptObserver
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
@@ -31,8 +31,12 @@ from polaris_pipeline.errors import (
 from polaris_pipeline.metastore import CompleteOutcome, FailOutcome, Metastore, new_entity_id
 from polaris_pipeline.start import StartDecision, decide_start
 from polaris_pipeline.storage.config import StorageConfig
-from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.tasks.model import Lease, NewTask, TaskRow, TaskState
+
+if TYPE_CHECKING:
+    # Imported where a runner is built: it brings in pyiceberg's file IO, which
+    # the code location's sensor ticks never need.
+    from polaris_pipeline.storage.resolve import StorageResolver
 
 log = logging.getLogger("polaris_pipeline.runner")
 
@@ -144,7 +148,11 @@ class Runner:
             metastore, write_task_events=write_task_events, tracer_provider=tracer_provider
         )
         self.config = config or StorageConfig()
-        self.resolver = resolver or StorageResolver(self.config)
+        if resolver is None:
+            from polaris_pipeline.storage.resolve import StorageResolver
+
+            resolver = StorageResolver(self.config)
+        self.resolver = resolver
         self.executor_id = executor_id or make_executor_id()
         self.run_id = run_id
         self.progress = progress

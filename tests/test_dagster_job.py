@@ -794,3 +794,19 @@ def test_multiprocess_run_on_a_postgres_instance(
 
     assert_table_purged(local_warehouse, victim_files, neighbour_files)
     assert metastore.list_tasks() == []
+
+
+def test_the_code_location_imports_no_heavy_module() -> None:
+    """The code server and each run start without pyiceberg, pyarrow or s3fs; a task imports
+    them only when its handler runs."""
+    import subprocess
+    import sys
+
+    heavy = ("pyiceberg", "pyarrow", "s3fs")
+    probe = f"import sys, definitions\nprint(','.join(m for m in {heavy!r} if m in sys.modules))"
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "POLARIS_METASTORE_URL": "sqlite:///unused.db"}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=root, env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == ""

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from polaris_pipeline.errors import GuardRefusal
 from polaris_pipeline.storage.config import StorageConfig
-from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.tasks.model import NewTask, TaskRow
+
+if TYPE_CHECKING:
+    # Only a type here; importing the resolver brings in pyiceberg's file IO.
+    from polaris_pipeline.storage.resolve import StorageResolver
 
 # Polaris's TABLE_METADATA_CLEANUP_BATCH_SIZE default.
 METADATA_BATCH_SIZE = 10

@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from polaris_pipeline.cleanup.batch import run_batch_cleanup
-from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
-from polaris_pipeline.cleanup.manifest import run_manifest_cleanup
-from polaris_pipeline.cleanup.table import run_table_cleanup
 from polaris_pipeline.errors import PayloadError
 from polaris_pipeline.tasks.model import TaskType
 
-HANDLERS: dict[TaskType, Callable[[CleanupContext], CleanupResult]] = {
-    TaskType.ENTITY_CLEANUP_SCHEDULER: run_table_cleanup,
-    TaskType.MANIFEST_FILE_CLEANUP: run_manifest_cleanup,
-    TaskType.BATCH_FILE_CLEANUP: run_batch_cleanup,
+if TYPE_CHECKING:
+    from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+
+# (module, function) per type, imported on first use: the handlers pull in
+# pyiceberg, pyarrow and the filesystems, which the code location (sensor ticks,
+# the code server) never needs; only a run that executes a task pays for them.
+HANDLERS: dict[TaskType, tuple[str, str]] = {
+    TaskType.ENTITY_CLEANUP_SCHEDULER: ("polaris_pipeline.cleanup.table", "run_table_cleanup"),
+    TaskType.MANIFEST_FILE_CLEANUP: ("polaris_pipeline.cleanup.manifest", "run_manifest_cleanup"),
+    TaskType.BATCH_FILE_CLEANUP: ("polaris_pipeline.cleanup.batch", "run_batch_cleanup"),
 }
+
+
+def handler_for(task_type: TaskType) -> Callable[[CleanupContext], CleanupResult]:
+    module, name = HANDLERS[task_type]
+    handler: Callable[[CleanupContext], CleanupResult] = getattr(
+        importlib.import_module(module), name
+    )
+    return handler
 
 
 def run_cleanup(ctx: CleanupContext) -> CleanupResult:
@@ -24,7 +36,7 @@ def run_cleanup(ctx: CleanupContext) -> CleanupResult:
     A payload that cannot be decoded raises PayloadError naming the task; the
     caller records it (retrying would not help).
     """
-    handler = HANDLERS[ctx.task.task_type()]
+    handler = handler_for(ctx.task.task_type())
     try:
         return handler(ctx)
     except PayloadError as e:

@@ -14,14 +14,16 @@ from __future__ import annotations
 import json
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dagster import ConfigurableResource
 from pydantic import Field
 
 from polaris_pipeline.errors import StorageConfigError
 from polaris_pipeline.storage.config import CONFIG_ENV_VAR, StorageConfig
-from polaris_pipeline.storage.resolve import StorageResolver
+
+if TYPE_CHECKING:
+    from polaris_pipeline.storage.resolve import StorageResolver
 
 _cache: dict[tuple[int, str], tuple[StorageConfig, StorageResolver]] = {}
 _cache_lock = threading.Lock()
@@ -81,6 +83,10 @@ class PolarisStorageResource(ConfigurableResource):
                     )
                 else:
                     config = StorageConfig.load(key[1].removeprefix("file:") or None)
+                # Imported here: the resolver brings in pyiceberg's file IO, which a
+                # sensor tick that only checks the config does not need.
+                from polaris_pipeline.storage.resolve import StorageResolver
+
                 cached = (config, StorageResolver(config))
                 _cache[key] = cached
             return cached
