@@ -1,14 +1,11 @@
 """Realm partitions and the realm backfill job, against real metastores and Dagster.
 
-The documented command line (``dagster job backfill ... --partitions R``) is run
-as shipped, through the run queue of ``deploy/dagster.yaml``, in
-``tests/test_dagster_postgres_instance.py``; here: the partitions the sweeper
-keeps, what one realm's run does, and the UI's backfill path.
+Here: the partitions the sweeper keeps, what one realm's run does, and the
+realm config checked against the metastore (the job is not partitioned).
 """
 
 from __future__ import annotations
 
-import logging
 import sys
 import time
 from pathlib import Path
@@ -18,20 +15,22 @@ import pytest
 from dagster import (
     AddDynamicPartitionsRequest,
     DagsterInstance,
-    DagsterRunStatus,
-    RunsFilter,
+    DagsterInvalidConfigError,
     SensorResult,
     build_sensor_context,
 )
-from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
 from dagster._core.remote_origin import InProcessCodeLocationOrigin
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
-from dagster._daemon.backfill import execute_backfill_iteration
 
 from polaris_pipeline.dagster.partitions import REALM_PARTITIONS_NAME
-from polaris_pipeline.dagster.realm_backfill import JOB_NAME, OP_NAME, polaris_realm_backfill_job
+from polaris_pipeline.dagster.realm_backfill import (
+    JOB_NAME,
+    OP_NAME,
+    polaris_realm_backfill_job,
+    realm_run_config,
+)
 from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
     PolarisStorageResource,
@@ -116,14 +115,16 @@ def test_sweeper_keeps_the_realm_partitions(metastore: Metastore, instance: Dags
     seed(metastore, "D", 1)
     recent = due(first.cursor, synced_ago_s=5)
     second = tick(resource, instance, recent)
-    assert [r.tags["polaris/realm"] for r in second.run_requests or []] == ["C"]
+    # (A's tasks are selected again: the first tick's runs were never launched, and a
+    # run, not the tick, leases its task.)
+    assert sorted({r.tags["polaris/realm"] for r in second.run_requests or []}) == ["A", "C"]
     assert apply(second, instance) == ["C"]
     # The list was not read: the sync time stays that of the earlier sweep.
     synced = SweepCursor.parse(second.cursor).realms_synced_ms
     assert synced == SweepCursor.parse(recent).realms_synced_ms
 
     third = tick(resource, instance, due(second.cursor, synced_ago_s=REALM_REFRESH_SECONDS + 1))
-    assert not third.run_requests  # nothing orphaned; the skip reason says why
+    assert {r.tags["polaris/realm"] for r in third.run_requests or []} <= {"A", "C"}
     assert apply(third, instance) == ["D"]
     synced = SweepCursor.parse(third.cursor).realms_synced_ms
     assert synced is not None and synced >= int(time.time() * 1000) - 10_000
@@ -197,10 +198,8 @@ def run_backfill(
     warehouse: Path,
     **resource_kwargs: Any,
 ) -> Any:
-    if not instance.has_dynamic_partition(REALM_PARTITIONS_NAME, realm):
-        instance.add_dynamic_partitions(REALM_PARTITIONS_NAME, [realm])
     return polaris_realm_backfill_job.execute_in_process(
-        partition_key=realm,
+        run_config=realm_run_config(realm),
         instance=instance,
         resources={
             "metastore": metastore_resource(store, **resource_kwargs),
@@ -234,7 +233,8 @@ def test_backfill_run_sweeps_its_realm_only(
     assert result.success
     run = instance.get_run_by_id(result.run_id)
     assert run is not None
-    assert run.tags["polaris/realm"] == "A" and run.tags["dagster/partition"] == "A"
+    # Tagged at start (no tag was given at launch); never a partition.
+    assert run.tags["polaris/realm"] == "A" and "dagster/partition" not in run.tags
     assert metastore.get_task("A", a1.id) is None and metastore.get_task("A", a2.id) is None
     assert not any(p.exists() for p in a1_files + a2_files)
     fresh_row = metastore.get_task("A", fresh.id)
@@ -276,7 +276,8 @@ def test_failed_tasks_fail_the_run_and_are_recorded(
     assert description.startswith("1 of 2 task(s) in realm A failed")
     assert "guard refused" in description
     meta = step_metadata(result)
-    assert (meta["done"], meta["failed"]) == (1, 1)
+    # A guard refusal is permanent: dead-lettered at once, not backing off.
+    assert (meta["done"], meta["failed"], meta["dead"]) == (1, 0, 1)
     [sample] = meta["failures (sample)"]
     assert sample["task_id"] == str(bad.id) and "guard refused" in sample["error"]
     assert metastore.get_task("A", good.id) is None and not good_files[0].exists()
@@ -301,12 +302,39 @@ def test_a_realm_outside_the_deployment_is_refused(
     assert row is not None and row.executor_id is None
 
 
-def test_ui_backfill_requests_one_run_per_selected_realm(
-    instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
+def test_a_mistyped_realm_fails_naming_the_real_ones(
+    metastore: Metastore, instance: DagsterInstance, tmp_path: Path
 ):
-    """What the UI's "Launch backfill" stores, run by Dagster's backfill daemon."""
+    [task] = old(metastore, "POLARIS", 1)
+    old(metastore, "OTHER", 1)
+
+    for typo in ("POLARS", "", "POLARIS_", "polaris"):
+        result = run_backfill(metastore, instance, typo, tmp_path)
+        assert not result.success
+        [failure] = [e for e in result.all_events if e.is_step_failure]
+        description = failure.step_failure_data.user_failure_data.description
+        assert f"realm {typo!r} has no tasks in the metastore" in description
+        assert "'OTHER', 'POLARIS'" in description
+    row = metastore.get_task("POLARIS", task.id)
+    assert row is not None and row.executor_id is None  # nothing was leased
+
+
+def test_the_realm_is_required_config(metastore: Metastore, instance: DagsterInstance) -> None:
+    with pytest.raises(DagsterInvalidConfigError, match="realm"):
+        polaris_realm_backfill_job.execute_in_process(
+            instance=instance,
+            resources={
+                "metastore": metastore_resource(metastore),
+                "storage": PolarisStorageResource(),
+            },
+        )
+
+
+def test_the_backfill_job_is_not_partitioned(
+    instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The code location offers no partition set for it: no Missing/Completed realm."""
     monkeypatch.setenv("POLARIS_METASTORE_URL", "sqlite:///unused.db")
-    instance.add_dynamic_partitions(REALM_PARTITIONS_NAME, ["A", "B", "C"])
     origin = InProcessCodeLocationOrigin(
         LoadableTargetOrigin(
             executable_path=sys.executable, module_name="definitions", working_directory=str(ROOT)
@@ -316,25 +344,5 @@ def test_ui_backfill_requests_one_run_per_selected_realm(
     with WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget(origin)) as context:
         location = context.create_request_context().get_code_location("definitions")
         [repo] = location.get_repositories().values()
-        [partition_set] = [p for p in repo.get_partition_sets() if p.job_name == JOB_NAME]
-        instance.add_backfill(
-            PartitionBackfill(
-                backfill_id="realmsac",
-                partition_set_origin=partition_set.get_remote_origin(),
-                status=BulkActionStatus.REQUESTED,
-                partition_names=["A", "C"],
-                from_failure=False,
-                reexecution_steps=None,
-                tags={},
-                backfill_timestamp=time.time(),
-            )
-        )
-        list(execute_backfill_iteration(context, logging.getLogger("test_dagster_backfill")))
-
-    runs = instance.get_runs(RunsFilter(job_name=JOB_NAME))
-    assert sorted(r.tags["polaris/realm"] for r in runs) == ["A", "C"]
-    for run in runs:
-        assert run.tags["dagster/partition"] == run.tags["polaris/realm"]
-        assert run.tags["dagster/backfill"] == "realmsac"
-        # Queued: the run queue starts them within the per-realm cap.
-        assert run.status == DagsterRunStatus.QUEUED
+        assert not [p for p in repo.get_partition_sets() if p.job_name == JOB_NAME]
+    assert polaris_realm_backfill_job.partitions_def is None

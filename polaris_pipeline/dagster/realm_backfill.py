@@ -1,18 +1,21 @@
-"""``polaris_realm_backfill_job``: sweep one realm, on demand, as a partitioned job.
+"""``polaris_realm_backfill_job``: sweep one realm, on demand.
 
-The job is partitioned by the realms (``polaris_realms``, kept up to date by the
-sweeper sensor), so an operator can launch it for one realm or many from the
-UI (a backfill: one run per realm) or from the command line::
+The job is not partitioned: a realm sweep is never "missing" or "completed",
+it takes what is available now. The realm is the op's config, checked against
+the metastore when the run starts (a mistyped realm fails at once, naming the
+realms that exist). Launch it from the UI's Launchpad or the command line::
 
-    dagster job backfill -w workspace.yaml -j polaris_realm_backfill_job --partitions POLARIS
+    dagster job launch -w workspace.yaml -j polaris_realm_backfill_job \
+        --tags '{"polaris/realm": "POLARIS"}' \
+        --config-json '{"ops": {"sweep_realm": {"config": {"realm": "POLARIS"}}}}'
 
 A run leases every orphaned task of its realm under its own executor id
 (``polaris-pipeline:run:<run id>``) and runs each with the engine's ``Runner``,
 children included, exactly as the CLI sweep does; the outcomes become the
 step's metadata. The sweeper's rules hold: tasks leased by someone else,
-backing off, dead-lettered or within the grace period are left alone. Runs
-carry the ``polaris/realm`` tag, so the per-realm run cap of the run queue
-counts them with the realm's task runs.
+backing off, dead-lettered or within the grace period are left alone. The run
+is tagged ``polaris/realm`` when it starts; give the tag at launch too (as
+above) so the per-realm run cap of the run queue counts it while it is queued.
 """
 
 import time
@@ -25,17 +28,16 @@ from dagster import (
     MetadataValue,
     OpExecutionContext,
     Output,
-    PartitionedConfig,
     in_process_executor,
     job,
     op,
 )
 from pydantic import Field
 
-from polaris_pipeline.dagster.partitions import realm_partitions
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.task_job import DEFAULT_RUN_TAGS, TAG_REALM, task_type_name
+from polaris_pipeline.formatting import task_label
 from polaris_pipeline.runner import Runner, Status, TaskOutcome
 from polaris_pipeline.tasks.model import TaskState
 
@@ -43,13 +45,14 @@ JOB_NAME = "polaris_realm_backfill_job"
 OP_NAME = "sweep_realm"
 _PROGRESS_LOG_INTERVAL_S = 10.0
 _SAMPLE_SIZE = 10
-# Batch children's names embed their file list: log lines show this much of a name.
-_NAME_IN_LOG = 60
 
 
 class RealmSweepConfig(Config):
-    """Bounds of one realm sweep; the defaults sweep until nothing is available."""
+    """The realm to sweep, and bounds; the defaults sweep until nothing is available."""
 
+    realm: str = Field(
+        description="The realm to sweep: one of the metastore's realms (checked at start)."
+    )
     max_tasks: int | None = Field(
         default=None,
         description="Stop after this many tasks (children included); null: until none is left.",
@@ -62,9 +65,34 @@ def realm_tags(realm: str) -> dict[str, str]:
     return {TAG_REALM: realm}
 
 
-def _run_config_for_realm(realm: str) -> dict[str, Any]:
-    # The realm is the run's partition key; the op config keeps its defaults.
-    return {}
+def realm_run_config(realm: str, **bounds: Any) -> dict[str, Any]:
+    """The run config of a sweep of ``realm`` (``bounds``: the other RealmSweepConfig fields)."""
+    return {"ops": {OP_NAME: {"config": {"realm": realm, **bounds}}}}
+
+
+def check_realm(realm: str, known: list[str], deployment: list[str] | None) -> None:
+    """Refuse a realm the metastore does not have, or this deployment does not sweep.
+
+    Raised before anything is leased; the message lists the realms there are, so a
+    typo is obvious.
+    """
+    if deployment is not None and realm not in deployment:
+        raise Failure(
+            description=(
+                f"realm {realm!r} is not swept by this deployment (its realms: "
+                f"{', '.join(deployment)}); nothing was leased"
+            ),
+            allow_retries=False,
+        )
+    if realm not in known:
+        listed = ", ".join(repr(r) for r in known) if known else "none"
+        raise Failure(
+            description=(
+                f"realm {realm!r} has no tasks in the metastore (is it mistyped? realms with "
+                f"tasks: {listed}); nothing was leased"
+            ),
+            allow_retries=False,
+        )
 
 
 class _Tally:
@@ -96,8 +124,10 @@ class _Tally:
             else:
                 self.bytes_freed += result.bytes_freed
         lease = outcome.lease
-        name = lease.name if len(lease.name) <= _NAME_IN_LOG else lease.name[:_NAME_IN_LOG] + "…"
-        label = f"{lease.realm_id}/{lease.task_id} {name!r} ({task_type_name(outcome.task_type)})"
+        label = (
+            f"{task_label(lease.realm_id, lease.task_id, lease.name)} "
+            f"({task_type_name(outcome.task_type)})"
+        )
         if outcome.status in (Status.FAILED, Status.DEAD):
             if len(self.failures) < _SAMPLE_SIZE:
                 self.failures.append(
@@ -162,8 +192,8 @@ class _Tally:
 @op(
     name=OP_NAME,
     description=(
-        "Lease and run every available task of the run's realm (the partition), children "
-        "included, under the run's own executor id."
+        "Lease and run every available task of the configured realm, children included, "
+        "under the run's own executor id."
     ),
     tags={"kind": "polaris"},
 )
@@ -173,16 +203,13 @@ def sweep_realm(
     metastore: PolarisMetastoreResource,
     storage: PolarisStorageResource,
 ) -> Output[dict[str, Any]]:
-    realm = context.partition_key
-    if metastore.realms is not None and realm not in metastore.realms:
-        raise Failure(
-            description=(
-                f"realm {realm!r} is not swept by this deployment (its realms: "
-                f"{', '.join(metastore.realms)}); nothing was leased"
-            ),
-            allow_retries=False,
-        )
+    realm = config.realm.strip()
     store = metastore.get_metastore()
+    check_realm(realm, store.realms(), list(metastore.realms) if metastore.realms else None)
+    # The run queue may already have counted it (a tag given at launch); this makes
+    # every run of a realm findable by the tag, however it was launched.
+    if context.run.tags.get(TAG_REALM) != realm:
+        context.instance.add_run_tags(context.run_id, realm_tags(realm))
     executor_id = metastore.run_executor_id(context.run_id)
     tally = _Tally(context, realm)
     context.log.info(f"sweeping realm {realm} of {metastore.display_url} as {executor_id}")
@@ -224,13 +251,8 @@ def sweep_realm(
 @job(
     name=JOB_NAME,
     description=(
-        "Sweep one realm (the partition) now: every orphaned task of the realm and its "
-        "children, in one run. Launch it for one realm or a backfill over many."
-    ),
-    config=PartitionedConfig(
-        partitions_def=realm_partitions,
-        run_config_for_partition_key_fn=_run_config_for_realm,
-        tags_for_partition_key_fn=realm_tags,
+        "Sweep one realm now (ops.sweep_realm.config.realm, checked against the "
+        "metastore's realms): every available task of the realm and its children, in one run."
     ),
     tags=DEFAULT_RUN_TAGS,
     executor_def=in_process_executor,
@@ -243,7 +265,9 @@ __all__ = [
     "JOB_NAME",
     "OP_NAME",
     "RealmSweepConfig",
+    "check_realm",
     "polaris_realm_backfill_job",
+    "realm_run_config",
     "realm_tags",
     "sweep_realm",
 ]
