@@ -810,3 +810,65 @@ def test_the_code_location_imports_no_heavy_module() -> None:
         [sys.executable, "-c", probe], cwd=root, env=env, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == ""
+
+
+def test_orphaned_children_of_one_purge_run_as_one_run_each_leased_and_recorded(
+    metastore: Metastore, tmp_path: Path, sqlite_instance: DagsterInstance
+) -> None:
+    from tests.test_dagster_sensor import purge_child
+
+    root = tmp_path / "wh" / "ns" / "t"
+    root.mkdir(parents=True)
+    old = metastore.now_ms() - OLD_MS
+    files = []
+    children = []
+    for i in range(5):
+        f = root / f"snap-{i}.avro"
+        f.write_bytes(b"x")
+        files.append(f)
+        child = purge_child(
+            "POLARIS", "entityCleanup_5", ("ns", "t"), [f"file://{f}"], create_timestamp=old
+        )
+        children.append(
+            NewTask(
+                child.realm_id,
+                child.id,
+                child.name,
+                child.properties,
+                {"storageLocation": f"file://{root}"},
+                old,
+            )
+        )
+    metastore.insert_tasks(children)
+    # One of them was taken by another holder meanwhile: its step skips it, the rest run.
+    taken = children[0]
+    resource = metastore_resource(metastore)
+
+    [request] = sweep(resource, sqlite_instance)
+    assert request.tags["polaris/tasks"] == "5"
+    assert metastore.lease_task("POLARIS", taken.id, "polaris-server-2") is not None
+    job = build_polaris_task_job("polaris_task_job_small_steps")
+    config = request.run_config["ops"]["run_polaris_task"]["config"]
+    run_config = {"ops": {"run_polaris_task": {"config": {**config, "children_per_step": 2}}}}
+    result = job.execute_in_process(
+        run_config=run_config,
+        tags=request.tags,
+        instance=sqlite_instance,
+        resources={"metastore": resource, "storage": PolarisStorageResource()},
+        raise_on_error=False,
+    )
+
+    assert result.success
+    assert files[0].exists() and not any(f.exists() for f in files[1:])
+    left = metastore.list_tasks()
+    assert [t.id for t in left] == [taken.id] and left[0].executor_id == "polaris-server-2"
+    summaries = child_summaries(result, "run_child_task")
+    by_id = {s["task_id"]: s for s in summaries}
+    assert set(by_id) == {str(c.id) for c in children}
+    assert by_id[str(taken.id)]["status"] == "skipped"
+    assert all(by_id[str(c.id)]["status"] == "done" for c in children[1:])
+    assert all(by_id[str(c.id)]["attempt"] == 1 for c in children[1:])
+    # Visible as step groups of children_per_step.
+    assert len(result.output_for_node("run_child_task")) == 3
+    root_outcome = result.output_for_node("run_polaris_task", "outcome")
+    assert root_outcome["status"] == "orphans" and root_outcome["children"] == 5

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from dagster import (
+    DagsterEvent,
+    DagsterEventType,
     DagsterInstance,
     DagsterRun,
     DagsterRunStatus,
@@ -27,8 +29,9 @@ from polaris_pipeline.dagster.resources import (
 from polaris_pipeline.dagster.sweeper import SweepCursor, polaris_task_sweeper
 from polaris_pipeline.dagster.task_job import JOB_NAME, TaskRunConfig
 from polaris_pipeline.errors import StorageConfigError
-from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop, TaskState
+from polaris_pipeline.metastore import Metastore, new_entity_id
+from polaris_pipeline.tasks import payloads
+from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop, TaskState, TaskType
 from tests.support.dagster import metastore_resource
 from tests.support.tasks import batch_task, seed
 
@@ -253,9 +256,25 @@ def test_waiting_runs_hold_back_leasing(metastore: Metastore, instance: DagsterI
     full = evaluate(resource, instance, sweeper=SweeperSettings(max_pending_runs=2))
     assert isinstance(full, SensorResult) and not full.run_requests
     assert full.skip_reason is not None and full.skip_reason.skip_message is not None
-    assert "2 run(s) of polaris_task_job still waiting to start" in full.skip_reason.skip_message
+    message = full.skip_reason.skip_message
+    assert "2 run(s) of polaris_task_job still waiting to start" in message
+    assert "no run of it started in the last 10 min" in message
+    assert "the run queue, not the metastore, is the bottleneck" in message
     counts = metastore.count_by_state(["A"])["A"]
     assert counts[TaskState.ORPHANED] == 5
+
+    # Runs that started lately give the queue's drain time.
+    for _ in range(3):
+        started = DagsterRun(job_name=JOB_NAME, run_id=str(uuid.uuid4()))
+        instance.add_run(started)
+        instance.report_dagster_event(
+            DagsterEvent(event_type_value=DagsterEventType.RUN_START.value, job_name=JOB_NAME),
+            run_id=started.run_id,
+        )
+    timed = evaluate(resource, instance, sweeper=SweeperSettings(max_pending_runs=2))
+    assert isinstance(timed, SensorResult) and timed.skip_reason is not None
+    # 3 starts in 10 min: 0.3 a minute, 2 waiting runs take about 7 min.
+    assert "at the observed 0.3 starts/min that is 7 min" in (timed.skip_reason.skip_message or "")
 
     room = evaluate(resource, instance, sweeper=SweeperSettings(max_pending_runs=5))
     assert isinstance(room, SensorResult) and len(room.run_requests or []) == 3
@@ -357,7 +376,7 @@ def test_the_deployed_sensor_requires_the_storage_resource() -> None:
     from polaris_pipeline.dagster.definitions import build_defs
 
     defs = build_defs(metastore_url="sqlite:///unused.db")
-    [sensor_def] = list(defs.sensors or [])
+    [sensor_def] = [s for s in defs.sensors or [] if s.name == polaris_task_sweeper.name]
     assert "storage" in sensor_def.required_resource_keys
 
 
@@ -417,8 +436,7 @@ def test_definitions_sensor_reads_the_url_from_the_environment(
 
     defs = definitions.defs
     assert defs.sensors is not None
-    [sweeper] = list(defs.sensors)
-    assert sweeper.name == polaris_task_sweeper.name
+    [sweeper] = [s for s in defs.sensors if s.name == polaris_task_sweeper.name]
     # The resources exactly as the code location binds them (EnvVar unresolved until now).
     with build_sensor_context(instance=instance, resources=dict(defs.resources or {})) as context:
         result = sweeper(context)
@@ -479,3 +497,104 @@ def test_sweeper_settings_from_env() -> None:
     assert (settings.interval_seconds, settings.max_runs_per_tick, settings.jitter) == (30, 50, 0.2)
     with pytest.raises(ValueError, match="POLARIS_PIPELINE_SWEEP_JITTER"):
         build_defs_from_env({"POLARIS_PIPELINE_SWEEP_JITTER": "lots"})
+
+
+# -- orphaned children of one purge: one run ------------------------------------------
+
+
+def purge_child(
+    realm: str,
+    parent: str,
+    table: tuple[str, str],
+    files: list[str],
+    *,
+    create_timestamp: int,
+) -> NewTask:
+    """A BATCH child as a Polaris table cleanup names and encodes it."""
+    table_id = payloads.TableIdentifier((table[0],), table[1])
+    data = payloads.encode_batch_cleanup(payloads.BatchCleanupPayload(table_id, tuple(files)))
+    return NewTask(
+        realm_id=realm,
+        id=new_entity_id(),
+        name=payloads.batch_cleanup_task_name(parent, files),
+        properties=payloads.task_properties(TaskType.BATCH_FILE_CLEANUP, data),
+        internal_properties={"storageLocation": f"file:///wh/{table[0]}/{table[1]}"},
+        create_timestamp=create_timestamp,
+    )
+
+
+def test_orphaned_children_of_one_purge_share_a_run(
+    metastore: Metastore, instance: DagsterInstance
+) -> None:
+    old = metastore.now_ms() - OLD_MS
+    one = [
+        purge_child(
+            "A", "entityCleanup_7", ("ns", "t"), [f"file:///wh/ns/t/m{i}"], create_timestamp=old
+        )
+        for i in range(3)
+    ]
+    # Hostile neighbours: a parent name that extends the first one, another table under
+    # the same parent name, a lone orphan, a child whose parent row still exists, the
+    # same parent name in another realm.
+    longer = purge_child(
+        "A", "entityCleanup_71", ("ns", "t"), ["file:///wh/x"], create_timestamp=old
+    )
+    longer2 = purge_child(
+        "A", "entityCleanup_71", ("ns", "u"), ["file:///wh/y"], create_timestamp=old
+    )
+    lone = purge_child("A", "entityCleanup_8", ("ns", "t"), ["file:///wh/z"], create_timestamp=old)
+    alive = [
+        purge_child("A", "entityCleanup_9", ("ns", "v"), [f"file:///wh/v{i}"], create_timestamp=old)
+        for i in range(2)
+    ]
+    parent = batch_task("A", name="entityCleanup_9", extra={Prop.STATUS: "dead"})
+    other_realm = [
+        purge_child("B", "entityCleanup_7", ("ns", "t"), [f"file:///wh/b{i}"], create_timestamp=old)
+        for i in range(2)
+    ]
+    plain = old_tasks(metastore, "A", 2)  # the fixtures' own names: not a purge's children
+    metastore.insert_tasks([*one, longer, longer2, lone, *alive, parent, *other_realm])
+
+    result = evaluate(metastore_resource(metastore), instance)
+
+    assert isinstance(result, SensorResult)
+    requests = result.run_requests or []
+    groups = {r.tags.get("polaris/orphans_of"): r for r in requests if "polaris/tasks" in r.tags}
+    singles = {int(r.tags["polaris/task_id"]) for r in requests if "polaris/tasks" not in r.tags}
+    assert (
+        set(groups) == {"entityCleanup_7"}
+        and len([r for r in requests if "polaris/tasks" in r.tags]) == 2
+    )
+    by_realm = {r.tags["polaris/realm"]: r for r in requests if "polaris/tasks" in r.tags}
+    config = by_realm["A"].run_config["ops"]["run_polaris_task"]["config"]
+    assert sorted(config["task_ids"]) == sorted(str(t.id) for t in one)
+    assert by_realm["A"].tags["polaris/tasks"] == "3"
+    assert by_realm["A"].run_key.startswith("A:orphans:entityCleanup_7:")
+    assert sorted(
+        by_realm["B"].run_config["ops"]["run_polaris_task"]["config"]["task_ids"]
+    ) == sorted(str(t.id) for t in other_realm)
+    assert singles == {
+        longer.id,
+        longer2.id,
+        lone.id,
+        *(t.id for t in alive),
+        *(t.id for t in plain),
+    }
+
+    # A waiting group run holds back every member of the group, not only the first.
+    for request in requests:
+        if "polaris/tasks" in request.tags:
+            instance.add_run(
+                DagsterRun(
+                    job_name=JOB_NAME,
+                    run_id=str(uuid.uuid4()),
+                    status=DagsterRunStatus.NOT_STARTED,
+                    tags=request.tags,
+                    run_config=request.run_config,
+                )
+            )
+    again = evaluate(metastore_resource(metastore), instance)
+    assert isinstance(again, SensorResult)
+    ids = {int(r.tags["polaris/task_id"]) for r in again.run_requests or []}
+    assert not ids & {t.id for t in [*one, *other_realm]}
+    assert all("polaris/tasks" not in r.tags for r in again.run_requests or [])

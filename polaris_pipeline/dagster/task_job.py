@@ -30,7 +30,7 @@ process per step; ``build_defs(executor="multiprocess")`` chooses it.
 """
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -61,6 +61,7 @@ from dagster import (
 from pydantic import Field
 
 from polaris_pipeline.cleanup.context import MAX_CHILD_STAGES
+from polaris_pipeline.dagster.reporting import location_metadata, run_tags_for_table, table_of
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.errors import PolarisPipelineError, StorageConfigError
@@ -94,6 +95,9 @@ TAG_LAUNCHED_BY = "polaris/launched_by"
 LAUNCHED_BY_SWEEPER = "sweeper"
 # "skipped" when a sweeper's run found its task taken or gone (nothing done).
 TAG_OUTCOME = "polaris/outcome"
+# On a run of the orphaned children of one purge: the parent task's name, how many.
+TAG_ORPHANS_OF = "polaris/orphans_of"
+TAG_TASK_COUNT = "polaris/tasks"
 # How the run started its task when it was not a plain lease (operator retry, adoption).
 TAG_START = "polaris/start"
 # Set by Dagster: every re-execution and run retry has a parent and a root; only
@@ -146,6 +150,14 @@ class TaskRunConfig(Config):
         description=(
             "Child tasks a table cleanup's children are grouped by, one step per group: "
             "a step costs Dagster about a tenth of a second, a small manifest less."
+        ),
+    )
+    task_ids: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Orphaned children of one table's purge (the parent row gone), run together: "
+            "every task id of the group, each leased, fenced and recorded on its own row by "
+            "the child steps. Empty for a single task."
         ),
     )
 
@@ -236,6 +248,7 @@ def run_config_for(
     *,
     entity_version: int | None = None,
     children_per_step: int | None = None,
+    task_ids: Sequence[int | str] = (),
 ) -> dict[str, Any]:
     """Run config of the task job for one task."""
     config: dict[str, Any] = {"realm_id": realm_id, "task_id": str(task_id)}
@@ -243,7 +256,19 @@ def run_config_for(
         config["entity_version"] = entity_version
     if children_per_step is not None:
         config["children_per_step"] = children_per_step
+    if task_ids:
+        config["task_ids"] = [str(t) for t in task_ids]
     return {"ops": {"run_polaris_task": {"config": config}}}
+
+
+def run_task_ids(run_config: Mapping[str, Any]) -> list[str]:
+    """The task ids a run of the task job works on (its own, or its group's)."""
+    try:
+        config = run_config["ops"]["run_polaris_task"]["config"]
+        ids = [str(config["task_id"]), *(str(t) for t in config.get("task_ids") or [])]
+    except (KeyError, TypeError, AttributeError):
+        return []
+    return ids
 
 
 class TransientTaskError(Exception):
@@ -514,6 +539,8 @@ def run_task(
         context.log.info(f"{decision.message} ({step.intent.how})")
     if not child:
         tags = {TAG_ATTEMPT: str(mine.attempt), TAG_EXECUTOR: mine.executor_id}
+        # The table, for the run list and the run report (reporting.py).
+        tags.update(run_tags_for_table(table_of(decision.task) if decision.task else None))
         if decision.action is StartAction.OPERATOR_RETRY:
             task = decision.task
             state = "dead" if task is not None and task.status == "dead" else "backing off"
@@ -551,7 +578,8 @@ def run_task(
                     else "all"
                 )
                 context.log.info(f"deleted ({of}): " + ", ".join(sample))
-        return _summary(outcome), _done_metadata(outcome), outcome
+        table = location_metadata(table_of(decision.task) if decision.task else None)
+        return _summary(outcome), {**table, **_done_metadata(outcome)}, outcome
 
     if outcome.status is Status.LEASE_LOST:
         # Taken away mid-way (this run stalled past its lease): the current holder
@@ -643,6 +671,9 @@ def run_polaris_task(
     metastore: PolarisMetastoreResource,
     storage: PolarisStorageResource,
 ) -> Iterator[Output[Any] | DynamicOutput[Any]]:
+    if config.task_ids:
+        yield from _orphan_stages(context, config, metastore)
+        return
     task_id = config.task_number()
     with _open_step(context, metastore, storage, config.realm_id) as step:
         summary, meta, outcome = run_task(context, step, config.realm_id, task_id)
@@ -651,14 +682,57 @@ def run_polaris_task(
     yield Output(summary, "outcome", metadata=meta)
     if outcome is None or not outcome.children:
         return
-    stages = child_stages(outcome)
-    groups = [_groups(stage, config.children_per_step) for stage in stages]
+    stages = [[lease_to_dict(c) for c in stage] for stage in child_stages(outcome)]
+    yield from _emit_stages(stages, config.children_per_step)
+
+
+def _emit_stages(
+    stages: list[list[dict[str, Any]]], per_step: int
+) -> Iterator[Output[Any] | DynamicOutput[Any]]:
+    groups = [_groups(stage, per_step) for stage in stages if stage]
+    if not groups:
+        return
     # Only the first stage is fed straight from here: a stage fed by a collect of
     # nothing would be skipped by Dagster, so empty stages are already left out.
     for group in groups[0]:
         yield DynamicOutput(group, mapping_key=_group_key(group), output_name="children")
     for name, later in zip(("later_children", "final_children"), groups[1:], strict=False):
         yield Output(later, name)
+
+
+def _orphan_stages(
+    context: OpExecutionContext, config: TaskRunConfig, metastore: PolarisMetastoreResource
+) -> Iterator[Output[Any] | DynamicOutput[Any]]:
+    """Orphaned children of one purge: each is started (leased) and run by a child step.
+
+    Manifest children first, then the batch children, as a table cleanup orders
+    its own; a child already gone is left out.
+    """
+    store = metastore.get_metastore()
+    stages: list[list[dict[str, Any]]] = [[], []]
+    gone = 0
+    for raw in config.task_ids:
+        number = TaskRunConfig(realm_id=config.realm_id, task_id=raw).task_number()
+        row = store.get_task(config.realm_id, number)
+        if row is None:
+            gone += 1
+            continue
+        ref = {
+            "realm_id": row.realm_id,
+            "task_id": str(row.id),
+            "name": row.name,
+            "task_type": row.task_type_code,
+        }
+        stages[0 if row.task_type_code == MANIFEST_TYPE_CODE else 1].append(ref)
+    count = len(stages[0]) + len(stages[1])
+    message = (
+        f"{len(config.task_ids)} orphaned child task(s) of one purge, run together: "
+        f"{len(stages[0])} manifest, {len(stages[1])} batch; {gone} already gone"
+    )
+    context.log.info(message)
+    summary = {"status": "orphans", "message": message, "children": count}
+    yield Output(summary, "outcome", metadata={"realm": config.realm_id, "note": message})
+    yield from _emit_stages(stages, config.children_per_step)
 
 
 def child_stages(outcome: TaskOutcome) -> list[list[Lease]]:
@@ -683,9 +757,9 @@ def child_stages(outcome: TaskOutcome) -> list[list[Lease]]:
     return stages
 
 
-def _groups(leases: list[Lease], size: int) -> list[list[dict[str, Any]]]:
+def _groups(refs: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
     step = max(1, size)
-    return [[lease_to_dict(c) for c in leases[i : i + step]] for i in range(0, len(leases), step)]
+    return [refs[i : i + step] for i in range(0, len(refs), step)]
 
 
 def _group_key(group: list[dict[str, Any]]) -> str:
@@ -713,7 +787,17 @@ def run_child_task(
     realm_id = str(leases[0]["realm_id"]) if leases else ""
     with _open_step(context, metastore, storage, realm_id) as step:
         for data in leases:
-            child = lease_from_dict(data)
+            # Only the task is needed: the step starts it (Runner.start) itself.
+            child = Lease(
+                realm_id=str(data["realm_id"]),
+                task_id=int(data["task_id"]),
+                executor_id=step.runner.executor_id,
+                attempt=0,
+                entity_version=0,
+                start_time_ms=0,
+                task_type_code=data.get("task_type"),
+                name=str(data.get("name") or ""),
+            )
             # Every child is run even when one fails: one bad file must not hold
             # back the rest of the table. Finished children are gone on a retry.
             try:
@@ -879,4 +963,5 @@ __all__ = [
     "run_config_for",
     "run_intent",
     "run_key_for",
+    "run_task_ids",
 ]

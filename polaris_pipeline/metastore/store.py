@@ -604,6 +604,19 @@ LIMIT :limit
                 return []
             return [decode_row(r) for r in conn.execute(text(sql), params)]
 
+    def task_names_present(self, realm_id: str, names: Iterable[str]) -> set[str]:
+        """Which of ``names`` name a task row of ``realm_id`` (Polaris's unique name index)."""
+        wanted = sorted(set(names))
+        if not wanted:
+            return set()
+        with self._begin() as conn:
+            rows = conn.execute(
+                select(entities.c.name).where(
+                    self._task_filter([realm_id]), entities.c.name.in_(wanted)
+                )
+            )
+            return {row.name for row in rows}
+
     def lease_for_operator(self, realm_id: str, task_id: int, executor_id: str) -> Lease | None:
         """An operator's "run it now": requeue and lease a backing-off or dead task, one CAS.
 

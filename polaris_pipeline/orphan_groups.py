@@ -1,0 +1,90 @@
+"""Which available tasks are the orphaned children of one table's purge, to run together.
+
+A Polaris table cleanup names its children ``<parent task name>_<manifest or
+file list>_<uuid>`` (``tasks.payloads``, as Polaris's TableCleanupTaskHandler), and each child's payload names the
+table (``tableId``). When the parent row is gone (its Polaris server finished
+it, or died after creating them) the children are orphans of one purge: the
+sweeper requests one run for them instead of one run each. Anything else, a
+child whose parent row still exists (its holder may still be creating or running
+children), a lone orphan, a task whose name or payload does not parse, stays a
+run of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from polaris_pipeline.errors import PayloadError
+from polaris_pipeline.tasks.model import TaskRow, TaskType
+from polaris_pipeline.tasks.payloads import TableIdentifier
+
+# ``<parent>_<what>_<uuid>``: the parent is a table cleanup, ``entityCleanup_<entity id>``,
+# and Polaris (as ``tasks.payloads``) ends a child's name with a random UUID in
+# Java's ``UUID.toString`` form. Anything not shaped so is not taken for a child.
+_UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_PARENT_NAME = re.compile(rf"^(entityCleanup_[0-9]+)_.*_{_UUID}$", re.DOTALL)
+_CHILD_TYPES = {str(int(TaskType.MANIFEST_FILE_CLEANUP)), str(int(TaskType.BATCH_FILE_CLEANUP))}
+
+
+@dataclass(frozen=True)
+class CandidateRun:
+    """One run to request: a single task, or the orphaned children of one purge."""
+
+    tasks: tuple[TaskRow, ...]
+    parent_name: str | None = None  # set for a group of orphans
+
+    @property
+    def first(self) -> TaskRow:
+        return self.tasks[0]
+
+
+def orphan_key(task: TaskRow) -> tuple[str, str, str] | None:
+    """(realm, parent task name, table) of a cleanup child, or None for anything else."""
+    if task.task_type_code not in _CHILD_TYPES:
+        return None
+    match = _PARENT_NAME.match(task.name)
+    if match is None:
+        return None
+    try:
+        data = json.loads(task.data())
+        table = TableIdentifier.from_json_obj(data["tableId"])
+    except (PayloadError, ValueError, KeyError, TypeError, RecursionError):
+        return None
+    return task.realm_id, match.group(1), json.dumps(table.to_json_obj(), sort_keys=True)
+
+
+def group_candidates(
+    tasks: Sequence[TaskRow],
+    parents_present: Callable[[str, Iterable[str]], set[str]],
+) -> list[CandidateRun]:
+    """``tasks`` as runs, in their order: orphans of one purge together, the rest alone.
+
+    ``parents_present(realm, names)`` says which parent task rows still exist
+    (``Metastore.task_names_present``); their children are not grouped.
+    """
+    keyed: dict[tuple[str, str, str], list[TaskRow]] = {}
+    for task in tasks:
+        key = orphan_key(task)
+        if key is not None:
+            keyed.setdefault(key, []).append(task)
+    candidates = {key for key, members in keyed.items() if len(members) > 1}
+    by_realm: dict[str, set[str]] = {}
+    for realm, parent, _ in candidates:
+        by_realm.setdefault(realm, set()).add(parent)
+    alive = {
+        (realm, name) for realm, names in by_realm.items() for name in parents_present(realm, names)
+    }
+    grouped = {key for key in candidates if (key[0], key[1]) not in alive}
+    runs: list[CandidateRun] = []
+    emitted: set[tuple[str, str, str]] = set()
+    for task in tasks:
+        key = orphan_key(task) if grouped else None
+        if key is None or key not in grouped:
+            runs.append(CandidateRun((task,)))
+        elif key not in emitted:
+            emitted.add(key)
+            runs.append(CandidateRun(tuple(keyed[key]), parent_name=key[1]))
+    return runs
