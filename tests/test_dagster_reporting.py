@@ -1,0 +1,253 @@
+"""The table of a run, the run's total and the table's event in the catalog.
+
+Decoding on real payloads (our encoders and hand-written Jackson JSON); the
+totals and events from a real table cleanup run by the task job on a real
+pyiceberg table, against real metastores and a real Dagster instance.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from dagster import (
+    AssetKey,
+    AssetRecordsFilter,
+    DagsterInstance,
+    DagsterRunStatus,
+    SkipReason,
+    build_sensor_context,
+)
+
+from polaris_pipeline import demo_tables
+from polaris_pipeline.dagster.reporting import (
+    TAG_CATALOG,
+    TAG_LOCATION,
+    TAG_TABLE,
+    TAG_TOTAL,
+    RunTotal,
+    TableRef,
+    build_run_report_sensor,
+    location_metadata,
+    ref_from_tags,
+    report_run,
+    run_tags_for_table,
+    run_total,
+    table_of,
+)
+from polaris_pipeline.dagster.resources import PolarisStorageResource
+from polaris_pipeline.dagster.task_job import polaris_task_job, run_config_for
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.tasks.model import NewTask, Prop, TaskRow, TaskType
+from tests.support.dagster import metastore_resource
+from tests.support.iceberg import Warehouse, recorded_drop_task
+from tests.support.tasks import batch_task, dropped_entity_json
+
+OLD_MS = 3_600_000
+
+
+def row(task: NewTask) -> TaskRow:
+    return demo_tables.task_row(task)
+
+
+# -- the table of a task -----------------------------------------------------------
+
+
+def test_table_of_a_dropped_table_and_of_its_children() -> None:
+    task = recorded_drop_task(
+        "s3://bucket/wh/sales/payments/metadata/00003-abc.metadata.json",
+        namespace=("sales",),
+        name="payments",
+        realm_id="R1",
+    )
+    ref = table_of(row(task))
+    assert ref is not None
+    assert (ref.realm, ref.label, ref.location) == (
+        "R1",
+        "sales.payments",
+        "s3://bucket/wh/sales/payments",
+    )
+    assert ref.catalog_id is not None
+    assert ref.asset_key == AssetKey(
+        ["polaris", "R1", f"catalog_{ref.catalog_id}", "sales", "payments"]
+    )
+
+    # A batch child names its table by tableId: no catalog there.
+    child = batch_task("R1", ["s3://bucket/wh/sales/payments/data/a.parquet"])
+    child_ref = table_of(row(child))
+    assert child_ref is not None and child_ref.catalog_id is None
+    assert child_ref.asset_key.path[:3] == ["polaris", "R1", "catalog_unknown"]
+
+
+def test_table_of_hostile_payloads_is_none_or_safe() -> None:
+    def entity_task(data: str) -> TaskRow:
+        return row(
+            NewTask(
+                realm_id="R",
+                id=7,
+                name="entityCleanup_42",
+                properties={
+                    Prop.TASK_TYPE: str(int(TaskType.ENTITY_CLEANUP_SCHEDULER)),
+                    Prop.DATA: data,
+                },
+                internal_properties={},
+            )
+        )
+
+    assert table_of(entity_task("not json")) is None
+    assert table_of(entity_task(dropped_entity_json(subTypeCode=3))) is None  # a view
+    # No metadata-location: still the table, without a location.
+    bare = table_of(entity_task(dropped_entity_json(internalProperties="{}")))
+    assert bare is not None and bare.label == "t" and bare.location is None
+    # Names with dots, spaces and slashes: the label is exact, the key parts are safe.
+    odd = TableRef("R", ("a b", "c/d"), "t.x", catalog_id=3)
+    assert odd.label == "a b.c/d.t.x"
+    assert odd.asset_key.path == ["polaris", "R", "catalog_3", "a_b", "c_d", "t_x"]
+    assert TableRef("R", (), "", None).asset_key.path[-1] == "_"
+
+
+def test_tags_and_location_of_a_table() -> None:
+    ref = TableRef("R", ("ns",), "t", catalog_id=12, location="s3://b/wh/ns/t")
+    tags = run_tags_for_table(ref)
+    assert tags == {
+        "polaris/realm": "R",
+        TAG_TABLE: "ns.t",
+        TAG_CATALOG: "12",
+        TAG_LOCATION: "s3://b/wh/ns/t",
+    }
+    assert ref_from_tags(tags) == ref
+    assert ref_from_tags({TAG_TABLE: "ns.t"}) is None  # no realm: no key
+    assert run_tags_for_table(None) == {}
+    long = TableRef("R", ("n" * 300,), "t")
+    assert len(run_tags_for_table(long)[TAG_TABLE]) == 255
+    assert location_metadata(ref)["table location"].value == "s3://b/wh/ns/t"
+    assert type(location_metadata(ref)["table location"]).__name__ == "UrlMetadataValue"
+    local = TableRef("R", ("ns",), "t", location="file:///wh/ns/t")
+    assert type(location_metadata(local)["table location"]).__name__ == "PathMetadataValue"
+
+
+def test_run_total_adds_up_root_and_child_groups() -> None:
+    total = RunTotal()
+    total.add_step({"status": "done", "files deleted": 0, "bytes freed": 0, "child tasks": 3})
+    total.add_step(
+        {"files deleted": 5, "files already gone": 1, "bytes freed": 500, "by status": {"done": 2}}
+    )
+    total.add_step(
+        {"files deleted": 1, "bytes freed": "unknown", "refused paths": 2, "by status": {"done": 1}}
+    )
+    total.add_step({"failed child tasks": 1, "child tasks done": 0}, failed=True)
+    assert (total.files_deleted, total.files_missing, total.refused) == (6, 1, 2)
+    assert total.bytes_freed == 500 and total.bytes_unknown
+    assert dict(total.children) == {"done": 3, "failed": 1} and total.children_total == 4
+    assert dict(total.tasks) == {"done": 1}
+    assert total.line() == (
+        "6 file(s) deleted, 1 already gone, 2 refused, 500 B or more freed; "
+        "children: 3 done, 1 failed"
+    )
+
+
+# -- a real run ----------------------------------------------------------------------
+
+
+def purge(
+    store: Metastore, warehouse: Warehouse, instance: DagsterInstance, name: str
+) -> tuple[Any, int]:
+    """Drop-with-purge a real table and run its task; (result, files it deleted)."""
+    table = warehouse.build(name, appends=2)
+    before = warehouse.files()
+    task = demo_tables.drop_table_task(
+        table, realm_id="POLARIS", create_timestamp=store.now_ms() - OLD_MS
+    )
+    store.insert_tasks([task])
+    result = polaris_task_job.execute_in_process(
+        run_config=run_config_for("POLARIS", task.id, entity_version=1),
+        instance=instance,
+        resources={
+            "metastore": metastore_resource(store),
+            "storage": PolarisStorageResource(allowed_prefixes=[warehouse.uri]),
+        },
+        raise_on_error=False,
+    )
+    assert result.success
+    return result, len(before - warehouse.files())
+
+
+def test_a_purge_is_tagged_totalled_and_recorded_in_the_catalog(
+    metastore: Metastore, local_warehouse: Warehouse, instance: DagsterInstance
+) -> None:
+    result, deleted = purge(metastore, local_warehouse, instance, "payments")
+    assert deleted > 0
+
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None and run.status is DagsterRunStatus.SUCCESS
+    # Tagged as it started: the table, its catalog, its location.
+    assert run.tags[TAG_TABLE] == "ns.payments"
+    assert run.tags[TAG_LOCATION].endswith("/ns/payments")
+    catalog = run.tags[TAG_CATALOG]
+
+    total = run_total(instance, result.run_id)
+    assert total.files_deleted == deleted
+    assert total.children["done"] == total.children_total > 0
+    assert dict(total.tasks) == {"done": 1}
+
+    # The report sensor: the total as a tag, the table's event in the catalog.
+    sensor = build_run_report_sensor(polaris_task_job.name)
+    with build_sensor_context(instance=instance) as context:
+        first = sensor(context)
+        cursor = context.cursor
+    assert isinstance(first, SkipReason)
+    assert "reported 1 finished run(s)" in (first.skip_message or "")
+    tagged = instance.get_run_by_id(result.run_id)
+    assert tagged is not None and tagged.tags[TAG_TOTAL].startswith(f"{deleted} file(s) deleted")
+    key = AssetKey(["polaris", "POLARIS", f"catalog_{catalog}", "ns", "payments"])
+    assert key in instance.get_asset_keys(), instance.get_asset_keys()
+    [record] = instance.fetch_materializations(AssetRecordsFilter(asset_key=key), limit=5).records
+    event = record.asset_materialization
+    assert event is not None
+    assert event.metadata["files deleted"].value == deleted
+    assert event.metadata["run"].value == result.run_id
+    assert type(event.metadata["run"]).__name__ == "DagsterRunMetadataValue"
+    assert event.metadata["table"].value == "ns.payments"
+    assert "table ns.payments of realm POLARIS purged" in (event.description or "")
+
+    # Reported once: the next evaluation finds nothing new.
+    with build_sensor_context(instance=instance, cursor=cursor) as context:
+        again = sensor(context)
+    assert isinstance(again, SkipReason)
+    assert "reported 0 finished run(s)" in (again.skip_message or "")
+    assert (
+        len(instance.fetch_materializations(AssetRecordsFilter(asset_key=key), limit=5).records)
+        == 1
+    )
+
+
+def test_a_run_that_found_its_task_gone_records_no_table_event(
+    metastore: Metastore, instance: DagsterInstance
+) -> None:
+    result = polaris_task_job.execute_in_process(
+        run_config=run_config_for("POLARIS", 999, entity_version=1),
+        instance=instance,
+        resources={"metastore": metastore_resource(metastore), "storage": PolarisStorageResource()},
+        raise_on_error=False,
+    )
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None
+    # An operator's run of a task that is gone fails, and says so; no table is named.
+    assert run.status is DagsterRunStatus.FAILURE
+    total = report_run(instance, run)
+    assert total.files_deleted == 0 and dict(total.tasks) == {"failed": 1}
+    assert TAG_TABLE not in run.tags
+    assert not [k for k in instance.get_asset_keys() if k.path[0] == "polaris"]
+    tagged = instance.get_run_by_id(result.run_id)
+    assert tagged is not None and json.dumps(tagged.tags[TAG_TOTAL]).startswith('"0 file(s)')
+
+
+@pytest.mark.parametrize("label", ["", "."])
+def test_ref_from_hostile_tags(label: str) -> None:
+    ref = ref_from_tags({TAG_TABLE: label, "polaris/realm": "R", TAG_CATALOG: "x"})
+    if not label:
+        assert ref is None
+    else:
+        assert ref is not None and ref.catalog_id is None
+        assert ref.asset_key.path == ["polaris", "R", "catalog_unknown", "_", "_"]
