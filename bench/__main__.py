@@ -25,6 +25,7 @@ DESCRIPTIONS = {
     "memory": "peak RSS of the manifest handler, 100k and 1M entries",
     "dagster_e2e": "Dagster: 1,000 orphaned tasks (250 with --quick), first tick to all done",
     "sensor_tick": "Dagster sensor tick with a 10,000-task backlog",
+    "daemon_e2e": "through dagster-daemon: mixed backlog, 2,000-child table, queue, the floor",
 }
 
 

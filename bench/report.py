@@ -20,7 +20,7 @@ DASH = "\u2013"
 TIMES = "\u00d7"
 
 # The order of the sections in the document.
-ORDER = ("lease", "sweep_query", "delete", "memory", "dagster_e2e", "sensor_tick")
+ORDER = ("lease", "sweep_query", "delete", "memory", "dagster_e2e", "sensor_tick", "daemon_e2e")
 
 
 @dataclass
