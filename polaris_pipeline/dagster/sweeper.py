@@ -159,6 +159,24 @@ def _drain_note(context: SensorEvaluationContext, job_name: str, pending: int) -
     return f"; at the observed {per_min:.1f} starts/min that is {pending / per_min:.0f} min"
 
 
+def _recently_started(
+    context: SensorEvaluationContext, job_name: str, within_s: float
+) -> list[DagsterRun]:
+    """Runs of the job in progress that started less than ``within_s`` ago.
+
+    Older ones are not counted: a run whose worker died stays "started" until run
+    monitoring notices, and its tasks must not wait on it beyond their lease.
+    """
+    try:
+        records = context.instance.get_run_records(
+            RunsFilter(job_name=job_name, statuses=[DagsterRunStatus.STARTED]), limit=1000
+        )
+    except Exception:
+        return []
+    since = time.time() - within_s
+    return [r.dagster_run for r in records if r.start_time is None or r.start_time >= since]
+
+
 def _state_counts(per_realm: dict[str, Counter[TaskState]]) -> Counter[TaskState]:
     total: Counter[TaskState] = Counter()
     for counts in per_realm.values():
@@ -359,7 +377,11 @@ def sweep_tick(
             cursor=SweepCursor(later, realms_synced_ms=cursor.realms_synced_ms).dump(),
         )
     limit = min(settings.max_runs_per_tick, room)
-    queued = _waiting_tasks(waiting)
+    # Tasks of runs still waiting, and of runs started within a lease timeout (their
+    # steps may not have leased them yet: a group's children are leased step by step).
+    queued = _waiting_tasks(
+        [*waiting, *_recently_started(context, job_name, metastore.lease_timeout_ms / 1000)]
+    )
 
     started = time.monotonic()
     rows = metastore.get_metastore().select_available(limit + len(queued), metastore.realms)
