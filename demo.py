@@ -400,7 +400,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("Open the Dagster UI on the same data (runs, their logs and metadata):", file=out)
     print(
         f"  DAGSTER_HOME={demo.dagster_home} POLARIS_METASTORE_URL={demo.metastore_url} "
-        ".venv/bin/dagster dev -w workspace.yaml",
+        # Under `dagster dev` the sweeper starts only when told to (docs/dagster.md).
+        "POLARIS_PIPELINE_SWEEPER_AUTOSTART=true .venv/bin/dagster dev -w workspace.yaml",
         file=out,
     )
     print(

@@ -22,6 +22,7 @@ variable                               field                       command-line 
 ``POLARIS_PIPELINE_SWEEP_MAX_RUNS``    ``sweep_max_runs``
 ``POLARIS_PIPELINE_SWEEP_MAX_PENDING_RUNS``  ``sweep_max_pending_runs``
 ``POLARIS_PIPELINE_MAX_ORPHAN_AGE_S``  ``max_orphan_age_s``
+``POLARIS_PIPELINE_SWEEPER_AUTOSTART``  ``sweeper_autostart`` (true/false)
 =====================================  ==========================  =====================
 
 ``POLARIS_PIPELINE_REALM_OVERRIDES`` is a JSON object of realm to its own values,
@@ -58,6 +59,7 @@ SWEEP_JITTER_ENV = "POLARIS_PIPELINE_SWEEP_JITTER"
 SWEEP_MAX_RUNS_ENV = "POLARIS_PIPELINE_SWEEP_MAX_RUNS"
 SWEEP_MAX_PENDING_ENV = "POLARIS_PIPELINE_SWEEP_MAX_PENDING_RUNS"
 MAX_ORPHAN_AGE_ENV = "POLARIS_PIPELINE_MAX_ORPHAN_AGE_S"
+SWEEPER_AUTOSTART_ENV = "POLARIS_PIPELINE_SWEEPER_AUTOSTART"
 
 # The sweeper sensor's cadence and bounds, and the backlog check's threshold.
 DEFAULT_SWEEP_INTERVAL_S = 60.0
@@ -92,6 +94,15 @@ def _number(raw: str) -> float:
     if value != value or value in (float("inf"), float("-inf")):
         raise ValueError("not a finite number")
     return value
+
+
+def _boolean(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off"):
+        return False
+    raise ValueError("not a boolean (true or false)")
 
 
 def _realm_list(raw: str) -> tuple[str, ...]:
@@ -194,6 +205,7 @@ _SPECS: dict[str, _Spec] = {
     "max_orphan_age_s": _Spec(
         MAX_ORPHAN_AGE_ENV, None, _number, _positive("the maximum orphan age")
     ),
+    "sweeper_autostart": _Spec(SWEEPER_AUTOSTART_ENV, None, _boolean),
 }
 
 
@@ -221,6 +233,10 @@ class PipelineSettings:
     sweep_max_runs: int = DEFAULT_SWEEP_MAX_RUNS
     sweep_max_pending_runs: int = DEFAULT_SWEEP_MAX_PENDING_RUNS
     max_orphan_age_s: float = DEFAULT_MAX_ORPHAN_AGE_S
+    # Whether the sweeper sensor starts by itself. None: yes, except under `dagster dev`
+    # / `dg dev` (a development start pointed at a production metastore must not purge
+    # by surprise); True or False: as said, wherever it runs.
+    sweeper_autostart: bool | None = None
 
     def __post_init__(self) -> None:
         if self.realms is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,26 +18,26 @@ from dagster import (
     DagsterInstance,
     FloatMetadataValue,
     IntMetadataValue,
-    RunRequest,
-    SkipReason,
-    build_schedule_context,
     materialize,
 )
 
 from polaris_pipeline.dagster.backlog import (
     ASSET_NAME,
+    BACKLOG_CHECKS,
     DEAD_CHECK,
+    FAILING_CHECK,
+    FRESHNESS_CHECK,
     OLDEST_ORPHAN_KEY,
     ORPHAN_CHECK,
     TOTAL_KEY,
     BacklogSettings,
-    no_dead_tasks,
-    no_stale_orphans,
     orphaned_since_ms,
     polaris_backlog_schedule,
     polaris_task_backlog,
+    realm_key,
 )
-from polaris_pipeline.dagster.partitions import REALM_PARTITIONS_NAME
+from polaris_pipeline.dagster.definitions import build_defs_from_env
+from polaris_pipeline.dagster.resources import SweeperSettings
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop, TaskRow, TaskState
 from tests.support.dagster import metastore_resource
@@ -60,19 +60,20 @@ def policy() -> LeasePolicy:
 def refresh(
     store: Metastore,
     instance: DagsterInstance,
-    realm: str,
+    realm: str | None,
     settings: BacklogSettings | None = None,
 ) -> Any:
-    """Materialize one realm's backlog partition with its checks, as the schedule's run does."""
-    if not instance.has_dynamic_partition(REALM_PARTITIONS_NAME, realm):
-        instance.add_dynamic_partitions(REALM_PARTITIONS_NAME, [realm])
+    """Materialize the backlog with its checks, as the schedule's run does.
+
+    ``realm``: a deployment restricted to that realm; None: every realm with tasks.
+    """
     result = materialize(
-        [polaris_task_backlog, no_dead_tasks, no_stale_orphans],
-        partition_key=realm,
+        [polaris_task_backlog, *BACKLOG_CHECKS],
         instance=instance,
         resources={
-            "metastore": metastore_resource(store),
+            "metastore": metastore_resource(store, realms=[realm] if realm else None),
             "backlog": settings or BacklogSettings(),
+            "sweeper": SweeperSettings(interval_seconds=60, jitter=0.5),
         },
     )
     assert result.success
@@ -84,11 +85,11 @@ def check_results(result: Any) -> dict[str, Any]:
     return {e.check_name: e for e in evaluations}
 
 
-def stored_status(instance: DagsterInstance, check_name: str) -> dict[str | None, str]:
-    """The latest stored evaluation of a check, per partition (what the UI shows)."""
+def stored_status(instance: DagsterInstance, check_name: str) -> str:
+    """The latest stored evaluation of a check (what the UI shows)."""
     key = AssetCheckKey(ASSET_KEY, check_name)
-    infos = instance.event_log_storage.get_asset_check_partition_info([key])
-    return {info.partition_key: info.latest_execution_status.value for info in infos}
+    [record] = instance.event_log_storage.get_asset_check_execution_history(key, limit=1)
+    return record.status.value
 
 
 def values(metadata: dict[str, Any]) -> dict[str, Any]:
@@ -165,7 +166,7 @@ def test_backlog_metadata_equals_the_metastore_counts(
     }
     assert dict(counts) == expected
     [materialization] = result.asset_materializations_for_node(ASSET_NAME)
-    assert materialization.partition == "A"
+    assert materialization.partition is None
     meta = values(dict(materialization.metadata))
     for state in TaskState:
         assert meta[state.value] == counts[state], state
@@ -175,9 +176,9 @@ def test_backlog_metadata_equals_the_metastore_counts(
     assert waited - 1 <= meta[OLDEST_ORPHAN_KEY] <= waited + 30
     assert len(orphans) == 3
 
-    # What the UI plots: the stored event of partition A, with numeric values.
+    # What the UI plots: the stored event, with numeric values.
     [record] = instance.fetch_materializations(
-        AssetRecordsFilter(asset_key=ASSET_KEY, asset_partitions=["A"]), limit=1
+        AssetRecordsFilter(asset_key=ASSET_KEY), limit=1
     ).records
     stored = record.asset_materialization
     assert stored is not None
@@ -185,12 +186,19 @@ def test_backlog_metadata_equals_the_metastore_counts(
     assert isinstance(stored.metadata[OLDEST_ORPHAN_KEY], FloatMetadataValue)
     assert stored.metadata[TaskState.ORPHANED.value].value == 3
 
-    # Realm B has its own partition and numbers.
-    result_b = refresh(metastore, instance, "B")
-    [mat_b] = result_b.asset_materializations_for_node(ASSET_NAME)
-    meta_b = values(dict(mat_b.metadata))
-    assert meta_b[TaskState.ORPHANED.value] == 4 and meta_b[TOTAL_KEY] == 4
-    assert meta_b[OLDEST_ORPHAN_KEY] >= (HOUR_MS - GRACE_MS) / 1000 - 1
+    assert stored.metadata[realm_key("A", TaskState.ORPHANED.value)].value == 3
+    assert realm_key("B", TOTAL_KEY) not in stored.metadata  # a deployment of realm A
+
+    # Every realm in one materialization: the sums, and each realm's own numbers.
+    result_all = refresh(metastore, instance, None)
+    [mat_all] = result_all.asset_materializations_for_node(ASSET_NAME)
+    meta_all = values(dict(mat_all.metadata))
+    assert meta_all[TaskState.ORPHANED.value] == 7 and meta_all[TOTAL_KEY] == 12
+    assert meta_all[realm_key("B", TaskState.ORPHANED.value)] == 4
+    assert meta_all[realm_key("B", TOTAL_KEY)] == 4
+    assert meta_all[realm_key("A", TOTAL_KEY)] == 8
+    assert meta_all[realm_key("B", OLDEST_ORPHAN_KEY)] >= (HOUR_MS - GRACE_MS) / 1000 - 1
+    assert meta_all[OLDEST_ORPHAN_KEY] == meta_all[realm_key("B", OLDEST_ORPHAN_KEY)]
 
 
 def test_checks_pass_on_a_clean_realm(metastore: Metastore, instance: DagsterInstance) -> None:
@@ -202,11 +210,15 @@ def test_checks_pass_on_a_clean_realm(metastore: Metastore, instance: DagsterIns
     result = refresh(metastore, instance, "CLEAN")
 
     checks = check_results(result)
-    assert set(checks) == {DEAD_CHECK, ORPHAN_CHECK}
+    assert set(checks) == {DEAD_CHECK, ORPHAN_CHECK, FAILING_CHECK, FRESHNESS_CHECK}
     assert checks[DEAD_CHECK].passed and checks[ORPHAN_CHECK].passed
-    assert checks[DEAD_CHECK].partition == "CLEAN"
-    assert stored_status(instance, DEAD_CHECK) == {"CLEAN": "SUCCEEDED"}
-    assert values(dict(checks[DEAD_CHECK].metadata)) == {"dead tasks": 0}
+    assert checks[FAILING_CHECK].passed
+    assert checks[DEAD_CHECK].partition is None
+    assert stored_status(instance, DEAD_CHECK) == "SUCCEEDED"
+    assert values(dict(checks[DEAD_CHECK].metadata)) == {
+        "dead tasks": 0,
+        realm_key("CLEAN", "dead tasks"): 0,
+    }
     orphan_meta = values(dict(checks[ORPHAN_CHECK].metadata))
     assert orphan_meta["orphaned"] == 1 and orphan_meta["stale orphans"] == 0
     assert orphan_meta["threshold (s)"] == 3600.0
@@ -228,9 +240,9 @@ def test_dead_check_fails_with_the_ids_and_last_errors(
     check = check_results(result)[DEAD_CHECK]
     assert not check.passed
     assert check.severity == AssetCheckSeverity.ERROR
-    assert check.partition == "A"
+    assert check.partition is None
     meta = values(dict(check.metadata))
-    assert meta["dead tasks"] == 2
+    assert meta["dead tasks"] == 2 and meta[realm_key("A", "dead tasks")] == 2
     sample = {entry["task_id"]: entry for entry in meta["sample"]}
     assert set(sample) == {str(first), str(second)}
     assert sample[str(first)]["last_error"].startswith("refused: s3://other-bucket/x")
@@ -238,15 +250,15 @@ def test_dead_check_fails_with_the_ids_and_last_errors(
     assert sample[str(first)]["attempts"] == 1
     assert "--realm A" in meta["revive with"]
     assert "2 dead-lettered task(s) in realm A" in (check.description or "")
-    # The failed check is stored on the instance, per partition, as the UI shows it.
-    assert stored_status(instance, DEAD_CHECK) == {"A": "FAILED"}
-    assert stored_status(instance, ORPHAN_CHECK) == {"A": "SUCCEEDED"}
+    # The failed check is stored on the instance, as the UI shows it.
+    assert stored_status(instance, DEAD_CHECK) == "FAILED"
+    assert stored_status(instance, ORPHAN_CHECK) == "SUCCEEDED"
 
     # Requeued, the task is no longer dead: the check passes again.
     for task_id in (first, second):
         metastore.requeue("A", task_id)
     assert check_results(refresh(metastore, instance, "A"))[DEAD_CHECK].passed
-    assert stored_status(instance, DEAD_CHECK) == {"A": "SUCCEEDED"}
+    assert stored_status(instance, DEAD_CHECK) == "SUCCEEDED"
 
 
 def test_orphan_check_fails_on_an_old_orphan(
@@ -289,11 +301,13 @@ def test_orphan_check_fails_on_an_old_orphan(
 
 
 def test_settings_from_env() -> None:
-    assert BacklogSettings.from_env({}).max_orphan_age_seconds == 3600
-    settings = BacklogSettings.from_env({"POLARIS_PIPELINE_MAX_ORPHAN_AGE_S": "900"})
-    assert settings.max_orphan_age_seconds == 900
+    def backlog_of(env: dict[str, str]) -> BacklogSettings:
+        return (build_defs_from_env(env).resources or {})["backlog"]
+
+    assert backlog_of({}).max_orphan_age_seconds == 3600
+    assert backlog_of({"POLARIS_PIPELINE_MAX_ORPHAN_AGE_S": "900"}).max_orphan_age_seconds == 900
     with pytest.raises(ValueError, match="POLARIS_PIPELINE_MAX_ORPHAN_AGE_S"):
-        BacklogSettings.from_env({"POLARIS_PIPELINE_MAX_ORPHAN_AGE_S": "soon"})
+        backlog_of({"POLARIS_PIPELINE_MAX_ORPHAN_AGE_S": "soon"})
 
 
 def _row(
@@ -345,28 +359,15 @@ def test_orphaned_since_follows_each_way_a_task_becomes_available() -> None:
 # -- the schedule and the command line ----------------------------------------------
 
 
-def test_schedule_requests_one_run_per_realm_partition(instance: DagsterInstance) -> None:
-    tick = datetime(2026, 1, 2, 3, 5, tzinfo=UTC)
-    with build_schedule_context(instance=instance, scheduled_execution_time=tick) as context:
-        empty = polaris_backlog_schedule(context)
-    assert isinstance(empty, SkipReason)
-    assert "no realm" in (empty.skip_message or "")
-
-    instance.add_dynamic_partitions(REALM_PARTITIONS_NAME, ["A", "B"])
-    with build_schedule_context(instance=instance, scheduled_execution_time=tick) as context:
-        requests = polaris_backlog_schedule(context)
-    assert isinstance(requests, list)
-    assert all(isinstance(r, RunRequest) for r in requests)
-    assert [(r.partition_key, r.run_key) for r in requests] == [
-        ("A", "A:20260102T030500Z"),
-        ("B", "B:20260102T030500Z"),
-    ]
+def test_schedule_refreshes_every_realm_in_one_run() -> None:
     assert polaris_backlog_schedule.cron_schedule == "*/5 * * * *"
     assert polaris_backlog_schedule.job_name == "polaris_backlog_job"
+    assert polaris_task_backlog.partitions_def is None
+    assert all(check.partitions_def is None for check in BACKLOG_CHECKS)
 
 
 @pytest.mark.parametrize("metastore_url", ["postgresql"], indirect=True)
-def test_cli_materializes_one_realm_with_its_checks(metastore: Metastore, tmp_path: Path) -> None:
+def test_cli_materializes_the_backlog_with_its_checks(metastore: Metastore, tmp_path: Path) -> None:
     """``dagster asset materialize --partition``, as docs/operations.md shows it."""
     orphan(metastore, "A", 2 * HOUR_MS)
     dead(metastore, "A", "boom")
@@ -374,8 +375,6 @@ def test_cli_materializes_one_realm_with_its_checks(metastore: Metastore, tmp_pa
     home = tmp_path / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    with DagsterInstance.from_config(str(home)) as inst:
-        inst.add_dynamic_partitions(REALM_PARTITIONS_NAME, ["A", "B"])
     env = {k: v for k, v in os.environ.items() if not k.startswith("POLARIS_")}
     env.update(DAGSTER_HOME=str(home), POLARIS_METASTORE_URL=metastore.url.render_as_string(False))
     proc = subprocess.run(
@@ -387,8 +386,6 @@ def test_cli_materializes_one_realm_with_its_checks(metastore: Metastore, tmp_pa
             "definitions",
             "--select",
             ASSET_NAME,
-            "--partition",
-            "A",
         ],
         cwd=ROOT,
         env=env,
@@ -401,12 +398,234 @@ def test_cli_materializes_one_realm_with_its_checks(metastore: Metastore, tmp_pa
 
     with DagsterInstance.from_config(str(home)) as inst:
         [record] = inst.fetch_materializations(
-            AssetRecordsFilter(asset_key=ASSET_KEY, asset_partitions=["A"]), limit=1
+            AssetRecordsFilter(asset_key=ASSET_KEY), limit=1
         ).records
         mat = record.asset_materialization
         assert mat is not None
-        assert mat.metadata[TaskState.ORPHANED.value].value == 1
-        assert mat.metadata[TaskState.DEAD.value].value == 1
-        # Both checks ran with the asset, for partition A only.
-        assert stored_status(inst, DEAD_CHECK) == {"A": "FAILED"}
-        assert stored_status(inst, ORPHAN_CHECK) == {"A": "FAILED"}
+        assert mat.metadata[realm_key("A", TaskState.ORPHANED.value)].value == 1
+        assert mat.metadata[realm_key("A", TaskState.DEAD.value)].value == 1
+        assert mat.metadata[realm_key("B", TOTAL_KEY)].value == 1
+        # Every check ran with the asset.
+        assert stored_status(inst, DEAD_CHECK) == "FAILED"
+        assert stored_status(inst, ORPHAN_CHECK) == "FAILED"
+        # No sweeper sensor ever ran on this instance.
+        assert stored_status(inst, FRESHNESS_CHECK) == "FAILED"
+
+
+def test_the_code_location_loads_without_preview_or_beta_warnings(tmp_path: Path) -> None:
+    """What a code server does at start, with Dagster's preview/beta warnings as errors."""
+    script = (
+        "import warnings\n"
+        "from dagster._utils.warnings import BetaWarning, PreviewWarning\n"
+        "warnings.simplefilter('error', PreviewWarning)\n"
+        "warnings.simplefilter('error', BetaWarning)\n"
+        "from dagster._core.remote_representation.external_data import RepositorySnap\n"
+        "import definitions\n"
+        "repo = definitions.defs.get_repository_def()\n"
+        "snap = RepositorySnap.from_def(repo)\n"
+        "print(sorted(s.name for s in snap.sensors), len(snap.asset_check_nodes or []))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POLARIS_")}
+    env["POLARIS_METASTORE_URL"] = f"sqlite:///{tmp_path}/unused.db"
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sensors, checks = proc.stdout.split("] ")
+    assert "polaris_task_sweeper" in sensors and "polaris_run_failure_alert" in sensors
+    assert int(checks) == 4
+
+
+# -- permanent failures and long backoffs -------------------------------------------
+
+
+def permanently_failed(store: Metastore, realm: str, error: str) -> int:
+    """Dead-lettered at once, as the engine records a failure retrying cannot heal."""
+    task = orphan(store, realm, HOUR_MS)
+    lease = store.lease_task(realm, task.id, "test-executor")
+    assert lease is not None
+    assert store.fail(lease, error, permanent=True).outcome.value == "dead"
+    return task.id
+
+
+def failed_times(store: Metastore, realm: str, attempts: int) -> int:
+    """A task whose ``attempts``-th attempt failed, backing off for another ten minutes."""
+    now = store.now_ms()
+    task = batch_task(
+        realm,
+        create_timestamp=now - HOUR_MS,
+        extra={
+            Prop.EXECUTOR: "polaris-pipeline:run:earlier",
+            Prop.START_TIME: str(now - MINUTE_MS),
+            Prop.END_TIME: str(now - MINUTE_MS + 1_000),
+            Prop.ATTEMPT_COUNT: str(attempts),
+            Prop.NEXT_ATTEMPT: str(now + 10 * MINUTE_MS),
+            Prop.STATUS: "failed",
+            Prop.ERROR: "storage said no",
+        },
+    )
+    store.insert_tasks([task])
+    row = store.get_task(realm, task.id)
+    assert row is not None and row.state(store.now_ms(), store.policy) is TaskState.BACKING_OFF
+    return task.id
+
+
+def test_failing_check_names_permanent_failures_apart_from_dead_ones(
+    metastore: Metastore, instance: DagsterInstance
+) -> None:
+    exhausted = dead(metastore, "A", "storage said no, three times")
+    permanent = permanently_failed(metastore, "A", "payload is not JSON")
+    backing_off(metastore, "A")  # one attempt: not many
+
+    checks = check_results(refresh(metastore, instance, "A"))
+
+    # The dead check counts only the exhausted one; the permanent one is the other check's.
+    dead_meta = values(dict(checks[DEAD_CHECK].metadata))
+    assert dead_meta["dead tasks"] == 1
+    assert [e["task_id"] for e in dead_meta["sample"]] == [str(exhausted)]
+    failing = checks[FAILING_CHECK]
+    assert not failing.passed and failing.severity == AssetCheckSeverity.ERROR
+    meta = values(dict(failing.metadata))
+    assert meta["permanent failures"] == 1 and meta["backing off after many attempts"] == 0
+    assert [e["task_id"] for e in meta["permanent (sample)"]] == [str(permanent)]
+    assert meta["permanent (sample)"][0]["last_error"] == "payload is not JSON"
+    assert "1 task(s) failed permanently" in (failing.description or "")
+
+
+def test_failing_check_warns_on_a_task_backing_off_after_many_attempts(
+    metastore: Metastore, instance: DagsterInstance
+) -> None:
+    backing_off(metastore, "A")
+    settings = BacklogSettings(many_attempts=2)
+    assert check_results(refresh(metastore, instance, "A", settings))[FAILING_CHECK].passed
+
+    task_id = failed_times(metastore, "B", 2)
+    failing = check_results(refresh(metastore, instance, None, settings))[FAILING_CHECK]
+    assert not failing.passed and failing.severity == AssetCheckSeverity.WARN
+    meta = values(dict(failing.metadata))
+    assert meta["backing off after many attempts"] == 1 and meta["permanent failures"] == 0
+    assert meta[realm_key("B", "backing off after many attempts")] == 1
+    assert meta[realm_key("A", "backing off after many attempts")] == 0
+    [entry] = meta["backing off (sample)"]
+    assert (entry["task_id"], entry["attempts"], entry["realm"]) == (str(task_id), 2, "B")
+
+
+# -- the sweeper's freshness ---------------------------------------------------------
+
+
+def sweeper_origin(instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The remote origin of the code location's sweeper sensor, as the daemon knows it."""
+    from dagster._core.remote_origin import InProcessCodeLocationOrigin
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+    from dagster._core.workspace.context import WorkspaceProcessContext
+    from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
+
+    monkeypatch.setenv("POLARIS_METASTORE_URL", "sqlite:///unused.db")
+    origin = InProcessCodeLocationOrigin(
+        LoadableTargetOrigin(
+            executable_path=sys.executable, module_name="definitions", working_directory=str(ROOT)
+        ),
+        location_name="definitions",
+    )
+    with WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget(origin)) as context:
+        location = context.create_request_context().get_code_location("definitions")
+        [repo] = location.get_repositories().values()
+        return repo.get_sensor("polaris_task_sweeper").get_remote_origin()
+
+
+def store_sweeper_state(
+    instance: DagsterInstance,
+    origin: Any,
+    status: Any,
+    *,
+    next_sweep_ago_s: float | None,
+    last_tick_ago_s: float = 5,
+) -> None:
+    from dagster._core.definitions.sensor_definition import SensorType
+    from dagster._core.scheduler.instigation import (
+        InstigatorState,
+        InstigatorType,
+        SensorInstigatorData,
+    )
+
+    from polaris_pipeline.dagster.sweeper import SweepCursor
+
+    now = time.time()
+    cursor = (
+        SweepCursor(next_sweep_ms=int((now - next_sweep_ago_s) * 1000)).dump()
+        if next_sweep_ago_s is not None
+        else None
+    )
+    state = InstigatorState(
+        origin,
+        InstigatorType.SENSOR,
+        status,
+        SensorInstigatorData(
+            last_tick_timestamp=now - last_tick_ago_s,
+            cursor=cursor,
+            last_sensor_start_timestamp=now - 3600,
+            sensor_type=SensorType.STANDARD,
+        ),
+    )
+    if instance.get_instigator_state(origin.get_id(), state.selector_id) is None:
+        instance.add_instigator_state(state)
+    else:
+        instance.update_instigator_state(state)
+
+
+def test_freshness_check_follows_the_sweeper_sensor(
+    metastore: Metastore, instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dagster._core.scheduler.instigation import InstigatorStatus
+
+    def freshness() -> Any:
+        return check_results(refresh(metastore, instance, None))[FRESHNESS_CHECK]
+
+    # Never started on this instance (as after `dagster dev` with the sweeper stopped).
+    never = freshness()
+    assert not never.passed and "never started" in (never.description or "")
+
+    origin = sweeper_origin(instance, monkeypatch)
+    # Interval 60 s, jitter 0.5 (refresh's settings), 3 intervals: 270 s allowed.
+    store_sweeper_state(instance, origin, InstigatorStatus.RUNNING, next_sweep_ago_s=-30)
+    fresh = freshness()
+    assert fresh.passed, fresh.description
+    assert values(dict(fresh.metadata))["allowed delay (s)"] == 270.0
+
+    # Due for longer than three of its longest intervals: the daemon is down.
+    store_sweeper_state(
+        instance, origin, InstigatorStatus.RUNNING, next_sweep_ago_s=300, last_tick_ago_s=300
+    )
+    late = freshness()
+    assert not late.passed and late.severity == AssetCheckSeverity.ERROR
+    assert "has not swept" in (late.description or "")
+    assert 299 <= values(dict(late.metadata))["overdue (s)"] <= 330
+
+    # Stopped in the UI.
+    store_sweeper_state(instance, origin, InstigatorStatus.STOPPED, next_sweep_ago_s=-30)
+    stopped = freshness()
+    assert not stopped.passed and "is stopped" in (stopped.description or "")
+    assert stored_status(instance, FRESHNESS_CHECK) == "FAILED"
+
+
+def test_the_sweeper_starts_by_itself_only_outside_dagster_dev(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A `dagster dev` against a production URL must not purge by surprise."""
+    from dagster import DefaultSensorStatus
+
+    def status(env: dict[str, str]) -> DefaultSensorStatus:
+        repo = build_defs_from_env(env).get_repository_def()
+        return repo.get_sensor_def("polaris_task_sweeper").default_status
+
+    monkeypatch.delenv("DAGSTER_IS_DEV_CLI", raising=False)
+    assert status({}) is DefaultSensorStatus.RUNNING
+    assert status({"POLARIS_PIPELINE_SWEEPER_AUTOSTART": "false"}) is DefaultSensorStatus.STOPPED
+    monkeypatch.setenv("DAGSTER_IS_DEV_CLI", "1")  # what `dagster dev` and `dg dev` set
+    assert status({}) is DefaultSensorStatus.STOPPED
+    assert status({"POLARIS_PIPELINE_SWEEPER_AUTOSTART": "true"}) is DefaultSensorStatus.RUNNING

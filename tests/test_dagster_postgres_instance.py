@@ -2,7 +2,7 @@
 
 The test copies the file into a temporary DAGSTER_HOME, points its environment
 variables at a database created here (and dropped afterwards), queues a realm
-backfill with the documented command, lets the run queue start it through the
+realm sweep with the documented command, lets the run queue start it through the
 file's run launcher, and reads the outcome back from PostgreSQL.
 """
 
@@ -30,7 +30,6 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-from polaris_pipeline.dagster.partitions import REALM_PARTITIONS_NAME
 from polaris_pipeline.metastore import Metastore
 from tests.support.metastore import PG_ADMIN_URL
 from tests.support.tasks import batch_task
@@ -41,7 +40,7 @@ DAGSTER = str(Path(sys.executable).parent / "dagster")
 OLD_MS = 60 * 60_000
 BACKFILL_JOB = "polaris_realm_backfill_job"
 # As docs/operations.md shows it.
-BACKFILL_COMMAND = [DAGSTER, "job", "backfill", "-w", "workspace.yaml", "-j", BACKFILL_JOB]
+BACKFILL_COMMAND = [DAGSTER, "job", "launch", "-w", "workspace.yaml", "-j", BACKFILL_JOB]
 _ENDED = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
 
 
@@ -146,12 +145,15 @@ def test_backfill_through_the_run_queue_on_the_shipped_instance(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
 
-    with DagsterInstance.from_config(str(home)) as instance:
-        instance.add_dynamic_partitions(REALM_PARTITIONS_NAME, ["A", "B"])
-
     # The documented command. With the QueuedRunCoordinator it only queues the run.
     proc = subprocess.run(
-        [*BACKFILL_COMMAND, "--partitions", "A", "--noprompt"],
+        [
+            *BACKFILL_COMMAND,
+            "--tags",
+            '{"polaris/realm": "A"}',
+            "--config-json",
+            '{"ops": {"sweep_realm": {"config": {"realm": "A"}}}}',
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -159,12 +161,11 @@ def test_backfill_through_the_run_queue_on_the_shipped_instance(
         timeout=180,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Launched backfill job" in proc.stdout
 
     with DagsterInstance.from_config(str(home)) as instance:
         [run] = instance.get_runs(RunsFilter(job_name=BACKFILL_JOB))
         assert run.status == DagsterRunStatus.QUEUED
-        assert run.tags["polaris/realm"] == "A" and run.tags["dagster/partition"] == "A"
+        assert run.tags["polaris/realm"] == "A" and "dagster/partition" not in run.tags
         # The daemon's run queue, one iteration: starts it through DefaultRunLauncher,
         # in a run worker of the code server that the workspace starts.
         workspace = WorkspaceFileTarget(paths=[str(ROOT / "workspace.yaml")])

@@ -40,6 +40,7 @@ def test_every_variable_is_read() -> None:
         "POLARIS_PIPELINE_SWEEP_MAX_RUNS": "10",
         "POLARIS_PIPELINE_SWEEP_MAX_PENDING_RUNS": "20",
         "POLARIS_PIPELINE_MAX_ORPHAN_AGE_S": "120",
+        "POLARIS_PIPELINE_SWEEPER_AUTOSTART": "True",
     }
     assert set(env) == set(env_names())
     s = PipelineSettings.from_env(env)
@@ -57,6 +58,16 @@ def test_every_variable_is_read() -> None:
     assert s.storage_config == "/etc/storage.yaml" and s.executor_prefix == "site-b"
     assert (s.sweep_interval_s, s.sweep_jitter) == (30.0, 0.5)
     assert (s.sweep_max_runs, s.sweep_max_pending_runs, s.max_orphan_age_s) == (10, 20, 120.0)
+    assert s.sweeper_autostart is True
+
+
+def test_sweeper_autostart_is_a_boolean_or_unset() -> None:
+    assert PipelineSettings.from_env({}).sweeper_autostart is None
+    for raw, value in (("false", False), (" 0 ", False), ("yes", True), ("1", True)):
+        settings = PipelineSettings.from_env({"POLARIS_PIPELINE_SWEEPER_AUTOSTART": raw})
+        assert settings.sweeper_autostart is value, raw
+    with pytest.raises(SettingsError, match="POLARIS_PIPELINE_SWEEPER_AUTOSTART='maybe'"):
+        PipelineSettings.from_env({"POLARIS_PIPELINE_SWEEPER_AUTOSTART": "maybe"})
 
 
 def test_blank_variables_mean_the_default() -> None:

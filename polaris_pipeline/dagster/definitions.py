@@ -9,10 +9,13 @@ piece is added here once and reaches every deployment.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from dagster import (
+    BetaWarning,
+    DefaultSensorStatus,
     Definitions,
     EnvVar,
     ExecutorDefinition,
@@ -20,31 +23,29 @@ from dagster import (
     in_process_executor,
 )
 
+from polaris_pipeline.dagster.alerts import UI_URL_ENV, Notify, alert_sensors, notifier_from_env
 from polaris_pipeline.dagster.backlog import (
+    BACKLOG_CHECKS,
     BacklogSettings,
-    no_dead_tasks,
-    no_stale_orphans,
     polaris_backlog_job,
     polaris_backlog_schedule,
     polaris_task_backlog,
 )
 from polaris_pipeline.dagster.realm_backfill import polaris_realm_backfill_job
+from polaris_pipeline.dagster.reporting import build_run_report_sensor
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
 from polaris_pipeline.dagster.sweeper import build_polaris_task_sweeper
 from polaris_pipeline.dagster.task_job import MULTIPROCESS_EXECUTOR, build_polaris_task_job
 from polaris_pipeline.metastore import URL_ENV
+from polaris_pipeline.settings import PipelineSettings
 
 # How the task job's steps execute: all in the run's own process (the default: a
 # run is one task's worth of work), one process per step, or on Celery workers
 # (dagster-celery, an extra).
 TaskExecutor = Literal["multiprocess", "in_process", "celery"]
 
-REALMS_ENV = "POLARIS_PIPELINE_REALMS"
-LEASE_TIMEOUT_ENV = "POLARIS_PIPELINE_LEASE_TIMEOUT_MS"
-GRACE_ENV = "POLARIS_PIPELINE_GRACE_MS"
-MAX_ATTEMPTS_ENV = "POLARIS_PIPELINE_MAX_ATTEMPTS"
 TASK_EXECUTOR_ENV = "POLARIS_PIPELINE_TASK_EXECUTOR"
 
 
@@ -63,6 +64,20 @@ def _task_executor(executor: TaskExecutor | ExecutorDefinition | None) -> Execut
     raise ValueError(f"unknown task executor {executor!r}: multiprocess, in_process or celery")
 
 
+def sweeper_default_status(autostart: bool | None) -> DefaultSensorStatus:
+    """RUNNING unless told otherwise, but never by itself under ``dagster dev``/``dg dev``.
+
+    A development start against a production metastore URL must not purge by
+    surprise; ``POLARIS_PIPELINE_SWEEPER_AUTOSTART=true`` starts it there too. A
+    status set in the UI is kept by the instance and beats this default.
+    """
+    if autostart is None:
+        from dagster._utils.env import using_dagster_dev
+
+        autostart = not using_dagster_dev()
+    return DefaultSensorStatus.RUNNING if autostart else DefaultSensorStatus.STOPPED
+
+
 def build_defs(
     *,
     metastore_url: str | EnvVar | None = None,
@@ -75,6 +90,9 @@ def build_defs(
     backlog: BacklogSettings | None = None,
     executor: TaskExecutor | ExecutorDefinition | None = None,
     io_manager: FilesystemIOManager | None = None,
+    sweeper_autostart: bool | None = None,
+    notify: Notify | None = None,
+    alert_ui_url: str | None = None,
 ) -> Definitions:
     """The sweeper sensor, the task and backfill jobs, the backlog and its checks.
 
@@ -82,6 +100,9 @@ def build_defs(
     name, never the URL; None means ``EnvVar("POLARIS_METASTORE_URL")``.
     Unset lease settings keep the library's defaults.
     ``executor`` chooses how the task job's steps run.
+    ``sweeper_autostart``: see ``sweeper_default_status``. ``notify`` turns the
+    alert sensors on (polaris_pipeline.dagster.alerts); ``alert_ui_url`` is the
+    UI's base URL for the links in alerts.
     """
     policy: dict[str, Any] = {
         field: value
@@ -106,11 +127,17 @@ def build_defs(
     }
     if io_manager is not None:
         resources["io_manager"] = io_manager
-    return Definitions(
+    defs = Definitions(
         assets=[polaris_task_backlog],
-        asset_checks=[no_dead_tasks, no_stale_orphans],
+        asset_checks=BACKLOG_CHECKS,
         jobs=[task_job, polaris_realm_backfill_job, polaris_backlog_job],
-        sensors=[build_polaris_task_sweeper(task_job)],
+        sensors=[
+            build_polaris_task_sweeper(
+                task_job, default_status=sweeper_default_status(sweeper_autostart)
+            ),
+            build_run_report_sensor(task_job.name),
+            *alert_sensors(notify, alert_ui_url),
+        ],
         schedules=[polaris_backlog_schedule],
         # For jobs without an executor of their own (the backlog's, and the one
         # behind the UI's Materialize button): a few small queries, not worth a
@@ -118,22 +145,36 @@ def build_defs(
         executor=in_process_executor,
         resources=resources,
     )
+    _resolve_quietly(defs)
+    return defs
 
 
-def _int_env(env: Mapping[str, str], name: str) -> int | None:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not an integer") from None
+def _resolve_quietly(defs: Definitions) -> None:
+    """Build the repository now, without Dagster's own ``owners`` beta warning.
+
+    Binding resources to a sensor's job copies the sensor with
+    ``SensorDefinition.with_attributes``, which passes ``owners=[]`` to the beta
+    ``owners`` parameter: Dagster 1.13 warns although nobody set owners. The
+    repository is cached on ``defs``, so the code server never builds it again;
+    only that message is silenced (docs/dagster.md).
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore",
+            message=r"Parameter `owners` of initializer `SensorDefinition.__init__`",
+            category=BetaWarning,
+        )
+        defs.get_repository_def()
 
 
 def build_defs_from_env(environ: Mapping[str, str] | None = None) -> Definitions:
-    """``build_defs`` configured from the ``POLARIS_*`` environment (docs/dagster.md)."""
+    """``build_defs`` configured from the environment, as the CLI is.
+
+    The engine's settings come from ``PipelineSettings.from_env`` (the variables
+    the CLI reads too: docs/dagster.md); only the task executor is Dagster's own.
+    """
     env = os.environ if environ is None else environ
-    realms = [r.strip() for r in env.get(REALMS_ENV, "").split(",") if r.strip()]
+    settings = PipelineSettings.from_env(env)
     executor = env.get(TASK_EXECUTOR_ENV, "").strip() or None
     io_manager = None
     if executor == "celery":
@@ -141,14 +182,22 @@ def build_defs_from_env(environ: Mapping[str, str] | None = None) -> Definitions
 
         io_manager = io_manager_from_env(env)
     return build_defs(
-        realms=realms or None,
-        lease_timeout_ms=_int_env(env, LEASE_TIMEOUT_ENV),
-        grace_ms=_int_env(env, GRACE_ENV),
-        max_attempts=_int_env(env, MAX_ATTEMPTS_ENV),
-        sweeper=SweeperSettings.from_env(env),
-        backlog=BacklogSettings.from_env(env),
+        realms=settings.realm_list(),
+        lease_timeout_ms=settings.lease_timeout_ms,
+        grace_ms=settings.grace_ms,
+        max_attempts=settings.max_attempts,
+        sweeper=SweeperSettings(
+            interval_seconds=settings.sweep_interval_s,
+            jitter=settings.sweep_jitter,
+            max_runs_per_tick=settings.sweep_max_runs,
+            max_pending_runs=settings.sweep_max_pending_runs,
+        ),
+        backlog=BacklogSettings(max_orphan_age_seconds=settings.max_orphan_age_s),
         executor=executor,  # type: ignore[arg-type]  # checked by _task_executor
         io_manager=io_manager,
+        sweeper_autostart=settings.sweeper_autostart,
+        notify=notifier_from_env(env),
+        alert_ui_url=env.get(UI_URL_ENV, "").strip() or None,
     )
 
 

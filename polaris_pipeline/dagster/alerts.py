@@ -1,0 +1,387 @@
+"""Alerts: a failed run, or a failed backlog check, sent to whoever must act.
+
+Two sensors share one ``notify(Alert)`` function:
+
+- ``polaris_run_failure_alert`` (``build_polaris_failure_alert``): every failed
+  run of the code location's jobs, with its table, realm and task tags, the
+  error and a link to the run;
+- ``polaris_check_failure_alert`` (``build_polaris_check_alert``): a backlog check
+  (dead tasks, permanent failures, stale orphans, sweeper freshness) that starts
+  failing; a check that keeps failing pages once, not at every refresh.
+
+Both are off until configured: ``alert_sensors_from_env`` gives them a
+``notify`` built from the environment (a Slack incoming webhook, e-mail through
+SMTP, or both) and starts them RUNNING only when one is set. Without a
+destination they are STOPPED and say so in their description; starting one by
+hand then only logs. docs/dagster.md has the variables and a dagster-slack
+recipe for a ``notify`` of your own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import smtplib
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from email.message import EmailMessage
+
+from dagster import (
+    AssetCheckKey,
+    AssetKey,
+    DagsterEventType,
+    DagsterRunStatus,
+    DefaultSensorStatus,
+    RunFailureSensorContext,
+    RunStatusSensorContext,
+    SensorDefinition,
+    run_failure_sensor,
+    run_status_sensor,
+)
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+
+from polaris_pipeline.dagster.backlog import ASSET_NAME, CHECK_NAMES
+
+log = logging.getLogger(__name__)
+
+RUN_ALERT_NAME = "polaris_run_failure_alert"
+BACKLOG_KEY = AssetKey(ASSET_NAME)
+CHECK_ALERT_NAME = "polaris_check_failure_alert"
+
+WEBHOOK_ENV = "POLARIS_PIPELINE_ALERT_WEBHOOK_URL"
+EMAIL_TO_ENV = "POLARIS_PIPELINE_ALERT_EMAIL_TO"
+EMAIL_FROM_ENV = "POLARIS_PIPELINE_ALERT_EMAIL_FROM"
+SMTP_HOST_ENV = "POLARIS_PIPELINE_ALERT_SMTP_HOST"
+SMTP_PORT_ENV = "POLARIS_PIPELINE_ALERT_SMTP_PORT"
+SMTP_USER_ENV = "POLARIS_PIPELINE_ALERT_SMTP_USER"
+SMTP_PASSWORD_ENV = "POLARIS_PIPELINE_ALERT_SMTP_PASSWORD"
+SMTP_STARTTLS_ENV = "POLARIS_PIPELINE_ALERT_SMTP_STARTTLS"
+UI_URL_ENV = "POLARIS_PIPELINE_ALERT_UI_URL"
+ALERT_ENVS = (
+    WEBHOOK_ENV,
+    EMAIL_TO_ENV,
+    EMAIL_FROM_ENV,
+    SMTP_HOST_ENV,
+    SMTP_PORT_ENV,
+    SMTP_USER_ENV,
+    SMTP_PASSWORD_ENV,
+    SMTP_STARTTLS_ENV,
+    UI_URL_ENV,
+)
+
+# The tags a task run carries (task_job.py); named here so an alert shows them.
+_TAGS_SHOWN = ("polaris/table", "polaris/realm", "polaris/task_id", "polaris/task_type")
+_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Alert:
+    """What is sent: a one-line title, a body, and where to look."""
+
+    title: str
+    body: str
+    run_id: str | None = None
+    url: str | None = None
+    severity: str = "ERROR"
+
+    def text(self) -> str:
+        link = f"\n{self.url}" if self.url else ""
+        return f"{self.title}\n{self.body}{link}"
+
+
+Notify = Callable[[Alert], None]
+
+
+def _run_url(ui_url: str | None, run_id: str) -> str | None:
+    return f"{ui_url.rstrip('/')}/runs/{run_id}" if ui_url else None
+
+
+def run_failure_alert(
+    job_name: str,
+    run_id: str,
+    tags: Mapping[str, str],
+    error: str | None,
+    ui_url: str | None = None,
+) -> Alert:
+    """The alert of one failed run (pure: tested without a sensor)."""
+    shown = [f"{k.split('/', 1)[1]}: {tags[k]}" for k in _TAGS_SHOWN if tags.get(k)]
+    subject = tags.get("polaris/table") or tags.get("polaris/realm") or ""
+    title = f"Dagster run of {job_name} failed" + (f" ({subject})" if subject else "")
+    lines = [*shown, f"run: {run_id}", f"error: {(error or 'see the run log').strip()}"]
+    return Alert(title, "\n".join(lines), run_id=run_id, url=_run_url(ui_url, run_id))
+
+
+def build_polaris_failure_alert(
+    notify: Notify,
+    *,
+    name: str = RUN_ALERT_NAME,
+    ui_url: str | None = None,
+    default_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
+    description: str | None = None,
+) -> SensorDefinition:
+    """A run-failure sensor over the code location's jobs that calls ``notify``."""
+
+    @run_failure_sensor(
+        name=name,
+        default_status=default_status,
+        description=description
+        or "Sends every failed run of this code location (table, realm, error, link) on.",
+    )
+    def _alert(context: RunFailureSensorContext) -> None:
+        run = context.dagster_run
+        error = context.failure_event.message if context.failure_event else None
+        notify(run_failure_alert(run.job_name, run.run_id, run.tags, error, ui_url))
+
+    return _alert
+
+
+@dataclass(frozen=True)
+class CheckFailure:
+    check_name: str
+    severity: str
+    description: str
+
+
+def newly_failed_checks(
+    context: RunStatusSensorContext, asset_key: AssetKey, check_names: Sequence[str]
+) -> list[CheckFailure]:
+    """Checks of ``asset_key`` that failed in this run and had not failed just before."""
+    instance = context.instance
+    failures: list[CheckFailure] = []
+    records = instance.get_records_for_run(
+        context.dagster_run.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION
+    ).records
+    for record in records:
+        event = record.event_log_entry.dagster_event
+        if event is None:
+            continue
+        evaluation = event.asset_check_evaluation_data
+        if evaluation.asset_key != asset_key or evaluation.check_name not in check_names:
+            continue
+        if evaluation.passed:
+            continue
+        key = AssetCheckKey(asset_key, evaluation.check_name)
+        history = instance.event_log_storage.get_asset_check_execution_history(key, limit=5)
+        earlier = [h for h in history if h.run_id != context.dagster_run.run_id]
+        if earlier and earlier[0].status == AssetCheckExecutionRecordStatus.FAILED:
+            continue  # still failing: paged when it started
+        failures.append(
+            CheckFailure(
+                evaluation.check_name,
+                evaluation.severity.value,
+                evaluation.description or "",
+            )
+        )
+    return failures
+
+
+def build_polaris_check_alert(
+    notify: Notify,
+    *,
+    name: str = CHECK_ALERT_NAME,
+    ui_url: str | None = None,
+    default_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
+    description: str | None = None,
+    asset_key: AssetKey = BACKLOG_KEY,
+    check_names: Sequence[str] = CHECK_NAMES,
+) -> SensorDefinition:
+    """Calls ``notify`` when a backlog check starts failing (a run that ran the checks).
+
+    Checks fail as results, not errors, so the run succeeds: the sensor watches
+    successful runs and reads their check evaluations.
+    """
+
+    @run_status_sensor(
+        name=name,
+        run_status=DagsterRunStatus.SUCCESS,
+        default_status=default_status,
+        description=description
+        or (
+            "Sends a backlog check that starts failing (dead tasks, permanent failures, stale "
+            "orphans, a sweeper that stopped sweeping) on, once per failure."
+        ),
+    )
+    def _alert(context: RunStatusSensorContext) -> None:
+        run_id = context.dagster_run.run_id
+        for failure in newly_failed_checks(context, asset_key, check_names):
+            notify(
+                Alert(
+                    f"Polaris check {failure.check_name} failed ({failure.severity})",
+                    failure.description,
+                    run_id=run_id,
+                    url=_run_url(ui_url, run_id),
+                    severity=failure.severity,
+                )
+            )
+
+    return _alert
+
+
+# ------------------------------------------------------------------ destinations
+
+
+def webhook_notifier(url: str) -> Notify:
+    """POSTs ``{"text": ...}``: the body a Slack (or Mattermost, Teams workflow) incoming
+    webhook takes."""
+
+    def notify(alert: Alert) -> None:
+        body = json.dumps({"text": alert.text()}).encode()
+        request = urllib.request.Request(
+            url, data=body, headers={"Content-Type": "application/json"}, method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as response:
+            response.read()
+
+    return notify
+
+
+@dataclass(frozen=True)
+class SmtpSettings:
+    to: tuple[str, ...]
+    host: str = "localhost"
+    port: int = 25
+    sender: str = "polaris-pipeline@localhost"
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)  # never in a repr or a log
+    starttls: bool = False
+
+
+def email_notifier(smtp: SmtpSettings) -> Notify:
+    """Sends each alert as one e-mail through ``smtp`` (smtplib)."""
+
+    def notify(alert: Alert) -> None:
+        message = EmailMessage()
+        message["Subject"] = alert.title
+        message["From"] = smtp.sender
+        message["To"] = ", ".join(smtp.to)
+        message.set_content(alert.text())
+        with smtplib.SMTP(smtp.host, smtp.port, timeout=_TIMEOUT_S) as client:
+            if smtp.starttls:
+                client.starttls()
+            if smtp.user:
+                client.login(smtp.user, smtp.password or "")
+            client.send_message(message)
+
+    return notify
+
+
+def fan_out(notifiers: Sequence[Notify]) -> Notify:
+    """Every notifier in turn; one that fails does not keep the others from sending."""
+
+    def notify(alert: Alert) -> None:
+        errors: list[str] = []
+        for one in notifiers:
+            try:
+                one(alert)
+            except Exception as exc:  # a destination down must not hide the alert elsewhere
+                errors.append(f"{type(exc).__name__}: {exc}")
+        if errors:
+            raise RuntimeError(f"{len(errors)} alert destination(s) failed: {'; '.join(errors)}")
+
+    return notify
+
+
+def _unconfigured(alert: Alert) -> None:
+    log.warning(
+        "alert not sent (no destination: set %s or %s): %s", WEBHOOK_ENV, EMAIL_TO_ENV, alert.title
+    )
+
+
+def _env(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(name, "").strip()
+    return value or None
+
+
+def smtp_from_env(env: Mapping[str, str]) -> SmtpSettings | None:
+    to = _env(env, EMAIL_TO_ENV)
+    if to is None:
+        return None
+    recipients = tuple(r.strip() for r in to.split(",") if r.strip())
+    if not recipients or not all("@" in r for r in recipients):
+        raise ValueError(f"{EMAIL_TO_ENV}: a comma-separated list of e-mail addresses")
+    raw_port = _env(env, SMTP_PORT_ENV) or "25"
+    try:
+        port = int(raw_port)
+    except ValueError:
+        raise ValueError(f"{SMTP_PORT_ENV}={raw_port!r}: not an integer") from None
+    starttls = (_env(env, SMTP_STARTTLS_ENV) or "false").lower()
+    if starttls not in ("true", "false"):
+        raise ValueError(f"{SMTP_STARTTLS_ENV}={starttls!r}: true or false")
+    return SmtpSettings(
+        to=recipients,
+        host=_env(env, SMTP_HOST_ENV) or "localhost",
+        port=port,
+        sender=_env(env, EMAIL_FROM_ENV) or "polaris-pipeline@localhost",
+        user=_env(env, SMTP_USER_ENV),
+        password=env.get(SMTP_PASSWORD_ENV) or None,
+        starttls=starttls == "true",
+    )
+
+
+def notifier_from_env(env: Mapping[str, str]) -> Notify | None:
+    """The configured destinations as one ``notify``; None when none is configured."""
+    notifiers: list[Notify] = []
+    url = _env(env, WEBHOOK_ENV)
+    if url is not None:
+        if not url.startswith(("https://", "http://")):
+            raise ValueError(f"{WEBHOOK_ENV}: an http(s) URL")  # the URL is a secret: not shown
+        notifiers.append(webhook_notifier(url))
+    smtp = smtp_from_env(env)
+    if smtp is not None:
+        notifiers.append(email_notifier(smtp))
+    if not notifiers:
+        return None
+    return notifiers[0] if len(notifiers) == 1 else fan_out(notifiers)
+
+
+def alert_sensors(notify: Notify | None, ui_url: str | None = None) -> list[SensorDefinition]:
+    """Both alert sensors: RUNNING with ``notify``; STOPPED, and saying so, without."""
+    if notify is not None:
+        return [
+            build_polaris_failure_alert(notify, ui_url=ui_url),
+            build_polaris_check_alert(notify, ui_url=ui_url),
+        ]
+    off = (
+        f" Not configured: set {WEBHOOK_ENV} (a Slack incoming webhook) or {EMAIL_TO_ENV} "
+        "(and the SMTP variables) on the code location, or pass your own notify to "
+        "build_defs (docs/dagster.md); until then it is stopped and would only log."
+    )
+    return [
+        build_polaris_failure_alert(
+            _unconfigured,
+            default_status=DefaultSensorStatus.STOPPED,
+            description="Sends every failed run of this code location on." + off,
+        ),
+        build_polaris_check_alert(
+            _unconfigured,
+            default_status=DefaultSensorStatus.STOPPED,
+            description="Sends a backlog check that starts failing on." + off,
+        ),
+    ]
+
+
+def alert_sensors_from_env(env: Mapping[str, str]) -> list[SensorDefinition]:
+    return alert_sensors(notifier_from_env(env), _env(env, UI_URL_ENV))
+
+
+__all__ = [
+    "ALERT_ENVS",
+    "CHECK_ALERT_NAME",
+    "RUN_ALERT_NAME",
+    "Alert",
+    "CheckFailure",
+    "Notify",
+    "SmtpSettings",
+    "alert_sensors",
+    "alert_sensors_from_env",
+    "build_polaris_check_alert",
+    "build_polaris_failure_alert",
+    "email_notifier",
+    "fan_out",
+    "newly_failed_checks",
+    "notifier_from_env",
+    "run_failure_alert",
+    "smtp_from_env",
+    "webhook_notifier",
+]

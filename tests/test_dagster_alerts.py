@@ -1,0 +1,284 @@
+"""Alerts: failed runs and failing backlog checks, sent to a real webhook and SMTP server."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from email import message_from_bytes
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any
+
+import pytest
+from aiosmtpd.controller import Controller
+from dagster import (
+    DagsterEventType,
+    DagsterInstance,
+    DagsterRunStatus,
+    DefaultSensorStatus,
+    Failure,
+    build_run_status_sensor_context,
+    job,
+    materialize,
+    op,
+)
+
+from polaris_pipeline.dagster.alerts import (
+    Alert,
+    SmtpSettings,
+    alert_sensors,
+    alert_sensors_from_env,
+    build_polaris_check_alert,
+    build_polaris_failure_alert,
+    email_notifier,
+    fan_out,
+    notifier_from_env,
+    run_failure_alert,
+    smtp_from_env,
+)
+from polaris_pipeline.dagster.backlog import BACKLOG_CHECKS, BacklogSettings, polaris_task_backlog
+from polaris_pipeline.dagster.resources import SweeperSettings
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.tasks.model import LeasePolicy
+from tests.support.dagster import metastore_resource
+from tests.support.tasks import seed
+
+# -- real destinations on 127.0.0.1 ----------------------------------------------------
+
+
+class _Hook(BaseHTTPRequestHandler):
+    received: list[dict[str, Any]] = []
+
+    def do_POST(self) -> None:  # http.server's name
+        length = int(self.headers["Content-Length"])
+        self.received.append(json.loads(self.rfile.read(length)))
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def webhook() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    received: list[dict[str, Any]] = []
+    handler = type("Hook", (_Hook,), {"received": received})
+    server = HTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/hook", received
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _Inbox:
+    def __init__(self) -> None:
+        self.messages: list[Any] = []
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        self.messages.append((envelope.rcpt_tos, message_from_bytes(envelope.content)))
+        return "250 OK"
+
+
+@pytest.fixture
+def smtp() -> Iterator[tuple[int, _Inbox]]:
+    inbox = _Inbox()
+    with socket.socket() as probe:  # a free port (the controller cannot start on port 0)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    controller = Controller(inbox, hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        yield port, inbox
+    finally:
+        controller.stop()
+
+
+# -- the messages --------------------------------------------------------------------
+
+
+def test_a_failed_run_alert_names_table_realm_task_and_link() -> None:
+    alert = run_failure_alert(
+        "polaris_task_job",
+        "abc-123",
+        {"polaris/table": "sales.payments", "polaris/realm": "POLARIS", "polaris/task_id": "42"},
+        "guard refused 1 path(s)\n",
+        ui_url="http://dagster.example:3000/",
+    )
+    assert alert.title == "Dagster run of polaris_task_job failed (sales.payments)"
+    assert alert.body.splitlines() == [
+        "table: sales.payments",
+        "realm: POLARIS",
+        "task_id: 42",
+        "run: abc-123",
+        "error: guard refused 1 path(s)",
+    ]
+    assert alert.url == "http://dagster.example:3000/runs/abc-123"
+    bare = run_failure_alert("j", "r", {}, None)
+    assert bare.title == "Dagster run of j failed" and bare.url is None
+    assert "error: see the run log" in bare.body
+
+
+def test_webhook_and_email_receive_the_alert(
+    webhook: tuple[str, list[dict[str, Any]]], smtp: tuple[int, _Inbox]
+) -> None:
+    url, received = webhook
+    port, inbox = smtp
+    notify = notifier_from_env(
+        {
+            "POLARIS_PIPELINE_ALERT_WEBHOOK_URL": url,
+            "POLARIS_PIPELINE_ALERT_EMAIL_TO": "ops@example.com, oncall@example.com",
+            "POLARIS_PIPELINE_ALERT_SMTP_HOST": "127.0.0.1",
+            "POLARIS_PIPELINE_ALERT_SMTP_PORT": str(port),
+            "POLARIS_PIPELINE_ALERT_EMAIL_FROM": "dagster@example.com",
+        }
+    )
+    assert notify is not None
+    notify(Alert("Polaris check no_dead_tasks failed (ERROR)", "2 dead", url="http://ui/runs/x"))
+
+    assert received == [
+        {"text": "Polaris check no_dead_tasks failed (ERROR)\n2 dead\nhttp://ui/runs/x"}
+    ]
+    [(recipients, message)] = inbox.messages
+    assert recipients == ["ops@example.com", "oncall@example.com"]
+    assert message["Subject"] == "Polaris check no_dead_tasks failed (ERROR)"
+    assert message["From"] == "dagster@example.com"
+    assert "2 dead" in message.get_payload()
+
+
+def test_one_destination_down_does_not_silence_the_other(smtp: tuple[int, _Inbox]) -> None:
+    port, inbox = smtp
+    down = email_notifier(SmtpSettings(to=("a@example.com",), host="127.0.0.1", port=1))
+    up = email_notifier(SmtpSettings(to=("b@example.com",), host="127.0.0.1", port=port))
+    with pytest.raises(RuntimeError, match="1 alert destination"):
+        fan_out([down, up])(Alert("t", "b"))
+    assert [r for r, _ in inbox.messages] == [["b@example.com"]]
+
+
+def test_settings_from_env_refuse_bad_values_without_showing_secrets() -> None:
+    assert notifier_from_env({}) is None
+    assert notifier_from_env({"POLARIS_PIPELINE_ALERT_WEBHOOK_URL": "  "}) is None
+    with pytest.raises(ValueError, match="an http\\(s\\) URL") as bad_url:
+        notifier_from_env({"POLARIS_PIPELINE_ALERT_WEBHOOK_URL": "hooks.slack.com/T0/SECRET"})
+    assert "SECRET" not in str(bad_url.value)
+    with pytest.raises(ValueError, match="e-mail addresses"):
+        smtp_from_env({"POLARIS_PIPELINE_ALERT_EMAIL_TO": "ops"})
+    with pytest.raises(ValueError, match="SMTP_PORT"):
+        smtp_from_env(
+            {"POLARIS_PIPELINE_ALERT_EMAIL_TO": "a@b.c", "POLARIS_PIPELINE_ALERT_SMTP_PORT": "x"}
+        )
+    settings = smtp_from_env(
+        {
+            "POLARIS_PIPELINE_ALERT_EMAIL_TO": "a@b.c",
+            "POLARIS_PIPELINE_ALERT_SMTP_PASSWORD": "hunter2",
+        }
+    )
+    assert settings is not None and settings.password == "hunter2"
+    assert "hunter2" not in repr(settings)
+
+
+def test_alert_sensors_are_stopped_until_configured(
+    webhook: tuple[str, list[dict[str, Any]]],
+) -> None:
+    off = alert_sensors(None)
+    assert {s.name for s in off} == {"polaris_run_failure_alert", "polaris_check_failure_alert"}
+    assert all(s.default_status is DefaultSensorStatus.STOPPED for s in off)
+    assert all("Not configured" in (s.description or "") for s in off)
+    on = alert_sensors_from_env({"POLARIS_PIPELINE_ALERT_WEBHOOK_URL": webhook[0]})
+    assert all(s.default_status is DefaultSensorStatus.RUNNING for s in on)
+
+
+# -- the sensors on real runs ----------------------------------------------------------
+
+
+@op
+def refuses() -> None:
+    raise Failure(description="guard refused 1 path(s), first 's3://other/x'")
+
+
+@job(tags={"polaris/realm": "POLARIS", "polaris/table": "sales.payments"})
+def failing_job() -> None:
+    refuses()
+
+
+def test_run_failure_sensor_sends_the_failed_run(instance: DagsterInstance) -> None:
+    result = failing_job.execute_in_process(instance=instance, raise_on_error=False)
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None and run.status is DagsterRunStatus.FAILURE
+    [failure_event] = [e for e in result.all_events if e.event_type_value == "PIPELINE_FAILURE"]
+    sent: list[Alert] = []
+    sensor = build_polaris_failure_alert(sent.append, ui_url="http://ui")
+    context = build_run_status_sensor_context(
+        sensor_name=sensor.name,
+        dagster_instance=instance,
+        dagster_run=run,
+        dagster_event=failure_event,
+    ).for_run_failure()
+    sensor(context)
+    [alert] = sent
+    assert alert.title == "Dagster run of failing_job failed (sales.payments)"
+    assert "realm: POLARIS" in alert.body and alert.url == f"http://ui/runs/{run.run_id}"
+
+
+@pytest.fixture
+def policy() -> LeasePolicy:
+    return LeasePolicy(lease_timeout_ms=60_000, grace_ms=0, max_attempts=1)
+
+
+def test_check_alert_pages_once_when_a_check_starts_failing(
+    metastore: Metastore, instance: DagsterInstance
+) -> None:
+    def refresh() -> Any:
+        result = materialize(
+            [polaris_task_backlog, *BACKLOG_CHECKS],
+            instance=instance,
+            resources={
+                "metastore": metastore_resource(metastore),
+                "backlog": BacklogSettings(),
+                "sweeper": SweeperSettings(),
+            },
+        )
+        assert result.success
+        run = instance.get_run_by_id(result.run_id)
+        assert run is not None
+        return run
+
+    sent: list[Alert] = []
+    sensor = build_polaris_check_alert(sent.append)
+
+    def evaluate(run: Any) -> list[str]:
+        sent.clear()
+        [success] = instance.all_logs(run.run_id, of_type=DagsterEventType.RUN_SUCCESS)
+        assert success.dagster_event is not None
+        context = build_run_status_sensor_context(
+            sensor_name=sensor.name,
+            dagster_instance=instance,
+            dagster_run=run,
+            dagster_event=success.dagster_event,
+        )
+        sensor(context)
+        return sorted(a.title for a in sent)
+
+    [task] = seed(metastore, "A", 1, create_timestamp=metastore.now_ms() - 60_000)
+    lease = metastore.lease_task("A", task.id, "test-executor")
+    assert lease is not None
+    metastore.fail(lease, "storage said no")  # max_attempts 1: dead
+
+    # The first failing refresh pages the dead task and the sweeper that never ran.
+    assert evaluate(refresh()) == [
+        "Polaris check no_dead_tasks failed (ERROR)",
+        "Polaris check sweeper_is_sweeping failed (ERROR)",
+    ]
+    # Still failing: no second page.
+    assert evaluate(refresh()) == []
+    # Fixed, then failing again: paged again.
+    metastore.requeue("A", task.id)
+    assert evaluate(refresh()) == []
+    lease = metastore.lease_task("A", task.id, "test-executor")
+    assert lease is not None
+    metastore.fail(lease, "storage said no")
+    assert evaluate(refresh()) == ["Polaris check no_dead_tasks failed (ERROR)"]
