@@ -13,7 +13,11 @@ Chromium, driven by Playwright, checks what an operator can see:
   and none for the task a live Polaris holds;
 - a run's logs and output metadata: what was deleted, bytes freed, the lease;
 - failed runs with their one-line error, including the dead-lettered task;
-- the backlog asset's counts by state and its failing dead-letter check.
+- the backlog asset's counts by state and its failing dead-letter check, and
+  the sweeper freshness check;
+- each run's ``polaris/table`` tag and ``polaris/total`` (the run report sensor),
+  and the purged table's event in the asset catalog, linking back to the run;
+- the alert sensors, stopped until a destination is configured, saying so.
 
 Screenshots land in ``test-artifacts/browser/``. Chromium is Debian's
 (``scripts/install-browser.sh``), launched by path: nothing is downloaded.
@@ -98,6 +102,8 @@ def server(facts: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> I
         POLARIS_PIPELINE_LEASE_TIMEOUT_MS=str(facts["lease_timeout_ms"]),
         # The first evaluation sweeps at once; none after it within the test.
         POLARIS_PIPELINE_SWEEP_INTERVAL_S="3600",
+        # Under `dagster dev` the sweeper starts only when told to.
+        POLARIS_PIPELINE_SWEEPER_AUTOSTART="true",
     )
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
@@ -275,7 +281,7 @@ def test_sensor_page_shows_the_sweeper_running_and_its_ticks(
     ), reason
 
     _goto(page, SENSOR_PATH)
-    expect(page.get_by_text("Leases orphaned Polaris cleanup tasks")).to_be_visible()
+    expect(page.get_by_text("Selects available Polaris cleanup tasks")).to_be_visible()
     expect(page.get_by_role("link", name="polaris_task_job").first).to_be_visible()
     expect(page.get_by_role("checkbox").first).to_be_checked()  # the "Running" switch
     rows = page.locator("tbody tr").filter(has=page.get_by_role("button", name="View logs"))
@@ -435,7 +441,10 @@ def test_backlog_asset_shows_counts_by_state_and_a_failing_dead_letter_check(
     assert backlog, "the seed found no backlog asset (assets/backlog.py)"
     expected = {"pending": 1, "orphaned": 0, "leased": 1, "backing-off": 0, "dead": 2, "total": 4}
     assert {k: backlog["metadata"].get(k) for k in expected} == expected
-    assert backlog["checks"]["no_dead_tasks"] is False
+    # Both dead tasks failed permanently (a payload that is not JSON, a guard
+    # refusal): the failing-tasks check names them, not the dead-after-retries one.
+    assert backlog["checks"]["no_failing_tasks"] is False
+    assert backlog["checks"]["no_dead_tasks"] is True
 
     _goto(page, "/assets/polaris_task_backlog")
     expect(page.get_by_text("Latest materialization").first).to_be_visible()
@@ -446,14 +455,108 @@ def test_backlog_asset_shows_counts_by_state_and_a_failing_dead_letter_check(
     _shot(page, "12-backlog-asset")
 
     _goto(page, "/assets/polaris_task_backlog?view=checks")
-    expect(page.get_by_text("Checks (2)")).to_be_visible()
-    # The selected check (the first, no_dead_tasks): its latest execution says why.
-    expect(page.get_by_text("2 dead-lettered task(s) in realm POLARIS").first).to_be_visible()
-    # The check list: the dead-letter check failed, the stale-orphan check passed.
+    expect(page.get_by_text("Checks (4)")).to_be_visible()
+    # The check list: permanent failures fail their check; the others pass.
     listing = page.locator("body").aria_snapshot()
-    assert re.search(r"no_dead_tasks(?: no_dead_tasks)? Failed", listing), listing
+    assert re.search(r"no_failing_tasks(?: no_failing_tasks)? Failed", listing), listing
+    assert re.search(r"no_dead_tasks(?: no_dead_tasks)? Succeeded", listing), listing
     assert re.search(r"no_stale_orphans(?: no_stale_orphans)? Succeeded", listing), listing
+    page.get_by_text("no_failing_tasks").first.click()
+    expect(page.get_by_text("2 task(s) failed permanently").first).to_be_visible()
+    _shot(page, "13-failing-tasks-check")
+
+
+# -- the table of a run, its total, the catalog --------------------------------
+
+_RUN_TAGS_QUERY = """
+query {
+  runOrError(runId: "%s") { __typename ... on Run { tags { key value } } }
+}
+"""
+
+
+def _run_tags(base: str, run_id: str) -> dict[str, str]:
+    run = _graphql(base, _RUN_TAGS_QUERY % run_id)["runOrError"]
+    return {t["key"]: t["value"] for t in run.get("tags", [])}
+
+
+def _wait_for_total(base: str, run_id: str) -> dict[str, str]:
+    """The run report sensor tags finished runs within a few of its evaluations."""
+    deadline = time.monotonic() + FIRST_TICK_S
+    while time.monotonic() < deadline:
+        tags = _run_tags(base, run_id)
+        if "polaris/total" in tags:
+            return tags
+        time.sleep(1)
+    pytest.fail(f"run {run_id} got no polaris/total tag within {FIRST_TICK_S} s")
+
+
+def test_run_names_its_table_and_its_total_and_the_catalog_shows_the_purge(
+    page: Any, facts: dict[str, Any]
+) -> None:
+    orders = _table(facts, "orphaned", "sales.orders")
+    run = _run(facts, "sales.orders", success=True)
+    tags = _wait_for_total(page.base, run["run_id"])
+    assert tags["polaris/table"] == "sales.orders"
+    deleted = orders["files_before"] - orders["files_after"]
+    assert re.fullmatch(
+        rf"{deleted} file\(s\) deleted, \d+ already gone, 0 refused, [\d.]+ KiB freed; "
+        r"children: [1-9]\d* done",
+        tags["polaris/total"],
+    ), tags
+
+    # Found by its table in the runs list, with the total beside it.
+    _runs_with_tag(page, "polaris/table", "sales.orders")
+    expect(page.get_by_role("link", name=run["run_id"][:8])).to_be_visible()
+    expect(page.locator("[data-index]")).to_have_count(1)
+    _goto(page, f"/runs/{run['run_id']}")
+    page.get_by_role("button", name="View tags and config").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("polaris/table: sales.orders")
+    expect(dialog).to_contain_text(f"polaris/total: {deleted} file(s) deleted")
+    _shot(page, "14-run-table-and-total")
+    dialog.get_by_role("button", name="OK").click()
+
+    # The table's purge in the asset catalog (an asset no definition declares).
+    catalog = tags["polaris/catalog_id"]
+    asset = f"/assets/polaris/POLARIS/catalog_{catalog}/sales/orders"
+    _goto(page, asset)
+    expect(page.get_by_text("External Asset").first).to_be_visible()
+    expect(page.get_by_text("Asset history").first).to_be_visible()
+    _shot(page, "15-catalog-table")
+    _goto(page, asset + "?view=events")
+    expect(page.get_by_text("table sales.orders of realm POLARIS purged").first).to_be_visible()
+    expect(page.get_by_text("files deleted", exact=True).first).to_be_visible()
+    expect(page.get_by_role("link", name=run["run_id"][:8]).first).to_be_visible()
+    _shot(page, "16-catalog-table-purge-event")
+
+
+# -- alerts and freshness ------------------------------------------------------
+
+
+def test_alert_sensors_are_stopped_until_configured(page: Any) -> None:
+    _goto(page, "/locations/definitions/sensors/polaris_run_failure_alert")
     expect(
-        page.get_by_text("polaris-pipeline tasks requeue <task id> --realm POLARIS").first
+        page.get_by_text("Not configured: set POLARIS_PIPELINE_ALERT_WEBHOOK_URL").first
     ).to_be_visible()
-    _shot(page, "13-dead-letter-check")
+    expect(page.get_by_role("checkbox").first).not_to_be_checked()
+    _shot(page, "17-alert-sensor-stopped")
+    _goto(page, "/locations/definitions/sensors/polaris_check_failure_alert")
+    expect(page.get_by_text("Sends a backlog check that starts failing on").first).to_be_visible()
+
+
+def test_backlog_has_a_sweeper_freshness_check(page: Any, facts: dict[str, Any]) -> None:
+    checks = facts["backlog"]["checks"]
+    assert set(checks) == {
+        "no_dead_tasks",
+        "no_failing_tasks",
+        "no_stale_orphans",
+        "sweeper_is_sweeping",
+    }
+    # Seeded before `dagster dev` started: no sweeper had ever ticked on the instance.
+    assert checks["sweeper_is_sweeping"] is False
+    _goto(page, "/assets/polaris_task_backlog?view=checks")
+    expect(page.get_by_text("Checks (4)")).to_be_visible()
+    page.get_by_text("sweeper_is_sweeping").first.click()
+    expect(page.get_by_text("never started on this instance").first).to_be_visible()
+    _shot(page, "18-freshness-check")
