@@ -449,7 +449,7 @@ def permanently_failed(store: Metastore, realm: str, error: str) -> int:
     task = orphan(store, realm, HOUR_MS)
     lease = store.lease_task(realm, task.id, "test-executor")
     assert lease is not None
-    assert store.fail(lease, error, permanent=True).outcome.value == "dead"
+    assert store.fail(lease, error, run_id="run-of-a", permanent=True).outcome.value == "dead"
     return task.id
 
 
@@ -494,6 +494,11 @@ def test_failing_check_names_permanent_failures_apart_from_dead_ones(
     assert meta["permanent failures"] == 1 and meta["backing off after many attempts"] == 0
     assert [e["task_id"] for e in meta["permanent (sample)"]] == [str(permanent)]
     assert meta["permanent (sample)"][0]["last_error"] == "payload is not JSON"
+    # The run of the last attempt, as a link to it.
+    assert meta[f"last run of A/{permanent}"] == "run-of-a"
+    assert (
+        type(failing.metadata[f"last run of A/{permanent}"]).__name__ == "DagsterRunMetadataValue"
+    )
     assert "1 task(s) failed permanently" in (failing.description or "")
 
 

@@ -55,7 +55,7 @@ from polaris_pipeline.dagster.sweeper import SENSOR_NAME, SweepCursor
 from polaris_pipeline.formatting import iso_utc, short_task_name
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.settings import DEFAULT_MAX_ORPHAN_AGE_S
-from polaris_pipeline.tasks.model import LeasePolicy, TaskRow, TaskState
+from polaris_pipeline.tasks.model import LeasePolicy, Prop, TaskRow, TaskState
 
 ASSET_NAME = "polaris_task_backlog"
 DEAD_CHECK = "no_dead_tasks"
@@ -208,7 +208,7 @@ def _task_entry(task: TaskRow) -> dict[str, Any]:
         "name": short_task_name(task.name),
         "attempts": task.attempt_count,
         "last_error": task.last_error or "",
-        "last_run_id": task.properties.get("lastAttemptRunId", ""),
+        "last_run_id": task.properties.get(Prop.RUN_ID, ""),
     }
 
 
@@ -219,6 +219,15 @@ def _orphan_entry(orphan: Orphan) -> dict[str, Any]:
         "name": short_task_name(orphan.task.name),
         "waiting_s": round(orphan.waited_s, 1),
         "attempts": orphan.task.attempt_count,
+    }
+
+
+def _last_runs(tasks: Iterable[TaskRow]) -> dict[str, MetadataValue]:
+    """``last run of POLARIS/42``: a link to the run of each task's last attempt."""
+    return {
+        f"last run of {t.realm_id}/{t.id}": MetadataValue.dagster_run(run_id)
+        for t in tasks
+        if (run_id := t.properties.get(Prop.RUN_ID))
     }
 
 
@@ -244,6 +253,7 @@ def evaluate_dead_check(
     if not dead:
         return AssetCheckResult(passed=True, metadata=meta, severity=AssetCheckSeverity.ERROR)
     meta["sample"] = MetadataValue.json([_task_entry(t) for t in dead[:sample_size]])
+    meta.update(_last_runs(dead[:sample_size]))
     meta["revive with"] = MetadataValue.text(
         f"polaris-pipeline tasks requeue <task id> --realm {dead[0].realm_id}"
     )
@@ -283,6 +293,7 @@ def evaluate_failing_check(
         meta["permanent (sample)"] = MetadataValue.json(
             [_task_entry(t) for t in permanent[:sample_size]]
         )
+        meta.update(_last_runs(permanent[:sample_size]))
     if retrying:
         retrying.sort(key=lambda t: t.attempt_count, reverse=True)
         meta["backing off (sample)"] = MetadataValue.json(

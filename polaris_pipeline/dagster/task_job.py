@@ -607,7 +607,7 @@ def run_task(
         "status": outcome.status.value,
         "error": outcome.error or error,
         "permanent": outcome.permanent,
-        "dagster run id": context.run_id,
+        "dagster run id": MetadataValue.dagster_run(context.run_id),  # a link in the UI
     }
     if outcome.next_attempt_ms is not None:
         meta["next attempt"] = _iso(outcome.next_attempt_ms) or ""
