@@ -777,7 +777,7 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
     if args.dry_run:
         store = open_metastore(settings, read_only=True)
         store.check_schema()
-        with Runner(store, config) as runner:
+        with Runner(store, config, write_task_events=settings.task_events) as runner:
             return _dry_run(runner, store, realms, out, as_json=args.json)
     noting = _NotingMetastore(settings)
     noting.check_schema()
@@ -803,7 +803,13 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
             progress.clear()
             print(_outcome_line(outcome, summary, width), file=out, flush=True)
 
-    with Runner(noting, config, executor_id=executor, progress=progress) as runner:
+    with Runner(
+        noting,
+        config,
+        executor_id=executor,
+        progress=progress,
+        write_task_events=settings.task_events,
+    ) as runner:
         progress.status(f"sweeping {noting.display_url} …")
         sweep_args: dict[str, Any] = {}
         if args.batch_size is not None:

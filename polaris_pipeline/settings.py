@@ -23,6 +23,7 @@ variable                               field                       command-line 
 ``POLARIS_PIPELINE_SWEEP_MAX_PENDING_RUNS``  ``sweep_max_pending_runs``
 ``POLARIS_PIPELINE_MAX_ORPHAN_AGE_S``  ``max_orphan_age_s``
 ``POLARIS_PIPELINE_SWEEPER_AUTOSTART``  ``sweeper_autostart`` (true/false)
+``POLARIS_PIPELINE_TASK_EVENTS``       ``task_events`` (true/false)
 =====================================  ==========================  =====================
 
 ``POLARIS_PIPELINE_REALM_OVERRIDES`` is a JSON object of realm to its own values,
@@ -60,6 +61,7 @@ SWEEP_MAX_RUNS_ENV = "POLARIS_PIPELINE_SWEEP_MAX_RUNS"
 SWEEP_MAX_PENDING_ENV = "POLARIS_PIPELINE_SWEEP_MAX_PENDING_RUNS"
 MAX_ORPHAN_AGE_ENV = "POLARIS_PIPELINE_MAX_ORPHAN_AGE_S"
 SWEEPER_AUTOSTART_ENV = "POLARIS_PIPELINE_SWEEPER_AUTOSTART"
+TASK_EVENTS_ENV = "POLARIS_PIPELINE_TASK_EVENTS"
 
 # The sweeper sensor's cadence and bounds, and the backlog check's threshold.
 DEFAULT_SWEEP_INTERVAL_S = 60.0
@@ -206,6 +208,7 @@ _SPECS: dict[str, _Spec] = {
         MAX_ORPHAN_AGE_ENV, None, _number, _positive("the maximum orphan age")
     ),
     "sweeper_autostart": _Spec(SWEEPER_AUTOSTART_ENV, None, _boolean),
+    "task_events": _Spec(TASK_EVENTS_ENV, None, _boolean),
 }
 
 
@@ -237,6 +240,9 @@ class PipelineSettings:
     # / `dg dev` (a development start pointed at a production metastore must not purge
     # by surprise); True or False: as said, wherever it runs.
     sweeper_autostart: bool | None = None
+    # Write Polaris's BEFORE/AFTER_ATTEMPT_TASK rows to its events table (schema v3+).
+    # Off by default, as Polaris's own persistence listener is.
+    task_events: bool = False
 
     def __post_init__(self) -> None:
         if self.realms is not None:

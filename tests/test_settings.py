@@ -41,6 +41,7 @@ def test_every_variable_is_read() -> None:
         "POLARIS_PIPELINE_SWEEP_MAX_PENDING_RUNS": "20",
         "POLARIS_PIPELINE_MAX_ORPHAN_AGE_S": "120",
         "POLARIS_PIPELINE_SWEEPER_AUTOSTART": "True",
+        "POLARIS_PIPELINE_TASK_EVENTS": "true",
     }
     assert set(env) == set(env_names())
     s = PipelineSettings.from_env(env)
@@ -59,6 +60,7 @@ def test_every_variable_is_read() -> None:
     assert (s.sweep_interval_s, s.sweep_jitter) == (30.0, 0.5)
     assert (s.sweep_max_runs, s.sweep_max_pending_runs, s.max_orphan_age_s) == (10, 20, 120.0)
     assert s.sweeper_autostart is True
+    assert s.task_events is True
 
 
 def test_sweeper_autostart_is_a_boolean_or_unset() -> None:
@@ -132,3 +134,21 @@ def test_a_bad_override_names_its_flag() -> None:
 def test_direct_construction_is_validated_too() -> None:
     with pytest.raises(SettingsError, match="max_attempts"):
         PipelineSettings(max_attempts=0)
+
+
+def test_the_code_location_takes_the_whole_policy_and_the_events_switch() -> None:
+    """The CLI and build_defs_from_env read one PipelineSettings: nothing is dropped."""
+    from polaris_pipeline.dagster import build_defs_from_env
+
+    env = {
+        "POLARIS_PIPELINE_LEASE_TIMEOUT_MS": "60000",
+        "POLARIS_PIPELINE_METADATA_BATCH_SIZE": "4",
+        "POLARIS_PIPELINE_REALM_OVERRIDES": '{"TEST": {"lease_timeout_ms": 1000}}',
+        "POLARIS_PIPELINE_TASK_EVENTS": "true",
+    }
+    metastore = (build_defs_from_env(env).resources or {})["metastore"]
+    assert metastore.policy() == PipelineSettings.from_env(env).policy
+    assert metastore.policy().for_realm("TEST").lease_timeout_ms == 1000
+    assert metastore.write_task_events is True
+    default = (build_defs_from_env({}).resources or {})["metastore"]
+    assert default.policy() == LeasePolicy() and default.write_task_events is False

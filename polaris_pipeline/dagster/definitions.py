@@ -8,6 +8,7 @@ piece is added here once and reaches every deployment.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from collections.abc import Mapping, Sequence
@@ -40,6 +41,7 @@ from polaris_pipeline.dagster.sweeper import build_polaris_task_sweeper
 from polaris_pipeline.dagster.task_job import MULTIPROCESS_EXECUTOR, build_polaris_task_job
 from polaris_pipeline.metastore import URL_ENV
 from polaris_pipeline.settings import PipelineSettings
+from polaris_pipeline.tasks.model import RealmOverride
 
 # How the task job's steps execute: all in the run's own process (the default: a
 # run is one task's worth of work), one process per step, or on Celery workers
@@ -85,6 +87,9 @@ def build_defs(
     lease_timeout_ms: int | None = None,
     grace_ms: int | None = None,
     max_attempts: int | None = None,
+    metadata_batch_size: int | None = None,
+    realm_overrides: Mapping[str, RealmOverride] | None = None,
+    write_task_events: bool = False,
     storage: PolarisStorageResource | None = None,
     sweeper: SweeperSettings | None = None,
     backlog: BacklogSettings | None = None,
@@ -98,7 +103,8 @@ def build_defs(
 
     ``metastore_url`` should be an ``EnvVar`` so the UI shows the variable's
     name, never the URL; None means ``EnvVar("POLARIS_METASTORE_URL")``.
-    Unset lease settings keep the library's defaults.
+    Unset lease settings keep the library's defaults; ``write_task_events``
+    writes Polaris's task events (off by default, as in Polaris).
     ``executor`` chooses how the task job's steps run.
     ``sweeper_autostart``: see ``sweeper_default_status``. ``notify`` turns the
     alert sensors on (polaris_pipeline.dagster.alerts); ``alert_ui_url`` is the
@@ -110,14 +116,21 @@ def build_defs(
             ("lease_timeout_ms", lease_timeout_ms),
             ("grace_ms", grace_ms),
             ("max_attempts", max_attempts),
+            ("metadata_batch_size", metadata_batch_size),
         )
         if value is not None
     }
+    if realm_overrides:
+        policy["realm_overrides"] = {
+            realm: {k: v for k, v in dataclasses.asdict(o).items() if v is not None}
+            for realm, o in realm_overrides.items()
+        }
     task_job = build_polaris_task_job(executor_def=_task_executor(executor))
     resources: dict[str, Any] = {
         "metastore": PolarisMetastoreResource(
             url=EnvVar(URL_ENV) if metastore_url is None else metastore_url,
             realms=list(realms) if realms else None,
+            write_task_events=write_task_events,
             **policy,
         ),
         # config_path unset: $POLARIS_PIPELINE_STORAGE_CONFIG, read when a run starts.
@@ -186,6 +199,9 @@ def build_defs_from_env(environ: Mapping[str, str] | None = None) -> Definitions
         lease_timeout_ms=settings.lease_timeout_ms,
         grace_ms=settings.grace_ms,
         max_attempts=settings.max_attempts,
+        metadata_batch_size=settings.metadata_batch_size,
+        realm_overrides=settings.realm_overrides,
+        write_task_events=settings.task_events,
         sweeper=SweeperSettings(
             interval_seconds=settings.sweep_interval_s,
             jitter=settings.sweep_jitter,

@@ -220,6 +220,7 @@ def sweep_realm(
         executor_id=executor_id,
         run_id=context.run_id,
         resolver=storage.get_resolver(),
+        write_task_events=metastore.write_task_events,
     ) as runner:
         runner.sweep(
             [realm], batch_size=config.batch_size, max_tasks=config.max_tasks, on_outcome=tally

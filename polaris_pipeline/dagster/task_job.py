@@ -480,6 +480,7 @@ def _open_step(
         run_id=context.run_id,
         resolver=resolver,
         progress=_ProgressLog(context),
+        write_task_events=metastore.write_task_events,
     )
     try:
         yield _Step(runner, intent, busy is None, config_error)

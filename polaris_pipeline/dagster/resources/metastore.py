@@ -18,7 +18,10 @@ from pydantic import Field
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.connection import resolve_url, safe_url
 from polaris_pipeline.runner import DEFAULT_EXECUTOR_PREFIX, make_executor_id
-from polaris_pipeline.tasks.model import LeasePolicy
+from polaris_pipeline.tasks.model import LeasePolicy, RealmOverride
+
+# The library's defaults, written once in LeasePolicy.
+_DEFAULTS = LeasePolicy()
 
 _cache: dict[tuple[int, str, LeasePolicy], Metastore] = {}
 _cache_lock = threading.Lock()
@@ -67,7 +70,7 @@ class PolarisMetastoreResource(ConfigurableResource):
         default=None, description="Realms to sweep; null sweeps every realm that has tasks."
     )
     lease_timeout_ms: int = Field(
-        default=300_000,
+        default=_DEFAULTS.lease_timeout_ms,
         description="Lease period; must equal Polaris's POLARIS_TASK_TIMEOUT_MILLIS.",
     )
     grace_ms: int | None = Field(
@@ -78,7 +81,23 @@ class PolarisMetastoreResource(ConfigurableResource):
         ),
     )
     max_attempts: int = Field(
-        default=8, description="Attempts before a task is dead-lettered (then only requeue)."
+        default=_DEFAULTS.max_attempts,
+        description="Attempts before a task is dead-lettered (then only requeue).",
+    )
+    metadata_batch_size: int = Field(
+        default=_DEFAULTS.metadata_batch_size,
+        description="Paths per metadata batch child; Polaris's TABLE_METADATA_CLEANUP_BATCH_SIZE.",
+    )
+    realm_overrides: dict[str, dict[str, int]] | None = Field(
+        default=None,
+        description=(
+            "Realm -> its own lease_timeout_ms, grace_ms, metadata_batch_size "
+            "(Polaris allows realm overrides of both)."
+        ),
+    )
+    write_task_events: bool = Field(
+        default=False,
+        description="Write Polaris's BEFORE/AFTER_ATTEMPT_TASK rows to its events table.",
     )
     executor_prefix: str = Field(
         default=DEFAULT_EXECUTOR_PREFIX,
@@ -86,10 +105,16 @@ class PolarisMetastoreResource(ConfigurableResource):
     )
 
     def policy(self) -> LeasePolicy:
+        overrides = {
+            realm: RealmOverride.from_json_obj(values, realm=realm)
+            for realm, values in (self.realm_overrides or {}).items()
+        }
         return LeasePolicy(
             lease_timeout_ms=self.lease_timeout_ms,
             grace_ms=self.grace_ms,
             max_attempts=self.max_attempts,
+            metadata_batch_size=self.metadata_batch_size,
+            realm_overrides=overrides,
         )
 
     def get_metastore(self) -> Metastore:
