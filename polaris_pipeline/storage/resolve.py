@@ -32,10 +32,12 @@ from polaris_pipeline.storage.catalog_config import (
     AzureStorage,
     CatalogStorage,
     FileStorage,
+    GcsStorage,
     catalog_storage,
 )
 from polaris_pipeline.storage.config import StorageConfig, split_uri, uri_within
 from polaris_pipeline.storage.credentials import StsCredentials, s3_options
+from polaris_pipeline.storage.gcs_credentials import GcsCredentials, gcs_emulator
 from polaris_pipeline.storage.scope import task_scope
 from polaris_pipeline.tasks.model import TaskRow
 
@@ -61,12 +63,14 @@ class StorageResolver:
         *,
         sts: StsCredentials | None = None,
         azure: AzureCredentials | None = None,
+        gcs: GcsCredentials | None = None,
     ) -> None:
         self.config = config if config is not None else StorageConfig()
         # Shared by every task's resolver: vended credentials outlive one task, so
         # the children of one table reuse their parent's.
         self.sts = sts if sts is not None else StsCredentials()
         self.azure = azure if azure is not None else AzureCredentials()
+        self.gcs = gcs if gcs is not None else GcsCredentials()
         self._secrets = self.config.secrets()
         self._filesystems: dict[tuple[str, str], AbstractFileSystem] = {}
         self._lock = threading.Lock()
@@ -111,9 +115,12 @@ class StorageResolver:
             if not bucket:
                 raise StorageError(f"no bucket in {self.redact(uri)!r}")
             return self._get("s3", _filesystem_class("s3"), uri), rest
-        cls = _filesystem_class(scheme)
+        cls = self._filesystem_class(scheme)
         fs = self._get(scheme, cls, uri)
         return fs, cls._strip_protocol(uri)
+
+    def _filesystem_class(self, scheme: str) -> type[AbstractFileSystem]:
+        return _filesystem_class(scheme)
 
     def _get(self, protocol: str, cls: type[AbstractFileSystem], uri: str) -> AbstractFileSystem:
         options = self._options(uri, protocol)
@@ -196,7 +203,7 @@ class CatalogStorageResolver(StorageResolver):
     def __init__(
         self, parent: StorageResolver, storage: CatalogStorage, scope: tuple[str, ...]
     ) -> None:
-        super().__init__(parent.config, sts=parent.sts, azure=parent.azure)
+        super().__init__(parent.config, sts=parent.sts, azure=parent.azure, gcs=parent.gcs)
         self._filesystems = parent._catalog_filesystems
         self._lock = parent._lock
         self._max_filesystems = MAX_CATALOG_FILESYSTEMS
@@ -227,10 +234,22 @@ class CatalogStorageResolver(StorageResolver):
             sas = self.azure.sas_for(storage, parse_location(root))
             self._session_secrets = [sas.token]
             return adlfs_options(parse_location(root).account, sas)
+        if isinstance(storage, GcsStorage) and protocol == "gs":
+            return self.gcs.gcsfs_options(storage, self.scope)
         raise StorageError(
             f"{self.redact(uri)!r} is not {storage.storage_type} storage, which the "
             "catalog's storage configuration describes"
         )
+
+    def _filesystem_class(self, scheme: str) -> type[AbstractFileSystem]:
+        if scheme == "gs" and isinstance(self.storage, GcsStorage) and gcs_emulator():
+            # gcsfs's default class asks GCS's gRPC control plane for each bucket's
+            # layout, which no emulator serves (a 60 s timeout, again and again).
+            from gcsfs.core import GCSFileSystem
+
+            cls: type[AbstractFileSystem] = GCSFileSystem
+            return cls
+        return _filesystem_class(scheme)
 
     def _scope_root(self, uri: str) -> str:
         """The scope location holding ``uri``: credentials are made for that one."""
