@@ -11,7 +11,7 @@ Runs on a fresh machine with nothing else installed or running. In ``.demo/``
    be running it right now), and one with a malformed payload;
 4. evaluates the ``polaris_task_sweeper`` sensor and executes each run it asks
    for on a real Dagster instance, tick after tick until no run is requested;
-5. reports what was recovered, what was recorded as failed, what was left alone,
+5. reports what was recovered, what was dead-lettered, what was left alone,
    checks the files on disk, and prints how to open the Dagster UI on the data.
 
 Usage: ``python demo.py [--dir DIR]`` (``make demo``).
@@ -306,18 +306,18 @@ def report(demo: Demo, out: Any) -> bool:
         file=out,
     )
 
-    print("\nRefused and recorded as failed:", file=out)
+    print("\nRefused and dead-lettered at once (a payload that cannot heal):", file=out)
     bad = remaining.get(demo.malformed_task_id)
     if bad is None:
         ok = False
         print("  the malformed task is missing from the metastore", file=out)
     else:
-        ok = ok and bad.status == "failed" and bool(bad.last_error)
+        ok = ok and bad.status == "dead" and bad.failure_permanent and bool(bad.last_error)
         print(f"  {bad.last_error}", file=out)
         print(
             f"  attempt {bad.attempt_count} recorded in the row (lastAttemptRunId="
-            f"{bad.properties.get('lastAttemptRunId', '?')}); the sweeper retries it after "
-            "a backoff and dead-letters it after max_attempts",
+            f"{bad.properties.get('lastAttemptRunId', '?')}); a permanent failure is not "
+            "retried: fix the row, then `polaris-pipeline tasks requeue`",
             file=out,
         )
 

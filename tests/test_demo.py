@@ -38,14 +38,14 @@ def test_demo_recovers_orphans_and_leaves_live_work_alone(tmp_path: Path) -> Non
     assert re.search(r"3 table\(s\) purged, \d+ files deleted", out)
     for name in ("sales.orders", "sales.events", "sales.customers"):
         assert re.search(rf"{re.escape(name)}\s+\d+ files before, 0 after: purged, task done", out)
-    # Failed and recorded: the malformed task, with its error.
-    assert "Refused and recorded as failed:" in out
+    # Dead-lettered at once and recorded: the malformed task cannot heal (issue 13).
+    assert "Refused and dead-lettered at once (a payload that cannot heal):" in out
     assert "entity cleanup data is not JSON" in out
     # Left alone: the live Polaris lease, the task within grace, the table never dropped.
     assert re.search(r"sales\.payments .*leased by a live Polaris \(polaris-server-1\)", out)
     assert re.search(r"sales\.clicks .*within the grace period", out)
     assert re.search(r"sales\.inventory\s+not dropped: (\d+)/\1 files untouched", out)
-    assert "as expected." in out
+    assert "as expected." in out and "NOT as expected" not in out
     assert "dagster dev -w workspace.yaml" in out
     assert f"DAGSTER_HOME={demo_dir}/dagster_home" in out
 
@@ -56,7 +56,8 @@ def test_demo_recovers_orphans_and_leaves_live_work_alone(tmp_path: Path) -> Non
     finally:
         store.dispose()
     malformed = tasks.pop("entityCleanup_4711")
-    assert malformed.status == "failed" and "not JSON" in (malformed.last_error or "")
+    assert malformed.status == "dead" and malformed.failure_permanent
+    assert "not JSON" in (malformed.last_error or "")
     assert malformed.properties.get("lastAttemptRunId")
     live = [t for t in tasks.values() if t.executor_id == "polaris-server-1"]
     assert len(live) == 1 and live[0].attempt_count == 1
