@@ -595,7 +595,7 @@ def test_orphaned_children_of_one_purge_share_a_run(
     config = by_realm["A"].run_config["ops"]["run_polaris_task"]["config"]
     assert sorted(config["task_ids"]) == sorted(str(t.id) for t in one)
     assert by_realm["A"].tags["polaris/tasks"] == "3"
-    assert by_realm["A"].run_key.startswith("A:orphans:entityCleanup_7:")
+    assert (by_realm["A"].run_key or "").startswith("A:orphans:entityCleanup_7:")
     assert sorted(
         by_realm["B"].run_config["ops"]["run_polaris_task"]["config"]["task_ids"]
     ) == sorted(str(t.id) for t in other_realm)
