@@ -10,6 +10,7 @@ session and checked here.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -326,8 +327,13 @@ def test_table_purged_with_assumed_role_and_no_storage_config(
 
 
 def test_denied_roles_fail_clearly_delete_nothing_and_the_sweep_goes_on(
-    moto_iam: MotoIam, recorder: StsRecorder, store: Metastore, tmp_path: Path
+    moto_iam: MotoIam,
+    recorder: StsRecorder,
+    store: Metastore,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.DEBUG, logger="polaris_pipeline")
     bucket = moto_iam.new_bucket()
     # One table dropped twice (two tasks, two roles): both must fail and keep it whole.
     kept = _table(moto_iam, tmp_path, bucket, "kept")
@@ -356,8 +362,9 @@ def test_denied_roles_fail_clearly_delete_nothing_and_the_sweep_goes_on(
     )
     for row in rows.values():
         assert row is not None and row.properties.get(Prop.NEXT_ATTEMPT)  # backs off
-    # No credential of any kind in what was recorded.
-    recorded = json.dumps([row.properties for row in rows.values() if row])
+    # No credential of any kind in what was recorded or logged.
+    recorded = json.dumps([row.properties for row in rows.values() if row]) + caplog.text
+    assert "AccessDenied" in caplog.text
     assert len(recorder.secrets) == 4  # the powerless and the purger roles' sessions
     for secret in [*recorder.secrets, moto_iam.sweeper.secret, "ext-forbidden", "ext-powerless"]:
         assert secret not in recorded
