@@ -624,3 +624,32 @@ def test_orphaned_children_of_one_purge_share_a_run(
     ids = {int(r.tags["polaris/task_id"]) for r in again.run_requests or []}
     assert not ids & {t.id for t in [*one, *other_realm]}
     assert all("polaris/tasks" not in r.tags for r in again.run_requests or [])
+
+
+def test_the_tick_cap_counts_runs_so_one_tables_orphans_are_one_run(
+    metastore: Metastore, instance: DagsterInstance
+) -> None:
+    """A table's orphaned children far beyond the run cap still become one run."""
+    old = metastore.now_ms() - OLD_MS
+    orphans = [
+        purge_child(
+            "A", "entityCleanup_7", ("ns", "t"), [f"file:///wh/ns/t/m{i}"], create_timestamp=old
+        )
+        for i in range(25)
+    ]
+    metastore.insert_tasks(orphans)
+    singles = old_tasks(metastore, "A", 4)
+
+    result = evaluate(
+        metastore_resource(metastore), instance, sweeper=SweeperSettings(max_runs_per_tick=3)
+    )
+
+    assert isinstance(result, SensorResult)
+    requests = result.run_requests or []
+    assert len(requests) == 3  # the cap: runs, not tasks
+    [group] = [r for r in requests if "polaris/tasks" in r.tags]
+    config = group.run_config["ops"]["run_polaris_task"]["config"]
+    assert sorted(config["task_ids"]) == sorted(str(t.id) for t in orphans)
+    # Two single tasks of four fit under the cap; the tick says more is waiting.
+    assert len({r.tags["polaris/task_id"] for r in requests} & {str(t.id) for t in singles}) == 2
+    assert SweepCursor.parse(result.cursor).backlog

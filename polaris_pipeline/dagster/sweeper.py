@@ -88,6 +88,10 @@ _WAITING_STATUSES = [
     DagsterRunStatus.STARTING,
 ]
 
+# Rows read per run a tick may request: a table's orphaned children share one run,
+# so up to this many of them per run cap are read to gather them.
+ROWS_PER_RUN_SELECTED = 10
+
 
 @dataclass(frozen=True)
 class SweepCursor:
@@ -384,9 +388,15 @@ def sweep_tick(
     )
 
     started = time.monotonic()
-    rows = metastore.get_metastore().select_available(limit + len(queued), metastore.realms)
+    # The cap counts runs, and orphaned children of one purge share a run: read
+    # enough rows that a table's whole set of orphans can become one run.
+    rows = metastore.get_metastore().select_available(
+        limit * ROWS_PER_RUN_SELECTED + len(queued), metastore.realms
+    )
     elapsed = time.monotonic() - started
-    candidates = [t for t in rows if (t.realm_id, t.id) not in queued][:limit]
+    available = [t for t in rows if (t.realm_id, t.id) not in queued]
+    runs = group_candidates(available, metastore.get_metastore().task_names_present)[:limit]
+    candidates = [task for run in runs for task in run.tasks]
     seen = {task.realm_id for task in candidates}
     partitions, synced = realm_partition_requests(
         context, metastore, seen, cursor, now, realm_refresh_seconds
@@ -402,15 +412,14 @@ def sweep_tick(
         )
 
     # A full batch means more is waiting: sweep again at the next evaluation.
-    backlog = len(candidates) >= settings.max_runs_per_tick
+    backlog = len(runs) >= settings.max_runs_per_tick or len(candidates) < len(available)
     cursor_out = SweepCursor(now if backlog else later, backlog=backlog, realms_synced_ms=synced)
     context.log.info(
-        f"selected {len(candidates)} available task(s) (orphaned children of one purge "
-        f"share a run) in {', '.join(sorted(seen))} in "
+        f"selected {len(candidates)} available task(s) in {len(runs)} run(s) (orphaned "
+        f"children of one purge share a run) in {', '.join(sorted(seen))} in "
         f"{elapsed:.2f} s (each run leases its task when it starts); "
         + ("backlog: sweeping again at the next evaluation" if backlog else f"next in {wait_s} s")
     )
-    runs = group_candidates(candidates, metastore.get_metastore().task_names_present)
     return SensorResult(
         run_requests=[run_request_for(run) for run in runs],
         cursor=cursor_out.dump(),
