@@ -441,10 +441,6 @@ class Lease:
     name: str = ""
 
     @property
-    def run_key(self) -> str:
-        return f"{self.realm_id}:{self.task_id}:{self.attempt}"
-
-    @property
     def label(self) -> str:
         return f"{self.realm_id}/{self.task_id} {self.name!r}"
 
