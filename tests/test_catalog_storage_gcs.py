@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +27,6 @@ from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.tasks.model import Prop
 from tests.support.gcs import FakeGcs, fake_gcs  # noqa: F401
 from tests.support.tasks import batch_task, sqlite_metastore
-
-# Seen here: with gcsfs 2026.x (6.0, 8.2, 10.1) over fsspec 2026.9, a sweep against
-# fake-gcs-server hangs in fsspec's sync() after a few requests (a read, then a
-# stat or delete never answered); gcsfs 2025.12 (which pins fsspec 2025.12, too
-# old for our s3fs) passes all of these. Until that is understood, the sweeping
-# tests run only on a gcsfs that is known to work.
-_GCSFS_HANGS = version("gcsfs") >= "2026"
-sweeps = pytest.mark.skipif(
-    _GCSFS_HANGS, reason=f"gcsfs {version('gcsfs')} hangs against fake-gcs-server in a sweep"
-)
 
 
 def _storage_info(bucket: str) -> str:
@@ -107,7 +96,6 @@ def test_access_boundary_limits_each_bucket_to_the_prefixes() -> None:
         boundary_rules(["s3://b/t"])
 
 
-@sweeps
 def test_table_purged_and_the_neighbour_kept(
     emulator: FakeGcs, store: Metastore, tmp_path: Path
 ) -> None:
@@ -131,7 +119,6 @@ def test_table_purged_and_the_neighbour_kept(
     assert neighbour in remaining
 
 
-@sweeps
 def test_guard_refuses_on_gcs_what_it_refuses_on_s3(emulator: FakeGcs, store: Metastore) -> None:
     bucket = emulator.new_bucket()
     root = f"gs://{bucket}/wh/ns/t"
@@ -161,7 +148,6 @@ def test_guard_refuses_on_gcs_what_it_refuses_on_s3(emulator: FakeGcs, store: Me
     assert emulator.names(bucket) == {"wh/ns/t2/data/b.parquet"}
 
 
-@sweeps
 def test_a_gs_location_outside_allowed_locations_is_recorded(
     emulator: FakeGcs, store: Metastore
 ) -> None:

@@ -8,10 +8,11 @@
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -49,6 +50,11 @@ class FakeGcs:
         self.fs().pipe(f"{bucket}/{name}", data)
 
 
+def _drain(stream: IO[bytes]) -> None:
+    while stream.read(65536):
+        pass
+
+
 @pytest.fixture(scope="module")
 def fake_gcs() -> Iterator[FakeGcs]:
     try:
@@ -58,6 +64,12 @@ def fake_gcs() -> Iterator[FakeGcs]:
     before = os.environ.get(EMULATOR_ENV)
     server = FakeGCSServer()
     server.start()
+    # The wrapper pipes the server's stderr and never reads it: once a sweep's worth
+    # of request logs (64 KiB) fills the pipe, the server blocks and every request
+    # hangs. Drain it.
+    stderr = getattr(getattr(server, "_process", None), "stderr", None)
+    if stderr is not None:
+        threading.Thread(target=_drain, args=(stderr,), daemon=True).start()
     # Undo the wrapper's process-wide variable: other tests must not see an emulator.
     if before is None:
         os.environ.pop(EMULATOR_ENV, None)
