@@ -1,22 +1,17 @@
-"""Dagster assets of the polaris-pipeline code location: the realms and their task backlog."""
+"""This code location's assets: the task backlog of every realm and its checks."""
 
 from polaris_pipeline.dagster.backlog import (
+    BACKLOG_CHECKS,
     BacklogSettings,
-    no_dead_tasks,
-    no_stale_orphans,
     polaris_backlog_job,
     polaris_backlog_schedule,
     polaris_task_backlog,
 )
-from polaris_pipeline.dagster.partitions import REALM_PARTITIONS_NAME, realm_partitions
 
 __all__ = [
-    "REALM_PARTITIONS_NAME",
+    "BACKLOG_CHECKS",
     "BacklogSettings",
-    "no_dead_tasks",
-    "no_stale_orphans",
     "polaris_backlog_job",
     "polaris_backlog_schedule",
     "polaris_task_backlog",
-    "realm_partitions",
 ]

@@ -1,21 +1,22 @@
-"""Dagster sensors of the polaris-pipeline code location."""
+"""This code location's sensors: the sweeper, the run report and the alerts."""
 
+from polaris_pipeline.dagster.alerts import build_polaris_check_alert, build_polaris_failure_alert
+from polaris_pipeline.dagster.reporting import build_run_report_sensor
 from polaris_pipeline.dagster.sweeper import (
-    REALM_REFRESH_SECONDS,
     SENSOR_NAME,
     SweepCursor,
     build_polaris_task_sweeper,
     polaris_task_sweeper,
-    realm_partition_requests,
     sweep_tick,
 )
 
 __all__ = [
-    "REALM_REFRESH_SECONDS",
     "SENSOR_NAME",
     "SweepCursor",
+    "build_polaris_check_alert",
+    "build_polaris_failure_alert",
     "build_polaris_task_sweeper",
+    "build_run_report_sensor",
     "polaris_task_sweeper",
-    "realm_partition_requests",
     "sweep_tick",
 ]

@@ -1,19 +1,18 @@
-"""Realm partitions and the realm backfill job, against real metastores and Dagster.
+"""The realm backfill job, against real metastores and Dagster.
 
-Here: the partitions the sweeper keeps, what one realm's run does, and the
-realm config checked against the metastore (the job is not partitioned).
+Here: what one realm's run does, the realm config checked against the
+metastore (the job is not partitioned), and that the sweeper keeps no partitions.
 """
 
 from __future__ import annotations
 
+import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from dagster import (
-    AddDynamicPartitionsRequest,
     DagsterInstance,
     DagsterInvalidConfigError,
     SensorResult,
@@ -24,7 +23,6 @@ from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
 
-from polaris_pipeline.dagster.partitions import REALM_PARTITIONS_NAME
 from polaris_pipeline.dagster.realm_backfill import (
     JOB_NAME,
     OP_NAME,
@@ -36,11 +34,8 @@ from polaris_pipeline.dagster.resources import (
     PolarisStorageResource,
     SweeperSettings,
 )
-from polaris_pipeline.dagster.sweeper import (
-    REALM_REFRESH_SECONDS,
-    SweepCursor,
-    polaris_task_sweeper,
-)
+from polaris_pipeline.dagster.sweeper import SweepCursor, polaris_task_sweeper
+from polaris_pipeline.formatting import iso_utc
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop
 from tests.support.dagster import metastore_resource
@@ -70,99 +65,30 @@ def tick(
     return result
 
 
-def apply(result: SensorResult, instance: DagsterInstance) -> list[str]:
-    """What the sensor daemon does with the tick's partition requests; the keys added."""
-    added: list[str] = []
-    for request in result.dynamic_partitions_requests or []:
-        assert isinstance(request, AddDynamicPartitionsRequest)
-        assert request.partitions_def_name == REALM_PARTITIONS_NAME
-        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
-        added += request.partition_keys
-    return added
-
-
-def due(cursor: str | None, *, synced_ago_s: float) -> str:
-    """The cursor of a sweep that is due now, with the realms synced ``synced_ago_s`` ago."""
-    now = int(time.time() * 1000)
-    synced = SweepCursor.parse(cursor).realms_synced_ms
-    assert synced is not None
-    return SweepCursor(
-        next_sweep_ms=now - 1, realms_synced_ms=now - int(synced_ago_s * 1000)
-    ).dump()
-
-
 def old(store: Metastore, realm: str, n: int) -> list[NewTask]:
     return seed(store, realm, n, create_timestamp=store.now_ms() - OLD_MS)
 
 
-# -- the realm partitions the sweeper keeps ----------------------------------------
+# -- no realm partitions any more --------------------------------------------------
 
 
-def test_sweeper_keeps_the_realm_partitions(metastore: Metastore, instance: DagsterInstance):
+def test_the_sweeper_keeps_no_realm_partitions(metastore: Metastore, instance: DagsterInstance):
+    """The backfill takes its realm as config and the backlog is not partitioned: the
+    sweeper registers no partitions, and a cursor of an older version still parses."""
     old(metastore, "A", 2)
-    seed(metastore, "B", 1)  # only a task within grace: not leased, but a realm
-    resource = metastore_resource(metastore)
+    seed(metastore, "B", 1)
+    legacy = '{"next_sweep_ms": 1, "backlog": false, "realms_synced_ms": 5}'
 
-    first = tick(resource, instance)
-    assert len(first.run_requests or []) == 2
-    # First sweep: the metastore's realms, all of them.
-    assert apply(first, instance) == ["A", "B"]
-    assert sorted(instance.get_dynamic_partitions(REALM_PARTITIONS_NAME)) == ["A", "B"]
+    result = tick(metastore_resource(metastore), instance, legacy)
 
-    # A realm whose task is leased by this tick is added at once; one whose tasks are
-    # all within grace waits for the next refresh of the list.
-    old(metastore, "C", 1)
-    seed(metastore, "D", 1)
-    recent = due(first.cursor, synced_ago_s=5)
-    second = tick(resource, instance, recent)
-    # (A's tasks are selected again: the first tick's runs were never launched, and a
-    # run, not the tick, leases its task.)
-    assert sorted({r.tags["polaris/realm"] for r in second.run_requests or []}) == ["A", "C"]
-    assert apply(second, instance) == ["C"]
-    # The list was not read: the sync time stays that of the earlier sweep.
-    synced = SweepCursor.parse(second.cursor).realms_synced_ms
-    assert synced == SweepCursor.parse(recent).realms_synced_ms
-
-    third = tick(resource, instance, due(second.cursor, synced_ago_s=REALM_REFRESH_SECONDS + 1))
-    assert {r.tags["polaris/realm"] for r in third.run_requests or []} <= {"A", "C"}
-    assert apply(third, instance) == ["D"]
-    synced = SweepCursor.parse(third.cursor).realms_synced_ms
-    assert synced is not None and synced >= int(time.time() * 1000) - 10_000
-
-    # Known realms are not requested again.
-    fourth = tick(resource, instance, due(third.cursor, synced_ago_s=REALM_REFRESH_SECONDS + 1))
-    assert not fourth.dynamic_partitions_requests
-    assert sorted(instance.get_dynamic_partitions(REALM_PARTITIONS_NAME)) == ["A", "B", "C", "D"]
-
-
-def test_configured_realms_are_the_partitions(metastore: Metastore, instance: DagsterInstance):
-    old(metastore, "A", 1)
-    old(metastore, "B", 1)  # another deployment's realm
-
-    result = tick(metastore_resource(metastore, realms=["A", "Z"]), instance)
-
-    assert [r.tags["polaris/realm"] for r in result.run_requests or []] == ["A"]
-    assert apply(result, instance) == ["A", "Z"]
-
-
-def test_a_failed_partition_sync_never_fails_the_tick(
-    metastore: Metastore, instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
-):
-    tasks = old(metastore, "A", 2)
-
-    def unreachable(partitions_def_name: str) -> list[str]:
-        raise ConnectionError("Dagster's storage went away")
-
-    # Dagster's own storage fails after the leases were granted.
-    monkeypatch.setattr(instance, "get_dynamic_partitions", unreachable)
-    result = tick(metastore_resource(metastore), instance)
-
-    # The leases of the tick still become runs; the list is read again next sweep.
-    assert {int(r.tags["polaris/task_id"]) for r in result.run_requests or []} == {
-        t.id for t in tasks
-    }
+    assert len(result.run_requests or []) == 2
     assert not result.dynamic_partitions_requests
-    assert SweepCursor.parse(result.cursor).realms_synced_ms is None
+    assert instance.get_dynamic_partitions("polaris_realms") == []
+    cursor = json.loads(result.cursor or "{}")
+    assert "realms_synced_ms" not in cursor
+    # The next sweep, for people reading the sensor page, beside the epoch ms.
+    assert cursor["next_sweep"] == iso_utc(cursor["next_sweep_ms"])
+    assert SweepCursor.parse(result.cursor).next_sweep_ms == cursor["next_sweep_ms"]
 
 
 # -- one realm's backfill run ------------------------------------------------------

@@ -653,3 +653,39 @@ def test_the_tick_cap_counts_runs_so_one_tables_orphans_are_one_run(
     # Two single tasks of four fit under the cap; the tick says more is waiting.
     assert len({r.tags["polaris/task_id"] for r in requests} & {str(t.id) for t in singles}) == 2
     assert SweepCursor.parse(result.cursor).backlog
+
+
+def test_the_sensor_page_states_the_real_cadence() -> None:
+    defs = build_defs_from_env(
+        {"POLARIS_PIPELINE_SWEEP_INTERVAL_S": "120", "POLARIS_PIPELINE_SWEEP_JITTER": "0.25"}
+    )
+    description = defs.resolve_sensor_def(polaris_task_sweeper.name).description or ""
+    assert "every 120 s plus up to 30 s of random jitter (25%)" in description
+    assert "(every 10 s)" in description  # the evaluation interval, named as such
+
+
+def test_why_each_selected_task_is_available(metastore: Metastore) -> None:
+    from polaris_pipeline.tasks.summary import why_available
+
+    now = metastore.now_ms()
+    fresh = batch_task("A", create_timestamp=now - OLD_MS)
+    expired = batch_task(
+        "A", extra={Prop.EXECUTOR: "gone-host", Prop.START_TIME: "1", Prop.ATTEMPT_COUNT: "1"}
+    )
+    backoff = batch_task(
+        "A",
+        extra={
+            Prop.EXECUTOR: "x",
+            Prop.START_TIME: "1",
+            Prop.ATTEMPT_COUNT: "2",
+            Prop.STATUS: "failed",
+            Prop.NEXT_ATTEMPT: "2",
+        },
+    )
+    requeued = batch_task("A", extra={Prop.STATUS: "requeued", Prop.ATTEMPT_COUNT: "0"})
+    metastore.insert_tasks([fresh, expired, backoff, requeued])
+    reasons = {t.id: why_available(t) for t in metastore.list_tasks()}
+    assert reasons[fresh.id] == "never leased, past the grace period"
+    assert reasons[expired.id] == "lease expired"
+    assert reasons[backoff.id] == "backoff over"
+    assert reasons[requeued.id] == "requeued by an operator"

@@ -146,7 +146,9 @@ def build_defs(
         jobs=[task_job, polaris_realm_backfill_job, polaris_backlog_job],
         sensors=[
             build_polaris_task_sweeper(
-                task_job, default_status=sweeper_default_status(sweeper_autostart)
+                task_job,
+                default_status=sweeper_default_status(sweeper_autostart),
+                cadence=resources["sweeper"],
             ),
             build_run_report_sensor(task_job.name),
             *alert_sensors(notify, alert_ui_url),

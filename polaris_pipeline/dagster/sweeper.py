@@ -8,16 +8,9 @@ metastore spread out instead of hitting it together. A sweep that filled its
 per-tick cap sets the next sweep to now: the backlog drains one capped batch
 per evaluation, and each tick stays small and fast.
 
-Realm partitions: every sweep also keeps the ``polaris_realms`` dynamic
-partitions up to date (``AddDynamicPartitionsRequest``), for the realm backfill
-job and the backlog asset. Realms of the tasks just leased are added at once;
-the full list (``Metastore.realms()``, one loose index scan on PostgreSQL, or
-the configured realms) is read at most every ``realm_refresh_seconds``. Only the
-sweeps read it, never the skipped evaluations, and a failure there is logged,
-never allowed to fail the tick (its leases are already granted).
-
-Cursor: JSON ``{"next_sweep_ms": <epoch ms>, "backlog": <bool>,
-"realms_synced_ms": <epoch ms>}``.
+Cursor: JSON ``{"next_sweep_ms": <epoch ms>, "backlog": <bool>}``. (Cursors of
+earlier versions also held ``realms_synced_ms``, for realm partitions that no
+job or asset uses any more; it is ignored.)
 """
 
 import hashlib
@@ -32,7 +25,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dagster import (
-    AddDynamicPartitionsRequest,
     DagsterRun,
     DagsterRunStatus,
     DefaultSensorStatus,
@@ -46,7 +38,6 @@ from dagster import (
     sensor,
 )
 
-from polaris_pipeline.dagster.partitions import REALM_PARTITIONS_NAME
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
@@ -63,15 +54,16 @@ from polaris_pipeline.dagster.task_job import (
     run_task_ids,
 )
 from polaris_pipeline.errors import PolarisPipelineError
+from polaris_pipeline.formatting import iso_utc
 from polaris_pipeline.orphan_groups import CandidateRun, group_candidates
 from polaris_pipeline.tasks.model import TaskState
+from polaris_pipeline.tasks.summary import why_available
 
 SENSOR_NAME = "polaris_task_sweeper"
 # How often the daemon may evaluate the sensor. Evaluations before the cursor's
 # next sweep time cost nothing (no database access), so this can be short.
 MINIMUM_INTERVAL_SECONDS = 10
 # How often a sweep reads the list of realms to add new realm partitions.
-REALM_REFRESH_SECONDS = 600
 
 # The start rate the queue note uses is measured over this window.
 _START_RATE_WINDOW_S = 600
@@ -91,14 +83,14 @@ _WAITING_STATUSES = [
 # Rows read per run a tick may request: a table's orphaned children share one run,
 # so up to this many of them per run cap are read to gather them.
 ROWS_PER_RUN_SELECTED = 10
+# Tasks named one by one in a tick's log; the rest are counted.
+_LOGGED_TASKS = 20
 
 
 @dataclass(frozen=True)
 class SweepCursor:
     next_sweep_ms: int | None = None
     backlog: bool = False
-    # When the realm partitions were last synced with the metastore's realms.
-    realms_synced_ms: int | None = None
 
     @classmethod
     def parse(cls, raw: str | None) -> "SweepCursor":
@@ -108,23 +100,35 @@ class SweepCursor:
         try:
             data = json.loads(raw)
             next_ms = data.get("next_sweep_ms")
-            synced = data.get("realms_synced_ms")
             return cls(
                 next_sweep_ms=int(next_ms) if next_ms is not None else None,
                 backlog=bool(data.get("backlog", False)),
-                realms_synced_ms=int(synced) if synced is not None else None,
             )
         except (ValueError, TypeError, AttributeError):
             return cls()
 
     def dump(self) -> str:
+        # The ISO time is for the people reading the sensor page; parse ignores it.
         return json.dumps(
             {
                 "next_sweep_ms": self.next_sweep_ms,
+                "next_sweep": iso_utc(self.next_sweep_ms) if self.next_sweep_ms else None,
                 "backlog": self.backlog,
-                "realms_synced_ms": self.realms_synced_ms,
             }
         )
+
+
+def cadence_text(settings: SweeperSettings, evaluation_interval_s: int) -> str:
+    """The sweep cadence in words, as the sensor page shows it."""
+    jitter_s = settings.interval_seconds * settings.jitter
+    return (
+        f"Sweeps the metastore every {settings.interval_seconds:g} s plus up to "
+        f"{jitter_s:g} s of random jitter ({settings.jitter:.0%}), at most "
+        f"{settings.max_runs_per_tick} run(s) per sweep and none while "
+        f"{settings.max_pending_runs} run(s) wait to start; a sweep that fills its cap "
+        f"sweeps again at the next evaluation (every {evaluation_interval_s} s). The cursor "
+        "holds the next sweep's time."
+    )
 
 
 def next_sweep_ms(now_ms: int, settings: SweeperSettings, rng: random.Random | None = None) -> int:
@@ -213,56 +217,6 @@ def nothing_available_reason(
     return f"no orphaned tasks in {where}; {', '.join(parts)}{limit_note}; next sweep in {wait_s} s"
 
 
-def _existing_partitions(context: SensorEvaluationContext) -> set[str]:
-    try:
-        instance = context.instance
-    except Exception:
-        # A context built for a test without an instance: nothing is known yet.
-        return set()
-    return set(instance.get_dynamic_partitions(REALM_PARTITIONS_NAME))
-
-
-def realm_partition_requests(
-    context: SensorEvaluationContext,
-    metastore: PolarisMetastoreResource,
-    seen: Iterable[str],
-    cursor: SweepCursor,
-    now_ms: int,
-    refresh_seconds: float = REALM_REFRESH_SECONDS,
-) -> tuple[list[AddDynamicPartitionsRequest], int | None]:
-    """Requests adding the realms that are not partitions yet, and the new sync time.
-
-    ``seen`` (the realms of this tick's leases) costs nothing; the metastore's
-    full list is read only when the last sync is ``refresh_seconds`` old. With
-    configured realms, those are the partitions and the metastore is not asked.
-    Never raises: the leases of the tick are already granted.
-    """
-    synced = cursor.realms_synced_ms
-    due = synced is None or now_ms - synced >= refresh_seconds * 1000
-    candidates = set(seen)
-    try:
-        if due:
-            configured = metastore.realms
-            if configured is not None:
-                candidates.update(configured)
-            else:
-                candidates.update(metastore.get_metastore().realms())
-            synced = now_ms
-        if not candidates:
-            return [], synced
-        new = sorted(candidates - _existing_partitions(context))
-    except Exception as exc:
-        context.log.warning(
-            f"realm partitions not updated this tick ({type(exc).__name__}: {exc}); "
-            "trying again at the next sweep"
-        )
-        return [], cursor.realms_synced_ms
-    if not new:
-        return [], synced
-    context.log.info(f"adding realm partition(s) {', '.join(new)} to {REALM_PARTITIONS_NAME}")
-    return [AddDynamicPartitionsRequest(REALM_PARTITIONS_NAME, new)], synced
-
-
 def config_problem(
     metastore: PolarisMetastoreResource, storage: PolarisStorageResource | None
 ) -> str | None:
@@ -342,7 +296,6 @@ def sweep_tick(
     *,
     job_name: str = polaris_task_job.name,
     now_ms: int | None = None,
-    realm_refresh_seconds: float = REALM_REFRESH_SECONDS,
 ) -> SensorResult | SkipReason:
     """One evaluation of the sweeper; see the module docstring."""
     try:
@@ -364,7 +317,7 @@ def sweep_tick(
                 f"configuration error, nothing selected (every run would fail): {problem}; "
                 f"next check in {wait_s} s"
             ),
-            cursor=SweepCursor(later, realms_synced_ms=cursor.realms_synced_ms).dump(),
+            cursor=SweepCursor(later).dump(),
         )
     waiting = _waiting_runs(context, job_name)
     pending = len(waiting)
@@ -378,7 +331,7 @@ def sweep_tick(
                 "the run queue, not the metastore, is the bottleneck; selecting nothing until "
                 f"they start (a waiting run holds no lease); next sweep in {wait_s} s"
             ),
-            cursor=SweepCursor(later, realms_synced_ms=cursor.realms_synced_ms).dump(),
+            cursor=SweepCursor(later).dump(),
         )
     limit = min(settings.max_runs_per_tick, room)
     # Tasks of runs still waiting, and of runs started within a lease timeout (their
@@ -398,22 +351,30 @@ def sweep_tick(
     runs = group_candidates(available, metastore.get_metastore().task_names_present)[:limit]
     candidates = [task for run in runs for task in run.tasks]
     seen = {task.realm_id for task in candidates}
-    partitions, synced = realm_partition_requests(
-        context, metastore, seen, cursor, now, realm_refresh_seconds
-    )
     if not candidates:
         note = f" ({pending} run(s) still waiting to start)" if pending else ""
         if rows:
             note = f" ({len(rows)} available task(s) already have a run waiting to start)"
         return SensorResult(
             skip_reason=nothing_available_reason(metastore, wait_s, limit_note=note),
-            cursor=SweepCursor(later, realms_synced_ms=synced).dump(),
-            dynamic_partitions_requests=partitions,
+            cursor=SweepCursor(later).dump(),
         )
 
     # A full batch means more is waiting: sweep again at the next evaluation.
     backlog = len(runs) >= settings.max_runs_per_tick or len(candidates) < len(available)
-    cursor_out = SweepCursor(now if backlog else later, backlog=backlog, realms_synced_ms=synced)
+    cursor_out = SweepCursor(now if backlog else later, backlog=backlog)
+    context.log.info(
+        "available: "
+        + "; ".join(
+            f"{t.realm_id}/{t.id} (attempts so far {t.attempt_count}: {why_available(t)})"
+            for t in candidates[:_LOGGED_TASKS]
+        )
+        + (
+            f"; and {len(candidates) - _LOGGED_TASKS} more"
+            if len(candidates) > _LOGGED_TASKS
+            else ""
+        )
+    )
     context.log.info(
         f"selected {len(candidates)} available task(s) in {len(runs)} run(s) (orphaned "
         f"children of one purge share a run) in {', '.join(sorted(seen))} in "
@@ -423,7 +384,6 @@ def sweep_tick(
     return SensorResult(
         run_requests=[run_request_for(run) for run in runs],
         cursor=cursor_out.dump(),
-        dynamic_partitions_requests=partitions,
     )
 
 
@@ -433,10 +393,13 @@ def build_polaris_task_sweeper(
     name: str = SENSOR_NAME,
     minimum_interval_seconds: int = MINIMUM_INTERVAL_SECONDS,
     default_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
-    realm_refresh_seconds: float = REALM_REFRESH_SECONDS,
     check_storage: bool = True,
+    cadence: SweeperSettings | None = None,
 ) -> SensorDefinition:
     """The sweeper sensor for ``job`` (a job built by ``build_polaris_task_job``).
+
+    ``cadence``: the sweeper settings the sensor will run with, so that its
+    description states the real cadence (the resource is only read at a tick).
 
     ``check_storage`` makes the ``storage`` resource required, so every sweep checks
     that the runs' storage config loads (``build_defs`` does); without it the
@@ -451,9 +414,10 @@ def build_polaris_task_sweeper(
         default_status=default_status,
         required_resource_keys=keys,
         description=(
-            "Selects available Polaris cleanup tasks (never leased past the grace period, or "
-            "whose lease expired) and requests one run of the task job per task, which leases "
-            f"it when it starts; keeps the {REALM_PARTITIONS_NAME} partitions up to date."
+            "Selects available Polaris cleanup tasks (never leased past the grace period, "
+            "lease expired, backoff over, or requeued) and requests one run of the task job "
+            "per task, which leases it when it starts. "
+            + cadence_text(cadence or SweeperSettings(), minimum_interval_seconds)
         ),
     )
     def _sweeper(context: SensorEvaluationContext, **_keys: Any) -> SensorResult | SkipReason:
@@ -469,7 +433,6 @@ def build_polaris_task_sweeper(
             context.resources.sweeper,
             storage,
             job_name=job.name,
-            realm_refresh_seconds=realm_refresh_seconds,
         )
 
     return _sweeper

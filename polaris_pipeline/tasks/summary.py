@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.formatting import iso_utc, relative_time
 from polaris_pipeline.tasks import payloads
-from polaris_pipeline.tasks.model import LeasePolicy, TaskRow, TaskState, TaskType
+from polaris_pipeline.tasks.model import STATUS_REQUEUED, LeasePolicy, TaskRow, TaskState, TaskType
 
 
 def type_name(task: TaskRow) -> str:
@@ -84,6 +84,19 @@ def available_at_ms(
     if state is TaskState.LEASED:
         return (task.start_time_ms or now_ms) + policy.lease_timeout_ms
     return None
+
+
+def why_available(task: TaskRow) -> str:
+    """Why an available (orphaned) task is available, for the sweeper's tick log."""
+    if task.status == STATUS_REQUEUED:
+        return "requeued by an operator"
+    if task.executor_id is None:
+        return "never leased, past the grace period"
+    if task.next_attempt_ms is not None:
+        return "backoff over"
+    if task.lease_released:
+        return "last attempt ended, lease released"
+    return "lease expired"
 
 
 def _first(times: list[int | None]) -> int | None:
