@@ -230,11 +230,12 @@ def test_resolve_unknown_scheme_and_missing_package() -> None:
     resolver = StorageResolver()
     with pytest.raises(StorageError, match="no filesystem for scheme 'nosuchfs'"):
         resolver.filesystem("nosuchfs://b/x")
+    # gcsfs and adlfs are dependencies now: ossfs and ocifs are not installed.
     with pytest.raises(StorageError) as err:
-        resolver.filesystem("gs://bucket/x")
-    assert str(err.value) == "no filesystem for scheme 'gs': install gcsfs"
-    with pytest.raises(StorageError, match="no filesystem for scheme 'abfss': install adlfs"):
-        resolver.filesystem("abfss://container@account.dfs.core.windows.net/x")
+        resolver.filesystem("oss://bucket/x")
+    assert str(err.value) == "no filesystem for scheme 'oss': install ossfs"
+    with pytest.raises(StorageError, match="no filesystem for scheme 'oci': install ocifs"):
+        resolver.filesystem("oci://bucket@namespace/x")
 
 
 def test_resolver_caches_filesystems(moto_server: MotoS3, s3_bucket: str) -> None:
@@ -380,8 +381,8 @@ def test_report_merge() -> None:
 
 def test_unresolvable_uri_is_a_failure_not_an_exception(tmp_path: Path) -> None:
     f = _touch(tmp_path / "f")
-    report = bulk_delete(StorageResolver(), ["gs://b/x", str(f)])
-    assert report.failed == {"gs://b/x": "no filesystem for scheme 'gs': install gcsfs"}
+    report = bulk_delete(StorageResolver(), ["oss://b/x", str(f)])
+    assert report.failed == {"oss://b/x": "no filesystem for scheme 'oss': install ossfs"}
     assert report.deleted == [str(f)]
 
 
