@@ -36,10 +36,11 @@ from pydantic import Field
 
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
-from polaris_pipeline.dagster.task_job import DEFAULT_RUN_TAGS, TAG_REALM, task_type_name
+from polaris_pipeline.dagster.task_job import DEFAULT_RUN_TAGS, TAG_REALM
 from polaris_pipeline.formatting import task_label
 from polaris_pipeline.runner import Runner, Status, TaskOutcome
 from polaris_pipeline.tasks.model import TaskState
+from polaris_pipeline.tasks.summary import task_type_name
 
 JOB_NAME = "polaris_realm_backfill_job"
 OP_NAME = "sweep_realm"

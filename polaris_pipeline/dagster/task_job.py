@@ -68,6 +68,7 @@ from polaris_pipeline.errors import PolarisPipelineError, StorageConfigError
 from polaris_pipeline.runner import Runner, Status, TaskOutcome
 from polaris_pipeline.start import StartAction, StartDecision
 from polaris_pipeline.tasks.model import Lease, TaskRow, TaskType
+from polaris_pipeline.tasks.summary import task_type_name
 
 JOB_NAME = "polaris_task_job"
 # Op retries: a transient failure (storage hiccup, lost connection) is retried
@@ -201,14 +202,6 @@ def lease_from_dict(data: Mapping[str, Any]) -> Lease:
         task_type_code=data.get("task_type"),
         name=str(data.get("name") or ""),
     )
-
-
-def task_type_name(code: str | None) -> str:
-    """``entity_cleanup_scheduler`` for "1", and so on; ``unknown(<code>)`` otherwise."""
-    try:
-        return TaskType(int(code or "")).name.lower()
-    except ValueError:
-        return f"unknown({(code or '')[:20]})"
 
 
 def lease_tags(lease: Lease) -> dict[str, str]:

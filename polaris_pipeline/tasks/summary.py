@@ -15,12 +15,20 @@ from polaris_pipeline.tasks import payloads
 from polaris_pipeline.tasks.model import STATUS_REQUEUED, LeasePolicy, TaskRow, TaskState, TaskType
 
 
-def type_name(task: TaskRow) -> str:
-    """The task type as shown to people: ``batch_file_cleanup``; ``?<code>`` when unknown."""
+def task_type_name(code: str | None) -> str:
+    """A ``taskType`` code as shown to people: ``batch_file_cleanup``; ``?<code>`` when unknown.
+
+    The one naming of task types: the CLI, run tags, logs and metadata all use it.
+    """
     try:
-        return task.task_type().name.lower()
-    except PolarisPipelineError:
-        return f"?{(task.task_type_code or '')[:20]}"
+        return TaskType(int(code or "")).name.lower()
+    except ValueError:
+        return f"?{(code or '')[:20]}"
+
+
+def type_name(task: TaskRow) -> str:
+    """``task_type_name`` of a task row."""
+    return task_type_name(task.task_type_code)
 
 
 @dataclass(frozen=True)
