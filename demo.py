@@ -105,14 +105,14 @@ def _human(n: float) -> str:
 
 
 def build_world(demo: Demo) -> None:
-    from polaris_pipeline import demo_tables
-    from polaris_pipeline.metastore import Metastore
+    from polaris_pipeline.metastore import Metastore, new_entity_id
     from polaris_pipeline.tasks.model import NewTask, Prop, TaskType
+    from polaris_pipeline.testing import tables as testing_tables
 
     store = Metastore(demo.metastore_url)
     store.init_schema()
-    warehouse = demo_tables.local_warehouse_uri(demo.warehouse)
-    catalog = demo_tables.open_catalog(warehouse, demo.root / "catalog.db", name="demo")
+    warehouse = testing_tables.local_warehouse_uri(demo.warehouse)
+    catalog = testing_tables.open_catalog(warehouse, demo.root / "catalog.db", name="demo")
 
     plans: list[tuple[str, str, dict[str, Any]]] = [
         ("orders", "orphaned", {"partitioned": True, "with_deletes": True}),
@@ -125,14 +125,14 @@ def build_world(demo: Demo) -> None:
     now = store.now_ms()
     tasks: list[NewTask] = []
     for name, role, kwargs in plans:
-        table = demo_tables.build_table(catalog, ("sales", name), **kwargs)
+        table = testing_tables.build_table(catalog, ("sales", name), **kwargs)
         entry = DemoTable(f"sales.{name}", role, table.location())
-        entry.files_before = len(demo_tables.list_files(entry.location))
+        entry.files_before = len(testing_tables.list_files(entry.location))
         demo.tables.append(entry)
         if role == "kept":
             continue
         created = now if role == "fresh" else now - ORPHAN_AGE_MS
-        task = demo_tables.drop_table_task(table, realm_id=REALM, create_timestamp=created)
+        task = testing_tables.drop_table_task(table, realm_id=REALM, create_timestamp=created)
         if role == "live":
             # A Polaris server leased it a moment ago and is still running it.
             props = {
@@ -147,7 +147,7 @@ def build_world(demo: Demo) -> None:
 
     malformed = NewTask(
         realm_id=REALM,
-        id=demo_tables.new_task_id(),
+        id=new_entity_id(),
         name="entityCleanup_4711",
         properties={
             Prop.TASK_TYPE: str(int(TaskType.ENTITY_CLEANUP_SCHEDULER)),
@@ -270,15 +270,15 @@ def sweep(demo: Demo, out: Any) -> None:
 
 
 def demo_tables_uri(path: Path) -> str:
-    from polaris_pipeline.demo_tables import local_warehouse_uri
+    from polaris_pipeline.testing.tables import local_warehouse_uri
 
     return local_warehouse_uri(path)
 
 
 def report(demo: Demo, out: Any) -> bool:
-    from polaris_pipeline import demo_tables
     from polaris_pipeline.dagster.resources import clear_metastore_cache
     from polaris_pipeline.metastore import Metastore
+    from polaris_pipeline.testing import tables as testing_tables
 
     clear_metastore_cache()
     store = Metastore(demo.metastore_url)
@@ -286,7 +286,7 @@ def report(demo: Demo, out: Any) -> bool:
     ok = True
 
     for table in demo.tables:
-        table.files_after = len(demo_tables.list_files(table.location))
+        table.files_after = len(testing_tables.list_files(table.location))
 
     purged = [t for t in demo.tables if t.role == "orphaned"]
     deleted = sum(r.deleted for r in demo.runs if r.success)

@@ -156,7 +156,6 @@ def _baseline(client: Any, bucket: str, keys: list[str]) -> dict[str, Any]:
 def _handler(server: MotoServer, bucket: str, uris: list[str], workdir: Path) -> dict[str, Any]:
     from polaris_pipeline.cleanup.context import CleanupContext
     from polaris_pipeline.cleanup.manifest import run_manifest_cleanup
-    from polaris_pipeline.demo_tables import task_row
     from polaris_pipeline.storage.config import StorageConfig, StorageRule
     from polaris_pipeline.storage.resolve import StorageResolver
     from polaris_pipeline.tasks.model import NewTask, TaskType
@@ -166,6 +165,7 @@ def _handler(server: MotoServer, bucket: str, uris: list[str], workdir: Path) ->
         encode_manifest_cleanup,
         task_properties,
     )
+    from polaris_pipeline.testing.tables import task_row
 
     location = f"s3://{bucket}/wh/ns/t"
     local = str(workdir / "manifest.avro")

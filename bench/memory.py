@@ -78,7 +78,6 @@ def child(mode: str, manifest: str, location: str, entries: int) -> dict[str, An
     import polaris_pipeline.cleanup.manifest as handler_module
     from bench.manifests import WrittenManifest
     from polaris_pipeline.cleanup.context import CleanupContext
-    from polaris_pipeline.demo_tables import task_row
     from polaris_pipeline.storage.config import StorageConfig
     from polaris_pipeline.storage.resolve import StorageResolver
     from polaris_pipeline.tasks.model import NewTask, TaskType
@@ -88,6 +87,7 @@ def child(mode: str, manifest: str, location: str, entries: int) -> dict[str, An
         encode_manifest_cleanup,
         task_properties,
     )
+    from polaris_pipeline.testing.tables import task_row
 
     uri = "file://" + manifest
     written = WrittenManifest(manifest, entries, os.path.getsize(manifest), 1)

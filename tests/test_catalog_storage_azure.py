@@ -14,7 +14,6 @@ import pytest
 from azure.core.exceptions import HttpResponseError
 from pyiceberg.table import Table
 
-from polaris_pipeline import demo_tables
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.runner import Runner, Status
@@ -27,6 +26,7 @@ from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
 from polaris_pipeline.storage.guard import PathGuard
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.tasks.model import Prop, TaskRow
+from polaris_pipeline.testing import tables as testing_tables
 from tests.support.azurite import ACCOUNT, ACCOUNT_KEY, Azurite, azurite  # noqa: F401
 from tests.support.tasks import batch_task, sqlite_metastore
 
@@ -60,7 +60,7 @@ def store(tmp_path: Path) -> Iterator[Metastore]:
 
 
 def _table(azurite: Azurite, tmp_path: Path, container: str, name: str) -> Table:  # noqa: F811
-    catalog = demo_tables.open_catalog(
+    catalog = testing_tables.open_catalog(
         _location(container),
         tmp_path / f"{name}.db",
         name=name,
@@ -70,7 +70,7 @@ def _table(azurite: Azurite, tmp_path: Path, container: str, name: str) -> Table
             "adls.account-name": ACCOUNT,
         },
     )
-    return demo_tables.build_table(catalog, ("ns", name), appends=1)
+    return testing_tables.build_table(catalog, ("ns", name), appends=1)
 
 
 def _prefix(table: Table) -> str:
@@ -119,7 +119,7 @@ def test_table_purged_through_a_sas_and_the_neighbour_kept(
     # Same container, a name that starts with the table's: must survive.
     neighbour = _prefix(table).rstrip("/") + "2/data/keep.parquet"
     azurite.put(container, neighbour, b"keep")
-    task = demo_tables.drop_table_task(
+    task = testing_tables.drop_table_task(
         table, extra_internal_properties={STORAGE_CONFIG_KEY: _storage_info(container)}
     )
     store.insert_tasks([task])

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from pyiceberg.table import Table
 
-from polaris_pipeline import demo_tables
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.runner import Runner, Status
@@ -25,6 +24,7 @@ from polaris_pipeline.storage.gcs_credentials import EMULATOR_ENV, boundary_rule
 from polaris_pipeline.storage.guard import PathGuard
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.tasks.model import Prop
+from polaris_pipeline.testing import tables as testing_tables
 from tests.support.gcs import FakeGcs, fake_gcs  # noqa: F401
 from tests.support.tasks import batch_task, sqlite_metastore
 
@@ -55,7 +55,7 @@ def store(tmp_path: Path) -> Iterator[Metastore]:
 
 
 def _table(gcs: FakeGcs, tmp_path: Path, bucket: str, name: str) -> Table:
-    catalog = demo_tables.open_catalog(
+    catalog = testing_tables.open_catalog(
         f"gs://{bucket}/wh",
         tmp_path / f"{name}.db",
         name=name,
@@ -66,7 +66,7 @@ def _table(gcs: FakeGcs, tmp_path: Path, bucket: str, name: str) -> Table:
             "gcs.project-id": "test",
         },
     )
-    return demo_tables.build_table(catalog, ("ns", name), appends=1)
+    return testing_tables.build_table(catalog, ("ns", name), appends=1)
 
 
 def _sweep(store: Metastore) -> Any:
@@ -105,7 +105,7 @@ def test_table_purged_and_the_neighbour_kept(
     assert {n for n in emulator.names(bucket) if n.startswith(prefix)}
     neighbour = prefix.rstrip("/") + "2/data/keep.parquet"
     emulator.put(bucket, neighbour, b"keep")
-    task = demo_tables.drop_table_task(
+    task = testing_tables.drop_table_task(
         table, extra_internal_properties={STORAGE_CONFIG_KEY: _storage_info(bucket)}
     )
     store.insert_tasks([task])

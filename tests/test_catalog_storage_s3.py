@@ -19,8 +19,6 @@ import botocore.session
 import pytest
 from pyiceberg.table import Table
 
-from polaris_pipeline import demo_tables
-from polaris_pipeline.demo_tables import S3Options
 from polaris_pipeline.errors import PayloadError, StorageError
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.runner import Runner, Status
@@ -38,6 +36,8 @@ from polaris_pipeline.storage.credentials import StsCredentials, s3_options, ses
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.scope import task_scope
 from polaris_pipeline.tasks.model import Prop
+from polaris_pipeline.testing import tables as testing_tables
+from polaris_pipeline.testing.tables import S3Options
 from tests.support.s3 import MotoIam
 from tests.support.tasks import sqlite_metastore
 
@@ -254,10 +254,10 @@ def _table(moto_iam: MotoIam, tmp_path: Path, bucket: str, name: str) -> Table:
         secret_key=moto_iam.admin.secret,
         region=moto_iam.region,
     )
-    catalog = demo_tables.open_catalog(
+    catalog = testing_tables.open_catalog(
         f"s3://{bucket}/wh", tmp_path / f"{name}.db", name=name, s3=s3
     )
-    return demo_tables.build_table(catalog, ("ns", name), appends=1)
+    return testing_tables.build_table(catalog, ("ns", name), appends=1)
 
 
 def _storage_info(moto_iam: MotoIam, bucket: str, role: str, **extra: Any) -> str:
@@ -277,7 +277,7 @@ def _storage_info(moto_iam: MotoIam, bucket: str, role: str, **extra: Any) -> st
 
 
 def _drop(store: Metastore, table: Table, storage_info: str) -> int:
-    task = demo_tables.drop_table_task(
+    task = testing_tables.drop_table_task(
         table, extra_internal_properties={STORAGE_CONFIG_KEY: storage_info}
     )
     store.insert_tasks([task])

@@ -40,7 +40,6 @@ from dagster._core.definitions.dependency import NodeHandle
 from dagster._core.definitions.reconstruct import ReconstructableRepository
 from sqlalchemy.engine import make_url
 
-from polaris_pipeline import demo_tables
 from polaris_pipeline.dagster.celery import (
     BACKEND_ENV,
     BROKER_ENV,
@@ -52,6 +51,7 @@ from polaris_pipeline.dagster.celery import (
 from polaris_pipeline.dagster.sweeper import SENSOR_NAME
 from polaris_pipeline.dagster.task_job import JOB_NAME, polaris_task_job
 from polaris_pipeline.metastore import URL_ENV, Metastore
+from polaris_pipeline.testing import tables as testing_tables
 from tests.support.iceberg import Warehouse, table_files
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -304,7 +304,7 @@ def test_table_cleanup_steps_run_in_the_celery_worker(
     victim_files = table_files(victim)
     assert victim_files and all(local_warehouse.exists(f) for f in victim_files)
     neighbour_files = sorted(table_files(neighbour))
-    task = demo_tables.drop_table_task(
+    task = testing_tables.drop_table_task(
         victim, realm_id="POLARIS", create_timestamp=metastore.now_ms() - OLD_MS
     )
     metastore.insert_tasks([task])

@@ -24,11 +24,11 @@ from pyiceberg.manifest import ManifestContent, ManifestEntryStatus, read_manife
 from pyiceberg.table import Table
 from pyiceberg.table.statistics import StatisticsFile
 
-from polaris_pipeline import demo_tables
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
 from polaris_pipeline.cleanup.dispatch import run_cleanup
 from polaris_pipeline.cleanup.manifest import iter_manifest_entries
 from polaris_pipeline.errors import LeaseLost, PayloadError
+from polaris_pipeline.metastore import new_entity_id
 from polaris_pipeline.tasks.manifest_codec import (
     decode_manifest_file,
     encode_manifest_file,
@@ -37,8 +37,11 @@ from polaris_pipeline.tasks.manifest_codec import (
 from polaris_pipeline.tasks.model import NewTask, TaskRow, TaskType
 from polaris_pipeline.tasks.payloads import (
     decode_batch_cleanup,
+    decode_dropped_entity,
     decode_manifest_cleanup,
+    encode_dropped_entity,
 )
+from polaris_pipeline.testing import tables as testing_tables
 from tests.support.iceberg import Warehouse, drop_task_row, table_files
 
 UUID_RE = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
@@ -63,7 +66,7 @@ def _inserter(
     def create(children: Sequence[NewTask]) -> Sequence[NewTask]:
         # Inserted durably first: a failure after this point keeps the children.
         created.extend(children)
-        queue.extend(demo_tables.task_row(c) for c in children)
+        queue.extend(testing_tables.task_row(c) for c in children)
         if after_create is not None:
             after_create()
         return children
@@ -145,10 +148,10 @@ def batch_row(
             "type": "TABLE_METADATA",
         }
     )
-    return demo_tables.task_row(
+    return testing_tables.task_row(
         NewTask(
             realm_id="POLARIS",
-            id=demo_tables.new_task_id(),
+            id=new_entity_id(),
             name=f"entityCleanup_1_{name}",
             properties={"taskType": "3", "data": data},
             internal_properties={"storageLocation": storage_location or table.location()},
@@ -161,12 +164,12 @@ def batch_row(
 
 def test_sweep_deletes_exactly_the_table(warehouse: Warehouse) -> None:
     table = full_table(warehouse)
-    odd = demo_tables.add_data_file_named(table, "odd[1]*name.parquet")
+    odd = testing_tables.add_data_file_named(table, "odd[1]*name.parquet")
     table = warehouse.catalog.load_table(table.name())
     neighbour = warehouse.build("t_neighbour", properties=CAPPED)
     oracle = table_files(table)
     neighbour_files = table_files(neighbour)
-    delete_files = demo_tables.content_files(table) - {
+    delete_files = testing_tables.content_files(table) - {
         p
         for s in table.metadata.snapshots
         for m in s.manifests(table.io)
@@ -174,9 +177,9 @@ def test_sweep_deletes_exactly_the_table(warehouse: Warehouse) -> None:
         for p in (e.data_file.file_path for e in m.fetch_manifest_entry(table.io, False))
     }
     # The table really has what the cleanup must handle.
-    assert demo_tables.delete_manifest_paths(table)
+    assert testing_tables.delete_manifest_paths(table)
     assert len(delete_files) == 2
-    assert demo_tables.entry_statuses(table) == set(ManifestEntryStatus)
+    assert testing_tables.entry_statuses(table) == set(ManifestEntryStatus)
     assert table.metadata.statistics and table.metadata.partition_statistics
     before = warehouse.files()
 
@@ -208,12 +211,12 @@ def test_current_metadata_file_goes_last(local_warehouse: Warehouse) -> None:
     assert wh.exists(table.metadata_location)
 
     for child in children[:-1]:
-        result, _ = run_one(wh, demo_tables.task_row(child))
+        result, _ = run_one(wh, testing_tables.task_row(child))
         assert result.ok
         # Every other file may be gone by now; the metadata file is still there.
         assert wh.exists(table.metadata_location)
     assert (oracle & wh.files()) == {table.metadata_location}
-    result, _ = run_one(wh, demo_tables.task_row(children[-1]))
+    result, _ = run_one(wh, testing_tables.task_row(children[-1]))
     assert result.ok and result.deleted == 1
     assert oracle.isdisjoint(wh.files())
 
@@ -222,7 +225,7 @@ def test_table_with_only_a_metadata_file_is_deleted_by_the_parent(
     local_warehouse: Warehouse,
 ) -> None:
     local_warehouse.catalog.create_namespace_if_not_exists("ns")
-    table = local_warehouse.catalog.create_table("ns.bare", schema=demo_tables.TABLE_SCHEMA)
+    table = local_warehouse.catalog.create_table("ns.bare", schema=testing_tables.TABLE_SCHEMA)
     assert not table.metadata.snapshots and not table.metadata.metadata_log
     result, children = run_one(local_warehouse, drop_task_row(table))
     assert result.ok and not children and not result.child_stages
@@ -344,8 +347,8 @@ def test_gc_disabled_keeps_content_files(local_warehouse: Warehouse, where: str)
     table = full_table(local_warehouse, properties=props)
     extra = {"gc.enabled": "false"} if where == "task" else {}
     oracle = table_files(table)
-    content = demo_tables.content_files(table)
-    delete_manifests = demo_tables.delete_manifest_paths(table)
+    content = testing_tables.content_files(table)
+    delete_manifests = testing_tables.delete_manifest_paths(table)
     before = local_warehouse.files()
 
     runs = sweep(local_warehouse, drop_task_row(table, extra_internal_properties=extra))
@@ -372,7 +375,7 @@ def test_gc_disabled_manifest_task_keeps_its_files(local_warehouse: Warehouse) -
             ).decode(),
         }
     )
-    task = demo_tables.task_row(
+    task = testing_tables.task_row(
         NewTask(
             "POLARIS",
             7,
@@ -431,7 +434,7 @@ def test_dry_run_lists_exactly_the_oracle(warehouse: Warehouse) -> None:
     _, children = run_one(warehouse, drop_task_row(table))
     listed: set[str] = set()
     for child in children:
-        r, _ = run_one(warehouse, demo_tables.task_row(child), dry_run=True)
+        r, _ = run_one(warehouse, testing_tables.task_row(child), dry_run=True)
         assert r.deleted == 0 and r.ok
         listed.update(r.would_delete)
     assert listed == oracle
@@ -645,7 +648,7 @@ def test_write_data_path_is_a_root_only_when_the_catalog_recorded_it(
     wh = local_warehouse
     data_root = f"{wh.uri}/elsewhere/t_data"
     table = wh.build("t", appends=1, properties={"write.data.path": data_root})
-    content = demo_tables.content_files(table)
+    content = testing_tables.content_files(table)
     assert content and all(p.startswith(data_root + "/") for p in content)
     assert table.metadata.properties["write.data.path"] == data_root
     oracle = table_files(table)
@@ -683,7 +686,11 @@ def test_without_storage_location_the_metadata_file_is_not_a_root(
     before = wh.files()
     task = drop_task_row(table)
     internal = {k: v for k, v in task.internal_properties.items() if k != "storageLocation"}
-    task = TaskRow(**{**task.__dict__, "internal_properties": internal})
+    entity = decode_dropped_entity(task.data())
+    assert entity.properties.get("location")  # Polaris records it: take it away too
+    unlocated = dataclasses.replace(entity, properties={})
+    props = {**task.properties, "data": encode_dropped_entity(unlocated)}
+    task = TaskRow(**{**task.__dict__, "internal_properties": internal, "properties": props})
 
     runs = sweep(wh, task)
 
@@ -699,7 +706,7 @@ def test_without_storage_location_the_metadata_file_is_not_a_root(
 def test_glob_characters_are_taken_literally(warehouse: Warehouse) -> None:
     wh = warehouse
     table = wh.build("t")
-    odd = demo_tables.add_data_file_named(table, "odd[1]*name.parquet")
+    odd = testing_tables.add_data_file_named(table, "odd[1]*name.parquet")
     table = wh.catalog.load_table(table.name())
     # Files a glob expansion of the odd name would match; the table does not name them.
     bait = [odd.replace("odd[1]*name", n) for n in ("odd1name", "odd1-more-name")]
@@ -741,7 +748,7 @@ def test_failed_delete_keeps_the_manifest_until_a_retry_succeeds(
     wh = local_warehouse
     table = wh.build("t", appends=1)
     _, children = run_one(wh, drop_task_row(table))
-    manifest_task = demo_tables.task_row(
+    manifest_task = testing_tables.task_row(
         next(c for c in children if c.properties["taskType"] == "2")
     )
     ref = decode_manifest_cleanup(manifest_task.data()).manifest
@@ -766,7 +773,7 @@ def test_manifest_chunks_fence_and_report_progress(local_warehouse: Warehouse) -
     _, children = run_one(wh, drop_task_row(table))
     # The largest manifest: the overwrite's, with ADDED and DELETED entries.
     best = max(
-        (demo_tables.task_row(c) for c in children if c.properties["taskType"] == "2"),
+        (testing_tables.task_row(c) for c in children if c.properties["taskType"] == "2"),
         key=lambda t: len(
             list(
                 iter_manifest_entries(
@@ -811,10 +818,10 @@ def test_view_cleanup_deletes_only_the_metadata_file(warehouse: Warehouse) -> No
     wh = warehouse
     location = f"{wh.uri}/ns/v"
     io = wh.catalog._load_file_io(location=location)
-    current = demo_tables.write_view_metadata(location, io)
-    older = demo_tables.write_view_metadata(location, io)
-    spec = demo_tables.DropSpec(("ns",), "v", current, location, is_view=True)
-    task = demo_tables.task_row(demo_tables.drop_task(spec))
+    current = testing_tables.write_view_metadata(location, io)
+    older = testing_tables.write_view_metadata(location, io)
+    spec = testing_tables.DropSpec(("ns",), "v", current, location, is_view=True)
+    task = testing_tables.task_row(testing_tables.drop_task(spec))
 
     result, children = run_one(wh, task)
 
@@ -827,7 +834,7 @@ def test_view_cleanup_deletes_only_the_metadata_file(warehouse: Warehouse) -> No
 def test_undecodable_payload_raises_payload_error_naming_the_task(
     local_warehouse: Warehouse,
 ) -> None:
-    task = demo_tables.task_row(
+    task = testing_tables.task_row(
         NewTask("POLARIS", 42, "entityCleanup_9", {"taskType": "1", "data": "{nope"}, {})
     )
     with pytest.raises(PayloadError) as info:
@@ -836,7 +843,7 @@ def test_undecodable_payload_raises_payload_error_naming_the_task(
 
 
 def test_unknown_task_type_raises_payload_error(local_warehouse: Warehouse) -> None:
-    task = demo_tables.task_row(NewTask("POLARIS", 43, "x", {"taskType": "9", "data": "{}"}, {}))
+    task = testing_tables.task_row(NewTask("POLARIS", 43, "x", {"taskType": "9", "data": "{}"}, {}))
     with pytest.raises(PayloadError, match="unknown taskType"):
         run_one(local_warehouse, task)
 

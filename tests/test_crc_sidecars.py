@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from pyiceberg.table import Table
 
-from polaris_pipeline import demo_tables
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.runner import Runner
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.delete import bulk_delete, crc_sidecar
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.tasks.model import NewTask
+from polaris_pipeline.testing import tables as testing_tables
 from tests.support.iceberg import Warehouse, drop_task_row, table_files, write_sidecars
 from tests.support.tasks import batch_task, sqlite_metastore
 
@@ -148,7 +148,7 @@ def test_s3_objects_named_like_sidecars_are_left(s3_warehouse: Warehouse, store:
     """Only file: locations have sidecars; on S3 such a key is just another object."""
     wh = s3_warehouse
     table = wh.build("t", appends=1)
-    data_file = sorted(demo_tables.content_files(table))[0]
+    data_file = sorted(testing_tables.content_files(table))[0]
     lookalike = crc_sidecar("file:///" + data_file.split("://", 1)[1])
     assert lookalike is not None
     key = data_file.rsplit("/", 1)[0] + "/" + lookalike.rsplit("/", 1)[1]
@@ -176,7 +176,7 @@ def test_dry_run_lists_the_sidecars_it_would_delete(
     before = wh.files()
 
     with Runner(store, wh.config, resolver=wh.resolver) as runner:
-        plan = runner.plan(demo_tables.task_row(_polaris_drop_task(table)))
+        plan = runner.plan(testing_tables.task_row(_polaris_drop_task(table)))
 
     assert plan.ok, plan.error_summary()
     assert set(plan.would_delete) == oracle | sidecars

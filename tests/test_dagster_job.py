@@ -32,7 +32,6 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-from polaris_pipeline import demo_tables
 from polaris_pipeline.cleanup.context import MAX_CHILD_STAGES, CleanupResult
 from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
@@ -48,9 +47,10 @@ from polaris_pipeline.dagster.task_job import (
     run_config_for,
 )
 from polaris_pipeline.errors import PolarisPipelineError
-from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.runner import Status, TaskOutcome
 from polaris_pipeline.tasks.model import Lease, NewTask, Prop
+from polaris_pipeline.testing import tables as testing_tables
 from tests.support.dagster import child_summaries, metastore_resource
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.metastore import PG_ADMIN_URL
@@ -154,7 +154,7 @@ def execute(
 
 def drop(store: Metastore, table: Any, realm: str = "POLARIS") -> NewTask:
     """Polaris's drop-with-purge: the cleanup task, written long enough ago to be orphaned."""
-    task = demo_tables.drop_table_task(
+    task = testing_tables.drop_table_task(
         table, realm_id=realm, create_timestamp=store.now_ms() - OLD_MS
     )
     store.insert_tasks([task])
@@ -288,7 +288,7 @@ def test_table_without_manifest_children_still_runs_its_batches(
 ) -> None:
     """gc.enabled=false: no manifest child; the batch children form the first stage."""
     victim = local_warehouse.build("victim", appends=1, properties={"gc.enabled": "false"})
-    content = demo_tables.content_files(victim)
+    content = testing_tables.content_files(victim)
     drop(metastore, victim)
     resource = metastore_resource(metastore)
 
@@ -333,7 +333,7 @@ def test_failed_task_records_the_run_id_and_the_run_fails_with_one_line(
 ) -> None:
     task = NewTask(
         realm_id="POLARIS",
-        id=demo_tables.new_task_id(),
+        id=new_entity_id(),
         name="entityCleanup_42",
         properties={Prop.TASK_TYPE: "1", Prop.DATA: '{"id": 42, "name": '},
         internal_properties={"storageLocation": "file:///nowhere/ns/t"},
@@ -419,7 +419,7 @@ def test_one_failing_child_in_a_group_does_not_stop_the_others(
     """A data file that cannot be deleted fails its manifest child; the rest of the group runs."""
     victim = local_warehouse.build("victim", appends=3)
     drop(metastore, victim)
-    blocked = sorted(demo_tables.content_files(victim))[0]
+    blocked = sorted(testing_tables.content_files(victim))[0]
     path = Path(blocked.removeprefix("file://"))
     path.unlink()
     path.mkdir()  # a directory is never deleted: that child's delete fails every time
@@ -662,7 +662,7 @@ def test_an_operator_run_fails_clearly_on_a_held_pending_or_gone_task(
     row = metastore.get_task("POLARIS", fresh.id)
     assert row is not None and row.executor_id is None
 
-    missing = demo_tables.new_task_id()
+    missing = new_entity_id()
     result = launch(sqlite_instance, resource, missing)
     assert not result.success
     assert failure_text(result) == (
@@ -754,10 +754,12 @@ def test_multiprocess_run_on_a_postgres_instance(
     # One snapshot: one manifest child and one batch child, so few processes to start.
     neighbour = local_warehouse.build("neighbour", appends=1)
     neighbour_files = sorted(table_files(neighbour))
-    victim = local_warehouse.catalog.create_table(("ns", "victim"), schema=demo_tables.TABLE_SCHEMA)
+    victim = local_warehouse.catalog.create_table(
+        ("ns", "victim"), schema=testing_tables.TABLE_SCHEMA
+    )
     victim.append(
         pa.table(
-            {"id": [1, 2], "category": ["a", "b"], "value": [1.0, 2.0]}, demo_tables.ARROW_SCHEMA
+            {"id": [1, 2], "category": ["a", "b"], "value": [1.0, 2.0]}, testing_tables.ARROW_SCHEMA
         )
     )
     victim = local_warehouse.catalog.load_table(("ns", "victim"))

@@ -20,7 +20,6 @@ from dagster import (
     build_sensor_context,
 )
 
-from polaris_pipeline import demo_tables
 from polaris_pipeline.dagster.reporting import (
     TAG_CATALOG,
     TAG_LOCATION,
@@ -40,6 +39,7 @@ from polaris_pipeline.dagster.resources import PolarisStorageResource
 from polaris_pipeline.dagster.task_job import polaris_task_job, run_config_for
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskRow, TaskType
+from polaris_pipeline.testing import tables as testing_tables
 from tests.support.dagster import metastore_resource
 from tests.support.iceberg import Warehouse, recorded_drop_task
 from tests.support.tasks import batch_task, dropped_entity_json
@@ -48,7 +48,7 @@ OLD_MS = 3_600_000
 
 
 def row(task: NewTask) -> TaskRow:
-    return demo_tables.task_row(task)
+    return testing_tables.task_row(task)
 
 
 # -- the table of a task -----------------------------------------------------------
@@ -156,7 +156,7 @@ def purge(
     """Drop-with-purge a real table and run its task; (result, files it deleted)."""
     table = warehouse.build(name, appends=2)
     before = warehouse.files()
-    task = demo_tables.drop_table_task(
+    task = testing_tables.drop_table_task(
         table, realm_id="POLARIS", create_timestamp=store.now_ms() - OLD_MS
     )
     store.insert_tasks([task])

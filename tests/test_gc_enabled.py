@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from polaris_pipeline import demo_tables
 from polaris_pipeline.cleanup.common import gc_disabled, gc_enabled
-from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.runner import Runner
 from polaris_pipeline.tasks.manifest_codec import encode_manifest_file, manifest_ref_from_pyiceberg
 from polaris_pipeline.tasks.model import NewTask, Prop
+from polaris_pipeline.testing import tables as testing_tables
 from tests.support.iceberg import Warehouse, recorded_drop_task, table_files
 from tests.support.tasks import sqlite_metastore
 
@@ -72,7 +72,7 @@ def test_table_purge_follows_gc_enabled(
     table = wh.build("t", appends=1, properties=setting if where == "metadata" else {})
     assert (table.metadata.properties.get("gc.enabled") == value) or where != "metadata"
     oracle = table_files(table)
-    content = demo_tables.content_files(table)
+    content = testing_tables.content_files(table)
     assert content
     before = wh.files()
     internal = {
@@ -120,7 +120,7 @@ def test_polaris_manifest_task_follows_gc_enabled(
         internal["gc.enabled"] = value
     task = NewTask(
         "POLARIS",
-        demo_tables.new_task_id(),
+        new_entity_id(),
         "entityCleanup_1_m",
         {Prop.TASK_TYPE: "2", Prop.DATA: data},
         internal,

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from pyiceberg.table import Table
 
-from polaris_pipeline import demo_tables
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.runner import Runner, Status, TaskOutcome
 from polaris_pipeline.storage.guard import locations_agree
 from polaris_pipeline.tasks.model import NewTask
+from polaris_pipeline.testing import tables as testing_tables
 from tests.support.iceberg import Warehouse, recorded_drop_task, table_files
 from tests.support.tasks import sqlite_metastore
 
@@ -275,7 +275,7 @@ def test_view_metadata_declaring_a_wider_location_is_refused(
     wh = local_warehouse
     location = f"{wh.uri}/ns/v"
     io = wh.catalog._load_file_io(location=location)
-    metadata = demo_tables.write_view_metadata(f"{wh.uri}/ns", io)
+    metadata = testing_tables.write_view_metadata(f"{wh.uri}/ns", io)
     # Move the file under the view's directory, keeping its (wider) location.
     inside = f"{location}/metadata/00001-wider.metadata.json"
     with io.new_output(inside).create(overwrite=True) as out:
@@ -299,7 +299,7 @@ def test_view_with_entity_location_only_is_deleted(
     wh = local_warehouse
     location = f"{wh.uri}/ns/v"
     io = wh.catalog._load_file_io(location=location)
-    current = demo_tables.write_view_metadata(location, io)
+    current = testing_tables.write_view_metadata(location, io)
     task = recorded_drop_task(
         current, name="v", is_view=True, entity_properties={"location": location}
     )

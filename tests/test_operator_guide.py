@@ -51,10 +51,10 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-from polaris_pipeline import demo_tables
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.tasks.model import NewTask, Prop
+from polaris_pipeline.testing import tables as testing_tables
 from tests.support.iceberg import table_files
 from tests.support.metastore import PG_ADMIN_URL
 from tests.support.s3 import MotoS3
@@ -346,12 +346,12 @@ def _put(moto: MotoS3, bucket: str, prefix: str, n: int) -> list[str]:
 def _seed(store: Metastore, moto: MotoS3, bucket: str, warehouse_dir: Path) -> World:
     """Polaris's leftovers: two orphans, a dead task, a live lease, a task within grace."""
     now = store.now_ms()
-    catalog = demo_tables.open_catalog(
-        demo_tables.local_warehouse_uri(warehouse_dir), warehouse_dir.parent / "catalog.db"
+    catalog = testing_tables.open_catalog(
+        testing_tables.local_warehouse_uri(warehouse_dir), warehouse_dir.parent / "catalog.db"
     )
-    table = demo_tables.build_table(catalog, ("sales", "orders"), partitioned=True, appends=2)
+    table = testing_tables.build_table(catalog, ("sales", "orders"), partitioned=True, appends=2)
     files = {f for f in table_files(table) if Path(f.removeprefix("file://")).exists()}
-    dropped = demo_tables.drop_table_task(table, realm_id=REALM, create_timestamp=now - OLD_MS)
+    dropped = testing_tables.drop_table_task(table, realm_id=REALM, create_timestamp=now - OLD_MS)
 
     warehouse = f"s3://{bucket}/warehouse/sales"
     events = _put(moto, bucket, "warehouse/sales/events", 3)

@@ -16,7 +16,6 @@ import pytest
 from polaris_pipeline.cleanup.common import table_identifier
 from polaris_pipeline.cleanup.context import CleanupContext
 from polaris_pipeline.cleanup.dispatch import run_cleanup
-from polaris_pipeline.demo_tables import task_row
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.runner import Runner
 from polaris_pipeline.tasks.model import NewTask, TaskType
@@ -30,6 +29,7 @@ from polaris_pipeline.tasks.payloads import (
     decode_manifest_cleanup,
     encode_batch_cleanup,
 )
+from polaris_pipeline.testing.tables import task_row
 from tests.support.iceberg import Warehouse, drop_task_row, recorded_drop_task, table_files
 from tests.support.tasks import set_schema_version
 

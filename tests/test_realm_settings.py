@@ -8,7 +8,6 @@ from collections import Counter
 
 import pytest
 
-from polaris_pipeline.demo_tables import drop_table_task
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.runner import Runner
 from polaris_pipeline.tasks.model import (
@@ -19,6 +18,7 @@ from polaris_pipeline.tasks.model import (
     TaskState,
 )
 from polaris_pipeline.tasks.payloads import decode_batch_cleanup
+from polaris_pipeline.testing.tables import drop_table_task
 from tests.support.iceberg import Warehouse
 from tests.support.tasks import batch_task
 

@@ -21,7 +21,6 @@ from typing import Any, TypedDict
 
 import pytest
 
-from polaris_pipeline import demo_tables
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.tasks.manifest_codec import encode_manifest_file
 from polaris_pipeline.tasks.model import MAX_ERROR_LENGTH, NewTask, Prop
@@ -30,6 +29,7 @@ from polaris_pipeline.tasks.payloads import (
     TableIdentifier,
     encode_manifest_cleanup,
 )
+from polaris_pipeline.testing import tables as testing_tables
 from tests.reliability import journal as jr
 from tests.reliability.harness import (
     SIZES,
@@ -224,7 +224,7 @@ def build_hostile_set(store: Metastore, root: Path, wh: Warehouse) -> Hostile:
     metadata_path = Path(cut.metadata_location.removeprefix("file://"))
     text = metadata_path.read_bytes()
     metadata_path.write_bytes(text[: len(text) // 2])
-    cut_task = demo_tables.drop_table_task(cut, realm_id=REALM, create_timestamp=0)
+    cut_task = testing_tables.drop_table_task(cut, realm_id=REALM, create_timestamp=0)
     store.insert_tasks([cut_task])
     h.cases.append(
         Case(
@@ -238,10 +238,10 @@ def build_hostile_set(store: Metastore, root: Path, wh: Warehouse) -> Hostile:
     stray = wh.build("stray")
     foreign = outside / "foreign.parquet"
     foreign.parent.mkdir(parents=True, exist_ok=True)
-    demo_tables._write_parquet(stray.io, f"file://{foreign}", demo_tables._batch(0, 2))
+    testing_tables._write_parquet(stray.io, f"file://{foreign}", testing_tables._batch(0, 2))
     stray.add_files([f"file://{foreign}"])
     stray = wh.catalog.load_table(stray.name())
-    stray_task = demo_tables.drop_table_task(stray, realm_id=REALM, create_timestamp=0)
+    stray_task = testing_tables.drop_table_task(stray, realm_id=REALM, create_timestamp=0)
     store.insert_tasks([stray_task])
     h.cases.append(
         Case("table whose manifest names a file outside it", REALM, stray_task.id, "done")

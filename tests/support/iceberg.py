@@ -1,6 +1,6 @@
 """Iceberg fixtures: real tables written by pyiceberg, locally or on the moto S3 server.
 
-The builders themselves live in ``polaris_pipeline.demo_tables`` (the demo uses
+The builders themselves live in ``polaris_pipeline.testing.tables`` (the demo uses
 them too); this module wraps them for tests.
 
 - ``local_warehouse`` / ``s3_warehouse``: a :class:`Warehouse` (a SqlCatalog over a
@@ -19,7 +19,7 @@ them too); this module wraps them for tests.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,12 +29,14 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
-from polaris_pipeline import demo_tables
-from polaris_pipeline.demo_tables import S3Options, build_table
+from polaris_pipeline.metastore import new_entity_id
 from polaris_pipeline.storage.config import StorageConfig, split_uri
 from polaris_pipeline.storage.delete import crc_sidecar
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskRow, TaskType
+from polaris_pipeline.tasks.payloads import encode_dropped_entity
+from polaris_pipeline.testing import tables as testing_tables
+from polaris_pipeline.testing.tables import S3Options, build_table
 
 __all__ = [
     "Warehouse",
@@ -63,7 +65,7 @@ class Warehouse:
 
     def files(self) -> set[str]:
         """Every file under the warehouse (the catalog's sqlite file lives elsewhere)."""
-        return demo_tables.list_files(self.uri, s3=self.s3)
+        return testing_tables.list_files(self.uri, s3=self.s3)
 
     def exists(self, uri: str) -> bool:
         return self.resolver.exists(uri)
@@ -84,17 +86,17 @@ def _s3_options_of(table: Table) -> S3Options | None:
 
 def table_files(table: Table) -> set[str]:
     """Every file of ``table``: named by its metadata, or lying under its location."""
-    named = demo_tables.referenced_files(table)
-    listed = demo_tables.list_files(table.location(), s3=_s3_options_of(table))
+    named = testing_tables.referenced_files(table)
+    listed = testing_tables.list_files(table.location(), s3=_s3_options_of(table))
     return named | listed
 
 
 def drop_task_row(table: Table, **kwargs: Any) -> TaskRow:
     """The TaskRow of the cleanup task Polaris writes when ``table`` is dropped with purge.
 
-    Keywords go to :func:`polaris_pipeline.demo_tables.drop_task`.
+    Keywords go to :func:`polaris_pipeline.testing_tables.drop_task`.
     """
-    return demo_tables.task_row(demo_tables.drop_table_task(table, **kwargs))
+    return testing_tables.task_row(testing_tables.drop_table_task(table, **kwargs))
 
 
 def recorded_drop_task(
@@ -116,8 +118,8 @@ def recorded_drop_task(
     configuration. ``parent_namespace`` replaces the entity's encoded namespace
     as written (to write Java's form encoding by hand).
     """
-    entity_id = demo_tables.new_task_id()
-    entity = demo_tables.dropped_entity(
+    entity_id = new_entity_id()
+    entity = testing_tables.dropped_entity(
         entity_id=entity_id,
         name=name,
         namespace=namespace,
@@ -126,16 +128,15 @@ def recorded_drop_task(
         properties=entity_properties,
     )
     if parent_namespace is not None:
-        internal = json.loads(entity["internalProperties"])
-        internal["parent-namespace"] = parent_namespace
-        entity["internalProperties"] = json.dumps(internal)
+        internal = {**entity.internal_properties, "parent-namespace": parent_namespace}
+        entity = dataclasses.replace(entity, internal_properties=internal)
     return NewTask(
         realm_id=realm_id,
-        id=demo_tables.new_task_id(),
+        id=new_entity_id(),
         name=f"entityCleanup_{entity_id}",
         properties={
             Prop.TASK_TYPE: str(int(TaskType.ENTITY_CLEANUP_SCHEDULER)),
-            Prop.DATA: json.dumps(entity),
+            Prop.DATA: encode_dropped_entity(entity),
         },
         internal_properties=dict(internal_properties or {}),
     )
@@ -154,8 +155,8 @@ def write_sidecars(uris: Iterable[str]) -> set[str]:
 
 @pytest.fixture
 def local_warehouse(tmp_path: Path) -> Warehouse:
-    uri = demo_tables.local_warehouse_uri(tmp_path / "wh")
-    catalog = demo_tables.open_catalog(uri, tmp_path / "catalog.db", name="local")
+    uri = testing_tables.local_warehouse_uri(tmp_path / "wh")
+    catalog = testing_tables.open_catalog(uri, tmp_path / "catalog.db", name="local")
     config = StorageConfig()
     return Warehouse("local", uri, catalog, config, StorageResolver(config))
 
@@ -169,7 +170,7 @@ def s3_warehouse(tmp_path: Path, moto_server: Any, s3_bucket: str) -> Warehouse:
         region=moto_server.region,
     )
     uri = f"s3://{s3_bucket}/wh"
-    catalog = demo_tables.open_catalog(uri, tmp_path / "catalog.db", name="s3", s3=s3)
+    catalog = testing_tables.open_catalog(uri, tmp_path / "catalog.db", name="s3", s3=s3)
     config = moto_server.storage_config(s3_bucket)
     return Warehouse("s3", uri, catalog, config, StorageResolver(config), s3)
 

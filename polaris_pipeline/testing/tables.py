@@ -16,14 +16,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import struct
 import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote_plus
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -52,6 +51,7 @@ from pyiceberg.table.update.snapshot import _FastAppendFiles
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 
+from polaris_pipeline.metastore import new_entity_id
 from polaris_pipeline.tasks.model import (
     ICEBERG_VIEW_SUB_TYPE,
     TABLE_LIKE_TYPE_CODE,
@@ -59,6 +59,11 @@ from polaris_pipeline.tasks.model import (
     Prop,
     TaskRow,
     TaskType,
+)
+from polaris_pipeline.tasks.payloads import (
+    METADATA_LOCATION_KEY,
+    DroppedEntity,
+    encode_dropped_entity,
 )
 
 ICEBERG_TABLE_SUB_TYPE = 2
@@ -560,8 +565,9 @@ def list_files(location: str, *, s3: S3Options | None = None) -> set[str]:
 
 
 def encode_namespace(namespace: Iterable[str]) -> str:
-    """Iceberg RESTUtil's encoding: each level URL-encoded, joined by ``%1F``."""
-    return "%1F".join(quote(level, safe="") for level in namespace)
+    """As Polaris writes ``parent-namespace``: each level form-encoded (Java's
+    ``URLEncoder``: a space is ``+``), the levels joined by ``%1F``."""
+    return "%1F".join(quote_plus(level, safe="") for level in namespace)
 
 
 def dropped_entity(
@@ -575,36 +581,28 @@ def dropped_entity(
     is_view: bool = False,
     properties: Mapping[str, str] | None = None,
     now_ms: int | None = None,
-) -> dict[str, Any]:
-    """The dropped TABLE_LIKE entity as Polaris serializes it into the task's ``data``."""
+) -> DroppedEntity:
+    """The dropped TABLE_LIKE entity as Polaris records it (encode it for the task's ``data``
+    with ``payloads.encode_dropped_entity``)."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    internal = {
-        "metadata-location": metadata_location,
-        "parent-namespace": encode_namespace(namespace),
-    }
-    return {
-        "catalogId": catalog_id,
-        "id": entity_id,
-        "parentId": parent_id,
-        "typeCode": TABLE_LIKE_TYPE_CODE,
-        "name": name,
-        "entityVersion": 3,
-        "subTypeCode": ICEBERG_VIEW_SUB_TYPE if is_view else ICEBERG_TABLE_SUB_TYPE,
-        "createTimestamp": now - 60_000,
-        "dropTimestamp": now,
-        "purgeTimestamp": 0,
-        "toPurgeTimestamp": 0,
-        "lastUpdateTimestamp": now,
-        # Polaris stores these two maps as JSON strings inside the JSON document.
-        "properties": json.dumps(dict(properties or {})),
-        "internalProperties": json.dumps(internal),
-        "grantRecordsVersion": 1,
-    }
-
-
-def new_task_id() -> int:
-    """A random positive 63-bit id, as Polaris draws them."""
-    return secrets.randbits(63) or 1
+    return DroppedEntity(
+        id=entity_id,
+        name=name,
+        type_code=TABLE_LIKE_TYPE_CODE,
+        sub_type_code=ICEBERG_VIEW_SUB_TYPE if is_view else ICEBERG_TABLE_SUB_TYPE,
+        catalog_id=catalog_id,
+        parent_id=parent_id,
+        entity_version=3,
+        create_timestamp=now - 60_000,
+        drop_timestamp=now,
+        last_update_timestamp=now,
+        properties=dict(properties or {}),
+        internal_properties={
+            METADATA_LOCATION_KEY: metadata_location,
+            "parent-namespace": encode_namespace(namespace),
+        },
+        grant_records_version=1,
+    )
 
 
 @dataclass(frozen=True)
@@ -640,23 +638,25 @@ def drop_task(
     create_timestamp: int | None = None,
 ) -> NewTask:
     """The ENTITY_CLEANUP_SCHEDULER task Polaris writes when ``spec`` is dropped with purge."""
-    eid = entity_id if entity_id is not None else new_task_id()
+    eid = entity_id if entity_id is not None else new_entity_id()
     entity = dropped_entity(
         entity_id=eid,
         name=spec.name,
         namespace=spec.namespace,
         metadata_location=spec.metadata_location,
         is_view=spec.is_view,
+        # Polaris records the table's base location on the entity.
+        properties={"location": spec.location},
     )
     properties = {
         Prop.TASK_TYPE: str(int(TaskType.ENTITY_CLEANUP_SCHEDULER)),
-        Prop.DATA: json.dumps(entity),
+        Prop.DATA: encode_dropped_entity(entity),
     }
     internal = {**spec.table_properties, "storageLocation": spec.location}
     internal.update(extra_internal_properties or {})
     return NewTask(
         realm_id=realm_id,
-        id=task_id if task_id is not None else new_task_id(),
+        id=task_id if task_id is not None else new_entity_id(),
         name=f"entityCleanup_{eid}",
         properties=properties,
         internal_properties=internal,
