@@ -31,7 +31,6 @@ from polaris_pipeline.dagster.backlog import (
     ORPHAN_CHECK,
     TOTAL_KEY,
     BacklogSettings,
-    orphaned_since_ms,
     polaris_backlog_schedule,
     polaris_task_backlog,
     realm_key,
@@ -39,7 +38,15 @@ from polaris_pipeline.dagster.backlog import (
 from polaris_pipeline.dagster.definitions import build_defs_from_env
 from polaris_pipeline.dagster.resources import SweeperSettings
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop, TaskRow, TaskState
+from polaris_pipeline.tasks.model import (
+    LeasePolicy,
+    NewTask,
+    Prop,
+    RealmOverride,
+    TaskRow,
+    TaskState,
+)
+from polaris_pipeline.tasks.summary import orphaned_since_ms
 from tests.support.dagster import metastore_resource
 from tests.support.tasks import batch_task, seed
 
@@ -634,3 +641,16 @@ def test_the_sweeper_starts_by_itself_only_outside_dagster_dev(
     monkeypatch.setenv("DAGSTER_IS_DEV_CLI", "1")  # what `dagster dev` and `dg dev` set
     assert status({}) is DefaultSensorStatus.STOPPED
     assert status({"POLARIS_PIPELINE_SWEEPER_AUTOSTART": "true"}) is DefaultSensorStatus.RUNNING
+
+
+def test_orphaned_since_uses_the_tasks_realm_policy() -> None:
+    """Realm A has its own grace and lease timeout; the global ones are not used for it."""
+    policy = LeasePolicy(
+        lease_timeout_ms=60_000,
+        grace_ms=30_000,
+        realm_overrides={"A": RealmOverride(lease_timeout_ms=10_000, grace_ms=1_000)},
+    )
+    t0 = 1_000_000_000_000
+    assert orphaned_since_ms(_row(t0), policy) == t0 + 1_000
+    lapsed = _row(t0, t0 + 5_000, {Prop.EXECUTOR: "x", Prop.START_TIME: str(t0 + 5_000)})
+    assert orphaned_since_ms(lapsed, policy) == t0 + 15_000

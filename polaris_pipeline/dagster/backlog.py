@@ -55,7 +55,8 @@ from polaris_pipeline.dagster.sweeper import SENSOR_NAME, SweepCursor
 from polaris_pipeline.formatting import iso_utc, short_task_name
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.settings import DEFAULT_MAX_ORPHAN_AGE_S
-from polaris_pipeline.tasks.model import LeasePolicy, Prop, TaskRow, TaskState
+from polaris_pipeline.tasks.model import Prop, TaskRow, TaskState
+from polaris_pipeline.tasks.summary import orphaned_since_ms
 
 ASSET_NAME = "polaris_task_backlog"
 DEAD_CHECK = "no_dead_tasks"
@@ -108,27 +109,6 @@ class BacklogSettings(ConfigurableResource):
 
 
 # ------------------------------------------------------------------ reading
-
-
-def orphaned_since_ms(task: TaskRow, policy: LeasePolicy) -> int:
-    """When an orphaned task became available to the sweepers (epoch ms, database clock).
-
-    The latest of: its creation (plus the grace period when it was never
-    leased and is Polaris's own), the end of its last lease (released, or
-    expired), the end of its backoff, and its last update (a requeue revives a
-    task at that moment; every other write comes before these times anyway).
-    """
-    since = task.last_update_timestamp
-    if task.executor_id is None:
-        grace = 0 if task.created_by_us else policy.effective_grace_ms
-        since = max(since, task.create_timestamp + grace)
-    start = task.start_time_ms
-    if task.executor_id is not None and start is not None:
-        lease_end = task.end_time_ms if task.lease_released else start + policy.lease_timeout_ms
-        since = max(since, lease_end or 0)
-    if task.next_attempt_ms is not None:
-        since = max(since, task.next_attempt_ms)
-    return max(since, task.create_timestamp)
 
 
 @dataclass(frozen=True)
@@ -579,7 +559,6 @@ __all__ = [
     "no_dead_tasks",
     "no_failing_tasks",
     "no_stale_orphans",
-    "orphaned_since_ms",
     "polaris_backlog_job",
     "polaris_backlog_schedule",
     "polaris_task_backlog",

@@ -107,6 +107,29 @@ def why_available(task: TaskRow) -> str:
     return "lease expired"
 
 
+def orphaned_since_ms(task: TaskRow, policy: LeasePolicy) -> int:
+    """When an orphaned task became available to the sweepers (epoch ms, database clock).
+
+    The latest of: its creation (plus the grace period when it was never
+    leased and is Polaris's own), the end of its last lease (released, or
+    expired), the end of its backoff, and its last update (a requeue revives a
+    task at that moment; every other write comes before these times anyway).
+    The task's realm may have its own lease timeout and grace period.
+    """
+    policy = policy.for_realm(task.realm_id)
+    since = task.last_update_timestamp
+    if task.executor_id is None:
+        grace = 0 if task.created_by_us else policy.effective_grace_ms
+        since = max(since, task.create_timestamp + grace)
+    start = task.start_time_ms
+    if task.executor_id is not None and start is not None:
+        lease_end = task.end_time_ms if task.lease_released else start + policy.lease_timeout_ms
+        since = max(since, lease_end or 0)
+    if task.next_attempt_ms is not None:
+        since = max(since, task.next_attempt_ms)
+    return max(since, task.create_timestamp)
+
+
 def _first(times: list[int | None]) -> int | None:
     known = [t for t in times if t is not None]
     return min(known) if known else None
