@@ -136,6 +136,12 @@ def test_a_requeued_dead_task_runs_again_and_completes(
         what="the requeued task to run again and finish",
     )
     assert existing(files) == []
+    # The row is deleted inside the run, which then still has its last events to write.
+    daemon.wait_for(
+        lambda: all(r.is_finished for r in _task_runs(daemon, task.id)) or None,
+        timeout_s=60,
+        what="the task's runs to finish",
+    )
     runs = _task_runs(daemon, task.id)
     assert [r.status for r in runs] == [DagsterRunStatus.FAILURE, DagsterRunStatus.SUCCESS]
     keys = [r.tags.get("dagster/run_key") for r in runs]
