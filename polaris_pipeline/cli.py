@@ -696,6 +696,8 @@ def _outcome_json(
         "role": role,
         "parent_id": json_id(parent),
         "status": outcome.status.value,
+        # A permanent failure cannot heal by retrying: dead-lettered at once.
+        "permanent": outcome.permanent,
         "attempt": lease.attempt,
         "error": outcome.error,
         "cause": error_cause(outcome.error, lease.realm_id, lease.task_id, lease.name) or None,
@@ -717,7 +719,7 @@ def _outcome_line(outcome: Any, summary: PayloadSummary | None, width: int | Non
     """
     lease = outcome.lease
     head = f"{outcome.status.value:<10} {lease.realm_id}/{lease.task_id} "
-    rest = []
+    rest = ["permanent failure, not retried"] if outcome.permanent else []
     if summary and summary.table:
         rest.append(summary.table)
     result = outcome.result

@@ -408,3 +408,24 @@ def test_every_command_has_help_with_an_example(capsys: pytest.CaptureFixture[st
             main(argv)
         assert exit_.value.code == 0
         assert "Example: polaris-pipeline" in capsys.readouterr().out, argv
+
+
+def test_sweep_says_which_failures_are_permanent(metastore: Metastore) -> None:
+    """A payload that cannot heal is dead at once, and the sweep's line and JSON say so;
+    a transient failure keeps its backoff and says nothing of the kind."""
+    old = metastore.now_ms() - 3_600_000
+    broken = batch_task("POLARIS", create_timestamp=old)
+    broken = dataclasses.replace(broken, properties={**broken.properties, Prop.DATA: "{not json"})
+    metastore.insert_tasks([broken])
+
+    code, out = run("sweep", "--once", "--metastore", url_of(metastore))
+    assert code != 0
+    [line] = [ln for ln in out.splitlines() if str(broken.id) in ln]
+    assert line.startswith("dead") and "permanent failure, not retried" in line
+
+    again = batch_task("POLARIS", create_timestamp=old)
+    again = dataclasses.replace(again, properties={**again.properties, Prop.DATA: "{not json"})
+    metastore.insert_tasks([again])
+    code, out = run("sweep", "--once", "--json", "--metastore", url_of(metastore))
+    [doc] = [d for d in json.loads(out)["outcomes"] if d["id"] == str(again.id)]
+    assert doc["status"] == "dead" and doc["permanent"] is True
