@@ -689,3 +689,35 @@ def test_why_each_selected_task_is_available(metastore: Metastore) -> None:
     assert reasons[expired.id] == "lease expired"
     assert reasons[backoff.id] == "backoff over"
     assert reasons[requeued.id] == "requeued by an operator"
+
+
+def test_a_key_a_finished_run_used_without_writing_the_task_is_asked_for_again(
+    metastore: Metastore, instance: DagsterInstance
+) -> None:
+    """A run that died before leasing (its retries used up) leaves the row, and so its
+    run key, unchanged: Dagster would drop the next request for ever. The sweeper
+    asks again under a new key instead."""
+    from dagster import job, op
+
+    [task] = old_tasks(metastore, "A", 1)
+    resource = metastore_resource(metastore)
+    [first] = evaluate(resource, instance).run_requests or []  # type: ignore[union-attr]
+
+    @op
+    def died_before_leasing() -> None:
+        raise RuntimeError("the run worker died")
+
+    @job
+    def stand_in() -> None:
+        died_before_leasing()
+
+    stand_in.execute_in_process(
+        instance=instance, tags={"dagster/run_key": first.run_key}, raise_on_error=False
+    )
+    row = metastore.get_task("A", task.id)
+    assert row is not None and row.attempt_count == 0  # untouched: same version, same key
+
+    [again] = evaluate(resource, instance).run_requests or []  # type: ignore[union-attr]
+    assert again.run_key != first.run_key
+    assert (again.run_key or "").startswith(f"{first.run_key}:again:")
+    assert again.tags["polaris/task_id"] == str(task.id)

@@ -37,6 +37,7 @@ from dagster import (
     SkipReason,
     sensor,
 )
+from dagster._core.storage.tags import RUN_KEY_TAG
 
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
@@ -382,9 +383,52 @@ def sweep_tick(
         + ("backlog: sweeping again at the next evaluation" if backlog else f"next in {wait_s} s")
     )
     return SensorResult(
-        run_requests=[run_request_for(run) for run in runs],
+        run_requests=_relaunch_used_keys(context, [run_request_for(run) for run in runs], now),
         cursor=cursor_out.dump(),
     )
+
+
+def _relaunch_used_keys(
+    context: SensorEvaluationContext, requests: list[RunRequest], now_ms: int
+) -> list[RunRequest]:
+    """``requests``, with a fresh key for each whose key a finished run already used.
+
+    Dagster silently drops a request whose run key it has seen. A key repeats only
+    when its run ended without writing the row (it died before leasing, its retries
+    used up): waiting and recently started runs were filtered out above, and every
+    lease bumps the version in the key. Asking again under a new key keeps the
+    promise of eventual execution, and the log says so.
+    """
+    keys = [r.run_key for r in requests if r.run_key]
+    if not keys:
+        return requests
+    try:
+        runs = context.instance.get_runs(
+            RunsFilter(tags={RUN_KEY_TAG: keys}), limit=len(keys) * 4
+        )
+    except Exception:  # a context without an instance (unit tests): nothing is known
+        return requests
+    # A key of a run still in progress stays: Dagster dropping it is right.
+    busy = {run.tags.get(RUN_KEY_TAG) for run in runs if not run.is_finished}
+    used = {
+        run.tags.get(RUN_KEY_TAG): run.run_id
+        for run in runs
+        if run.is_finished and run.tags.get(RUN_KEY_TAG) not in busy
+    }
+    out: list[RunRequest] = []
+    for request in requests:
+        earlier = used.get(request.run_key)
+        if earlier is None:
+            out.append(request)
+            continue
+        key = f"{request.run_key}:again:{now_ms}"
+        context.log.warning(
+            f"run key {request.run_key} was used by run {earlier}, which ended without "
+            f"writing the task (it died before leasing it?): Dagster would drop the "
+            f"request; requesting it again as {key}"
+        )
+        out.append(request.with_replaced_attrs(run_key=key))
+    return out
 
 
 def build_polaris_task_sweeper(
