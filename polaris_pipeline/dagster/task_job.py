@@ -65,6 +65,7 @@ from polaris_pipeline.dagster.reporting import location_metadata, run_tags_for_t
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.errors import PolarisPipelineError, StorageConfigError
+from polaris_pipeline.formatting import format_bytes, short_task_name
 from polaris_pipeline.runner import Runner, Status, TaskOutcome
 from polaris_pipeline.start import StartAction, StartDecision
 from polaris_pipeline.tasks.model import Lease, TaskRow, TaskType
@@ -109,9 +110,6 @@ RETRY_NUMBER_TAG = "dagster/retry_number"
 
 MANIFEST_TYPE_CODE = str(int(TaskType.MANIFEST_FILE_CLEANUP))
 _PROGRESS_LOG_INTERVAL_S = 10.0
-# Task names of batch children embed their whole file list: logs and metadata show
-# this much of a name (the run's config and the metastore keep it whole).
-_NAME_IN_LABEL = 60
 # Refused or failed paths listed in a failure's metadata (the counts are exact).
 _FAILURE_SAMPLE = 20
 # Children per mapped step (see TaskRunConfig.children_per_step).
@@ -328,22 +326,16 @@ def _is_last_attempt(context: OpExecutionContext) -> bool:
 
 
 def _label(lease: Lease) -> str:
-    """``realm/id 'name'`` with the name cut short enough to read in a log line."""
-    name = lease.name
-    if len(name) > _NAME_IN_LABEL:
-        name = name[: _NAME_IN_LABEL - 1] + "…"
-    return f"{lease.realm_id}/{lease.task_id} {name!r}"
+    """``realm/id 'name'``, the name cut as everywhere (``formatting.short_task_name``):
+    a batch child's name holds its whole file list."""
+    return f"{lease.realm_id}/{lease.task_id} {short_task_name(lease.name)!r}"
 
 
 def _human_bytes(n: int | None) -> str:
+    """``format_bytes`` with the exact count beside it, for a log line."""
     if n is None:
         return "unknown bytes"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{n} B" if unit == "B" else f"{size:.1f} {unit} ({n} bytes)"
-        size /= 1024
-    return f"{n} B"
+    return format_bytes(n) if n < 1024 else f"{format_bytes(n)} ({n} bytes)"
 
 
 def _iso(ms: int | None) -> str | None:
@@ -557,8 +549,10 @@ def run_task(
         if result is None:
             context.log.info(f"task {_label(mine)} was already finished by another executor")
         else:
+            ref = table_of(decision.task) if decision.task else None
+            of_table = f" of table {ref.label}" if ref else ""
             context.log.info(
-                f"task {_label(mine)} ({task_type_name(outcome.task_type)}) done: "
+                f"task {_label(mine)} ({task_type_name(outcome.task_type)}){of_table} done: "
                 f"{result.deleted} file(s) deleted, {_human_bytes(result.bytes_freed)} freed, "
                 f"{result.missing} already gone, {len(result.refused)} refused by the guard, "
                 f"{len(outcome.children)} child task(s); lease {mine.executor_id} "
