@@ -553,6 +553,8 @@ def _show_text(
     error = error_cause(task.last_error or task.properties_error, task.realm_id, task.id, task.name)
     if error:
         lines.append(("last error", error))
+    if task.failure_permanent:
+        lines.append(("failure", "permanent: retrying cannot heal it, dead-lettered at once"))
     return lines
 
 

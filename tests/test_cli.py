@@ -429,3 +429,5 @@ def test_sweep_says_which_failures_are_permanent(metastore: Metastore) -> None:
     code, out = run("sweep", "--once", "--json", "--metastore", url_of(metastore))
     [doc] = [d for d in json.loads(out)["outcomes"] if d["id"] == str(again.id)]
     assert doc["status"] == "dead" and doc["permanent"] is True
+    code, out = run("tasks", "show", str(again.id), "--metastore", url_of(metastore))
+    assert code == 0 and "permanent: retrying cannot heal it" in out

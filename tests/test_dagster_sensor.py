@@ -712,7 +712,7 @@ def test_a_key_a_finished_run_used_without_writing_the_task_is_asked_for_again(
         died_before_leasing()
 
     stand_in.execute_in_process(
-        instance=instance, tags={"dagster/run_key": first.run_key}, raise_on_error=False
+        instance=instance, tags={"dagster/run_key": first.run_key or ""}, raise_on_error=False
     )
     row = metastore.get_task("A", task.id)
     assert row is not None and row.attempt_count == 0  # untouched: same version, same key

@@ -145,8 +145,10 @@ def test_the_code_location_takes_the_whole_policy_and_the_events_switch() -> Non
         "POLARIS_PIPELINE_METADATA_BATCH_SIZE": "4",
         "POLARIS_PIPELINE_REALM_OVERRIDES": '{"TEST": {"lease_timeout_ms": 1000}}',
         "POLARIS_PIPELINE_TASK_EVENTS": "true",
+        "POLARIS_PIPELINE_EXECUTOR_PREFIX": "site-b",
     }
     metastore = (build_defs_from_env(env).resources or {})["metastore"]
+    assert metastore.executor_id("sensor").startswith("site-b:")
     assert metastore.policy() == PipelineSettings.from_env(env).policy
     assert metastore.policy().for_realm("TEST").lease_timeout_ms == 1000
     assert metastore.write_task_events is True

@@ -90,6 +90,7 @@ def build_defs(
     metadata_batch_size: int | None = None,
     realm_overrides: Mapping[str, RealmOverride] | None = None,
     write_task_events: bool = False,
+    executor_prefix: str | None = None,
     storage: PolarisStorageResource | None = None,
     sweeper: SweeperSettings | None = None,
     backlog: BacklogSettings | None = None,
@@ -120,6 +121,8 @@ def build_defs(
         )
         if value is not None
     }
+    if executor_prefix:
+        policy["executor_prefix"] = executor_prefix
     if realm_overrides:
         policy["realm_overrides"] = {
             realm: {k: v for k, v in dataclasses.asdict(o).items() if v is not None}
@@ -204,6 +207,7 @@ def build_defs_from_env(environ: Mapping[str, str] | None = None) -> Definitions
         metadata_batch_size=settings.metadata_batch_size,
         realm_overrides=settings.realm_overrides,
         write_task_events=settings.task_events,
+        executor_prefix=settings.executor_prefix,
         sweeper=SweeperSettings(
             interval_seconds=settings.sweep_interval_s,
             jitter=settings.sweep_jitter,

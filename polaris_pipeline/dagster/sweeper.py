@@ -1,4 +1,7 @@
-"""``polaris_task_sweeper``: lease orphaned Polaris tasks and request one run per lease.
+"""``polaris_task_sweeper``: select available Polaris tasks and request one run per task.
+
+The sensor leases nothing: each run leases its task when it starts
+(``Runner.start``), so a run waiting in the queue holds no lease that could lapse.
 
 Cadence: the daemon evaluates the sensor every few seconds
 (``minimum_interval_seconds``), but it only touches the metastore when the time
@@ -403,9 +406,7 @@ def _relaunch_used_keys(
     if not keys:
         return requests
     try:
-        runs = context.instance.get_runs(
-            RunsFilter(tags={RUN_KEY_TAG: keys}), limit=len(keys) * 4
-        )
+        runs = context.instance.get_runs(RunsFilter(tags={RUN_KEY_TAG: keys}), limit=len(keys) * 4)
     except Exception:  # a context without an instance (unit tests): nothing is known
         return requests
     # A key of a run still in progress stays: Dagster dropping it is right.
