@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.common import temp_database
+from bench.common import orphaned_task, temp_database
 from bench.report import BenchResult, Figure, fmt
 
 TITLE = "7. Through dagster-daemon: a mixed backlog, a 2,000-child table, Dagster's floor"
@@ -83,21 +83,6 @@ def _touch(directory: Path, n: int) -> list[str]:
     return out
 
 
-def _new_task(name: str, task_type: Any, data: str, location: str, created: int) -> Any:
-    from polaris_pipeline.metastore import new_entity_id
-    from polaris_pipeline.tasks.model import NewTask
-    from polaris_pipeline.tasks.payloads import task_properties
-
-    return NewTask(
-        realm_id=REALM,
-        id=new_entity_id(),
-        name=name,
-        properties=task_properties(task_type, data),
-        internal_properties={"storageLocation": location},
-        create_timestamp=created,
-    )
-
-
 def _batch(location: Path, table: str, files: list[str], parent: str, created: int) -> Any:
     from polaris_pipeline.tasks.model import TaskType
     from polaris_pipeline.tasks.payloads import (
@@ -109,7 +94,9 @@ def _batch(location: Path, table: str, files: list[str], parent: str, created: i
 
     data = encode_batch_cleanup(BatchCleanupPayload(TableIdentifier(("ns",), table), tuple(files)))
     name = batch_cleanup_task_name(parent, files)
-    return _new_task(name, TaskType.BATCH_FILE_CLEANUP, data, f"file://{location}", created)
+    return orphaned_task(
+        REALM, name, TaskType.BATCH_FILE_CLEANUP, data, f"file://{location}", created
+    )
 
 
 def orphaned_children(root: Path, table: str, n: int, created: int) -> list[Any]:
@@ -139,7 +126,9 @@ def orphaned_children(root: Path, table: str, n: int, created: int) -> list[Any]
         name = manifest_cleanup_task_name(parent, uri)
         data = encode_manifest_cleanup(payload)
         tasks.append(
-            _new_task(name, TaskType.MANIFEST_FILE_CLEANUP, data, f"file://{location}", created)
+            orphaned_task(
+                REALM, name, TaskType.MANIFEST_FILE_CLEANUP, data, f"file://{location}", created
+            )
         )
     for j in range(min(2, n)):
         old = _touch(location / "metadata" / f"old{j}", 2)

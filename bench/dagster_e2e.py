@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import make_url
 
-from bench.common import connection_lost, temp_database, wait_for_database
+from bench.common import connection_lost, orphaned_task, temp_database, wait_for_database
 from bench.report import BenchResult, Figure, fmt
 
 if TYPE_CHECKING:
-    from polaris_pipeline.tasks.model import NewTask, TaskType
+    from polaris_pipeline.tasks.model import NewTask
 
 TITLE = "5. Dagster end to end: orphaned tasks, first tick to all done"
 FULL = {
@@ -172,22 +172,6 @@ def _fanout_table(catalog: Any, name: str, n_manifests: int, files_each: int) ->
     )
 
 
-def _task(name: str, task_type: TaskType, data: str, location: str, created: int) -> NewTask:
-    """An orphaned task of ``REALM`` as Polaris writes it."""
-    from polaris_pipeline.metastore import new_entity_id
-    from polaris_pipeline.tasks.model import NewTask
-    from polaris_pipeline.tasks.payloads import task_properties
-
-    return NewTask(
-        realm_id=REALM,
-        id=new_entity_id(),
-        name=name,
-        properties=task_properties(task_type, data),
-        internal_properties={"storageLocation": location},
-        create_timestamp=created,
-    )
-
-
 def build_fixture(root: Path, store: Any, size: dict[str, int]) -> dict[str, Any]:
     """Files and the 1,000 orphaned tasks that clean them up; returns what was made."""
     from bench.manifests import write_with_pyiceberg
@@ -230,7 +214,9 @@ def build_fixture(root: Path, store: Any, size: dict[str, int]) -> dict[str, Any
         payload = ManifestCleanupPayload(TableIdentifier(("ns",), f"m_{i}"), written.ref(uri))
         name = f"entityCleanup_{i}_{uri}_{uuid.uuid4()}"
         data = encode_manifest_cleanup(payload)
-        tasks.append(_task(name, TaskType.MANIFEST_FILE_CLEANUP, data, location, created))
+        tasks.append(
+            orphaned_task(REALM, name, TaskType.MANIFEST_FILE_CLEANUP, data, location, created)
+        )
     for i in range(n_batch_tasks):
         location = f"{warehouse}/ns/b_{i}"
         paths = [f"{location}/metadata/{j:05d}-{uuid.uuid4()}.metadata.json" for j in range(5)]
@@ -240,7 +226,9 @@ def build_fixture(root: Path, store: Any, size: dict[str, int]) -> dict[str, Any
         payload_b = BatchCleanupPayload(TableIdentifier(("ns",), f"b_{i}"), tuple(paths))
         name = f"entityCleanup_{i}_[{', '.join(paths)}]_{uuid.uuid4()}"
         data = encode_batch_cleanup(payload_b)
-        tasks.append(_task(name, TaskType.BATCH_FILE_CLEANUP, data, location, created))
+        tasks.append(
+            orphaned_task(REALM, name, TaskType.BATCH_FILE_CLEANUP, data, location, created)
+        )
     for start in range(0, len(tasks), 500):
         store.insert_tasks(tasks[start : start + 500])
     return {
