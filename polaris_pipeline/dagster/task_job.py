@@ -550,13 +550,13 @@ def run_task(
             context.log.info(f"task {_label(mine)} was already finished by another executor")
         else:
             ref = table_of(decision.task) if decision.task else None
-            of_table = f" of table {ref.label}" if ref else ""
+            of_table = f"; table {ref.label}" if ref else ""
             context.log.info(
-                f"task {_label(mine)} ({task_type_name(outcome.task_type)}){of_table} done: "
+                f"task {_label(mine)} ({task_type_name(outcome.task_type)}) done: "
                 f"{result.deleted} file(s) deleted, {_human_bytes(result.bytes_freed)} freed, "
                 f"{result.missing} already gone, {len(result.refused)} refused by the guard, "
                 f"{len(outcome.children)} child task(s); lease {mine.executor_id} "
-                f"attempt {mine.attempt}"
+                f"attempt {mine.attempt}{of_table}"
             )
             sample = result.deleted_paths_sample
             if sample:
