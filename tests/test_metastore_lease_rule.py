@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import event, text
 
 from polaris_pipeline.metastore import Metastore, new_entity_id, predicates
+from polaris_pipeline.metastore.connection import DB_NOW_MS
 from polaris_pipeline.metastore.schema import POLARIS_SCHEMA
 from polaris_pipeline.tasks.model import (
     CREATOR,
@@ -270,7 +271,7 @@ def test_plainly_held_only_rejects_rows_the_rule_calls_held(strict: Metastore) -
     with strict.engine.begin() as conn:
         rows = conn.execute(
             text(
-                f"WITH c AS (SELECT {strict._now_sql} AS now_ms) "
+                f"WITH c AS (SELECT {DB_NOW_MS[strict.dialect]} AS now_ms) "
                 f"SELECT e.id, {held} AS held FROM {POLARIS_SCHEMA}.entities e, c"
             ),
             {"timeout": TIMEOUT},

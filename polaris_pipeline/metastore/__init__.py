@@ -1,4 +1,4 @@
-"""Access to the Polaris metastore: schema, connection and task state transitions."""
+"""Access to the Polaris metastore: schema, connection, named statements, task state transitions."""
 
 from polaris_pipeline.metastore.connection import URL_ENV, make_engine, resolve_url, safe_url
 from polaris_pipeline.metastore.store import (

@@ -1,8 +1,11 @@
-"""The task-state rule of ``tasks.model.TaskRow.state`` written as PostgreSQL SQL.
+"""The task-state rule of ``tasks.model.TaskRow.state`` written as SQL.
 
-Used where the rule must run inside the database: the one-statement batch
-lease and the per-state counts. ``tests/test_metastore.py`` checks that this
-SQL and the Python rule classify the same rows the same way.
+PostgreSQL has the whole rule, for the statements that run it inside the
+database (``metastore/queries.py``: the batch lease, the selection of available
+tasks, the per-state counts, the heartbeat). SQLite has only the held test the
+heartbeat needs; its other statements list rows for the Python rule.
+``tests/test_metastore_lease_rule.py`` checks that this SQL and the Python rule
+classify the same rows the same way.
 """
 
 from __future__ import annotations
@@ -22,10 +25,17 @@ from polaris_pipeline.tasks.model import (
     Prop,
 )
 
+
 # Tasks always have catalog_id = 0 and parent_id = 0; saying so lets PostgreSQL
 # use Polaris's unique index (realm_id, catalog_id, parent_id, type_code, name)
 # instead of scanning every entity of the realm.
-TASK_ROWS = f"e.type_code = {TASK_TYPE_CODE} AND e.catalog_id = 0 AND e.parent_id = 0"
+def task_rows(alias: str | None = "e") -> str:
+    """Row ``alias`` is a task (no alias: the table's own columns, as SQLite's UPDATE has them)."""
+    p = f"{alias}." if alias else ""
+    return f"{p}type_code = {TASK_TYPE_CODE} AND {p}catalog_id = 0 AND {p}parent_id = 0"
+
+
+TASK_ROWS = task_rows()
 
 
 # INTEGER_PATTERN, spelled for PostgreSQL as an unbounded regex plus a length
@@ -123,16 +133,40 @@ def plainly_held(now: str, timeout: str) -> str:
     )
 
 
+def _lease_live(now: str, timeout: str) -> str:
+    """A start time within ``timeout`` of ``now`` and no end written since: a live lease."""
+    return (
+        f"{START} IS NOT NULL AND {now} - {START} <= {timeout}"
+        f" AND NOT COALESCE({END} >= {START}, FALSE)"
+    )
+
+
+def held_by(executor: str, now: str, timeout: str) -> str:
+    """Row ``e`` is held by ``executor``: the held test of ``state_case`` for one holder."""
+    return f"{EXECUTOR} = {executor} AND {_lease_live(now, timeout)}"
+
+
+def _sqlite_field(key: str) -> str:
+    return f"(CASE WHEN json_valid(properties) THEN json_extract(properties, '$.{key}') END)"
+
+
+def sqlite_held_by(executor: str, now: str, timeout: str) -> str:
+    """``held_by`` in SQLite, on the unaliased row of an UPDATE; properties are JSON text."""
+    start = f"CAST({_sqlite_field(Prop.START_TIME)} AS INTEGER)"
+    end = f"CAST({_sqlite_field(Prop.END_TIME)} AS INTEGER)"
+    return (
+        f"{_sqlite_field(Prop.EXECUTOR)} = {executor} AND {now} - {start} <= {timeout}"
+        f" AND NOT COALESCE({end} >= {start}, 0)"
+    )
+
+
 def state_case(now: str, timeout: str, grace: str, max_attempts: str) -> str:
     """A CASE expression giving the TaskState value of row ``e`` at ``now``.
 
     ``timeout`` and ``grace`` may be per-realm expressions (``per_realm``).
     """
     dead = f"COALESCE(e.properties->>'{Prop.STATUS}' = '{STATUS_DEAD}', FALSE)"
-    held = (
-        f"({EXECUTOR} IS NOT NULL AND {START} IS NOT NULL AND {now} - {START} <= {timeout}"
-        f" AND NOT COALESCE({END} >= {START}, FALSE))"
-    )
+    held = f"({EXECUTOR} IS NOT NULL AND {_lease_live(now, timeout)})"
     backing_off = f"COALESCE({NEXT} > {now}, FALSE)"
     pending = (
         f"({EXECUTOR} IS NULL AND COALESCE(e.properties->>'{Prop.CREATED_BY}', '') <> '{CREATOR}'"

@@ -5,6 +5,9 @@ Each transition is one guarded write: a compare-and-set on
 writes its own leases, so a live Polaris and any number of our sweepers can
 share the table. Holders are identified by (executor id, attemptCount): every
 lease grant increments attemptCount, which makes it a fencing token.
+
+The statements are named in ``metastore/queries.py``, with their dialect
+variants; a method here picks one, binds the call's values and reads the rows.
 """
 
 from __future__ import annotations
@@ -18,23 +21,19 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from itertools import islice
+from typing import Any, ParamSpec
 
-from sqlalchemy import Engine, and_, delete, func, insert, select, text, update
+from sqlalchemy import Engine, Executable
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
 from polaris_pipeline.errors import MetastoreError
-from polaris_pipeline.metastore import predicates
-from polaris_pipeline.metastore.connection import DB_NOW_MS, make_engine, resolve_url, safe_url
+from polaris_pipeline.metastore import queries
+from polaris_pipeline.metastore.connection import make_engine, resolve_url, safe_url
 from polaris_pipeline.metastore.ddl import LATEST_SCHEMA_VERSION
-from polaris_pipeline.metastore.schema import (
-    POLARIS_SCHEMA,
-    create_schema,
-    entities,
-    read_schema_version,
-    require_schema,
-)
+from polaris_pipeline.metastore.queries import Query
+from polaris_pipeline.metastore.schema import create_schema, read_schema_version, require_schema
 from polaris_pipeline.tasks.model import (
     CREATOR,
     PERMANENT_TRUE,
@@ -54,19 +53,7 @@ from polaris_pipeline.tasks.model import (
 
 _CAS_RETRIES = 20
 
-_TASK_COLUMNS = (
-    entities.c.realm_id,
-    entities.c.id,
-    entities.c.catalog_id,
-    entities.c.parent_id,
-    entities.c.name,
-    entities.c.entity_version,
-    entities.c.grant_records_version,
-    entities.c.create_timestamp,
-    entities.c.last_update_timestamp,
-    entities.c.properties,
-    entities.c.internal_properties,
-)
+_P = ParamSpec("_P")
 
 
 class HolderCas(StrEnum):
@@ -174,7 +161,6 @@ class Metastore:
             )
         )
         self.dialect = self.engine.dialect.name
-        self._now_sql = DB_NOW_MS[self.dialect]
 
     @property
     def display_url(self) -> str:
@@ -194,6 +180,10 @@ class Metastore:
             if isinstance(exc, IntegrityError):
                 raise
             raise MetastoreError(self._describe(exc)) from exc
+
+    def _sql(self, query: Query[_P], /, *args: _P.args, **kwargs: _P.kwargs) -> Executable:
+        """``query``'s statement for this database, built from the call's values."""
+        return query.build(self.dialect, *args, **kwargs)
 
     def _describe(self, exc: SQLAlchemyError) -> str:
         orig = getattr(exc, "orig", None) or exc
@@ -220,19 +210,9 @@ class Metastore:
 
     def now_ms(self, conn: Connection | None = None) -> int:
         if conn is not None:
-            return int(conn.execute(text(f"SELECT {self._now_sql}")).scalar_one())
+            return int(conn.execute(self._sql(queries.NOW)).scalar_one())
         with self._begin() as c:
             return self.now_ms(c)
-
-    def _task_filter(self, realms: Iterable[str] | None) -> Any:
-        clause = and_(
-            entities.c.type_code == TASK_TYPE_CODE,
-            entities.c.catalog_id == 0,
-            entities.c.parent_id == 0,
-        )
-        if realms is not None:
-            clause = and_(clause, entities.c.realm_id.in_(list(realms)))
-        return clause
 
     def realms(self) -> list[str]:
         """Realms that have at least one task."""
@@ -240,28 +220,7 @@ class Metastore:
             return self._realms(conn)
 
     def _realms(self, conn: Connection) -> list[str]:
-        if self.dialect != "postgresql":
-            rows = conn.execute(
-                select(entities.c.realm_id).where(self._task_filter(None)).distinct()
-            )
-            return sorted(r.realm_id for r in rows)
-        # A loose index scan over the primary key visits one row per realm, then
-        # one index probe per realm for a task: never the whole entities table.
-        sql = f"""
-WITH RECURSIVE r AS (
-    (SELECT realm_id FROM {POLARIS_SCHEMA}.entities ORDER BY realm_id LIMIT 1)
-    UNION ALL
-    SELECT (SELECT e.realm_id FROM {POLARIS_SCHEMA}.entities e
-            WHERE e.realm_id > r.realm_id ORDER BY e.realm_id LIMIT 1)
-    FROM r WHERE r.realm_id IS NOT NULL
-)
-SELECT r.realm_id FROM r
-WHERE r.realm_id IS NOT NULL AND EXISTS (
-    SELECT 1 FROM {POLARIS_SCHEMA}.entities e
-    WHERE e.realm_id = r.realm_id AND {predicates.TASK_ROWS})
-ORDER BY 1
-"""
-        return [row.realm_id for row in conn.execute(text(sql))]
+        return [row.realm_id for row in conn.execute(self._sql(queries.REALMS))]
 
     def list_tasks(
         self, realms: Iterable[str] | None = None, *, limit: int | None = None
@@ -272,27 +231,14 @@ ORDER BY 1
     def _list(
         self, conn: Connection, realms: Iterable[str] | None, *, limit: int | None = None
     ) -> list[TaskRow]:
-        query = (
-            select(*_TASK_COLUMNS)
-            .where(self._task_filter(realms))
-            .order_by(entities.c.create_timestamp, entities.c.realm_id, entities.c.id)
-        )
-        if limit is not None:
-            query = query.limit(limit)
-        return [decode_row(r) for r in conn.execute(query)]
+        return [decode_row(r) for r in conn.execute(self._sql(queries.LIST_TASKS, realms, limit))]
 
     def get_task(self, realm_id: str, task_id: int) -> TaskRow | None:
         with self._begin() as conn:
             return self._get(conn, realm_id, task_id)
 
     def _get(self, conn: Connection, realm_id: str, task_id: int) -> TaskRow | None:
-        row = conn.execute(
-            select(*_TASK_COLUMNS).where(
-                entities.c.realm_id == realm_id,
-                entities.c.id == task_id,
-                entities.c.type_code == TASK_TYPE_CODE,
-            )
-        ).first()
+        row = conn.execute(self._sql(queries.GET_TASK, realm_id, task_id)).first()
         return decode_row(row) if row is not None else None
 
     def tasks_with_state(
@@ -305,54 +251,20 @@ ORDER BY 1
     def count_by_state(self, realms: Iterable[str] | None = None) -> dict[str, Counter[TaskState]]:
         """Per realm, how many tasks are in each state (computed in the database on PostgreSQL)."""
         out: dict[str, Counter[TaskState]] = {}
-        if self.dialect == "postgresql":
+        if queries.COUNT_BY_STATE.runs_on(self.dialect):
+            params = queries.policy_params(self.policy)
+            if realms is not None:
+                params["realms"] = list(realms)
+            statement = self._sql(queries.COUNT_BY_STATE, self.policy, realms is not None)
             with self._begin() as conn:
-                params = self._policy_params(self.now_ms(conn))
-                timeout, grace = self._realm_timing_sql(params)
-                case = predicates.state_case(":now", timeout, grace, ":max_attempts")
-                realm_filter = "AND e.realm_id = ANY(:realms)" if realms is not None else ""
-                sql = (
-                    f"SELECT e.realm_id, {case} AS state, count(*) AS n "
-                    f"FROM {POLARIS_SCHEMA}.entities e WHERE {predicates.TASK_ROWS} "
-                    f"{realm_filter} GROUP BY 1, 2"
-                )
-                if realms is not None:
-                    params["realms"] = list(realms)
-                for realm, state, n in conn.execute(text(sql), params):
+                params["now"] = self.now_ms(conn)
+                for realm, state, n in conn.execute(statement, params):
                     out.setdefault(realm, Counter())[TaskState(state)] += int(n)
             return out
         _, rows = self.tasks_with_state(realms)
         for task, state in rows:
             out.setdefault(task.realm_id, Counter())[state] += 1
         return out
-
-    def _policy_params(self, now: int) -> dict[str, Any]:
-        return {
-            "now": now,
-            "timeout": self.policy.lease_timeout_ms,
-            "grace": self.policy.effective_grace_ms,
-            "max_attempts": self.policy.max_attempts,
-        }
-
-    def _realm_timing_sql(self, params: dict[str, Any]) -> tuple[str, str]:
-        """The lease timeout and grace of row ``e`` as SQL, per realm; fills ``params``.
-
-        One CASE on realm_id over the realms with overrides (bound, never spliced);
-        with none, the plain ``:timeout`` and ``:grace`` parameters.
-        """
-        timeouts: list[tuple[str, str]] = []
-        graces: list[tuple[str, str]] = []
-        for i, realm in enumerate(sorted(self.policy.realm_overrides)):
-            own = self.policy.for_realm(realm)
-            params[f"ovr_realm_{i}"] = realm
-            params[f"ovr_timeout_{i}"] = own.lease_timeout_ms
-            params[f"ovr_grace_{i}"] = own.effective_grace_ms
-            timeouts.append((f":ovr_realm_{i}", f":ovr_timeout_{i}"))
-            graces.append((f":ovr_realm_{i}", f":ovr_grace_{i}"))
-        return (
-            predicates.per_realm(":timeout", timeouts),
-            predicates.per_realm(":grace", graces),
-        )
 
     # --------------------------------------------------------------- leasing
 
@@ -367,9 +279,9 @@ ORDER BY 1
         if limit <= 0:
             return []
         realm_list = list(realms) if realms is not None else None
-        if self.dialect != "postgresql":
+        if not queries.LEASE_BATCH.runs_on(self.dialect):
             return self._lease_per_row(executor_id, limit, realm_list)
-        leases, odd = self._lease_batch_postgres(executor_id, limit, realm_list)
+        leases, odd = self._lease_batch(executor_id, limit, realm_list)
         # Orphans whose properties are not a JSON object: the statement found
         # them in the same scan; each takes Polaris's compare-and-set, which
         # keeps the undecodable original (they are rare: hostile or broken rows).
@@ -379,7 +291,7 @@ ORDER BY 1
                 leases.append(lease)
         return leases
 
-    def _lease_batch_postgres(
+    def _lease_batch(
         self, executor_id: str, limit: int, realms: list[str] | None
     ) -> tuple[list[Lease], list[tuple[str, int]]]:
         """One statement: lease up to ``limit`` orphans whose properties are a JSON object.
@@ -389,70 +301,14 @@ ORDER BY 1
         keeps the original as text, which the per-row ``lease_task`` writes).
         ``realms`` None: every realm with a task, found in the same transaction.
         """
-        now = "c.now_ms"
-        params: dict[str, Any] = {
-            "executor": executor_id,
-            "limit": limit,
-            "timeout": self.policy.lease_timeout_ms,
-            "grace": self.policy.effective_grace_ms,
-            "max_attempts": self.policy.max_attempts,
-        }
-        timeout, grace = self._realm_timing_sql(params)
-        state = predicates.state_case(now, timeout, grace, ":max_attempts")
-        attempts = predicates.attempts("t")
-        sql = f"""
-WITH c AS (
-    -- A first lease (the usual case) adds the same three keys to every row: built
-    -- once here. jsonb_build_object looks up its arguments' types on every call.
-    SELECT now_ms, jsonb_build_object(
-            '{Prop.EXECUTOR}', CAST(:executor AS TEXT),
-            '{Prop.START_TIME}', CAST(now_ms AS TEXT),
-            '{Prop.ATTEMPT_COUNT}', CAST('1' AS TEXT)) AS first_lease
-    FROM (SELECT {self._now_sql} AS now_ms) AS clock
-),
-picked AS (
-    SELECT e.realm_id, e.id, jsonb_typeof(e.properties) = 'object' AS is_object
-    FROM {POLARIS_SCHEMA}.entities e, c
-    WHERE {predicates.TASK_ROWS} AND e.realm_id = ANY(:realms)
-      -- Rows other sweepers plainly hold go first, before the costly CASE.
-      AND NOT {predicates.plainly_held(now, timeout)}
-      AND {state} = 'orphaned'
-    -- No ORDER BY: the scan stops at the first :limit orphans instead of
-    -- sorting every candidate; backoff keeps failing tasks from crowding out others.
-    LIMIT :limit
-    FOR UPDATE OF e SKIP LOCKED
-),
-leased AS (
-    UPDATE {POLARIS_SCHEMA}.entities t
-    -- Deleting a key rebuilds the whole value, even when the key is absent.
-    SET properties = (CASE WHEN t.properties ? '{Prop.END_TIME}'
-            THEN t.properties - '{Prop.END_TIME}' ELSE t.properties END)
-        || CASE WHEN {attempts} = 0 THEN c.first_lease ELSE jsonb_object(ARRAY[
-            '{Prop.EXECUTOR}', CAST(:executor AS TEXT),
-            '{Prop.START_TIME}', CAST(c.now_ms AS TEXT),
-            '{Prop.ATTEMPT_COUNT}', CAST({attempts} + 1 AS TEXT)]) END,
-        entity_version = t.entity_version + 1,
-        last_update_timestamp = c.now_ms
-    -- In primary-key order, so consecutive index insertions land on the same leaf
-    -- pages: measured a sixth less PostgreSQL CPU with 1 leaser, a quarter with 4.
-    FROM (SELECT * FROM picked ORDER BY realm_id, id) AS picked, c
-    WHERE t.realm_id = picked.realm_id AND t.id = picked.id AND picked.is_object
-    RETURNING t.realm_id, t.id, t.name, t.entity_version,
-        -- Written just above as a decimal string, so the cast cannot fail.
-        CAST(t.properties->>'{Prop.ATTEMPT_COUNT}' AS BIGINT) AS attempt,
-        t.properties->>'{Prop.TASK_TYPE}' AS task_type, c.now_ms
-)
-SELECT TRUE AS leased, realm_id, id, name, entity_version, attempt, task_type, now_ms
-FROM leased
-UNION ALL
-SELECT FALSE, realm_id, id, NULL, NULL, NULL, NULL, NULL FROM picked WHERE NOT is_object
-"""
+        params = {"executor": executor_id, "limit": limit, **queries.policy_params(self.policy)}
+        statement = self._sql(queries.LEASE_BATCH, self.policy)
         with self._begin() as conn:
             # Naming the realms lets the scan use Polaris's unique index.
             params["realms"] = self._realms(conn) if realms is None else realms
             if not params["realms"]:
                 return [], []
-            rows = conn.execute(text(sql), params).all()
+            rows = conn.execute(statement, params).all()
         # Unpacked as tuples: named access to a Row field costs about 0.5 µs, 8 per lease.
         # The numbers come back typed (BIGINT, INTEGER): no int() per field.
         leases = [
@@ -466,25 +322,10 @@ SELECT FALSE, realm_id, id, NULL, NULL, NULL, NULL, NULL FROM picked WHERE NOT i
     def _lease_per_row(self, executor_id: str, limit: int, realms: list[str] | None) -> list[Lease]:
         """List, then one compare-and-set per task: Polaris's own algorithm.
 
-        The lease on SQLite. On PostgreSQL it lists only rows whose properties
-        are not a JSON object; ``lease_available`` does not call it there (the
-        batch statement finds such rows in its own scan).
+        The lease where there is no ``LEASE_BATCH`` (SQLite).
         """
         with self._begin() as conn:
-            now = self.now_ms(conn)
-            query = select(*_TASK_COLUMNS).where(self._task_filter(realms))
-            if self.dialect == "postgresql":
-                query = query.where(text("jsonb_typeof(properties) <> 'object'"))
-            candidates = [
-                t
-                for t in (
-                    decode_row(r)
-                    for r in conn.execute(
-                        query.order_by(entities.c.create_timestamp, entities.c.id)
-                    )
-                )
-                if t.state(now, self.policy) is TaskState.ORPHANED
-            ]
+            candidates = list(self._orphans_by_age(conn, realms))
         leases: list[Lease] = []
         for task in candidates:
             if len(leases) >= limit:
@@ -493,6 +334,14 @@ SELECT FALSE, realm_id, id, NULL, NULL, NULL, NULL, NULL FROM picked WHERE NOT i
             if lease is not None:
                 leases.append(lease)
         return leases
+
+    def _orphans_by_age(self, conn: Connection, realms: list[str] | None) -> Iterator[TaskRow]:
+        """Orphaned tasks, oldest first, by the Python rule: where no statement runs the rule."""
+        now = self.now_ms(conn)
+        for row in conn.execute(self._sql(queries.TASKS_BY_AGE, realms)):
+            task = decode_row(row)
+            if task.state(now, self.policy) is TaskState.ORPHANED:
+                yield task
 
     def _cas_lease(self, task: TaskRow, executor_id: str) -> Lease | None:
         with self._begin() as conn:
@@ -504,9 +353,7 @@ SELECT FALSE, realm_id, id, NULL, NULL, NULL, NULL, NULL FROM picked WHERE NOT i
             if task.properties_error:
                 # Keep the undecodable original so nothing is lost; the attempt will fail on it.
                 raw = conn.execute(
-                    select(entities.c.properties).where(
-                        entities.c.realm_id == task.realm_id, entities.c.id == task.id
-                    )
+                    self._sql(queries.TASK_PROPERTIES, task.realm_id, task.id)
                 ).scalar_one_or_none()
                 props = {Prop.ORIGINAL: _raw_text(raw)}
             props.pop(Prop.END_TIME, None)
@@ -532,21 +379,7 @@ SELECT FALSE, realm_id, id, NULL, NULL, NULL, NULL, NULL FROM picked WHERE NOT i
         )
 
     def _cas_write(self, conn: Connection, task: TaskRow, props: dict[str, str], now: int) -> bool:
-        result = conn.execute(
-            update(entities)
-            .where(
-                entities.c.realm_id == task.realm_id,
-                entities.c.id == task.id,
-                entities.c.entity_version == task.entity_version,
-                entities.c.grant_records_version == task.grant_records_version,
-            )
-            .values(
-                properties=props,
-                entity_version=task.entity_version + 1,
-                last_update_timestamp=now,
-            )
-        )
-        return result.rowcount == 1
+        return conn.execute(self._sql(queries.CAS_WRITE, task, props, now)).rowcount == 1
 
     def lease_task(self, realm_id: str, task_id: int, executor_id: str) -> Lease | None:
         """Lease one named task if it is orphaned (e.g. a child a crashed run left behind)."""
@@ -566,43 +399,16 @@ SELECT FALSE, realm_id, id, NULL, NULL, NULL, NULL, NULL FROM picked WHERE NOT i
         if limit <= 0:
             return []
         realm_list = list(realms) if realms is not None else None
-        if self.dialect != "postgresql":
+        if not queries.SELECT_AVAILABLE.runs_on(self.dialect):
             with self._begin() as conn:
-                now = self.now_ms(conn)
-                query = select(*_TASK_COLUMNS).where(self._task_filter(realm_list))
-                rows = conn.execute(query.order_by(entities.c.create_timestamp, entities.c.id))
-                out: list[TaskRow] = []
-                for row in rows:
-                    task = decode_row(row)
-                    if task.state(now, self.policy) is TaskState.ORPHANED:
-                        out.append(task)
-                        if len(out) >= limit:
-                            break
-                return out
-        params: dict[str, Any] = {
-            "limit": limit,
-            "timeout": self.policy.lease_timeout_ms,
-            "grace": self.policy.effective_grace_ms,
-            "max_attempts": self.policy.max_attempts,
-        }
-        clock = "c.now_ms"
-        timeout, grace = self._realm_timing_sql(params)
-        state = predicates.state_case(clock, timeout, grace, ":max_attempts")
-        columns = ", ".join(f"e.{column.name}" for column in _TASK_COLUMNS)
-        sql = f"""
-WITH c AS (SELECT {self._now_sql} AS now_ms)
-SELECT {columns}
-FROM {POLARIS_SCHEMA}.entities e, c
-WHERE {predicates.TASK_ROWS} AND e.realm_id = ANY(:realms)
-  AND NOT {predicates.plainly_held(clock, timeout)}
-  AND {state} = 'orphaned'
-LIMIT :limit
-"""
+                return list(islice(self._orphans_by_age(conn, realm_list), limit))
+        params = {"limit": limit, **queries.policy_params(self.policy)}
+        statement = self._sql(queries.SELECT_AVAILABLE, self.policy)
         with self._begin() as conn:
             params["realms"] = self._realms(conn) if realm_list is None else realm_list
             if not params["realms"]:
                 return []
-            return [decode_row(r) for r in conn.execute(text(sql), params)]
+            return [decode_row(r) for r in conn.execute(statement, params)]
 
     def task_names_present(self, realm_id: str, names: Iterable[str]) -> set[str]:
         """Which of ``names`` name a task row of ``realm_id`` (Polaris's unique name index)."""
@@ -610,11 +416,7 @@ LIMIT :limit
         if not wanted:
             return set()
         with self._begin() as conn:
-            rows = conn.execute(
-                select(entities.c.name).where(
-                    self._task_filter([realm_id]), entities.c.name.in_(wanted)
-                )
-            )
+            rows = conn.execute(self._sql(queries.TASK_NAMES, realm_id, wanted))
             return {row.name for row in rows}
 
     def lease_for_operator(self, realm_id: str, task_id: int, executor_id: str) -> Lease | None:
@@ -733,49 +535,13 @@ LIMIT :limit
         renews exactly the tasks that holder is running or has queued (a table
         cleanup's children). Returns how many leases were renewed.
         """
-        if self.dialect == "postgresql":
-            held = (
-                f"{predicates.EXECUTOR} = :executor AND {predicates.START} IS NOT NULL"
-                f" AND c.now_ms - {predicates.START} <= :timeout"
-                f" AND NOT COALESCE({predicates.END} >= {predicates.START}, FALSE)"
-            )
-            sql = f"""
-WITH c AS (SELECT {self._now_sql} AS now_ms)
-UPDATE {POLARIS_SCHEMA}.entities e
-SET properties = e.properties || jsonb_build_object('{Prop.START_TIME}', CAST(c.now_ms AS TEXT)),
-    entity_version = e.entity_version + 1,
-    last_update_timestamp = c.now_ms
-FROM c
-WHERE {predicates.TASK_ROWS} AND e.realm_id = :realm
-  AND jsonb_typeof(e.properties) = 'object' AND {held}
-"""
-        else:
-
-            def field(key: str) -> str:
-                return (
-                    "(CASE WHEN json_valid(properties) "
-                    f"THEN json_extract(properties, '$.{key}') END)"
-                )
-
-            start = f"CAST({field(Prop.START_TIME)} AS INTEGER)"
-            end = f"CAST({field(Prop.END_TIME)} AS INTEGER)"
-            sql = f"""
-UPDATE entities
-SET properties = json_set(properties, '$.{Prop.START_TIME}', CAST({self._now_sql} AS TEXT)),
-    entity_version = entity_version + 1,
-    last_update_timestamp = {self._now_sql}
-WHERE type_code = {TASK_TYPE_CODE} AND catalog_id = 0 AND parent_id = 0 AND realm_id = :realm
-  AND {field(Prop.EXECUTOR)} = :executor
-  AND {self._now_sql} - {start} <= :timeout
-  AND NOT COALESCE({end} >= {start}, 0)
-"""
         params = {
             "realm": realm_id,
             "executor": executor_id,
             "timeout": self.policy.for_realm(realm_id).lease_timeout_ms,
         }
         with self._begin() as conn:
-            return int(conn.execute(text(sql), params).rowcount)
+            return int(conn.execute(self._sql(queries.RENEW_HELD_BY), params).rowcount)
 
     def take_over(self, lease: Lease, executor_id: str) -> Lease | None:
         """Hand a held lease to another executor id (a Dagster run taking the sensor's lease).
@@ -788,14 +554,7 @@ WHERE type_code = {TASK_TYPE_CODE} AND catalog_id = 0 AND parent_id = 0 AND real
         """Success: delete the task row, guarded on the holder's lease."""
 
         def change(conn: Connection, task: TaskRow, now: int) -> tuple[bool, None]:
-            result = conn.execute(
-                delete(entities).where(
-                    entities.c.realm_id == task.realm_id,
-                    entities.c.id == task.id,
-                    entities.c.entity_version == task.entity_version,
-                )
-            )
-            return result.rowcount == 1, None
+            return conn.execute(self._sql(queries.COMPLETE, task)).rowcount == 1, None
 
         status, _ = self._holder_cas(lease, change)
         return {
@@ -898,10 +657,7 @@ WHERE type_code = {TASK_TYPE_CODE} AND catalog_id = 0 AND parent_id = 0 AND real
         realm_list = list(realms) if realms is not None else None
         with self._begin() as conn:
             now = self.now_ms(conn)
-            query = select(*_TASK_COLUMNS).where(self._task_filter(realm_list))
-            if task_ids is not None:
-                query = query.where(entities.c.id.in_(list(task_ids)))
-            query = query.order_by(entities.c.realm_id, entities.c.id)
+            query = self._sql(queries.LIST_FOR_DISCARD, realm_list, task_ids)
             found = [decode_row(r) for r in conn.execute(query)]
         results: list[DiscardResult] = []
         if task_ids is not None:
@@ -947,15 +703,7 @@ WHERE type_code = {TASK_TYPE_CODE} AND catalog_id = 0 AND parent_id = 0 AND real
         if dry_run:
             return DiscardResult(task.realm_id, task.id, DiscardOutcome.WOULD_DISCARD, task.name)
         with self._begin() as conn:
-            deleted = conn.execute(
-                delete(entities).where(
-                    entities.c.realm_id == task.realm_id,
-                    entities.c.id == task.id,
-                    entities.c.type_code == TASK_TYPE_CODE,
-                    entities.c.entity_version == task.entity_version,
-                    entities.c.grant_records_version == task.grant_records_version,
-                )
-            ).rowcount
+            deleted = conn.execute(self._sql(queries.DISCARD, task)).rowcount
         if deleted != 1:
             return DiscardResult(
                 task.realm_id,
@@ -1034,21 +782,17 @@ WHERE type_code = {TASK_TYPE_CODE} AND catalog_id = 0 AND parent_id = 0 AND real
                         "grant_records_version": 1,
                     }
                 )
-            conn.execute(insert(entities), rows)
+            conn.execute(self._sql(queries.INSERT_TASKS), rows)
         return leases
 
     def insert_raw(self, row: dict[str, Any]) -> None:
         """Insert one entities row as given (tests and the demo write hostile rows with it)."""
         with self._begin() as conn:
-            conn.execute(insert(entities), [row])
+            conn.execute(self._sql(queries.INSERT_TASKS), [row])
 
     def count_tasks(self, realms: Iterable[str] | None = None) -> int:
         with self._begin() as conn:
-            return int(
-                conn.execute(
-                    select(func.count()).select_from(entities).where(self._task_filter(realms))
-                ).scalar_one()
-            )
+            return int(conn.execute(self._sql(queries.COUNT_TASKS, realms)).scalar_one())
 
 
 def new_entity_id() -> int:

@@ -1,0 +1,450 @@
+"""Every statement the metastore runs, by name, with its PostgreSQL and SQLite variants.
+
+``metastore/store.py`` holds the state transitions; each one runs statements
+named here, binds the call's values and reads the rows. A ``Query`` has a
+builder per dialect; None where that dialect has no such statement and the
+store lists ``TASKS_BY_AGE`` and applies the Python rule (``TaskRow.state``)
+instead. The task-state rule is not written here: the PostgreSQL variants
+embed it from ``predicates``, its one SQL source.
+
+Text statements take their values as bind parameters at execution
+(``policy_params`` gives the lease policy's); Core statements carry theirs.
+
+- ``NOW``: the database clock, in milliseconds (each dialect's own expression).
+- ``REALMS``: the realms that have a task. PostgreSQL: a loose index scan;
+  SQLite: ``SELECT DISTINCT``.
+- ``LIST_TASKS``, ``GET_TASK``, ``TASK_PROPERTIES``, ``TASK_NAMES``,
+  ``COUNT_TASKS``: plain reads, one Core expression for both dialects.
+- ``TASKS_BY_AGE``: every task of some realms, oldest first: what SQLite's
+  per-row lease and selection judge with the Python rule.
+- ``COUNT_BY_STATE``: tasks per (realm, state), the rule run in SQL.
+  PostgreSQL only (SQLite: ``LIST_TASKS`` and the Python rule).
+- ``SELECT_AVAILABLE``: the tasks ``LEASE_BATCH`` would lease now, leasing
+  nothing. PostgreSQL only (SQLite: ``TASKS_BY_AGE`` and the Python rule).
+- ``LEASE_BATCH``: one UPDATE over a ``FOR UPDATE SKIP LOCKED`` selection of
+  orphans. PostgreSQL only (SQLite: ``TASKS_BY_AGE``, then ``CAS_WRITE`` per row).
+- ``CAS_WRITE``: Polaris's compare-and-set UPDATE, guarded on the
+  (realm_id, id, entity_version, grant_records_version) that was read. Every
+  per-row move: lease, renew, take over, fail, requeue, an operator's lease.
+- ``RENEW_HELD_BY``: restart every live lease of one holder in a realm.
+  PostgreSQL on JSONB, SQLite on JSON text.
+- ``COMPLETE``: delete the holder's row (its lease checked in the same transaction).
+- ``LIST_FOR_DISCARD``, ``DISCARD``: the candidates of ``tasks discard``, and
+  the delete guarded like ``CAS_WRITE``.
+- ``INSERT_TASKS``: insert rows (table cleanup's children, tests, the demo).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, ParamSpec
+
+from sqlalchemy import Executable, and_, delete, func, insert, select, text, update
+from sqlalchemy.sql.elements import ColumnElement
+
+from polaris_pipeline.metastore import predicates
+from polaris_pipeline.metastore.connection import DB_NOW_MS
+from polaris_pipeline.metastore.schema import POLARIS_SCHEMA, entities
+from polaris_pipeline.tasks.model import TASK_TYPE_CODE, LeasePolicy, Prop, TaskRow
+
+POSTGRESQL = "postgresql"
+SQLITE = "sqlite"
+
+P = ParamSpec("P")
+
+
+@dataclass(frozen=True)
+class Query(Generic[P]):
+    """One named statement: a builder per dialect, None where the dialect has none."""
+
+    name: str
+    postgresql: Callable[P, Executable] | None
+    sqlite: Callable[P, Executable] | None
+
+    def runs_on(self, dialect: str) -> bool:
+        return self._variant(dialect) is not None
+
+    def build(self, dialect: str, /, *args: P.args, **kwargs: P.kwargs) -> Executable:
+        variant = self._variant(dialect)
+        if variant is None:
+            raise ValueError(f"statement {self.name} has no {dialect} variant")
+        return variant(*args, **kwargs)
+
+    def _variant(self, dialect: str) -> Callable[P, Executable] | None:
+        if dialect == POSTGRESQL:
+            return self.postgresql
+        if dialect == SQLITE:
+            return self.sqlite
+        raise ValueError(f"unsupported metastore dialect {dialect!r}")
+
+
+def _both(name: str, build: Callable[P, Executable]) -> Query[P]:
+    """A Core statement: SQLAlchemy compiles the one expression for either dialect."""
+    return Query(name, build, build)
+
+
+# The columns ``store.decode_row`` reads, in the order every task listing returns them.
+TASK_COLUMNS = (
+    entities.c.realm_id,
+    entities.c.id,
+    entities.c.catalog_id,
+    entities.c.parent_id,
+    entities.c.name,
+    entities.c.entity_version,
+    entities.c.grant_records_version,
+    entities.c.create_timestamp,
+    entities.c.last_update_timestamp,
+    entities.c.properties,
+    entities.c.internal_properties,
+)
+
+_PG_NOW = DB_NOW_MS[POSTGRESQL]
+_SQLITE_NOW = DB_NOW_MS[SQLITE]
+
+
+def _task_rows(realms: Iterable[str] | None) -> ColumnElement[bool]:
+    """``predicates.TASK_ROWS`` as a Core clause, optionally limited to ``realms``."""
+    clause = and_(
+        entities.c.type_code == TASK_TYPE_CODE,
+        entities.c.catalog_id == 0,
+        entities.c.parent_id == 0,
+    )
+    if realms is not None:
+        clause = and_(clause, entities.c.realm_id.in_(list(realms)))
+    return clause
+
+
+def _constant(statement: Executable) -> Callable[[], Executable]:
+    return lambda: statement
+
+
+# ------------------------------------------------------------------- the clock
+
+NOW = Query(
+    "NOW",
+    postgresql=_constant(text(f"SELECT {_PG_NOW}")),
+    sqlite=_constant(text(f"SELECT {_SQLITE_NOW}")),
+)
+
+# ----------------------------------------------------------------------- reads
+
+# A loose index scan over the primary key visits one row per realm, then one
+# index probe per realm for a task: never the whole entities table.
+_REALMS_POSTGRESQL = text(f"""
+WITH RECURSIVE r AS (
+    (SELECT realm_id FROM {POLARIS_SCHEMA}.entities ORDER BY realm_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.realm_id FROM {POLARIS_SCHEMA}.entities e
+            WHERE e.realm_id > r.realm_id ORDER BY e.realm_id LIMIT 1)
+    FROM r WHERE r.realm_id IS NOT NULL
+)
+SELECT r.realm_id FROM r
+WHERE r.realm_id IS NOT NULL AND EXISTS (
+    SELECT 1 FROM {POLARIS_SCHEMA}.entities e
+    WHERE e.realm_id = r.realm_id AND {predicates.TASK_ROWS})
+ORDER BY 1
+""")
+
+REALMS = Query(
+    "REALMS",
+    postgresql=_constant(_REALMS_POSTGRESQL),
+    sqlite=_constant(
+        select(entities.c.realm_id).where(_task_rows(None)).distinct().order_by(entities.c.realm_id)
+    ),
+)
+
+
+def _list_tasks(realms: Iterable[str] | None, limit: int | None) -> Executable:
+    query = (
+        select(*TASK_COLUMNS)
+        .where(_task_rows(realms))
+        .order_by(entities.c.create_timestamp, entities.c.realm_id, entities.c.id)
+    )
+    return query if limit is None else query.limit(limit)
+
+
+LIST_TASKS = _both("LIST_TASKS", _list_tasks)
+
+
+def _get_task(realm_id: str, task_id: int) -> Executable:
+    return select(*TASK_COLUMNS).where(
+        entities.c.realm_id == realm_id,
+        entities.c.id == task_id,
+        entities.c.type_code == TASK_TYPE_CODE,
+    )
+
+
+GET_TASK = _both("GET_TASK", _get_task)
+
+
+def _task_properties(realm_id: str, task_id: int) -> Executable:
+    return select(entities.c.properties).where(
+        entities.c.realm_id == realm_id, entities.c.id == task_id
+    )
+
+
+TASK_PROPERTIES = _both("TASK_PROPERTIES", _task_properties)
+
+
+def _task_names(realm_id: str, names: Sequence[str]) -> Executable:
+    return select(entities.c.name).where(_task_rows([realm_id]), entities.c.name.in_(names))
+
+
+TASK_NAMES = _both("TASK_NAMES", _task_names)
+
+
+def _count_tasks(realms: Iterable[str] | None) -> Executable:
+    return select(func.count()).select_from(entities).where(_task_rows(realms))
+
+
+COUNT_TASKS = _both("COUNT_TASKS", _count_tasks)
+
+
+def _tasks_by_age(realms: Iterable[str] | None) -> Executable:
+    return (
+        select(*TASK_COLUMNS)
+        .where(_task_rows(realms))
+        .order_by(entities.c.create_timestamp, entities.c.id)
+    )
+
+
+TASKS_BY_AGE = _both("TASKS_BY_AGE", _tasks_by_age)
+
+# ------------------------------------------------- the state rule in the database
+
+
+def policy_params(policy: LeasePolicy) -> dict[str, Any]:
+    """The bind parameters of ``policy``, for COUNT_BY_STATE, SELECT_AVAILABLE and LEASE_BATCH."""
+    params: dict[str, Any] = {
+        "timeout": policy.lease_timeout_ms,
+        "grace": policy.effective_grace_ms,
+        "max_attempts": policy.max_attempts,
+    }
+    for i, realm in enumerate(sorted(policy.realm_overrides)):
+        own = policy.for_realm(realm)
+        params[f"ovr_realm_{i}"] = realm
+        params[f"ovr_timeout_{i}"] = own.lease_timeout_ms
+        params[f"ovr_grace_{i}"] = own.effective_grace_ms
+    return params
+
+
+def _realm_timing(policy: LeasePolicy) -> tuple[str, str]:
+    """The lease timeout and grace of row ``e`` as SQL, per realm.
+
+    One CASE on realm_id over the realms with overrides (bound by
+    ``policy_params``, never spliced); with none, plain ``:timeout`` and ``:grace``.
+    """
+    realms = range(len(policy.realm_overrides))
+    return (
+        predicates.per_realm(
+            ":timeout", [(f":ovr_realm_{i}", f":ovr_timeout_{i}") for i in realms]
+        ),
+        predicates.per_realm(":grace", [(f":ovr_realm_{i}", f":ovr_grace_{i}") for i in realms]),
+    )
+
+
+def _state(policy: LeasePolicy, now: str) -> tuple[str, str]:
+    """(the rule's state of row ``e`` at ``now``, its lease timeout), both as SQL."""
+    timeout, grace = _realm_timing(policy)
+    return predicates.state_case(now, timeout, grace, ":max_attempts"), timeout
+
+
+def _count_by_state(policy: LeasePolicy, in_realms: bool) -> Executable:
+    state, _ = _state(policy, ":now")
+    realm_filter = "AND e.realm_id = ANY(:realms)" if in_realms else ""
+    return text(
+        f"SELECT e.realm_id, {state} AS state, count(*) AS n "
+        f"FROM {POLARIS_SCHEMA}.entities e WHERE {predicates.TASK_ROWS} "
+        f"{realm_filter} GROUP BY 1, 2"
+    )
+
+
+COUNT_BY_STATE = Query("COUNT_BY_STATE", postgresql=_count_by_state, sqlite=None)
+
+
+def _select_available(policy: LeasePolicy) -> Executable:
+    clock = "c.now_ms"
+    state, timeout = _state(policy, clock)
+    columns = ", ".join(f"e.{column.name}" for column in TASK_COLUMNS)
+    return text(f"""
+WITH c AS (SELECT {_PG_NOW} AS now_ms)
+SELECT {columns}
+FROM {POLARIS_SCHEMA}.entities e, c
+WHERE {predicates.TASK_ROWS} AND e.realm_id = ANY(:realms)
+  AND NOT {predicates.plainly_held(clock, timeout)}
+  AND {state} = 'orphaned'
+LIMIT :limit
+""")
+
+
+SELECT_AVAILABLE = Query("SELECT_AVAILABLE", postgresql=_select_available, sqlite=None)
+
+
+def _lease_batch(policy: LeasePolicy) -> Executable:
+    now = "c.now_ms"
+    state, timeout = _state(policy, now)
+    attempts = predicates.attempts("t")
+    return text(f"""
+WITH c AS (
+    -- A first lease (the usual case) adds the same three keys to every row: built
+    -- once here. jsonb_build_object looks up its arguments' types on every call.
+    SELECT now_ms, jsonb_build_object(
+            '{Prop.EXECUTOR}', CAST(:executor AS TEXT),
+            '{Prop.START_TIME}', CAST(now_ms AS TEXT),
+            '{Prop.ATTEMPT_COUNT}', CAST('1' AS TEXT)) AS first_lease
+    FROM (SELECT {_PG_NOW} AS now_ms) AS clock
+),
+picked AS (
+    SELECT e.realm_id, e.id, jsonb_typeof(e.properties) = 'object' AS is_object
+    FROM {POLARIS_SCHEMA}.entities e, c
+    WHERE {predicates.TASK_ROWS} AND e.realm_id = ANY(:realms)
+      -- Rows other sweepers plainly hold go first, before the costly CASE.
+      AND NOT {predicates.plainly_held(now, timeout)}
+      AND {state} = 'orphaned'
+    -- No ORDER BY: the scan stops at the first :limit orphans instead of
+    -- sorting every candidate; backoff keeps failing tasks from crowding out others.
+    LIMIT :limit
+    FOR UPDATE OF e SKIP LOCKED
+),
+leased AS (
+    UPDATE {POLARIS_SCHEMA}.entities t
+    -- Deleting a key rebuilds the whole value, even when the key is absent.
+    SET properties = (CASE WHEN t.properties ? '{Prop.END_TIME}'
+            THEN t.properties - '{Prop.END_TIME}' ELSE t.properties END)
+        || CASE WHEN {attempts} = 0 THEN c.first_lease ELSE jsonb_object(ARRAY[
+            '{Prop.EXECUTOR}', CAST(:executor AS TEXT),
+            '{Prop.START_TIME}', CAST(c.now_ms AS TEXT),
+            '{Prop.ATTEMPT_COUNT}', CAST({attempts} + 1 AS TEXT)]) END,
+        entity_version = t.entity_version + 1,
+        last_update_timestamp = c.now_ms
+    -- In primary-key order, so consecutive index insertions land on the same leaf
+    -- pages: measured a sixth less PostgreSQL CPU with 1 leaser, a quarter with 4.
+    FROM (SELECT * FROM picked ORDER BY realm_id, id) AS picked, c
+    WHERE t.realm_id = picked.realm_id AND t.id = picked.id AND picked.is_object
+    RETURNING t.realm_id, t.id, t.name, t.entity_version,
+        -- Written just above as a decimal string, so the cast cannot fail.
+        CAST(t.properties->>'{Prop.ATTEMPT_COUNT}' AS BIGINT) AS attempt,
+        t.properties->>'{Prop.TASK_TYPE}' AS task_type, c.now_ms
+)
+SELECT TRUE AS leased, realm_id, id, name, entity_version, attempt, task_type, now_ms
+FROM leased
+UNION ALL
+SELECT FALSE, realm_id, id, NULL, NULL, NULL, NULL, NULL FROM picked WHERE NOT is_object
+""")
+
+
+# Leases orphans whose properties are a JSON object; returns those leases and,
+# marked not leased, the orphans it picked whose properties are not an object.
+LEASE_BATCH = Query("LEASE_BATCH", postgresql=_lease_batch, sqlite=None)
+
+# ---------------------------------------------------------------------- writes
+
+
+def _cas_write(task: TaskRow, properties: dict[str, str], now: int) -> Executable:
+    """Polaris's compare-and-set: guarded on the (version, grants) that were read."""
+    return (
+        update(entities)
+        .where(
+            entities.c.realm_id == task.realm_id,
+            entities.c.id == task.id,
+            entities.c.entity_version == task.entity_version,
+            entities.c.grant_records_version == task.grant_records_version,
+        )
+        .values(
+            properties=properties,
+            entity_version=task.entity_version + 1,
+            last_update_timestamp=now,
+        )
+    )
+
+
+CAS_WRITE = _both("CAS_WRITE", _cas_write)
+
+_HELD_BY_PG = predicates.held_by(":executor", "c.now_ms", ":timeout")
+_HELD_BY_SQLITE = predicates.sqlite_held_by(":executor", _SQLITE_NOW, ":timeout")
+
+RENEW_HELD_BY = Query(
+    "RENEW_HELD_BY",
+    postgresql=_constant(
+        text(f"""
+WITH c AS (SELECT {_PG_NOW} AS now_ms)
+UPDATE {POLARIS_SCHEMA}.entities e
+SET properties = e.properties || jsonb_build_object('{Prop.START_TIME}', CAST(c.now_ms AS TEXT)),
+    entity_version = e.entity_version + 1,
+    last_update_timestamp = c.now_ms
+FROM c
+WHERE {predicates.TASK_ROWS} AND e.realm_id = :realm
+  AND jsonb_typeof(e.properties) = 'object' AND {_HELD_BY_PG}
+""")
+    ),
+    sqlite=_constant(
+        text(f"""
+UPDATE entities
+SET properties = json_set(properties, '$.{Prop.START_TIME}', CAST({_SQLITE_NOW} AS TEXT)),
+    entity_version = entity_version + 1,
+    last_update_timestamp = {_SQLITE_NOW}
+WHERE {predicates.task_rows(None)} AND realm_id = :realm
+  AND {_HELD_BY_SQLITE}
+""")
+    ),
+)
+
+
+def _complete(task: TaskRow) -> Executable:
+    """The holder's delete; the lease was checked in the same transaction."""
+    return delete(entities).where(
+        entities.c.realm_id == task.realm_id,
+        entities.c.id == task.id,
+        entities.c.entity_version == task.entity_version,
+    )
+
+
+COMPLETE = _both("COMPLETE", _complete)
+
+
+def _list_for_discard(realms: Iterable[str] | None, task_ids: Sequence[int] | None) -> Executable:
+    query = select(*TASK_COLUMNS).where(_task_rows(realms))
+    if task_ids is not None:
+        query = query.where(entities.c.id.in_(list(task_ids)))
+    return query.order_by(entities.c.realm_id, entities.c.id)
+
+
+LIST_FOR_DISCARD = _both("LIST_FOR_DISCARD", _list_for_discard)
+
+
+def _discard(task: TaskRow) -> Executable:
+    """A compare-and-set delete: refused when the row changed since it was judged."""
+    return delete(entities).where(
+        entities.c.realm_id == task.realm_id,
+        entities.c.id == task.id,
+        entities.c.type_code == TASK_TYPE_CODE,
+        entities.c.entity_version == task.entity_version,
+        entities.c.grant_records_version == task.grant_records_version,
+    )
+
+
+DISCARD = _both("DISCARD", _discard)
+
+# The rows (dicts of every entities column) are given at execution.
+INSERT_TASKS = _both("INSERT_TASKS", _constant(insert(entities)))
+
+ALL: tuple[Query[...], ...] = (
+    NOW,
+    REALMS,
+    LIST_TASKS,
+    GET_TASK,
+    TASK_PROPERTIES,
+    TASK_NAMES,
+    COUNT_TASKS,
+    COUNT_BY_STATE,
+    TASKS_BY_AGE,
+    SELECT_AVAILABLE,
+    LEASE_BATCH,
+    CAS_WRITE,
+    RENEW_HELD_BY,
+    COMPLETE,
+    LIST_FOR_DISCARD,
+    DISCARD,
+    INSERT_TASKS,
+)
