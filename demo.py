@@ -30,7 +30,10 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from polaris_pipeline.outcome_totals import OutcomeTotals
 
 DEMO_DIR_ENV = "POLARIS_PIPELINE_DEMO_DIR"
 REALM = "POLARIS"
@@ -57,10 +60,13 @@ class RunReport:
     run_id: str
     task_label: str
     success: bool
-    deleted: int = 0
-    bytes_freed: int = 0
+    total: OutcomeTotals  # the run's steps added up, as the run report sensor adds them
     steps: int = 0
     error: str | None = None
+
+    @property
+    def deleted(self) -> int:
+        return self.total.files_deleted
 
 
 @dataclass
@@ -94,14 +100,6 @@ def _quiet() -> None:
     logging.getLogger("polaris_pipeline").propagate = False
     for name in ("dagster", "alembic", "pyiceberg"):
         logging.getLogger(name).setLevel(logging.ERROR)
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
 
 
 def build_world(demo: Demo) -> None:
@@ -175,21 +173,13 @@ def _instance(demo: Demo) -> Any:
     return DagsterInstance.from_ref(InstanceRef.from_dir(str(demo.dagster_home)))
 
 
-def _report_run(result: Any, label: str) -> RunReport:
-    report = RunReport(result.run_id, label, result.success)
+def _report_run(instance: Any, result: Any, label: str) -> RunReport:
+    from polaris_pipeline.dagster.reporting import run_total
+
+    report = RunReport(result.run_id, label, result.success, run_total(instance, result.run_id))
     for event in result.all_events:
         if event.is_step_success:
             report.steps += 1
-        if event.is_successful_output and event.step_output_data.output_name in (
-            "outcome",
-            "result",
-        ):
-            meta = event.step_output_data.metadata
-            deleted = meta.get("files deleted")
-            freed = meta.get("bytes freed")
-            report.deleted += int(deleted.value) if deleted is not None else 0
-            if freed is not None and isinstance(freed.value, int):
-                report.bytes_freed += freed.value
         if event.is_step_failure:
             data = event.step_failure_data
             user = data.user_failure_data
@@ -255,13 +245,12 @@ def sweep(demo: Demo, out: Any) -> None:
                 resources={"metastore": metastore, "storage": storage},
                 raise_on_error=False,
             )
-            report = _report_run(result, label)
+            report = _report_run(instance, result, label)
             demo.runs.append(report)
             if report.success:
-                what = f"deleted {report.deleted} files ({_human(report.bytes_freed)})"
                 print(
-                    f"  run {report.run_id[:8]}  {label:<16} SUCCESS  {what} "
-                    f"in {report.steps} steps",
+                    f"  run {report.run_id[:8]}  {label:<16} SUCCESS in {report.steps} steps: "
+                    f"{report.total.line()}",
                     file=out,
                 )
             else:
@@ -278,6 +267,7 @@ def demo_tables_uri(path: Path) -> str:
 def report(demo: Demo, out: Any) -> bool:
     from polaris_pipeline.dagster.resources import clear_metastore_cache
     from polaris_pipeline.metastore import Metastore
+    from polaris_pipeline.outcome_totals import OutcomeTotals
     from polaris_pipeline.testing import tables as testing_tables
 
     clear_metastore_cache()
@@ -289,8 +279,10 @@ def report(demo: Demo, out: Any) -> bool:
         table.files_after = len(testing_tables.list_files(table.location))
 
     purged = [t for t in demo.tables if t.role == "orphaned"]
-    deleted = sum(r.deleted for r in demo.runs if r.success)
-    freed = sum(r.bytes_freed for r in demo.runs if r.success)
+    succeeded = [r for r in demo.runs if r.success]
+    total = OutcomeTotals()
+    for run in succeeded:
+        total.merge(run.total)
     print("\nRecovered (orphaned cleanups Polaris never finished):", file=out)
     for t in purged:
         gone = t.files_after == 0 and t.task_id not in remaining
@@ -300,11 +292,7 @@ def report(demo: Demo, out: Any) -> bool:
             f"  {t.name:<16} {t.files_before:>3} files before, {t.files_after} after: {state}",
             file=out,
         )
-    print(
-        f"  {len(purged)} table(s) purged, {deleted} files deleted ({_human(freed)}) "
-        f"in {sum(1 for r in demo.runs if r.success)} run(s)",
-        file=out,
-    )
+    print(f"  {len(purged)} table(s) purged in {len(succeeded)} run(s): {total.line()}", file=out)
 
     print("\nRefused and dead-lettered at once (a payload that cannot heal):", file=out)
     bad = remaining.get(demo.malformed_task_id)

@@ -24,7 +24,7 @@ import logging
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from polaris_pipeline.cli_table import Column, output_width, render
 from polaris_pipeline.errors import PolarisPipelineError
@@ -49,6 +49,9 @@ from polaris_pipeline.tasks.summary import (
     nothing_available_reason,
     summarize,
 )
+
+if TYPE_CHECKING:
+    from polaris_pipeline.outcome_totals import OutcomeTotals
 
 EXIT_OK, EXIT_TASK_FAILED, EXIT_ERROR = 0, 1, 2
 
@@ -745,34 +748,31 @@ def _outcome_line(outcome: Any, summary: PayloadSummary | None, width: int | Non
     return truncate(line, width) if width is not None else line
 
 
-def _tally(outcomes: list[Any]) -> dict[str, int]:
+def _counts_json(counts: Counter[str]) -> dict[str, int]:
+    """``{"tasks": 4, "done": 3, "failed": 1, "dead": 0, "lease_lost": 0}``."""
     from polaris_pipeline.runner import Status
 
-    counts = Counter(o.status.value for o in outcomes)
     return {
-        "tasks": len(outcomes),
-        "done": counts.get(Status.DONE.value, 0),
-        "failed": counts.get(Status.FAILED.value, 0),
-        "dead": counts.get(Status.DEAD.value, 0),
-        "lease_lost": counts.get(Status.LEASE_LOST.value, 0),
+        "tasks": sum(counts.values()),
+        **{s.value.replace("-", "_"): counts[s.value] for s in Status},
     }
 
 
-def _tally_text(t: dict[str, int]) -> str:
-    return f"{t['done']} done, {t['failed']} failed, {t['dead']} dead, {t['lease_lost']} lease lost"
-
-
-def _nonzero(t: dict[str, int]) -> str:
-    """``4 (3 done, 1 failed)``: a count and its non-zero outcomes; ``none`` for 0."""
-    if not t["tasks"]:
-        return "none"
-    parts = [
-        f"{t[k]} {k.replace('_', ' ')}" for k in ("done", "failed", "dead", "lease_lost") if t[k]
-    ]
-    return f"{t['tasks']} ({', '.join(parts)})"
+def _totals_json(totals: OutcomeTotals) -> dict[str, Any]:
+    """A sweep's ``OutcomeTotals`` for ``sweep --json``."""
+    return {
+        **_counts_json(totals.by_status),
+        "roots": _counts_json(totals.tasks),
+        "children": _counts_json(totals.children),
+        "files_deleted": totals.files_deleted,
+        "already_gone": totals.files_missing,
+        "bytes_freed": None if totals.bytes_unknown else totals.bytes_freed,
+        "paths_refused": totals.refused,
+    }
 
 
 def cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
+    from polaris_pipeline.outcome_totals import OutcomeTotals
     from polaris_pipeline.runner import Runner, make_executor_id
 
     settings = settings_for(args)
@@ -790,16 +790,14 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
     executor = (
         make_executor_id("sweep", settings.executor_prefix) if settings.executor_prefix else None
     )
-    children: dict[tuple[str, int], int] = {}  # child -> its parent's id
+    totals = OutcomeTotals()  # also knows each child's parent
     records: list[dict[str, Any]] = []
 
     def report(outcome: Any) -> None:
         lease = outcome.lease
-        key = (lease.realm_id, lease.task_id)
-        for child in outcome.children:
-            children[(child.realm_id, child.task_id)] = lease.task_id
-        summary = noting.summaries.get(key)
-        parent = children.get(key)
+        totals.add(outcome)
+        summary = noting.summaries.get((lease.realm_id, lease.task_id))
+        parent = totals.parent_of(lease.realm_id, lease.task_id)
         records.append(
             _outcome_json(outcome, "child" if parent is not None else "root", parent, summary)
         )
@@ -820,38 +818,15 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
             sweep_args["batch_size"] = args.batch_size
         outcomes = runner.sweep(realms, on_outcome=report, **sweep_args)
         progress.clear()
-    roots = [o for o in outcomes if (o.lease.realm_id, o.lease.task_id) not in children]
-    kids = [o for o in outcomes if (o.lease.realm_id, o.lease.task_id) in children]
-    deleted = sum(o.result.deleted for o in outcomes if o.result)
-    freed_known = all(o.result.bytes_freed is not None for o in outcomes if o.result)
-    freed = sum(o.result.bytes_freed or 0 for o in outcomes if o.result)
-    refused = sum(len(o.result.refused) for o in outcomes if o.result)
-    summary: dict[str, Any] = {
-        **_tally(outcomes),
-        "roots": _tally(roots),
-        "children": _tally(kids),
-        "files_deleted": deleted,
-        "bytes_freed": freed if freed_known else None,
-        "paths_refused": refused,
-    }
     if args.json:
-        _dump({**summary, "outcomes": records}, out)
+        _dump({**_totals_json(totals), "outcomes": records}, out)
     else:
-        print(f"\nswept {summary['tasks']} task(s): {_tally_text(summary)}", file=out)
-        if outcomes:
-            print(
-                f"  roots: {_nonzero(summary['roots'])}; children: {_nonzero(summary['children'])}",
-                file=out,
-            )
-        print(
-            f"  {deleted} file(s) deleted, {format_bytes(freed if freed_known else None)} "
-            f"freed, {refused} path(s) refused",
-            file=out,
-        )
+        print(f"\nswept {totals.tasks_text()}", file=out)
+        print(f"  {totals.line()}", file=out)
         if not outcomes:
             now, rows = noting.tasks_with_state(realms)
             print(nothing_available_reason(rows, now, noting.policy, realms), file=out)
-    return EXIT_TASK_FAILED if summary["failed"] or summary["dead"] else EXIT_OK
+    return EXIT_TASK_FAILED if totals.failed else EXIT_OK
 
 
 def _dry_run(

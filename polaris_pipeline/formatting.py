@@ -1,6 +1,6 @@
 """How numbers, times and tasks are written for people: one formatter each.
 
-- ``format_bytes``: sizes in binary units (``488.3 KiB``).
+- ``format_bytes``: sizes in binary units (``488.3 KiB``), the one byte formatter.
 - ``iso_utc`` / ``format_duration`` / ``relative_time``: epoch milliseconds as
   ISO 8601 in UTC (``2026-12-01T10:05:40.123Z``) and spans as ``4m30s``.
 - ``short_task_name`` / ``task_label``: a task's name cut to something readable.
@@ -25,14 +25,21 @@ _MANIFEST_NAME = re.compile(
 )
 
 
-def format_bytes(n: int | None) -> str:
-    """``n`` bytes in binary units; ``unknown`` for None."""
+def format_bytes(n: int | None, *, exact: bool = False) -> str:
+    """``n`` bytes in binary units; ``unknown`` for None.
+
+    ``exact``: the count in bytes beside a rounded size (``488.3 KiB (500000 bytes)``),
+    for a log line someone may compare with a storage listing.
+    """
     if n is None:
         return "unknown"
     size = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(size) < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+            if unit == "B":
+                return f"{size:.0f} {unit}"
+            rounded = f"{size:.1f} {unit}"
+            return f"{rounded} ({n} bytes)" if exact else rounded
         size /= 1024
     raise AssertionError("unreachable")
 

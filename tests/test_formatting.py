@@ -30,6 +30,12 @@ def test_format_bytes(n: int | None, text: str) -> None:
     assert format_bytes(n) == text
 
 
+def test_format_bytes_exact_adds_the_count_only_where_it_was_rounded() -> None:
+    assert format_bytes(500_000, exact=True) == "488.3 KiB (500000 bytes)"
+    assert format_bytes(1023, exact=True) == "1023 B"
+    assert format_bytes(None, exact=True) == "unknown"
+
+
 def test_iso_utc_and_hostile_times() -> None:
     assert iso_utc(0) == "1970-01-01T00:00:00.000Z"
     assert iso_utc(1_764_583_540_123) == "2025-12-01T10:05:40.123Z"

@@ -38,6 +38,7 @@ from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResourc
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.task_job import DEFAULT_RUN_TAGS, TAG_REALM
 from polaris_pipeline.formatting import task_label
+from polaris_pipeline.outcome_totals import OutcomeTotals, status_word
 from polaris_pipeline.runner import Runner, Status, TaskOutcome
 from polaris_pipeline.tasks.model import TaskState
 from polaris_pipeline.tasks.summary import task_type_name
@@ -97,33 +98,17 @@ def check_realm(realm: str, known: list[str], deployment: list[str] | None) -> N
 
 
 class _Tally:
-    """Outcomes of a sweep, as counters, samples and periodic log lines."""
+    """A sweep's outcomes: the engine's totals, a sample of failures, periodic log lines."""
 
     def __init__(self, context: OpExecutionContext, realm: str) -> None:
         self.context = context
         self.realm = realm
-        self.status: Counter[str] = Counter()
-        self.deleted = 0
-        self.missing = 0
-        self.bytes_freed = 0
-        self.bytes_unknown = False
-        self.refused = 0
-        self.children = 0
+        self.totals = OutcomeTotals()
         self.failures: list[dict[str, str]] = []
         self._last_log = time.monotonic()
 
     def __call__(self, outcome: TaskOutcome) -> None:
-        self.status[outcome.status.value] += 1
-        self.children += len(outcome.children)
-        result = outcome.result
-        if result is not None:
-            self.deleted += result.deleted
-            self.missing += result.missing
-            self.refused += len(result.refused)
-            if result.bytes_freed is None:
-                self.bytes_unknown = True
-            else:
-                self.bytes_freed += result.bytes_freed
+        self.totals.add(outcome)
         lease = outcome.lease
         label = (
             f"{task_label(lease.realm_id, lease.task_id, lease.name)} "
@@ -150,38 +135,22 @@ class _Tally:
 
     @property
     def total(self) -> int:
-        return sum(self.status.values())
-
-    @property
-    def failed(self) -> int:
-        return self.status[Status.FAILED.value] + self.status[Status.DEAD.value]
+        """Tasks run, children included."""
+        return sum(self.totals.by_status.values())
 
     def line(self) -> str:
-        return (
-            f"{self.total} task(s) run: {self.status[Status.DONE.value]} done, "
-            f"{self.status[Status.FAILED.value]} failed (backing off), "
-            f"{self.status[Status.DEAD.value]} dead-lettered, "
-            f"{self.status[Status.LEASE_LOST.value]} lease lost; "
-            f"{self.deleted} file(s) deleted"
-        )
+        return f"{self.totals.tasks_text()}; {self.totals.line()}"
 
     def metadata(self, executor_id: str, left: Counter[TaskState]) -> dict[str, Any]:
+        every = self.totals.by_status
         meta: dict[str, Any] = {
             "realm": self.realm,
             "executor": executor_id,
             "tasks run": self.total,
-            "done": self.status[Status.DONE.value],
-            "failed": self.status[Status.FAILED.value],
-            "dead": self.status[Status.DEAD.value],
-            "lease lost": self.status[Status.LEASE_LOST.value],
-            "child tasks": self.children,
-            "files deleted": self.deleted,
-            "files already gone": self.missing,
-            "bytes freed": MetadataValue.int(self.bytes_freed),
-            "refused paths": self.refused,
+            # Children included, one number per status: the run's page shows them as columns.
+            **{status_word(s.value): every[s.value] for s in Status},
+            **self.totals.metadata(),
         }
-        if self.bytes_unknown:
-            meta["note"] = "some storage did not report sizes: bytes freed is a lower bound"
         # What the sweep could not take, and why (same states as the backlog asset).
         for state in TaskState:
             meta[f"left {state.value}"] = left[state]
@@ -231,17 +200,14 @@ def sweep_realm(
     meta = tally.metadata(executor_id, left)
     meta["seconds"] = MetadataValue.float(round(elapsed, 3))
     left_text = ", ".join(f"{left[s]} {s.value}" for s in TaskState)
-    context.log.info(f"realm {realm}: {tally.line()} in {elapsed:.1f} s; left: {left_text}")
-    summary = {
-        "realm": realm,
-        "tasks": tally.total,
-        **{k: v for k, v in tally.status.items()},
-    }
-    if tally.failed:
+    context.log.info(f"realm {realm}, {elapsed:.1f} s: {tally.line()}; left: {left_text}")
+    summary = {"realm": realm, "tasks": tally.total, **tally.totals.by_status}
+    failed = tally.totals.failed
+    if failed:
         first = tally.failures[0]["error"] if tally.failures else "see the step log"
         raise Failure(
             description=(
-                f"{tally.failed} of {tally.total} task(s) in realm {realm} failed and were "
+                f"{failed} of {tally.total} task(s) in realm {realm} failed and were "
                 f"recorded in their rows (backoff or dead-letter); first: {first}"
             ),
             metadata=meta,

@@ -7,8 +7,9 @@ Pure functions (no Dagster context needed), and the one sensor that uses them:
   by ``tasks.summary.summarize`` (the CLI's own decoder);
 - ``run_tags_for_table``: the ``polaris/table`` (and catalog, location) tags the
   task job adds as its run starts;
-- ``RunTotal``: files deleted, already gone, refused, bytes freed and children by
-  status over every step of a run, read back from the steps' metadata;
+- ``run_total``: files deleted, already gone, refused, bytes freed and children by
+  status over every step of a run, read back from the steps' metadata into the
+  engine's ``OutcomeTotals`` (``RunTotal``), whose ``line`` is the run's total;
 - ``table_event``: the ``AssetMaterialization`` of one purged table, keyed
   ``["polaris", realm, "catalog_<id>", *namespace, table]``, with the run's
   numbers and a link to the run, so the catalog answers "when was this table
@@ -20,9 +21,8 @@ Pure functions (no Dagster context needed), and the one sensor that uses them:
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -43,7 +43,7 @@ from dagster import (
 from dagster._core.storage.dagster_run import DagsterRun
 
 from polaris_pipeline.errors import PolarisPipelineError
-from polaris_pipeline.formatting import format_bytes
+from polaris_pipeline.outcome_totals import OutcomeTotals
 from polaris_pipeline.tasks import payloads
 from polaris_pipeline.tasks.model import TaskRow, TaskType
 from polaris_pipeline.tasks.summary import summarize
@@ -161,80 +161,13 @@ def location_metadata(ref: TableRef | None) -> dict[str, MetadataValue]:
 
 # ------------------------------------------------------------------ the run total
 
-
-@dataclass
-class RunTotal:
-    """A whole run's numbers, added up over its steps."""
-
-    files_deleted: int = 0
-    files_missing: int = 0
-    refused: int = 0
-    bytes_freed: int = 0
-    bytes_unknown: bool = False
-    tasks: Counter[str] = field(default_factory=Counter)  # the root task's status
-    children: Counter[str] = field(default_factory=Counter)  # child tasks by status
-
-    def add_step(self, metadata: Mapping[str, Any], *, failed: bool = False) -> None:
-        """One step's metadata (plain values), as the task job writes it."""
-        self.files_deleted += _int(metadata.get("files deleted"))
-        self.files_missing += _int(metadata.get("files already gone"))
-        self.refused += _int(metadata.get("refused paths"))
-        freed = metadata.get("bytes freed")
-        if isinstance(freed, int):
-            self.bytes_freed += freed
-        elif freed is not None:
-            self.bytes_unknown = True
-        by_status = metadata.get("by status")
-        if isinstance(by_status, Mapping):  # a group of child tasks
-            for status, count in by_status.items():
-                self.children[str(status)] += _int(count)
-            failed_children = _int(metadata.get("failed child tasks"))
-            if failed_children:
-                self.children["failed"] += failed_children
-        elif "failed child tasks" in metadata:  # a child group that failed
-            self.children["failed"] += _int(metadata.get("failed child tasks"))
-            self.children["done"] += _int(metadata.get("child tasks done"))
-        elif "status" in metadata:  # the root task
-            self.tasks[str(metadata["status"])] += 1
-        elif failed:
-            self.tasks["failed"] += 1
-
-    @property
-    def children_total(self) -> int:
-        return sum(self.children.values())
-
-    def line(self) -> str:
-        """One line for a tag, a log or an alert."""
-        freed = format_bytes(self.bytes_freed) + (" or more" if self.bytes_unknown else "")
-        children = ", ".join(f"{n} {s}" for s, n in sorted(self.children.items())) or "none"
-        return (
-            f"{self.files_deleted} file(s) deleted, {self.files_missing} already gone, "
-            f"{self.refused} refused, {freed} freed; children: {children}"
-        )
-
-    def metadata(self) -> dict[str, MetadataValue]:
-        meta: dict[str, MetadataValue] = {
-            "files deleted": MetadataValue.int(self.files_deleted),
-            "files already gone": MetadataValue.int(self.files_missing),
-            "refused paths": MetadataValue.int(self.refused),
-            "bytes freed": MetadataValue.int(self.bytes_freed),
-            "child tasks": MetadataValue.int(self.children_total),
-            "children by status": MetadataValue.json(dict(self.children)),
-        }
-        if self.bytes_unknown:
-            meta["note"] = MetadataValue.text(
-                "some storage did not report sizes: bytes freed is a lower bound"
-            )
-        return meta
+# A run's total is the engine's: the same numbers, keys and line as a CLI sweep's.
+RunTotal = OutcomeTotals
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def run_total(instance: DagsterInstance, run_id: str) -> RunTotal:
+def run_total(instance: DagsterInstance, run_id: str) -> OutcomeTotals:
     """The total of one run, from its step outputs and step failures in the event log."""
-    total = RunTotal()
+    total = OutcomeTotals()
     for event_type in (DagsterEventType.STEP_OUTPUT, DagsterEventType.STEP_FAILURE):
         records = instance.get_records_for_run(run_id, of_type=event_type, limit=10_000).records
         for record in records:
@@ -252,7 +185,7 @@ def run_total(instance: DagsterInstance, run_id: str) -> RunTotal:
 
 
 def table_event(
-    ref: TableRef, total: RunTotal, run_id: str, status: str = "success"
+    ref: TableRef, total: OutcomeTotals, run_id: str, status: str = "success"
 ) -> AssetMaterialization:
     """The catalog's record of one table's purge by one run."""
     meta: dict[str, Any] = {
@@ -295,7 +228,7 @@ def ref_from_tags(tags: Mapping[str, str]) -> TableRef | None:
 _FINISHED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE]
 
 
-def report_run(instance: DagsterInstance, run: DagsterRun) -> RunTotal:
+def report_run(instance: DagsterInstance, run: DagsterRun) -> OutcomeTotals:
     """Tag ``run`` with its total and record its table's event; returns the total."""
     total = run_total(instance, run.run_id)
     instance.add_run_tags(run.run_id, {TAG_TOTAL: _tag_value(total.line())})

@@ -1,0 +1,247 @@
+"""What tasks did, added up: one total for a CLI sweep, a run, a backfill and the demo.
+
+``OutcomeTotals`` adds the Runner's ``TaskOutcome``s (files deleted and already
+gone, bytes freed, refused paths, children created, tasks and child tasks by
+status, permanent failures). It writes itself as the plain values a Dagster
+step's metadata carries and reads them back (``add_step``), under the key names
+below, written only here. ``line`` and ``tasks_text`` are the one wording of a
+total; ``format_counts`` the one wording of counts by status.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from polaris_pipeline.formatting import format_bytes
+from polaris_pipeline.runner import Status
+
+if TYPE_CHECKING:
+    from polaris_pipeline.cleanup.context import CleanupResult
+    from polaris_pipeline.runner import TaskOutcome
+
+# The metadata keys of a step (task job) or a run (report, backfill).
+STATUS = "status"  # a step that ran one task: its status
+FILES_DELETED = "files deleted"
+FILES_MISSING = "files already gone"
+BYTES_FREED = "bytes freed"  # an int: what storage reported (a lower bound, see below)
+REFUSED_PATHS = "refused paths"
+CHILD_TASKS = "child tasks"
+BY_STATUS = "by status"  # the child tasks a step ran, by status
+# Tasks whose storage reported no sizes: BYTES_FREED is then a lower bound.
+SIZES_UNREPORTED = "tasks without sizes"
+PERMANENT = "permanent"  # a failed task's step: whether the failure is permanent
+# A group of child tasks that failed: how many failed, how many were done before.
+FAILED_CHILDREN = "failed child tasks"
+CHILDREN_DONE = "child tasks done"
+# What the task job wrote for bytes freed before SIZES_UNREPORTED: still read.
+_UNKNOWN_BYTES = "unknown"
+
+_FAILED = (Status.FAILED.value, Status.DEAD.value)
+
+
+def status_word(status: str) -> str:
+    """``lease-lost`` as ``lease lost``: a status written in words."""
+    return status.replace("-", " ")
+
+
+def _order(status: str) -> tuple[int, str]:
+    known = [s.value for s in Status]
+    return (known.index(status), "") if status in known else (len(known), status)
+
+
+def format_counts(counts: Mapping[str, int]) -> str:
+    """``3 done, 1 failed``: the non-zero counts, the Runner's statuses first; ``none``."""
+    parts = [
+        f"{n} {status_word(s)}" for s, n in sorted(counts.items(), key=lambda i: _order(i[0])) if n
+    ]
+    return ", ".join(parts) or "none"
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+@dataclass
+class OutcomeTotals:
+    """Outcomes added up: the numbers, and the tasks and the child tasks by status."""
+
+    files_deleted: int = 0
+    files_missing: int = 0
+    refused: int = 0
+    bytes_freed: int = 0
+    sizes_unreported: int = 0
+    children_created: int = 0
+    permanent: int = 0
+    tasks: Counter[str] = field(default_factory=Counter)  # tasks by status
+    children: Counter[str] = field(default_factory=Counter)  # child tasks by status
+    # Child task -> its parent's id, for the children created by outcomes added here.
+    _parents: dict[tuple[str, int], int] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def of(cls, outcomes: Iterable[TaskOutcome], *, child: bool | None = None) -> OutcomeTotals:
+        totals = cls()
+        for outcome in outcomes:
+            totals.add(outcome, child=child)
+        return totals
+
+    # -------------------------------------------------------------- adding
+
+    def add(self, outcome: TaskOutcome, *, child: bool | None = None) -> None:
+        """One outcome. ``child``: counted as a child task; None: when an outcome added
+        before created it (a sweep runs children after their parent)."""
+        lease = outcome.lease
+        if child is None:
+            child = self.parent_of(lease.realm_id, lease.task_id) is not None
+        self.add_status(outcome.status.value, child=child)
+        self.add_result(outcome.result)
+        self.permanent += int(outcome.permanent)
+        self.children_created += len(outcome.children)
+        for created in outcome.children:
+            self._parents[(created.realm_id, created.task_id)] = lease.task_id
+
+    def add_status(self, status: str, *, child: bool = False, count: int = 1) -> None:
+        """A task counted by status only (a child found already done has no outcome)."""
+        if count:
+            (self.children if child else self.tasks)[status] += count
+
+    def add_result(self, result: CleanupResult | None) -> None:
+        if result is None:
+            return
+        self.files_deleted += result.deleted
+        self.files_missing += result.missing
+        self.refused += len(result.refused)
+        if result.bytes_freed is None:
+            self.sizes_unreported += 1
+        else:
+            self.bytes_freed += result.bytes_freed
+
+    def merge(self, other: OutcomeTotals) -> None:
+        self.files_deleted += other.files_deleted
+        self.files_missing += other.files_missing
+        self.refused += other.refused
+        self.bytes_freed += other.bytes_freed
+        self.sizes_unreported += other.sizes_unreported
+        self.children_created += other.children_created
+        self.permanent += other.permanent
+        self.tasks.update(other.tasks)
+        self.children.update(other.children)
+        self._parents.update(other._parents)
+
+    def add_step(self, metadata: Mapping[str, Any], *, failed: bool = False) -> None:
+        """One step's metadata (plain values), as ``metadata`` writes it; ``failed``: the
+        step failed (a step that failed before naming a status counts as a failed task)."""
+        self.files_deleted += _int(metadata.get(FILES_DELETED))
+        self.files_missing += _int(metadata.get(FILES_MISSING))
+        self.refused += _int(metadata.get(REFUSED_PATHS))
+        freed = metadata.get(BYTES_FREED)
+        self.bytes_freed += _int(freed)
+        self.sizes_unreported += _int(metadata.get(SIZES_UNREPORTED))
+        if freed is not None and not isinstance(freed, int) and SIZES_UNREPORTED not in metadata:
+            self.sizes_unreported += 1  # the earlier "unknown"
+        self.permanent += int(metadata.get(PERMANENT) is True)
+        by_status = metadata.get(BY_STATUS)
+        if isinstance(by_status, Mapping):  # a group of child tasks
+            for status, count in by_status.items():
+                self.add_status(str(status), child=True, count=_int(count))
+        elif FAILED_CHILDREN in metadata:  # a group of child tasks that failed
+            done = _int(metadata.get(CHILDREN_DONE))
+            self.add_status(Status.DONE.value, child=True, count=done)
+        elif STATUS in metadata:  # a step that ran one task
+            self.add_status(str(metadata[STATUS]))
+            self.children_created += _int(metadata.get(CHILD_TASKS))
+        elif failed:
+            self.add_status(Status.FAILED.value)
+        failed_children = _int(metadata.get(FAILED_CHILDREN))
+        self.add_status(Status.FAILED.value, child=True, count=failed_children)
+
+    # -------------------------------------------------------------- reading
+
+    def parent_of(self, realm_id: str, task_id: int) -> int | None:
+        """The id of the task (added here) that created this one; None for a root."""
+        return self._parents.get((realm_id, task_id))
+
+    @property
+    def bytes_unknown(self) -> bool:
+        """Some storage reported no sizes: ``bytes_freed`` is a lower bound."""
+        return self.sizes_unreported > 0
+
+    @property
+    def task_total(self) -> int:
+        return sum(self.tasks.values())
+
+    @property
+    def children_total(self) -> int:
+        return sum(self.children.values())
+
+    @property
+    def child_tasks(self) -> int:
+        """Child tasks created or run here, whichever is more: a task's step creates
+        them, a group step runs them, a sweep does both."""
+        return max(self.children_created, self.children_total)
+
+    @property
+    def by_status(self) -> Counter[str]:
+        """Tasks and child tasks together, by status."""
+        return self.tasks + self.children
+
+    @property
+    def failed(self) -> int:
+        """Tasks and child tasks that failed (backing off) or were dead-lettered."""
+        every = self.by_status
+        return sum(every[s] for s in _FAILED)
+
+    # -------------------------------------------------------------- writing
+
+    def metadata(self) -> dict[str, Any]:
+        """The numbers as plain metadata values, in the order a step's page shows them."""
+        meta: dict[str, Any] = {
+            FILES_DELETED: self.files_deleted,
+            FILES_MISSING: self.files_missing,
+            BYTES_FREED: self.bytes_freed,
+            REFUSED_PATHS: self.refused,
+            CHILD_TASKS: self.child_tasks,
+        }
+        if self.children:
+            meta[BY_STATUS] = {s: n for s, n in self.children.items() if n}
+        if self.sizes_unreported:
+            meta[SIZES_UNREPORTED] = self.sizes_unreported
+        return meta
+
+    def freed_text(self) -> str:
+        """``488.3 KiB``, or ``488.3 KiB or more`` when some storage reported no sizes."""
+        return format_bytes(self.bytes_freed) + (" or more" if self.bytes_unknown else "")
+
+    def line(self) -> str:
+        """The one line of a total, for the CLI, a run's tag, a log, an alert, the demo."""
+        return (
+            f"{self.files_deleted} file(s) deleted, {self.files_missing} already gone, "
+            f"{self.refused} refused, {self.freed_text()} freed; "
+            f"children: {format_counts(self.children)}"
+        )
+
+    def tasks_text(self) -> str:
+        """``4 task(s): 3 done, 1 dead``: every task, children included, by status
+        (``line`` says how the children ended)."""
+        every = self.by_status
+        return f"{sum(every.values())} task(s): {format_counts(every)}"
+
+
+__all__ = [
+    "BYTES_FREED",
+    "BY_STATUS",
+    "CHILDREN_DONE",
+    "CHILD_TASKS",
+    "FAILED_CHILDREN",
+    "FILES_DELETED",
+    "FILES_MISSING",
+    "PERMANENT",
+    "REFUSED_PATHS",
+    "SIZES_UNREPORTED",
+    "STATUS",
+    "OutcomeTotals",
+    "format_counts",
+    "status_word",
+]

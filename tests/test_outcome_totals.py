@@ -1,0 +1,140 @@
+"""``OutcomeTotals``: the one total of what tasks did, its metadata and its one line."""
+
+from __future__ import annotations
+
+from polaris_pipeline.cleanup.context import CleanupResult
+from polaris_pipeline.errors import GuardRefusal
+from polaris_pipeline.outcome_totals import (
+    BY_STATUS,
+    CHILD_TASKS,
+    SIZES_UNREPORTED,
+    STATUS,
+    OutcomeTotals,
+    format_counts,
+)
+from polaris_pipeline.runner import Status, TaskOutcome
+from polaris_pipeline.tasks.model import Lease
+
+
+def lease(task_id: int, realm: str = "R") -> Lease:
+    return Lease(realm, task_id, "exec", 1, 1, 0, name=f"t{task_id}")
+
+
+def outcome(
+    task_id: int,
+    status: Status = Status.DONE,
+    *,
+    deleted: int = 0,
+    missing: int = 0,
+    freed: int | None = 0,
+    refused: int = 0,
+    children: tuple[int, ...] = (),
+    permanent: bool = False,
+) -> TaskOutcome:
+    result = CleanupResult(
+        deleted=deleted,
+        missing=missing,
+        bytes_freed=freed,
+        refused=[GuardRefusal(f"/x/{i}", "outside") for i in range(refused)],
+    )
+    return TaskOutcome(
+        lease(task_id),
+        status,
+        result=result,
+        children=[lease(c) for c in children],
+        permanent=permanent,
+    )
+
+
+def a_sweep() -> OutcomeTotals:
+    """A table cleanup with three children (one dead), and a batch refused by the guard."""
+    return OutcomeTotals.of(
+        [
+            outcome(1, children=(11, 12, 13)),
+            outcome(11, deleted=4, freed=4096),
+            outcome(12, deleted=2, missing=1, freed=None),  # storage without sizes
+            outcome(13, Status.DEAD, refused=1, permanent=True),
+            outcome(2, Status.DEAD, deleted=1, freed=10, refused=2, permanent=True),
+        ]
+    )
+
+
+def test_a_sweep_tells_roots_from_the_children_they_created() -> None:
+    totals = a_sweep()
+    assert dict(totals.tasks) == {"done": 1, "dead": 1}
+    assert dict(totals.children) == {"done": 2, "dead": 1}
+    assert totals.parent_of("R", 12) == 1 and totals.parent_of("R", 2) is None
+    assert totals.parent_of("OTHER", 12) is None  # a child is known by realm and id
+    assert (totals.files_deleted, totals.files_missing, totals.refused) == (7, 1, 3)
+    assert totals.bytes_freed == 4106 and totals.bytes_unknown
+    assert totals.children_created == 3 and totals.child_tasks == 3
+    assert totals.failed == 2 and totals.permanent == 2
+
+
+def test_the_one_line_and_the_tasks_text() -> None:
+    totals = a_sweep()
+    assert totals.line() == (
+        "7 file(s) deleted, 1 already gone, 3 refused, 4.0 KiB or more freed; "
+        "children: 2 done, 1 dead"
+    )
+    assert totals.tasks_text() == "5 task(s): 3 done, 2 dead"
+    assert OutcomeTotals().line() == (
+        "0 file(s) deleted, 0 already gone, 0 refused, 0 B freed; children: none"
+    )
+    assert OutcomeTotals().tasks_text() == "0 task(s): none"
+
+
+def test_counts_put_the_runners_statuses_first_and_in_words() -> None:
+    counts = {"skipped": 1, "lease-lost": 2, "already-done": 3, "failed": 0, "done": 4}
+    assert format_counts(counts) == "4 done, 2 lease lost, 3 already done, 1 skipped"
+    assert format_counts({}) == "none"
+
+
+def test_metadata_reads_back_to_the_same_total() -> None:
+    root = OutcomeTotals.of([outcome(1, children=(11, 12))])
+    group = OutcomeTotals.of(
+        [outcome(11, deleted=3, freed=30), outcome(12, missing=2, freed=None)], child=True
+    )
+    root_meta = {STATUS: "done", **root.metadata()}
+    assert root_meta[CHILD_TASKS] == 2 and BY_STATUS not in root_meta
+    group_meta = group.metadata()
+    assert group_meta[BY_STATUS] == {"done": 2} and group_meta[CHILD_TASKS] == 2
+    assert group_meta[SIZES_UNREPORTED] == 1
+
+    run = OutcomeTotals()
+    run.add_step(root_meta)
+    run.add_step(group_meta)
+    expected = OutcomeTotals.of([outcome(1, children=(11, 12))])
+    expected.merge(group)
+    assert run == expected  # the same numbers, tasks and children
+    assert run.line() == (
+        "3 file(s) deleted, 2 already gone, 0 refused, 30 B or more freed; children: 2 done"
+    )
+
+
+def test_reads_what_the_task_job_writes_today() -> None:
+    """Until the task job writes ``metadata``: ``unknown`` bytes, a failed group, a failure."""
+    run = OutcomeTotals()
+    run.add_step({"status": "done", "files deleted": 0, "bytes freed": "unknown"})
+    run.add_step(
+        {
+            "status": "failed",  # the first failed child's own metadata
+            "permanent": True,
+            "files deleted": 1,
+            "failed child tasks": 2,
+            "child tasks done": 3,
+        },
+        failed=True,
+    )
+    run.add_step({"start": "refused"}, failed=True)  # an operator's run that did not start
+    assert run.bytes_unknown and run.bytes_freed == 0
+    assert dict(run.tasks) == {"done": 1, "failed": 1}
+    assert dict(run.children) == {"failed": 2, "done": 3}
+    assert run.permanent == 1 and run.files_deleted == 1
+
+
+def test_merge_adds_everything() -> None:
+    a, b = a_sweep(), a_sweep()
+    a.merge(b)
+    assert a.files_deleted == 14 and a.sizes_unreported == 2
+    assert dict(a.children) == {"done": 4, "dead": 2} and a.children_created == 6
