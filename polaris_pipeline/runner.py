@@ -13,7 +13,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from polaris_pipeline.attempt_observer import AttemptObserver
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
 from polaris_pipeline.cleanup.dispatch import run_cleanup
+from polaris_pipeline.cleanup.stages import CHILD_STAGES, ChildStage, Staged, leases_in_stages
 from polaris_pipeline.errors import (
     LeaseLost,
     MetastoreError,
@@ -75,6 +76,11 @@ class TaskOutcome:
     @property
     def ok(self) -> bool:
         return self.status is Status.DONE
+
+    def child_stages(self, plan: Sequence[ChildStage] = CHILD_STAGES) -> Staged[Lease]:
+        """The children this attempt created, in the stages its handler put them in."""
+        staged = self.result.child_stages if self.result is not None else []
+        return leases_in_stages(staged, self.children, plan)
 
 
 ProgressFn = Callable[[Lease, int, int, str], None]
@@ -407,7 +413,7 @@ class Runner:
     def execute_tree(
         self, lease: Lease, on_outcome: Callable[[TaskOutcome], None] | None = None
     ) -> list[TaskOutcome]:
-        """Execute a task and then, in order, the children it created."""
+        """Execute a task and then the children it created, stage by stage."""
         outcomes: list[TaskOutcome] = []
         queue = [lease]
         while queue:
@@ -415,7 +421,8 @@ class Runner:
             outcomes.append(outcome)
             if on_outcome:
                 on_outcome(outcome)
-            queue = outcome.children + queue
+            # One at a time, so each stage is done before the next one starts.
+            queue = [child for _, stage in outcome.child_stages() for child in stage] + queue
         return outcomes
 
     def sweep(

@@ -225,9 +225,9 @@ def test_celery_job_is_the_task_job_with_another_executor() -> None:
     assert celery_job.tags["dagster/max_retries"] == "2"
     for node in (
         "run_polaris_task",
-        "run_child_task",
-        "run_later_child_task",
-        "run_final_child_task",
+        "run_manifest_children",
+        "run_metadata_children",
+        "run_current_metadata_children",
     ):
         handle = NodeHandle(node, None)
         assert celery_job.get_retry_policy_for_handle(
@@ -346,9 +346,9 @@ def test_table_cleanup_steps_run_in_the_celery_worker(
             print(f"\ncelery run: {elapsed:.1f} s")
             assert result.success, worker.output()[-5000:]
             root = result.output_for_node("run_polaris_task", "outcome")
-            manifests = result.output_for_node("run_child_task")
-            later = result.output_for_node("run_later_child_task")
-            final = result.output_for_node("run_final_child_task")
+            manifests = result.output_for_node("run_manifest_children")
+            later = result.output_for_node("run_metadata_children")
+            final = result.output_for_node("run_current_metadata_children")
         run = instance.get_run_by_id(result.run_id)
         assert run is not None and run.status is DagsterRunStatus.SUCCESS
         assert run.tags["polaris/task_id"] == str(task.id)
@@ -371,10 +371,10 @@ def test_table_cleanup_steps_run_in_the_celery_worker(
         and entry.dagster_event.event_type == DagsterEventType.STEP_START
     }
     expected_steps = (
-        {"run_polaris_task", "release_later_children", "release_final_children"}
-        | {f"run_child_task[{key}]" for key in manifests}
-        | {f"run_later_child_task[{key}]" for key in later}
-        | {f"run_final_child_task[{key}]" for key in final}
+        {"run_polaris_task", "release_metadata_children", "release_current_metadata_children"}
+        | {f"run_manifest_children[{key}]" for key in manifests}
+        | {f"run_metadata_children[{key}]" for key in later}
+        | {f"run_current_metadata_children[{key}]" for key in final}
     )
     assert set(starts) == expected_steps
     worker_pids = worker.pids()
@@ -406,4 +406,4 @@ def test_table_cleanup_steps_run_in_the_celery_worker(
     # The worker's own log shows it received and ran the steps.
     output = worker.output()
     assert output.count("Task execute_plan[") >= 2 * len(expected_steps)  # received, succeeded
-    assert "run_later_child_task[" in output
+    assert "run_metadata_children[" in output

@@ -32,7 +32,6 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-from polaris_pipeline.cleanup.context import MAX_CHILD_STAGES, CleanupResult
 from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
     PolarisStorageResource,
@@ -42,14 +41,11 @@ from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
 from polaris_pipeline.dagster.task_job import (
     MULTIPROCESS_EXECUTOR,
     build_polaris_task_job,
-    child_stages,
     polaris_task_job,
     run_config_for,
 )
-from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.metastore import Metastore, new_entity_id
-from polaris_pipeline.runner import Status, TaskOutcome
-from polaris_pipeline.tasks.model import Lease, NewTask, Prop
+from polaris_pipeline.tasks.model import NewTask, Prop
 from polaris_pipeline.testing import tables as testing_tables
 from tests.support.dagster import child_summaries, metastore_resource
 from tests.support.iceberg import Warehouse, table_files
@@ -225,16 +221,16 @@ def test_table_cleanup_runs_children_in_order(
 
     root = result.output_for_node("run_polaris_task", "outcome")
     assert root["status"] == "done" and root["deleted"] == 0  # the children delete
-    manifests = child_summaries(result, "run_child_task")
-    later = child_summaries(result, "run_later_child_task")
-    [final] = child_summaries(result, "run_final_child_task")
+    manifests = child_summaries(result, "run_manifest_children")
+    later = child_summaries(result, "run_metadata_children")
+    [final] = child_summaries(result, "run_current_metadata_children")
     assert manifests and later
     assert {o["task_type"] for o in manifests} == {"manifest_file_cleanup"}
     assert {o["task_type"] for o in later} == {"batch_file_cleanup"}
     assert final["task_type"] == "batch_file_cleanup" and final["deleted"] == 1
     assert root["children"] == len(manifests) + len(later) + 1
     # Grouped: 20 children to a step by default.
-    steps = result.output_for_node("run_child_task")
+    steps = result.output_for_node("run_manifest_children")
     assert len(steps) == -(-len(manifests) // 20)
 
     # Each stage finished before the next one started; the metadata file went last.
@@ -250,8 +246,8 @@ def test_table_cleanup_runs_children_in_order(
             ts for kind, key, ts in events if kind == "STEP_SUCCESS" and key.startswith(prefix)
         )
 
-    assert last_success("run_child") <= first_start("run_later")
-    assert last_success("run_later") <= first_start("run_final")
+    assert last_success("run_manifest_children") <= first_start("run_metadata_children")
+    assert last_success("run_metadata_children") <= first_start("run_current_metadata_children")
     assert any(
         f"deleted (all): {victim.metadata_location}" in m for m in messages(instance, result.run_id)
     )
@@ -286,7 +282,7 @@ def test_table_cleanup_on_s3(
 def test_table_without_manifest_children_still_runs_its_batches(
     metastore: Metastore, local_warehouse: Warehouse, sqlite_instance: DagsterInstance
 ) -> None:
-    """gc.enabled=false: no manifest child; the batch children form the first stage."""
+    """gc.enabled=false: no manifest child; the manifest stage is empty, the batches still run."""
     victim = local_warehouse.build("victim", appends=1, properties={"gc.enabled": "false"})
     content = testing_tables.content_files(victim)
     drop(metastore, victim)
@@ -297,32 +293,13 @@ def test_table_without_manifest_children_still_runs_its_batches(
 
     assert result.success
     assert metastore.list_tasks() == []
-    children = child_summaries(result, "run_child_task")
+    children = child_summaries(result, "run_metadata_children")
     assert children and {o["task_type"] for o in children} == {"batch_file_cleanup"}
-    # The metadata file is still the last stage, after the batches: here the second.
-    [final] = child_summaries(result, "run_later_child_task")
+    # The metadata file is still the last stage, after the batches.
+    [final] = child_summaries(result, "run_current_metadata_children")
     assert final["deleted"] == 1 and final["task_type"] == "batch_file_cleanup"
     assert all(local_warehouse.exists(f) for f in content)  # gc disabled: data stays
     assert not local_warehouse.exists(victim.metadata_location)
-
-
-def _outcome_with_stages(sizes: list[int]) -> TaskOutcome:
-    def lease(i: int) -> Lease:
-        return Lease("r", i, "ex", 1, 1, 0, "3", f"child-{i}")
-
-    parent = lease(0)
-    children = [lease(i + 1) for i in range(sum(sizes))]
-    return TaskOutcome(
-        parent, Status.DONE, result=CleanupResult(child_stages=sizes), children=children
-    )
-
-
-def test_child_stages_keep_the_handlers_order_and_refuse_more_than_the_job_runs() -> None:
-    stages = child_stages(_outcome_with_stages([2, 0, 3, 1]))
-    # The empty stage is left out; the rest keep their members and their order.
-    assert [[c.task_id for c in stage] for stage in stages] == [[1, 2], [3, 4, 5], [6]]
-    with pytest.raises(PolarisPipelineError, match="4 child stages; this job runs at most 3"):
-        child_stages(_outcome_with_stages([1] * (MAX_CHILD_STAGES + 1)))
 
 
 # -- failures ----------------------------------------------------------------------
@@ -442,13 +419,14 @@ def test_one_failing_child_in_a_group_does_not_stop_the_others(
     assert waiting and {t.task_type_code for t in waiting} == {"3"}
     assert local_warehouse.exists(victim.metadata_location)
     assert not any(
-        k.startswith("run_later") for _, k, _ in step_events(sqlite_instance, result.run_id)
+        k.startswith(("run_metadata_children", "run_current_metadata_children"))
+        for _, k, _ in step_events(sqlite_instance, result.run_id)
     )
     n_manifests = root["children"] - len(waiting)
     assert n_manifests > len(failed) >= 1
     # One group step (default 20 to a step) ran every manifest child, retried, then failed.
     [failure] = [e for e in result.all_events if e.is_step_failure]
-    assert failure.step_key.startswith("run_child_task[")
+    assert failure.step_key.startswith("run_manifest_children[")
     assert failure.step_key.endswith(f"_n{n_manifests}]")
     user = failure.step_failure_data.user_failure_data
     assert user is not None and user.description is not None
@@ -792,7 +770,8 @@ def test_multiprocess_run_on_a_postgres_instance(
             }
             assert len(processes) > 1  # really one process per step
             assert run.output_for_node("run_polaris_task", "outcome")["status"] == "done"
-            assert run.output_for_node("run_child_task")  # the mapped stage, across processes
+            # The mapped stage, across processes.
+            assert run.output_for_node("run_manifest_children")
 
     assert_table_purged(local_warehouse, victim_files, neighbour_files)
     assert metastore.list_tasks() == []
@@ -864,13 +843,13 @@ def test_orphaned_children_of_one_purge_run_as_one_run_each_leased_and_recorded(
     assert files[0].exists() and not any(f.exists() for f in files[1:])
     left = metastore.list_tasks()
     assert [t.id for t in left] == [taken.id] and left[0].executor_id == "polaris-server-2"
-    summaries = child_summaries(result, "run_child_task")
+    summaries = child_summaries(result, "run_metadata_children")
     by_id = {s["task_id"]: s for s in summaries}
     assert set(by_id) == {str(c.id) for c in children}
     assert by_id[str(taken.id)]["status"] == "skipped"
     assert all(by_id[str(c.id)]["status"] == "done" for c in children[1:])
     assert all(by_id[str(c.id)]["attempt"] == 1 for c in children[1:])
     # Visible as step groups of children_per_step.
-    assert len(result.output_for_node("run_child_task")) == 3
+    assert len(result.output_for_node("run_metadata_children")) == 3
     root_outcome = result.output_for_node("run_polaris_task", "outcome")
     assert root_outcome["status"] == "orphans" and root_outcome["children"] == 5

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from polaris_pipeline.cleanup.stages import Staged
 from polaris_pipeline.errors import GuardRefusal
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.tasks.model import NewTask, TaskRow
@@ -53,12 +54,6 @@ class CleanupContext:
     schema_version: int | None = None
 
 
-# The most ordered stages a handler may give its children (the table handler's
-# manifests, metadata-level batches, current metadata file); the Dagster job has
-# one mapped step per stage.
-MAX_CHILD_STAGES = 3
-
-
 @dataclass
 class CleanupResult:
     """What one handler run did (or, in a dry run, would do)."""
@@ -70,14 +65,18 @@ class CleanupResult:
     bytes_freed: int | None = 0
     failed: dict[str, str] = field(default_factory=dict)  # uri -> error
     refused: list[GuardRefusal] = field(default_factory=list)
-    children: list[NewTask] = field(default_factory=list)
-    # Sizes of the ordered stages ``children`` falls into: each stage runs only
-    # after the one before it is done; tasks within a stage may run in parallel.
-    # At most MAX_CHILD_STAGES: the Dagster job has that many stage slots.
-    child_stages: list[int] = field(default_factory=list)
+    # The children created, by stage, in the order of the engine's plan
+    # (``stages.CHILD_STAGES``): each stage runs only after the one before it is
+    # done; children within a stage may run in parallel.
+    child_stages: Staged[NewTask] = field(default_factory=list)
     would_delete: list[str] = field(default_factory=list)  # dry run only
     deleted_paths_sample: list[str] = field(default_factory=list)  # first few, for run logs
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def children(self) -> list[NewTask]:
+        """Every child created, stage by stage."""
+        return [child for _, stage in self.child_stages for child in stage]
 
     @property
     def ok(self) -> bool:

@@ -12,14 +12,15 @@ What a run does (Polaris's TableCleanupTaskHandler, plus what it misses):
    files that fell out of a capped log (found by following the log of the oldest
    metadata file that still exists, repeatedly), statistics and partition
    statistics files.
-3. Fence, then create, in one ``create_children`` call, three stages of children:
-   one MANIFEST_FILE_CLEANUP child per manifest (it deletes the manifest's files,
-   then the manifest); BATCH_FILE_CLEANUP children of at most
-   ``metadata_batch_size`` metadata-level paths each; and a last BATCH_FILE_CLEANUP
-   child holding only the current metadata file. A runner going in list order (or
-   stage by stage, as the Dagster job does) deletes content files, then manifests,
-   then manifest lists and older metadata, and the current metadata file last.
-   ``CleanupResult.child_stages`` gives the stage sizes.
+3. Fence, then create, in one ``create_children`` call, the children of the
+   engine's three stages (``stages.CHILD_STAGES``): one MANIFEST_FILE_CLEANUP child
+   per manifest (it deletes the manifest's files, then the manifest);
+   BATCH_FILE_CLEANUP children of at most ``metadata_batch_size`` metadata-level
+   paths each; and a last BATCH_FILE_CLEANUP child holding only the current
+   metadata file. A runner going stage by stage (the CLI sweep and the Dagster
+   job both do) deletes content files, then manifests, then manifest lists and
+   older metadata, and the current metadata file last. ``CleanupResult.child_stages``
+   gives the children of each stage.
 
 The parent deletes nothing itself (unless the table has nothing but its metadata
 file, which it then deletes directly). A crash before the children are committed
@@ -60,6 +61,13 @@ from polaris_pipeline.cleanup.common import (
 )
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
 from polaris_pipeline.cleanup.manifest import sweep_manifest_entries
+from polaris_pipeline.cleanup.stages import (
+    CURRENT_METADATA,
+    MANIFESTS,
+    METADATA,
+    Staged,
+    in_plan_order,
+)
 from polaris_pipeline.cleanup.view import run_view_cleanup
 from polaris_pipeline.errors import PolarisPipelineError, StorageError
 from polaris_pipeline.tasks.manifest_codec import ManifestFileRef, manifest_ref_from_pyiceberg
@@ -283,8 +291,8 @@ def _dry_run(ctx: CleanupContext, result: CleanupResult, guard: Guard, plan: Tab
     )
 
 
-def build_children(ctx: CleanupContext, plan: TablePlan) -> list[list[NewTask]]:
-    """The child tasks in stages, to run in order; empty stages are left out.
+def build_children(ctx: CleanupContext, plan: TablePlan) -> Staged[NewTask]:
+    """The child tasks by stage of the engine's plan, each stage possibly empty.
 
     Manifest children, then batches of metadata-level files, then the current
     metadata file on its own. A table with nothing but its metadata file has no
@@ -309,9 +317,11 @@ def build_children(ctx: CleanupContext, plan: TablePlan) -> list[list[NewTask]]:
     for files in _chunks(dedupe(batch_paths), ctx.metadata_batch_size):
         batch_children.append(_batch_child(ctx, plan, files, internal))
     if not manifest_children and not batch_children:
-        return []
+        return in_plan_order([])
     last = _batch_child(ctx, plan, [plan.metadata_uri], internal)
-    return [stage for stage in (manifest_children, batch_children, [last]) if stage]
+    return in_plan_order(
+        [(MANIFESTS, manifest_children), (METADATA, batch_children), (CURRENT_METADATA, [last])]
+    )
 
 
 def child_internal_properties(ctx: CleanupContext, roots: RecordedRoots) -> dict[str, str]:
@@ -357,25 +367,24 @@ def run_table_cleanup(ctx: CleanupContext) -> CleanupResult:
         return result
 
     stages = build_children(ctx, plan)
-    if not stages:
+    children = [child for _, stage in stages for child in stage]
+    if not children:
         # Nothing but the metadata file: no child would carry anything else.
         ctx.fence()
         present = existing_with_sizes(ctx, result, [plan.metadata_uri])
         if present:
             tally(result, delete_guarded(ctx, guard, [plan.metadata_uri]), present)
         return result
-    children = [child for stage in stages for child in stage]
     if ctx.create_children is None:
         raise PolarisPipelineError(
             f"cannot schedule {len(children)} child task(s): no create_children given"
         )
     ctx.fence()
-    result.children = list(ctx.create_children(children))
-    result.child_stages = [len(stage) for stage in stages]
-    n_manifest = sum(1 for c in children if c.properties.get("taskType") == "2")
+    ctx.create_children(children)
+    result.child_stages = stages
+    sizes = ", ".join(f"{len(stage)} {s.name}" for s, stage in stages)
     result.notes.append(
-        f"created {n_manifest} manifest and {len(children) - n_manifest} batch child task(s) "
-        f"in {len(stages)} stage(s) of {'/'.join(map(str, result.child_stages))}; "
-        "run them in list order: the current metadata file is the last child"
+        f"created {len(children)} child task(s) in stages of {sizes}; run them stage by "
+        "stage: the current metadata file is the last child"
     )
     return result

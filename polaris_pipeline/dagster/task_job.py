@@ -20,10 +20,12 @@ a run that started work. What a run does at start depends on who launched it
   executor id comes from its root run, so it adopts the lease its dead parent
   held and continues the same attempt; otherwise it acts as the original run.
 
-A table cleanup's children run in the same run, as mapped steps in three
-ordered stages: manifest children, then the batch children (manifest lists,
-older metadata, statistics), then the child that deletes the current metadata
-file; ``children_per_step`` children to a step. By default every step runs in
+A table cleanup's children run in the same run, as mapped steps in the ordered
+stages the engine declares (``cleanup.stages.CHILD_STAGES``: manifest children,
+then the batch children of manifest lists, older metadata and statistics, then
+the child that deletes the current metadata file), a gate between each two;
+``children_per_step`` children to a step. The graph is made from that plan, one
+slot per stage. By default every step runs in
 the run's own process (``in_process``): a run is one task's worth of work, and
 the multiprocess executor (``MULTIPROCESS_EXECUTOR``) costs a forkserver and a
 process per step; ``build_defs(executor="multiprocess")`` chooses it.
@@ -34,6 +36,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 from dagster import (
@@ -48,6 +51,7 @@ from dagster import (
     Jitter,
     JobDefinition,
     MetadataValue,
+    OpDefinition,
     OpExecutionContext,
     Out,
     Output,
@@ -60,7 +64,14 @@ from dagster import (
 )
 from pydantic import Field
 
-from polaris_pipeline.cleanup.context import MAX_CHILD_STAGES
+from polaris_pipeline.cleanup.stages import (
+    CHILD_STAGES,
+    ChildStage,
+    Staged,
+    check_plan,
+    in_plan_order,
+    orphan_stage,
+)
 from polaris_pipeline.dagster.reporting import location_metadata, run_tags_for_table, table_of
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
@@ -68,7 +79,7 @@ from polaris_pipeline.errors import PolarisPipelineError, StorageConfigError
 from polaris_pipeline.formatting import format_bytes, short_task_name
 from polaris_pipeline.runner import Runner, Status, TaskOutcome
 from polaris_pipeline.start import StartAction, StartDecision
-from polaris_pipeline.tasks.model import Lease, TaskRow, TaskType
+from polaris_pipeline.tasks.model import Lease, TaskRow
 from polaris_pipeline.tasks.summary import task_type_name
 
 JOB_NAME = "polaris_task_job"
@@ -108,7 +119,6 @@ PARENT_RUN_ID_TAG = "dagster/parent_run_id"
 ROOT_RUN_ID_TAG = "dagster/root_run_id"
 RETRY_NUMBER_TAG = "dagster/retry_number"
 
-MANIFEST_TYPE_CODE = str(int(TaskType.MANIFEST_FILE_CLEANUP))
 _PROGRESS_LOG_INTERVAL_S = 10.0
 # Refused or failed paths listed in a failure's metadata (the counts are exact).
 _FAILURE_SAMPLE = 20
@@ -622,82 +632,118 @@ def run_task(
 
 
 # ----------------------------------------------------------------------- ops
+#
+# The graph follows the engine's stage plan (``cleanup.stages.CHILD_STAGES``):
+# the root op has one output per stage; the first feeds that stage's mapped
+# child op, each later one a gate that hands its stage out once every step of
+# the stage before is done. One slot per stage, made in a loop from the plan.
 
 
-@op(
-    description=(
-        "Lease one Polaris task as the run starts (or adopt this run lineage's lease) and "
-        "run it to an outcome."
-    ),
-    out={
-        "outcome": Out(dict, description="What the task did."),
-        "children": DynamicOut(
-            list,
-            is_required=False,
-            description=(
-                "First stage of child leases, in groups of up to children_per_step: "
-                "manifest children (or the first stage there is)."
-            ),
+def _output_name(stage: ChildStage) -> str:
+    return f"{stage.name}_children"
+
+
+def _stage_text(plan: tuple[ChildStage, ...], stage: ChildStage) -> str:
+    return f"Stage {plan.index(stage) + 1} of {len(plan)}, {stage.name}: {stage.description}"
+
+
+def _root_op(plan: tuple[ChildStage, ...]) -> OpDefinition:
+    """``run_polaris_task``, with one output per stage of ``plan``."""
+    out: dict[str, Out] = {"outcome": Out(dict, description="What the task did.")}
+    for stage in plan:
+        text = _stage_text(plan, stage)
+        if stage is plan[0]:
+            out[_output_name(stage)] = DynamicOut(
+                list, is_required=False, description=f"{text} Groups of up to children_per_step."
+            )
+        else:
+            out[_output_name(stage)] = Out(
+                list,
+                is_required=False,
+                description=f"{text} Its groups, for the gate before the stage.",
+            )
+
+    @op(
+        name="run_polaris_task",
+        description=(
+            "Lease one Polaris task as the run starts (or adopt this run lineage's lease) and "
+            "run it to an outcome; hand out the children it created, stage by stage."
         ),
-        "later_children": Out(
-            list,
-            is_required=False,
-            description="Second stage: groups of batch children (manifest lists, old metadata).",
-        ),
-        "final_children": Out(
-            list,
-            is_required=False,
-            description="Third stage: the child that deletes the current metadata file.",
-        ),
-    },
-    retry_policy=DEFAULT_RETRY_POLICY,
-    tags={"kind": "polaris"},
-)
-def run_polaris_task(
-    context: OpExecutionContext,
-    config: TaskRunConfig,
-    metastore: PolarisMetastoreResource,
-    storage: PolarisStorageResource,
-) -> Iterator[Output[Any] | DynamicOutput[Any]]:
-    if config.task_ids:
-        yield from _orphan_stages(context, config, metastore)
-        return
-    task_id = config.task_number()
-    with _open_step(context, metastore, storage, config.realm_id) as step:
-        summary, meta, outcome = run_task(context, step, config.realm_id, task_id)
-    if outcome is not None and outcome.status is Status.DONE:
-        _add_tags(context, {TAG_OUTCOME: "done"})
-    yield Output(summary, "outcome", metadata=meta)
-    if outcome is None or not outcome.children:
-        return
-    stages = [[lease_to_dict(c) for c in stage] for stage in child_stages(outcome)]
-    yield from _emit_stages(stages, config.children_per_step)
+        out=out,
+        retry_policy=DEFAULT_RETRY_POLICY,
+        tags={"kind": "polaris"},
+    )
+    def run_polaris_task(
+        context: OpExecutionContext,
+        config: TaskRunConfig,
+        metastore: PolarisMetastoreResource,
+        storage: PolarisStorageResource,
+    ) -> Iterator[Output[Any] | DynamicOutput[Any]]:
+        if config.task_ids:
+            yield from _orphan_stages(context, config, metastore, plan)
+            return
+        task_id = config.task_number()
+        with _open_step(context, metastore, storage, config.realm_id) as step:
+            summary, meta, outcome = run_task(context, step, config.realm_id, task_id)
+        if outcome is not None and outcome.status is Status.DONE:
+            _add_tags(context, {TAG_OUTCOME: "done"})
+        yield Output(summary, "outcome", metadata=meta)
+        if outcome is None or not outcome.children:
+            return
+        staged = [
+            (stage, [lease_to_dict(c) for c in leases])
+            for stage, leases in _job_stages(outcome, plan)
+        ]
+        yield from _emit_stages(staged, config.children_per_step)
+
+    return run_polaris_task
+
+
+def _job_stages(outcome: TaskOutcome, plan: tuple[ChildStage, ...]) -> Staged[Lease]:
+    """The outcome's children in the stages of ``plan``, refused if one is not in it."""
+    try:
+        return outcome.child_stages(plan)
+    except ValueError as exc:
+        # Running it elsewhere would break the order the handler asked for. The
+        # children are recorded, so a sweeper runs them once the lease lapses.
+        raise PolarisPipelineError(f"{exc}: this job has no step for it") from None
 
 
 def _emit_stages(
-    stages: list[list[dict[str, Any]]], per_step: int
+    staged: Staged[dict[str, Any]], per_step: int
 ) -> Iterator[Output[Any] | DynamicOutput[Any]]:
-    groups = [_groups(stage, per_step) for stage in stages if stage]
-    if not groups:
+    groups = [(stage, _groups(refs, per_step)) for stage, refs in staged]
+    filled = [i for i, (_, stage_groups) in enumerate(groups) if stage_groups]
+    if not filled:
         return
-    # Only the first stage is fed straight from here: a stage fed by a collect of
-    # nothing would be skipped by Dagster, so empty stages are already left out.
-    for group in groups[0]:
-        yield DynamicOutput(group, mapping_key=_group_key(group), output_name="children")
-    for name, later in zip(("later_children", "final_children"), groups[1:], strict=False):
-        yield Output(later, name)
+    # Stages after the last full one are not fed: their steps are skipped.
+    for i, (stage, stage_groups) in enumerate(groups[: filled[-1] + 1]):
+        # An empty stage before a full one still gets a step, of no child: Dagster
+        # skips the steps after a mapped step that never ran, so without it the
+        # gate of the next stage would never open.
+        stage_groups = stage_groups or [[]]
+        if i == 0:
+            for group in stage_groups:
+                yield DynamicOutput(
+                    group, mapping_key=_group_key(group), output_name=_output_name(stage)
+                )
+        else:
+            yield Output(stage_groups, _output_name(stage))
 
 
 def _orphan_stages(
-    context: OpExecutionContext, config: TaskRunConfig, metastore: PolarisMetastoreResource
+    context: OpExecutionContext,
+    config: TaskRunConfig,
+    metastore: PolarisMetastoreResource,
+    plan: tuple[ChildStage, ...],
 ) -> Iterator[Output[Any] | DynamicOutput[Any]]:
     """Orphaned children of one purge: each is started (leased) and run by a child step.
 
-    Manifest children first, then the batch children, as a table cleanup orders
-    its own; a child already gone is left out.
+    Each goes to the stage the engine gives it (``stages.orphan_stage``), as a
+    table cleanup stages its own; a child already gone is left out.
     """
     store = metastore.get_metastore()
-    stages: list[list[dict[str, Any]]] = [[], []]
+    assigned: list[tuple[ChildStage, list[dict[str, Any]]]] = []
     gone = 0
     for raw in config.task_ids:
         number = TaskRunConfig(realm_id=config.realm_id, task_id=raw).task_number()
@@ -711,38 +757,21 @@ def _orphan_stages(
             "name": row.name,
             "task_type": row.task_type_code,
         }
-        stages[0 if row.task_type_code == MANIFEST_TYPE_CODE else 1].append(ref)
-    count = len(stages[0]) + len(stages[1])
+        assigned.append((orphan_stage(row), [ref]))
+    try:
+        staged = in_plan_order(assigned, plan)
+    except ValueError as exc:
+        raise PolarisPipelineError(f"{exc}: this job has no step for it") from None
+    count = sum(len(refs) for _, refs in staged)
+    sizes = ", ".join(f"{len(refs)} {stage.name}" for stage, refs in staged)
     message = (
         f"{len(config.task_ids)} orphaned child task(s) of one purge, run together: "
-        f"{len(stages[0])} manifest, {len(stages[1])} batch; {gone} already gone"
+        f"{sizes}; {gone} already gone"
     )
     context.log.info(message)
     summary = {"status": "orphans", "message": message, "children": count}
     yield Output(summary, "outcome", metadata={"realm": config.realm_id, "note": message})
-    yield from _emit_stages(stages, config.children_per_step)
-
-
-def child_stages(outcome: TaskOutcome) -> list[list[Lease]]:
-    """The outcome's children split into the ordered stages the handler asked for."""
-    children = outcome.children
-    sizes = outcome.result.child_stages if outcome.result is not None else []
-    if sum(sizes) != len(children):
-        # A handler that gave no stages: everything in one stage.
-        sizes = [len(children)]
-    stages: list[list[Lease]] = []
-    start = 0
-    for size in sizes:
-        if size:
-            stages.append(children[start : start + size])
-        start += size
-    if len(stages) > MAX_CHILD_STAGES:
-        # Merging stages would break the order the handler asked for: refuse. The
-        # children are already recorded, so a sweeper runs them once the lease lapses.
-        raise PolarisPipelineError(
-            f"the handler gave {len(stages)} child stages; this job runs at most {MAX_CHILD_STAGES}"
-        )
-    return stages
+    yield from _emit_stages(staged, config.children_per_step)
 
 
 def _groups(refs: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
@@ -751,24 +780,45 @@ def _groups(refs: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]
 
 
 def _group_key(group: list[dict[str, Any]]) -> str:
+    if not group:
+        return "none"  # the one step of an empty stage
     first = f"t{group[0]['task_id']}"
     return first if len(group) == 1 else f"{first}_n{len(group)}"
 
 
-@op(
-    description=(
-        "Run a group of child tasks created by the table cleanup, one after the other, "
-        "under the run's lease."
-    ),
-    retry_policy=DEFAULT_RETRY_POLICY,
-    tags={"kind": "polaris"},
-)
-def run_child_task(
+def _child_op(plan: tuple[ChildStage, ...], stage: ChildStage) -> OpDefinition:
+    """The mapped op of one stage: ``run_<stage>_children``."""
+
+    @op(
+        name=f"run_{stage.name}_children",
+        description=(
+            f"{_stage_text(plan, stage)} Runs a group of these child tasks one after the "
+            "other, under the run's lease."
+        ),
+        retry_policy=DEFAULT_RETRY_POLICY,
+        tags={"kind": "polaris"},
+    )
+    def run_children(
+        context: OpExecutionContext,
+        leases: list,
+        metastore: PolarisMetastoreResource,
+        storage: PolarisStorageResource,
+    ) -> Output[dict]:
+        return _run_child_group(context, leases, metastore, storage)
+
+    return run_children
+
+
+def _run_child_group(
     context: OpExecutionContext,
     leases: list,
     metastore: PolarisMetastoreResource,
     storage: PolarisStorageResource,
 ) -> Output[dict]:
+    if not leases:
+        note = "no child task in this stage: this step only lets the next stage start"
+        context.log.info(note)
+        return Output({"tasks": [], "deleted": 0, "bytes_freed": 0}, metadata={"note": note})
     done: list[tuple[dict[str, Any], TaskOutcome | None]] = []
     transient: list[str] = []
     failures: list[Failure] = []
@@ -872,25 +922,51 @@ def _group_metadata(
     return meta
 
 
-@op(
-    description=(
-        "Gate between the stages: once every child of the previous stage is done, hand "
-        "out the next stage's children (which may delete files the previous stage read)."
-    ),
-    ins={"groups": In(list), "previous_stage": In(list)},
-    out=DynamicOut(list, is_required=False),
-    tags={"kind": "polaris"},
-)
-def release_next_stage(
-    context: OpExecutionContext, groups: list, previous_stage: list
-) -> Iterator[DynamicOutput[list]]:
-    done = sum(len(g.get("tasks", [])) for g in previous_stage)
-    count = sum(len(g) for g in groups)
-    context.log.info(
-        f"{done} child task(s) of the previous stage done; releasing {count} child task(s)"
+def _gate_op(plan: tuple[ChildStage, ...], stage: ChildStage) -> OpDefinition:
+    """The gate before one stage: ``release_<stage>_children``."""
+
+    @op(
+        name=f"release_{stage.name}_children",
+        description=(
+            f"Gate before {_stage_text(plan, stage)} Once every child of the stage before is "
+            "done, it hands out this stage's children (which may delete files the stage "
+            "before read)."
+        ),
+        ins={"groups": In(list), "previous_stage": In(list)},
+        out=DynamicOut(list, is_required=False),
+        tags={"kind": "polaris"},
     )
-    for group in groups:
-        yield DynamicOutput(group, mapping_key=_group_key(group))
+    def release_children(
+        context: OpExecutionContext, groups: list, previous_stage: list
+    ) -> Iterator[DynamicOutput[list]]:
+        done = sum(len(g.get("tasks", [])) for g in previous_stage)
+        count = sum(len(g) for g in groups)
+        context.log.info(
+            f"{done} child task(s) of the previous stage done; releasing {count} child "
+            f"task(s) of stage {stage.name}"
+        )
+        for group in groups:
+            yield DynamicOutput(group, mapping_key=_group_key(group))
+
+    return release_children
+
+
+@dataclass(frozen=True)
+class _StageOps:
+    root: OpDefinition
+    children: tuple[OpDefinition, ...]  # one per stage
+    gates: tuple[OpDefinition, ...]  # one per stage after the first
+
+
+@cache
+def _stage_ops(plan: tuple[ChildStage, ...]) -> _StageOps:
+    # Once per plan: Dagster refuses two definitions of one op name in a code
+    # location, and every job built from the engine's plan uses the same ops.
+    return _StageOps(
+        root=_root_op(plan),
+        children=tuple(_child_op(plan, stage) for stage in plan),
+        gates=tuple(_gate_op(plan, stage) for stage in plan[1:]),
+    )
 
 
 def build_polaris_task_job(
@@ -899,34 +975,35 @@ def build_polaris_task_job(
     retry_policy: RetryPolicy = DEFAULT_RETRY_POLICY,
     tags: Mapping[str, str] | None = None,
     executor_def: ExecutorDefinition | None = None,
+    stages: Sequence[ChildStage] = CHILD_STAGES,
 ) -> JobDefinition:
     """The task job; ``retry_policy`` replaces the op retry policy (tests use fast ones).
 
     ``executor_def`` defaults to ``in_process_executor`` (every step in the run's own
-    process); ``MULTIPROCESS_EXECUTOR`` runs a process per step.
+    process); ``MULTIPROCESS_EXECUTOR`` runs a process per step. ``stages`` is the
+    plan the children run in, the engine's unless a test gives another.
     """
-    root = run_polaris_task.with_retry_policy(retry_policy)
-    child = run_child_task.with_retry_policy(retry_policy)
-    later_child = run_child_task.alias("run_later_child_task").with_retry_policy(retry_policy)
-    final_child = run_child_task.alias("run_final_child_task").with_retry_policy(retry_policy)
-    release_later = release_next_stage.alias("release_later_children")
-    release_final = release_next_stage.alias("release_final_children")
+    plan = check_plan(stages)
+    ops = _stage_ops(plan)
+    root = ops.root.with_retry_policy(retry_policy)
+    runs = [child.with_retry_policy(retry_policy) for child in ops.children]
+    names = ", then ".join(stage.name for stage in plan)
 
     @job(
         name=name,
         description=(
             "One Polaris cleanup task per run: lease it as the run starts, clean up, then run "
-            "the child tasks of a table cleanup in three ordered stages. Launch it by hand "
-            "with realm_id and task_id to run one task now."
+            f"the child tasks of a table cleanup in {len(plan)} ordered stages ({names}). "
+            "Launch it by hand with realm_id and task_id to run one task now."
         ),
         tags={**DEFAULT_RUN_TAGS, **(tags or {})},
         executor_def=executor_def or in_process_executor,
     )
     def polaris_task_graph() -> None:
-        _outcome, children, later, final = root()
-        first_stage = children.map(child).collect()
-        second_stage = release_later(later, first_stage).map(later_child).collect()
-        release_final(final, second_stage).map(final_child)
+        _outcome, first, *later = root()
+        stage = first.map(runs[0])
+        for gate, groups, run in zip(ops.gates, later, runs[1:], strict=True):
+            stage = gate(groups, stage.collect()).map(run)
 
     return polaris_task_graph
 
@@ -943,7 +1020,6 @@ __all__ = [
     "TransientTaskError",
     "build_polaris_task_job",
     "candidate_tags",
-    "child_stages",
     "lease_from_dict",
     "lease_tags",
     "lease_to_dict",
