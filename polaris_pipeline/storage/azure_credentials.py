@@ -20,7 +20,6 @@ delete only.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,16 +29,21 @@ from typing import Any
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.storage.catalog_config import AzureStorage
 from polaris_pipeline.storage.config import split_uri
+from polaris_pipeline.storage.vended import (
+    DEFAULT_REFRESH_MARGIN_S,
+    RefreshingCache,
+    made_or_explained,
+)
 
 SAS_LIFETIME_S = 3600
-REFRESH_MARGIN_S = 600
 # Hosts the location names: ``<account>.dfs.<suffix>`` (ADLS) or ``<account>.blob.<suffix>``.
 _SERVICES = ("dfs", "blob")
 
 
 @dataclass(frozen=True)
 class AzureLocation:
-    """``abfs[s]://container@account.dfs.core.windows.net/path`` taken apart."""
+    """``abfs[s]://container@account.dfs.core.windows.net/path`` (or ``wasb[s]://`` on
+    ``account.blob.core.windows.net``: the same blobs) taken apart."""
 
     container: str
     account: str
@@ -117,37 +121,23 @@ class AzureCredentials:
         self,
         *,
         lifetime_s: int = SAS_LIFETIME_S,
-        refresh_margin_s: float = REFRESH_MARGIN_S,
+        refresh_margin_s: float = DEFAULT_REFRESH_MARGIN_S,
         clock: Callable[[], float] = time.time,
         credential: Any = None,
     ) -> None:
         self.lifetime_s = lifetime_s
-        self.refresh_margin_s = refresh_margin_s
-        self._clock = clock
         self._credential = credential  # DefaultAzureCredential unless given
-        self._cache: dict[tuple[str, str, str, bool], AzureSas] = {}
-        self._lock = threading.Lock()
+        self._cache: RefreshingCache[tuple[str, str, str, bool], AzureSas] = RefreshingCache(
+            lambda sas: sas.expires_at, refresh_margin_s=refresh_margin_s, clock=clock
+        )
 
     def sas_for(self, storage: AzureStorage, root: AzureLocation) -> AzureSas:
         directory = root.path if storage.hierarchical else ""
         key = (root.account, root.container, directory, storage.hierarchical)
-        with self._lock:
-            cached = self._cache.get(key)
-            if cached is not None and cached.expires_at - self._clock() > self.refresh_margin_s:
-                return cached
-            try:
-                fresh = self._make(root, directory)
-            except StorageError:
-                raise
-            except Exception as e:
-                # Azure SDK messages name accounts and codes, never keys; still one line.
-                text = str(e).strip().splitlines()
-                raise StorageError(
-                    f"cannot get a SAS for {root.container}@{root.account}: "
-                    f"{type(e).__name__}: {text[0] if text else ''}"
-                ) from None
-            self._cache[key] = fresh
-            return fresh
+        what = f"cannot get a SAS for {root.container}@{root.account}"
+        return self._cache.get(
+            key, lambda: made_or_explained(lambda: self._make(root, directory), what)
+        )
 
     def _make(self, root: AzureLocation, directory: str) -> AzureSas:
         from azure.storage.blob import (

@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from polaris_pipeline.errors import StorageConfigError
+from polaris_pipeline.errors import StorageConfigError, StorageError
 from polaris_pipeline.redact import mask_options, secret_values
 
 CONFIG_ENV_VAR = "POLARIS_PIPELINE_STORAGE_CONFIG"
@@ -72,6 +72,18 @@ def split_uri(uri: str) -> tuple[str, str]:
     if rest.startswith("//"):
         return scheme, rest[2:]
     return "", uri
+
+
+def bucket_and_path(location: str, scheme: str, cloud: str) -> tuple[str, str]:
+    """``(bucket, path)`` of an object-store ``location`` of ``scheme`` (``cloud`` names it
+    in errors); the path without slashes at either end. StorageError otherwise."""
+    got, rest = split_uri(location)
+    if got != scheme:
+        raise StorageError(f"not a {cloud} location: {location!r}")
+    bucket, _, path = rest.partition("/")
+    if not bucket:
+        raise StorageError(f"no bucket in {location!r}")
+    return bucket, path.strip("/")
 
 
 def normalize_uri(uri: str) -> str:

@@ -28,11 +28,11 @@ from botocore.exceptions import BotoCoreError, ClientError
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.redact import MASK, redact
 from polaris_pipeline.storage.catalog_config import AwsStorage
-from polaris_pipeline.storage.config import split_uri
+from polaris_pipeline.storage.config import bucket_and_path
+from polaris_pipeline.storage.vended import DEFAULT_REFRESH_MARGIN_S, RefreshingCache
 
 SESSION_NAME = "polaris-pipeline"
 DEFAULT_DURATION_S = 3600
-DEFAULT_REFRESH_MARGIN_S = 600
 
 
 @dataclass(frozen=True, repr=False)
@@ -58,16 +58,6 @@ def _escape_glob(value: str) -> str:
     return "".join({"*": "${*}", "?": "${?}", "$": "${$}"}.get(c, c) for c in value)
 
 
-def _bucket_and_key(location: str) -> tuple[str, str]:
-    scheme, rest = split_uri(location)
-    if scheme != "s3":
-        raise StorageError(f"not an S3 location: {location!r}")
-    bucket, _, key = rest.partition("/")
-    if not bucket:
-        raise StorageError(f"no bucket in {location!r}")
-    return bucket, key.strip("/")
-
-
 def _under(prefix: str) -> str:
     # Polaris's concatFilePrefixes(prefix, "*", "/"): a trailing "/*" so that a
     # sibling sharing the name as a string prefix ("t" vs "t2") is not covered.
@@ -87,7 +77,7 @@ def session_policy(storage: AwsStorage, locations: Sequence[str]) -> dict[str, A
     objects: list[str] = []
     list_prefixes: dict[str, list[str]] = {}
     for location in locations:
-        bucket, key = _bucket_and_key(location)
+        bucket, key = bucket_and_path(location, "s3", "S3")
         objects.append(arn + _under(_escape_glob(f"{bucket}/{key}" if key else bucket)))
         list_prefixes.setdefault(bucket, []).append(_under(_escape_glob(key)))
     statements: list[dict[str, Any]] = [
@@ -137,11 +127,12 @@ class StsCredentials:
     ) -> None:
         self._session = session
         self.duration_s = duration_s
-        self.refresh_margin_s = refresh_margin_s
         self._clock = clock
-        self._cache: dict[_CacheKey, AwsSession] = {}
+        self._cache: RefreshingCache[_CacheKey, AwsSession] = RefreshingCache(
+            lambda s: s.expires_at, refresh_margin_s=refresh_margin_s, clock=clock
+        )
         self._clients: dict[tuple[str, str], Any] = {}
-        self._lock = threading.Lock()
+        self._clients_lock = threading.Lock()
 
     def get(self, storage: AwsStorage, locations: Sequence[str]) -> AwsSession | None:
         """Credentials for ``locations``; None when the catalog says STS is unavailable
@@ -157,28 +148,23 @@ class StsCredentials:
             storage.region or "",
             tuple(sorted(set(locations))),
         )
-        with self._lock:
-            cached = self._cache.get(key)
-            if cached is not None and cached.expires_at - self._clock() > self.refresh_margin_s:
-                return cached
-            fresh = self._assume(storage, key[4])
-            self._cache[key] = fresh
-            return fresh
+        return self._cache.get(key, lambda: self._assume(storage, key[4]))
 
     def _client(self, storage: AwsStorage) -> Any:
         region = storage.region or "us-east-1"
         client_key = (storage.sts_url or "", region)
-        client = self._clients.get(client_key)
-        if client is None:
-            session = self._session or botocore.session.Session()
-            client = session.create_client(
-                "sts",
-                region_name=region,
-                endpoint_url=storage.sts_url,
-                config=Config(retries={"max_attempts": 3, "mode": "standard"}),
-            )
-            self._clients[client_key] = client
-        return client
+        with self._clients_lock:
+            client = self._clients.get(client_key)
+            if client is None:
+                session = self._session or botocore.session.Session()
+                client = session.create_client(
+                    "sts",
+                    region_name=region,
+                    endpoint_url=storage.sts_url,
+                    config=Config(retries={"max_attempts": 3, "mode": "standard"}),
+                )
+                self._clients[client_key] = client
+            return client
 
     def _assume(self, storage: AwsStorage, locations: tuple[str, ...]) -> AwsSession:
         request: dict[str, Any] = {

@@ -14,14 +14,15 @@ guard is the only fence (docs/operator-guide.md says so).
 
 from __future__ import annotations
 
+import math
 import os
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.storage.catalog_config import GcsStorage
-from polaris_pipeline.storage.config import split_uri
+from polaris_pipeline.storage.config import bucket_and_path
+from polaris_pipeline.storage.vended import RefreshingCache, made_or_explained
 
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 _SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
@@ -30,13 +31,7 @@ MAX_BOUNDARY_RULES = 10
 
 
 def _bucket_and_prefix(location: str) -> tuple[str, str]:
-    scheme, rest = split_uri(location)
-    if scheme != "gs":
-        raise StorageError(f"not a GCS location: {location!r}")
-    bucket, _, path = rest.partition("/")
-    if not bucket:
-        raise StorageError(f"no bucket in {location!r}")
-    path = path.strip("/")
+    bucket, path = bucket_and_path(location, "gs", "GCS")
     # A trailing slash, so that "t/" does not also admit a sibling "t2/...".
     return bucket, f"{path}/" if path else ""
 
@@ -101,29 +96,21 @@ class GcsCredentials:
 
     def __init__(self, source: Any = None) -> None:
         self._source = source  # google.auth.default() unless given
-        self._cache: dict[tuple[str, tuple[str, ...]], Any] = {}
-        self._lock = threading.Lock()
+        # The credentials object refreshes its own token, so it never expires here.
+        self._cache: RefreshingCache[tuple[str, tuple[str, ...]], Any] = RefreshingCache(
+            lambda _: math.inf
+        )
 
     def gcsfs_options(self, storage: GcsStorage, locations: Sequence[str]) -> dict[str, Any]:
         emulator = gcs_emulator()
         if emulator:
             return {"endpoint_url": emulator, "token": "anon"}
         key = (storage.gcp_service_account or "", tuple(sorted(set(locations))))
-        with self._lock:
-            creds = self._cache.get(key)
-            if creds is None:
-                try:
-                    creds = self._downscoped(storage, key[1])
-                except StorageError:
-                    raise
-                except Exception as e:
-                    text = str(e).strip().splitlines()
-                    raise StorageError(
-                        "cannot get downscoped GCS credentials: "
-                        f"{type(e).__name__}: {text[0] if text else ''}"
-                    ) from None
-                self._cache[key] = creds
-        return {"token": creds}
+        what = "cannot get downscoped GCS credentials"
+        token = self._cache.get(
+            key, lambda: made_or_explained(lambda: self._downscoped(storage, key[1]), what)
+        )
+        return {"token": token}
 
     def _downscoped(self, storage: GcsStorage, locations: Sequence[str]) -> Any:
         import google.auth
