@@ -8,36 +8,27 @@ exercised here: its access boundary is checked as data instead.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pyiceberg.table import Table
 
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.runner import Runner, Status
+from polaris_pipeline.runner import Status
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
 from polaris_pipeline.storage.gcs_credentials import EMULATOR_ENV, boundary_rules
-from polaris_pipeline.storage.guard import PathGuard
-from polaris_pipeline.storage.resolve import StorageResolver
-from polaris_pipeline.tasks.model import Prop
 from polaris_pipeline.testing import tables as testing_tables
+from tests.support.catalog_storage import (
+    catalog_sweep,
+    fake_gcs_table,
+    gcs_storage_info,
+    guard_reasons,
+    sweep_batch_error,
+)
 from tests.support.gcs import FakeGcs, fake_gcs  # noqa: F401
-from tests.support.tasks import batch_task, sqlite_metastore
-
-
-def _storage_info(bucket: str) -> str:
-    return json.dumps(
-        {
-            "@type": "GcpStorageConfigurationInfo",
-            "storageType": "GCS",
-            "allowedLocations": [f"gs://{bucket}/wh"],
-            "gcpServiceAccount": "purger@project.iam.gserviceaccount.com",
-        }
-    )
+from tests.support.tasks import sqlite_metastore
 
 
 @pytest.fixture
@@ -52,26 +43,6 @@ def store(tmp_path: Path) -> Iterator[Metastore]:
     store = sqlite_metastore(tmp_path)
     yield store
     store.engine.dispose()
-
-
-def _table(gcs: FakeGcs, tmp_path: Path, bucket: str, name: str) -> Table:
-    catalog = testing_tables.open_catalog(
-        f"gs://{bucket}/wh",
-        tmp_path / f"{name}.db",
-        name=name,
-        properties={
-            "py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO",
-            "gcs.service.host": gcs.url,
-            "gcs.oauth2.token": "anon",
-            "gcs.project-id": "test",
-        },
-    )
-    return testing_tables.build_table(catalog, ("ns", name), appends=1)
-
-
-def _sweep(store: Metastore) -> Any:
-    with Runner(store, resolver=StorageResolver()) as runner:
-        return runner.sweep()
 
 
 def test_access_boundary_limits_each_bucket_to_the_prefixes() -> None:
@@ -100,17 +71,17 @@ def test_table_purged_and_the_neighbour_kept(
     emulator: FakeGcs, store: Metastore, tmp_path: Path
 ) -> None:
     bucket = emulator.new_bucket()
-    table = _table(emulator, tmp_path, bucket, "t")
+    table = fake_gcs_table(emulator, tmp_path, bucket, "t")
     prefix = table.location().split(f"gs://{bucket}/", 1)[1] + "/"
     assert {n for n in emulator.names(bucket) if n.startswith(prefix)}
     neighbour = prefix.rstrip("/") + "2/data/keep.parquet"
     emulator.put(bucket, neighbour, b"keep")
     task = testing_tables.drop_table_task(
-        table, extra_internal_properties={STORAGE_CONFIG_KEY: _storage_info(bucket)}
+        table, extra_internal_properties={STORAGE_CONFIG_KEY: gcs_storage_info(bucket)}
     )
     store.insert_tasks([task])
 
-    outcomes = _sweep(store)
+    outcomes = catalog_sweep(store)
 
     assert outcomes and all(o.status is Status.DONE for o in outcomes), [o.error for o in outcomes]
     assert store.get_task("POLARIS", task.id) is None
@@ -127,24 +98,10 @@ def test_guard_refuses_on_gcs_what_it_refuses_on_s3(emulator: FakeGcs, store: Me
     dotdot = f"{root}/../t2/data/b.parquet"
     for uri in (inside, sibling):
         emulator.put(bucket, uri.split(f"gs://{bucket}/", 1)[1], b"x")
-    admitted, refused = PathGuard([root]).split([inside, sibling, other, dotdot, root])
-    assert admitted == [inside]
-    reasons = {r.path: r.reason for r in refused}
-    assert "outside the table location" in reasons[sibling]
+    reasons = guard_reasons(root, inside, sibling, other, dotdot)
     assert reasons[other] == "other bucket 'other-bucket'"
-    assert reasons[dotdot] == "'..' segment"
-    assert reasons[root] == "is a table location itself"
-    task = batch_task(
-        "POLARIS",
-        [inside, sibling, dotdot],
-        internal={"storageLocation": root, STORAGE_CONFIG_KEY: _storage_info(bucket)},
-    )
-    store.insert_tasks([task])
-
-    _sweep(store)
-
-    row = store.get_task("POLARIS", task.id)
-    assert row is not None and "guard refused 2 path(s)" in row.properties[Prop.ERROR]
+    error = sweep_batch_error(store, root, [inside, sibling, dotdot], gcs_storage_info(bucket))
+    assert "guard refused 2 path(s)" in error
     assert emulator.names(bucket) == {"wh/ns/t2/data/b.parquet"}
 
 
@@ -153,20 +110,11 @@ def test_a_gs_location_outside_allowed_locations_is_recorded(
 ) -> None:
     bucket = emulator.new_bucket()
     emulator.put(bucket, "elsewhere/t/data/a.parquet", b"x")
-    task = batch_task(
-        "POLARIS",
+    error = sweep_batch_error(
+        store,
+        f"gs://{bucket}/elsewhere/t",
         [f"gs://{bucket}/elsewhere/t/data/a.parquet"],
-        internal={
-            "storageLocation": f"gs://{bucket}/elsewhere/t",
-            STORAGE_CONFIG_KEY: _storage_info(bucket),
-        },
+        gcs_storage_info(bucket),
     )
-    store.insert_tasks([task])
-
-    _sweep(store)
-
-    row = store.get_task("POLARIS", task.id)
-    assert (
-        row is not None and "outside the catalog's allowedLocations" in row.properties[Prop.ERROR]
-    )
+    assert "outside the catalog's allowedLocations" in error
     assert emulator.names(bucket) == {"elsewhere/t/data/a.parquet"}

@@ -37,7 +37,7 @@ from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.scope import task_scope
 from polaris_pipeline.tasks.model import Prop
 from polaris_pipeline.testing import tables as testing_tables
-from polaris_pipeline.testing.tables import S3Options
+from tests.support.catalog_storage import aws_storage_info, iam_s3_table
 from tests.support.s3 import MotoIam
 from tests.support.tasks import sqlite_metastore
 
@@ -247,35 +247,6 @@ def store(tmp_path: Path) -> Iterator[Metastore]:
     store.engine.dispose()
 
 
-def _table(moto_iam: MotoIam, tmp_path: Path, bucket: str, name: str) -> Table:
-    s3 = S3Options(
-        endpoint=moto_iam.endpoint_url,
-        access_key=moto_iam.admin.key,
-        secret_key=moto_iam.admin.secret,
-        region=moto_iam.region,
-    )
-    catalog = testing_tables.open_catalog(
-        f"s3://{bucket}/wh", tmp_path / f"{name}.db", name=name, s3=s3
-    )
-    return testing_tables.build_table(catalog, ("ns", name), appends=1)
-
-
-def _storage_info(moto_iam: MotoIam, bucket: str, role: str, **extra: Any) -> str:
-    return json.dumps(
-        {
-            "@type": "AwsStorageConfigurationInfo",
-            "storageType": "S3",
-            "allowedLocations": [f"s3://{bucket}/wh"],
-            "roleARN": moto_iam.role_arn(role),
-            "externalId": f"ext-{role}",
-            "region": moto_iam.region,
-            "endpoint": moto_iam.endpoint_url,
-            "pathStyleAccess": True,
-            **extra,
-        }
-    )
-
-
 def _drop(store: Metastore, table: Table, storage_info: str) -> int:
     task = testing_tables.drop_table_task(
         table, extra_internal_properties={STORAGE_CONFIG_KEY: storage_info}
@@ -299,12 +270,12 @@ def test_table_purged_with_assumed_role_and_no_storage_config(
     moto_iam: MotoIam, recorder: StsRecorder, store: Metastore, tmp_path: Path
 ) -> None:
     bucket = moto_iam.new_bucket()
-    table = _table(moto_iam, tmp_path, bucket, "t")
+    table = iam_s3_table(moto_iam, tmp_path, bucket, "t")
     assert _keys_of(moto_iam, bucket, table)
     # A neighbour whose location starts with the table's: the policy must not cover it.
     neighbour = table.location().split(f"s3://{bucket}/", 1)[1] + "2/data/keep.parquet"
     moto_iam.client().put_object(Bucket=bucket, Key=neighbour, Body=b"keep")
-    task_id = _drop(store, table, _storage_info(moto_iam, bucket, "purger"))
+    task_id = _drop(store, table, aws_storage_info(moto_iam, bucket, "purger"))
 
     outcomes = _sweep(store, recorder)
 
@@ -336,13 +307,13 @@ def test_denied_roles_fail_clearly_delete_nothing_and_the_sweep_goes_on(
     caplog.set_level(logging.DEBUG, logger="polaris_pipeline")
     bucket = moto_iam.new_bucket()
     # One table dropped twice (two tasks, two roles): both must fail and keep it whole.
-    kept = _table(moto_iam, tmp_path, bucket, "kept")
-    fine = _table(moto_iam, tmp_path, bucket, "fine")
+    kept = iam_s3_table(moto_iam, tmp_path, bucket, "kept")
+    fine = iam_s3_table(moto_iam, tmp_path, bucket, "fine")
     before = _keys_of(moto_iam, bucket, kept)
     ids = {
-        "powerless": _drop(store, kept, _storage_info(moto_iam, bucket, "powerless")),
-        "forbidden": _drop(store, kept, _storage_info(moto_iam, bucket, "forbidden")),
-        "fine": _drop(store, fine, _storage_info(moto_iam, bucket, "purger")),
+        "powerless": _drop(store, kept, aws_storage_info(moto_iam, bucket, "powerless")),
+        "forbidden": _drop(store, kept, aws_storage_info(moto_iam, bucket, "forbidden")),
+        "fine": _drop(store, fine, aws_storage_info(moto_iam, bucket, "purger")),
     }
 
     outcomes = _sweep(store, recorder)
@@ -374,13 +345,13 @@ def test_malformed_or_misplaced_configs_are_recorded_and_delete_nothing(
     moto_iam: MotoIam, recorder: StsRecorder, store: Metastore, tmp_path: Path
 ) -> None:
     bucket = moto_iam.new_bucket()
-    table = _table(moto_iam, tmp_path, bucket, "kept")
+    table = iam_s3_table(moto_iam, tmp_path, bucket, "kept")
     before = _keys_of(moto_iam, bucket, table)
     bad_id = _drop(store, table, '{"@type": "HdfsStorageConfigurationInfo"}')
     out_id = _drop(
         store,
         table,
-        _storage_info(moto_iam, bucket, "purger", allowedLocations=[f"s3://{bucket}/elsewhere"]),
+        aws_storage_info(moto_iam, bucket, "purger", allowedLocations=[f"s3://{bucket}/elsewhere"]),
     )
 
     _sweep(store, recorder)
@@ -401,9 +372,9 @@ def test_sts_unavailable_uses_the_sweepers_own_identity(
     moto_iam: MotoIam, recorder: StsRecorder, store: Metastore, tmp_path: Path
 ) -> None:
     bucket = moto_iam.new_bucket()
-    table = _table(moto_iam, tmp_path, bucket, "direct")
+    table = iam_s3_table(moto_iam, tmp_path, bucket, "direct")
     before = _keys_of(moto_iam, bucket, table)
-    task_id = _drop(store, table, _storage_info(moto_iam, bucket, "purger", stsUnavailable=True))
+    task_id = _drop(store, table, aws_storage_info(moto_iam, bucket, "purger", stsUnavailable=True))
 
     _sweep(store, recorder)
 
@@ -418,8 +389,8 @@ def test_a_static_rule_overrides_the_catalog_for_its_prefix(
     moto_iam: MotoIam, recorder: StsRecorder, store: Metastore, tmp_path: Path
 ) -> None:
     bucket = moto_iam.new_bucket()
-    table = _table(moto_iam, tmp_path, bucket, "static")
-    _drop(store, table, _storage_info(moto_iam, bucket, "forbidden"))
+    table = iam_s3_table(moto_iam, tmp_path, bucket, "static")
+    _drop(store, table, aws_storage_info(moto_iam, bucket, "forbidden"))
     admin = {
         "endpoint_url": moto_iam.endpoint_url,
         "key": moto_iam.admin.key,

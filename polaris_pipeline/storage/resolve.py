@@ -42,8 +42,11 @@ from polaris_pipeline.storage.scope import task_scope
 from polaris_pipeline.tasks.model import TaskRow
 
 # Schemes served by another scheme's fsspec implementation. adlfs understands
-# abfss:// itself but fsspec's registry only knows it as abfs.
-_PROTOCOL_ALIASES = {"abfss": "abfs"}
+# abfss:// itself but fsspec's registry only knows it as abfs; wasb[s]://
+# (container@account.blob.core.windows.net/path, Polaris accepts them) are the same
+# blobs, which adlfs reaches through the blob endpoint once they are spelt abfs://.
+_PROTOCOL_ALIASES = {"abfss": "abfs", "wasb": "abfs", "wasbs": "abfs"}
+AZURE_SCHEMES = ("abfs", "abfss", "wasb", "wasbs")
 
 # How many filesystems with catalog-vended credentials a resolver keeps.
 MAX_CATALOG_FILESYSTEMS = 32
@@ -117,7 +120,9 @@ class StorageResolver:
             return self._get("s3", _filesystem_class("s3"), uri), rest
         cls = self._filesystem_class(scheme)
         fs = self._get(scheme, cls, uri)
-        return fs, cls._strip_protocol(uri)
+        alias = _PROTOCOL_ALIASES.get(scheme)
+        # The implementation strips only its own schemes: hand it the URI in one of them.
+        return fs, cls._strip_protocol(f"{alias}://{rest}" if alias else uri)
 
     def _filesystem_class(self, scheme: str) -> type[AbstractFileSystem]:
         return _filesystem_class(scheme)
@@ -229,7 +234,7 @@ class CatalogStorageResolver(StorageResolver):
             if session is not None:
                 self._session_secrets = session.secrets()
             return s3_options(storage, session)
-        if isinstance(storage, AzureStorage) and protocol in ("abfs", "abfss"):
+        if isinstance(storage, AzureStorage) and protocol in AZURE_SCHEMES:
             root = self._scope_root(uri)
             sas = self.azure.sas_for(storage, parse_location(root))
             self._session_secrets = [sas.token]

@@ -8,6 +8,7 @@ that need it are skipped with the reason when it is missing.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import tempfile
@@ -16,10 +17,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 
-from tests.support.s3 import free_port, wait_http
+from tests.support.s3 import free_port, stop_process, wait_http
 
 ROOT = Path(__file__).resolve().parents[2]
 AZURITE_BLOB = ROOT / ".cache" / "storage-emulators" / "node_modules" / ".bin" / "azurite-blob"
@@ -34,6 +36,15 @@ ACCOUNT_KEY = (
 @dataclass(frozen=True)
 class Azurite:
     blob_endpoint: str  # http://127.0.0.1:<port>/devstoreaccount1
+    debug_log: Path | None = None  # every request Azurite served, URLs with their query
+
+    def signatures(self) -> set[str]:
+        """The ``sig`` of every SAS a request presented so far, decoded: what a test
+        greps for, learnt from the server rather than from the code that made it."""
+        if self.debug_log is None or not self.debug_log.exists():
+            return set()
+        text = self.debug_log.read_text(encoding="utf-8", errors="replace")
+        return {unquote(m) for m in re.findall(r"[?&]sig=([^&\s\"]+)", text)}
 
     @property
     def connection_string(self) -> str:
@@ -73,8 +84,10 @@ def azurite() -> Iterator[Azurite]:
     if shutil.which("node") is None:
         pytest.fail("azurite needs node")
     port = free_port()
-    # In memory: nothing to clean up; its debug log and extent files go to cwd.
+    # In memory: nothing to clean up; its extent files go to cwd, and so does the
+    # debug log (the requests served: tests learn the SAS signatures from it).
     workdir = tempfile.mkdtemp(prefix="azurite-")
+    debug_log = Path(workdir) / "debug.log"
     proc = subprocess.Popen(
         [
             str(AZURITE_BLOB),
@@ -85,6 +98,8 @@ def azurite() -> Iterator[Azurite]:
             "--silent",
             "--skipApiVersionCheck",
             "--inMemoryPersistence",
+            "--debug",
+            str(debug_log),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -94,12 +109,7 @@ def azurite() -> Iterator[Azurite]:
         endpoint = f"http://127.0.0.1:{port}/{ACCOUNT}"
         # Any HTTP answer (even 400 for a bare GET) means the server is up.
         wait_http(f"{endpoint}?comp=list", proc, accept_errors=True)
-        yield Azurite(endpoint)
+        yield Azurite(endpoint, debug_log)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         shutil.rmtree(workdir, ignore_errors=True)

@@ -18,9 +18,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -150,6 +153,31 @@ class MotoIam:
         pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket)
         return {obj["Key"] for page in pages for obj in page.get("Contents", [])}
 
+    def _moto_api(self, action: str) -> str:
+        url = f"{self.endpoint_url}/moto-api/recorder/{action}"
+        with urllib.request.urlopen(urllib.request.Request(url), timeout=30) as response:
+            return str(response.read().decode("utf-8"))
+
+    def start_recording(self) -> None:
+        """From now on moto records every request it serves, headers included."""
+        self._moto_api("reset-recording")
+        self._moto_api("start-recording")
+
+    def session_credentials_seen(self) -> dict[str, str]:
+        """AccessKeyId -> session token of every temporary credential (``ASIA...``) a
+        request recorded since ``start_recording`` was signed with, as moto saw it.
+
+        (moto's state API, ``/moto-api/data.json``, fails once S3 holds an object
+        written by multipart upload, so the sessions are learnt from the requests.)
+        """
+        seen: dict[str, str] = {}
+        for line in self._moto_api("download-recording").splitlines():
+            headers = json.loads(line).get("headers", {})
+            found = re.search(r"Credential=(ASIA[A-Z0-9]+)/", headers.get("Authorization", ""))
+            if found:
+                seen[found.group(1)] = headers.get("X-Amz-Security-Token", "")
+        return seen
+
 
 def free_port() -> int:
     """A port of 127.0.0.1 free right now, for a server started by a test."""
@@ -176,6 +204,16 @@ def wait_http(
         except OSError:
             time.sleep(0.1)
     raise RuntimeError(f"no answer from {url} within {timeout_s} s")
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """End a server a fixture started: politely, then for sure."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _policy(*statements: dict[str, Any]) -> str:
@@ -247,6 +285,9 @@ def moto_iam() -> Iterator[MotoIam]:
     endpoint = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(_SETUP_CALLS)
+    # Where MotoIam.start_recording's requests go (moto's default is the cwd).
+    recording = tempfile.mkdtemp(prefix="moto-recording-")
+    env["MOTO_RECORDER_FILEPATH"] = os.path.join(recording, "requests.jsonl")
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         env=env,
@@ -259,9 +300,5 @@ def moto_iam() -> Iterator[MotoIam]:
         admin, sweeper = _arrange_iam(endpoint, "us-east-1")
         yield MotoIam(endpoint, admin, sweeper)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
+        shutil.rmtree(recording, ignore_errors=True)

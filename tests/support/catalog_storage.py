@@ -1,0 +1,159 @@
+"""What the catalog-storage-mode tests of every cloud check the same way.
+
+- ``catalog_sweep(store)``: one sweep with no storage config (catalog mode only).
+- ``guard_reasons(root, inside, sibling, other, dotdot)``: the guard's verdicts,
+  with the cloud-independent ones asserted; the caller checks ``other``'s.
+- ``sweep_batch_error(store, root, paths, storage_info)``: a batch task naming
+  ``paths`` under ``root``, swept; the error it recorded.
+- Per cloud, a pyiceberg table written by the test's own admin credentials, and
+  the ``storage_configuration_info`` Polaris would copy onto its tasks:
+  ``iam_s3_table``/``aws_storage_info`` (moto with IAM), ``azurite_table``/
+  ``azure_storage_info``, ``fake_gcs_table``/``gcs_storage_info``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pyiceberg.table import Table
+
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.runner import Runner
+from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
+from polaris_pipeline.storage.guard import PathGuard
+from polaris_pipeline.storage.resolve import StorageResolver
+from polaris_pipeline.tasks.model import Prop
+from polaris_pipeline.testing import tables as testing_tables
+from polaris_pipeline.testing.tables import S3Options
+from tests.support.azurite import ACCOUNT, Azurite
+from tests.support.gcs import FakeGcs
+from tests.support.s3 import MotoIam
+from tests.support.tasks import batch_task
+
+
+def catalog_sweep(store: Metastore) -> Any:
+    with Runner(store, resolver=StorageResolver()) as runner:
+        return runner.sweep()
+
+
+def guard_reasons(root: str, inside: str, sibling: str, other: str, dotdot: str) -> dict[str, str]:
+    """Only ``inside`` is admitted; the sibling sharing the root's name as a string
+    prefix, the ``..`` path and the root itself are refused for the usual reasons."""
+    admitted, refused = PathGuard([root]).split([inside, sibling, other, dotdot, root])
+    assert admitted == [inside]
+    reasons = {r.path: r.reason for r in refused}
+    assert "outside the table location" in reasons[sibling]
+    assert reasons[dotdot] == "'..' segment"
+    assert reasons[root] == "is a table location itself"
+    assert other in reasons
+    return reasons
+
+
+def sweep_batch_error(store: Metastore, root: str, paths: list[str], storage_info: str) -> str:
+    """End to end: the error a batch task naming ``paths`` records (it must record one)."""
+    task = batch_task(
+        "POLARIS",
+        paths,
+        internal={"storageLocation": root, STORAGE_CONFIG_KEY: storage_info},
+    )
+    store.insert_tasks([task])
+    catalog_sweep(store)
+    row = store.get_task("POLARIS", task.id)
+    assert row is not None and Prop.ERROR in row.properties
+    return row.properties[Prop.ERROR]
+
+
+# -- S3 on moto with IAM enforced --------------------------------------------------------
+
+
+def iam_s3_table(moto_iam: MotoIam, tmp_path: Path, bucket: str, name: str) -> Table:
+    s3 = S3Options(
+        endpoint=moto_iam.endpoint_url,
+        access_key=moto_iam.admin.key,
+        secret_key=moto_iam.admin.secret,
+        region=moto_iam.region,
+    )
+    catalog = testing_tables.open_catalog(
+        f"s3://{bucket}/wh", tmp_path / f"{name}.db", name=name, s3=s3
+    )
+    return testing_tables.build_table(catalog, ("ns", name), appends=1)
+
+
+def aws_storage_info(moto_iam: MotoIam, bucket: str, role: str, **extra: Any) -> str:
+    """The catalog's S3 config: assume ``role`` (external id ``ext-<role>``) at moto."""
+    return json.dumps(
+        {
+            "@type": "AwsStorageConfigurationInfo",
+            "storageType": "S3",
+            "allowedLocations": [f"s3://{bucket}/wh"],
+            "roleARN": moto_iam.role_arn(role),
+            "externalId": f"ext-{role}",
+            "region": moto_iam.region,
+            "endpoint": moto_iam.endpoint_url,
+            "pathStyleAccess": True,
+            **extra,
+        }
+    )
+
+
+# -- Azure on Azurite --------------------------------------------------------------------
+
+
+def azure_location(container: str, path: str = "wh") -> str:
+    return f"abfs://{container}@{ACCOUNT}.dfs.core.windows.net/{path}"
+
+
+def azurite_table(azurite: Azurite, tmp_path: Path, container: str, name: str) -> Table:
+    catalog = testing_tables.open_catalog(
+        azure_location(container),
+        tmp_path / f"{name}.db",
+        name=name,
+        properties={
+            "py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO",
+            "adls.connection-string": azurite.connection_string,
+            "adls.account-name": ACCOUNT,
+        },
+    )
+    return testing_tables.build_table(catalog, ("ns", name), appends=1)
+
+
+def azure_storage_info(container: str, allowed: str | None = None) -> str:
+    return json.dumps(
+        {
+            "@type": "AzureStorageConfigurationInfo",
+            "storageType": "AZURE",
+            "allowedLocations": [allowed or azure_location(container)],
+            "tenantId": "00000000-0000-0000-0000-000000000000",
+        }
+    )
+
+
+# -- GCS on fake-gcs-server --------------------------------------------------------------
+
+
+def fake_gcs_table(gcs: FakeGcs, tmp_path: Path, bucket: str, name: str) -> Table:
+    catalog = testing_tables.open_catalog(
+        f"gs://{bucket}/wh",
+        tmp_path / f"{name}.db",
+        name=name,
+        properties={
+            "py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO",
+            "gcs.service.host": gcs.url,
+            "gcs.oauth2.token": "anon",
+            "gcs.project-id": "test",
+        },
+    )
+    return testing_tables.build_table(catalog, ("ns", name), appends=1)
+
+
+def gcs_storage_info(bucket: str) -> str:
+    return json.dumps(
+        {
+            "@type": "GcpStorageConfigurationInfo",
+            "storageType": "GCS",
+            "allowedLocations": [f"gs://{bucket}/wh"],
+            "gcpServiceAccount": "purger@project.iam.gserviceaccount.com",
+        }
+    )
