@@ -77,6 +77,7 @@ from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResourc
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.errors import PolarisPipelineError, StorageConfigError
 from polaris_pipeline.formatting import format_bytes, short_task_name
+from polaris_pipeline.outcome_totals import STATUS, OutcomeTotals
 from polaris_pipeline.runner import Runner, Status, TaskOutcome
 from polaris_pipeline.start import StartAction, StartDecision
 from polaris_pipeline.tasks.model import Lease, TaskRow
@@ -341,13 +342,6 @@ def _label(lease: Lease) -> str:
     return f"{lease.realm_id}/{lease.task_id} {short_task_name(lease.name)!r}"
 
 
-def _human_bytes(n: int | None) -> str:
-    """``format_bytes`` with the exact count beside it, for a log line."""
-    if n is None:
-        return "unknown bytes"
-    return format_bytes(n) if n < 1024 else f"{format_bytes(n)} ({n} bytes)"
-
-
 def _iso(ms: int | None) -> str | None:
     if ms is None:
         return None
@@ -378,7 +372,8 @@ def _add_tags(context: OpExecutionContext, tags: Mapping[str, str]) -> None:
 
 
 def _summary(outcome: TaskOutcome) -> dict[str, Any]:
-    result = outcome.result
+    """The step's output: which task, and its numbers (``OutcomeTotals``)."""
+    counted = OutcomeTotals.of([outcome])
     return {
         "task": outcome.lease.label,
         "realm_id": outcome.lease.realm_id,
@@ -386,10 +381,10 @@ def _summary(outcome: TaskOutcome) -> dict[str, Any]:
         "task_type": task_type_name(outcome.task_type),
         "status": outcome.status.value,
         "attempt": outcome.lease.attempt,
-        "deleted": result.deleted if result else 0,
-        "bytes_freed": result.bytes_freed if result else 0,
-        "refused": len(result.refused) if result else 0,
-        "children": len(outcome.children),
+        "deleted": counted.files_deleted,
+        "bytes_freed": counted.bytes_freed,
+        "refused": counted.refused,
+        "children": counted.children_created,
         "error": outcome.error,
     }
 
@@ -408,16 +403,13 @@ def _lease_metadata(lease: Lease) -> dict[str, Any]:
 
 def _done_metadata(outcome: TaskOutcome) -> dict[str, Any]:
     result = outcome.result
-    meta = {**_lease_metadata(outcome.lease), "status": outcome.status.value}
+    meta = {**_lease_metadata(outcome.lease), STATUS: outcome.status.value}
     meta["type"] = task_type_name(outcome.task_type)
     if result is None:
         meta["note"] = "task row already gone: finished by another executor"
         return meta
-    meta["files deleted"] = result.deleted
-    meta["files already gone"] = result.missing
-    meta["bytes freed"] = result.bytes_freed if result.bytes_freed is not None else "unknown"
-    meta["refused paths"] = len(result.refused)
-    meta["child tasks"] = len(outcome.children)
+    # Read back by the run report (reporting.run_total): the keys are OutcomeTotals'.
+    meta.update(OutcomeTotals.of([outcome]).metadata())
     if result.deleted_paths_sample:
         meta["deleted paths (sample)"] = MetadataValue.json(list(result.deleted_paths_sample))
     if result.notes:
@@ -563,7 +555,8 @@ def run_task(
             of_table = f"; table {ref.label}" if ref else ""
             context.log.info(
                 f"task {_label(mine)} ({task_type_name(outcome.task_type)}) done: "
-                f"{result.deleted} file(s) deleted, {_human_bytes(result.bytes_freed)} freed, "
+                f"{result.deleted} file(s) deleted, "
+                f"{format_bytes(result.bytes_freed, exact=True)} freed, "
                 f"{result.missing} already gone, {len(result.refused)} refused by the guard, "
                 f"{len(outcome.children)} child task(s); lease {mine.executor_id} "
                 f"attempt {mine.attempt}{of_table}"
@@ -602,7 +595,7 @@ def run_task(
 
     meta = {
         **_lease_metadata(mine),
-        "status": outcome.status.value,
+        STATUS: outcome.status.value,
         "error": outcome.error or error,
         "permanent": outcome.permanent,
         "dagster run id": MetadataValue.dagster_run(context.run_id),  # a link in the UI
@@ -611,10 +604,7 @@ def run_task(
         meta["next attempt"] = _iso(outcome.next_attempt_ms) or ""
     result = outcome.result
     if result is not None:
-        meta["files deleted"] = result.deleted
-        meta["files already gone"] = result.missing
-        meta["bytes freed"] = result.bytes_freed if result.bytes_freed is not None else "unknown"
-        meta["refused paths"] = len(result.refused)
+        meta.update(OutcomeTotals.of([outcome]).metadata())
         if result.refused:
             meta["refused paths (sample)"] = MetadataValue.json(
                 [{"path": r.path, "reason": r.reason} for r in result.refused[:_FAILURE_SAMPLE]]
@@ -888,21 +878,19 @@ def _group_metadata(
     leases: list, executor_id: str, done: list[tuple[dict[str, Any], TaskOutcome | None]]
 ) -> dict[str, Any]:
     """What a group step did, in total and per task, for the step's page in the UI."""
+    totals = OutcomeTotals()
+    for summary, outcome in done:
+        if outcome is not None:
+            totals.add(outcome, child=True)
+        else:  # found already done: a status, no outcome
+            totals.add_status(summary["status"], child=True)
     results = [o.result for _, o in done if o is not None and o.result is not None]
-    by_status: dict[str, int] = {}
-    for summary, _ in done:
-        by_status[summary["status"]] = by_status.get(summary["status"], 0) + 1
-    freed = [r.bytes_freed for r in results]
     sample = [p for r in results for p in r.deleted_paths_sample][:_FAILURE_SAMPLE]
     meta: dict[str, Any] = {
         "realm": ", ".join(sorted({str(data["realm_id"]) for data in leases})),
         "lease executor": executor_id,
-        "child tasks": len(done),
-        "by status": MetadataValue.json(by_status),
-        "files deleted": sum(r.deleted for r in results),
-        "files already gone": sum(r.missing for r in results),
-        "bytes freed": "unknown" if None in freed else sum(f or 0 for f in freed),
-        "refused paths": sum(len(r.refused) for r in results),
+        # Read back by the run report (reporting.run_total): the keys are OutcomeTotals'.
+        **totals.metadata(),
         "tasks": MetadataValue.json(
             [
                 {
