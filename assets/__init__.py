@@ -3,15 +3,11 @@
 from polaris_pipeline.dagster.backlog import (
     BACKLOG_CHECKS,
     BacklogSettings,
-    polaris_backlog_job,
-    polaris_backlog_schedule,
     polaris_task_backlog,
 )
 
 __all__ = [
     "BACKLOG_CHECKS",
     "BacklogSettings",
-    "polaris_backlog_job",
-    "polaris_backlog_schedule",
     "polaris_task_backlog",
 ]

@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 from aiosmtpd.controller import Controller
 from dagster import (
-    DagsterEventType,
     DagsterInstance,
     DagsterRunStatus,
     DefaultSensorStatus,
     Failure,
+    SensorResult,
     build_run_status_sensor_context,
+    build_sensor_context,
     job,
     materialize,
     op,
@@ -37,8 +38,14 @@ from polaris_pipeline.dagster.alerts import (
     run_failure_alert,
     smtp_from_env,
 )
-from polaris_pipeline.dagster.backlog import BACKLOG_CHECKS, BacklogSettings, polaris_task_backlog
+from polaris_pipeline.dagster.backlog import (
+    BACKLOG_CHECKS,
+    BacklogSettings,
+    polaris_sweeper_watch,
+    polaris_task_backlog,
+)
 from polaris_pipeline.dagster.resources import SweeperSettings
+from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import LeasePolicy
 from tests.support.dagster import metastore_resource
@@ -232,36 +239,35 @@ def policy() -> LeasePolicy:
 def test_check_alert_pages_once_when_a_check_starts_failing(
     metastore: Metastore, instance: DagsterInstance
 ) -> None:
-    def refresh() -> Any:
-        result = materialize(
-            [polaris_task_backlog, *BACKLOG_CHECKS],
-            instance=instance,
-            resources={
-                "metastore": metastore_resource(metastore),
-                "backlog": BacklogSettings(),
-                "sweeper": SweeperSettings(),
-            },
-        )
-        assert result.success
-        run = instance.get_run_by_id(result.run_id)
-        assert run is not None
-        return run
+    def refresh() -> None:
+        """A sweep and a watch tick, their check evaluations stored as the daemon stores them."""
+        resources = {
+            "metastore": metastore_resource(metastore),
+            "backlog": BacklogSettings(),
+            "sweeper": SweeperSettings(),
+        }
+        for sensor_def in (polaris_task_sweeper, polaris_sweeper_watch):
+            with build_sensor_context(instance=instance, resources=resources) as context:
+                result = sensor_def(context)
+            assert isinstance(result, SensorResult)
+            for event in result.asset_events:
+                instance.report_runless_asset_event(event)
 
     sent: list[Alert] = []
-    sensor = build_polaris_check_alert(sent.append)
+    sensor = build_polaris_check_alert(sent.append, ui_url="http://ui")
+    cursor: list[str | None] = [None]
 
-    def evaluate(run: Any) -> list[str]:
+    def evaluate() -> list[str]:
+        """One tick of the alert sensor, its cursor carried from tick to tick."""
         sent.clear()
-        [success] = instance.all_logs(run.run_id, of_type=DagsterEventType.RUN_SUCCESS)
-        assert success.dagster_event is not None
-        context = build_run_status_sensor_context(
-            sensor_name=sensor.name,
-            dagster_instance=instance,
-            dagster_run=run,
-            dagster_event=success.dagster_event,
-        )
-        sensor(context)
+        with build_sensor_context(instance=instance, cursor=cursor[0]) as context:
+            sensor(context)
+            cursor[0] = context.cursor
         return sorted(a.title for a in sent)
+
+    def refresh_then_evaluate() -> list[str]:
+        refresh()
+        return evaluate()
 
     [task] = seed(metastore, "A", 1, create_timestamp=metastore.now_ms() - 60_000)
     lease = metastore.lease_task("A", task.id, "test-executor")
@@ -269,16 +275,39 @@ def test_check_alert_pages_once_when_a_check_starts_failing(
     metastore.fail(lease, "storage said no")  # max_attempts 1: dead
 
     # The first failing refresh pages the dead task and the sweeper that never ran.
-    assert evaluate(refresh()) == [
+    assert refresh_then_evaluate() == [
         "Polaris check no_dead_tasks failed (ERROR)",
         "Polaris check sweeper_is_sweeping failed (ERROR)",
     ]
     # Still failing: no second page.
-    assert evaluate(refresh()) == []
+    assert refresh_then_evaluate() == []
     # Fixed, then failing again: paged again.
     metastore.requeue("A", task.id)
-    assert evaluate(refresh()) == []
+    assert refresh_then_evaluate() == []
     lease = metastore.lease_task("A", task.id, "test-executor")
     assert lease is not None
     metastore.fail(lease, "storage said no")
-    assert evaluate(refresh()) == ["Polaris check no_dead_tasks failed (ERROR)"]
+    assert refresh_then_evaluate() == ["Polaris check no_dead_tasks failed (ERROR)"]
+    # No run evaluated them: the alert links to the checks' page.
+    [alert] = sent
+    assert alert.run_id is None
+    assert alert.url == "http://ui/assets/polaris_task_backlog?view=checks"
+    assert "1 dead-lettered task(s) in realm A" in alert.body
+    # A check evaluated in a run (Execute in the UI) counts as well, with its run.
+    assert refresh_then_evaluate() == []
+    metastore.requeue("A", task.id)
+    refresh()
+    lease = metastore.lease_task("A", task.id, "test-executor")
+    assert lease is not None
+    metastore.fail(lease, "storage said no")
+    result = materialize(
+        [polaris_task_backlog, *BACKLOG_CHECKS],
+        instance=instance,
+        resources={
+            "metastore": metastore_resource(metastore),
+            "backlog": BacklogSettings(),
+            "sweeper": SweeperSettings(),
+        },
+    )
+    assert evaluate() == ["Polaris check no_dead_tasks failed (ERROR)"]
+    assert sent[0].run_id == result.run_id and sent[0].url == f"http://ui/runs/{result.run_id}"

@@ -1,4 +1,5 @@
-"""The backlog asset and its checks, materialized by Dagster against real metastores."""
+"""The backlog asset and its checks against real metastores: reported by the sweeper's
+ticks, and materialized by Dagster on demand."""
 
 from __future__ import annotations
 
@@ -11,13 +12,17 @@ from typing import Any
 
 import pytest
 from dagster import (
+    AssetCheckEvaluation,
     AssetCheckKey,
     AssetCheckSeverity,
     AssetKey,
+    AssetMaterialization,
     AssetRecordsFilter,
     DagsterInstance,
     FloatMetadataValue,
     IntMetadataValue,
+    SensorResult,
+    build_sensor_context,
     materialize,
 )
 
@@ -31,12 +36,13 @@ from polaris_pipeline.dagster.backlog import (
     ORPHAN_CHECK,
     TOTAL_KEY,
     BacklogSettings,
-    polaris_backlog_schedule,
+    polaris_sweeper_watch,
     polaris_task_backlog,
     realm_key,
 )
 from polaris_pipeline.dagster.definitions import build_defs_from_env
 from polaris_pipeline.dagster.resources import SweeperSettings
+from polaris_pipeline.dagster.sweeper import SweepCursor, polaris_task_sweeper
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import (
     LeasePolicy,
@@ -363,14 +369,113 @@ def test_orphaned_since_follows_each_way_a_task_becomes_available() -> None:
     assert orphaned_since_ms(requeued, policy) == t0 + 500_000
 
 
-# -- the schedule and the command line ----------------------------------------------
+# -- reported by the sweeper's ticks -----------------------------------------------
 
 
-def test_schedule_refreshes_every_realm_in_one_run() -> None:
-    assert polaris_backlog_schedule.cron_schedule == "*/5 * * * *"
-    assert polaris_backlog_schedule.job_name == "polaris_backlog_job"
+def sweep(store: Metastore, instance: DagsterInstance, cursor: str | None = None) -> SensorResult:
+    """One tick of the sweeper, its asset events stored as the daemon stores them."""
+    with build_sensor_context(
+        instance=instance,
+        cursor=cursor,
+        resources={
+            "metastore": metastore_resource(store),
+            "sweeper": SweeperSettings(interval_seconds=60),
+            "backlog": BacklogSettings(max_orphan_age_seconds=1800),
+        },
+    ) as context:
+        result = polaris_task_sweeper(context)
+    assert isinstance(result, SensorResult)
+    for event in result.asset_events:
+        instance.report_runless_asset_event(event)
+    return result
+
+
+def test_a_sweep_reports_the_backlog_and_its_checks_without_a_run(
+    metastore: Metastore, instance: DagsterInstance
+) -> None:
+    seed(metastore, "A", 2)  # pending within grace
+    stale = orphan(metastore, "A", 2 * HOUR_MS)
+    leased(metastore, "A")
+    exhausted = dead(metastore, "A", "storage said no")
+    backing_off(metastore, "B")
+
+    result = sweep(metastore, instance)
+
+    # The orphan gets its run, and the tick carries the numbers with it.
+    assert [r.tags["polaris/task_id"] for r in result.run_requests or []] == [str(stale.id)]
+    [mat] = [e for e in result.asset_events if isinstance(e, AssetMaterialization)]
+    counts = metastore.count_by_state(None)
+    meta = values(dict(mat.metadata))
+    for realm in ("A", "B"):
+        for state in TaskState:
+            assert meta[realm_key(realm, state.value)] == counts[realm][state], (realm, state)
+    assert meta[TaskState.PENDING.value] == 2 and meta[TaskState.BACKING_OFF.value] == 1
+    assert meta[TOTAL_KEY] == 6 and meta[realm_key("A", TOTAL_KEY)] == 5
+    waited = (2 * HOUR_MS - GRACE_MS) / 1000
+    assert waited - 1 <= meta[realm_key("A", OLDEST_ORPHAN_KEY)] <= waited + 30
+    assert meta[realm_key("B", OLDEST_ORPHAN_KEY)] == 0.0
+
+    checks = {e.check_name: e for e in result.asset_events if isinstance(e, AssetCheckEvaluation)}
+    assert set(checks) == {DEAD_CHECK, FAILING_CHECK, ORPHAN_CHECK}
+    assert not checks[DEAD_CHECK].passed
+    assert [e["task_id"] for e in values(dict(checks[DEAD_CHECK].metadata))["sample"]] == [
+        str(exhausted)
+    ]
+    # The threshold of the backlog resource (30 min), not the default hour.
+    orphan_meta = values(dict(checks[ORPHAN_CHECK].metadata))
+    assert not checks[ORPHAN_CHECK].passed and orphan_meta["threshold (s)"] == 1800.0
+    assert checks[FAILING_CHECK].passed  # one attempt is not many
+
+    # On the instance, with no run: what the UI plots and the check statuses it shows.
+    [record] = instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=ASSET_KEY), limit=1
+    ).records
+    assert record.run_id == "" and record.asset_materialization is not None
+    assert record.asset_materialization.metadata[realm_key("A", "dead")].value == 1
+    assert stored_status(instance, DEAD_CHECK) == "FAILED"
+    assert stored_status(instance, FAILING_CHECK) == "SUCCEEDED"
+    assert instance.get_runs() == []
+
+    # The next sweep within the report interval reports nothing (a backlog sweeps
+    # at every evaluation; the report need not) ...
+    cursor = SweepCursor.parse(result.cursor)
+    assert cursor.reported_ms is not None
+    due_now = SweepCursor(next_sweep_ms=0, reported_ms=cursor.reported_ms).dump()
+    assert sweep(metastore, instance, due_now).asset_events == []
+    # ... and once it is over, reports the change: the dead task requeued.
+    metastore.requeue("A", exhausted)
+    late = SweepCursor(next_sweep_ms=0, reported_ms=cursor.reported_ms - 61_000).dump()
+    again = sweep(metastore, instance, late)
+    assert again.asset_events and SweepCursor.parse(again.cursor).reported_ms is not None
+    assert stored_status(instance, DEAD_CHECK) == "SUCCEEDED"
+
+
+def test_the_watch_reports_the_sweepers_freshness(instance: DagsterInstance) -> None:
+    """The sweeper cannot report that it stopped: the watch does, from the instance alone."""
+    with build_sensor_context(
+        instance=instance,
+        resources={"sweeper": SweeperSettings(), "backlog": BacklogSettings()},
+    ) as context:
+        result = polaris_sweeper_watch(context)
+    assert isinstance(result, SensorResult) and not result.run_requests
+    [evaluation] = result.asset_events
+    assert isinstance(evaluation, AssetCheckEvaluation)
+    assert evaluation.check_name == FRESHNESS_CHECK and not evaluation.passed
+    assert "never started on this instance" in (evaluation.description or "")
+    instance.report_runless_asset_event(evaluation)
+    assert stored_status(instance, FRESHNESS_CHECK) == "FAILED"
+
+
+def test_nothing_is_partitioned_and_no_schedule_refreshes_the_backlog() -> None:
     assert polaris_task_backlog.partitions_def is None
     assert all(check.partitions_def is None for check in BACKLOG_CHECKS)
+    repo = build_defs_from_env({}).get_repository_def()
+    assert repo.schedule_defs == []
+    sweeper = repo.get_sensor_def("polaris_task_sweeper")
+    assert "backlog" in sweeper.required_resource_keys
+
+
+# -- the command line ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("metastore_url", ["postgresql"], indirect=True)

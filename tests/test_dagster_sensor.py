@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from dagster import (
+    AssetMaterialization,
     DagsterEvent,
     DagsterEventType,
     DagsterInstance,
@@ -239,6 +240,43 @@ def test_skip_reason_says_why_nothing_is_available(metastore: Metastore, instanc
     assert result.cursor is not None and json.loads(result.cursor)["next_sweep_ms"] > 0
 
 
+def test_an_idle_sweep_reports_the_backlog_from_the_count_its_skip_reason_made(
+    metastore: Metastore, instance: DagsterInstance
+):
+    """The backlog report costs no second count; with no orphan, no dead or backing-off
+    task, no row is read for it either (PostgreSQL: the count is one statement)."""
+    from sqlalchemy import event
+
+    seed(metastore, "A", 2)  # fresh, within grace
+    live_leased_task(metastore, "A")
+    resource = metastore_resource(metastore)
+    statements: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    engine = resource.get_metastore().engine
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        result = evaluate(resource, instance)
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+    assert isinstance(result, SensorResult) and result.skip_reason is not None
+    assert "2 pending within grace, 1 leased" in (result.skip_reason.skip_message or "")
+    [mat] = [e for e in result.asset_events if isinstance(e, AssetMaterialization)]
+    assert mat.metadata["A/pending"].value == 2 and mat.metadata["A/leased"].value == 1
+    if metastore.dialect == "postgresql":
+        counts = [s for s in statements if "count(*)" in s and "entities" in s]
+        assert len(counts) == 1, counts
+    # A configuration error reports nothing, and keeps when the last report was.
+    cursor = SweepCursor(next_sweep_ms=0, reported_ms=12_345).dump()
+    broken = metastore_resource(metastore, lease_timeout_ms=-1)
+    failed = evaluate(broken, instance, cursor=cursor)
+    assert isinstance(failed, SensorResult) and failed.asset_events == []
+    assert SweepCursor.parse(failed.cursor).reported_ms == 12_345
+
+
 def test_skip_reason_on_an_empty_metastore(metastore: Metastore, instance: DagsterInstance):
     result = evaluate(metastore_resource(metastore), instance)
     assert isinstance(result, SensorResult) and result.skip_reason is not None
@@ -262,6 +300,10 @@ def test_waiting_runs_hold_back_leasing(metastore: Metastore, instance: DagsterI
     assert "the run queue, not the metastore, is the bottleneck" in message
     counts = metastore.count_by_state(["A"])["A"]
     assert counts[TaskState.ORPHANED] == 5
+    # A full queue still reports the backlog, and the cursor records when.
+    [mat] = [e for e in full.asset_events if isinstance(e, AssetMaterialization)]
+    assert mat.metadata["A/orphaned"].value == 5
+    assert SweepCursor.parse(full.cursor).reported_ms is not None
 
     # Runs that started lately give the queue's drain time.
     for _ in range(3):

@@ -30,14 +30,14 @@ from email.message import EmailMessage
 from dagster import (
     AssetCheckKey,
     AssetKey,
-    DagsterEventType,
-    DagsterRunStatus,
+    DagsterInstance,
     DefaultSensorStatus,
     RunFailureSensorContext,
-    RunStatusSensorContext,
     SensorDefinition,
+    SensorEvaluationContext,
+    SkipReason,
     run_failure_sensor,
-    run_status_sensor,
+    sensor,
 )
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
@@ -73,6 +73,8 @@ ALERT_ENVS = (
 # The tags a task run carries (task_job.py); named here so an alert shows them.
 _TAGS_SHOWN = ("polaris/table", "polaris/realm", "polaris/task_id", "polaris/task_type")
 _TIMEOUT_S = 10.0
+# How often the check alert reads the checks' new evaluations.
+_CHECK_ALERT_INTERVAL_S = 30
 
 
 @dataclass(frozen=True)
@@ -141,39 +143,65 @@ class CheckFailure:
     check_name: str
     severity: str
     description: str
+    run_id: str | None = None  # None: reported by a sensor, not evaluated in a run
+
+
+# Evaluations read per check and alert tick: more than arrive between two ticks.
+_CHECK_HISTORY = 50
+_DONE = (AssetCheckExecutionRecordStatus.SUCCEEDED, AssetCheckExecutionRecordStatus.FAILED)
 
 
 def newly_failed_checks(
-    context: RunStatusSensorContext, asset_key: AssetKey, check_names: Sequence[str]
-) -> list[CheckFailure]:
-    """Checks of ``asset_key`` that failed in this run and had not failed just before."""
-    instance = context.instance
-    failures: list[CheckFailure] = []
-    records = instance.get_records_for_run(
-        context.dagster_run.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION
-    ).records
-    for record in records:
-        event = record.event_log_entry.dagster_event
-        if event is None:
-            continue
-        evaluation = event.asset_check_evaluation_data
-        if evaluation.asset_key != asset_key or evaluation.check_name not in check_names:
-            continue
-        if evaluation.passed:
-            continue
-        key = AssetCheckKey(asset_key, evaluation.check_name)
-        history = instance.event_log_storage.get_asset_check_execution_history(key, limit=5)
-        earlier = [h for h in history if h.run_id != context.dagster_run.run_id]
-        if earlier and earlier[0].status == AssetCheckExecutionRecordStatus.FAILED:
-            continue  # still failing: paged when it started
-        failures.append(
-            CheckFailure(
-                evaluation.check_name,
-                evaluation.severity.value,
-                evaluation.description or "",
+    instance: DagsterInstance,
+    asset_key: AssetKey,
+    check_names: Sequence[str],
+    after_id: int = 0,
+) -> tuple[list[CheckFailure], int]:
+    """Evaluations stored after record ``after_id`` that fail where the one before did not.
+
+    The sweeper and its watch report the checks with no run, and a run (Execute,
+    Materialize) may evaluate them too: both are records of the check's history.
+    Returns the failures, oldest first, and the newest record id seen (the cursor).
+    """
+    failures: list[tuple[int, CheckFailure]] = []
+    newest = after_id
+    for name in check_names:
+        key = AssetCheckKey(asset_key, name)
+        history = [
+            h
+            for h in instance.event_log_storage.get_asset_check_execution_history(
+                key, limit=_CHECK_HISTORY
             )
-        )
-    return failures
+            if h.status in _DONE
+        ]
+        history.sort(key=lambda h: h.id)
+        for before, record in zip([None, *history], history, strict=False):
+            newest = max(newest, record.id)
+            if record.id <= after_id or record.status != AssetCheckExecutionRecordStatus.FAILED:
+                continue
+            if before is not None and before.status == AssetCheckExecutionRecordStatus.FAILED:
+                continue  # still failing: paged when it started
+            event = record.event.dagster_event if record.event else None
+            evaluation = event.asset_check_evaluation_data if event else None
+            failures.append(
+                (
+                    record.id,
+                    CheckFailure(
+                        name,
+                        evaluation.severity.value if evaluation else "ERROR",
+                        (evaluation.description if evaluation else None) or "",
+                        record.run_id or None,
+                    ),
+                )
+            )
+    failures.sort(key=lambda f: f[0])
+    return [f for _, f in failures], newest
+
+
+def _checks_url(ui_url: str | None, asset_key: AssetKey) -> str | None:
+    if not ui_url:
+        return None
+    return f"{ui_url.rstrip('/')}/assets/{'/'.join(asset_key.path)}?view=checks"
 
 
 def build_polaris_check_alert(
@@ -186,15 +214,16 @@ def build_polaris_check_alert(
     asset_key: AssetKey = BACKLOG_KEY,
     check_names: Sequence[str] = CHECK_NAMES,
 ) -> SensorDefinition:
-    """Calls ``notify`` when a backlog check starts failing (a run that ran the checks).
+    """Calls ``notify`` when a backlog check starts failing.
 
-    Checks fail as results, not errors, so the run succeeds: the sensor watches
-    successful runs and reads their check evaluations.
+    The checks are reported by sensors, with no run (polaris_pipeline.dagster.backlog):
+    this sensor reads the checks' stored evaluations after its cursor (the last
+    record id it saw).
     """
 
-    @run_status_sensor(
+    @sensor(
         name=name,
-        run_status=DagsterRunStatus.SUCCESS,
+        minimum_interval_seconds=_CHECK_ALERT_INTERVAL_S,
         default_status=default_status,
         description=description
         or (
@@ -202,18 +231,26 @@ def build_polaris_check_alert(
             "orphans, a sweeper that stopped sweeping) on, once per failure."
         ),
     )
-    def _alert(context: RunStatusSensorContext) -> None:
-        run_id = context.dagster_run.run_id
-        for failure in newly_failed_checks(context, asset_key, check_names):
+    def _alert(context: SensorEvaluationContext) -> SkipReason:
+        raw = context.cursor or ""
+        after = int(raw) if raw.isdigit() else 0
+        failures, newest = newly_failed_checks(context.instance, asset_key, check_names, after)
+        for failure in failures:
             notify(
                 Alert(
                     f"Polaris check {failure.check_name} failed ({failure.severity})",
                     failure.description,
-                    run_id=run_id,
-                    url=_run_url(ui_url, run_id),
+                    run_id=failure.run_id,
+                    url=(
+                        _run_url(ui_url, failure.run_id)
+                        if failure.run_id
+                        else _checks_url(ui_url, asset_key)
+                    ),
                     severity=failure.severity,
                 )
             )
+        context.update_cursor(str(newest))
+        return SkipReason(f"{len(failures)} check(s) started failing" if failures else "no news")
 
     return _alert
 

@@ -7,7 +7,7 @@ the longest-waiting orphan has waited, over all realms (``pending``, ``total``,
 every number over time on the asset's page. It is not partitioned by realm:
 partitioned asset checks are a Dagster preview feature (a warning at every
 code-server start), and a realm is not a slice of data that is "missing" or
-"materialized" anyway. Its checks read the metastore and the instance:
+"materialized" anyway. Its checks:
 
 - ``no_dead_tasks`` fails (ERROR) while tasks are dead-lettered after exhausting
   their attempts, with their count and a sample of ids and last errors;
@@ -19,312 +19,72 @@ code-server start), and a realm is not a slice of data that is "missing" or
   ``freshness_intervals`` sweep intervals: the daemon is down, or the sensor is
   stopped or failing.
 
-``polaris_backlog_schedule`` refreshes the asset and runs the checks every five
-minutes, in one short in-process run.
+No run refreshes them. The sweeper sensor reports the asset's numbers and the
+three metastore checks with its sweeps (at most every ``report_interval_seconds``,
+``backlog_report.backlog_events``): the daemon stores a sensor's asset events as
+they are. A sweeper cannot report that it stopped, so ``polaris_sweeper_watch``,
+a sensor that reads only the instance, reports ``sweeper_is_sweeping``. The
+asset's *Materialize* and a check's *Execute* compute the same results on
+demand, in a run.
 """
 
 import time
-from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from dagster import (
     AssetCheckExecutionContext,
     AssetCheckResult,
+    AssetChecksDefinition,
     AssetCheckSeverity,
     AssetExecutionContext,
-    AssetSelection,
-    ConfigurableResource,
     DagsterInstance,
-    DefaultScheduleStatus,
+    DefaultSensorStatus,
     MaterializeResult,
     MetadataValue,
-    ScheduleDefinition,
+    SensorDefinition,
+    SensorEvaluationContext,
+    SensorResult,
     asset,
     asset_check,
-    define_asset_job,
-    in_process_executor,
+    sensor,
 )
 from dagster._core.scheduler.instigation import InstigatorState, InstigatorType
-from pydantic import Field
 
+from polaris_pipeline.dagster.backlog_report import (
+    ASSET_KEY,
+    ASSET_NAME,
+    CHECK_NAMES,
+    DEAD_CHECK,
+    FAILING_CHECK,
+    FRESHNESS_CHECK,
+    METASTORE_CHECKS,
+    OLDEST_ORPHAN_KEY,
+    ORPHAN_CHECK,
+    TOTAL_KEY,
+    BacklogReport,
+    BacklogSettings,
+    RealmBacklog,
+    backlog_events,
+    backlog_lines,
+    backlog_metadata,
+    check_evaluation,
+    evaluate_dead_check,
+    evaluate_failing_check,
+    evaluate_metastore_check,
+    evaluate_orphan_check,
+    read_report,
+    realm_key,
+)
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
 from polaris_pipeline.dagster.sweeper import SENSOR_NAME, SweepCursor
-from polaris_pipeline.formatting import iso_utc, short_task_name
-from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.settings import DEFAULT_MAX_ORPHAN_AGE_S
-from polaris_pipeline.tasks.model import Prop, TaskRow, TaskState
-from polaris_pipeline.tasks.summary import orphaned_since_ms
+from polaris_pipeline.formatting import iso_utc
 
-ASSET_NAME = "polaris_task_backlog"
-DEAD_CHECK = "no_dead_tasks"
-FAILING_CHECK = "no_failing_tasks"
-ORPHAN_CHECK = "no_stale_orphans"
-FRESHNESS_CHECK = "sweeper_is_sweeping"
-CHECK_NAMES = (DEAD_CHECK, FAILING_CHECK, ORPHAN_CHECK, FRESHNESS_CHECK)
-JOB_NAME = "polaris_backlog_job"
-SCHEDULE_NAME = "polaris_backlog_schedule"
-DEFAULT_CRON = "*/5 * * * *"
-
-# Metadata keys of the asset: one per state (the TaskState values), then these;
-# each also prefixed by a realm (``realm_key``).
-TOTAL_KEY = "total"
-OLDEST_ORPHAN_KEY = "oldest orphan age (s)"
-
-
-def realm_key(realm: str, key: str) -> str:
-    """The metadata key of one realm's number: ``POLARIS/orphaned``."""
-    return f"{realm}/{key}"
-
-
-class BacklogSettings(ConfigurableResource):
-    """Thresholds of the backlog checks."""
-
-    max_orphan_age_seconds: float = Field(
-        default=DEFAULT_MAX_ORPHAN_AGE_S,
-        description=(
-            "An orphan (a task available to the sweepers) waiting longer than this fails the "
-            "no_stale_orphans check: the sweepers are not keeping up, or not running."
-        ),
-    )
-    many_attempts: int = Field(
-        default=3,
-        description=(
-            "A task backing off after this many attempts or more fails the no_failing_tasks "
-            "check (WARN): it keeps failing for a reason an operator should look at."
-        ),
-    )
-    freshness_intervals: float = Field(
-        default=3,
-        description=(
-            "The sweeper_is_sweeping check fails when the sweeper has not swept for this many "
-            "of its longest intervals (interval_seconds x (1 + jitter))."
-        ),
-    )
-    sample_size: int = Field(
-        default=5, description="How many tasks a failed check lists in its metadata."
-    )
-
-
-# ------------------------------------------------------------------ reading
-
-
-@dataclass(frozen=True)
-class Orphan:
-    task: TaskRow
-    waited_s: float
-
-
-@dataclass(frozen=True)
-class RealmBacklog:
-    """One realm's tasks by state, and its orphans, longest-waiting first."""
-
-    realm: str
-    counts: Counter[TaskState]
-    orphans: list[Orphan]
-
-    @property
-    def oldest_orphan_age_s(self) -> float:
-        return self.orphans[0].waited_s if self.orphans else 0.0
-
-
-def backlog_realms(metastore: PolarisMetastoreResource, store: Metastore) -> list[str]:
-    """The deployment's realms when it is restricted to some, else every realm with tasks."""
-    return list(metastore.realms) if metastore.realms else store.realms()
-
-
-def read_backlog(store: Metastore, realm: str) -> RealmBacklog:
-    """Counts from one query; task rows are read only when the realm has orphans."""
-    counts = store.count_by_state([realm]).get(realm, Counter())
-    orphans: list[Orphan] = []
-    if counts[TaskState.ORPHANED]:
-        now, rows = store.tasks_with_state([realm])
-        orphans = [
-            Orphan(task, max(0.0, (now - orphaned_since_ms(task, store.policy)) / 1000))
-            for task, state in rows
-            if state is TaskState.ORPHANED
-        ]
-        orphans.sort(key=lambda o: o.waited_s, reverse=True)
-    return RealmBacklog(realm=realm, counts=counts, orphans=orphans)
-
-
-def _tasks_in(
-    store: Metastore, realms: Sequence[str], states: set[TaskState]
-) -> list[tuple[TaskRow, TaskState]]:
-    """Rows in ``states``; read only when the counts say there are some."""
-    counts = store.count_by_state(realms)
-    if not any(c[s] for c in counts.values() for s in states):
-        return []
-    _, rows = store.tasks_with_state(realms)
-    return [(task, state) for task, state in rows if state in states]
-
-
-def backlog_metadata(backlogs: Iterable[RealmBacklog]) -> dict[str, MetadataValue]:
-    """Numbers only, so that the UI plots each of them over time: all realms, then each."""
-    listed = list(backlogs)
-    overall: Counter[TaskState] = Counter()
-    for backlog in listed:
-        overall.update(backlog.counts)
-    meta: dict[str, MetadataValue] = {s.value: MetadataValue.int(overall[s]) for s in TaskState}
-    meta[TOTAL_KEY] = MetadataValue.int(sum(overall.values()))
-    oldest = max((b.oldest_orphan_age_s for b in listed), default=0.0)
-    meta[OLDEST_ORPHAN_KEY] = MetadataValue.float(round(oldest, 3))
-    for backlog in listed:
-        for state in TaskState:
-            meta[realm_key(backlog.realm, state.value)] = MetadataValue.int(backlog.counts[state])
-        meta[realm_key(backlog.realm, TOTAL_KEY)] = MetadataValue.int(sum(backlog.counts.values()))
-        meta[realm_key(backlog.realm, OLDEST_ORPHAN_KEY)] = MetadataValue.float(
-            round(backlog.oldest_orphan_age_s, 3)
-        )
-    return meta
-
-
-def _task_entry(task: TaskRow) -> dict[str, Any]:
-    return {
-        "realm": task.realm_id,
-        "task_id": str(task.id),
-        "name": short_task_name(task.name),
-        "attempts": task.attempt_count,
-        "last_error": task.last_error or "",
-        "last_run_id": task.properties.get(Prop.RUN_ID, ""),
-    }
-
-
-def _orphan_entry(orphan: Orphan) -> dict[str, Any]:
-    return {
-        "realm": orphan.task.realm_id,
-        "task_id": str(orphan.task.id),
-        "name": short_task_name(orphan.task.name),
-        "waiting_s": round(orphan.waited_s, 1),
-        "attempts": orphan.task.attempt_count,
-    }
-
-
-def _last_runs(tasks: Iterable[TaskRow]) -> dict[str, MetadataValue]:
-    """``last run of POLARIS/42``: a link to the run of each task's last attempt."""
-    return {
-        f"last run of {t.realm_id}/{t.id}": MetadataValue.dagster_run(run_id)
-        for t in tasks
-        if (run_id := t.properties.get(Prop.RUN_ID))
-    }
-
-
-def _per_realm(tasks: Iterable[TaskRow], realms: Sequence[str], key: str) -> dict[str, Any]:
-    counts = Counter(t.realm_id for t in tasks)
-    return {realm_key(r, key): MetadataValue.int(counts[r]) for r in realms}
-
-
-def _where(realms: Sequence[str]) -> str:
-    return f"realm {realms[0]}" if len(realms) == 1 else f"realms {', '.join(realms)}"
-
-
-# ------------------------------------------------------------------ the checks
-
-
-def evaluate_dead_check(
-    store: Metastore, realms: Sequence[str], sample_size: int
-) -> AssetCheckResult:
-    """Dead after exhausting the attempts; permanent failures are ``no_failing_tasks``'s."""
-    dead = [t for t, _ in _tasks_in(store, realms, {TaskState.DEAD}) if not t.failure_permanent]
-    meta: dict[str, Any] = {"dead tasks": MetadataValue.int(len(dead))}
-    meta.update(_per_realm(dead, realms, "dead tasks"))
-    if not dead:
-        return AssetCheckResult(passed=True, metadata=meta, severity=AssetCheckSeverity.ERROR)
-    meta["sample"] = MetadataValue.json([_task_entry(t) for t in dead[:sample_size]])
-    meta.update(_last_runs(dead[:sample_size]))
-    meta["revive with"] = MetadataValue.text(
-        f"polaris-pipeline tasks requeue <task id> --realm {dead[0].realm_id}"
-    )
-    in_realms = sorted({t.realm_id for t in dead})
-    return AssetCheckResult(
-        passed=False,
-        metadata=meta,
-        severity=AssetCheckSeverity.ERROR,
-        description=(
-            f"{len(dead)} dead-lettered task(s) in {_where(in_realms)}: their attempts are "
-            "exhausted and their files are still in storage"
-        ),
-    )
-
-
-def evaluate_failing_check(
-    store: Metastore, realms: Sequence[str], many_attempts: int, sample_size: int
-) -> AssetCheckResult:
-    """Permanent failures (ERROR) and tasks backing off after ``many_attempts`` (WARN)."""
-    rows = _tasks_in(store, realms, {TaskState.DEAD, TaskState.BACKING_OFF})
-    permanent = [t for t, state in rows if state is TaskState.DEAD and t.failure_permanent]
-    retrying = [
-        t
-        for t, state in rows
-        if state is TaskState.BACKING_OFF and t.attempt_count >= many_attempts
-    ]
-    meta: dict[str, Any] = {
-        "permanent failures": MetadataValue.int(len(permanent)),
-        "backing off after many attempts": MetadataValue.int(len(retrying)),
-        "many attempts": MetadataValue.int(many_attempts),
-    }
-    meta.update(_per_realm(permanent, realms, "permanent failures"))
-    meta.update(_per_realm(retrying, realms, "backing off after many attempts"))
-    if not permanent and not retrying:
-        return AssetCheckResult(passed=True, metadata=meta, severity=AssetCheckSeverity.WARN)
-    if permanent:
-        meta["permanent (sample)"] = MetadataValue.json(
-            [_task_entry(t) for t in permanent[:sample_size]]
-        )
-        meta.update(_last_runs(permanent[:sample_size]))
-    if retrying:
-        retrying.sort(key=lambda t: t.attempt_count, reverse=True)
-        meta["backing off (sample)"] = MetadataValue.json(
-            [_task_entry(t) for t in retrying[:sample_size]]
-        )
-    parts = []
-    if permanent:
-        parts.append(
-            f"{len(permanent)} task(s) failed permanently (retrying cannot heal them: fix the "
-            "cause, then requeue)"
-        )
-    if retrying:
-        parts.append(f"{len(retrying)} task(s) backing off after {many_attempts}+ attempts")
-    return AssetCheckResult(
-        passed=False,
-        metadata=meta,
-        severity=AssetCheckSeverity.ERROR if permanent else AssetCheckSeverity.WARN,
-        description="; ".join(parts),
-    )
-
-
-def evaluate_orphan_check(
-    store: Metastore, realms: Sequence[str], max_age_s: float, sample_size: int
-) -> AssetCheckResult:
-    backlogs = [read_backlog(store, realm) for realm in realms]
-    orphans = sorted(
-        (o for b in backlogs for o in b.orphans), key=lambda o: o.waited_s, reverse=True
-    )
-    stale = [o for o in orphans if o.waited_s > max_age_s]
-    oldest = orphans[0].waited_s if orphans else 0.0
-    meta: dict[str, Any] = {
-        "orphaned": MetadataValue.int(sum(b.counts[TaskState.ORPHANED] for b in backlogs)),
-        "stale orphans": MetadataValue.int(len(stale)),
-        OLDEST_ORPHAN_KEY: MetadataValue.float(round(oldest, 3)),
-        "threshold (s)": MetadataValue.float(float(max_age_s)),
-    }
-    meta.update(_per_realm((o.task for o in stale), realms, "stale orphans"))
-    if not stale:
-        return AssetCheckResult(passed=True, metadata=meta, severity=AssetCheckSeverity.ERROR)
-    meta["sample"] = MetadataValue.json([_orphan_entry(o) for o in stale[:sample_size]])
-    in_realms = sorted({o.task.realm_id for o in stale})
-    return AssetCheckResult(
-        passed=False,
-        metadata=meta,
-        severity=AssetCheckSeverity.ERROR,
-        description=(
-            f"{len(stale)} task(s) in {_where(in_realms)} available to the sweepers for longer "
-            f"than {max_age_s:g} s (oldest {oldest:.0f} s): is the sweeper sensor running, and "
-            "the run queue draining?"
-        ),
-    )
+WATCH_NAME = "polaris_sweeper_watch"
+# The watch reads one instigator state per evaluation: cheap, and a stopped
+# sweeper shows within a minute.
+WATCH_INTERVAL_SECONDS = 30
 
 
 def sweeper_states(instance: DagsterInstance, sensor_name: str) -> list[InstigatorState]:
@@ -418,72 +178,62 @@ def evaluate_freshness(
     description=(
         "Cleanup tasks by state (pending, orphaned, leased, backing-off, dead), their total, and "
         "how long the longest-waiting orphan has waited, in seconds: over all realms, and per "
-        "realm under keys such as POLARIS/orphaned."
+        "realm under keys such as POLARIS/orphaned. Reported by the sweeper sensor with its "
+        "sweeps; Materialize refreshes it now."
     ),
 )
 def polaris_task_backlog(
     context: AssetExecutionContext, metastore: PolarisMetastoreResource
 ) -> MaterializeResult:
-    store = metastore.get_metastore()
-    backlogs = [read_backlog(store, realm) for realm in backlog_realms(metastore, store)]
-    for backlog in backlogs:
-        counts = ", ".join(f"{backlog.counts[s]} {s.value}" for s in TaskState)
-        context.log.info(
-            f"realm {backlog.realm}: {counts}; "
-            f"oldest orphan waiting {backlog.oldest_orphan_age_s:.0f} s"
-        )
-    if not backlogs:
-        context.log.info("no realm has tasks")
-    return MaterializeResult(metadata=backlog_metadata(backlogs))
+    report = read_report(metastore.get_metastore(), metastore.realms)
+    for line in backlog_lines(report):
+        context.log.info(line)
+    return MaterializeResult(metadata=backlog_metadata(report.backlogs))
 
 
-@asset_check(
-    asset=polaris_task_backlog,
-    name=DEAD_CHECK,
-    description=(
+_CHECK_DESCRIPTIONS = {
+    DEAD_CHECK: (
         "Fails while tasks are dead-lettered after exhausting their attempts: their files stay in "
         "storage until an operator fixes the cause and requeues them."
     ),
-)
-def no_dead_tasks(
-    metastore: PolarisMetastoreResource, backlog: BacklogSettings
-) -> AssetCheckResult:
-    store = metastore.get_metastore()
-    return evaluate_dead_check(store, backlog_realms(metastore, store), backlog.sample_size)
-
-
-@asset_check(
-    asset=polaris_task_backlog,
-    name=FAILING_CHECK,
-    description=(
+    FAILING_CHECK: (
         "Fails on permanent failures (ERROR: dead-lettered at once, retrying cannot heal them) "
         "and on tasks backing off after many attempts (WARN: many_attempts of the backlog "
         "resource)."
     ),
-)
-def no_failing_tasks(
-    metastore: PolarisMetastoreResource, backlog: BacklogSettings
-) -> AssetCheckResult:
-    store = metastore.get_metastore()
-    return evaluate_failing_check(
-        store, backlog_realms(metastore, store), backlog.many_attempts, backlog.sample_size
-    )
-
-
-@asset_check(
-    asset=polaris_task_backlog,
-    name=ORPHAN_CHECK,
-    description=(
+    ORPHAN_CHECK: (
         "Fails when a task has been available to the sweepers for longer than the threshold "
         "(max_orphan_age_seconds of the backlog resource, default 1 h)."
     ),
+}
+
+
+def _metastore_check(name: str) -> AssetChecksDefinition:
+    """The check ``name``: the sweeper reports it; Execute runs the same evaluation."""
+
+    @asset_check(
+        asset=polaris_task_backlog,
+        name=name,
+        description=_CHECK_DESCRIPTIONS[name] + " Reported by the sweeper sensor with its sweeps.",
+    )
+    def _check(metastore: PolarisMetastoreResource, backlog: BacklogSettings) -> AssetCheckResult:
+        report = read_report(metastore.get_metastore(), metastore.realms)
+        return evaluate_metastore_check(name, report, backlog)
+
+    return _check
+
+
+no_dead_tasks, no_failing_tasks, no_stale_orphans = (
+    _metastore_check(name) for name in METASTORE_CHECKS
 )
-def no_stale_orphans(
-    metastore: PolarisMetastoreResource, backlog: BacklogSettings
+
+
+def freshness_of(
+    instance: DagsterInstance, sweeper: SweeperSettings, backlog: BacklogSettings
 ) -> AssetCheckResult:
-    store = metastore.get_metastore()
-    return evaluate_orphan_check(
-        store, backlog_realms(metastore, store), backlog.max_orphan_age_seconds, backlog.sample_size
+    """``sweeper_is_sweeping`` now, from the sweeper's stored state on ``instance``."""
+    return evaluate_freshness(
+        sweeper_states(instance, SENSOR_NAME), time.time(), sweeper, backlog.freshness_intervals
     )
 
 
@@ -492,77 +242,81 @@ def no_stale_orphans(
     name=FRESHNESS_CHECK,
     description=(
         "Fails when the sweeper sensor has not swept for freshness_intervals of its intervals "
-        "(the dagster-daemon is down, or the sensor is stopped or failing)."
+        "(the sensor is stopped, or its ticks fail). Reported by the "
+        f"{WATCH_NAME} sensor: a daemon that is down reports nothing, so the last report ages."
     ),
 )
 def sweeper_is_sweeping(
     context: AssetCheckExecutionContext, sweeper: SweeperSettings, backlog: BacklogSettings
 ) -> AssetCheckResult:
-    return evaluate_freshness(
-        sweeper_states(context.instance, SENSOR_NAME),
-        time.time(),
-        sweeper,
-        backlog.freshness_intervals,
-    )
+    return freshness_of(context.instance, sweeper, backlog)
 
 
 BACKLOG_CHECKS = [no_dead_tasks, no_failing_tasks, no_stale_orphans, sweeper_is_sweeping]
 
-polaris_backlog_job = define_asset_job(
-    JOB_NAME,
-    selection=AssetSelection.assets(polaris_task_backlog),
-    executor_def=in_process_executor,
-    description="Refresh the backlog asset and run its checks, for every realm, in one run.",
-)
 
-
-def build_backlog_schedule(
-    cron_schedule: str = DEFAULT_CRON,
+def build_sweeper_watch(
     *,
-    default_status: DefaultScheduleStatus = DefaultScheduleStatus.RUNNING,
-) -> ScheduleDefinition:
-    """One backlog run (every realm, every check) at each tick of ``cron_schedule``."""
-    return ScheduleDefinition(
-        name=SCHEDULE_NAME,
-        cron_schedule=cron_schedule,
-        job=polaris_backlog_job,
+    minimum_interval_seconds: int = WATCH_INTERVAL_SECONDS,
+    default_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
+) -> SensorDefinition:
+    """The sensor that reports ``sweeper_is_sweeping`` (never the metastore: the instance only)."""
+
+    @sensor(
+        name=WATCH_NAME,
+        minimum_interval_seconds=minimum_interval_seconds,
         default_status=default_status,
+        required_resource_keys={"sweeper", "backlog"},
         description=(
-            "Refreshes polaris_task_backlog and its checks (dead, failing, stale orphans, "
-            "sweeper freshness) for every realm: one short in-process run."
+            f"Reports the {FRESHNESS_CHECK} check of {ASSET_NAME} from the stored state of "
+            f"{SENSOR_NAME}: a sweeper that is stopped or failing cannot report it itself. "
+            "Reads the Dagster instance only."
         ),
     )
+    def _watch(context: SensorEvaluationContext, **_keys: Any) -> SensorResult:
+        # A test's call passes the resources as keywords; the daemon's does not.
+        resources = context.resources
+        result = freshness_of(context.instance, resources.sweeper, resources.backlog)
+        verdict = "passed" if result.passed else f"failed: {result.description}"
+        return SensorResult(
+            asset_events=[check_evaluation(FRESHNESS_CHECK, result)],
+            skip_reason=f"{FRESHNESS_CHECK} {verdict}",
+        )
+
+    return _watch
 
 
-polaris_backlog_schedule = build_backlog_schedule()
+polaris_sweeper_watch = build_sweeper_watch()
 
 __all__ = [
+    "ASSET_KEY",
     "ASSET_NAME",
     "BACKLOG_CHECKS",
     "CHECK_NAMES",
     "DEAD_CHECK",
     "FAILING_CHECK",
     "FRESHNESS_CHECK",
-    "JOB_NAME",
+    "METASTORE_CHECKS",
     "OLDEST_ORPHAN_KEY",
     "ORPHAN_CHECK",
-    "SCHEDULE_NAME",
     "TOTAL_KEY",
+    "WATCH_NAME",
+    "BacklogReport",
     "BacklogSettings",
     "RealmBacklog",
-    "backlog_realms",
-    "build_backlog_schedule",
+    "backlog_events",
+    "build_sweeper_watch",
     "evaluate_dead_check",
     "evaluate_failing_check",
     "evaluate_freshness",
     "evaluate_orphan_check",
+    "freshness_of",
     "no_dead_tasks",
     "no_failing_tasks",
     "no_stale_orphans",
-    "polaris_backlog_job",
-    "polaris_backlog_schedule",
+    "polaris_sweeper_watch",
     "polaris_task_backlog",
-    "read_backlog",
+    "read_report",
     "realm_key",
     "sweeper_is_sweeping",
     "sweeper_states",

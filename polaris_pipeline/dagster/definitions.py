@@ -1,9 +1,10 @@
 """``build_defs``: everything the integration offers, as one ``Definitions``.
 
-The one place that assembles the sensor, the jobs, the backlog asset, its checks
-and schedule, and the resources. ``definitions.py`` (this repository's code
-location), the Celery location and the ``dg`` Component all call it, so a new
-piece is added here once and reaches every deployment.
+The one place that assembles the sensors, the jobs, the backlog asset and its
+checks (reported by the sweeper and its watch: no schedule), and the resources.
+``definitions.py`` (this repository's code location), the Celery location and
+the ``dg`` Component all call it, so a new piece is added here once and reaches
+every deployment.
 """
 
 from __future__ import annotations
@@ -28,8 +29,7 @@ from polaris_pipeline.dagster.alerts import UI_URL_ENV, Notify, alert_sensors, n
 from polaris_pipeline.dagster.backlog import (
     BACKLOG_CHECKS,
     BacklogSettings,
-    polaris_backlog_job,
-    polaris_backlog_schedule,
+    build_sweeper_watch,
     polaris_task_backlog,
 )
 from polaris_pipeline.dagster.realm_backfill import polaris_realm_backfill_job
@@ -146,19 +146,20 @@ def build_defs(
     defs = Definitions(
         assets=[polaris_task_backlog],
         asset_checks=BACKLOG_CHECKS,
-        jobs=[task_job, polaris_realm_backfill_job, polaris_backlog_job],
+        jobs=[task_job, polaris_realm_backfill_job],
         sensors=[
             build_polaris_task_sweeper(
                 task_job,
                 default_status=sweeper_default_status(sweeper_autostart),
                 cadence=resources["sweeper"],
+                backlog_resource=True,
             ),
+            build_sweeper_watch(),
             build_run_report_sensor(task_job.name),
             *alert_sensors(notify, alert_ui_url),
         ],
-        schedules=[polaris_backlog_schedule],
-        # For jobs without an executor of their own (the backlog's, and the one
-        # behind the UI's Materialize button): a few small queries, not worth a
+        # For jobs without an executor of their own (the one behind the UI's
+        # Materialize and Execute buttons): a few small queries, not worth a
         # process each.
         executor=in_process_executor,
         resources=resources,

@@ -11,9 +11,16 @@ metastore spread out instead of hitting it together. A sweep that filled its
 per-tick cap sets the next sweep to now: the backlog drains one capped batch
 per evaluation, and each tick stays small and fast.
 
-Cursor: JSON ``{"next_sweep_ms": <epoch ms>, "backlog": <bool>}``. (Cursors of
-earlier versions also held ``realms_synced_ms``, for realm partitions that no
-job or asset uses any more; it is ignored.)
+Cursor: JSON ``{"next_sweep_ms": <epoch ms>, "backlog": <bool>, "reported_ms": <epoch ms>}``.
+(Cursors of earlier versions also held ``realms_synced_ms``, for realm
+partitions that no job or asset uses any more; it is ignored.)
+
+Backlog report: a sweep also reports the ``polaris_task_backlog`` asset's numbers
+and its three metastore checks as the tick's asset events (the daemon stores
+them), at most every ``report_interval_seconds`` of the ``backlog`` resource
+(``reported_ms`` in the cursor). It costs one ``count_by_state``, shared with the
+skip reason, and one read of the rows of orphaned, backing-off and dead tasks
+when there are some (``backlog_report.read_report``).
 """
 
 import hashlib
@@ -42,6 +49,7 @@ from dagster import (
 )
 from dagster._core.storage.tags import RUN_KEY_TAG
 
+from polaris_pipeline.dagster.backlog_report import BacklogSettings, backlog_events, read_report
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
@@ -95,6 +103,8 @@ _LOGGED_TASKS = 20
 class SweepCursor:
     next_sweep_ms: int | None = None
     backlog: bool = False
+    # When the backlog asset and its checks were last reported.
+    reported_ms: int | None = None
 
     @classmethod
     def parse(cls, raw: str | None) -> "SweepCursor":
@@ -104,9 +114,11 @@ class SweepCursor:
         try:
             data = json.loads(raw)
             next_ms = data.get("next_sweep_ms")
+            reported = data.get("reported_ms")
             return cls(
                 next_sweep_ms=int(next_ms) if next_ms is not None else None,
                 backlog=bool(data.get("backlog", False)),
+                reported_ms=int(reported) if reported is not None else None,
             )
         except (ValueError, TypeError, AttributeError):
             return cls()
@@ -118,6 +130,7 @@ class SweepCursor:
                 "next_sweep_ms": self.next_sweep_ms,
                 "next_sweep": iso_utc(self.next_sweep_ms) if self.next_sweep_ms else None,
                 "backlog": self.backlog,
+                "reported_ms": self.reported_ms,
             }
         )
 
@@ -204,10 +217,18 @@ def _realms_text(configured: Iterable[str] | None, seen: Iterable[str]) -> str:
 
 
 def nothing_available_reason(
-    metastore: PolarisMetastoreResource, wait_s: int, *, limit_note: str = ""
+    metastore: PolarisMetastoreResource,
+    wait_s: int,
+    *,
+    limit_note: str = "",
+    per_realm: dict[str, Counter[TaskState]] | None = None,
 ) -> str:
-    """Why nothing was leased, from one count per state (one query on PostgreSQL)."""
-    per_realm = metastore.get_metastore().count_by_state(metastore.realms)
+    """Why nothing was leased, from one count per state (one query on PostgreSQL).
+
+    ``per_realm``: that count, when the tick has made it already.
+    """
+    if per_realm is None:
+        per_realm = metastore.get_metastore().count_by_state(metastore.realms)
     counts = _state_counts(per_realm)
     parts = [
         f"{counts[TaskState.PENDING]} pending within grace",
@@ -300,8 +321,12 @@ def sweep_tick(
     *,
     job_name: str = polaris_task_job.name,
     now_ms: int | None = None,
+    backlog: BacklogSettings | None = None,
 ) -> SensorResult | SkipReason:
-    """One evaluation of the sweeper; see the module docstring."""
+    """One evaluation of the sweeper; see the module docstring.
+
+    ``backlog``: the thresholds of the backlog checks it reports (defaults if None).
+    """
     try:
         settings = sweeper.validated()
     except ValueError as exc:
@@ -321,13 +346,15 @@ def sweep_tick(
                 f"configuration error, nothing selected (every run would fail): {problem}; "
                 f"next check in {wait_s} s"
             ),
-            cursor=SweepCursor(later).dump(),
+            cursor=SweepCursor(later, reported_ms=cursor.reported_ms).dump(),
         )
+    report = _BacklogReporter(context, metastore, backlog or BacklogSettings(), cursor, now)
     waiting = _waiting_runs(context, job_name)
     pending = len(waiting)
     room = settings.max_pending_runs - pending
     if room <= 0:
         drain = _drain_note(context, job_name, pending)
+        events = report.events()  # before the cursor: it records the report
         return SensorResult(
             skip_reason=(
                 f"{pending} run(s) of {job_name} still waiting to start "
@@ -335,7 +362,8 @@ def sweep_tick(
                 "the run queue, not the metastore, is the bottleneck; selecting nothing until "
                 f"they start (a waiting run holds no lease); next sweep in {wait_s} s"
             ),
-            cursor=SweepCursor(later).dump(),
+            cursor=report.cursor(later),
+            asset_events=events,
         )
     limit = min(settings.max_runs_per_tick, room)
     # Tasks of runs still waiting, and of runs started within a lease timeout (their
@@ -359,14 +387,18 @@ def sweep_tick(
         note = f" ({pending} run(s) still waiting to start)" if pending else ""
         if rows:
             note = f" ({len(rows)} available task(s) already have a run waiting to start)"
+        events = report.events()
         return SensorResult(
-            skip_reason=nothing_available_reason(metastore, wait_s, limit_note=note),
-            cursor=SweepCursor(later).dump(),
+            skip_reason=nothing_available_reason(
+                metastore, wait_s, limit_note=note, per_realm=report.counts
+            ),
+            cursor=report.cursor(later),
+            asset_events=events,
         )
 
     # A full batch means more is waiting: sweep again at the next evaluation.
-    backlog = len(runs) >= settings.max_runs_per_tick or len(candidates) < len(available)
-    cursor_out = SweepCursor(now if backlog else later, backlog=backlog)
+    more = len(runs) >= settings.max_runs_per_tick or len(candidates) < len(available)
+    events = report.events()
     context.log.info(
         "available: "
         + "; ".join(
@@ -383,12 +415,64 @@ def sweep_tick(
         f"selected {len(candidates)} available task(s) in {len(runs)} run(s) (orphaned "
         f"children of one purge share a run) in {', '.join(sorted(seen))} in "
         f"{elapsed:.2f} s (each run leases its task when it starts); "
-        + ("backlog: sweeping again at the next evaluation" if backlog else f"next in {wait_s} s")
+        + ("backlog: sweeping again at the next evaluation" if more else f"next in {wait_s} s")
     )
     return SensorResult(
         run_requests=_relaunch_used_keys(context, [run_request_for(run) for run in runs], now),
-        cursor=cursor_out.dump(),
+        cursor=report.cursor(now if more else later, backlog=more),
+        asset_events=events,
     )
+
+
+class _BacklogReporter:
+    """The backlog report of one sweep, made once and only when it is due.
+
+    Due when ``report_interval_seconds`` passed since the cursor's last report.
+    A report that fails to read is logged and left for the next sweep: it must
+    never stop the sweep itself.
+    """
+
+    def __init__(
+        self,
+        context: SensorEvaluationContext,
+        metastore: PolarisMetastoreResource,
+        settings: BacklogSettings,
+        cursor: SweepCursor,
+        now_ms: int,
+    ) -> None:
+        self._context = context
+        self._metastore = metastore
+        self._settings = settings
+        self._now_ms = now_ms
+        self._reported_ms = cursor.reported_ms
+        last = cursor.reported_ms
+        self._due = last is None or now_ms - last >= settings.report_interval_seconds * 1000
+        self._events: list[Any] | None = None
+        self.counts: dict[str, Counter[TaskState]] | None = None
+
+    def events(self) -> list[Any]:
+        if self._events is not None:
+            return self._events
+        self._events = []
+        if not self._due:
+            return self._events
+        store = self._metastore.get_metastore()
+        try:
+            self.counts = store.count_by_state(self._metastore.realms)
+            backlog = read_report(store, self._metastore.realms, self.counts)
+        except Exception as exc:
+            self._context.log.warning(
+                f"backlog not reported ({type(exc).__name__}); trying again at the next sweep"
+            )
+            return self._events
+        self._events = backlog_events(
+            backlog, self._settings, description="reported by the sweeper sensor with a sweep"
+        )
+        self._reported_ms = self._now_ms
+        return self._events
+
+    def cursor(self, next_ms: int, *, backlog: bool = False) -> str:
+        return SweepCursor(next_ms, backlog=backlog, reported_ms=self._reported_ms).dump()
 
 
 def _relaunch_used_keys(
@@ -440,6 +524,7 @@ def build_polaris_task_sweeper(
     default_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
     check_storage: bool = True,
     cadence: SweeperSettings | None = None,
+    backlog_resource: bool = False,
 ) -> SensorDefinition:
     """The sweeper sensor for ``job`` (a job built by ``build_polaris_task_job``).
 
@@ -449,8 +534,17 @@ def build_polaris_task_sweeper(
     ``check_storage`` makes the ``storage`` resource required, so every sweep checks
     that the runs' storage config loads (``build_defs`` does); without it the
     storage resource is checked only when the evaluation context has one.
+
+    ``backlog_resource`` makes the ``backlog`` resource required, so the backlog checks
+    the sweeps report use its thresholds (``build_defs`` does); without it they use
+    the resource when the context has one, else the defaults.
     """
-    keys = {"metastore", "sweeper", *(["storage"] if check_storage else [])}
+    keys = {
+        "metastore",
+        "sweeper",
+        *(["storage"] if check_storage else []),
+        *(["backlog"] if backlog_resource else []),
+    }
 
     @sensor(
         name=name,
@@ -472,12 +566,17 @@ def build_polaris_task_sweeper(
             storage: PolarisStorageResource | None = context.resources.storage
         except Exception:
             storage = None
+        try:
+            backlog: BacklogSettings | None = context.resources.backlog
+        except Exception:
+            backlog = None
         return sweep_tick(
             context,
             context.resources.metastore,
             context.resources.sweeper,
             storage,
             job_name=job.name,
+            backlog=backlog,
         )
 
     return _sweeper

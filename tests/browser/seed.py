@@ -11,9 +11,9 @@ the demo quiets logging process-wide). In DIR, wiped first:
 2. a dropped table's batch task that names a file outside the table, swept
    with ``max_attempts=1`` (the policy the UI's code location gets too): its run
    fails on the guard and dead-letters it;
-3. when the code location has the backlog asset, ``polaris_backlog_job`` for the
-   realm partition, as its schedule would run it: counts by state, and the
-   dead-letter check failing.
+3. the backlog asset and its checks as the code location's sweeper and its
+   watch report them (one tick each, stored as the daemon stores them): counts
+   by state, and the dead-letter check failing.
 
 FACTS.json says what the test should find in the UI (ids, counts, messages).
 """
@@ -111,36 +111,41 @@ def _dead_letter(demo: Any, instance: Any, facts: dict[str, Any]) -> None:
 
 
 def _backlog(demo: Any, instance: Any, facts: dict[str, Any]) -> None:
-    """The backlog asset and its checks, as ``polaris_backlog_job`` runs them."""
-    from polaris_pipeline.dagster.backlog import JOB_NAME
+    """The backlog asset and its checks, as the sweeper and its watch report them.
+
+    One tick of each of the code location's sensors, their asset events stored
+    as the daemon stores them (no run).
+    """
+    from dagster import (
+        AssetCheckEvaluation,
+        AssetMaterialization,
+        SensorResult,
+        build_sensor_context,
+    )
+
+    from polaris_pipeline.dagster.backlog import WATCH_NAME
+    from polaris_pipeline.dagster.sweeper import SENSOR_NAME
 
     os.environ["POLARIS_METASTORE_URL"] = demo.metastore_url
     os.environ["POLARIS_PIPELINE_MAX_ATTEMPTS"] = str(MAX_ATTEMPTS)
     os.environ["POLARIS_PIPELINE_LEASE_TIMEOUT_MS"] = str(LEASE_TIMEOUT_MS)
     from definitions import defs
 
-    job = defs.get_job_def(JOB_NAME)
-    result = job.execute_in_process(
-        instance=instance,
-        run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
-        raise_on_error=False,
-    )
-    checks = {
-        e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data.passed
-        for e in result.all_events
-        if e.event_type_value == "ASSET_CHECK_EVALUATION"
-    }
-    materialized = [e for e in result.all_events if e.event_type_value == "ASSET_MATERIALIZATION"]
-    counts = {}
-    if materialized:
-        meta = materialized[0].step_materialization_data.materialization.metadata
-        counts = {k: v.value for k, v in meta.items()}
-    facts["backlog"] = {
-        "run_id": result.run_id,
-        "success": result.success,
-        "checks": checks,
-        "metadata": counts,
-    }
+    repo = defs.get_repository_def()
+    checks: dict[str, bool] = {}
+    counts: dict[str, Any] = {}
+    for name in (SENSOR_NAME, WATCH_NAME):
+        with build_sensor_context(instance=instance, resources=defs.resources) as context:
+            result = repo.get_sensor_def(name)(context)
+        assert isinstance(result, SensorResult), result
+        assert not result.run_requests, result.run_requests
+        for event in result.asset_events:
+            instance.report_runless_asset_event(event)
+            if isinstance(event, AssetCheckEvaluation):
+                checks[event.check_name] = event.passed
+            elif isinstance(event, AssetMaterialization):
+                counts = {k: v.value for k, v in event.metadata.items()}
+    facts["backlog"] = {"checks": checks, "metadata": counts}
 
 
 def main(argv: list[str]) -> int:
