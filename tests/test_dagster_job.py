@@ -853,3 +853,38 @@ def test_orphaned_children_of_one_purge_run_as_one_run_each_leased_and_recorded(
     assert len(result.output_for_node("run_metadata_children")) == 3
     root_outcome = result.output_for_node("run_polaris_task", "outcome")
     assert root_outcome["status"] == "orphans" and root_outcome["children"] == 5
+
+
+def test_a_batch_task_purges_without_importing_pyiceberg(tmp_path: Path) -> None:
+    """A run whose task only deletes listed files (BATCH) never pays pyiceberg's import:
+    the resolver imports it only to read metadata or manifests."""
+    import subprocess
+    import sys
+
+    victim = tmp_path / "wh" / "ns" / "t" / "data" / "f.parquet"
+    victim.parent.mkdir(parents=True)
+    victim.write_bytes(b"PAR1")
+    probe = f"""
+import sys
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.runner import Runner
+from tests.support.tasks import batch_task
+store = Metastore("sqlite:///{tmp_path / "m.db"}")
+store.init_schema()
+task = batch_task("R", [{victim.as_uri()!r}],
+                  internal={{"storageLocation": {(tmp_path / "wh" / "ns" / "t").as_uri()!r}}},
+                  create_timestamp=1)
+store.insert_tasks([task])
+with Runner(store) as runner:
+    outcomes = runner.sweep()
+print([o.status.value for o in outcomes])
+print(",".join(m for m in ("pyiceberg", "pyarrow") if m in sys.modules) or "none")
+"""
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, check=True
+    )
+    statuses, heavy = out.stdout.strip().splitlines()[-2:]
+    assert statuses == "['done']"
+    assert not victim.exists()
+    assert heavy == "none"

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fsspec
 from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.registry import known_implementations
-from pyiceberg.io import InputFile, InputStream
-from pyiceberg.io.fsspec import FsspecInputFile
 
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.redact import redact
@@ -40,6 +38,9 @@ from polaris_pipeline.storage.credentials import StsCredentials, s3_options
 from polaris_pipeline.storage.gcs_credentials import GcsCredentials, gcs_emulator
 from polaris_pipeline.storage.scope import task_scope
 from polaris_pipeline.tasks.model import TaskRow
+
+if TYPE_CHECKING:
+    from pyiceberg.io import InputFile
 
 # Schemes served by another scheme's fsspec implementation. adlfs understands
 # abfss:// itself but fsspec's registry only knows it as abfs; wasb[s]://
@@ -152,6 +153,10 @@ class StorageResolver:
 
     def input_file(self, uri: str) -> InputFile:
         """A pyiceberg ``InputFile`` reading ``uri`` through this resolver."""
+        # pyiceberg costs a run about a second to import: only runs that read
+        # metadata or manifests pay it, not one deleting a BATCH task's files.
+        from polaris_pipeline.storage.input_file import ResolvedInputFile
+
         fs, path = self.filesystem(uri)
         return ResolvedInputFile(uri, fs, path, self)
 
@@ -270,41 +275,6 @@ class CatalogStorageResolver(StorageResolver):
         external_id = getattr(self.storage, "external_id", None) or ""
         hidden = [*self._session_secrets, *([external_id] if len(external_id) >= 4 else [])]
         return redact(text, [*self._secrets, *hidden])
-
-
-class ResolvedInputFile(FsspecInputFile):
-    """An ``FsspecInputFile`` whose ``location`` stays the original URI.
-
-    pyiceberg looks at ``location`` (e.g. for a ``.gz.metadata.json`` suffix) while
-    the filesystem wants its own path form, so the two are kept apart.
-    """
-
-    def __init__(
-        self, location: str, fs: AbstractFileSystem, path: str, resolver: StorageResolver
-    ) -> None:
-        super().__init__(location=location, fs=fs)
-        self._path = path
-        self._resolver = resolver
-
-    def __len__(self) -> int:
-        size = self._resolver.size(self.location)
-        if size is None:
-            raise FileNotFoundError(2, "No such file", self.location)
-        return size
-
-    def exists(self) -> bool:
-        return self._resolver.exists(self.location)
-
-    def open(self, seekable: bool = True) -> InputStream:
-        try:
-            stream: InputStream = self._fs.open(self._path, "rb")
-        except FileNotFoundError:
-            raise FileNotFoundError(2, "No such file", self.location) from None
-        except Exception as e:
-            raise StorageError(
-                f"cannot open {self._resolver.redact(self.location)}: {self._resolver.describe(e)}"
-            ) from None
-        return stream
 
 
 def _filesystem_class(scheme: str) -> type[AbstractFileSystem]:

@@ -1,0 +1,53 @@
+"""A pyiceberg ``InputFile`` over a ``StorageResolver``'s filesystem.
+
+Kept apart from ``resolve`` so that importing the resolver does not import
+pyiceberg (see ``StorageResolver.input_file``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fsspec import AbstractFileSystem
+from pyiceberg.io import InputStream
+from pyiceberg.io.fsspec import FsspecInputFile
+
+from polaris_pipeline.errors import StorageError
+
+if TYPE_CHECKING:
+    from polaris_pipeline.storage.resolve import StorageResolver
+
+
+class ResolvedInputFile(FsspecInputFile):
+    """An ``FsspecInputFile`` whose ``location`` stays the original URI.
+
+    pyiceberg looks at ``location`` (e.g. for a ``.gz.metadata.json`` suffix) while
+    the filesystem wants its own path form, so the two are kept apart.
+    """
+
+    def __init__(
+        self, location: str, fs: AbstractFileSystem, path: str, resolver: StorageResolver
+    ) -> None:
+        super().__init__(location=location, fs=fs)
+        self._path = path
+        self._resolver = resolver
+
+    def __len__(self) -> int:
+        size = self._resolver.size(self.location)
+        if size is None:
+            raise FileNotFoundError(2, "No such file", self.location)
+        return size
+
+    def exists(self) -> bool:
+        return self._resolver.exists(self.location)
+
+    def open(self, seekable: bool = True) -> InputStream:
+        try:
+            stream: InputStream = self._fs.open(self._path, "rb")
+        except FileNotFoundError:
+            raise FileNotFoundError(2, "No such file", self.location) from None
+        except Exception as e:
+            raise StorageError(
+                f"cannot open {self._resolver.redact(self.location)}: {self._resolver.describe(e)}"
+            ) from None
+        return stream
