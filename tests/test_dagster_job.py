@@ -856,8 +856,8 @@ def test_orphaned_children_of_one_purge_run_as_one_run_each_leased_and_recorded(
 
 
 def test_a_batch_task_purges_without_importing_pyiceberg(tmp_path: Path) -> None:
-    """A run whose task only deletes listed files (BATCH) never pays pyiceberg's import:
-    the resolver imports it only to read metadata or manifests."""
+    """A run whose task only deletes listed files (BATCH) never pays pyiceberg's import (the
+    resolver imports it only to read metadata or manifests), nor botocore's on local storage."""
     import subprocess
     import sys
 
@@ -878,7 +878,7 @@ store.insert_tasks([task])
 with Runner(store) as runner:
     outcomes = runner.sweep()
 print([o.status.value for o in outcomes])
-print(",".join(m for m in ("pyiceberg", "pyarrow") if m in sys.modules) or "none")
+print(",".join(m for m in ("pyiceberg", "pyarrow", "botocore") if m in sys.modules) or "none")
 """
     root = Path(__file__).resolve().parent.parent
     out = subprocess.run(

@@ -19,17 +19,16 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import botocore.session
-from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from typing import TYPE_CHECKING, Any
 
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.redact import MASK, redact
 from polaris_pipeline.storage.catalog_config import AwsStorage
 from polaris_pipeline.storage.config import bucket_and_path
 from polaris_pipeline.storage.vended import DEFAULT_REFRESH_MARGIN_S, RefreshingCache
+
+if TYPE_CHECKING:
+    import botocore.session
 
 SESSION_NAME = "polaris-pipeline"
 DEFAULT_DURATION_S = 3600
@@ -156,6 +155,11 @@ class StsCredentials:
         with self._clients_lock:
             client = self._clients.get(client_key)
             if client is None:
+                # botocore is imported only when a task needs STS: every run imports
+                # this module, few assume a role.
+                import botocore.session
+                from botocore.config import Config
+
                 session = self._session or botocore.session.Session()
                 client = session.create_client(
                     "sts",
@@ -176,6 +180,8 @@ class StsCredentials:
         if storage.external_id:
             request["ExternalId"] = storage.external_id
         hidden = _maskable([storage.external_id or ""])
+        from botocore.exceptions import BotoCoreError, ClientError
+
         try:
             response = self._client(storage).assume_role(**request)
         except ClientError as e:
