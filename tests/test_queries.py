@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 from sqlalchemy.engine import Connection, CursorResult
 
 from polaris_pipeline.metastore import Metastore, queries
 from polaris_pipeline.metastore.queries import Query
+from polaris_pipeline.metastore.schema import events
 from polaris_pipeline.tasks.model import LeasePolicy, Prop, RealmOverride, TaskRow
 from tests.support.tasks import batch_task
 
@@ -110,6 +112,12 @@ def _cases(
         count = conn.execute(queries.COUNT_TASKS.build(store.dialect, [REALM])).scalar_one()
         assert count == 3
 
+    def event_written(conn: Connection, result: CursorResult[Any]) -> None:
+        row = conn.execute(select(events)).one()
+        assert (row.realm_id, row.event_id, row.resource_type) == (REALM, "event-1", "REALM")
+        assert (row.resource_identifier, row.catalog_id) == ("BEFORE_ATTEMPT_TASK", None)
+        assert abs(int(row.timestamp_ms) - now) < 60_000
+
     def lease_batch(conn: Connection, result: CursorResult[Any]) -> None:
         assert [(r.leased, int(r.id), int(r.attempt)) for r in result] == [(True, orphan.id, 1)]
 
@@ -149,6 +157,11 @@ def _cases(
         "LIST_FOR_DISCARD": (([REALM], [orphan.id, 4242]), None, ids(orphan.id)),
         "DISCARD": ((orphan,), None, changed(1)),
         "INSERT_TASKS": ((), [new_row], inserted),
+        "INSERT_EVENT": (
+            (REALM, None, "event-1", "BEFORE_ATTEMPT_TASK", {"task_attempt": "1"}),
+            None,
+            event_written,
+        ),
     }
 
 

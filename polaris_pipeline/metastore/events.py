@@ -28,16 +28,11 @@ import logging
 import uuid
 from collections.abc import Mapping
 
-from sqlalchemy import BigInteger, Column, MetaData, Table, Text, inspect, literal_column
+from sqlalchemy import inspect
 from sqlalchemy.exc import SQLAlchemyError
 
-from polaris_pipeline.metastore.connection import DB_NOW_MS
-from polaris_pipeline.metastore.schema import (
-    POLARIS_SCHEMA,
-    PropertiesJSON,
-    read_schema_version,
-    schema_name,
-)
+from polaris_pipeline.metastore import queries
+from polaris_pipeline.metastore.schema import read_schema_version, schema_name
 from polaris_pipeline.metastore.store import Metastore
 from polaris_pipeline.tasks.model import Lease
 
@@ -45,7 +40,6 @@ log = logging.getLogger("polaris_pipeline.events")
 
 BEFORE_ATTEMPT_TASK = "BEFORE_ATTEMPT_TASK"
 AFTER_ATTEMPT_TASK = "AFTER_ATTEMPT_TASK"
-RESOURCE_TYPE_REALM = "REALM"
 # ModelEvent.LEGACY_REALM_SCOPED_CATALOG_ID: the catalog of a realm-scoped event below v5.
 LEGACY_REALM_SCOPED_CATALOG_ID = "__realm__"
 NULL_CATALOG_SINCE_SCHEMA_VERSION = 5
@@ -55,24 +49,6 @@ TASK_ENTITY_ID = "task_entity_id"
 TASK_ATTEMPT = "task_attempt"
 TASK_SUCCESS = "task_success"
 TASK_EXECUTOR_ID = "task_executor_id"  # ours
-
-_metadata = MetaData()
-
-events = Table(
-    "events",
-    _metadata,
-    Column("realm_id", Text, nullable=False),
-    Column("catalog_id", Text, nullable=True),
-    Column("event_id", Text, primary_key=True),
-    Column("request_id", Text, nullable=True),
-    Column("event_type", Text, nullable=False),
-    Column("timestamp_ms", BigInteger, nullable=False),
-    Column("principal_name", Text, nullable=True),
-    Column("resource_type", Text, nullable=False),
-    Column("resource_identifier", Text, nullable=False),
-    Column("additional_properties", PropertiesJSON, nullable=False),
-    schema=POLARIS_SCHEMA,
-)
 
 
 def attempt_properties(
@@ -133,17 +109,13 @@ class TaskEventWriter:
                 return False
             with self.metastore.engine.begin() as conn:
                 conn.execute(
-                    events.insert().values(
-                        realm_id=lease.realm_id,
-                        catalog_id=catalog_id,
-                        event_id=str(uuid.uuid4()),
-                        request_id=None,
-                        event_type=event_type,
-                        timestamp_ms=literal_column(DB_NOW_MS[conn.dialect.name]),
-                        principal_name=None,
-                        resource_type=RESOURCE_TYPE_REALM,
-                        resource_identifier=event_type,
-                        additional_properties=dict(properties),
+                    queries.INSERT_EVENT.build(
+                        conn.dialect.name,
+                        lease.realm_id,
+                        catalog_id,
+                        str(uuid.uuid4()),
+                        event_type,
+                        dict(properties),
                     )
                 )
             return True

@@ -32,6 +32,8 @@ Text statements take their values as bind parameters at execution
 - ``LIST_FOR_DISCARD``, ``DISCARD``: the candidates of ``tasks discard``, and
   the delete guarded like ``CAS_WRITE``.
 - ``INSERT_TASKS``: insert rows (table cleanup's children, tests, the demo).
+- ``INSERT_EVENT``: one attempt event in Polaris's ``events`` table, stamped
+  with the database clock (``events.TaskEventWriter``).
 """
 
 from __future__ import annotations
@@ -40,12 +42,22 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec
 
-from sqlalchemy import Executable, and_, delete, func, insert, select, text, update
+from sqlalchemy import (
+    Executable,
+    and_,
+    delete,
+    func,
+    insert,
+    literal_column,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.sql.elements import ColumnElement
 
 from polaris_pipeline.metastore import predicates
 from polaris_pipeline.metastore.connection import DB_NOW_MS
-from polaris_pipeline.metastore.schema import POLARIS_SCHEMA, entities
+from polaris_pipeline.metastore.schema import POLARIS_SCHEMA, entities, events
 from polaris_pipeline.tasks.model import TASK_TYPE_CODE, LeasePolicy, Prop, TaskRow
 
 POSTGRESQL = "postgresql"
@@ -429,6 +441,40 @@ DISCARD = _both("DISCARD", _discard)
 # The rows (dicts of every entities column) are given at execution.
 INSERT_TASKS = _both("INSERT_TASKS", _constant(insert(entities)))
 
+
+# Polaris's listener files TASK_EXECUTION events under the realm, with the event
+# type as the resource identifier (metastore/events.py).
+RESOURCE_TYPE_REALM = "REALM"
+
+
+def _insert_event(now: str) -> Callable[[str, str | None, str, str, dict[str, str]], Executable]:
+    def build(
+        realm_id: str,
+        catalog_id: str | None,
+        event_id: str,
+        event_type: str,
+        properties: dict[str, str],
+    ) -> Executable:
+        return events.insert().values(
+            realm_id=realm_id,
+            catalog_id=catalog_id,
+            event_id=event_id,
+            request_id=None,
+            event_type=event_type,
+            timestamp_ms=literal_column(now),
+            principal_name=None,
+            resource_type=RESOURCE_TYPE_REALM,
+            resource_identifier=event_type,
+            additional_properties=properties,
+        )
+
+    return build
+
+
+INSERT_EVENT = Query(
+    "INSERT_EVENT", postgresql=_insert_event(_PG_NOW), sqlite=_insert_event(_SQLITE_NOW)
+)
+
 ALL: tuple[Query[...], ...] = (
     NOW,
     REALMS,
@@ -447,4 +493,5 @@ ALL: tuple[Query[...], ...] = (
     LIST_FOR_DISCARD,
     DISCARD,
     INSERT_TASKS,
+    INSERT_EVENT,
 )

@@ -93,6 +93,26 @@ entities = Table(
     schema=POLARIS_SCHEMA,
 )
 
+# Polaris's audit events (schema v3+). Its own MetaData: ``create_schema`` writes
+# Polaris's DDL for it (ddl.py), never ``create_all``.
+_events_metadata = MetaData()
+
+events = Table(
+    "events",
+    _events_metadata,
+    Column("realm_id", Text, nullable=False),
+    Column("catalog_id", Text, nullable=True),
+    Column("event_id", Text, primary_key=True),
+    Column("request_id", Text, nullable=True),
+    Column("event_type", Text, nullable=False),
+    Column("timestamp_ms", BigInteger, nullable=False),
+    Column("principal_name", Text, nullable=True),
+    Column("resource_type", Text, nullable=False),
+    Column("resource_identifier", Text, nullable=False),
+    Column("additional_properties", PropertiesJSON, nullable=False),
+    schema=POLARIS_SCHEMA,
+)
+
 version = Table(
     "version",
     metadata,
