@@ -98,6 +98,15 @@ def _add_realms(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_storage_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--storage-config",
+        metavar="FILE",
+        help="YAML or JSON mapping location prefixes to fsspec options "
+        f"(default: ${CONFIG_ENV_VAR})",
+    )
+
+
 def _add_task_ref(p: argparse.ArgumentParser, *, realm_optional: bool = False) -> None:
     p.add_argument(
         "task_id", type=int, metavar="ID", help="the task's entity id, as `tasks list` shows it"
@@ -192,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     tasks = sub.add_parser(
         "tasks",
-        help="list, show and requeue tasks",
+        help="list, show, requeue, run and discard tasks",
         description="Inspect and manage Polaris TASK entities. See ACTION --help.",
         epilog=_examples(
             "polaris-pipeline tasks list --state dead",
@@ -248,6 +257,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_metastore(requeue)
     _add_policy(requeue)
 
+    run = tsub.add_parser(
+        "run",
+        help="run one task now (and the children it creates), as an operator",
+        description="Lease one task and run it now, with the children a table cleanup "
+        "creates, stage by stage. An operator's act: a backing-off or dead task is retried "
+        "at once with fresh attempts. A task another holder leases, or one still within "
+        "Polaris's grace period, is refused and left as it is (exit 1). Print one line per "
+        "task and a summary.",
+        epilog=_examples(
+            "polaris-pipeline tasks run 4711 --realm POLARIS",
+            "polaris-pipeline tasks run 4711 --storage-config storage.yaml --json",
+        ),
+    )
+    _add_task_ref(run, realm_optional=True)
+    _add_metastore(run)
+    _add_policy(run)
+    _add_storage_config(run)
+    _add_json(run, "the start decision, the outcome of every task and the summary")
+
     discard = tsub.add_parser(
         "discard",
         help="delete unhandled tasks (cleanup tasks Polaris writes but never runs)",
@@ -289,12 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_metastore(sweep)
     _add_realms(sweep)
     _add_policy(sweep)
-    sweep.add_argument(
-        "--storage-config",
-        metavar="FILE",
-        help="YAML or JSON mapping location prefixes to fsspec options "
-        f"(default: ${CONFIG_ENV_VAR})",
-    )
+    _add_storage_config(sweep)
     sweep.add_argument(
         "--once",
         action="store_true",
@@ -771,9 +794,83 @@ def _totals_json(totals: OutcomeTotals) -> dict[str, Any]:
     }
 
 
+class _Report:
+    """The per-task lines (or JSON records) and the totals of the tasks a command ran."""
+
+    def __init__(self, noting: _NotingMetastore, out: TextIO, *, as_json: bool) -> None:
+        from polaris_pipeline.outcome_totals import OutcomeTotals
+
+        self.totals = OutcomeTotals()  # also knows each child's parent
+        self.records: list[dict[str, Any]] = []
+        self.progress = _Progress(sys.stderr)
+        self._noting = noting
+        self._out = out
+        self._as_json = as_json
+        self._width = output_width(out)
+
+    def __call__(self, outcome: Any) -> None:
+        lease = outcome.lease
+        self.totals.add(outcome)
+        summary = self._noting.summaries.get((lease.realm_id, lease.task_id))
+        parent = self.totals.parent_of(lease.realm_id, lease.task_id)
+        self.records.append(
+            _outcome_json(outcome, "child" if parent is not None else "root", parent, summary)
+        )
+        if not self._as_json:
+            self.progress.clear()
+            print(_outcome_line(outcome, summary, self._width), file=self._out, flush=True)
+
+    def summary(self, verb: str) -> None:
+        print(f"\n{verb} {self.totals.tasks_text()}", file=self._out)
+        print(f"  {self.totals.line()}", file=self._out)
+
+
+def _executor_id(settings: PipelineSettings, command: str) -> str | None:
+    from polaris_pipeline.runner import make_executor_id
+
+    prefix = settings.executor_prefix
+    return make_executor_id(command, prefix) if prefix else None
+
+
+def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
+    from polaris_pipeline.runner import Runner
+
+    settings = settings_for(args)
+    config = _storage_config(settings)
+    noting = _NotingMetastore(settings)
+    noting.check_schema()
+    task = find_task(noting, args.task_id, args.realm, settings.realm_list())
+    report = _Report(noting, out, as_json=args.json)
+    with Runner(
+        noting,
+        config,
+        executor_id=_executor_id(settings, "run"),
+        progress=report.progress,
+        write_task_events=settings.task_events,
+    ) as runner:
+        # A fresh holder: nothing of its own to adopt.
+        decision = runner.start(task.realm_id, task.id, operator=True, may_adopt=False)
+        start = {"action": decision.action.value, "message": decision.message}
+        if decision.lease is None:
+            if args.json:
+                _dump({"started": False, **start}, out)
+            else:
+                print(f"not run: {decision.message}", file=out)
+            return EXIT_TASK_FAILED
+        if not args.json:
+            print(decision.message, file=out)
+        runner.execute_tree(decision.lease, on_outcome=report)
+        report.progress.clear()
+    if args.json:
+        totals = _totals_json(report.totals)
+        _dump({"started": True, **start, **totals, "outcomes": report.records}, out)
+    else:
+        report.summary("ran")
+    return EXIT_TASK_FAILED if report.totals.failed else EXIT_OK
+
+
 def cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
-    from polaris_pipeline.outcome_totals import OutcomeTotals
-    from polaris_pipeline.runner import Runner, make_executor_id
+    from polaris_pipeline.runner import Runner
 
     settings = settings_for(args)
     config = _storage_config(settings)
@@ -785,44 +882,25 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
             return _dry_run(runner, store, realms, out, as_json=args.json)
     noting = _NotingMetastore(settings)
     noting.check_schema()
-    progress = _Progress(sys.stderr)
-    width = output_width(out)
-    executor = (
-        make_executor_id("sweep", settings.executor_prefix) if settings.executor_prefix else None
-    )
-    totals = OutcomeTotals()  # also knows each child's parent
-    records: list[dict[str, Any]] = []
-
-    def report(outcome: Any) -> None:
-        lease = outcome.lease
-        totals.add(outcome)
-        summary = noting.summaries.get((lease.realm_id, lease.task_id))
-        parent = totals.parent_of(lease.realm_id, lease.task_id)
-        records.append(
-            _outcome_json(outcome, "child" if parent is not None else "root", parent, summary)
-        )
-        if not args.json:
-            progress.clear()
-            print(_outcome_line(outcome, summary, width), file=out, flush=True)
-
+    report = _Report(noting, out, as_json=args.json)
     with Runner(
         noting,
         config,
-        executor_id=executor,
-        progress=progress,
+        executor_id=_executor_id(settings, "sweep"),
+        progress=report.progress,
         write_task_events=settings.task_events,
     ) as runner:
-        progress.status(f"sweeping {noting.display_url} …")
+        report.progress.status(f"sweeping {noting.display_url} …")
         sweep_args: dict[str, Any] = {}
         if args.batch_size is not None:
             sweep_args["batch_size"] = args.batch_size
         outcomes = runner.sweep(realms, on_outcome=report, **sweep_args)
-        progress.clear()
+        report.progress.clear()
+    totals = report.totals
     if args.json:
-        _dump({**_totals_json(totals), "outcomes": records}, out)
+        _dump({**_totals_json(totals), "outcomes": report.records}, out)
     else:
-        print(f"\nswept {totals.tasks_text()}", file=out)
-        print(f"  {totals.line()}", file=out)
+        report.summary("swept")
         if not outcomes:
             now, rows = noting.tasks_with_state(realms)
             print(nothing_available_reason(rows, now, noting.policy, realms), file=out)
@@ -892,6 +970,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         ("tasks", "list"): cmd_list,
         ("tasks", "show"): cmd_show,
         ("tasks", "requeue"): cmd_requeue,
+        ("tasks", "run"): cmd_run,
         ("tasks", "discard"): cmd_discard,
         ("sweep", None): cmd_sweep,
     }
