@@ -25,6 +25,7 @@ attempts the runs' step outputs report (a task's root output, or its group's).
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import tempfile
 import time
@@ -34,9 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import orphaned_task, temp_database
+from bench.proc_cpu import ProcessCpu
 from bench.report import BenchResult, Figure, fmt
 
-TITLE = "7. Through dagster-daemon: a mixed backlog, a 2,000-child table, Dagster's floor"
+TITLE = "1. Through dagster-daemon: a mixed backlog, a 2,000-child table, Dagster's floor"
 REALM = "POLARIS"
 OLD_MS = 3_600_000
 FULL: dict[str, int] = {
@@ -49,6 +51,7 @@ FULL: dict[str, int] = {
     "queue_lease_ms": 60_000,
     "floor_runs": 40,
     "concurrent_runs": 4,
+    "sweep_interval_s": 5,
     "deadline_s": 900,
     "fanout_deadline_s": 360,
 }
@@ -64,6 +67,7 @@ QUICK: dict[str, int] = {
     "queue_lease_ms": 20_000,
     "floor_runs": 8,
     "concurrent_runs": 4,
+    "sweep_interval_s": 5,
     "deadline_s": 150,
     "fanout_deadline_s": 90,
 }
@@ -322,7 +326,7 @@ def backlog_phase(
     ):
         root = Path(tmp)
         daemon = _daemon(root / "home", url, pg, **config)
-        with daemon:
+        with ProcessCpu() as cpu, daemon:
             _started(daemon, "polaris_task_sweeper")
             fixture = seed(root, store)
             seconds, done = _wait_empty(daemon, store, deadline_s)
@@ -333,6 +337,7 @@ def backlog_phase(
             ticks = tick_stats(daemon, "polaris_task_sweeper")
             daemon.stop()
         return {
+            "cpu": cpu.by_role(),
             "kind": kind,
             "fixture": fixture,
             "seconds": seconds,
@@ -361,7 +366,7 @@ def floor_phase(kind: str, n: int, concurrent: int) -> dict[str, Any]:
             max_concurrent_runs=concurrent,
             extra_env={RUNS_ENV: str(n)},
         )
-        with daemon:
+        with ProcessCpu() as cpu, daemon:
             t0 = time.monotonic()
             runs = daemon.wait_for(
                 lambda: (
@@ -376,7 +381,13 @@ def floor_phase(kind: str, n: int, concurrent: int) -> dict[str, Any]:
             stats = run_stats(daemon, JOB_NAME)
             stats.pop("records")
             ticks = tick_stats(daemon, SENSOR_NAME)
-        return {"seconds": seconds, "runs": len(runs), **stats, "tick": ticks}
+        return {
+            "seconds": seconds,
+            "runs": len(runs),
+            **stats,
+            "tick": ticks,
+            "cpu": cpu.by_role(),
+        }
 
 
 # ------------------------------------------------------------------ the benchmark
@@ -411,6 +422,17 @@ def _queue_seed(n: int) -> Any:
     return seed
 
 
+def _cpu_per_run(e: dict[str, Any]) -> float | None:
+    """CPU seconds of one run's own process, on average."""
+    run = e["cpu"].get("run")
+    return run["cpu_s"] / e["runs"] if run and e["runs"] else None
+
+
+def _service_cpu(e: dict[str, Any]) -> float:
+    """CPU seconds of the daemon and the code server over the phase."""
+    return sum(e["cpu"].get(role, {}).get("cpu_s", 0.0) for role in ("daemon", "code server"))
+
+
 def _per_min(e: dict[str, Any]) -> float:
     done = e["fixture"]["tasks"] - e["tasks_left"]
     return done / (e["seconds"] / 60) if e["seconds"] else 0.0
@@ -440,8 +462,9 @@ def run(quick: bool = False) -> BenchResult:
             "fan-out": f"1 table leaving {size['fanout_children']:,} orphaned children",
             "queue": f"{size['queue_tasks']} BATCH tasks of 1 file, max_concurrent_runs 2, "
             f"lease {size['queue_lease_ms'] // 1000} s",
-            "daemon": f"QueuedRunCoordinator max_concurrent_runs {conc}, DefaultRunLauncher, "
-            "run retries 2, sweep interval 1 s, lease 300 s",
+            "daemon": f"QueuedRunCoordinator max_concurrent_runs {conc}, 4 launches at once "
+            "(dequeue_num_workers, as deploy/dagster.yaml), DefaultRunLauncher, run retries 2, "
+            f"sweep interval {size['sweep_interval_s']} s, lease 300 s",
             "deadlines": f"{size['deadline_s']} s per backlog, {size['fanout_deadline_s']} s "
             "for the fan-out",
         },
@@ -457,6 +480,7 @@ def run(quick: bool = False) -> BenchResult:
             size["deadline_s"],
             max_concurrent_runs=conc,
             lease_timeout_ms=LEASE_MS,
+            sweep_interval_s=size["sweep_interval_s"],
         )
         for kind in kinds
     }
@@ -468,6 +492,7 @@ def run(quick: bool = False) -> BenchResult:
         size["fanout_deadline_s"],
         max_concurrent_runs=conc,
         lease_timeout_ms=LEASE_MS,
+        sweep_interval_s=size["sweep_interval_s"],
     )
     queue = backlog_phase(
         "sqlite",
@@ -477,6 +502,7 @@ def run(quick: bool = False) -> BenchResult:
         size["deadline_s"],
         max_concurrent_runs=2,
         lease_timeout_ms=size["queue_lease_ms"],
+        sweep_interval_s=size["sweep_interval_s"],
     )
     floor = floor_phase("sqlite", size["floor_runs"], conc)
 
@@ -538,11 +564,33 @@ def run(quick: bool = False) -> BenchResult:
             )
         )
 
+    ours_cpu = _cpu_per_run(mixed["sqlite"])
+    base_cpu = _cpu_per_run(floor)
+    if ours_cpu is not None and base_cpu:
+        m = mixed["sqlite"]
+        cores = os.cpu_count() or 1
+        ceiling = cores * 60 / ours_cpu
+        per_run = m["fixture"]["tasks"] / m["runs"] if m["runs"] else 0.0
+        result.add(
+            Figure(
+                "CPU per run, the run's own process (sqlite mixed backlog)",
+                ours_cpu,
+                "s",
+                baseline=base_cpu,
+                ratio=ours_cpu / base_cpu,
+                why=f"baseline: the trivial job's run process. What it sets: {cores} cores / "
+                f"{ours_cpu:.2f} s = at most {ceiling:.0f} runs/min, {ceiling * per_run:.0f} "
+                f"tasks/min at this backlog's {per_run:.2f} tasks per run, before the daemon "
+                f"and the code server ({_service_cpu(m):.0f} CPU s over the phase's "
+                f"{m['seconds']:.0f} s)",
+            )
+        )
+
     rows = [
         "| phase | instance | tasks | wall s | tasks/min | runs | runs/task | attempts/task "
         "(max) | median run s | median queue wait s | ticks (with runs) | median / max tick s "
-        "| files left |",
-        "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|---|---:|",
+        "| CPU s per run process | daemon + code server CPU s | files left |",
+        "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|---|---:|---:|---:|",
     ]
     for label, e in [*(("mixed", m) for m in mixed.values()), ("fan-out", fan), ("queue", queue)]:
         t = e["tick"]
@@ -552,14 +600,16 @@ def run(quick: bool = False) -> BenchResult:
             f"{e['runs'] / e['fixture']['tasks']:.2f} | {fmt(e['mean_attempt'])} "
             f"({e['max_attempt']}) | {fmt(e['median_run_s'])} | "
             f"{fmt(e['median_start_latency_s'])} | {t['ticks']} ({t['with_runs']}) | "
-            f"{fmt(t['median_s'])} / {fmt(t['max_s'])} | {e['files_left']} |"
+            f"{fmt(t['median_s'])} / {fmt(t['max_s'])} | {fmt(_cpu_per_run(e))} | "
+            f"{_service_cpu(e):.0f} | {e['files_left']} |"
         )
     t = floor["tick"]
     rows.append(
         f"| floor: trivial job | sqlite | {floor['runs']} runs | {floor['seconds']:.0f} | "
         f"{floor['runs'] / (floor['seconds'] / 60):.0f} runs/min | {floor['runs']} | {DASH_} | "
         f"{DASH_} | {fmt(floor['median_run_s'])} | {fmt(floor['median_start_latency_s'])} | "
-        f"{t['ticks']} ({t['with_runs']}) | {fmt(t['median_s'])} / {fmt(t['max_s'])} | {DASH_} |"
+        f"{t['ticks']} ({t['with_runs']}) | {fmt(t['median_s'])} / {fmt(t['max_s'])} | "
+        f"{fmt(_cpu_per_run(floor))} | {_service_cpu(floor):.0f} | {DASH_} |"
     )
     result.section("Phases", "\n".join(rows))
     result.section(
@@ -571,7 +621,9 @@ def run(quick: bool = False) -> BenchResult:
         "lease attempts the runs' step outputs report per task; tick durations are the "
         "sensor ticks' own start and end. The trivial job is requested by a sensor of its "
         "own code location, once per run, through the same queue and launcher; it keeps "
-        "Dagster's default executor.",
+        "Dagster's default executor. CPU is read from /proc five times a second for every "
+        "process the phase started (bench/proc_cpu.py): a run's process is the one the code "
+        "server spawns for it.",
     )
     if quick:
         result.notes.append(

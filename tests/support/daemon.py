@@ -64,6 +64,8 @@ class DaemonConfig:
     # The code location module, importable from the repository root.
     module: str = "definitions"
     run_retries: int = 2
+    # Runs the run queue launches at once (deploy/dagster.yaml's dequeue_num_workers).
+    dequeue_workers: int = 4
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -90,6 +92,9 @@ def instance_yaml(config: DaemonConfig) -> dict[str, Any]:
             "config": {
                 "max_concurrent_runs": config.max_concurrent_runs,
                 "dequeue_interval_seconds": 1,
+                # As deploy/dagster.yaml: launches in parallel (docs/operations.md).
+                "dequeue_use_threads": True,
+                "dequeue_num_workers": config.dequeue_workers,
             },
         },
         "run_launcher": {"module": "dagster.core.launcher", "class": "DefaultRunLauncher"},

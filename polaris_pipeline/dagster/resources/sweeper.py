@@ -38,8 +38,8 @@ class SweeperSettings(ConfigurableResource):
         default=DEFAULT_SWEEP_MAX_PENDING_RUNS,
         description=(
             "Most runs of the task job that may wait to start (queued, not started, "
-            "starting). A run must start within the lease timeout or its lease lapses, "
-            "so the sweeper stops leasing while this many are waiting."
+            "starting): the sweeper requests no more while this many wait. A waiting run "
+            "holds no lease; the cap keeps the queue to what drains in reasonable time."
         ),
     )
 
