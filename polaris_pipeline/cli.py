@@ -825,29 +825,29 @@ class _Report:
         print(f"  {self.totals.line()}", file=self._out)
 
 
-def _executor_id(settings: PipelineSettings, command: str) -> str | None:
-    from polaris_pipeline.runner import make_executor_id
+def _runner(
+    settings: PipelineSettings, noting: _NotingMetastore, report: _Report, command: str
+) -> Any:
+    """The Runner of a command that runs tasks, reporting to ``report``."""
+    from polaris_pipeline.runner import Runner, make_executor_id
 
     prefix = settings.executor_prefix
-    return make_executor_id(command, prefix) if prefix else None
+    return Runner(
+        noting,
+        _storage_config(settings),
+        executor_id=make_executor_id(command, prefix) if prefix else None,
+        progress=report.progress,
+        write_task_events=settings.task_events,
+    )
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
-    from polaris_pipeline.runner import Runner
-
     settings = settings_for(args)
-    config = _storage_config(settings)
     noting = _NotingMetastore(settings)
     noting.check_schema()
     task = find_task(noting, args.task_id, args.realm, settings.realm_list())
     report = _Report(noting, out, as_json=args.json)
-    with Runner(
-        noting,
-        config,
-        executor_id=_executor_id(settings, "run"),
-        progress=report.progress,
-        write_task_events=settings.task_events,
-    ) as runner:
+    with _runner(settings, noting, report, "run") as runner:
         # A fresh holder: nothing of its own to adopt.
         decision = runner.start(task.realm_id, task.id, operator=True, may_adopt=False)
         start = {"action": decision.action.value, "message": decision.message}
@@ -873,23 +873,17 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
     from polaris_pipeline.runner import Runner
 
     settings = settings_for(args)
-    config = _storage_config(settings)
     realms = settings.realm_list()
     if args.dry_run:
         store = open_metastore(settings, read_only=True)
         store.check_schema()
+        config = _storage_config(settings)
         with Runner(store, config, write_task_events=settings.task_events) as runner:
             return _dry_run(runner, store, realms, out, as_json=args.json)
     noting = _NotingMetastore(settings)
     noting.check_schema()
     report = _Report(noting, out, as_json=args.json)
-    with Runner(
-        noting,
-        config,
-        executor_id=_executor_id(settings, "sweep"),
-        progress=report.progress,
-        write_task_events=settings.task_events,
-    ) as runner:
+    with _runner(settings, noting, report, "sweep") as runner:
         report.progress.status(f"sweeping {noting.display_url} …")
         sweep_args: dict[str, Any] = {}
         if args.batch_size is not None:
