@@ -9,6 +9,7 @@ seeds rows and files, then watches the metastore, the files and the instance.
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from pathlib import Path
 
@@ -337,3 +338,48 @@ def test_orphaned_children_of_one_table_are_one_run(
     runs = daemon.wait_runs_finished(timeout_s=30)
     assert existing(every_file) == []
     assert [r.status for r in runs] == [DagsterRunStatus.SUCCESS] * 3, daemon.diagnose()
+
+
+# ------------------------------------------- 6. a dropped table, its stages in one run
+
+
+def test_a_dropped_table_runs_its_children_stage_by_stage_in_one_run(
+    tmp_path: Path, pg_url: str, start_daemon
+) -> None:
+    """The task job's graph is built from the engine's stage plan: through a real run
+    worker, every stage's steps start only after the stage before it ended."""
+    from polaris_pipeline.cleanup.stages import CHILD_STAGES
+    from polaris_pipeline.testing import tables as testing_tables
+
+    catalog = testing_tables.open_catalog(
+        testing_tables.local_warehouse_uri(tmp_path / "wh"), tmp_path / "catalog.db", name="d"
+    )
+    table = testing_tables.build_table(catalog, ("ns", "dropped"), appends=2)
+    files = [p for p in Path(table.location().removeprefix("file://")).rglob("*") if p.is_file()]
+    store = metastore_for(pg_url)
+    store.insert_tasks(
+        [testing_tables.drop_table_task(table, realm_id=REALM, create_timestamp=store.now_ms())]
+    )
+    daemon = start_daemon(metastore_url=pg_url, lease_timeout_ms=30_000)
+
+    daemon.wait_for(lambda: store.count_tasks() == 0, timeout_s=120, what="the table purged")
+    (run,) = daemon.wait_runs_finished(timeout_s=30)
+    assert run.status is DagsterRunStatus.SUCCESS, daemon.diagnose()
+    assert [p for p in files if p.exists()] == []
+
+    # Per stage of the plan, when its steps started and when its last one ended.
+    starts: dict[str, list[float]] = {}
+    ends: dict[str, list[float]] = {}
+    for record in daemon.instance.all_logs(run.run_id):
+        event = record.dagster_event
+        if event is None or event.step_key is None:
+            continue
+        for stage in CHILD_STAGES:
+            if event.step_key.startswith(f"run_{stage.name}_children"):
+                if event.event_type is DagsterEventType.STEP_START:
+                    starts.setdefault(stage.name, []).append(record.timestamp)
+                elif event.event_type is DagsterEventType.STEP_SUCCESS:
+                    ends.setdefault(stage.name, []).append(record.timestamp)
+    assert list(starts) == [stage.name for stage in CHILD_STAGES]
+    for before, after in itertools.pairwise(CHILD_STAGES):
+        assert max(ends[before.name]) <= min(starts[after.name])
