@@ -36,8 +36,6 @@ PERMANENT = "permanent"  # a failed task's step: whether the failure is permanen
 # A group of child tasks that failed: how many failed, how many were done before.
 FAILED_CHILDREN = "failed child tasks"
 CHILDREN_DONE = "child tasks done"
-# What the task job wrote for bytes freed before SIZES_UNREPORTED: still read.
-_UNKNOWN_BYTES = "unknown"
 
 _FAILED = (Status.FAILED.value, Status.DEAD.value)
 
@@ -139,8 +137,9 @@ class OutcomeTotals:
         freed = metadata.get(BYTES_FREED)
         self.bytes_freed += _int(freed)
         self.sizes_unreported += _int(metadata.get(SIZES_UNREPORTED))
+        # Before SIZES_UNREPORTED the task job wrote "unknown" for bytes freed.
         if freed is not None and not isinstance(freed, int) and SIZES_UNREPORTED not in metadata:
-            self.sizes_unreported += 1  # the earlier "unknown"
+            self.sizes_unreported += 1
         self.permanent += int(metadata.get(PERMANENT) is True)
         by_status = metadata.get(BY_STATUS)
         if isinstance(by_status, Mapping):  # a group of child tasks

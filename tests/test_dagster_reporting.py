@@ -25,7 +25,6 @@ from polaris_pipeline.dagster.reporting import (
     TAG_LOCATION,
     TAG_TABLE,
     TAG_TOTAL,
-    RunTotal,
     TableRef,
     build_run_report_sensor,
     location_metadata,
@@ -38,6 +37,7 @@ from polaris_pipeline.dagster.reporting import (
 from polaris_pipeline.dagster.resources import PolarisStorageResource
 from polaris_pipeline.dagster.task_job import polaris_task_job, run_config_for
 from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.outcome_totals import OutcomeTotals
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskRow, TaskType
 from polaris_pipeline.testing import tables as testing_tables
 from tests.support.dagster import metastore_resource
@@ -128,7 +128,7 @@ def test_tags_and_location_of_a_table() -> None:
 
 
 def test_run_total_adds_up_root_and_child_groups() -> None:
-    total = RunTotal()
+    total = OutcomeTotals()
     total.add_step({"status": "done", "files deleted": 0, "bytes freed": 0, "child tasks": 3})
     total.add_step(
         {"files deleted": 5, "files already gone": 1, "bytes freed": 500, "by status": {"done": 2}}

@@ -9,7 +9,7 @@ Pure functions (no Dagster context needed), and the one sensor that uses them:
   task job adds as its run starts;
 - ``run_total``: files deleted, already gone, refused, bytes freed and children by
   status over every step of a run, read back from the steps' metadata into the
-  engine's ``OutcomeTotals`` (``RunTotal``), whose ``line`` is the run's total;
+  engine's ``OutcomeTotals``, whose ``line`` is the run's total;
 - ``table_event``: the ``AssetMaterialization`` of one purged table, keyed
   ``["polaris", realm, "catalog_<id>", *namespace, table]``, with the run's
   numbers and a link to the run, so the catalog answers "when was this table
@@ -161,10 +161,8 @@ def location_metadata(ref: TableRef | None) -> dict[str, MetadataValue]:
 
 # ------------------------------------------------------------------ the run total
 
+
 # A run's total is the engine's: the same numbers, keys and line as a CLI sweep's.
-RunTotal = OutcomeTotals
-
-
 def run_total(instance: DagsterInstance, run_id: str) -> OutcomeTotals:
     """The total of one run, from its step outputs and step failures in the event log."""
     total = OutcomeTotals()
@@ -290,7 +288,6 @@ __all__ = [
     "TAG_LOCATION",
     "TAG_TABLE",
     "TAG_TOTAL",
-    "RunTotal",
     "TableRef",
     "build_run_report_sensor",
     "location_metadata",
