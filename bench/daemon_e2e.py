@@ -447,6 +447,20 @@ def _summary(e: dict[str, Any]) -> str:
     )
 
 
+def _deployed_queue_text(conc: int) -> str:
+    """The run queue and launcher the harness takes from deploy/dagster.yaml."""
+    from tests.support.daemon import deployed_instance
+
+    deployed = deployed_instance()
+    queue = deployed["run_coordinator"]["config"]
+    return (
+        f"QueuedRunCoordinator as deploy/dagster.yaml (a look every "
+        f"{queue['dequeue_interval_seconds']} s, {queue['dequeue_num_workers']} launches at "
+        f"once) with max_concurrent_runs {conc}, {deployed['run_launcher']['class']}, "
+        f"log level {deployed['python_logs']['python_log_level']}"
+    )
+
+
 def run(quick: bool = False) -> BenchResult:
     size = QUICK if quick else FULL
     conc = size["concurrent_runs"]
@@ -462,8 +476,7 @@ def run(quick: bool = False) -> BenchResult:
             "fan-out": f"1 table leaving {size['fanout_children']:,} orphaned children",
             "queue": f"{size['queue_tasks']} BATCH tasks of 1 file, max_concurrent_runs 2, "
             f"lease {size['queue_lease_ms'] // 1000} s",
-            "daemon": f"QueuedRunCoordinator max_concurrent_runs {conc}, 4 launches at once "
-            "(dequeue_num_workers, as deploy/dagster.yaml), DefaultRunLauncher, run retries 2, "
+            "daemon": f"{_deployed_queue_text(conc)}, run retries 2, "
             f"sweep interval {size['sweep_interval_s']} s, lease 300 s",
             "deadlines": f"{size['deadline_s']} s per backlog, {size['fanout_deadline_s']} s "
             "for the fan-out",

@@ -10,6 +10,7 @@ seeds rows and files, then watches the metastore, the files and the instance.
 from __future__ import annotations
 
 import itertools
+import logging
 import uuid
 from pathlib import Path
 
@@ -383,3 +384,10 @@ def test_a_dropped_table_runs_its_children_stage_by_stage_in_one_run(
     assert list(starts) == [stage.name for stage in CHILD_STAGES]
     for before, after in itertools.pairwise(CHILD_STAGES):
         assert max(ends[before.name]) <= min(starts[after.name])
+
+    # deploy/dagster.yaml's log level reaches the run worker: Dagster's DEBUG lines
+    # (one per step output and input) are not stored, the task job's INFO lines are.
+    logged = [r for r in daemon.instance.all_logs(run.run_id) if r.dagster_event is None]
+    assert not [r.user_message for r in logged if r.level < logging.INFO]
+    assert not [r.user_message for r in logged if r.user_message.startswith("Writing file at")]
+    assert sum(" done: " in r.user_message for r in logged) > 1  # the table and its children

@@ -888,3 +888,41 @@ print(",".join(m for m in ("pyiceberg", "pyarrow", "botocore") if m in sys.modul
     assert statuses == "['done']"
     assert not victim.exists()
     assert heavy == "none"
+
+
+def test_a_table_purge_imports_no_pyiceberg_catalog_nor_pyarrow(tmp_path: Path) -> None:
+    """A dropped table's run reads its metadata and manifests with pyiceberg's readers only:
+    not its fsspec FileIO, which imports the REST catalog, nor pyarrow (each run's start)."""
+    import subprocess
+    import sys
+
+    catalog = testing_tables.open_catalog(
+        testing_tables.local_warehouse_uri(tmp_path / "wh"), tmp_path / "catalog.db"
+    )
+    table = testing_tables.build_table(catalog, ("ns", "dropped"), appends=2)
+    content = testing_tables.content_files(table)
+    store = Metastore(f"sqlite:///{tmp_path / 'm.db'}")
+    store.init_schema()
+    drop(store, table)
+    store.dispose()
+    probe = f"""
+import sys
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.runner import Runner
+with Runner(Metastore("sqlite:///{tmp_path / "m.db"}")) as runner:
+    outcomes = runner.sweep()
+print(sorted({{o.status.value for o in outcomes}}), sum(len(o.children) for o in outcomes))
+heavy = ("pyiceberg.catalog.rest", "pyiceberg.io.fsspec", "pyarrow")
+print(",".join(m for m in heavy if m in sys.modules) or "none")
+print("pyiceberg.manifest" in sys.modules)
+"""
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, check=True
+    )
+    statuses, heavy, read_manifests = out.stdout.strip().splitlines()[-3:]
+    assert statuses.startswith("['done']")
+    assert int(statuses.split()[-1]) > 0  # the table's children were created and run
+    assert not any(Path(uri.removeprefix("file://")).exists() for uri in content)
+    assert heavy == "none"
+    assert read_manifests == "True"  # pyiceberg did read them

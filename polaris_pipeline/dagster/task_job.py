@@ -349,15 +349,19 @@ def _iso(ms: int | None) -> str | None:
 
 
 class _ProgressLog:
-    """Runner progress, logged at most every few seconds so long deletes show life."""
+    """Runner progress, logged every few seconds of a step so long deletes show life.
+
+    Nothing for a short one: its "done" line says it all, and every line is an
+    event the run stores.
+    """
 
     def __init__(self, context: OpExecutionContext) -> None:
         self._context = context
-        self._last = 0.0
+        self._last = time.monotonic()
 
     def __call__(self, lease: Lease, done: int, total: int, what: str) -> None:
         now = time.monotonic()
-        if now - self._last < _PROGRESS_LOG_INTERVAL_S and done != total:
+        if now - self._last < _PROGRESS_LOG_INTERVAL_S:
             return
         self._last = now
         of = f"/{total}" if total else ""

@@ -1,7 +1,8 @@
 """A real ``dagster-daemon`` over a temporary DAGSTER_HOME, for tests and the daemon benchmark.
 
-``DaemonHarness`` writes a ``dagster.yaml`` (QueuedRunCoordinator, the
-DefaultRunLauncher: one process per run, run retries, run monitoring with short
+``DaemonHarness`` writes a ``dagster.yaml`` (the QueuedRunCoordinator as
+``deploy/dagster.yaml`` ships it but for the total of runs in progress, and
+its log level, the DefaultRunLauncher: one process per run, run retries, run monitoring with short
 intervals, SQLite storage or dagster-postgres) and a ``workspace.yaml`` that
 loads a code location module (the repository's ``definitions`` by default) with
 the repository root as working directory, then starts ``dagster-daemon run``
@@ -35,6 +36,8 @@ from dagster._core.scheduler.instigation import InstigatorTick
 from dagster._core.storage.dagster_run import RunRecord
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# The instance file operators copy: its run queue settings are the harness's too.
+DEPLOYED_INSTANCE = REPO_ROOT / "deploy" / "dagster.yaml"
 DAEMON_BIN = Path(sys.executable).with_name("dagster-daemon")
 SENSOR_NAME = "polaris_task_sweeper"
 TASK_JOB = "polaris_task_job"
@@ -64,8 +67,6 @@ class DaemonConfig:
     # The code location module, importable from the repository root.
     module: str = "definitions"
     run_retries: int = 2
-    # Runs the run queue launches at once (deploy/dagster.yaml's dequeue_num_workers).
-    dequeue_workers: int = 4
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -83,21 +84,23 @@ def _postgres_storage(pg: Mapping[str, str]) -> dict[str, Any]:
     return {"postgres": {"postgres_db": db}}
 
 
+def deployed_instance() -> dict[str, Any]:
+    """``deploy/dagster.yaml`` as shipped."""
+    doc: dict[str, Any] = yaml.safe_load(DEPLOYED_INSTANCE.read_text(encoding="utf-8"))
+    return doc
+
+
 def instance_yaml(config: DaemonConfig) -> dict[str, Any]:
     """The ``dagster.yaml`` of the harness (see the module docstring)."""
+    deployed = deployed_instance()
+    queue = deployed["run_coordinator"]
+    # The shipped queue (interval, parallel launches, the per-realm cap), with the
+    # test's own total: what a test or the benchmark measures is what operators run.
+    queue["config"] = {**queue["config"], "max_concurrent_runs": config.max_concurrent_runs}
     doc: dict[str, Any] = {
-        "run_coordinator": {
-            "module": "dagster.core.run_coordinator",
-            "class": "QueuedRunCoordinator",
-            "config": {
-                "max_concurrent_runs": config.max_concurrent_runs,
-                "dequeue_interval_seconds": 1,
-                # As deploy/dagster.yaml: launches in parallel (docs/operations.md).
-                "dequeue_use_threads": True,
-                "dequeue_num_workers": config.dequeue_workers,
-            },
-        },
-        "run_launcher": {"module": "dagster.core.launcher", "class": "DefaultRunLauncher"},
+        "run_coordinator": queue,
+        "python_logs": deployed["python_logs"],
+        "run_launcher": deployed["run_launcher"],
         "run_retries": {"enabled": True, "max_retries": config.run_retries},
         # Short intervals: a worker that never starts, or dies, is noticed in seconds.
         "run_monitoring": {
