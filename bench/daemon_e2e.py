@@ -294,7 +294,10 @@ def tick_stats(daemon: Any, sensor: str) -> dict[str, Any]:
 def _daemon(home: Path, url: str, pg: dict[str, str] | None, **config: Any) -> Any:
     from tests.support.daemon import DaemonConfig, DaemonHarness
 
-    return DaemonHarness(home, DaemonConfig(metastore_url=url, postgres=pg, **config))
+    # Run monitoring as shipped: the tests' two-second polls are not what operators run.
+    return DaemonHarness(
+        home, DaemonConfig(metastore_url=url, postgres=pg, fast_monitoring=False, **config)
+    )
 
 
 @contextlib.contextmanager
@@ -457,7 +460,8 @@ def _deployed_queue_text(conc: int) -> str:
         f"QueuedRunCoordinator as deploy/dagster.yaml (a look every "
         f"{queue['dequeue_interval_seconds']} s, {queue['dequeue_num_workers']} launches at "
         f"once) with max_concurrent_runs {conc}, {deployed['run_launcher']['class']}, "
-        f"log level {deployed['python_logs']['python_log_level']}"
+        f"log level {deployed['python_logs']['python_log_level']}, run monitoring every "
+        f"{deployed['run_monitoring']['poll_interval_seconds']} s"
     )
 
 

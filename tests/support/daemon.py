@@ -1,9 +1,10 @@
 """A real ``dagster-daemon`` over a temporary DAGSTER_HOME, for tests and the daemon benchmark.
 
-``DaemonHarness`` writes a ``dagster.yaml`` (the QueuedRunCoordinator as
-``deploy/dagster.yaml`` ships it but for the total of runs in progress, and
-its log level, the DefaultRunLauncher: one process per run, run retries, run monitoring with short
-intervals, SQLite storage or dagster-postgres) and a ``workspace.yaml`` that
+``DaemonHarness`` writes a ``dagster.yaml`` (the run queue, run launcher and
+log level as ``deploy/dagster.yaml`` ships them, but for the total of runs in
+progress; the DefaultRunLauncher there is one process per run; run retries;
+run monitoring with short intervals unless the deployed ones are asked for;
+SQLite storage or dagster-postgres) and a ``workspace.yaml`` that
 loads a code location module (the repository's ``definitions`` by default) with
 the repository root as working directory, then starts ``dagster-daemon run``
 in a session of its own, so stopping it reaches the code server, the run
@@ -67,6 +68,9 @@ class DaemonConfig:
     # The code location module, importable from the repository root.
     module: str = "definitions"
     run_retries: int = 2
+    # Run monitoring with intervals of seconds, so that tests see a dead worker at
+    # once; False keeps deploy/dagster.yaml's (the benchmark: what operators run).
+    fast_monitoring: bool = True
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -82,6 +86,10 @@ def _postgres_storage(pg: Mapping[str, str]) -> dict[str, Any]:
     if pg.get("DAGSTER_PG_PASSWORD"):
         db["password"] = pg["DAGSTER_PG_PASSWORD"]
     return {"postgres": {"postgres_db": db}}
+
+
+# Short intervals: a worker that never starts, or dies, is noticed in seconds.
+_FAST_MONITORING = {"enabled": True, "start_timeout_seconds": 120, "poll_interval_seconds": 2}
 
 
 def deployed_instance() -> dict[str, Any]:
@@ -102,12 +110,9 @@ def instance_yaml(config: DaemonConfig) -> dict[str, Any]:
         "python_logs": deployed["python_logs"],
         "run_launcher": deployed["run_launcher"],
         "run_retries": {"enabled": True, "max_retries": config.run_retries},
-        # Short intervals: a worker that never starts, or dies, is noticed in seconds.
-        "run_monitoring": {
-            "enabled": True,
-            "start_timeout_seconds": 120,
-            "poll_interval_seconds": 2,
-        },
+        "run_monitoring": _FAST_MONITORING
+        if config.fast_monitoring
+        else deployed["run_monitoring"],
         "telemetry": {"enabled": False},
     }
     if config.postgres is not None:
