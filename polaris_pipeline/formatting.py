@@ -1,8 +1,9 @@
 """How numbers, times and tasks are written for people: one formatter each.
 
 - ``format_bytes``: sizes in binary units (``488.3 KiB``), the one byte formatter.
-- ``iso_utc`` / ``format_duration`` / ``relative_time``: epoch milliseconds as
-  ISO 8601 in UTC (``2026-12-01T10:05:40.123Z``) and spans as ``4m30s``.
+- ``iso_utc`` / ``iso_utc_seconds`` / ``format_duration`` / ``relative_time``: epoch
+  milliseconds as ISO 8601 in UTC (``2026-12-01T10:05:40.123Z``, or to the second
+  ``2026-12-01T10:05:40+00:00``) and spans as ``4m30s``.
 - ``short_task_name`` / ``task_label``: a task's name cut to something readable.
   Polaris names a batch child ``<parent>_[<every file>]_<uuid>`` and a manifest
   child ``<parent>_<manifest path>_<uuid>``, so the raw names run to kilobytes.
@@ -44,19 +45,35 @@ def format_bytes(n: int | None, *, exact: bool = False) -> str:
     raise AssertionError("unreachable")
 
 
-def iso_utc(ms: int | None) -> str | None:
-    """Epoch milliseconds as ISO 8601 in UTC with milliseconds; None when not a time.
+def _moment(ms: int | None) -> datetime | None:
+    """Epoch milliseconds (to the second) in UTC; None for None or a number off the calendar.
 
-    A row may hold any 18-digit number as a time; one outside the calendar gives None
-    rather than an error, and the millisecond value is still shown beside it.
+    A row may hold any 18-digit number as a time: that gives None rather than an error.
     """
     if ms is None:
         return None
     try:
-        moment = datetime.fromtimestamp(ms // 1000, UTC)
+        return datetime.fromtimestamp(ms // 1000, UTC)
     except (OverflowError, OSError, ValueError):
         return None
+
+
+def iso_utc(ms: int | None) -> str | None:
+    """Epoch milliseconds as ISO 8601 in UTC with milliseconds; None when not a time.
+
+    Where the millisecond value is shown beside it (the CLI's tables and JSON).
+    """
+    moment = _moment(ms)
+    if moment is None or ms is None:
+        return None
     return f"{moment:%Y-%m-%dT%H:%M:%S}.{ms % 1000:03d}Z"
+
+
+def iso_utc_seconds(ms: int | None) -> str | None:
+    """Epoch milliseconds as ISO 8601 in UTC to the second (``2026-12-01T10:05:40+00:00``);
+    None when not a time. For sentences and run metadata, where milliseconds are noise."""
+    moment = _moment(ms)
+    return None if moment is None else moment.isoformat(timespec="seconds")
 
 
 def format_duration(ms: int) -> str:

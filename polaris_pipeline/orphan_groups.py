@@ -26,7 +26,7 @@ from polaris_pipeline.tasks.payloads import TableIdentifier
 # Java's ``UUID.toString`` form. Anything not shaped so is not taken for a child.
 _UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 _PARENT_NAME = re.compile(rf"^(entityCleanup_[0-9]+)_.*_{_UUID}$", re.DOTALL)
-_CHILD_TYPES = {str(int(TaskType.MANIFEST_FILE_CLEANUP)), str(int(TaskType.BATCH_FILE_CLEANUP))}
+_CHILD_TYPES = {TaskType.MANIFEST_FILE_CLEANUP.code, TaskType.BATCH_FILE_CLEANUP.code}
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ A compare-and-set lost to a concurrent writer is re-read and judged again.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from enum import StrEnum
 
+from polaris_pipeline.formatting import iso_utc_seconds
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Lease, TaskRow, TaskState
 
@@ -57,9 +57,7 @@ class StartDecision:
 
 
 def _iso(ms: int | None) -> str:
-    if ms is None:
-        return "unknown"
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="seconds")
+    return iso_utc_seconds(ms) or "unknown"
 
 
 def gone_message(realm_id: str, task_id: int) -> str:

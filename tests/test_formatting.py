@@ -12,6 +12,7 @@ from polaris_pipeline.formatting import (
     format_bytes,
     format_duration,
     iso_utc,
+    iso_utc_seconds,
     relative_time,
     short_task_name,
     task_label,
@@ -42,6 +43,14 @@ def test_iso_utc_and_hostile_times() -> None:
     assert iso_utc(None) is None
     assert iso_utc(999_999_999_999_999_999) is None  # past the calendar: no error
     assert iso_utc(-(2**62)) is None
+
+
+def test_iso_utc_seconds_cuts_to_the_second_and_survives_hostile_times() -> None:
+    assert iso_utc_seconds(1_764_583_540_999) == "2025-12-01T10:05:40+00:00"  # cut, not rounded
+    assert iso_utc_seconds(0) == "1970-01-01T00:00:00+00:00"
+    assert iso_utc_seconds(None) is None
+    assert iso_utc_seconds(999_999_999_999_999_999) is None
+    assert iso_utc_seconds(-(2**62)) is None
 
 
 @pytest.mark.parametrize(

@@ -112,9 +112,9 @@ def orphan_stage(task: TaskRow) -> ChildStage:
     safe. Any other task, or a payload that does not decode (its own run records
     why), runs with the batches.
     """
-    if task.task_type_code == str(int(TaskType.MANIFEST_FILE_CLEANUP)):
+    if task.task_type_code == TaskType.MANIFEST_FILE_CLEANUP.code:
         return MANIFESTS
-    if task.task_type_code == str(int(TaskType.BATCH_FILE_CLEANUP)):
+    if task.task_type_code == TaskType.BATCH_FILE_CLEANUP.code:
         try:
             files = decode_batch_cleanup(task.data()).batch_files
         except PayloadError:

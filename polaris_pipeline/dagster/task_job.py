@@ -35,7 +35,6 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
@@ -76,7 +75,7 @@ from polaris_pipeline.dagster.reporting import location_metadata, run_tags_for_t
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.errors import PolarisPipelineError, StorageConfigError
-from polaris_pipeline.formatting import format_bytes, short_task_name
+from polaris_pipeline.formatting import format_bytes, iso_utc_seconds, short_task_name
 from polaris_pipeline.outcome_totals import STATUS, OutcomeTotals
 from polaris_pipeline.runner import Runner, Status, TaskOutcome
 from polaris_pipeline.start import StartAction, StartDecision
@@ -342,12 +341,6 @@ def _label(lease: Lease) -> str:
     return f"{lease.realm_id}/{lease.task_id} {short_task_name(lease.name)!r}"
 
 
-def _iso(ms: int | None) -> str | None:
-    if ms is None:
-        return None
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="seconds")
-
-
 class _ProgressLog:
     """Runner progress, logged every few seconds of a step so long deletes show life.
 
@@ -401,7 +394,7 @@ def _lease_metadata(lease: Lease) -> dict[str, Any]:
         "type": task_type_name(lease.task_type_code),
         "lease executor": lease.executor_id,
         "lease attempt": lease.attempt,
-        "lease started": _iso(lease.start_time_ms) or "",
+        "lease started": iso_utc_seconds(lease.start_time_ms) or "",
     }
 
 
@@ -605,7 +598,7 @@ def run_task(
         "dagster run id": MetadataValue.dagster_run(context.run_id),  # a link in the UI
     }
     if outcome.next_attempt_ms is not None:
-        meta["next attempt"] = _iso(outcome.next_attempt_ms) or ""
+        meta["next attempt"] = iso_utc_seconds(outcome.next_attempt_ms) or ""
     result = outcome.result
     if result is not None:
         meta.update(OutcomeTotals.of([outcome]).metadata())

@@ -29,6 +29,11 @@ class TaskType(IntEnum):
     MANIFEST_FILE_CLEANUP = 2
     BATCH_FILE_CLEANUP = 3
 
+    @property
+    def code(self) -> str:
+        """The code as the ``taskType`` property holds it (``"2"``): every value is a string."""
+        return str(int(self))
+
 
 class TaskState(StrEnum):
     PENDING = "pending"  # never leased, within the grace period: Polaris may be running it

@@ -397,4 +397,4 @@ def batch_cleanup_task_name(
 
 def task_properties(task_type: TaskType, data: str) -> dict[str, str]:
     """A new task's ``properties``: Polaris keeps every value as a string."""
-    return {Prop.TASK_TYPE: str(int(task_type)), Prop.DATA: data}
+    return {Prop.TASK_TYPE: task_type.code, Prop.DATA: data}

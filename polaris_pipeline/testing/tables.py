@@ -649,7 +649,7 @@ def drop_task(
         properties={"location": spec.location},
     )
     properties = {
-        Prop.TASK_TYPE: str(int(TaskType.ENTITY_CLEANUP_SCHEDULER)),
+        Prop.TASK_TYPE: TaskType.ENTITY_CLEANUP_SCHEDULER.code,
         Prop.DATA: encode_dropped_entity(entity),
     }
     internal = {**spec.table_properties, "storageLocation": spec.location}
