@@ -52,6 +52,7 @@ from polaris_pipeline.tasks.summary import (
 
 if TYPE_CHECKING:
     from polaris_pipeline.outcome_totals import OutcomeTotals
+    from polaris_pipeline.runner import Runner
 
 EXIT_OK, EXIT_TASK_FAILED, EXIT_ERROR = 0, 1, 2
 
@@ -827,7 +828,7 @@ class _Report:
 
 def _runner(
     settings: PipelineSettings, noting: _NotingMetastore, report: _Report, command: str
-) -> Any:
+) -> Runner:
     """The Runner of a command that runs tasks, reporting to ``report``."""
     from polaris_pipeline.runner import Runner, make_executor_id
 
