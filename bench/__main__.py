@@ -26,6 +26,7 @@ DESCRIPTIONS = {
     "dagster_e2e": "Dagster: 1,000 orphaned tasks (250 with --quick), first tick to all done",
     "sensor_tick": "Dagster sensor tick with a 10,000-task backlog",
     "daemon_e2e": "through dagster-daemon: mixed backlog, 2,000-child table, queue, the floor",
+    "pgbouncer_auth": "a new connection to Dagster's database: straight, through PgBouncer",
 }
 
 

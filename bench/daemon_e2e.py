@@ -12,7 +12,8 @@ Phases, each with a fresh metastore and a fresh instance:
 - **mixed**: one realm holding dropped pyiceberg tables (their manifest and
   batch children created and run inside the table's run), tables whose purge
   died leaving orphaned children (parent row gone), and independent BATCH
-  tasks; on a SQLite instance and on dagster-postgres;
+  tasks; on a SQLite instance and on dagster-postgres, straight to PostgreSQL
+  and through PgBouncer configured from ``deploy/pgbouncer/``;
 - **fan-out**: one table whose purge left 2,000 orphaned manifest children;
 - **queue** (issue 18): BATCH tasks of one file behind ``max_concurrent_runs: 2``;
 - **floor**: a trivial one-op job, requested by a sensor once per task, through
@@ -31,6 +32,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -300,22 +302,53 @@ def _daemon(home: Path, url: str, pg: dict[str, str] | None, **config: Any) -> A
     )
 
 
+@dataclass
+class InstanceDb:
+    """Dagster's storage for one phase: None for SQLite, else DAGSTER_PG_* for the
+    instance; ``server_sessions`` is set on exit (after the daemon and PgBouncer end)."""
+
+    env: dict[str, str] | None
+    server_sessions: int | None = None
+
+
+# The instance kinds: SQLite under DAGSTER_HOME, dagster-postgres straight to
+# PostgreSQL, and dagster-postgres through PgBouncer (deploy/pgbouncer/).
+KINDS = {
+    "sqlite": "sqlite",
+    "postgres": "postgres",
+    "pgbouncer": "postgres through PgBouncer",
+}
+
+
 @contextlib.contextmanager
-def _instance_db(kind: str) -> Iterator[dict[str, str] | None]:
+def _instance_db(kind: str) -> Iterator[InstanceDb]:
     if kind == "sqlite":
-        yield None
+        yield InstanceDb(None)
         return
     from sqlalchemy.engine import make_url
 
+    from tests.support.metastore import PG_ADMIN_URL
+    from tests.support.pgbouncer import running_pgbouncer, server_sessions
+
     with temp_database("daemon_dagster") as url:
         u = make_url(url)
-        yield {
-            "DAGSTER_PG_HOST": u.host or "127.0.0.1",
-            "DAGSTER_PG_PORT": str(u.port or 5432),
-            "DAGSTER_PG_USERNAME": u.username or "postgres",
-            "DAGSTER_PG_PASSWORD": u.password or "",
-            "DAGSTER_PG_DB": u.database or "",
-        }
+        name = u.database or ""
+        if kind == "pgbouncer":
+            with running_pgbouncer(PG_ADMIN_URL, name) as bouncer:
+                db = InstanceDb(bouncer.dagster_pg_env())
+                yield db
+        else:
+            db = InstanceDb(
+                {
+                    "DAGSTER_PG_HOST": u.host or "127.0.0.1",
+                    "DAGSTER_PG_PORT": str(u.port or 5432),
+                    "DAGSTER_PG_USERNAME": u.username or "postgres",
+                    "DAGSTER_PG_PASSWORD": u.password or "",
+                    "DAGSTER_PG_DB": name,
+                }
+            )
+            yield db
+        db.server_sessions = server_sessions(PG_ADMIN_URL, name)
 
 
 def backlog_phase(
@@ -325,10 +358,10 @@ def backlog_phase(
     with (
         tempfile.TemporaryDirectory(prefix=f"pp_daemon_{name}_") as tmp,
         _metastore() as (url, store),
-        _instance_db(kind) as pg,
+        _instance_db(kind) as db,
     ):
         root = Path(tmp)
-        daemon = _daemon(root / "home", url, pg, **config)
+        daemon = _daemon(root / "home", url, db.env, **config)
         with ProcessCpu() as cpu, daemon:
             _started(daemon, "polaris_task_sweeper")
             fixture = seed(root, store)
@@ -339,7 +372,7 @@ def backlog_phase(
             tasks = task_stats(daemon, runs.pop("records"))
             ticks = tick_stats(daemon, "polaris_task_sweeper")
             daemon.stop()
-        return {
+        phase = {
             "cpu": cpu.by_role(),
             "kind": kind,
             "fixture": fixture,
@@ -351,6 +384,8 @@ def backlog_phase(
             **tasks,
             "tick": ticks,
         }
+    phase["server_sessions"] = db.server_sessions
+    return phase
 
 
 def floor_phase(kind: str, n: int, concurrent: int) -> dict[str, Any]:
@@ -359,12 +394,12 @@ def floor_phase(kind: str, n: int, concurrent: int) -> dict[str, Any]:
     with (
         tempfile.TemporaryDirectory(prefix="pp_daemon_floor_") as tmp,
         _metastore() as (url, _store),
-        _instance_db(kind) as pg,
+        _instance_db(kind) as db,
     ):
         daemon = _daemon(
             Path(tmp) / "home",
             url,
-            pg,
+            db.env,
             module="bench.daemon_floor_location",
             max_concurrent_runs=concurrent,
             extra_env={RUNS_ENV: str(n)},
@@ -441,6 +476,15 @@ def _per_min(e: dict[str, Any]) -> float:
     return done / (e["seconds"] / 60) if e["seconds"] else 0.0
 
 
+def _sessions_text(e: dict[str, Any]) -> str:
+    """PostgreSQL sessions on Dagster's database over the phase, when it had one."""
+    n = e.get("server_sessions")
+    if n is None:
+        return ""
+    per_run = f", {n / e['runs']:.1f} per run" if e["runs"] else ""
+    return f"; PostgreSQL sessions on Dagster's database: {n:,}{per_run}"
+
+
 def _summary(e: dict[str, Any]) -> str:
     return (
         f"{e['fixture']['tasks'] - e['tasks_left']:,} of {e['fixture']['tasks']:,} tasks in "
@@ -466,6 +510,8 @@ def _deployed_queue_text(conc: int) -> str:
 
 
 def run(quick: bool = False) -> BenchResult:
+    from tests.support.pgbouncer import pool_setting
+
     size = QUICK if quick else FULL
     conc = size["concurrent_runs"]
     result = BenchResult(
@@ -482,12 +528,16 @@ def run(quick: bool = False) -> BenchResult:
             f"lease {size['queue_lease_ms'] // 1000} s",
             "daemon": f"{_deployed_queue_text(conc)}, run retries 2, "
             f"sweep interval {size['sweep_interval_s']} s, lease 300 s",
+            "PgBouncer": f"deploy/pgbouncer/pgbouncer.ini on a port of its own, pool_mode "
+            f"{pool_setting('pool_mode')}, default_pool_size "
+            f"{pool_setting('default_pool_size')} (deploy/pgbouncer/dagster-pool.ini)",
             "deadlines": f"{size['deadline_s']} s per backlog, {size['fanout_deadline_s']} s "
             "for the fan-out",
         },
     )
-    # --quick keeps to SQLite (the default instance); the full run adds dagster-postgres.
-    kinds = ["sqlite"] if quick else ["sqlite", "postgres"]
+    # --quick keeps to SQLite (the default instance); the full run adds dagster-postgres,
+    # straight to PostgreSQL and through PgBouncer.
+    kinds = ["sqlite"] if quick else list(KINDS)
     mixed = {
         kind: backlog_phase(
             kind,
@@ -527,7 +577,7 @@ def run(quick: bool = False) -> BenchResult:
         rate = _per_min(e)
         result.add(
             Figure(
-                f"{kind} instance: mixed backlog, tasks per minute",
+                f"{KINDS[kind]} instance: mixed backlog, tasks per minute",
                 rate,
                 "tasks/min",
                 target=">= 100 tasks/min",
@@ -535,11 +585,11 @@ def run(quick: bool = False) -> BenchResult:
                 why=_summary(e),
             ),
             Figure(
-                f"{kind} instance: runs launched per task",
+                f"{KINDS[kind]} instance: runs launched per task",
                 e["runs"] / e["fixture"]["tasks"],
                 why=f"attempts per task {fmt(e['mean_attempt'])} (max {e['max_attempt']}); "
                 f"tasks done by more than one run: {e['done_in_more_than_one_run']}; "
-                f"lease-lost reports: {e['lease_lost_reports']}",
+                f"lease-lost reports: {e['lease_lost_reports']}{_sessions_text(e)}",
             ),
         )
     result.add(
@@ -612,7 +662,7 @@ def run(quick: bool = False) -> BenchResult:
     for label, e in [*(("mixed", m) for m in mixed.values()), ("fan-out", fan), ("queue", queue)]:
         t = e["tick"]
         rows.append(
-            f"| {label} | {e['kind']} | {e['fixture']['tasks']:,} | {e['seconds']:.0f}"
+            f"| {label} | {KINDS[e['kind']]} | {e['fixture']['tasks']:,} | {e['seconds']:.0f}"
             f"{'' if e['done'] else ' (cut)'} | {_per_min(e):.0f} | {e['runs']:,} | "
             f"{e['runs'] / e['fixture']['tasks']:.2f} | {fmt(e['mean_attempt'])} "
             f"({e['max_attempt']}) | {fmt(e['median_run_s'])} | "

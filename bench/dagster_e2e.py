@@ -39,7 +39,7 @@ from bench.report import BenchResult, Figure, fmt
 if TYPE_CHECKING:
     from polaris_pipeline.tasks.model import NewTask
 
-TITLE = "7. In process (secondary): Dagster end to end: orphaned tasks, first tick to all done"
+TITLE = "8. In process (secondary): Dagster end to end: orphaned tasks, first tick to all done"
 FULL = {
     "tasks": 1_000,
     "fanout_manifests": 2_000,

@@ -35,7 +35,7 @@ from botocore.config import Config
 from bench.manifests import data_file_paths, write_with_pyiceberg
 from bench.report import TIMES, BenchResult, Figure, fmt
 
-TITLE = "4. Deleting a manifest's files on S3 (moto)"
+TITLE = "5. Deleting a manifest's files on S3 (moto)"
 FULL = {"objects": 20_000}
 QUICK = {"objects": 2_000}
 KEY = "bench-access-key"

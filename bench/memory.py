@@ -37,7 +37,7 @@ from typing import Any
 
 from bench.report import BenchResult, Figure
 
-TITLE = "5. Manifest handler memory (100k and 1M entries)"
+TITLE = "6. Manifest handler memory (100k and 1M entries)"
 FULL = {"sizes": (100_000, 1_000_000)}
 QUICK = {"sizes": (10_000, 100_000)}
 MODES = ("floor", "ours", "baseline")

@@ -22,7 +22,16 @@ TIMES = "\u00d7"
 # The order of the sections in the document.
 # The daemon benchmark leads: it is what a deployment gets. The in-process
 # end-to-end figure (dagster_e2e) stays as a secondary line.
-ORDER = ("daemon_e2e", "lease", "sweep_query", "delete", "memory", "sensor_tick", "dagster_e2e")
+ORDER = (
+    "daemon_e2e",
+    "pgbouncer_auth",
+    "lease",
+    "sweep_query",
+    "delete",
+    "memory",
+    "sensor_tick",
+    "dagster_e2e",
+)
 
 
 @dataclass

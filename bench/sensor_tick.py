@@ -37,7 +37,7 @@ from bench.common import (
 )
 from bench.report import BenchResult, Figure, fmt
 
-TITLE = "6. Sensor tick with a 10,000-task backlog (PostgreSQL)"
+TITLE = "7. Sensor tick with a 10,000-task backlog (PostgreSQL)"
 FULL = {"tasks": 10_000, "entities": 100_000}
 QUICK = {"tasks": 2_000, "entities": 20_000}
 LIMIT_S = 60.0

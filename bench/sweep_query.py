@@ -42,7 +42,7 @@ from bench.common import (
 )
 from bench.report import BenchResult, Figure, fmt
 
-TITLE = "3. Sweeper queries among 1M entities (PostgreSQL)"
+TITLE = "4. Sweeper queries among 1M entities (PostgreSQL)"
 FULL = {"entities": 1_000_000, "tasks": 100_000, "ticks": 20, "lease": 200}
 QUICK = {"entities": 100_000, "tasks": 10_000, "ticks": 10, "lease": 200}
 INDEX_NAME = "entities_polaris_pipeline_tasks_idx"

@@ -2,6 +2,8 @@
 # Debian packages the tests use, installed only when missing:
 #   chromium  the browser tests (tests/browser/), via scripts/install-browser.sh
 #   faketime  the clock-skew scenario of tests/reliability/ (a sweeper hours off)
+#   pgbouncer the pooler in front of Dagster's database (tests/test_pgbouncer_instance.py
+#             and the benchmark start their own, from deploy/pgbouncer/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +17,12 @@ if ! command -v faketime >/dev/null 2>&1; then
     echo "faketime missing: installing it with apt-get" >&2
     $SUDO apt-get update -q
     $SUDO apt-get install -y faketime
+fi
+# Debian's package also enables a system-wide service; only the binary is used here.
+if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
+    echo "pgbouncer missing: installing it with apt-get" >&2
+    $SUDO apt-get update -q
+    $SUDO apt-get install -y pgbouncer
 fi
 bash scripts/install-browser.sh
 bash scripts/install-iceberg-java.sh
