@@ -92,17 +92,16 @@ def local_config(
     }
     if auth_type is not None:
         replacements[f"auth_type = {EXAMPLE_AUTH_TYPE}"] = f"auth_type = {auth_type}"
+    lines = example.splitlines()
     for line, replacement in replacements.items():
-        if line not in example.splitlines():
+        if line not in lines:
             raise ValueError(f"{EXAMPLE} no longer has the line {line!r}")
         example = example.replace(line, replacement)
-    # Still in [pgbouncer] (the include ends the file): a daemon of the test's own,
-    # with no Unix socket in a shared directory, its log in its work directory, and
-    # the admin console for the test's user.
-    return example + (
-        f"\nunix_socket_dir =\nlogfile = {workdir / 'pgbouncer.log'}\n"
-        f"admin_users = {server.username or 'postgres'}\n"
-    )
+    # The lines added below belong to [pgbouncer], which the include must end.
+    if [line for line in lines if line.strip()][-1] != "%include /etc/pgbouncer/dagster-pool.ini":
+        raise ValueError(f"{EXAMPLE} no longer ends with the include of the pool settings")
+    # A daemon of the caller's own: no Unix socket in a shared directory, its log here.
+    return example + f"\nunix_socket_dir =\nlogfile = {workdir / 'pgbouncer.log'}\n"
 
 
 def _free_port() -> int:
