@@ -458,14 +458,23 @@ def cpu_seconds_self() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def cpu_seconds_of(pid: int) -> float | None:
-    """User + system CPU seconds of a local process (a PostgreSQL backend), or None."""
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first, then
+    the parent's pid; CPU at 11 to 14, in clock ticks), or None when it is gone."""
     stat = _read(f"/proc/{pid}/stat")
-    if not stat:
+    return stat.rsplit(")", 1)[1].split() if stat else None
+
+
+def cpu_seconds_of(pid: int, *, reaped_children: bool = False) -> float | None:
+    """User + system CPU seconds of a local process (a PostgreSQL backend), or None;
+    with ``reaped_children``, those of the children it has waited for too."""
+    fields = proc_stat(pid)
+    if fields is None:
         return None
-    fields = stat.rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
+    ticks = int(fields[11]) + int(fields[12])
+    if reaped_children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 # ------------------------------------------------------------------ the machine

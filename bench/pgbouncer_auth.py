@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg2
 
-from bench.common import temp_database
+from bench.common import cpu_seconds_of, proc_stat, temp_database
 from bench.report import TIMES, BenchResult, Figure, fmt
 
 TITLE = "2. A new connection to Dagster's database: straight, or through PgBouncer"
@@ -30,25 +30,10 @@ FULL = {"connections": 1_000}
 QUICK = {"connections": 200}
 # The example's own login method first, then the ones an operator might reach for.
 AUTH_TYPES = ("md5", "trust", "scram-sha-256")
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _stat(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
 
 
 def _cpu(pid: int, *, children: bool = False) -> float:
-    fields = _stat(pid)
-    if fields is None:
-        return 0.0
-    ticks = int(fields[11]) + int(fields[12])
-    if children:  # the processes it has reaped
-        ticks += int(fields[13]) + int(fields[14])
-    return ticks / _TICKS
+    return cpu_seconds_of(pid, reaped_children=children) or 0.0
 
 
 def _server_cpu(postmaster: int) -> float:
@@ -56,7 +41,7 @@ def _server_cpu(postmaster: int) -> float:
     total = _cpu(postmaster, children=True)
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            fields = _stat(int(entry))
+            fields = proc_stat(int(entry))
             if fields is not None and int(fields[1]) == postmaster:
                 total += _cpu(int(entry))
     return total
@@ -70,7 +55,7 @@ def _postmaster(dsn: str) -> int:
             (backend,) = cur.fetchone()
     finally:
         conn.close()
-    fields = _stat(int(backend))
+    fields = proc_stat(int(backend))
     if fields is None:
         raise RuntimeError("PostgreSQL is not a process of this machine: its CPU cannot be read")
     return int(fields[1])

@@ -21,12 +21,7 @@ from pathlib import Path
 from dagster import DagsterRunStatus
 
 from tests.support.daemon import DaemonHarness
-from tests.support.daemon_fixtures import (
-    existing,
-    metastore_for,
-    touch_files,
-)
-from tests.support.tasks import batch_task
+from tests.support.daemon_fixtures import existing, metastore_for, orphaned_batch_tasks
 
 REALM = "POLARIS"
 TASKS = int(os.environ.get("PP_DAEMON_BACKLOG_TASKS", "16"))
@@ -41,13 +36,7 @@ def _attempt_of(daemon: DaemonHarness, run_id: str) -> object:
 
 def test_queued_runs_do_not_outlive_their_leases(tmp_path: Path, pg_url: str, start_daemon) -> None:
     store = metastore_for(pg_url, lease_timeout_ms=LEASE_MS)
-    every_file: list[str] = []
-    tasks = []
-    for i in range(TASKS):
-        location = tmp_path / "wh" / "ns" / f"t{i}"
-        files = touch_files(location / "metadata", 1)
-        every_file += files
-        tasks.append(batch_task(REALM, files, internal={"storageLocation": f"file://{location}"}))
+    tasks, every_file = orphaned_batch_tasks(tmp_path, REALM, TASKS, files_each=1)
     store.insert_tasks(tasks)
     daemon = start_daemon(metastore_url=pg_url, max_concurrent_runs=2, lease_timeout_ms=LEASE_MS)
 

@@ -21,7 +21,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
 
 from tests.support.daemon import DaemonConfig, DaemonHarness
-from tests.support.daemon_fixtures import existing, metastore_for, touch_files
+from tests.support.daemon_fixtures import existing, metastore_for, orphaned_batch_tasks
 from tests.support.metastore import PG_ADMIN_URL
 from tests.support.pgbouncer import (
     EXAMPLE,
@@ -31,7 +31,6 @@ from tests.support.pgbouncer import (
     running_pgbouncer,
     server_sessions,
 )
-from tests.support.tasks import batch_task
 
 REALM = "POLARIS"
 TASKS = 8
@@ -52,13 +51,7 @@ def test_a_daemon_drains_tasks_through_pgbouncer_on_a_few_server_connections(
     tmp_path: Path, pg_url: str, dagster_pg_env: dict[str, str]
 ) -> None:
     store = metastore_for(pg_url)
-    every_file: list[str] = []
-    tasks = []
-    for i in range(TASKS):
-        location = tmp_path / "wh" / "ns" / f"t{i}"
-        files = touch_files(location / "data", 3)
-        every_file += files
-        tasks.append(batch_task(REALM, files, internal={"storageLocation": f"file://{location}"}))
+    tasks, every_file = orphaned_batch_tasks(tmp_path, REALM, TASKS, files_each=3)
     store.insert_tasks(tasks)
     database = dagster_pg_env["DAGSTER_PG_DB"]
 

@@ -14,9 +14,10 @@ import pytest
 import yaml
 
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.tasks.model import LeasePolicy
+from polaris_pipeline.tasks.model import LeasePolicy, NewTask
 from tests.support.daemon import DaemonConfig, DaemonHarness
 from tests.support.metastore import _reset_pg_schema
+from tests.support.tasks import batch_task
 
 # Lease timeout of the daemon tests: short, so a lapsed lease is seen in seconds.
 LEASE_TIMEOUT_MS = 8_000
@@ -55,6 +56,20 @@ def touch_files(directory: Path, n: int, *, scheme: str = "file") -> list[str]:
         path.write_bytes(b"PAR1")
         uris.append(f"file://{path}" if scheme == "file" else f"{scheme}:/{path}")
     return uris
+
+
+def orphaned_batch_tasks(
+    root: Path, realm: str, n: int, files_each: int
+) -> tuple[list[NewTask], list[str]]:
+    """``n`` orphaned BATCH tasks, each over ``files_each`` files of a table of its own
+    under ``root``; returns the tasks (not inserted) and every file's URI."""
+    tasks, every_file = [], []
+    for i in range(n):
+        location = root / "wh" / "ns" / f"t{i}"
+        files = touch_files(location / "data", files_each)
+        every_file += files
+        tasks.append(batch_task(realm, files, internal={"storageLocation": f"file://{location}"}))
+    return tasks, every_file
 
 
 def existing(uris: list[str]) -> list[str]:
