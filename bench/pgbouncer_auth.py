@@ -15,14 +15,13 @@ pay what the SCRAM case shows, on the server's side instead of PgBouncer's.
 from __future__ import annotations
 
 import os
-import resource
 import time
 from collections.abc import Callable
 from typing import Any
 
 import psycopg2
 
-from bench.common import cpu_seconds_of, proc_stat, temp_database
+from bench.common import cpu_seconds_of, cpu_seconds_self, proc_stat, temp_database
 from bench.report import TIMES, BenchResult, Figure, fmt
 
 TITLE = "2. A new connection to Dagster's database: straight, or through PgBouncer"
@@ -61,34 +60,10 @@ def _postmaster(dsn: str) -> int:
     return int(fields[1])
 
 
-def _self_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _pgbouncer_pid(port: int) -> int | None:
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"pgbouncer") and len(argv) > 1:
-            try:
-                with open(argv[1].decode(), encoding="utf-8") as ini:
-                    if f"listen_port = {port}" in ini.read():
-                        return int(entry)
-            except OSError:
-                continue
-    return None
-
-
 def measure(dsn: str, n: int, postmaster: int, pooler: int | None) -> dict[str, float]:
     """Per connection, in milliseconds: client, pooler and server CPU, and wall time."""
     readings: list[Callable[[], float]] = [
-        _self_cpu,
+        cpu_seconds_self,
         (lambda: _cpu(pooler)) if pooler else (lambda: 0.0),
         lambda: _server_cpu(postmaster),
     ]
@@ -150,8 +125,7 @@ def run(quick: bool = False) -> BenchResult:
                     f"password={bouncer.password} dbname={database}"
                 )
                 psycopg2.connect(dsn).close()  # the pool's first server connection
-                pid = _pgbouncer_pid(bouncer.port)
-                cases[f"PgBouncer, {auth}"] = measure(dsn, n, postmaster, pid)
+                cases[f"PgBouncer, {auth}"] = measure(dsn, n, postmaster, bouncer.pid)
 
     base = cases["straight to PostgreSQL"]
     for label, c in cases.items():

@@ -40,6 +40,7 @@ class PgBouncer:
     """A running PgBouncer: where clients connect, and as whom. ``password`` is the
     user's in auth_file: what a client gives where auth_type asks for one."""
 
+    pid: int
     port: int
     database: str
     username: str
@@ -169,7 +170,7 @@ def running_pgbouncer(
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        bouncer = PgBouncer(port, database, username, password, workdir)
+        bouncer = PgBouncer(proc.pid, port, database, username, password, workdir)
         try:
             deadline = time.monotonic() + timeout_s
             while not _answers(port):
