@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench services system clean
+.PHONY: demo test lint bench services system bytecode clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,7 +13,14 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
-demo: $(BIN)/.installed
+# pip byte-compiles a wheel's modules as it installs them; an editable install does
+# not, and where PYTHONDONTWRITEBYTECODE is set nothing ever writes them, so every
+# process (each Dagster run among them) would compile the project from source.
+bytecode: $(BIN)/.installed
+	$(BIN)/python -m compileall -q polaris_pipeline assets sensors resources jobs bench \
+		definitions.py celery_definitions.py
+
+demo: $(BIN)/.installed bytecode
 	$(BIN)/python demo.py
 
 lint: $(BIN)/.installed
@@ -27,10 +34,10 @@ services:
 system:
 	bash scripts/install-system-packages.sh
 
-test: $(BIN)/.installed system services lint
+test: $(BIN)/.installed bytecode system services lint
 	$(BIN)/pytest
 
-bench: $(BIN)/.installed services
+bench: $(BIN)/.installed bytecode services
 	$(BIN)/python -m bench
 
 clean:

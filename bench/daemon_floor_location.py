@@ -3,7 +3,10 @@
 A sensor requests ``$BENCH_FLOOR_RUNS`` runs in its first tick (the way the
 sweeper requests one run per task), and nothing after; the daemon, the run
 queue and the default run launcher then treat them exactly as they treat ours.
-The job keeps Dagster's default executor, as a new Dagster project would.
+The job keeps Dagster's default executor, as a new Dagster project would, or
+with ``$BENCH_FLOOR_EXECUTOR=in_process`` runs its op in the run's own process,
+as the task job does: then a run is one process and nothing else, Dagster's
+least cost for a run launched this way.
 """
 
 import os
@@ -15,6 +18,7 @@ from dagster import (
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
+    in_process_executor,
     job,
     op,
     sensor,
@@ -23,6 +27,8 @@ from dagster import (
 JOB_NAME = "trivial_job"
 SENSOR_NAME = "floor_sensor"
 RUNS_ENV = "BENCH_FLOOR_RUNS"
+EXECUTOR_ENV = "BENCH_FLOOR_EXECUTOR"
+IN_PROCESS = "in_process"
 
 
 @op
@@ -30,7 +36,10 @@ def noop() -> None:
     """Does nothing: what is left of a run is Dagster's own cost."""
 
 
-@job(name=JOB_NAME)
+@job(
+    name=JOB_NAME,
+    executor_def=in_process_executor if os.environ.get(EXECUTOR_ENV) == IN_PROCESS else None,
+)
 def trivial_job() -> None:
     noop()
 
