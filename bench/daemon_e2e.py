@@ -486,6 +486,19 @@ def _per_min(e: dict[str, Any]) -> float:
     return done / (e["seconds"] / 60) if e["seconds"] else 0.0
 
 
+def _ceiling(what: str, cpu_per_run: float, tasks_per_run: float, cores: int, why: str) -> Figure:
+    """The mixed backlog's rate if every run cost ``cpu_per_run`` on ``cores`` cores."""
+    rate = cores * 60 / cpu_per_run * tasks_per_run
+    return Figure(
+        f"Dagster's ceiling for the mixed backlog, {what} (sqlite)",
+        rate,
+        "tasks/min",
+        target=">= 100 tasks/min, or no job reaches the target here",
+        met=rate >= 100,
+        why=why,
+    )
+
+
 def _sessions_text(e: dict[str, Any]) -> str:
     """PostgreSQL sessions on Dagster's database over the phase, when it had one."""
     n = e.get("server_sessions")
@@ -670,27 +683,25 @@ def run(quick: bool = False) -> BenchResult:
     if floor_cpu and m["runs"]:
         cores = os.cpu_count() or 1
         per_run = m["fixture"]["tasks"] / m["runs"]
-        all_in = _all_cpu(floor_one) / floor_one["runs"]
         backlog = f"the backlog's {m['runs']} runs ({per_run:.2f} tasks per run)"
+        all_in = _all_cpu(floor_one) / floor_one["runs"]
         result.add(
-            Figure(
-                "Dagster's ceiling for the mixed backlog, run processes alone (sqlite)",
-                cores * 60 / floor_cpu * per_run,
-                "tasks/min",
-                target=">= 100 tasks/min, or no job reaches the target here",
-                met=cores * 60 / floor_cpu * per_run >= 100,
-                why=f"if each of {backlog} cost only the run process of a trivial one-op job "
-                f"run in process ({floor_cpu:.2f} CPU s, {floor_one['runs']} runs), on "
-                f"{cores} cores, with the daemon and the code server free",
+            _ceiling(
+                "run processes alone",
+                floor_cpu,
+                per_run,
+                cores,
+                f"if each of {backlog} cost only the run process of a trivial one-op job run "
+                f"in process ({floor_cpu:.2f} CPU s, {floor_one['runs']} runs), on {cores} "
+                "cores, with the daemon and the code server free",
             ),
-            Figure(
-                "Dagster's ceiling for the mixed backlog, all in (sqlite)",
-                cores * 60 / all_in * per_run,
-                "tasks/min",
-                target=">= 100 tasks/min, or no job reaches the target here",
-                met=cores * 60 / all_in * per_run >= 100,
-                why=f"if each of {backlog} cost what a trivial one-op run in process costs "
-                f"with the daemon, the code server and the log watchers: {all_in:.2f} CPU s "
+            _ceiling(
+                "all in",
+                all_in,
+                per_run,
+                cores,
+                f"if each of {backlog} cost what a trivial one-op run in process costs with "
+                f"the daemon, the code server and the log watchers: {all_in:.2f} CPU s "
                 f"({floor_one['runs']} runs; the daemon's start is counted in)",
             ),
         )
