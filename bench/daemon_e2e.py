@@ -656,13 +656,14 @@ def run(quick: bool = False) -> BenchResult:
             )
         )
 
-    ours_cpu = _cpu_per_run(mixed["sqlite"])
+    # What this host's cores allow for the SQLite phase's runs, ours and Dagster's floor.
+    m = mixed["sqlite"]
+    cores = os.cpu_count() or 1
+    per_run = m["fixture"]["tasks"] / m["runs"] if m["runs"] else 0.0
+    ours_cpu = _cpu_per_run(m)
     base_cpu = _cpu_per_run(floor)
     if ours_cpu is not None and base_cpu:
-        m = mixed["sqlite"]
-        cores = os.cpu_count() or 1
         ceiling = cores * 60 / ours_cpu
-        per_run = m["fixture"]["tasks"] / m["runs"] if m["runs"] else 0.0
         result.add(
             Figure(
                 "CPU per run, the run's own process (sqlite mixed backlog)",
@@ -679,10 +680,7 @@ def run(quick: bool = False) -> BenchResult:
         )
 
     floor_cpu = _cpu_per_run(floor_one)
-    m = mixed["sqlite"]
     if floor_cpu and m["runs"]:
-        cores = os.cpu_count() or 1
-        per_run = m["fixture"]["tasks"] / m["runs"]
         backlog = f"the backlog's {m['runs']} runs ({per_run:.2f} tasks per run)"
         all_in = _all_cpu(floor_one) / floor_one["runs"]
         result.add(
