@@ -38,6 +38,7 @@ from dagster import (
 )
 from dagster._core.definitions.dependency import NodeHandle
 from dagster._core.definitions.reconstruct import ReconstructableRepository
+from dagster._core.run_coordinator import QueuedRunCoordinator
 from sqlalchemy.engine import make_url
 
 from polaris_pipeline.dagster.celery import (
@@ -328,6 +329,11 @@ def test_table_cleanup_steps_run_in_the_celery_worker(
         assert type(instance.run_storage).__name__ == "PostgresRunStorage"
         assert instance.run_retries_enabled and instance.run_monitoring_enabled
         assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
+        # Queued runs are launched in parallel, as deploy/dagster.yaml does.
+        coordinator = instance.run_coordinator
+        assert isinstance(coordinator, QueuedRunCoordinator)
+        assert coordinator.dequeue_use_threads and coordinator.dequeue_num_workers == 4
+        assert coordinator.dequeue_interval_seconds == 1
         resources = dict(celery_definitions.defs.resources or {})
         with build_sensor_context(instance=instance, resources=resources) as context:
             tick = celery_definitions.defs.resolve_sensor_def(SENSOR_NAME)(context)

@@ -684,6 +684,9 @@ def test_a_run_retry_adopts_the_lease_of_its_dead_parent(
     assert tags_after["polaris/attempt"] == "1"  # the same attempt, not a new one
     assert tags_after["polaris/executor"] == resource.run_executor_id(parent)
     assert tags_after["polaris/start"] == f"adopted the lease of run lineage {parent}"
+    # The take-over is said in the log, with who did it.
+    adopted = [m for m in messages(sqlite_instance, result.run_id) if "adopted this lineage" in m]
+    assert len(adopted) == 1 and f"automatic run retry 1 of run {parent}" in adopted[0]
 
 
 def test_a_storage_config_error_in_a_run_is_recorded_not_retried(

@@ -173,6 +173,9 @@ def test_every_done_step_says_task_realm_deletions_bytes_refusals_and_lease(
     named = {p.strip() for m in listed for p in m.split("): ", 1)[1].split(", ")}
     assert named and named <= existing
     assert all(len(m) < 400 for m in done_lines)
+    # The children are the run's own from their creation: no adoption line for each
+    # (every line is an event the run stores).
+    assert not any("adopted this lineage" in m for m in messages)
 
 
 def test_a_guard_refusal_fails_with_one_line_and_the_refused_paths(

@@ -520,7 +520,14 @@ def run_task(
         return _refused(context, step, decision, child=child)
     if decision.action is StartAction.OPERATOR_RETRY:
         context.log.warning(decision.message)
-    elif decision.action is StartAction.ADOPTED and context.retry_number == 0:
+    elif (
+        decision.action is StartAction.ADOPTED
+        and context.retry_number == 0
+        # A child this run created is held by it from the start: adopting it is
+        # the normal path, and every line is an event the run stores. A retry or
+        # re-execution taking over its lineage's lease is worth a line.
+        and (not child or step.intent.parent_run_id is not None)
+    ):
         context.log.info(f"{decision.message} ({step.intent.how})")
     if not child:
         tags = {TAG_ATTEMPT: str(mine.attempt), TAG_EXECUTOR: mine.executor_id}
