@@ -328,10 +328,9 @@ def test_table_cleanup_steps_run_in_the_celery_worker(
         # The deployment's instance file is the one in use: PostgreSQL, queue, retries, monitoring.
         assert type(instance.run_storage).__name__ == "PostgresRunStorage"
         assert instance.run_retries_enabled and instance.run_monitoring_enabled
-        assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
-        # Queued runs are launched in parallel, as deploy/dagster.yaml does.
         coordinator = instance.run_coordinator
-        assert isinstance(coordinator, QueuedRunCoordinator)
+        assert type(coordinator) is QueuedRunCoordinator
+        # Queued runs are launched in parallel, as deploy/dagster.yaml does.
         assert coordinator.dequeue_use_threads and coordinator.dequeue_num_workers == 4
         assert coordinator.dequeue_interval_seconds == 1
         resources = dict(celery_definitions.defs.resources or {})

@@ -299,6 +299,11 @@ def test_a_run_worker_killed_mid_task_is_retried_and_the_task_ends_done(
     log = daemon.run_log(retry.run_id)
     assert retry.status is DagsterRunStatus.SUCCESS, log
     assert "nothing was deleted" not in log
+    # The run worker says it took over the dead worker's lease, and who it is.
+    assert (
+        f"adopted this lineage's lease (attempt 1); the same attempt continues "
+        f"(automatic run retry 1 of run {first.run_id})" in log
+    ), log
 
 
 # -------------------------------------------- 5. a table's orphaned children
@@ -391,3 +396,5 @@ def test_a_dropped_table_runs_its_children_stage_by_stage_in_one_run(
     assert not [r.user_message for r in logged if r.level < logging.INFO]
     assert not [r.user_message for r in logged if r.user_message.startswith("Writing file at")]
     assert sum(" done: " in r.user_message for r in logged) > 1  # the table and its children
+    # The children are the run's own from their creation: no adoption line for each.
+    assert not [r.user_message for r in logged if "adopted this lineage" in r.user_message]
