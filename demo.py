@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from polaris_pipeline.outcome_totals import OutcomeTotals
+    from polaris_pipeline.report.totals import OutcomeTotals
 
 DEMO_DIR_ENV = "POLARIS_PIPELINE_DEMO_DIR"
 REALM = "POLARIS"
@@ -267,7 +267,7 @@ def demo_tables_uri(path: Path) -> str:
 def report(demo: Demo, out: Any) -> bool:
     from polaris_pipeline.dagster.resources import clear_metastore_cache
     from polaris_pipeline.metastore import Metastore
-    from polaris_pipeline.outcome_totals import OutcomeTotals
+    from polaris_pipeline.report.totals import OutcomeTotals
     from polaris_pipeline.testing import tables as testing_tables
 
     clear_metastore_cache()

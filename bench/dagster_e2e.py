@@ -366,7 +366,7 @@ def overhead(store: Any, instance: Any, metastore: Any, storage: Any, n: int) ->
 
     from polaris_pipeline.dagster.resources import SweeperSettings
     from polaris_pipeline.dagster.task_job import polaris_task_job
-    from polaris_pipeline.runner import Runner
+    from polaris_pipeline.execution.runner import Runner
     from tests.support.tasks import batch_task
 
     @op

@@ -13,8 +13,8 @@ from azure.core.exceptions import HttpResponseError
 from pyiceberg.table import Table
 
 from polaris_pipeline.errors import StorageError
+from polaris_pipeline.execution.runner import Status
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.runner import Status
 from polaris_pipeline.storage.azure_credentials import (
     AzureCredentials,
     configured_key,

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from polaris_pipeline.errors import StorageError
+from polaris_pipeline.execution.runner import Status
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.runner import Status
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
 from polaris_pipeline.storage.gcs_credentials import EMULATOR_ENV, boundary_rules
 from polaris_pipeline.testing import tables as testing_tables

@@ -20,8 +20,8 @@ import pytest
 from pyiceberg.table import Table
 
 from polaris_pipeline.errors import PayloadError, StorageError
+from polaris_pipeline.execution.runner import Runner, Status
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.runner import Runner, Status
 from polaris_pipeline.storage.catalog_config import (
     STORAGE_CONFIG_KEY,
     AwsStorage,

@@ -21,8 +21,8 @@ from polaris_pipeline.cleanup.stages import (
     leases_in_stages,
     orphan_stage,
 )
+from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore, new_entity_id
-from polaris_pipeline.runner import Runner
 from polaris_pipeline.tasks import payloads
 from polaris_pipeline.tasks.model import Lease, NewTask, TaskType
 from polaris_pipeline.testing import tables as testing_tables

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from polaris_pipeline.cli import _Progress, build_parser
+from polaris_pipeline.cli.main import _Progress, build_parser
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Lease, Prop
 from tests.support.iceberg import recorded_drop_task

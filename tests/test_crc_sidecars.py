@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from pyiceberg.table import Table
 
+from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.runner import Runner
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.delete import bulk_delete, crc_sidecar
 from polaris_pipeline.storage.resolve import StorageResolver

@@ -35,8 +35,8 @@ from polaris_pipeline.dagster.resources import (
     SweeperSettings,
 )
 from polaris_pipeline.dagster.sweeper import SweepCursor, polaris_task_sweeper
-from polaris_pipeline.formatting import iso_utc
 from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.report.formatting import iso_utc
 from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop
 from tests.support.dagster import metastore_resource
 from tests.support.tasks import batch_task, seed

@@ -870,7 +870,7 @@ def test_a_batch_task_purges_without_importing_pyiceberg(tmp_path: Path) -> None
     probe = f"""
 import sys
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.runner import Runner
+from polaris_pipeline.execution.runner import Runner
 from tests.support.tasks import batch_task
 store = Metastore("sqlite:///{tmp_path / "m.db"}")
 store.init_schema()
@@ -911,7 +911,7 @@ def test_a_table_purge_imports_no_pyiceberg_catalog_nor_pyarrow(tmp_path: Path) 
     probe = f"""
 import sys
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.runner import Runner
+from polaris_pipeline.execution.runner import Runner
 with Runner(Metastore("sqlite:///{tmp_path / "m.db"}")) as runner:
     outcomes = runner.sweep()
 print(sorted({{o.status.value for o in outcomes}}), sum(len(o.children) for o in outcomes))

@@ -37,7 +37,7 @@ from polaris_pipeline.dagster.reporting import (
 from polaris_pipeline.dagster.resources import PolarisStorageResource
 from polaris_pipeline.dagster.task_job import polaris_task_job, run_config_for
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.outcome_totals import OutcomeTotals
+from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskRow, TaskType
 from polaris_pipeline.testing import tables as testing_tables
 from tests.support.dagster import metastore_resource

@@ -6,8 +6,8 @@ import uuid
 
 import pytest
 
-from polaris_pipeline.cli_table import Column, render
-from polaris_pipeline.formatting import (
+from polaris_pipeline.cli.table import Column, render
+from polaris_pipeline.report.formatting import (
     error_cause,
     format_bytes,
     format_duration,

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from polaris_pipeline.cleanup.common import gc_disabled, gc_enabled
+from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore, new_entity_id
-from polaris_pipeline.runner import Runner
 from polaris_pipeline.tasks.manifest_codec import encode_manifest_file, manifest_ref_from_pyiceberg
 from polaris_pipeline.tasks.model import NewTask, Prop
 from polaris_pipeline.testing import tables as testing_tables

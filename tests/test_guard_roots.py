@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from pyiceberg.table import Table
 
+from polaris_pipeline.execution.runner import Runner, Status, TaskOutcome
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.runner import Runner, Status, TaskOutcome
 from polaris_pipeline.storage.guard import locations_agree
 from polaris_pipeline.tasks.model import NewTask
 from polaris_pipeline.testing import tables as testing_tables

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from polaris_pipeline.execution.runner import Runner, Status
 from polaris_pipeline.metastore import Metastore, new_entity_id
-from polaris_pipeline.runner import Runner, Status
 from polaris_pipeline.tasks.manifest_codec import encode_manifest_file
 from polaris_pipeline.tasks.model import NewTask, Prop
 from tests.support.tasks import (

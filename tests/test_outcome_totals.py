@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from polaris_pipeline.cleanup.context import CleanupResult
 from polaris_pipeline.errors import GuardRefusal
-from polaris_pipeline.outcome_totals import (
+from polaris_pipeline.execution.runner import Status, TaskOutcome
+from polaris_pipeline.report.totals import (
     BY_STATUS,
     CHILD_TASKS,
     SIZES_UNREPORTED,
@@ -12,7 +13,6 @@ from polaris_pipeline.outcome_totals import (
     OutcomeTotals,
     format_counts,
 )
-from polaris_pipeline.runner import Status, TaskOutcome
 from polaris_pipeline.tasks.model import Lease
 
 

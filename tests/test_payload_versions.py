@@ -16,8 +16,8 @@ import pytest
 from polaris_pipeline.cleanup.common import table_identifier
 from polaris_pipeline.cleanup.context import CleanupContext
 from polaris_pipeline.cleanup.dispatch import run_cleanup
+from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.runner import Runner
 from polaris_pipeline.tasks.model import NewTask, TaskType
 from polaris_pipeline.tasks.payloads import (
     BATCH_TYPE_TABLE_METADATA,

@@ -11,8 +11,8 @@ from polaris_pipeline.errors import (
     StorageError,
     is_permanent,
 )
+from polaris_pipeline.execution.runner import Runner, Status
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.runner import Runner, Status
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskState
 from tests.support.tasks import batch_task, dropped_entity_json
 

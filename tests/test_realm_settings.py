@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
+from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.runner import Runner
 from polaris_pipeline.tasks.model import (
     DEFAULT_METADATA_BATCH_SIZE,
     LeasePolicy,

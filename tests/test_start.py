@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from polaris_pipeline.execution.runner import Runner
+from polaris_pipeline.execution.start import StartAction
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.runner import Runner
-from polaris_pipeline.start import StartAction
 from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop
 from tests.support.tasks import batch_task
 

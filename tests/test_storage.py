@@ -18,10 +18,10 @@ import pytest
 from fsspec.implementations.local import LocalFileSystem
 
 from polaris_pipeline.errors import GuardRefusal, StorageConfigError, StorageError
-from polaris_pipeline.redact import mask_options, redact
 from polaris_pipeline.storage.config import CONFIG_ENV_VAR, StorageConfig, StorageRule
 from polaris_pipeline.storage.delete import DeleteReport, bulk_delete
 from polaris_pipeline.storage.guard import PathGuard
+from polaris_pipeline.storage.redact import mask_options, redact
 from polaris_pipeline.storage.resolve import StorageResolver
 from tests.support.s3 import MotoS3
 

@@ -19,10 +19,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sqlalchemy import text
 
+from polaris_pipeline.execution.runner import Runner, Status
+from polaris_pipeline.execution.telemetry import AttemptSpan, AttemptTracer
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.runner import Runner, Status
 from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop
-from polaris_pipeline.telemetry import AttemptSpan, AttemptTracer
 from tests.support.tasks import batch_task
 
 EVENT_COLUMNS = (

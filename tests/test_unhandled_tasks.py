@@ -8,10 +8,10 @@ import pytest
 from sqlalchemy import update
 
 from polaris_pipeline.errors import MetastoreError
+from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.schema import entities
 from polaris_pipeline.metastore.store import DiscardOutcome
-from polaris_pipeline.runner import Runner
 from polaris_pipeline.tasks.model import Prop, TaskState
 from tests.support.unhandled import ENTITY_TYPES, polaris_cleanup_task, seed_unhandled
 

@@ -79,7 +79,7 @@ from polaris_pipeline.dagster.backlog_report import (
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
 from polaris_pipeline.dagster.sweeper import SENSOR_NAME, SweepCursor
-from polaris_pipeline.formatting import iso_utc
+from polaris_pipeline.report.formatting import iso_utc
 
 WATCH_NAME = "polaris_sweeper_watch"
 # The watch reads one instigator state per evaluation: cheap, and a stopped

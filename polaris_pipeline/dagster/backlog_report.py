@@ -25,8 +25,8 @@ from dagster import (
 )
 from pydantic import Field
 
-from polaris_pipeline.formatting import short_task_name
 from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.report.formatting import short_task_name
 from polaris_pipeline.settings import DEFAULT_MAX_ORPHAN_AGE_S
 from polaris_pipeline.tasks.model import Prop, TaskRow, TaskState
 from polaris_pipeline.tasks.summary import orphaned_since_ms

@@ -37,9 +37,9 @@ from pydantic import Field
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.task_job import DEFAULT_RUN_TAGS, TAG_REALM
-from polaris_pipeline.formatting import task_label
-from polaris_pipeline.outcome_totals import OutcomeTotals, status_word
-from polaris_pipeline.runner import Runner, Status, TaskOutcome
+from polaris_pipeline.execution.runner import Runner, Status, TaskOutcome
+from polaris_pipeline.report.formatting import task_label
+from polaris_pipeline.report.totals import OutcomeTotals, status_word
 from polaris_pipeline.tasks.model import TaskState
 from polaris_pipeline.tasks.summary import task_type_name
 

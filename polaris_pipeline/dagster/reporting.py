@@ -43,7 +43,7 @@ from dagster import (
 from dagster._core.storage.dagster_run import DagsterRun
 
 from polaris_pipeline.errors import PolarisPipelineError
-from polaris_pipeline.outcome_totals import OutcomeTotals
+from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.tasks import payloads
 from polaris_pipeline.tasks.model import TaskRow, TaskType
 from polaris_pipeline.tasks.summary import summarize

@@ -66,9 +66,9 @@ from polaris_pipeline.dagster.task_job import (
     run_task_ids,
 )
 from polaris_pipeline.errors import PolarisPipelineError
-from polaris_pipeline.formatting import iso_utc
-from polaris_pipeline.orphan_groups import CandidateRun, group_candidates
+from polaris_pipeline.report.formatting import iso_utc
 from polaris_pipeline.tasks.model import TaskState
+from polaris_pipeline.tasks.orphans import CandidateRun, group_candidates
 from polaris_pipeline.tasks.summary import why_available
 
 SENSOR_NAME = "polaris_task_sweeper"

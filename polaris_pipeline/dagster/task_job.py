@@ -75,10 +75,10 @@ from polaris_pipeline.dagster.reporting import location_metadata, run_tags_for_t
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.errors import PolarisPipelineError, StorageConfigError
-from polaris_pipeline.formatting import format_bytes, iso_utc_seconds, short_task_name
-from polaris_pipeline.outcome_totals import STATUS, OutcomeTotals
-from polaris_pipeline.runner import Runner, Status, TaskOutcome
-from polaris_pipeline.start import StartAction, StartDecision
+from polaris_pipeline.execution.runner import Runner, Status, TaskOutcome
+from polaris_pipeline.execution.start import StartAction, StartDecision
+from polaris_pipeline.report.formatting import format_bytes, iso_utc_seconds, short_task_name
+from polaris_pipeline.report.totals import STATUS, OutcomeTotals
 from polaris_pipeline.tasks.model import Lease, TaskRow
 from polaris_pipeline.tasks.summary import task_type_name
 

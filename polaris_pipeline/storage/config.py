@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from polaris_pipeline.errors import StorageConfigError, StorageError
-from polaris_pipeline.redact import mask_options, secret_values
+from polaris_pipeline.storage.redact import mask_options, secret_values
 
 CONFIG_ENV_VAR = "POLARIS_PIPELINE_STORAGE_CONFIG"
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from polaris_pipeline.errors import StorageError
-from polaris_pipeline.redact import MASK, redact
 from polaris_pipeline.storage.catalog_config import AwsStorage
 from polaris_pipeline.storage.config import bucket_and_path
+from polaris_pipeline.storage.redact import MASK, redact
 from polaris_pipeline.storage.vended import DEFAULT_REFRESH_MARGIN_S, RefreshingCache
 
 if TYPE_CHECKING:

@@ -19,7 +19,6 @@ from fsspec.implementations.local import LocalFileSystem
 from fsspec.registry import known_implementations
 
 from polaris_pipeline.errors import StorageError
-from polaris_pipeline.redact import redact
 from polaris_pipeline.storage.azure_credentials import (
     AzureCredentials,
     adlfs_options,
@@ -36,6 +35,7 @@ from polaris_pipeline.storage.catalog_config import (
 from polaris_pipeline.storage.config import StorageConfig, split_uri, uri_within
 from polaris_pipeline.storage.credentials import StsCredentials, s3_options
 from polaris_pipeline.storage.gcs_credentials import GcsCredentials, gcs_emulator
+from polaris_pipeline.storage.redact import redact
 from polaris_pipeline.storage.scope import task_scope
 from polaris_pipeline.tasks.model import TaskRow
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from polaris_pipeline.errors import PolarisPipelineError
-from polaris_pipeline.formatting import iso_utc, relative_time
+from polaris_pipeline.report.formatting import iso_utc, relative_time
 from polaris_pipeline.tasks import payloads
 from polaris_pipeline.tasks.model import STATUS_REQUEUED, LeasePolicy, TaskRow, TaskState, TaskType
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from polaris_pipeline.execution.runner import Heartbeat
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.runner import Heartbeat
 from polaris_pipeline.tasks.model import Prop, TaskRow
 from tests.reliability import journal as jr
 from tests.reliability.harness import (

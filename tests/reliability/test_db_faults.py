@@ -324,7 +324,7 @@ def test_runner_surviving_a_metastore_error_lets_the_task_be_retried(
     ``sweep()`` raised. The task whose result could not be written must become available
     again within a lease period, not stay leased for as long as the process lives."""
     from polaris_pipeline.errors import MetastoreError
-    from polaris_pipeline.runner import Runner
+    from polaris_pipeline.execution.runner import Runner
 
     policy = rel_policy()
     store = Metastore(rel_db.url, policy=policy)

@@ -35,7 +35,7 @@ import pytest
 from dagster import DagsterInstance, RunRequest, SensorResult, build_sensor_context
 from dagster._serdes import serialize_value
 
-from polaris_pipeline.cli import EXIT_TASK_FAILED, main
+from polaris_pipeline.cli.main import EXIT_TASK_FAILED, main
 from polaris_pipeline.dagster.resources import PolarisStorageResource, SweeperSettings
 from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
 from polaris_pipeline.dagster.task_job import TAG_TASK_ID, polaris_task_job

@@ -1,6 +1,6 @@
 """One sweeper process of a reliability scenario: ``python -m tests.reliability.worker CFG.json``.
 
-What runs is the engine itself: ``polaris_pipeline.runner.Runner`` with its
+What runs is the engine itself: ``polaris_pipeline.execution.runner.Runner`` with its
 handlers, heartbeat and fencing (mode ``runner``: ``Runner.sweep()`` in a loop),
 or the operator CLI's ``main`` (mode ``cli``: ``polaris-pipeline sweep --once``
 and friends), or a model of Polaris's own executor (mode ``polaris``: list-then-CAS
@@ -121,7 +121,7 @@ def install_journal(journal: Journal, delay: dict[str, Any] | None) -> None:
 
 
 def journal_runner_class(journal: Journal) -> type:
-    from polaris_pipeline.runner import Runner
+    from polaris_pipeline.execution.runner import Runner
 
     class JournalRunner(Runner):
         """The engine's Runner; it only remembers which lease it is executing."""
@@ -174,8 +174,8 @@ def _stopped(cfg: dict[str, Any]) -> bool:
 def run_runner(cfg: dict[str, Any], journal: Journal) -> int:
     """``Runner.sweep()`` in a loop until the realms are empty (or once)."""
     from polaris_pipeline.errors import MetastoreError
+    from polaris_pipeline.execution.runner import make_executor_id
     from polaris_pipeline.metastore import Metastore
-    from polaris_pipeline.runner import make_executor_id
 
     runner_cls = journal_runner_class(journal)
     store = Metastore(cfg["url"], policy=_policy(cfg))
@@ -228,7 +228,7 @@ def run_runner(cfg: dict[str, Any], journal: Journal) -> int:
 
 def run_cli(cfg: dict[str, Any], journal: Journal) -> int:
     """The operator CLI's ``main`` (the ``polaris-pipeline`` entry point), journaled."""
-    import polaris_pipeline.runner as runner_mod
+    import polaris_pipeline.execution.runner as runner_mod
     from polaris_pipeline import cli
 
     runner_mod.Runner = journal_runner_class(journal)  # type: ignore[assignment,misc]
@@ -349,8 +349,8 @@ def run_freeze(cfg: dict[str, Any], journal: Journal) -> int:
     import signal
     from contextlib import contextmanager
 
+    from polaris_pipeline.execution.runner import make_executor_id
     from polaris_pipeline.metastore import Metastore
-    from polaris_pipeline.runner import make_executor_id
 
     store = Metastore(cfg["url"], policy=_policy(cfg))
     executor = make_executor_id(cfg.get("name", "frozen"))

@@ -19,8 +19,8 @@ from typing import Any
 
 from pyiceberg.table import Table
 
+from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.runner import Runner
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
 from polaris_pipeline.storage.guard import PathGuard
 from polaris_pipeline.storage.resolve import StorageResolver

@@ -15,9 +15,9 @@ from typing import Any
 from dagster import ConfigurableResource
 from pydantic import Field
 
+from polaris_pipeline.execution.runner import DEFAULT_EXECUTOR_PREFIX, make_executor_id
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.connection import resolve_url, safe_url
-from polaris_pipeline.runner import DEFAULT_EXECUTOR_PREFIX, make_executor_id
 from polaris_pipeline.tasks.model import LeasePolicy, RealmOverride
 
 # The library's defaults, written once in LeasePolicy.

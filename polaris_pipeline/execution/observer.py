@@ -11,10 +11,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from polaris_pipeline.cleanup.context import CleanupResult
-from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.metastore.events import TaskEventWriter
-from polaris_pipeline.tasks.model import Lease, TaskType
-from polaris_pipeline.telemetry import (
+from polaris_pipeline.execution.telemetry import (
     ATTR_ATTEMPT,
     ATTR_BYTES_FREED,
     ATTR_EXECUTOR,
@@ -25,6 +22,9 @@ from polaris_pipeline.telemetry import (
     ATTR_TYPE,
     AttemptTracer,
 )
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.metastore.events import TaskEventWriter
+from polaris_pipeline.tasks.model import Lease, TaskType
 
 
 class _Outcome(Protocol):

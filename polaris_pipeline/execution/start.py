@@ -27,8 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from polaris_pipeline.formatting import iso_utc_seconds
 from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.report.formatting import iso_utc_seconds
 from polaris_pipeline.tasks.model import Lease, TaskRow, TaskState
 
 _CAS_ROUNDS = 5

@@ -15,12 +15,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from polaris_pipeline.formatting import format_bytes
-from polaris_pipeline.runner import Status
+from polaris_pipeline.execution.runner import Status
+from polaris_pipeline.report.formatting import format_bytes
 
 if TYPE_CHECKING:
     from polaris_pipeline.cleanup.context import CleanupResult
-    from polaris_pipeline.runner import TaskOutcome
+    from polaris_pipeline.execution.runner import TaskOutcome
 
 # The metadata keys of a step (task job) or a run (report, backfill).
 STATUS = "status"  # a step that ran one task: its status

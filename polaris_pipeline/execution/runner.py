@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from polaris_pipeline.attempt_observer import AttemptObserver
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
 from polaris_pipeline.cleanup.dispatch import run_cleanup
 from polaris_pipeline.cleanup.stages import CHILD_STAGES, ChildStage, Staged, leases_in_stages
@@ -29,8 +28,9 @@ from polaris_pipeline.errors import (
     PolarisPipelineError,
     is_permanent,
 )
+from polaris_pipeline.execution.observer import AttemptObserver
+from polaris_pipeline.execution.start import StartDecision, decide_start
 from polaris_pipeline.metastore import CompleteOutcome, FailOutcome, Metastore, new_entity_id
-from polaris_pipeline.start import StartDecision, decide_start
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.tasks.model import Lease, NewTask, TaskRow, TaskState
 
@@ -208,7 +208,7 @@ class Runner:
     def start(
         self, realm_id: str, task_id: int, *, operator: bool = False, may_adopt: bool = True
     ) -> StartDecision:
-        """Lease, adopt or refuse one named task as its work starts (``polaris_pipeline.start``).
+        """Lease, adopt or refuse one named task as its work starts (``execution/start.py``).
 
         ``operator``: the start is an operator's deliberate act (a manual run, a
         re-execution), so a backing-off or dead task is retried now.

@@ -26,9 +26,12 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from polaris_pipeline.cli_table import Column, output_width, render
+from polaris_pipeline.cli.table import Column, output_width, render
 from polaris_pipeline.errors import PolarisPipelineError
-from polaris_pipeline.formatting import (
+from polaris_pipeline.metastore import URL_ENV, Metastore
+from polaris_pipeline.metastore.connection import make_engine, resolve_url
+from polaris_pipeline.metastore.ddl import LATEST_SCHEMA_VERSION, MIN_SCHEMA_VERSION
+from polaris_pipeline.report.formatting import (
     error_cause,
     format_bytes,
     iso_utc,
@@ -37,9 +40,6 @@ from polaris_pipeline.formatting import (
     task_label,
     truncate,
 )
-from polaris_pipeline.metastore import URL_ENV, Metastore
-from polaris_pipeline.metastore.connection import make_engine, resolve_url
-from polaris_pipeline.metastore.ddl import LATEST_SCHEMA_VERSION, MIN_SCHEMA_VERSION
 from polaris_pipeline.settings import REALMS_ENV, PipelineSettings
 from polaris_pipeline.storage.config import CONFIG_ENV_VAR
 from polaris_pipeline.tasks.model import Lease, TaskRow, TaskState
@@ -51,8 +51,8 @@ from polaris_pipeline.tasks.summary import (
 )
 
 if TYPE_CHECKING:
-    from polaris_pipeline.outcome_totals import OutcomeTotals
-    from polaris_pipeline.runner import Runner
+    from polaris_pipeline.execution.runner import Runner
+    from polaris_pipeline.report.totals import OutcomeTotals
 
 EXIT_OK, EXIT_TASK_FAILED, EXIT_ERROR = 0, 1, 2
 
@@ -774,7 +774,7 @@ def _outcome_line(outcome: Any, summary: PayloadSummary | None, width: int | Non
 
 def _counts_json(counts: Counter[str]) -> dict[str, int]:
     """``{"tasks": 4, "done": 3, "failed": 1, "dead": 0, "lease_lost": 0}``."""
-    from polaris_pipeline.runner import Status
+    from polaris_pipeline.execution.runner import Status
 
     return {
         "tasks": sum(counts.values()),
@@ -799,7 +799,7 @@ class _Report:
     """The per-task lines (or JSON records) and the totals of the tasks a command ran."""
 
     def __init__(self, noting: _NotingMetastore, out: TextIO, *, as_json: bool) -> None:
-        from polaris_pipeline.outcome_totals import OutcomeTotals
+        from polaris_pipeline.report.totals import OutcomeTotals
 
         self.totals = OutcomeTotals()  # also knows each child's parent
         self.records: list[dict[str, Any]] = []
@@ -830,7 +830,7 @@ def _runner(
     settings: PipelineSettings, noting: _NotingMetastore, report: _Report, command: str
 ) -> Runner:
     """The Runner of a command that runs tasks, reporting to ``report``."""
-    from polaris_pipeline.runner import Runner, make_executor_id
+    from polaris_pipeline.execution.runner import Runner, make_executor_id
 
     prefix = settings.executor_prefix
     return Runner(
@@ -871,7 +871,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
-    from polaris_pipeline.runner import Runner
+    from polaris_pipeline.execution.runner import Runner
 
     settings = settings_for(args)
     realms = settings.realm_list()
