@@ -106,6 +106,7 @@ def build_world(demo: Demo) -> None:
     from polaris_pipeline.metastore import Metastore, new_entity_id
     from polaris_pipeline.tasks.model import NewTask, Prop, TaskType
     from polaris_pipeline.testing import tables as testing_tables
+    from polaris_pipeline.testing import tasks as testing_tasks
 
     store = Metastore(demo.metastore_url)
     store.init_schema()
@@ -130,7 +131,7 @@ def build_world(demo: Demo) -> None:
         if role == "kept":
             continue
         created = now if role == "fresh" else now - ORPHAN_AGE_MS
-        task = testing_tables.drop_table_task(table, realm_id=REALM, create_timestamp=created)
+        task = testing_tasks.drop_table_task(table, realm_id=REALM, create_timestamp=created)
         if role == "live":
             # A Polaris server leased it a moment ago and is still running it.
             props = {

@@ -27,6 +27,7 @@ DESCRIPTIONS = {
     "sensor_tick": "Dagster sensor tick with a 10,000-task backlog",
     "daemon_e2e": "through dagster-daemon: mixed backlog, 2,000-child table, queue, the floor",
     "pgbouncer_auth": "a new connection to Dagster's database: straight, through PgBouncer",
+    "unreferenced": "a dropped table's unreferenced files on S3 (moto): listed, deleted; RSS",
 }
 
 

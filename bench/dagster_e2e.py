@@ -87,12 +87,8 @@ def _fanout_table(catalog: Any, name: str, n_manifests: int, files_each: int) ->
     from pyiceberg.serializers import ToOutputFile
     from pyiceberg.typedef import Record
 
-    from polaris_pipeline.testing.tables import (
-        ARROW_SCHEMA,
-        PARTITION_SPEC,
-        TABLE_SCHEMA,
-        DropSpec,
-    )
+    from polaris_pipeline.testing.tables import ARROW_SCHEMA, PARTITION_SPEC, TABLE_SCHEMA
+    from polaris_pipeline.testing.tasks import DropSpec
 
     with contextlib.suppress(NamespaceAlreadyExistsError):
         catalog.create_namespace(("ns",))
@@ -184,6 +180,7 @@ def build_fixture(root: Path, store: Any, size: dict[str, int]) -> dict[str, Any
         encode_manifest_cleanup,
     )
     from polaris_pipeline.testing import tables as testing_tables
+    from polaris_pipeline.testing import tasks as testing_tasks
 
     warehouse = testing_tables.local_warehouse_uri(root / "wh")
     catalog = testing_tables.open_catalog(warehouse, root / "catalog.db", name="bench")
@@ -191,12 +188,10 @@ def build_fixture(root: Path, store: Any, size: dict[str, int]) -> dict[str, Any
     tasks: list[NewTask] = []
 
     spec = _fanout_table(catalog, "fanout", size["fanout_manifests"], 2)
-    tasks.append(testing_tables.drop_task(spec, realm_id=REALM, create_timestamp=created))
+    tasks.append(testing_tasks.drop_task(spec, realm_id=REALM, create_timestamp=created))
     for i in range(size["small_tables"]):
         table = testing_tables.build_table(catalog, ("ns", f"small_{i}"), appends=1)
-        tasks.append(
-            testing_tables.drop_table_task(table, realm_id=REALM, create_timestamp=created)
-        )
+        tasks.append(testing_tasks.drop_table_task(table, realm_id=REALM, create_timestamp=created))
     remaining = size["tasks"] - len(tasks)
     n_manifest_tasks = remaining // 2
     n_batch_tasks = remaining - n_manifest_tasks
@@ -470,7 +465,7 @@ def _one_instance(kind: str, size: dict[str, int], dagster_pg: str | None) -> di
 
 
 def run(quick: bool = False) -> BenchResult:
-    from polaris_pipeline.dagster.task_job import CHILDREN_PER_STEP
+    from polaris_pipeline.dagster.contract import CHILDREN_PER_STEP
 
     size = QUICK if quick else FULL
     _quiet_dagster()

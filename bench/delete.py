@@ -165,7 +165,7 @@ def _handler(server: MotoServer, bucket: str, uris: list[str], workdir: Path) ->
         encode_manifest_cleanup,
         task_properties,
     )
-    from polaris_pipeline.testing.tables import task_row
+    from polaris_pipeline.testing.tasks import task_row
 
     location = f"s3://{bucket}/wh/ns/t"
     local = str(workdir / "manifest.avro")

@@ -87,7 +87,7 @@ def child(mode: str, manifest: str, location: str, entries: int) -> dict[str, An
         encode_manifest_cleanup,
         task_properties,
     )
-    from polaris_pipeline.testing.tables import task_row
+    from polaris_pipeline.testing.tasks import task_row
 
     uri = "file://" + manifest
     written = WrittenManifest(manifest, entries, os.path.getsize(manifest), 1)

@@ -31,6 +31,7 @@ ORDER = (
     "memory",
     "sensor_tick",
     "dagster_e2e",
+    "unreferenced",
 )
 
 

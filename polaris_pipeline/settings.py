@@ -24,11 +24,18 @@ variable                               field                       command-line 
 ``POLARIS_PIPELINE_MAX_ORPHAN_AGE_S``  ``max_orphan_age_s``
 ``POLARIS_PIPELINE_SWEEPER_AUTOSTART``  ``sweeper_autostart`` (true/false)
 ``POLARIS_PIPELINE_TASK_EVENTS``       ``task_events`` (true/false)
+``POLARIS_PIPELINE_UNREFERENCED``      ``unreferenced`` (off/report/delete)  ``--unreferenced``
+``POLARIS_PIPELINE_RETENTION_SUCCESS_DAYS``  ``retention_success_days``
+``POLARIS_PIPELINE_RETENTION_FAILURE_DAYS``  ``retention_failure_days``
+``POLARIS_PIPELINE_RETENTION_BATCH_SIZE``  ``retention_batch_size``
+``POLARIS_PIPELINE_RETENTION_DRY_RUN``  ``retention_dry_run`` (true/false)
+``POLARIS_PIPELINE_RETENTION_CRON``    ``retention_cron``
 =====================================  ==========================  =====================
 
 ``POLARIS_PIPELINE_REALM_OVERRIDES`` is a JSON object of realm to its own values,
 as Polaris lets a realm override its task timeout and metadata batch size:
-``{"TEST": {"lease_timeout_ms": 60000, "metadata_batch_size": 5}}``.
+``{"TEST": {"lease_timeout_ms": 60000, "metadata_batch_size": 5}}``; a realm's
+``unreferenced`` mode too (``{"TEST": {"unreferenced": "delete"}}``).
 
 An unset or blank variable means the default. A bad value is a ``SettingsError``
 naming the variable (or the flag) and what is wrong with it.
@@ -47,6 +54,7 @@ from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.metastore.connection import URL_ENV
 from polaris_pipeline.storage.config import CONFIG_ENV_VAR
 from polaris_pipeline.tasks.model import LeasePolicy, RealmOverride
+from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
 
 REALMS_ENV = "POLARIS_PIPELINE_REALMS"
 LEASE_TIMEOUT_ENV = "POLARIS_PIPELINE_LEASE_TIMEOUT_MS"
@@ -62,6 +70,12 @@ SWEEP_MAX_PENDING_ENV = "POLARIS_PIPELINE_SWEEP_MAX_PENDING_RUNS"
 MAX_ORPHAN_AGE_ENV = "POLARIS_PIPELINE_MAX_ORPHAN_AGE_S"
 SWEEPER_AUTOSTART_ENV = "POLARIS_PIPELINE_SWEEPER_AUTOSTART"
 TASK_EVENTS_ENV = "POLARIS_PIPELINE_TASK_EVENTS"
+UNREFERENCED_ENV = "POLARIS_PIPELINE_UNREFERENCED"
+RETENTION_SUCCESS_DAYS_ENV = "POLARIS_PIPELINE_RETENTION_SUCCESS_DAYS"
+RETENTION_FAILURE_DAYS_ENV = "POLARIS_PIPELINE_RETENTION_FAILURE_DAYS"
+RETENTION_BATCH_SIZE_ENV = "POLARIS_PIPELINE_RETENTION_BATCH_SIZE"
+RETENTION_DRY_RUN_ENV = "POLARIS_PIPELINE_RETENTION_DRY_RUN"
+RETENTION_CRON_ENV = "POLARIS_PIPELINE_RETENTION_CRON"
 
 # The sweeper sensor's cadence and bounds, and the backlog check's threshold.
 DEFAULT_SWEEP_INTERVAL_S = 60.0
@@ -69,6 +83,9 @@ DEFAULT_SWEEP_JITTER = 0.2
 DEFAULT_SWEEP_MAX_RUNS = 200
 DEFAULT_SWEEP_MAX_PENDING_RUNS = 400
 DEFAULT_MAX_ORPHAN_AGE_S = 3600.0
+# The run retention job (polaris_pipeline.dagster.retention): runs deleted per tick, when.
+DEFAULT_RETENTION_BATCH_SIZE = 1000
+DEFAULT_RETENTION_CRON = "0 * * * *"
 
 _POLICY = LeasePolicy()
 
@@ -165,6 +182,16 @@ def _nonblank(what: str) -> Callable[[Any], None]:
     return check
 
 
+def _nonblank_cron(value: Any) -> None:
+    # Dagster checks the expression itself when it builds the schedule.
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("the retention schedule must be a cron expression")
+
+
+def _mode(value: Any) -> None:
+    UnreferencedMode.parse(value)
+
+
 def _realms_check(value: Any) -> None:
     if isinstance(value, str) or not all(isinstance(r, str) and r.strip() for r in value):
         raise ValueError("each realm must be a non-empty name")
@@ -209,6 +236,18 @@ _SPECS: dict[str, _Spec] = {
     ),
     "sweeper_autostart": _Spec(SWEEPER_AUTOSTART_ENV, None, _boolean),
     "task_events": _Spec(TASK_EVENTS_ENV, None, _boolean),
+    "unreferenced": _Spec(UNREFERENCED_ENV, "--unreferenced", UnreferencedMode.parse, _mode),
+    "retention_success_days": _Spec(
+        RETENTION_SUCCESS_DAYS_ENV, None, _integer, _at_least(1, "the days a success is kept")
+    ),
+    "retention_failure_days": _Spec(
+        RETENTION_FAILURE_DAYS_ENV, None, _integer, _at_least(1, "the days a failure is kept")
+    ),
+    "retention_batch_size": _Spec(
+        RETENTION_BATCH_SIZE_ENV, None, _integer, _at_least(1, "the runs deleted per tick")
+    ),
+    "retention_dry_run": _Spec(RETENTION_DRY_RUN_ENV, None, _boolean),
+    "retention_cron": _Spec(RETENTION_CRON_ENV, None, _text, _nonblank_cron),
 }
 
 
@@ -243,6 +282,16 @@ class PipelineSettings:
     # Write Polaris's BEFORE/AFTER_ATTEMPT_TASK rows to its events table (schema v3+).
     # Off by default, as Polaris's own persistence listener is.
     task_events: bool = False
+    # What a dropped table's run does with the files its metadata no longer names:
+    # off, report (list and record, delete nothing), delete. Realms may override it.
+    unreferenced: UnreferencedMode = DEFAULT_UNREFERENCED_MODE
+    # Run retention (the Dagster code location's retention job): days a finished run
+    # of the task job is kept, by outcome. None: kept for ever; both None: job off.
+    retention_success_days: int | None = None
+    retention_failure_days: int | None = None
+    retention_batch_size: int = DEFAULT_RETENTION_BATCH_SIZE
+    retention_dry_run: bool = False
+    retention_cron: str = DEFAULT_RETENTION_CRON
 
     def __post_init__(self) -> None:
         if self.realms is not None:

@@ -18,8 +18,8 @@ from polaris_pipeline.errors import StorageError
 from polaris_pipeline.execution.runner import Status
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
-from polaris_pipeline.storage.gcs_credentials import EMULATOR_ENV, boundary_rules
-from polaris_pipeline.testing import tables as testing_tables
+from polaris_pipeline.storage.credentials.gcs import EMULATOR_ENV, boundary_rules
+from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.catalog_storage import (
     catalog_sweep,
     fake_gcs_table,
@@ -76,7 +76,7 @@ def test_table_purged_and_the_neighbour_kept(
     assert {n for n in emulator.names(bucket) if n.startswith(prefix)}
     neighbour = prefix.rstrip("/") + "2/data/keep.parquet"
     emulator.put(bucket, neighbour, b"keep")
-    task = testing_tables.drop_table_task(
+    task = testing_tasks.drop_table_task(
         table, extra_internal_properties={STORAGE_CONFIG_KEY: gcs_storage_info(bucket)}
     )
     store.insert_tasks([task])

@@ -32,11 +32,11 @@ from polaris_pipeline.storage.catalog_config import (
     decode_storage_config,
 )
 from polaris_pipeline.storage.config import StorageConfig, StorageRule
-from polaris_pipeline.storage.credentials import StsCredentials, s3_options, session_policy
+from polaris_pipeline.storage.credentials.s3 import StsCredentials, s3_options, session_policy
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.scope import task_scope
 from polaris_pipeline.tasks.model import Prop
-from polaris_pipeline.testing import tables as testing_tables
+from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.catalog_storage import aws_storage_info, iam_s3_table
 from tests.support.s3 import MotoIam
 from tests.support.tasks import sqlite_metastore
@@ -248,7 +248,7 @@ def store(tmp_path: Path) -> Iterator[Metastore]:
 
 
 def _drop(store: Metastore, table: Table, storage_info: str) -> int:
-    task = testing_tables.drop_table_task(
+    task = testing_tasks.drop_table_task(
         table, extra_internal_properties={STORAGE_CONFIG_KEY: storage_info}
     )
     store.insert_tasks([task])

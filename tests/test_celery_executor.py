@@ -49,10 +49,11 @@ from polaris_pipeline.dagster.celery import (
     build_polaris_celery_task_job,
     celery_executor_config,
 )
+from polaris_pipeline.dagster.contract import JOB_NAME
 from polaris_pipeline.dagster.sweeper import SENSOR_NAME
-from polaris_pipeline.dagster.task_job import JOB_NAME, polaris_task_job
+from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.metastore import URL_ENV, Metastore
-from polaris_pipeline.testing import tables as testing_tables
+from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import Warehouse, table_files
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -305,7 +306,7 @@ def test_table_cleanup_steps_run_in_the_celery_worker(
     victim_files = table_files(victim)
     assert victim_files and all(local_warehouse.exists(f) for f in victim_files)
     neighbour_files = sorted(table_files(neighbour))
-    task = testing_tables.drop_table_task(
+    task = testing_tasks.drop_table_task(
         victim, realm_id="POLARIS", create_timestamp=metastore.now_ms() - OLD_MS
     )
     metastore.insert_tasks([task])

@@ -43,6 +43,7 @@ from polaris_pipeline.tasks.payloads import (
     encode_dropped_entity,
 )
 from polaris_pipeline.testing import tables as testing_tables
+from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import Warehouse, drop_task_row, table_files
 
 UUID_RE = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
@@ -67,7 +68,7 @@ def _inserter(
     def create(children: Sequence[NewTask]) -> Sequence[NewTask]:
         # Inserted durably first: a failure after this point keeps the children.
         created.extend(children)
-        queue.extend(testing_tables.task_row(c) for c in children)
+        queue.extend(testing_tasks.task_row(c) for c in children)
         if after_create is not None:
             after_create()
         return children
@@ -154,7 +155,7 @@ def batch_row(
             "type": "TABLE_METADATA",
         }
     )
-    return testing_tables.task_row(
+    return testing_tasks.task_row(
         NewTask(
             realm_id="POLARIS",
             id=new_entity_id(),
@@ -217,12 +218,12 @@ def test_current_metadata_file_goes_last(local_warehouse: Warehouse) -> None:
     assert wh.exists(table.metadata_location)
 
     for child in children[:-1]:
-        result, _ = run_one(wh, testing_tables.task_row(child))
+        result, _ = run_one(wh, testing_tasks.task_row(child))
         assert result.ok
         # Every other file may be gone by now; the metadata file is still there.
         assert wh.exists(table.metadata_location)
     assert (oracle & wh.files()) == {table.metadata_location}
-    result, _ = run_one(wh, testing_tables.task_row(children[-1]))
+    result, _ = run_one(wh, testing_tasks.task_row(children[-1]))
     assert result.ok and result.deleted == 1
     assert oracle.isdisjoint(wh.files())
 
@@ -382,7 +383,7 @@ def test_gc_disabled_manifest_task_keeps_its_files(local_warehouse: Warehouse) -
             ).decode(),
         }
     )
-    task = testing_tables.task_row(
+    task = testing_tasks.task_row(
         NewTask(
             "POLARIS",
             7,
@@ -441,7 +442,7 @@ def test_dry_run_lists_exactly_the_oracle(warehouse: Warehouse) -> None:
     _, children = run_one(warehouse, drop_task_row(table))
     listed: set[str] = set()
     for child in children:
-        r, _ = run_one(warehouse, testing_tables.task_row(child), dry_run=True)
+        r, _ = run_one(warehouse, testing_tasks.task_row(child), dry_run=True)
         assert r.deleted == 0 and r.ok
         listed.update(r.would_delete)
     assert listed == oracle
@@ -755,7 +756,7 @@ def test_failed_delete_keeps_the_manifest_until_a_retry_succeeds(
     wh = local_warehouse
     table = wh.build("t", appends=1)
     _, children = run_one(wh, drop_task_row(table))
-    manifest_task = testing_tables.task_row(
+    manifest_task = testing_tasks.task_row(
         next(c for c in children if c.properties["taskType"] == "2")
     )
     ref = decode_manifest_cleanup(manifest_task.data()).manifest
@@ -780,7 +781,7 @@ def test_manifest_chunks_fence_and_report_progress(local_warehouse: Warehouse) -
     _, children = run_one(wh, drop_task_row(table))
     # The largest manifest: the overwrite's, with ADDED and DELETED entries.
     best = max(
-        (testing_tables.task_row(c) for c in children if c.properties["taskType"] == "2"),
+        (testing_tasks.task_row(c) for c in children if c.properties["taskType"] == "2"),
         key=lambda t: len(
             list(
                 iter_manifest_entries(
@@ -827,8 +828,8 @@ def test_view_cleanup_deletes_only_the_metadata_file(warehouse: Warehouse) -> No
     io = wh.catalog._load_file_io(location=location)
     current = testing_tables.write_view_metadata(location, io)
     older = testing_tables.write_view_metadata(location, io)
-    spec = testing_tables.DropSpec(("ns",), "v", current, location, is_view=True)
-    task = testing_tables.task_row(testing_tables.drop_task(spec))
+    spec = testing_tasks.DropSpec(("ns",), "v", current, location, is_view=True)
+    task = testing_tasks.task_row(testing_tasks.drop_task(spec))
 
     result, children = run_one(wh, task)
 
@@ -841,7 +842,7 @@ def test_view_cleanup_deletes_only_the_metadata_file(warehouse: Warehouse) -> No
 def test_undecodable_payload_raises_payload_error_naming_the_task(
     local_warehouse: Warehouse,
 ) -> None:
-    task = testing_tables.task_row(
+    task = testing_tasks.task_row(
         NewTask("POLARIS", 42, "entityCleanup_9", {"taskType": "1", "data": "{nope"}, {})
     )
     with pytest.raises(PayloadError) as info:
@@ -850,7 +851,7 @@ def test_undecodable_payload_raises_payload_error_naming_the_task(
 
 
 def test_unknown_task_type_raises_payload_error(local_warehouse: Warehouse) -> None:
-    task = testing_tables.task_row(NewTask("POLARIS", 43, "x", {"taskType": "9", "data": "{}"}, {}))
+    task = testing_tasks.task_row(NewTask("POLARIS", 43, "x", {"taskType": "9", "data": "{}"}, {}))
     with pytest.raises(PayloadError, match="unknown taskType"):
         run_one(local_warehouse, task)
 

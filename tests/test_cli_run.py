@@ -8,6 +8,7 @@ from pathlib import Path
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Prop
 from polaris_pipeline.testing import tables as testing_tables
+from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import Warehouse
 from tests.support.tasks import batch_task
 from tests.test_cli import POLICY_FLAGS, run, url_of
@@ -85,7 +86,7 @@ def test_a_dropped_table_runs_with_its_children_stage_by_stage(
     table = testing_tables.build_table(local_warehouse.catalog, ("ns", "dropped"), appends=2)
     files = [p for p in Path(table.location().removeprefix("file://")).rglob("*") if p.is_file()]
     assert files
-    task = testing_tables.drop_table_task(
+    task = testing_tasks.drop_table_task(
         table, realm_id="POLARIS", create_timestamp=metastore.now_ms() - OLD_MS
     )
     metastore.insert_tasks([task])

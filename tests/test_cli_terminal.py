@@ -29,9 +29,11 @@ from pathlib import Path
 
 import pytest
 
-from polaris_pipeline.cli.main import _Progress, build_parser
+from polaris_pipeline.cli.output import TerminalProgress
+from polaris_pipeline.cli.parser import build_parser
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.tasks.model import Lease, Prop
+from polaris_pipeline.tasks.model import Prop
+from polaris_pipeline.tasks.ref import Lease
 from tests.support.iceberg import recorded_drop_task
 from tests.support.tasks import batch_task
 
@@ -352,7 +354,7 @@ def test_a_long_progress_message_is_cut_short_of_the_width(
 ) -> None:
     monkeypatch.setenv("COLUMNS", str(WIDTH))
     stream = _FakeTerminal()
-    progress = _Progress(stream)
+    progress = TerminalProgress(stream)
     lease = Lease("POLARIS", 3008983788998583856, "x", 1, 1, 0)
     progress(lease, 1, 3, "files of manifest file:///wh/" + "m" * 300 + ".avro")
     (segment,) = re.findall(r"\r(.*?)\x1b\[K", stream.getvalue())

@@ -20,6 +20,7 @@ from polaris_pipeline.storage.delete import bulk_delete, crc_sidecar
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.tasks.model import NewTask
 from polaris_pipeline.testing import tables as testing_tables
+from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import Warehouse, drop_task_row, table_files, write_sidecars
 from tests.support.tasks import batch_task, sqlite_metastore
 
@@ -176,7 +177,7 @@ def test_dry_run_lists_the_sidecars_it_would_delete(
     before = wh.files()
 
     with Runner(store, wh.config, resolver=wh.resolver) as runner:
-        plan = runner.plan(testing_tables.task_row(_polaris_drop_task(table)))
+        plan = runner.plan(testing_tasks.task_row(_polaris_drop_task(table)))
 
     assert plan.ok, plan.error_summary()
     assert set(plan.would_delete) == oracle | sidecars

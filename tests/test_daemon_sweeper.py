@@ -356,6 +356,7 @@ def test_a_dropped_table_runs_its_children_stage_by_stage_in_one_run(
     worker, every stage's steps start only after the stage before it ended."""
     from polaris_pipeline.cleanup.stages import CHILD_STAGES
     from polaris_pipeline.testing import tables as testing_tables
+    from polaris_pipeline.testing import tasks as testing_tasks
 
     catalog = testing_tables.open_catalog(
         testing_tables.local_warehouse_uri(tmp_path / "wh"), tmp_path / "catalog.db", name="d"
@@ -364,7 +365,7 @@ def test_a_dropped_table_runs_its_children_stage_by_stage_in_one_run(
     files = [p for p in Path(table.location().removeprefix("file://")).rglob("*") if p.is_file()]
     store = metastore_for(pg_url)
     store.insert_tasks(
-        [testing_tables.drop_table_task(table, realm_id=REALM, create_timestamp=store.now_ms())]
+        [testing_tasks.drop_table_task(table, realm_id=REALM, create_timestamp=store.now_ms())]
     )
     daemon = start_daemon(metastore_url=pg_url, lease_timeout_ms=30_000)
 

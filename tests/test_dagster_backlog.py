@@ -42,6 +42,7 @@ from polaris_pipeline.dagster.backlog import (
 )
 from polaris_pipeline.dagster.definitions import build_defs_from_env
 from polaris_pipeline.dagster.resources import SweeperSettings
+from polaris_pipeline.dagster.retention import RETENTION_JOB_NAME, RETENTION_SCHEDULE_NAME
 from polaris_pipeline.dagster.sweeper import SweepCursor, polaris_task_sweeper
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import (
@@ -470,7 +471,10 @@ def test_nothing_is_partitioned_and_no_schedule_refreshes_the_backlog() -> None:
     assert polaris_task_backlog.partitions_def is None
     assert all(check.partitions_def is None for check in BACKLOG_CHECKS)
     repo = build_defs_from_env({}).get_repository_def()
-    assert repo.schedule_defs == []
+    # The one schedule is the run retention's, whose job materializes nothing.
+    [schedule] = repo.schedule_defs
+    assert (schedule.name, schedule.job_name) == (RETENTION_SCHEDULE_NAME, RETENTION_JOB_NAME)
+    assert not repo.get_job(RETENTION_JOB_NAME).asset_layer.executable_asset_keys
     sweeper = repo.get_sensor_def("polaris_task_sweeper")
     assert "backlog" in sweeper.required_resource_keys
 

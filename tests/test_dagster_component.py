@@ -15,8 +15,8 @@ from dagster.components.testing import create_defs_folder_sandbox
 
 from polaris_pipeline.dagster import PolarisSweeper
 from polaris_pipeline.dagster.backlog import no_dead_tasks, no_stale_orphans
+from polaris_pipeline.dagster.contract import JOB_NAME
 from polaris_pipeline.dagster.sweeper import SENSOR_NAME
-from polaris_pipeline.dagster.task_job import JOB_NAME
 from polaris_pipeline.metastore import URL_ENV, Metastore
 from tests.support.tasks import seed
 

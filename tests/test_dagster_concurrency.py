@@ -38,7 +38,7 @@ from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import (
 from dagster._daemon.sensor import execute_sensor_iteration
 from dagster._serdes import ConfigurableClass, ConfigurableClassData
 
-from polaris_pipeline.dagster.task_job import JOB_NAME, TAG_REALM
+from polaris_pipeline.dagster.contract import JOB_NAME, TAG_REALM
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import TaskState
 from tests.support.tasks import seed

@@ -32,6 +32,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
+from polaris_pipeline.dagster.contract import run_config_for
 from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
     PolarisStorageResource,
@@ -42,11 +43,11 @@ from polaris_pipeline.dagster.task_job import (
     MULTIPROCESS_EXECUTOR,
     build_polaris_task_job,
     polaris_task_job,
-    run_config_for,
 )
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.tasks.model import NewTask, Prop
 from polaris_pipeline.testing import tables as testing_tables
+from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.dagster import child_summaries, metastore_resource
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.metastore import PG_ADMIN_URL
@@ -150,7 +151,7 @@ def execute(
 
 def drop(store: Metastore, table: Any, realm: str = "POLARIS") -> NewTask:
     """Polaris's drop-with-purge: the cleanup task, written long enough ago to be orphaned."""
-    task = testing_tables.drop_table_task(
+    task = testing_tasks.drop_table_task(
         table, realm_id=realm, create_timestamp=store.now_ms() - OLD_MS
     )
     store.insert_tasks([task])

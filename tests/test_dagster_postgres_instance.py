@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 import yaml
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster._core.definitions.run_request import InstigatorType
 from dagster._core.remote_representation.grpc_server_registry import GrpcServerRegistry
+from dagster._core.scheduler.instigation import TickStatus
 from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import WorkspaceFileTarget
 from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import (
@@ -98,6 +100,14 @@ def test_the_shipped_file_configures_the_instance_as_documented(
         assert instance.run_retries_max_retries == 0  # only jobs that ask are retried
         assert instance.run_monitoring_enabled
         assert not instance.telemetry_enabled
+        # Tick retention: no tick of any status is kept for ever (Dagster's default),
+        # the sweeper's many skipped ticks a day only.
+        sensor_ticks = instance.get_tick_retention_settings(InstigatorType.SENSOR)
+        assert sensor_ticks[TickStatus.SKIPPED] == 1
+        assert set(sensor_ticks) == set(TickStatus)
+        assert all(days > 0 for days in sensor_ticks.values()), sensor_ticks
+        schedule_ticks = instance.get_tick_retention_settings(InstigatorType.SCHEDULE)
+        assert all(days > 0 for days in schedule_ticks.values()), schedule_ticks
     # Dagster created its tables in the test's database, not anywhere else.
     engine = create_engine(dagster_pg_url(dagster_pg_env), poolclass=NullPool)
     try:

@@ -20,26 +20,22 @@ from dagster import (
     build_sensor_context,
 )
 
-from polaris_pipeline.dagster.reporting import (
+from polaris_pipeline.dagster.contract import (
     TAG_CATALOG,
     TAG_LOCATION,
     TAG_TABLE,
     TAG_TOTAL,
-    TableRef,
-    build_run_report_sensor,
-    location_metadata,
-    ref_from_tags,
-    report_run,
-    run_tags_for_table,
-    run_total,
-    table_of,
+    run_config_for,
 )
+from polaris_pipeline.dagster.reporting import build_run_report_sensor, report_run, run_total
 from polaris_pipeline.dagster.resources import PolarisStorageResource
-from polaris_pipeline.dagster.task_job import polaris_task_job, run_config_for
+from polaris_pipeline.dagster.tables import TableRef, table_of
+from polaris_pipeline.dagster.task_job import polaris_task_job
+from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskRow, TaskType
-from polaris_pipeline.testing import tables as testing_tables
+from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.dagster import metastore_resource
 from tests.support.iceberg import Warehouse, recorded_drop_task
 from tests.support.tasks import batch_task, dropped_entity_json
@@ -48,7 +44,7 @@ OLD_MS = 3_600_000
 
 
 def row(task: NewTask) -> TaskRow:
-    return testing_tables.task_row(task)
+    return testing_tasks.task_row(task)
 
 
 # -- the table of a task -----------------------------------------------------------
@@ -60,6 +56,7 @@ def test_table_of_a_dropped_table_and_of_its_children() -> None:
         namespace=("sales",),
         name="payments",
         realm_id="R1",
+        entity_properties={"location": "s3a://bucket/wh/sales/payments/"},
     )
     ref = table_of(row(task))
     assert ref is not None
@@ -78,6 +75,23 @@ def test_table_of_a_dropped_table_and_of_its_children() -> None:
     child_ref = table_of(row(child))
     assert child_ref is not None and child_ref.catalog_id is None
     assert child_ref.asset_key.path[:3] == ["polaris", "R1", "catalog_unknown"]
+
+
+def test_table_location_is_the_recorded_one_in_one_spelling() -> None:
+    """The location a run shows is the one the catalog recorded (the guard's root),
+    normalized; never worked out from the metadata file's folder."""
+    metadata = "file:///elsewhere/metadata/00001-abc.metadata.json"
+    entity = recorded_drop_task(metadata, entity_properties={"location": "file:/wh/ns/t"})
+    assert (ref := table_of(row(entity))) is not None and ref.location == "file:///wh/ns/t"
+    task = recorded_drop_task(metadata, internal_properties={"storageLocation": "/wh/ns/t/"})
+    assert (ref := table_of(row(task))) is not None and ref.location == "file:///wh/ns/t"
+    unrecorded = table_of(row(recorded_drop_task(metadata)))
+    assert unrecorded is not None and unrecorded.location is None
+    # A child carries the parent's storageLocation: the same spelling.
+    child = batch_task(
+        "R1", ["file:///wh/ns/t/a.parquet"], internal={"storageLocation": "file:/wh/ns/t"}
+    )
+    assert (ref := table_of(row(child))) is not None and ref.location == "file:///wh/ns/t"
 
 
 def test_table_of_hostile_payloads_is_none_or_safe() -> None:
@@ -109,22 +123,46 @@ def test_table_of_hostile_payloads_is_none_or_safe() -> None:
 
 def test_tags_and_location_of_a_table() -> None:
     ref = TableRef("R", ("ns",), "t", catalog_id=12, location="s3://b/wh/ns/t")
-    tags = run_tags_for_table(ref)
+    tags = DEFAULT_TRANSLATOR.table_tags(ref)
     assert tags == {
         "polaris/realm": "R",
         TAG_TABLE: "ns.t",
         TAG_CATALOG: "12",
         TAG_LOCATION: "s3://b/wh/ns/t",
     }
-    assert ref_from_tags(tags) == ref
-    assert ref_from_tags({TAG_TABLE: "ns.t"}) is None  # no realm: no key
-    assert run_tags_for_table(None) == {}
+    assert DEFAULT_TRANSLATOR.table_from_tags(tags) == ref
+    assert DEFAULT_TRANSLATOR.table_from_tags({TAG_TABLE: "ns.t"}) is None  # no realm: no key
+    assert DEFAULT_TRANSLATOR.table_tags(None) == {}
     long = TableRef("R", ("n" * 300,), "t")
-    assert len(run_tags_for_table(long)[TAG_TABLE]) == 255
-    assert location_metadata(ref)["table location"].value == "s3://b/wh/ns/t"
-    assert type(location_metadata(ref)["table location"]).__name__ == "UrlMetadataValue"
+    assert len(DEFAULT_TRANSLATOR.table_tags(long)[TAG_TABLE]) == 255
+    assert DEFAULT_TRANSLATOR.table_metadata(ref)["table location"].value == "s3://b/wh/ns/t"
+    assert (
+        type(DEFAULT_TRANSLATOR.table_metadata(ref)["table location"]).__name__
+        == "UrlMetadataValue"
+    )
     local = TableRef("R", ("ns",), "t", location="file:///wh/ns/t")
-    assert type(location_metadata(local)["table location"]).__name__ == "PathMetadataValue"
+    assert (
+        type(DEFAULT_TRANSLATOR.table_metadata(local)["table location"]).__name__
+        == "PathMetadataValue"
+    )
+
+
+def test_a_location_is_a_url_unless_its_scheme_is_file() -> None:
+    """The translator asks the one scheme table (``storage.uri.split_uri``)."""
+    kinds = {
+        location: type(
+            DEFAULT_TRANSLATOR.table_metadata(TableRef("R", ("ns",), "t", location=location))[
+                "table location"
+            ]
+        ).__name__
+        for location in ("/wh/ns/t", "file:/wh/ns/t", "s3a://b/ns/t", "gs://b/ns/t")
+    }
+    assert kinds == {
+        "/wh/ns/t": "PathMetadataValue",
+        "file:/wh/ns/t": "PathMetadataValue",
+        "s3a://b/ns/t": "UrlMetadataValue",
+        "gs://b/ns/t": "UrlMetadataValue",
+    }
 
 
 def test_run_total_adds_up_root_and_child_groups() -> None:
@@ -156,7 +194,7 @@ def purge(
     """Drop-with-purge a real table and run its task; (result, files it deleted)."""
     table = warehouse.build(name, appends=2)
     before = warehouse.files()
-    task = testing_tables.drop_table_task(
+    task = testing_tasks.drop_table_task(
         table, realm_id="POLARIS", create_timestamp=store.now_ms() - OLD_MS
     )
     store.insert_tasks([task])
@@ -245,7 +283,9 @@ def test_a_run_that_found_its_task_gone_records_no_table_event(
 
 @pytest.mark.parametrize("label", ["", "."])
 def test_ref_from_hostile_tags(label: str) -> None:
-    ref = ref_from_tags({TAG_TABLE: label, "polaris/realm": "R", TAG_CATALOG: "x"})
+    ref = DEFAULT_TRANSLATOR.table_from_tags(
+        {TAG_TABLE: label, "polaris/realm": "R", TAG_CATALOG: "x"}
+    )
     if not label:
         assert ref is None
     else:

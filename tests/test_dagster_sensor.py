@@ -21,6 +21,7 @@ from dagster import (
     build_sensor_context,
 )
 
+from polaris_pipeline.dagster.contract import JOB_NAME, TaskRunConfig
 from polaris_pipeline.dagster.definitions import build_defs_from_env
 from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
@@ -28,7 +29,6 @@ from polaris_pipeline.dagster.resources import (
     SweeperSettings,
 )
 from polaris_pipeline.dagster.sweeper import SweepCursor, polaris_task_sweeper
-from polaris_pipeline.dagster.task_job import JOB_NAME, TaskRunConfig
 from polaris_pipeline.errors import StorageConfigError
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.tasks import payloads

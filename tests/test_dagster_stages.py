@@ -25,6 +25,7 @@ from polaris_pipeline.dagster.task_job import build_polaris_task_job, polaris_ta
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask
 from polaris_pipeline.testing import tables as testing_tables
+from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.dagster import child_summaries, metastore_resource
 from tests.support.handlers import replace_table_handler
 from tests.support.iceberg import Warehouse, table_files
@@ -97,11 +98,14 @@ def test_the_graph_has_one_slot_per_stage_of_the_engines_plan() -> None:
         "run_metadata_children",
         "release_current_metadata_children",
         "run_current_metadata_children",
+        # A dropped table's unreferenced files, after its last stage.
+        "finish_polaris_table",
     }
     root = polaris_task_job.graph.node_named("run_polaris_task").definition
     assert list(root.output_dict) == [
         "outcome",
         *(f"{stage.name}_children" for stage in CHILD_STAGES),
+        "table",
     ]
     # Each stage's steps say what they delete, in the engine's words.
     for stage in CHILD_STAGES:
@@ -170,7 +174,7 @@ def test_orphans_run_in_the_stages_the_engine_gives_them(
     victim = local_warehouse.build("victim", partitioned=True, appends=2)
     content = testing_tables.content_files(victim)
     old = metastore.now_ms() - OLD_MS
-    parent = testing_tables.drop_table_task(victim, realm_id="POLARIS", create_timestamp=old)
+    parent = testing_tasks.drop_table_task(victim, realm_id="POLARIS", create_timestamp=old)
     created: list[NewTask] = []
 
     def create(children: Sequence[NewTask]) -> Sequence[NewTask]:
@@ -180,7 +184,7 @@ def test_orphans_run_in_the_stages_the_engine_gives_them(
     # The parent planned its children and is gone; its batches of metadata files are too.
     planned = run_table_cleanup(
         CleanupContext(
-            task=testing_tables.task_row(parent),
+            task=testing_tasks.task_row(parent),
             resolver=local_warehouse.resolver,
             config=local_warehouse.config,
             create_children=create,

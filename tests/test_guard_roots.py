@@ -16,7 +16,7 @@ from pyiceberg.table import Table
 
 from polaris_pipeline.execution.runner import Runner, Status, TaskOutcome
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.storage.guard import locations_agree
+from polaris_pipeline.storage.uri import same_location
 from polaris_pipeline.tasks.model import NewTask
 from polaris_pipeline.testing import tables as testing_tables
 from tests.support.iceberg import Warehouse, recorded_drop_task, table_files
@@ -217,16 +217,17 @@ def test_trailing_slash_is_the_only_tolerated_difference(
         ("s3://b/wh/ns/t", "s3://b/wh/ns", False),
         ("s3://b/wh/ns/t", "s3://b/wh/ns/t/data", False),
         ("s3://b/wh/ns/t", "s3://b/wh/ns/t_2", False),
-        ("s3://b/wh/ns/t", "s3a://b/wh/ns/t", False),
-        ("file:///wh/t", "file:/wh/t", False),
+        # Issue 26: one location in two spellings agrees (Polaris's StorageLocation).
+        ("s3://b/wh/ns/t", "s3a://b/wh/ns/t", True),
+        ("file:///wh/t", "file:/wh/t", True),
         ("", "", False),
         ("s3://b/wh/ns/t", "", False),
     ],
 )
-def test_locations_agree_only_when_equal_up_to_a_trailing_slash(
+def test_locations_agree_only_when_they_name_one_location(
     recorded: str, declared: str, agree: bool
 ) -> None:
-    assert locations_agree(recorded, declared) is agree
+    assert same_location(recorded, declared) is agree
 
 
 # -- views -------------------------------------------------------------------------------

@@ -62,3 +62,157 @@ def test_the_library_never_imports_the_repositorys_code_location() -> None:
         for path, names in _modules().items()
     }
     assert {p: n for p, n in offenders.items() if n} == {}
+
+
+# storage/ from the bottom up: a module imports only modules of its own layer or below.
+STORAGE_LAYERS = (
+    ("uri", "redact"),  # the scheme table and the location rule; masking
+    ("options",),  # which filesystem serves a scheme, which options it takes
+    ("config", "catalog_config"),
+    ("guard", "scope"),
+    ("credentials.cache",),
+    ("credentials.s3", "credentials.azure", "credentials.gcs"),
+    ("resolve", "input_file"),
+    ("delete", "listing"),
+)
+# Imports of the package inside a function of storage/, each on purpose.
+STORAGE_LAZY_IMPORTS = {
+    ("resolve", "polaris_pipeline.storage.input_file"): (
+        "it imports pyiceberg (about a second): only runs that read metadata pay for it"
+    ),
+}
+
+
+def _storage_imports(path: Path) -> list[tuple[str, bool]]:
+    """``(module, inside a function)`` for each import of the package in ``path``."""
+    found: list[tuple[str, bool]] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            nested = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+            if isinstance(child, ast.Import):
+                found.extend((a.name, in_function) for a in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+                if child.module == "polaris_pipeline.storage":  # from ...storage import uri
+                    found.extend((f"{child.module}.{a.name}", in_function) for a in child.names)
+                else:
+                    found.append((child.module, in_function))
+            visit(child, nested)
+
+    visit(ast.parse(path.read_text(), str(path)), False)
+    return [(m, f) for m, f in found if _top(m) == "polaris_pipeline"]
+
+
+def test_storage_is_layered() -> None:
+    storage = PACKAGE / "storage"
+    layer = {name: i for i, names in enumerate(STORAGE_LAYERS) for name in names}
+    modules = {
+        ".".join(p.relative_to(storage).with_suffix("").parts): p
+        for p in storage.rglob("*.py")
+        if p.name != "__init__.py"
+    }
+    assert set(modules) == set(layer), "every module of storage/ has a layer"
+    upward: list[str] = []
+    lazy: list[str] = []
+    for name, path in modules.items():
+        for module, in_function in _storage_imports(path):
+            target = module.removeprefix("polaris_pipeline.storage.")
+            above = layer.get(target, len(STORAGE_LAYERS)) > layer[name]  # unknown: above all
+            if module.startswith("polaris_pipeline.storage.") and above:
+                upward.append(f"{name} -> {target}")
+            if in_function and (name, module) not in STORAGE_LAZY_IMPORTS:
+                lazy.append(f"{name}: {module}")
+    assert upward == []
+    assert lazy == []
+    # The allow-list names imports that exist.
+    assert all((m, True) in _storage_imports(modules[n]) for n, m in STORAGE_LAZY_IMPORTS)
+
+
+# The package from the bottom up: a module imports only its own unit or units below it.
+# A unit is a subpackage or a root module; report/formatting.py is a leaf of its own
+# (how times, sizes and names are written for people: engine messages use it too).
+PACKAGE_LAYERS = (
+    ("errors", "report.formatting"),
+    ("tasks",),  # rows, states, payloads, references: Polaris's data
+    ("storage",),  # locations, filesystems, credentials, the guard, deletes
+    ("metastore",),  # statements and transitions over the rows
+    ("cleanup",),  # one handler per task type, on storage
+    ("execution",),  # start, run, observe one lease: the Runner
+    ("report",),  # outcomes shown: view, totals, progress, "nothing available"
+    ("settings",),  # every setting, for the two front ends
+    ("cli", "dagster"),  # the two front ends; neither imports the other
+    ("testing",),  # the builders of tests and the demo, over the engine
+)
+# Imports that point up, each with why it is still there; the test insists each exists,
+# so fixing one means removing its entry.
+UPWARD_IMPORTS = {
+    ("tasks/summary.py", "cleanup"): (
+        "table_identifier (a dropped entity's parent-namespace) belongs in tasks/payloads.py; "
+        "moving it edits cleanup/common.py"
+    ),
+}
+
+
+def _unit(module: str) -> str:
+    """``polaris_pipeline.storage.uri`` -> ``storage``; the leaf -> ``report.formatting``."""
+    parts = module.split(".")[1:]
+    if parts[:2] == ["report", "formatting"]:
+        return "report.formatting"
+    return parts[0] if parts else ""
+
+
+def _package_imports() -> dict[str, set[str]]:
+    """Each module (path under the package) -> the package modules it imports, anywhere."""
+    found: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module)
+                if node.module == "polaris_pipeline":  # from polaris_pipeline import x
+                    names.update(f"polaris_pipeline.{a.name}" for a in node.names)
+        rel = path.relative_to(PACKAGE).as_posix()
+        found[rel] = {n for n in names if n.startswith("polaris_pipeline.")}
+    return found
+
+
+def test_the_packages_layers_point_down() -> None:
+    layer = {unit: i for i, units in enumerate(PACKAGE_LAYERS) for unit in units}
+    imports = _package_imports()
+    mine = {
+        rel: _unit("polaris_pipeline." + rel.removesuffix(".py").replace("/", "."))
+        for rel in imports
+    }
+    assert set(mine.values()) - {"__init__"} <= set(layer), "every unit has a layer"
+    upward: dict[tuple[str, str], list[str]] = {}
+    for rel, modules in imports.items():
+        if mine[rel] == "__init__":
+            continue
+        for module in modules:
+            target = _unit(module)
+            if target != mine[rel] and layer[target] >= layer[mine[rel]]:
+                upward.setdefault((rel, target), []).append(module)
+    assert sorted(set(upward) - set(UPWARD_IMPORTS)) == []
+    assert sorted(set(UPWARD_IMPORTS) - set(upward)) == [], "a fixed one leaves the list"
+
+    # report/ shows outcomes: of execution/ it reads only the outcome (not the Runner).
+    report_reads = {
+        m
+        for rel, ms in imports.items()
+        if rel.startswith("report/")
+        for m in ms
+        if _unit(m) == "execution"
+    }
+    assert report_reads <= {"polaris_pipeline.execution.outcome"}
+    # The command line is a front end: nothing else of the package imports it.
+    assert [
+        rel
+        for rel, ms in imports.items()
+        if not rel.startswith("cli/") and any(_unit(m) == "cli" for m in ms)
+    ] == []
+    # The engine never imports the integration library.
+    engine = [rel for rel in imports if mine[rel] not in ("dagster", "testing")]
+    assert [rel for rel in engine if any(_unit(m) == "dagster" for m in imports[rel])] == []
+    assert len(engine) > 40  # the walk found the engine

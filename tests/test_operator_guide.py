@@ -55,6 +55,7 @@ from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.tasks.model import NewTask, Prop
 from polaris_pipeline.testing import tables as testing_tables
+from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import table_files
 from tests.support.metastore import PG_ADMIN_URL
 from tests.support.s3 import MotoS3
@@ -351,7 +352,7 @@ def _seed(store: Metastore, moto: MotoS3, bucket: str, warehouse_dir: Path) -> W
     )
     table = testing_tables.build_table(catalog, ("sales", "orders"), partitioned=True, appends=2)
     files = {f for f in table_files(table) if Path(f.removeprefix("file://")).exists()}
-    dropped = testing_tables.drop_table_task(table, realm_id=REALM, create_timestamp=now - OLD_MS)
+    dropped = testing_tasks.drop_table_task(table, realm_id=REALM, create_timestamp=now - OLD_MS)
 
     warehouse = f"s3://{bucket}/warehouse/sales"
     events = _put(moto, bucket, "warehouse/sales/events", 3)

@@ -13,7 +13,7 @@ from polaris_pipeline.report.totals import (
     OutcomeTotals,
     format_counts,
 )
-from polaris_pipeline.tasks.model import Lease
+from polaris_pipeline.tasks.ref import Lease
 
 
 def lease(task_id: int, realm: str = "R") -> Lease:

@@ -29,7 +29,7 @@ from polaris_pipeline.tasks.payloads import (
     decode_manifest_cleanup,
     encode_batch_cleanup,
 )
-from polaris_pipeline.testing.tables import task_row
+from polaris_pipeline.testing.tasks import task_row
 from tests.support.iceberg import Warehouse, drop_task_row, recorded_drop_task, table_files
 from tests.support.tasks import set_schema_version
 

@@ -130,6 +130,7 @@ def _cases(
     return {
         "NOW": ((), None, scalar(lambda v: abs(int(v) - now) < 60_000)),
         "REALMS": ((), None, lambda c, r: _equal([row.realm_id for row in r], [REALM])),
+        "ENTITY_REALMS": ((), None, lambda c, r: _equal([row.realm_id for row in r], [REALM])),
         "LIST_TASKS": (([REALM], 5), None, ids(orphan.id, held.id)),
         "GET_TASK": ((REALM, held.id), None, ids(held.id)),
         "TASK_PROPERTIES": ((REALM, orphan.id), None, rows(1)),

@@ -18,7 +18,7 @@ from polaris_pipeline.tasks.model import (
     TaskState,
 )
 from polaris_pipeline.tasks.payloads import decode_batch_cleanup
-from polaris_pipeline.testing.tables import drop_table_task
+from polaris_pipeline.testing.tasks import drop_table_task
 from tests.support.iceberg import Warehouse
 from tests.support.tasks import batch_task
 

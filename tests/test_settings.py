@@ -42,6 +42,12 @@ def test_every_variable_is_read() -> None:
         "POLARIS_PIPELINE_MAX_ORPHAN_AGE_S": "120",
         "POLARIS_PIPELINE_SWEEPER_AUTOSTART": "True",
         "POLARIS_PIPELINE_TASK_EVENTS": "true",
+        "POLARIS_PIPELINE_UNREFERENCED": "delete",
+        "POLARIS_PIPELINE_RETENTION_SUCCESS_DAYS": "14",
+        "POLARIS_PIPELINE_RETENTION_FAILURE_DAYS": "90",
+        "POLARIS_PIPELINE_RETENTION_BATCH_SIZE": "250",
+        "POLARIS_PIPELINE_RETENTION_DRY_RUN": "true",
+        "POLARIS_PIPELINE_RETENTION_CRON": "*/15 * * * *",
     }
     assert set(env) == set(env_names())
     s = PipelineSettings.from_env(env)
@@ -61,6 +67,10 @@ def test_every_variable_is_read() -> None:
     assert (s.sweep_max_runs, s.sweep_max_pending_runs, s.max_orphan_age_s) == (10, 20, 120.0)
     assert s.sweeper_autostart is True
     assert s.task_events is True
+    assert s.unreferenced == "delete"
+    assert (s.retention_success_days, s.retention_failure_days) == (14, 90)
+    assert (s.retention_batch_size, s.retention_dry_run) == (250, True)
+    assert s.retention_cron == "*/15 * * * *"
 
 
 def test_sweeper_autostart_is_a_boolean_or_unset() -> None:

@@ -9,7 +9,7 @@ import pytest
 import s3fs
 from fsspec.implementations.local import LocalFileSystem
 
-from polaris_pipeline.errors import StorageConfigError
+from polaris_pipeline.errors import StorageConfigError, StorageError
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.options import BASE_OPTIONS, accepted_options, filesystem_class
 
@@ -74,8 +74,8 @@ def test_gcs_and_azure_are_checked_like_the_others() -> None:
 
 def test_an_implementation_that_is_not_installed_is_not_checked() -> None:
     # Nothing to check against; using it fails with "install <package>" instead.
-    if filesystem_class("oci") is not None:
-        pytest.skip("ocifs is installed here")
+    with pytest.raises(StorageError, match="install ocifs"):
+        filesystem_class("oci")
     assert config("oci://bucket@ns/wh", {"anything": 1}).rules[0].options == {"anything": 1}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from polaris_pipeline.storage.vended import RefreshingCache
+from polaris_pipeline.storage.credentials.cache import RefreshingCache
 
 
 class Token:

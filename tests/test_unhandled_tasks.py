@@ -11,7 +11,7 @@ from polaris_pipeline.errors import MetastoreError
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.schema import entities
-from polaris_pipeline.metastore.store import DiscardOutcome
+from polaris_pipeline.metastore.transitions import DiscardOutcome
 from polaris_pipeline.tasks.model import Prop, TaskState
 from tests.support.unhandled import ENTITY_TYPES, polaris_cleanup_task, seed_unhandled
 

@@ -16,11 +16,12 @@ from polaris_pipeline.storage.delete import (
     crc_sidecar,
     present_crc_sidecar,
 )
-from polaris_pipeline.storage.guard import ROOT_PROPERTIES, PathGuard, locations_agree
+from polaris_pipeline.storage.guard import ROOT_PROPERTIES, PathGuard
+from polaris_pipeline.storage.scope import STORAGE_LOCATION_KEY
+from polaris_pipeline.storage.uri import same_location
 from polaris_pipeline.tasks.model import NewTask, TaskRow, TaskType
 from polaris_pipeline.tasks.payloads import DroppedEntity, TableIdentifier, task_properties
 
-STORAGE_LOCATION_KEY = "storageLocation"
 # Where Polaris records a table's (or view's) base location on the entity itself.
 ENTITY_LOCATION_KEY = "location"
 PARENT_NAMESPACE_KEY = "parent-namespace"
@@ -180,14 +181,19 @@ class Guard:
     def admit_declared_location(
         self, metadata_uri: str, declared: object, result: CleanupResult
     ) -> bool:
-        """Whether the ``location`` a metadata file declares agrees with the recorded root.
+        """Whether the ``location`` a metadata file declares is the recorded root.
 
-        A disagreement is recorded as a refusal of the metadata file: nothing the
-        file names is then scheduled or deleted.
+        One location by the rule of ``storage.uri`` (``file:/x`` is ``file:///x``,
+        ``s3a://`` is ``s3://``, a trailing slash does not count). Polaris writes
+        ``storageLocation`` from the metadata's own ``location``, so a real file
+        agrees; a wider location (the namespace directory) would make the file's
+        other paths look like the table's, a narrower or a sibling one means the
+        file is not this table's. A disagreement is recorded as a refusal of the
+        metadata file: nothing the file names is then scheduled or deleted.
         """
         if self.roots is None:
             return self.admit(metadata_uri, result)
-        if isinstance(declared, str) and locations_agree(self.roots.location, declared):
+        if isinstance(declared, str) and same_location(self.roots.location, declared):
             return True
         result.refused.append(
             GuardRefusal(

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from polaris_pipeline.cleanup.stages import Staged
+from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
 from polaris_pipeline.errors import GuardRefusal
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.tasks.model import NewTask, TaskRow
@@ -72,6 +73,8 @@ class CleanupResult:
     would_delete: list[str] = field(default_factory=list)  # dry run only
     deleted_paths_sample: list[str] = field(default_factory=list)  # first few, for run logs
     notes: list[str] = field(default_factory=list)
+    # The table's unreferenced files, once the phase ran (``cleanup/unreferenced.py``).
+    unreferenced: UnreferencedReport | None = None
 
     @property
     def children(self) -> list[NewTask]:

@@ -7,7 +7,9 @@ One import gives a Dagster project everything::
 
 or one ``defs.yaml`` (``type: polaris_pipeline.dagster.PolarisSweeper``). The
 pieces (resources, the sweeper sensor, the task job, the backlog) are importable
-from their modules for projects that compose their own ``Definitions``.
+from their modules for projects that compose their own ``Definitions``;
+``PolarisTranslator`` (subclassed, ``build_defs(translator=...)``) decides what
+the UI shows of a task, and ``contract.py`` names what every run carries.
 """
 
 from polaris_pipeline.dagster.component import PolarisSweeper
@@ -22,12 +24,16 @@ from polaris_pipeline.dagster.resources import (
     PolarisStorageResource,
     SweeperSettings,
 )
+from polaris_pipeline.dagster.retention import RetentionSettings
+from polaris_pipeline.dagster.translator import PolarisTranslator
 
 __all__ = [
     "TASK_EXECUTOR_ENV",
     "PolarisMetastoreResource",
     "PolarisStorageResource",
     "PolarisSweeper",
+    "PolarisTranslator",
+    "RetentionSettings",
     "SweeperSettings",
     "TaskExecutor",
     "build_defs",

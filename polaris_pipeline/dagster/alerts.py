@@ -42,6 +42,7 @@ from dagster import (
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
 from polaris_pipeline.dagster.backlog import ASSET_NAME, CHECK_NAMES
+from polaris_pipeline.dagster.contract import TAG_REALM, TAG_TABLE, TAG_TASK_ID, TAG_TASK_TYPE
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +71,8 @@ ALERT_ENVS = (
     UI_URL_ENV,
 )
 
-# The tags a task run carries (task_job.py); named here so an alert shows them.
-_TAGS_SHOWN = ("polaris/table", "polaris/realm", "polaris/task_id", "polaris/task_type")
+# The tags of a task run an alert shows (the contract's), each as "<name>: <value>".
+_TAGS_SHOWN = (TAG_TABLE, TAG_REALM, TAG_TASK_ID, TAG_TASK_TYPE)
 _TIMEOUT_S = 10.0
 # How often the check alert reads the checks' new evaluations.
 _CHECK_ALERT_INTERVAL_S = 30
@@ -108,7 +109,7 @@ def run_failure_alert(
 ) -> Alert:
     """The alert of one failed run (pure: tested without a sensor)."""
     shown = [f"{k.split('/', 1)[1]}: {tags[k]}" for k in _TAGS_SHOWN if tags.get(k)]
-    subject = tags.get("polaris/table") or tags.get("polaris/realm") or ""
+    subject = tags.get(TAG_TABLE) or tags.get(TAG_REALM) or ""
     title = f"Dagster run of {job_name} failed" + (f" ({subject})" if subject else "")
     lines = [*shown, f"run: {run_id}", f"error: {(error or 'see the run log').strip()}"]
     return Alert(title, "\n".join(lines), run_id=run_id, url=_run_url(ui_url, run_id))

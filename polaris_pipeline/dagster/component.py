@@ -10,6 +10,7 @@ task and backfill jobs, the backlog asset and its checks::
       storage: {config_path: /etc/polaris-pipeline/storage.yaml}
       sweep: {interval_seconds: 60, jitter: 0.2}
       executor: in_process
+      retention: {success_days: 14, failure_days: 90}
 
 Every attribute left out keeps the library's default (``build_defs``).
 """
@@ -25,6 +26,9 @@ from pydantic import Field
 from polaris_pipeline.dagster.definitions import build_defs
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
+from polaris_pipeline.dagster.retention import RetentionSettings
+from polaris_pipeline.dagster.translator import translator_from_path
+from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE
 
 
 class StorageModel(dg.Model):
@@ -51,6 +55,16 @@ class SweepModel(dg.Model):
     max_pending_runs: int | None = None
 
 
+class RetentionModel(dg.Model):
+    """Run retention; unset fields keep the defaults, no age set keeps every run."""
+
+    success_days: int | None = Field(default=None, description="Days a success is kept.")
+    failure_days: int | None = Field(default=None, description="Days a failure is kept.")
+    batch_size: int | None = Field(default=None, description="Most runs deleted per tick.")
+    dry_run: bool | None = Field(default=None, description="List what would go, delete none.")
+    cron: str | None = Field(default=None, description="When the retention schedule ticks.")
+
+
 def _as_env_var(value: str) -> str | dg.EnvVar:
     """``value`` as a reference to the variable it came from, when one holds it.
 
@@ -75,10 +89,25 @@ class PolarisSweeper(dg.Component, dg.Model, dg.Resolvable):
     )
     grace_ms: int | None = None
     max_attempts: int | None = None
+    unreferenced: Literal["off", "report", "delete"] | None = Field(
+        default=None,
+        description=(
+            "A dropped table's files its metadata no longer names: off, report (list, "
+            "delete nothing; null: this) or delete."
+        ),
+    )
     storage: StorageModel | None = None
     sweep: SweepModel | None = None
+    retention: RetentionModel | None = None
     executor: Literal["multiprocess", "in_process", "celery"] | None = Field(
         default=None, description="How the task job's steps run; null: one process per step."
+    )
+    translator: str | None = Field(
+        default=None,
+        description=(
+            "A PolarisTranslator subclass deciding run tags, metadata and asset keys: "
+            "my_pkg.module.MyTranslator; null: the library's."
+        ),
     )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
@@ -88,16 +117,24 @@ class PolarisSweeper(dg.Component, dg.Model, dg.Resolvable):
             for k, v in (self.sweep.model_dump() if self.sweep else {}).items()
             if v is not None
         }
+        retention = {
+            k: v
+            for k, v in (self.retention.model_dump() if self.retention else {}).items()
+            if v is not None
+        }
         return build_defs(
             metastore_url=_as_env_var(self.metastore_url),
             realms=self.realms,
             lease_timeout_ms=self.lease_timeout_ms,
             grace_ms=self.grace_ms,
             max_attempts=self.max_attempts,
+            unreferenced=self.unreferenced or DEFAULT_UNREFERENCED_MODE,
             storage=storage,
             sweeper=SweeperSettings(**cadence).validated(),
             executor=self.executor,
+            retention=RetentionSettings(**retention),
+            translator=translator_from_path(self.translator) if self.translator else None,
         )
 
 
-__all__ = ["PolarisSweeper", "StorageModel", "SweepModel"]
+__all__ = ["PolarisSweeper", "RetentionModel", "StorageModel", "SweepModel"]

@@ -37,11 +37,18 @@ from polaris_pipeline.dagster.reporting import build_run_report_sensor
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
+from polaris_pipeline.dagster.retention import (
+    RetentionSettings,
+    build_run_retention_job,
+    build_run_retention_schedule,
+)
 from polaris_pipeline.dagster.sweeper import build_polaris_task_sweeper
 from polaris_pipeline.dagster.task_job import MULTIPROCESS_EXECUTOR, build_polaris_task_job
+from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR, PolarisTranslator
 from polaris_pipeline.metastore import URL_ENV
 from polaris_pipeline.settings import PipelineSettings
 from polaris_pipeline.tasks.model import RealmOverride
+from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
 
 # How the task job's steps execute: all in the run's own process (the default: a
 # run is one task's worth of work), one process per step, or on Celery workers
@@ -90,6 +97,7 @@ def build_defs(
     metadata_batch_size: int | None = None,
     realm_overrides: Mapping[str, RealmOverride] | None = None,
     write_task_events: bool = False,
+    unreferenced: UnreferencedMode | str = DEFAULT_UNREFERENCED_MODE,
     executor_prefix: str | None = None,
     storage: PolarisStorageResource | None = None,
     sweeper: SweeperSettings | None = None,
@@ -99,17 +107,24 @@ def build_defs(
     sweeper_autostart: bool | None = None,
     notify: Notify | None = None,
     alert_ui_url: str | None = None,
+    translator: PolarisTranslator | None = None,
+    retention: RetentionSettings | None = None,
 ) -> Definitions:
     """The sweeper sensor, the task and backfill jobs, the backlog and its checks.
 
     ``metastore_url`` should be an ``EnvVar`` so the UI shows the variable's
     name, never the URL; None means ``EnvVar("POLARIS_METASTORE_URL")``.
     Unset lease settings keep the library's defaults; ``write_task_events``
-    writes Polaris's task events (off by default, as in Polaris).
+    writes Polaris's task events (off by default, as in Polaris). ``unreferenced``
+    (off, report, delete) is what a dropped table's run does, last, with the files
+    its metadata no longer names; realms may override it.
     ``executor`` chooses how the task job's steps run.
     ``sweeper_autostart``: see ``sweeper_default_status``. ``notify`` turns the
     alert sensors on (polaris_pipeline.dagster.alerts); ``alert_ui_url`` is the
-    UI's base URL for the links in alerts.
+    UI's base URL for the links in alerts. ``retention``: how long finished task
+    runs are kept (polaris_pipeline.dagster.retention); its schedule stays
+    STOPPED until an age is set. ``translator`` (a ``PolarisTranslator`` subclass)
+    decides the runs' tags, the steps' metadata and the tables' asset keys and events.
     """
     policy: dict[str, Any] = {
         field: value
@@ -124,38 +139,52 @@ def build_defs(
     if executor_prefix:
         policy["executor_prefix"] = executor_prefix
     if realm_overrides:
+        # A realm's unreferenced mode is a string: a field of its own in the resource.
         policy["realm_overrides"] = {
-            realm: {k: v for k, v in dataclasses.asdict(o).items() if v is not None}
+            realm: {
+                k: v
+                for k, v in dataclasses.asdict(o).items()
+                if v is not None and k != "unreferenced"
+            }
             for realm, o in realm_overrides.items()
         }
-    task_job = build_polaris_task_job(executor_def=_task_executor(executor))
+        modes = {r: o.unreferenced for r, o in realm_overrides.items() if o.unreferenced}
+        if modes:
+            policy["realm_unreferenced"] = modes
+    translator = translator or DEFAULT_TRANSLATOR
+    task_job = build_polaris_task_job(executor_def=_task_executor(executor), translator=translator)
+    retention_job = build_run_retention_job(task_job.name, translator=translator)
     resources: dict[str, Any] = {
         "metastore": PolarisMetastoreResource(
             url=EnvVar(URL_ENV) if metastore_url is None else metastore_url,
             realms=list(realms) if realms else None,
             write_task_events=write_task_events,
+            unreferenced=UnreferencedMode.parse(unreferenced).value,
             **policy,
         ),
         # config_path unset: $POLARIS_PIPELINE_STORAGE_CONFIG, read when a run starts.
         "storage": storage or PolarisStorageResource(),
         "sweeper": sweeper or SweeperSettings(),
         "backlog": backlog or BacklogSettings(),
+        "retention": (retention or RetentionSettings()).validated(),
     }
     if io_manager is not None:
         resources["io_manager"] = io_manager
     defs = Definitions(
         assets=[polaris_task_backlog],
         asset_checks=BACKLOG_CHECKS,
-        jobs=[task_job, polaris_realm_backfill_job],
+        jobs=[task_job, polaris_realm_backfill_job, retention_job],
+        schedules=[build_run_retention_schedule(retention_job, resources["retention"])],
         sensors=[
             build_polaris_task_sweeper(
                 task_job,
                 default_status=sweeper_default_status(sweeper_autostart),
                 cadence=resources["sweeper"],
                 backlog_resource=True,
+                translator=translator,
             ),
             build_sweeper_watch(),
-            build_run_report_sensor(task_job.name),
+            build_run_report_sensor(task_job.name, translator=translator),
             *alert_sensors(notify, alert_ui_url),
         ],
         # For jobs without an executor of their own (the one behind the UI's
@@ -186,11 +215,14 @@ def _resolve_quietly(defs: Definitions) -> None:
         defs.get_repository_def()
 
 
-def build_defs_from_env(environ: Mapping[str, str] | None = None) -> Definitions:
+def build_defs_from_env(
+    environ: Mapping[str, str] | None = None, *, translator: PolarisTranslator | None = None
+) -> Definitions:
     """``build_defs`` configured from the environment, as the CLI is.
 
     The engine's settings come from ``PipelineSettings.from_env`` (the variables
     the CLI reads too: docs/dagster.md); only the task executor is Dagster's own.
+    ``translator``: as ``build_defs``'s (code, not a setting).
     """
     env = os.environ if environ is None else environ
     settings = PipelineSettings.from_env(env)
@@ -208,6 +240,7 @@ def build_defs_from_env(environ: Mapping[str, str] | None = None) -> Definitions
         metadata_batch_size=settings.metadata_batch_size,
         realm_overrides=settings.realm_overrides,
         write_task_events=settings.task_events,
+        unreferenced=settings.unreferenced,
         executor_prefix=settings.executor_prefix,
         sweeper=SweeperSettings(
             interval_seconds=settings.sweep_interval_s,
@@ -216,11 +249,13 @@ def build_defs_from_env(environ: Mapping[str, str] | None = None) -> Definitions
             max_pending_runs=settings.sweep_max_pending_runs,
         ),
         backlog=BacklogSettings(max_orphan_age_seconds=settings.max_orphan_age_s),
+        retention=RetentionSettings.from_settings(settings),
         executor=executor,  # type: ignore[arg-type]  # checked by _task_executor
         io_manager=io_manager,
         sweeper_autostart=settings.sweeper_autostart,
         notify=notifier_from_env(env),
         alert_ui_url=env.get(UI_URL_ENV, "").strip() or None,
+        translator=translator,
     )
 
 

@@ -34,18 +34,19 @@ from dagster import (
 )
 from pydantic import Field
 
+from polaris_pipeline.dagster.contract import DEFAULT_RUN_TAGS, TAG_REALM
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
-from polaris_pipeline.dagster.task_job import DEFAULT_RUN_TAGS, TAG_REALM
-from polaris_pipeline.execution.runner import Runner, Status, TaskOutcome
-from polaris_pipeline.report.formatting import task_label
+from polaris_pipeline.execution.outcome import Status, TaskOutcome
+from polaris_pipeline.execution.runner import Runner
+from polaris_pipeline.report.formatting import realms_text
+from polaris_pipeline.report.outcome_view import OutcomeView
+from polaris_pipeline.report.progress import ProgressSink
 from polaris_pipeline.report.totals import OutcomeTotals, status_word
 from polaris_pipeline.tasks.model import TaskState
-from polaris_pipeline.tasks.summary import task_type_name
 
 JOB_NAME = "polaris_realm_backfill_job"
 OP_NAME = "sweep_realm"
-_PROGRESS_LOG_INTERVAL_S = 10.0
 _SAMPLE_SIZE = 10
 
 
@@ -81,8 +82,8 @@ def check_realm(realm: str, known: list[str], deployment: list[str] | None) -> N
     if deployment is not None and realm not in deployment:
         raise Failure(
             description=(
-                f"realm {realm!r} is not swept by this deployment (its realms: "
-                f"{', '.join(deployment)}); nothing was leased"
+                f"realm {realm!r} is not swept by this deployment (it sweeps "
+                f"{realms_text(deployment)}); nothing was leased"
             ),
             allow_retries=False,
         )
@@ -98,40 +99,33 @@ def check_realm(realm: str, known: list[str], deployment: list[str] | None) -> N
 
 
 class _Tally:
-    """A sweep's outcomes: the engine's totals, a sample of failures, periodic log lines."""
+    """A sweep's outcomes: the engine's totals, a sample of failures, the log.
+
+    Each task's line is the outcome view's; ``progress`` (also the Runner's, for long
+    deletes) logs the running total every few seconds.
+    """
 
     def __init__(self, context: OpExecutionContext, realm: str) -> None:
         self.context = context
         self.realm = realm
         self.totals = OutcomeTotals()
         self.failures: list[dict[str, str]] = []
-        self._last_log = time.monotonic()
+        self.progress = ProgressSink(context.log.info)
 
     def __call__(self, outcome: TaskOutcome) -> None:
         self.totals.add(outcome)
-        lease = outcome.lease
-        label = (
-            f"{task_label(lease.realm_id, lease.task_id, lease.name)} "
-            f"({task_type_name(outcome.task_type)})"
-        )
-        if outcome.status in (Status.FAILED, Status.DEAD):
-            if len(self.failures) < _SAMPLE_SIZE:
-                self.failures.append(
-                    {
-                        "task_id": str(outcome.lease.task_id),
-                        "status": outcome.status.value,
-                        "error": outcome.error or "",
-                    }
-                )
-            self.context.log.warning(f"task {label} {outcome.status.value}: {outcome.error}")
-        elif outcome.status is Status.LEASE_LOST:
-            self.context.log.warning(f"task {label}: {outcome.error}")
-        else:
-            self.context.log.debug(f"task {label} done")
-        now = time.monotonic()
-        if now - self._last_log >= _PROGRESS_LOG_INTERVAL_S:
-            self._last_log = now
-            self.context.log.info(f"realm {self.realm}: {self.line()} so far")
+        failed = outcome.status in (Status.FAILED, Status.DEAD)
+        if failed and len(self.failures) < _SAMPLE_SIZE:
+            self.failures.append(
+                {
+                    "task_id": str(outcome.lease.task_id),
+                    "status": outcome.status.value,
+                    "error": outcome.error or "",
+                }
+            )
+        log = self.context.log.debug if outcome.ok else self.context.log.warning
+        log(OutcomeView(outcome).log_line())
+        self.progress.note(f"realm {self.realm}: {self.line()} so far")
 
     @property
     def total(self) -> int:
@@ -190,6 +184,7 @@ def sweep_realm(
         executor_id=executor_id,
         run_id=context.run_id,
         resolver=storage.get_resolver(),
+        progress=tally.progress,
         write_task_events=metastore.write_task_events,
     ) as runner:
         runner.sweep(

@@ -23,7 +23,6 @@ skip reason, and one read of the rows of orphaned, backing-off and dead tasks
 when there are some (``backlog_report.read_report``).
 """
 
-import hashlib
 import json
 import math
 import random
@@ -50,23 +49,21 @@ from dagster import (
 from dagster._core.storage.tags import RUN_KEY_TAG
 
 from polaris_pipeline.dagster.backlog_report import BacklogSettings, backlog_events, read_report
+from polaris_pipeline.dagster.contract import (
+    TAG_REALM,
+    TAG_TASK_ID,
+    run_config_for,
+    run_key,
+    run_task_ids,
+)
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
-from polaris_pipeline.dagster.task_job import (
-    TAG_ORPHANS_OF,
-    TAG_REALM,
-    TAG_TASK_COUNT,
-    TAG_TASK_ID,
-    TAG_TASK_TYPE,
-    candidate_tags,
-    polaris_task_job,
-    run_config_for,
-    run_key_for,
-    run_task_ids,
-)
+from polaris_pipeline.dagster.task_job import polaris_task_job
+from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR, PolarisTranslator
 from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.report.formatting import iso_utc
+from polaris_pipeline.report.nothing_available import no_orphans_reason
 from polaris_pipeline.tasks.model import TaskState
 from polaris_pipeline.tasks.orphans import CandidateRun, group_candidates
 from polaris_pipeline.tasks.summary import why_available
@@ -209,14 +206,7 @@ def _state_counts(per_realm: dict[str, Counter[TaskState]]) -> Counter[TaskState
     return total
 
 
-def _realms_text(configured: Iterable[str] | None, seen: Iterable[str]) -> str:
-    realms = list(configured) if configured is not None else sorted(seen)
-    if configured is None and not realms:
-        return "any realm"
-    return "realms [" + ", ".join(realms) + "]"
-
-
-def nothing_available_reason(
+def _idle_reason(
     metastore: PolarisMetastoreResource,
     wait_s: int,
     *,
@@ -225,21 +215,14 @@ def nothing_available_reason(
 ) -> str:
     """Why nothing was leased, from one count per state (one query on PostgreSQL).
 
-    ``per_realm``: that count, when the tick has made it already.
+    ``per_realm``: that count, when the tick has made it already. The wording is
+    the one explanation's (``report.nothing_available.no_orphans_reason``).
     """
     if per_realm is None:
         per_realm = metastore.get_metastore().count_by_state(metastore.realms)
-    counts = _state_counts(per_realm)
-    parts = [
-        f"{counts[TaskState.PENDING]} pending within grace",
-        f"{counts[TaskState.LEASED]} leased",
-        f"{counts[TaskState.BACKING_OFF]} backing off",
-        f"{counts[TaskState.DEAD]} dead",
-    ]
-    if counts[TaskState.ORPHANED]:
-        parts.append(f"{counts[TaskState.ORPHANED]} orphaned but taken by a concurrent sweeper")
-    where = _realms_text(metastore.realms, per_realm)
-    return f"no orphaned tasks in {where}; {', '.join(parts)}{limit_note}; next sweep in {wait_s} s"
+    # Unconfigured realms: the realms the count found, if any.
+    realms = metastore.realms if metastore.realms is not None else sorted(per_realm) or None
+    return no_orphans_reason(_state_counts(per_realm), realms, wait_s=wait_s, limit_note=limit_note)
 
 
 def config_problem(
@@ -282,34 +265,18 @@ def _waiting_tasks(runs: Iterable[DagsterRun]) -> set[tuple[str, int]]:
     return out
 
 
-def run_request_for(run: CandidateRun) -> RunRequest:
+def run_request_for(
+    run: CandidateRun, translator: PolarisTranslator = DEFAULT_TRANSLATOR
+) -> RunRequest:
     """The run of one task, or of the orphaned children of one purge."""
     first = run.first
-    if run.parent_name is None:
-        return RunRequest(
-            run_key=run_key_for(first),
-            run_config=run_config_for(
-                first.realm_id, first.id, entity_version=first.entity_version
-            ),
-            tags=candidate_tags(first),
-        )
-    # Every member's version is in the key: a change to any of them is a new run.
-    versions = ",".join(f"{t.id}:{t.entity_version}" for t in sorted(run.tasks, key=lambda t: t.id))
-    digest = hashlib.sha256(versions.encode()).hexdigest()[:16]
+    grouped = [t.id for t in run.tasks] if run.parent_name is not None else []
     return RunRequest(
-        run_key=f"{first.realm_id}:orphans:{run.parent_name}:{digest}",
+        run_key=run_key(run),
         run_config=run_config_for(
-            first.realm_id,
-            first.id,
-            entity_version=first.entity_version,
-            task_ids=[t.id for t in run.tasks],
+            first.realm_id, first.id, entity_version=first.entity_version, task_ids=grouped
         ),
-        tags={
-            **candidate_tags(first),
-            TAG_TASK_TYPE: "orphaned_children",
-            TAG_ORPHANS_OF: run.parent_name,
-            TAG_TASK_COUNT: str(len(run.tasks)),
-        },
+        tags=translator.request_tags(run),
     )
 
 
@@ -322,10 +289,12 @@ def sweep_tick(
     job_name: str = polaris_task_job.name,
     now_ms: int | None = None,
     backlog: BacklogSettings | None = None,
+    translator: PolarisTranslator = DEFAULT_TRANSLATOR,
 ) -> SensorResult | SkipReason:
     """One evaluation of the sweeper; see the module docstring.
 
-    ``backlog``: the thresholds of the backlog checks it reports (defaults if None).
+    ``backlog``: the thresholds of the backlog checks it reports (defaults if None);
+    ``translator``: the tags of the runs it requests (the task job's).
     """
     try:
         settings = sweeper.validated()
@@ -389,9 +358,7 @@ def sweep_tick(
             note = f" ({len(rows)} available task(s) already have a run waiting to start)"
         events = report.events()
         return SensorResult(
-            skip_reason=nothing_available_reason(
-                metastore, wait_s, limit_note=note, per_realm=report.counts
-            ),
+            skip_reason=_idle_reason(metastore, wait_s, limit_note=note, per_realm=report.counts),
             cursor=report.cursor(later),
             asset_events=events,
         )
@@ -418,7 +385,9 @@ def sweep_tick(
         + ("backlog: sweeping again at the next evaluation" if more else f"next in {wait_s} s")
     )
     return SensorResult(
-        run_requests=_relaunch_used_keys(context, [run_request_for(run) for run in runs], now),
+        run_requests=_relaunch_used_keys(
+            context, [(run, run_request_for(run, translator)) for run in runs], now
+        ),
         cursor=report.cursor(now if more else later, backlog=more),
         asset_events=events,
     )
@@ -476,7 +445,7 @@ class _BacklogReporter:
 
 
 def _relaunch_used_keys(
-    context: SensorEvaluationContext, requests: list[RunRequest], now_ms: int
+    context: SensorEvaluationContext, requests: list[tuple[CandidateRun, RunRequest]], now_ms: int
 ) -> list[RunRequest]:
     """``requests``, with a fresh key for each whose key a finished run already used.
 
@@ -486,13 +455,13 @@ def _relaunch_used_keys(
     lease bumps the version in the key. Asking again under a new key keeps the
     promise of eventual execution, and the log says so.
     """
-    keys = [r.run_key for r in requests if r.run_key]
+    keys = [r.run_key for _, r in requests if r.run_key]
     if not keys:
-        return requests
+        return [r for _, r in requests]
     try:
         runs = context.instance.get_runs(RunsFilter(tags={RUN_KEY_TAG: keys}), limit=len(keys) * 4)
     except Exception:  # a context without an instance (unit tests): nothing is known
-        return requests
+        return [r for _, r in requests]
     # A key of a run still in progress stays: Dagster dropping it is right.
     busy = {run.tags.get(RUN_KEY_TAG) for run in runs if not run.is_finished}
     used = {
@@ -501,12 +470,12 @@ def _relaunch_used_keys(
         if run.is_finished and run.tags.get(RUN_KEY_TAG) not in busy
     }
     out: list[RunRequest] = []
-    for request in requests:
+    for run, request in requests:
         earlier = used.get(request.run_key)
         if earlier is None:
             out.append(request)
             continue
-        key = f"{request.run_key}:again:{now_ms}"
+        key = run_key(run, again_at_ms=now_ms)
         context.log.warning(
             f"run key {request.run_key} was used by run {earlier}, which ended without "
             f"writing the task (it died before leasing it?): Dagster would drop the "
@@ -525,6 +494,7 @@ def build_polaris_task_sweeper(
     check_storage: bool = True,
     cadence: SweeperSettings | None = None,
     backlog_resource: bool = False,
+    translator: PolarisTranslator = DEFAULT_TRANSLATOR,
 ) -> SensorDefinition:
     """The sweeper sensor for ``job`` (a job built by ``build_polaris_task_job``).
 
@@ -538,6 +508,8 @@ def build_polaris_task_sweeper(
     ``backlog_resource`` makes the ``backlog`` resource required, so the backlog checks
     the sweeps report use its thresholds (``build_defs`` does); without it they use
     the resource when the context has one, else the defaults.
+
+    ``translator``: the one the job was built with (``build_polaris_task_job``).
     """
     keys = {
         "metastore",
@@ -577,6 +549,7 @@ def build_polaris_task_sweeper(
             storage,
             job_name=job.name,
             backlog=backlog,
+            translator=translator,
         )
 
     return _sweeper

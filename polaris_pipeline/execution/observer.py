@@ -24,7 +24,8 @@ from polaris_pipeline.execution.telemetry import (
 )
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.events import TaskEventWriter
-from polaris_pipeline.tasks.model import Lease, TaskType
+from polaris_pipeline.tasks.model import TaskType
+from polaris_pipeline.tasks.ref import Lease
 
 
 class _Outcome(Protocol):

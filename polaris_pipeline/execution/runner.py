@@ -14,8 +14,6 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
@@ -29,10 +27,13 @@ from polaris_pipeline.errors import (
     is_permanent,
 )
 from polaris_pipeline.execution.observer import AttemptObserver
+from polaris_pipeline.execution.outcome import ProgressFn, Status, TaskOutcome
 from polaris_pipeline.execution.start import StartDecision, decide_start
+from polaris_pipeline.execution.unreferenced_phase import mode_for, phase_entity, run_phase
 from polaris_pipeline.metastore import CompleteOutcome, FailOutcome, Metastore, new_entity_id
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.tasks.model import Lease, NewTask, TaskRow, TaskState
+from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
 
 if TYPE_CHECKING:
     # Imported where a runner is built: it brings in pyiceberg's file IO, which
@@ -50,40 +51,10 @@ def make_executor_id(kind: str = "sweep", prefix: str = DEFAULT_EXECUTOR_PREFIX)
     return f"{prefix}:{kind}:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
-class Status(StrEnum):
-    DONE = "done"
-    FAILED = "failed"  # recorded, will be retried after a backoff
-    DEAD = "dead"  # recorded, dead-lettered
-    LEASE_LOST = "lease-lost"  # someone else holds the task now; we stopped
-
-
-@dataclass
-class TaskOutcome:
-    lease: Lease
-    status: Status
-    task_type: str | None = None
-    error: str | None = None
-    result: CleanupResult | None = None
-    children: list[Lease] = field(default_factory=list)
-    next_attempt_ms: int | None = None
-    # The error will not go away by retrying at once (bad payload, guard refusal).
-    permanent: bool = False
-    # False when the failure was left unrecorded for the caller to retry (see execute).
-    recorded: bool = True
-    # False when the lease was found lost before anything was done.
-    started: bool = True
-
-    @property
-    def ok(self) -> bool:
-        return self.status is Status.DONE
-
-    def child_stages(self, plan: Sequence[ChildStage] = CHILD_STAGES) -> Staged[Lease]:
-        """The children this attempt created, in the stages its handler put them in."""
-        staged = self.result.child_stages if self.result is not None else []
-        return leases_in_stages(staged, self.children, plan)
-
-
-ProgressFn = Callable[[Lease, int, int, str], None]
+def child_stages(outcome: TaskOutcome, plan: Sequence[ChildStage] = CHILD_STAGES) -> Staged[Lease]:
+    """The children an attempt created, in the stages its handler put them in."""
+    staged = outcome.result.child_stages if outcome.result is not None else []
+    return leases_in_stages(staged, outcome.children, plan)
 
 
 class Heartbeat:
@@ -144,8 +115,11 @@ class Runner:
         progress: ProgressFn | None = None,
         write_task_events: bool = False,
         tracer_provider: Any | None = None,
+        unreferenced: UnreferencedMode | str = UnreferencedMode.OFF,
     ) -> None:
-        """``write_task_events``: write Polaris's BEFORE/AFTER_ATTEMPT_TASK rows to the
+        """``unreferenced``: what a dropped table's run does, last, with the files its
+        metadata no longer names (``execution/unreferenced_phase.py``); realms may
+        override it. ``write_task_events``: write Polaris's BEFORE/AFTER_ATTEMPT_TASK rows to the
         ``events`` table (schema v3+), off by default as Polaris's own listener is.
         ``tracer_provider``: OpenTelemetry's, else the global one (spans are no-ops
         when none is configured or OpenTelemetry is not installed)."""
@@ -162,6 +136,7 @@ class Runner:
         self.executor_id = executor_id or make_executor_id()
         self.run_id = run_id
         self.progress = progress
+        self.unreferenced = UnreferencedMode.parse(unreferenced)
         # Beat within the shortest lease of any realm (realms may override the timeout).
         interval = heartbeat_interval_s or metastore.policy.shortest_lease_timeout_ms / 5000
         self._heartbeat_interval_s = interval
@@ -271,15 +246,17 @@ class Runner:
             return TaskOutcome(lease, Status.DONE, lease.task_type_code)
         if not self.metastore.holds(lease):
             lost = self._lost(lease, task.task_type_code, "before it started")
-            lost.started = False
+            lost.started, lost.row = False, task
             return lost
         # The attempt proper: inside its span, between its Polaris events (when enabled).
-        return self.observer.observe(
+        outcome = self.observer.observe(
             lease,
             task.task_type_code,
             self.executor_id,
             lambda: self._attempt(lease, task, record_failure),
         )
+        outcome.row = task
+        return outcome
 
     def _attempt(self, lease: Lease, task: TaskRow, record_failure: bool) -> TaskOutcome:
         children: list[Lease] = []
@@ -289,18 +266,8 @@ class Runner:
             children.extend(self.metastore.insert_tasks(batch, holder=lease))
             return batch
 
-        ctx = CleanupContext(
-            task=task,
-            resolver=self.resolver,
-            config=self.config,
-            fence=lambda: self.fence(lease),
-            still_held=lambda: self.still_held(lease),
-            create_children=create_children,
-            new_task_id=new_entity_id,
-            progress=self._progress_for(lease),
-            schema_version=self.schema_version(),
-            metadata_batch_size=self.metastore.policy.for_realm(task.realm_id).metadata_batch_size,
-        )
+        ctx = self._context(lease, task)
+        ctx.create_children = create_children
         try:
             # The task's own storage_configuration_info may say how to reach its
             # storage; a malformed one is a PayloadError, recorded below.
@@ -341,11 +308,118 @@ class Runner:
                 permanent=permanent,
                 record=record_failure or permanent,
             )
+        mode = self.unreferenced_mode(task.realm_id)
+        entity = phase_entity(mode, task, result)
+        if entity is not None and children and mode is UnreferencedMode.DELETE:
+            # Completed by finish_table once its children are done: the phase runs last.
+            return TaskOutcome(
+                lease,
+                Status.DONE,
+                task.task_type_code,
+                result=result,
+                children=children,
+                unreferenced_after=mode.value,
+            )
+        if entity is not None and children:
+            # A report deletes nothing: the row completes as ever, the report comes last.
+            done = self._complete(lease, task, result, children)
+            if done.ok:
+                done.unreferenced_after = mode.value
+            return done
+        if entity is not None:
+            failed = self._unreferenced(lease, task, ctx, entity, result, record_failure, mode)
+            if failed is not None:
+                return failed
+        return self._complete(lease, task, result, children)
+
+    def _complete(
+        self, lease: Lease, task: TaskRow, result: CleanupResult, children: list[Lease]
+    ) -> TaskOutcome:
         completed = self.metastore.complete(lease)
         if completed is CompleteOutcome.LEASE_LOST:
             return self._lost(lease, task.task_type_code, "before its result was written", children)
         return TaskOutcome(
             lease, Status.DONE, task.task_type_code, result=result, children=children
+        )
+
+    def unreferenced_mode(self, realm_id: str) -> UnreferencedMode:
+        """The unreferenced mode ``realm_id`` runs under (its override, else the runner's)."""
+        return mode_for(self.metastore.policy, realm_id, self.unreferenced)
+
+    def _unreferenced(
+        self,
+        lease: Lease,
+        task: TaskRow,
+        ctx: CleanupContext,
+        entity: Any,
+        result: CleanupResult,
+        record_failure: bool,
+        mode: UnreferencedMode,
+    ) -> TaskOutcome | None:
+        """Run the table's unreferenced phase; the failed outcome, or None to complete."""
+        try:
+            error = run_phase(ctx, entity, mode, self.metastore, self.schema_version(), result)
+        except LeaseLost:
+            return self._lost(lease, task.task_type_code, "during its unreferenced files")
+        if error is None or mode is not UnreferencedMode.DELETE:
+            return None  # a report that failed says so in itself; it changes nothing
+        # The referenced purge stays done; the retry finds the metadata gone and
+        # goes straight to this phase.
+        return self._fail(lease, task, error, result=result, record=record_failure)
+
+    def finish_table(self, outcome: TaskOutcome, *, children_done: bool) -> TaskOutcome:
+        """Finish a table (``outcome.deferred``) once its children ran.
+
+        ``delete``: with every child done, its unreferenced phase, then its row is
+        completed; otherwise the row is failed (recorded, retried after a backoff)
+        without the phase: a retry plans again from what is left. ``report``: its
+        row was completed by its attempt; the report is made from the row it read.
+        """
+        lease, result = outcome.lease, outcome.result or CleanupResult()
+        report = outcome.unreferenced_after == UnreferencedMode.REPORT.value
+        task = outcome.row if report else self.metastore.get_task(lease.realm_id, lease.task_id)
+        if task is None or report:
+            if task is not None and children_done:
+                self._phase(lease, task, result, UnreferencedMode.REPORT)
+            outcome.result = result
+            return outcome
+        failed: TaskOutcome | None
+        if not children_done:
+            error = "unreferenced files not looked at: child task(s) of this table not done"
+            failed = self._fail(lease, task, error, result=result, children=outcome.children)
+        else:
+            failed = self._phase(lease, task, result, self.unreferenced_mode(task.realm_id))
+        final = failed or self._complete(lease, task, result, outcome.children)
+        final.children, final.row = outcome.children, outcome.row or task
+        return final
+
+    def _phase(
+        self, lease: Lease, task: TaskRow, result: CleanupResult, mode: UnreferencedMode
+    ) -> TaskOutcome | None:
+        entity = phase_entity(mode, task, result)
+        if entity is None:
+            return None
+        ctx = self._context(lease, task)
+        try:
+            ctx.resolver = self.resolver.for_task(task)
+        except (PolarisPipelineError, OSError) as exc:
+            if mode is not UnreferencedMode.DELETE:
+                result.notes.append(f"unreferenced files not reported: {_one_line(exc)}")
+                return None
+            return self._fail(lease, task, _one_line(exc), result=result)
+        return self._unreferenced(lease, task, ctx, entity, result, True, mode)
+
+    def _context(self, lease: Lease, task: TaskRow) -> CleanupContext:
+        return CleanupContext(
+            task=task,
+            resolver=self.resolver,
+            config=self.config,
+            fence=lambda: self.fence(lease),
+            still_held=lambda: self.still_held(lease),
+            new_task_id=new_entity_id,
+            progress=self._progress_for(lease),
+            schema_version=self.schema_version(),
+            metadata_batch_size=self.metastore.policy.for_realm(task.realm_id).metadata_batch_size,
         )
 
     def _fail(
@@ -416,13 +490,24 @@ class Runner:
         """Execute a task and then the children it created, stage by stage."""
         outcomes: list[TaskOutcome] = []
         queue = [lease]
+        told = 0  # outcomes handed to on_outcome, in order (a parent before its children)
         while queue:
             outcome = self.execute(queue.pop(0))
             outcomes.append(outcome)
-            if on_outcome:
-                on_outcome(outcome)
             # One at a time, so each stage is done before the next one starts.
-            queue = [child for _, stage in outcome.child_stages() for child in stage] + queue
+            queue = [child for _, stage in child_stages(outcome) for child in stage] + queue
+            if on_outcome and not outcomes[0].deferred:
+                for told_outcome in outcomes[told:]:
+                    on_outcome(told_outcome)
+                told = len(outcomes)
+        if outcomes[0].deferred:
+            # A table waits for its children, then its unreferenced phase: its line and
+            # its children's are told once it is finished, the parent first.
+            done = all(o.status is Status.DONE for o in outcomes[1:])
+            outcomes[0] = self.finish_table(outcomes[0], children_done=done)
+            for told_outcome in outcomes:
+                if on_outcome:
+                    on_outcome(told_outcome)
         return outcomes
 
     def sweep(
@@ -468,7 +553,15 @@ class Runner:
             schema_version=self.schema_version(),
             metadata_batch_size=self.metastore.policy.for_realm(task.realm_id).metadata_batch_size,
         )
-        return run_cleanup(ctx)
+        result = run_cleanup(ctx)
+        mode = self.unreferenced_mode(task.realm_id)
+        entity = phase_entity(mode, task, result)
+        if entity is not None:
+            # What the referenced plan deletes is listed apart; an error is the plan's note.
+            error = run_phase(ctx, entity, mode, self.metastore, self.schema_version(), result)
+            if error is not None:
+                result.notes.append(error)
+        return result
 
     def dry_run(
         self, realms: Iterable[str] | None = None

@@ -29,7 +29,8 @@ from enum import StrEnum
 
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.formatting import iso_utc_seconds
-from polaris_pipeline.tasks.model import Lease, TaskRow, TaskState
+from polaris_pipeline.tasks.model import TaskRow, TaskState
+from polaris_pipeline.tasks.ref import Lease
 
 _CAS_ROUNDS = 5
 
@@ -75,19 +76,6 @@ def _held_message(task: TaskRow, store: Metastore, now: int, own: bool) -> str:
     )
 
 
-def _lease_from_row(task: TaskRow) -> Lease:
-    return Lease(
-        realm_id=task.realm_id,
-        task_id=task.id,
-        executor_id=task.executor_id or "",
-        attempt=task.attempt_count,
-        entity_version=task.entity_version,
-        start_time_ms=task.start_time_ms or 0,
-        task_type_code=task.task_type_code,
-        name=task.name,
-    )
-
-
 def decide_start(
     store: Metastore,
     executor_id: str,
@@ -111,7 +99,7 @@ def decide_start(
                     StartAction.ADOPTED,
                     f"task {task.label}: adopted this lineage's lease (attempt "
                     f"{task.attempt_count}); the same attempt continues",
-                    _lease_from_row(task),
+                    Lease.from_row(task),
                     task,
                 )
             own = task.executor_id == executor_id

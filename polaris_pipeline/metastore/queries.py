@@ -1,11 +1,12 @@
 """Every statement the metastore runs, by name, with its PostgreSQL and SQLite variants.
 
-``metastore/store.py`` holds the state transitions; each one runs statements
-named here, binds the call's values and reads the rows. A ``Query`` has a
-builder per dialect; None where that dialect has no such statement and the
-store lists ``TASKS_BY_AGE`` and applies the Python rule (``TaskRow.state``)
-instead. The task-state rule is not written here: the PostgreSQL variants
-embed it from ``predicates``, its one SQL source.
+``metastore/store.py`` runs the state transitions (what each writes is
+``metastore/transitions.py``); each one runs statements named here, binds the
+call's values and reads the rows. A ``Query`` has a builder per dialect; None
+where that dialect has no such statement and the store lists ``TASKS_BY_AGE``
+and applies the Python rule (``TaskRow.state``) instead. The task-state rule
+is not written here: the PostgreSQL variants embed it from ``predicates``, its
+one SQL source.
 
 Text statements take their values as bind parameters at execution
 (``policy_params`` gives the lease policy's); Core statements carry theirs.
@@ -13,6 +14,7 @@ Text statements take their values as bind parameters at execution
 - ``NOW``: the database clock, in milliseconds (each dialect's own expression).
 - ``REALMS``: the realms that have a task. PostgreSQL: a loose index scan;
   SQLite: ``SELECT DISTINCT``.
+- ``ENTITY_REALMS``: the realms that have any entity (the overlap check's), the same way.
 - ``LIST_TASKS``, ``GET_TASK``, ``TASK_PROPERTIES``, ``TASK_NAMES``,
   ``COUNT_TASKS``: plain reads, one Core expression for both dialects.
 - ``TASKS_BY_AGE``: every task of some realms, oldest first: what SQLite's
@@ -57,6 +59,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from polaris_pipeline.metastore import predicates
 from polaris_pipeline.metastore.connection import DB_NOW_MS
+from polaris_pipeline.metastore.rows import after_write
 from polaris_pipeline.metastore.schema import POLARIS_SCHEMA, entities, events
 from polaris_pipeline.tasks.model import TASK_TYPE_CODE, LeasePolicy, Prop, TaskRow
 
@@ -96,7 +99,7 @@ def _both(name: str, build: Callable[P, Executable]) -> Query[P]:
     return Query(name, build, build)
 
 
-# The columns ``store.decode_row`` reads, in the order every task listing returns them.
+# The columns ``rows.decode_row`` reads, in the order every task listing returns them.
 TASK_COLUMNS = (
     entities.c.realm_id,
     entities.c.id,
@@ -164,6 +167,25 @@ REALMS = Query(
     sqlite=_constant(
         select(entities.c.realm_id).where(_task_rows(None)).distinct().order_by(entities.c.realm_id)
     ),
+)
+
+# Every realm with any entity (the overlap check of ``metastore/overlap.py`` asks each
+# in turn): the same loose index scan, without the task condition.
+_ENTITY_REALMS_POSTGRESQL = text(f"""
+WITH RECURSIVE r AS (
+    (SELECT realm_id FROM {POLARIS_SCHEMA}.entities ORDER BY realm_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.realm_id FROM {POLARIS_SCHEMA}.entities e
+            WHERE e.realm_id > r.realm_id ORDER BY e.realm_id LIMIT 1)
+    FROM r WHERE r.realm_id IS NOT NULL
+)
+SELECT r.realm_id FROM r WHERE r.realm_id IS NOT NULL ORDER BY 1
+""")
+
+ENTITY_REALMS = Query(
+    "ENTITY_REALMS",
+    postgresql=_constant(_ENTITY_REALMS_POSTGRESQL),
+    sqlite=_constant(select(entities.c.realm_id).distinct().order_by(entities.c.realm_id)),
 )
 
 
@@ -337,9 +359,9 @@ leased AS (
     RETURNING t.realm_id, t.id, t.name, t.entity_version,
         -- Written just above as a decimal string, so the cast cannot fail.
         CAST(t.properties->>'{Prop.ATTEMPT_COUNT}' AS BIGINT) AS attempt,
-        t.properties->>'{Prop.TASK_TYPE}' AS task_type, c.now_ms
+        t.properties->>'{Prop.TASK_TYPE}' AS task_type_code, c.now_ms
 )
-SELECT TRUE AS leased, realm_id, id, name, entity_version, attempt, task_type, now_ms
+SELECT TRUE AS leased, realm_id, id, name, entity_version, attempt, task_type_code, now_ms
 FROM leased
 UNION ALL
 SELECT FALSE, realm_id, id, NULL, NULL, NULL, NULL, NULL FROM picked WHERE NOT is_object
@@ -348,6 +370,7 @@ SELECT FALSE, realm_id, id, NULL, NULL, NULL, NULL, NULL FROM picked WHERE NOT i
 
 # Leases orphans whose properties are a JSON object; returns those leases and,
 # marked not leased, the orphans it picked whose properties are not an object.
+# ``Lease.from_leased_columns`` reads its columns by position: keep the order.
 LEASE_BATCH = Query("LEASE_BATCH", postgresql=_lease_batch, sqlite=None)
 
 # ---------------------------------------------------------------------- writes
@@ -355,6 +378,7 @@ LEASE_BATCH = Query("LEASE_BATCH", postgresql=_lease_batch, sqlite=None)
 
 def _cas_write(task: TaskRow, properties: dict[str, str], now: int) -> Executable:
     """Polaris's compare-and-set: guarded on the (version, grants) that were read."""
+    written = after_write(task, properties, now)
     return (
         update(entities)
         .where(
@@ -364,9 +388,9 @@ def _cas_write(task: TaskRow, properties: dict[str, str], now: int) -> Executabl
             entities.c.grant_records_version == task.grant_records_version,
         )
         .values(
-            properties=properties,
-            entity_version=task.entity_version + 1,
-            last_update_timestamp=now,
+            properties=written.properties,
+            entity_version=written.entity_version,
+            last_update_timestamp=written.last_update_timestamp,
         )
     )
 
@@ -478,6 +502,7 @@ INSERT_EVENT = Query(
 ALL: tuple[Query[...], ...] = (
     NOW,
     REALMS,
+    ENTITY_REALMS,
     LIST_TASKS,
     GET_TASK,
     TASK_PROPERTIES,

@@ -6,135 +6,64 @@ writes its own leases, so a live Polaris and any number of our sweepers can
 share the table. Holders are identified by (executor id, attemptCount): every
 lease grant increments attemptCount, which makes it a fencing token.
 
-The statements are named in ``metastore/queries.py``, with their dialect
-variants; a method here picks one, binds the call's values and reads the rows.
+What each transition writes is a pure function of ``metastore/transitions.py``;
+the statements are named in ``metastore/queries.py``, with their dialect
+variants. A method here reads the row, asks the transition, runs the statement
+and reads the rows: I/O and the compare-and-set loop, nothing else.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import random
 import secrets
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from enum import StrEnum
 from itertools import islice
-from typing import Any, ParamSpec
+from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import Engine, Executable
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
-from polaris_pipeline.errors import MetastoreError
-from polaris_pipeline.metastore import queries
+from polaris_pipeline.errors import LeaseLost, MetastoreError
+from polaris_pipeline.metastore import queries, transitions
 from polaris_pipeline.metastore.connection import make_engine, resolve_url, safe_url
 from polaris_pipeline.metastore.ddl import LATEST_SCHEMA_VERSION
 from polaris_pipeline.metastore.queries import Query
-from polaris_pipeline.metastore.schema import create_schema, read_schema_version, require_schema
-from polaris_pipeline.tasks.model import (
-    CREATOR,
-    PERMANENT_TRUE,
-    STATUS_DEAD,
-    STATUS_FAILED,
-    STATUS_REQUEUED,
-    TASK_TYPE_CODE,
-    Lease,
-    LeasePolicy,
-    NewTask,
-    Prop,
-    TaskRow,
-    TaskState,
-    bounded_error,
-    parse_properties,
+from polaris_pipeline.metastore.rows import (
+    after_write,
+    decode_row,
+    insert_values,
+    inserted,
+    raw_text,
 )
+from polaris_pipeline.metastore.schema import create_schema, read_schema_version, require_schema
+from polaris_pipeline.metastore.transitions import (
+    CompleteOutcome,
+    DiscardOutcome,
+    DiscardResult,
+    FailOutcome,
+    FailureRecord,
+    HolderCas,
+)
+from polaris_pipeline.tasks.model import Lease, LeasePolicy, NewTask, TaskRow, TaskState
+
+# The outcome types are re-exported from here, where they were defined first.
+__all__ = [
+    "CompleteOutcome",
+    "DiscardOutcome",
+    "DiscardResult",
+    "FailOutcome",
+    "FailureRecord",
+    "Metastore",
+    "new_entity_id",
+]
 
 _CAS_RETRIES = 20
 
 _P = ParamSpec("_P")
-
-
-class HolderCas(StrEnum):
-    """What a compare-and-set by a lease holder found: applied, row gone, lease lost."""
-
-    APPLIED = "applied"
-    GONE = "gone"
-    LOST = "lost"
-
-
-class CompleteOutcome(StrEnum):
-    DONE = "done"  # we deleted the row
-    ALREADY_GONE = "already-gone"  # someone else finished it: also success
-    LEASE_LOST = "lease-lost"
-
-
-class FailOutcome(StrEnum):
-    BACKING_OFF = "backing-off"
-    DEAD = "dead"
-    ALREADY_GONE = "already-gone"
-    LEASE_LOST = "lease-lost"
-
-
-@dataclass(frozen=True)
-class FailureRecord:
-    outcome: FailOutcome
-    next_attempt_ms: int | None = None
-    # Dead-lettered at once: the failure is one retrying cannot heal.
-    permanent: bool = False
-
-
-class DiscardOutcome(StrEnum):
-    DISCARDED = "discarded"
-    WOULD_DISCARD = "would-discard"  # dry run
-    REFUSED = "refused"  # not unhandled, gone, or changed meanwhile
-
-
-@dataclass(frozen=True)
-class DiscardResult:
-    realm_id: str
-    task_id: int
-    outcome: DiscardOutcome
-    name: str = ""
-    detail: str = ""  # why a refusal was refused
-
-
-def decode_row(row: Any) -> TaskRow:
-    """A TaskRow from a database row; undecodable properties become properties_error."""
-    props: dict[str, str] = {}
-    internal: dict[str, str] = {}
-    error: str | None = None
-    try:
-        props = parse_properties(row.properties, column="properties")
-    except ValueError as exc:
-        error = str(exc)
-    try:
-        internal = parse_properties(row.internal_properties, column="internal_properties")
-    except ValueError as exc:
-        error = error or str(exc)
-    return TaskRow(
-        realm_id=row.realm_id,
-        id=int(row.id),
-        name=row.name,
-        entity_version=int(row.entity_version),
-        grant_records_version=int(row.grant_records_version),
-        create_timestamp=int(row.create_timestamp),
-        last_update_timestamp=int(row.last_update_timestamp),
-        properties=props,
-        internal_properties=internal,
-        properties_error=error,
-        catalog_id=int(row.catalog_id),
-        parent_id=int(row.parent_id),
-    )
-
-
-def _raw_text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode("utf-8", errors="replace")
-    return json.dumps(value)
+_T = TypeVar("_T")
 
 
 class Metastore:
@@ -276,6 +205,7 @@ class Metastore:
         A task lost to a concurrent leaser is skipped; the others still lease.
         On PostgreSQL the batch is one UPDATE over a SKIP LOCKED selection.
         """
+        transitions.require_executor(executor_id)
         if limit <= 0:
             return []
         realm_list = list(realms) if realms is not None else None
@@ -309,13 +239,7 @@ class Metastore:
             if not params["realms"]:
                 return [], []
             rows = conn.execute(statement, params).all()
-        # Unpacked as tuples: named access to a Row field costs about 0.5 µs, 8 per lease.
-        # The numbers come back typed (BIGINT, INTEGER): no int() per field.
-        leases = [
-            Lease(realm_id, task_id, executor_id, attempt, version, now_ms, task_type, name)
-            for leased, realm_id, task_id, name, version, attempt, task_type, now_ms in rows
-            if leased
-        ]
+        leases = [Lease.from_leased_columns(row, executor_id) for row in rows if row[0]]
         odd = [(row[1], int(row[2])) for row in rows if not row[0]]
         return leases, odd
 
@@ -349,37 +273,25 @@ class Metastore:
             # Re-check on the database clock inside the write transaction.
             if task.state(now, self.policy) is not TaskState.ORPHANED:
                 return None
-            props = dict(task.properties)
+            props = task.properties
             if task.properties_error:
-                # Keep the undecodable original so nothing is lost; the attempt will fail on it.
                 raw = conn.execute(
                     self._sql(queries.TASK_PROPERTIES, task.realm_id, task.id)
                 ).scalar_one_or_none()
-                props = {Prop.ORIGINAL: _raw_text(raw)}
-            props.pop(Prop.END_TIME, None)
-            attempt = task.attempt_count + 1
-            props.update(
-                {
-                    Prop.EXECUTOR: executor_id,
-                    Prop.START_TIME: str(now),
-                    Prop.ATTEMPT_COUNT: str(attempt),
-                }
-            )
-            if not self._cas_write(conn, task, props, now):
-                return None
-        return Lease(
-            realm_id=task.realm_id,
-            task_id=task.id,
-            executor_id=executor_id,
-            attempt=attempt,
-            entity_version=task.entity_version + 1,
-            start_time_ms=now,
-            task_type_code=task.task_type_code,
-            name=task.name,
-        )
+                props = transitions.original_properties(raw_text(raw))
+            leased = transitions.lease(props, executor_id=executor_id, now_ms=now)
+            return self._write_lease(conn, task, leased, now)
 
     def _cas_write(self, conn: Connection, task: TaskRow, props: dict[str, str], now: int) -> bool:
         return conn.execute(self._sql(queries.CAS_WRITE, task, props, now)).rowcount == 1
+
+    def _write_lease(
+        self, conn: Connection, task: TaskRow, props: dict[str, str], now: int
+    ) -> Lease | None:
+        """Compare-and-set ``props``; the lease the written row records, None if the CAS lost."""
+        if not self._cas_write(conn, task, props, now):
+            return None
+        return Lease.from_row(after_write(task, props, now))
 
     def lease_task(self, realm_id: str, task_id: int, executor_id: str) -> Lease | None:
         """Lease one named task if it is orphaned (e.g. a child a crashed run left behind)."""
@@ -434,45 +346,21 @@ class Metastore:
                 return None
             if task.state(now, self.policy) not in (TaskState.BACKING_OFF, TaskState.DEAD):
                 return None
-            props = dict(task.properties)
-            for key in (Prop.NEXT_ATTEMPT, Prop.END_TIME, Prop.PERMANENT):
-                props.pop(key, None)
-            props.update(
-                {
-                    Prop.STATUS: STATUS_REQUEUED,
-                    Prop.EXECUTOR: executor_id,
-                    Prop.START_TIME: str(now),
-                    Prop.ATTEMPT_COUNT: "1",
-                }
+            props = transitions.lease_for_operator(
+                task.properties, executor_id=executor_id, now_ms=now
             )
-            if not self._cas_write(conn, task, props, now):
-                return None
-        return Lease(
-            realm_id=task.realm_id,
-            task_id=task.id,
-            executor_id=executor_id,
-            attempt=1,
-            entity_version=task.entity_version + 1,
-            start_time_ms=now,
-            task_type_code=task.task_type_code,
-            name=task.name,
-        )
+            return self._write_lease(conn, task, props, now)
 
     # --------------------------------------------------------- holder's moves
 
-    def _held_by(self, task: TaskRow | None, lease: Lease, now: int) -> bool:
-        return (
-            task is not None
-            and task.executor_id == lease.executor_id
-            and task.attempt_count == lease.attempt
-            and task.lease_held(now, self.policy)
-        )
-
-    def _holder_cas(self, lease: Lease, change: Any) -> tuple[HolderCas, Any]:
+    def _holder_cas(
+        self, lease: Lease, change: Callable[[Connection, TaskRow, int], _T | None]
+    ) -> tuple[HolderCas, _T | None]:
         """Apply ``change(conn, task, now)`` while ``lease`` is held; retry lost CAS races.
 
-        The only writers of a held row are the holder itself (its heartbeat) and
-        a leaser after expiry, so a failed CAS is re-read and re-judged.
+        ``change`` returns None when its compare-and-set lost. The only writers of
+        a held row are the holder itself (its heartbeat) and a leaser after
+        expiry, so a failed CAS is re-read and re-judged.
         Returns (APPLIED, value), or (GONE | LOST, None).
         """
         for _ in range(_CAS_RETRIES):
@@ -481,19 +369,30 @@ class Metastore:
                 task = self._get(conn, lease.realm_id, lease.task_id)
                 if task is None:
                     return HolderCas.GONE, None
-                if not self._held_by(task, lease, now):
+                if not transitions.holds(task, lease, now, self.policy):
                     return HolderCas.LOST, None
-                done, value = change(conn, task, now)
-                if done:
+                value = change(conn, task, now)
+                if value is not None:
                     return HolderCas.APPLIED, value
         return HolderCas.LOST, None
+
+    def _holder_write(
+        self, lease: Lease, transition: Callable[[TaskRow, int], tuple[dict[str, str], _T]]
+    ) -> tuple[HolderCas, _T | None]:
+        """While ``lease`` is held, write the properties ``transition(task, now)`` gives."""
+
+        def change(conn: Connection, task: TaskRow, now: int) -> _T | None:
+            props, value = transition(task, now)
+            return value if self._cas_write(conn, task, props, now) else None
+
+        return self._holder_cas(lease, change)
 
     def held_for_ms(self, lease: Lease) -> int | None:
         """How much longer ``lease`` is guaranteed (database clock), or None if it is lost."""
         with self._begin() as conn:
             now = self.now_ms(conn)
             task = self._get(conn, lease.realm_id, lease.task_id)
-            if task is None or not self._held_by(task, lease, now):
+            if task is None or not transitions.holds(task, lease, now, self.policy):
                 return None
             start = task.start_time_ms or now
             return start + self.policy.for_realm(lease.realm_id).lease_timeout_ms - now
@@ -501,9 +400,8 @@ class Metastore:
     def holds(self, lease: Lease) -> bool:
         """Fencing check: does ``lease`` still hold its task, by the database clock?"""
         with self._begin() as conn:
-            return self._held_by(
-                self._get(conn, lease.realm_id, lease.task_id), lease, self.now_ms(conn)
-            )
+            task = self._get(conn, lease.realm_id, lease.task_id)
+            return transitions.holds(task, lease, self.now_ms(conn), self.policy)
 
     def renew(self, lease: Lease) -> Lease | None:
         """Heartbeat: restart the lease period; None when the lease was lost or the task is gone."""
@@ -512,21 +410,12 @@ class Metastore:
     def _restart_lease(self, lease: Lease, executor_id: str) -> Lease | None:
         """Write a fresh start time (and holder) on a held lease: renewal and hand-over."""
 
-        def change(conn: Connection, task: TaskRow, now: int) -> tuple[bool, Lease | None]:
-            props = dict(task.properties)
-            props[Prop.EXECUTOR] = executor_id
-            props[Prop.START_TIME] = str(now)
-            if not self._cas_write(conn, task, props, now):
-                return False, None
-            return True, dataclasses.replace(
-                lease,
-                executor_id=executor_id,
-                entity_version=task.entity_version + 1,
-                start_time_ms=now,
-            )
+        def transition(task: TaskRow, now: int) -> tuple[dict[str, str], Lease]:
+            props = transitions.renew(task.properties, executor_id=executor_id, now_ms=now)
+            return props, Lease.from_row(after_write(task, props, now))
 
-        status, value = self._holder_cas(lease, change)
-        return value if status is HolderCas.APPLIED else None
+        _, restarted = self._holder_write(lease, transition)
+        return restarted
 
     def renew_held_by(self, realm_id: str, executor_id: str) -> int:
         """Heartbeat for everything one executor holds in a realm, in one statement.
@@ -537,7 +426,7 @@ class Metastore:
         """
         params = {
             "realm": realm_id,
-            "executor": executor_id,
+            "executor": transitions.require_executor(executor_id),
             "timeout": self.policy.for_realm(realm_id).lease_timeout_ms,
         }
         with self._begin() as conn:
@@ -553,15 +442,12 @@ class Metastore:
     def complete(self, lease: Lease) -> CompleteOutcome:
         """Success: delete the task row, guarded on the holder's lease."""
 
-        def change(conn: Connection, task: TaskRow, now: int) -> tuple[bool, None]:
-            return conn.execute(self._sql(queries.COMPLETE, task)).rowcount == 1, None
+        def change(conn: Connection, task: TaskRow, now: int) -> CompleteOutcome | None:
+            deleted = conn.execute(self._sql(queries.COMPLETE, task)).rowcount == 1
+            return CompleteOutcome.DONE if deleted else None
 
         status, _ = self._holder_cas(lease, change)
-        return {
-            HolderCas.APPLIED: CompleteOutcome.DONE,
-            HolderCas.GONE: CompleteOutcome.ALREADY_GONE,
-            HolderCas.LOST: CompleteOutcome.LEASE_LOST,
-        }[status]
+        return transitions.complete_outcome(status)
 
     def fail(
         self, lease: Lease, error: str, *, run_id: str | None = None, permanent: bool = False
@@ -572,36 +458,19 @@ class Metastore:
         task is dead-lettered at once, marked ``lastAttemptPermanent=true``.
         """
 
-        def change(conn: Connection, task: TaskRow, now: int) -> tuple[bool, FailureRecord]:
-            props = dict(task.properties)
-            props[Prop.END_TIME] = str(now)
-            props[Prop.ERROR] = bounded_error(error)
-            if run_id:
-                props[Prop.RUN_ID] = run_id
-            else:
-                props.pop(Prop.RUN_ID, None)
-            if permanent:
-                props[Prop.PERMANENT] = PERMANENT_TRUE
-            else:
-                props.pop(Prop.PERMANENT, None)
-            if permanent or task.attempt_count >= self.policy.max_attempts:
-                props[Prop.STATUS] = STATUS_DEAD
-                props.pop(Prop.NEXT_ATTEMPT, None)
-                record = FailureRecord(FailOutcome.DEAD, permanent=permanent)
-            else:
-                next_ms = now + self.policy.backoff_ms(task.attempt_count, random.random())
-                props[Prop.STATUS] = STATUS_FAILED
-                props[Prop.NEXT_ATTEMPT] = str(next_ms)
-                record = FailureRecord(FailOutcome.BACKING_OFF, next_ms)
-            return self._cas_write(conn, task, props, now), record
+        def transition(task: TaskRow, now: int) -> tuple[dict[str, str], FailureRecord]:
+            return transitions.fail(
+                task.properties,
+                error=error,
+                now_ms=now,
+                policy=self.policy,
+                unit_random=random.random(),
+                run_id=run_id,
+                permanent=permanent,
+            )
 
-        status, value = self._holder_cas(lease, change)
-        if status is HolderCas.APPLIED:
-            assert isinstance(value, FailureRecord)
-            return value
-        return FailureRecord(
-            FailOutcome.ALREADY_GONE if status is HolderCas.GONE else FailOutcome.LEASE_LOST
-        )
+        status, record = self._holder_write(lease, transition)
+        return record if record is not None else transitions.unrecorded_failure(status)
 
     # -------------------------------------------------------------- operator
 
@@ -616,28 +485,12 @@ class Metastore:
                 task = self._get(conn, realm_id, task_id)
                 if task is None:
                     raise MetastoreError(f"no task {task_id} in realm {realm_id!r}")
-                if task.properties_error:
-                    raise MetastoreError(
-                        f"task {task.label}: {task.properties_error}; fix the row by hand"
-                    )
-                if task.unhandled:
-                    raise MetastoreError(
-                        f"task {task.label} is unhandled (Polaris never runs it, it has no "
-                        "files); not requeued: discard it with `tasks discard`"
-                    )
-                if task.lease_held(now, self.policy):
-                    raise MetastoreError(
-                        f"task {task.label} is leased by {task.executor_id}; not requeued"
-                    )
-                props = dict(task.properties)
-                props[Prop.ATTEMPT_COUNT] = "0"
-                props[Prop.STATUS] = STATUS_REQUEUED
-                props.pop(Prop.NEXT_ATTEMPT, None)
-                props.pop(Prop.PERMANENT, None)
+                refusal = transitions.requeue_refusal(task, now, self.policy)
+                if refusal is not None:
+                    raise MetastoreError(refusal)
+                props = transitions.requeue(task.properties)
                 if self._cas_write(conn, task, props, now):
-                    refreshed = self._get(conn, realm_id, task_id)
-                    assert refreshed is not None
-                    return refreshed.state(now, self.policy)
+                    return after_write(task, props, now).state(now, self.policy)
         raise MetastoreError(f"task {realm_id}/{task_id} kept changing; try again")
 
     def discard_unhandled(
@@ -659,60 +512,22 @@ class Metastore:
             now = self.now_ms(conn)
             query = self._sql(queries.LIST_FOR_DISCARD, realm_list, task_ids)
             found = [decode_row(r) for r in conn.execute(query)]
-        results: list[DiscardResult] = []
-        if task_ids is not None:
-            by_id: dict[int, list[TaskRow]] = {}
-            for task in found:
-                by_id.setdefault(task.id, []).append(task)
-            candidates: list[TaskRow] = []
-            for task_id in dict.fromkeys(task_ids):
-                rows = by_id.get(task_id, [])
-                where = f" in realm(s) {', '.join(realm_list)}" if realm_list else ""
-                if not rows:
-                    results.append(
-                        DiscardResult("", task_id, DiscardOutcome.REFUSED, detail=f"no task{where}")
-                    )
-                elif len(rows) > 1:
-                    names = ", ".join(t.realm_id for t in rows)
-                    results.append(
-                        DiscardResult(
-                            "",
-                            task_id,
-                            DiscardOutcome.REFUSED,
-                            detail=f"found in realms {names}; name one with --realm",
-                        )
-                    )
-                else:
-                    candidates.append(rows[0])
-        else:
-            candidates = [t for t in found if t.unhandled]
+        candidates, results = transitions.discard_candidates(found, task_ids, realm_list)
         for task in candidates:
             results.append(self._discard_one(task, now, dry_run=dry_run))
         return results
 
     def _discard_one(self, task: TaskRow, now: int, *, dry_run: bool) -> DiscardResult:
-        state = task.state(now, self.policy)
-        if state is not TaskState.UNHANDLED:
-            return DiscardResult(
-                task.realm_id,
-                task.id,
-                DiscardOutcome.REFUSED,
-                task.name,
-                f"it is {state.value}, not unhandled; only unhandled tasks are discarded",
-            )
-        if dry_run:
-            return DiscardResult(task.realm_id, task.id, DiscardOutcome.WOULD_DISCARD, task.name)
-        with self._begin() as conn:
-            deleted = conn.execute(self._sql(queries.DISCARD, task)).rowcount
-        if deleted != 1:
-            return DiscardResult(
-                task.realm_id,
-                task.id,
-                DiscardOutcome.REFUSED,
-                task.name,
-                "it changed or went away since it was read; not discarded",
-            )
-        return DiscardResult(task.realm_id, task.id, DiscardOutcome.DISCARDED, task.name)
+        refusal = transitions.discard_refusal(task.state(now, self.policy))
+        if refusal is None and not dry_run:
+            with self._begin() as conn:
+                if conn.execute(self._sql(queries.DISCARD, task)).rowcount != 1:
+                    refusal = "it changed or went away since it was read; not discarded"
+        if refusal is not None:
+            outcome = DiscardOutcome.REFUSED
+        else:
+            outcome = DiscardOutcome.WOULD_DISCARD if dry_run else DiscardOutcome.DISCARDED
+        return DiscardResult(task.realm_id, task.id, outcome, task.name, refusal or "")
 
     # ------------------------------------------------------------- children
 
@@ -730,60 +545,24 @@ class Metastore:
             now = self.now_ms(conn)
             if holder is not None:
                 parent = self._get(conn, holder.realm_id, holder.task_id)
-                if not self._held_by(parent, holder, now):
-                    from polaris_pipeline.errors import LeaseLost
-
+                if not transitions.holds(parent, holder, now, self.policy):
                     raise LeaseLost(
                         f"lease on {holder.label} lost before its children were created"
                     )
-            rows: list[dict[str, Any]] = []
-            leases: list[Lease] = []
-            for task in tasks:
-                props = dict(task.properties)
-                if holder is not None:
-                    props.update(
-                        {
-                            Prop.EXECUTOR: holder.executor_id,
-                            Prop.START_TIME: str(now),
-                            Prop.ATTEMPT_COUNT: "1",
-                            Prop.CREATED_BY: CREATOR,
-                        }
-                    )
-                    leases.append(
-                        Lease(
-                            realm_id=task.realm_id,
-                            task_id=task.id,
-                            executor_id=holder.executor_id,
-                            attempt=1,
-                            entity_version=1,
-                            start_time_ms=now,
-                            task_type_code=props.get(Prop.TASK_TYPE),
-                            name=task.name,
-                        )
-                    )
-                created = task.create_timestamp if task.create_timestamp is not None else now
-                rows.append(
-                    {
-                        "realm_id": task.realm_id,
-                        "catalog_id": 0,
-                        "id": task.id,
-                        "parent_id": 0,
-                        "name": task.name,
-                        "entity_version": 1,
-                        "type_code": TASK_TYPE_CODE,
-                        "sub_type_code": 0,
-                        "create_timestamp": created,
-                        "drop_timestamp": 0,
-                        "purge_timestamp": 0,
-                        "to_purge_timestamp": 0,
-                        "last_update_timestamp": created,
-                        "properties": props,
-                        "internal_properties": dict(task.internal_properties),
-                        "grant_records_version": 1,
-                    }
+            rows = [
+                inserted(
+                    task,
+                    dict(task.properties)
+                    if holder is None
+                    else transitions.lease_child(
+                        task.properties, executor_id=holder.executor_id, now_ms=now
+                    ),
+                    now,
                 )
-            conn.execute(self._sql(queries.INSERT_TASKS), rows)
-        return leases
+                for task in tasks
+            ]
+            conn.execute(self._sql(queries.INSERT_TASKS), [insert_values(row) for row in rows])
+        return [] if holder is None else [Lease.from_row(row) for row in rows]
 
     def insert_raw(self, row: dict[str, Any]) -> None:
         """Insert one entities row as given (tests and the demo write hostile rows with it)."""

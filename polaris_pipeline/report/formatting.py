@@ -4,16 +4,20 @@
 - ``iso_utc`` / ``iso_utc_seconds`` / ``format_duration`` / ``relative_time``: epoch
   milliseconds as ISO 8601 in UTC (``2026-12-01T10:05:40.123Z``, or to the second
   ``2026-12-01T10:05:40+00:00``) and spans as ``4m30s``.
-- ``short_task_name`` / ``task_label``: a task's name cut to something readable.
-  Polaris names a batch child ``<parent>_[<every file>]_<uuid>`` and a manifest
-  child ``<parent>_<manifest path>_<uuid>``, so the raw names run to kilobytes.
+- ``short_task_name`` / ``task_label`` / ``quoted_task_label``: a task's name cut to
+  something readable. Polaris names a batch child ``<parent>_[<every file>]_<uuid>``
+  and a manifest child ``<parent>_<manifest path>_<uuid>``: raw names run to kilobytes.
 - ``error_cause``: a recorded error without the task label it starts with.
+- ``realms_text``: which realms something looked in (``realms [A, B]``, ``any realm``).
+- ``json_id`` / ``add_json_times``: ids and times in JSON (the CLI's ``--json``).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import Any
 
 ELLIPSIS = "…"
 # A name longer than this (and not one of Polaris's child shapes) is cut in the middle.
@@ -151,6 +155,11 @@ def task_label(realm_id: str, task_id: int, name: str) -> str:
     return f"{realm_id}/{task_id} {short_task_name(name)}"
 
 
+def quoted_task_label(realm_id: str, task_id: int, name: str) -> str:
+    """``POLARIS/4711 'entityCleanup_42'``: a task in a log line, its name cut and quoted."""
+    return f"{realm_id}/{task_id} {short_task_name(name)!r}"
+
+
 def error_cause(error: str | None, realm_id: str, task_id: int, name: str) -> str:
     """A recorded error without the ``task <label>: `` it starts with.
 
@@ -174,3 +183,22 @@ def error_cause(error: str | None, realm_id: str, task_id: int, name: str) -> st
         if lead:
             text = text[lead.end() :]
     return text.replace(full, task_label(realm_id, task_id, name))
+
+
+def realms_text(realms: Iterable[str] | None) -> str:
+    """``realms [A, B]``: the realms looked in; ``any realm`` for None (no realm filter)."""
+    if realms is None:
+        return "any realm"
+    return f"realms [{', '.join(realms)}]"
+
+
+def json_id(value: int | None) -> str | None:
+    """An entity id for JSON: a string, since ids use all 63 bits and doubles keep 53."""
+    return None if value is None else str(value)
+
+
+def add_json_times(doc: dict[str, Any], **times: int | None) -> None:
+    """Each time twice: ``<name>_ms`` (epoch milliseconds) and ``<name>`` (ISO 8601, UTC)."""
+    for key, ms in times.items():
+        doc[f"{key}_ms"] = ms
+        doc[key] = iso_utc(ms)

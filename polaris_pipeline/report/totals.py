@@ -3,9 +3,10 @@
 ``OutcomeTotals`` adds the Runner's ``TaskOutcome``s (files deleted and already
 gone, bytes freed, refused paths, children created, tasks and child tasks by
 status, permanent failures). It writes itself as the plain values a Dagster
-step's metadata carries and reads them back (``add_step``), under the key names
-below, written only here. ``line`` and ``tasks_text`` are the one wording of a
-total; ``format_counts`` the one wording of counts by status.
+step's metadata carries and reads them back (``add_step``), under the labels of
+the outcome view's ``OUTCOME_FIELDS`` and the keys below. ``line`` and
+``tasks_text`` are the one wording of a total; ``format_counts`` the one wording
+of counts by status.
 """
 
 from __future__ import annotations
@@ -15,23 +16,21 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from polaris_pipeline.execution.runner import Status
+from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.report.formatting import format_bytes
+from polaris_pipeline.report.outcome_view import OUTCOME_FIELDS, SIZES_UNREPORTED
 
 if TYPE_CHECKING:
     from polaris_pipeline.cleanup.context import CleanupResult
-    from polaris_pipeline.execution.runner import TaskOutcome
 
-# The metadata keys of a step (task job) or a run (report, backfill).
+# The metadata keys of a step (task job) or a run (report, backfill). The numbers'
+# labels are the outcome view's, in its order (SIZES_UNREPORTED: BYTES_FREED is then
+# a lower bound).
+FILES_DELETED, FILES_MISSING, BYTES_FREED, REFUSED_PATHS, CHILD_TASKS = (
+    f.label for f in OUTCOME_FIELDS
+)
 STATUS = "status"  # a step that ran one task: its status
-FILES_DELETED = "files deleted"
-FILES_MISSING = "files already gone"
-BYTES_FREED = "bytes freed"  # an int: what storage reported (a lower bound, see below)
-REFUSED_PATHS = "refused paths"
-CHILD_TASKS = "child tasks"
 BY_STATUS = "by status"  # the child tasks a step ran, by status
-# Tasks whose storage reported no sizes: BYTES_FREED is then a lower bound.
-SIZES_UNREPORTED = "tasks without sizes"
 PERMANENT = "permanent"  # a failed task's step: whether the failure is permanent
 # A group of child tasks that failed: how many failed, how many were done before.
 FAILED_CHILDREN = "failed child tasks"
@@ -168,10 +167,6 @@ class OutcomeTotals:
         return self.sizes_unreported > 0
 
     @property
-    def task_total(self) -> int:
-        return sum(self.tasks.values())
-
-    @property
     def children_total(self) -> int:
         return sum(self.children.values())
 
@@ -196,13 +191,7 @@ class OutcomeTotals:
 
     def metadata(self) -> dict[str, Any]:
         """The numbers as plain metadata values, in the order a step's page shows them."""
-        meta: dict[str, Any] = {
-            FILES_DELETED: self.files_deleted,
-            FILES_MISSING: self.files_missing,
-            BYTES_FREED: self.bytes_freed,
-            REFUSED_PATHS: self.refused,
-            CHILD_TASKS: self.child_tasks,
-        }
+        meta: dict[str, Any] = {f.label: getattr(self, f.attr) for f in OUTCOME_FIELDS}
         if self.children:
             meta[BY_STATUS] = {s: n for s, n in self.children.items() if n}
         if self.sizes_unreported:

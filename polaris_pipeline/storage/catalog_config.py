@@ -20,17 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from polaris_pipeline.errors import PayloadError
+from polaris_pipeline.storage.uri import storage_type_of, type_prefixes
 
 STORAGE_CONFIG_KEY = "storage_configuration_info"
 
 # Polaris's AwsStorageConfigurationInfo.ROLE_ARN_PATTERN: partition is group 1,
 # account id group 2.
 _ROLE_ARN_RE = re.compile(r"^.+:(.*):.+:.*:(.*):.+$")
-
-# The location prefixes each storage type admits (Polaris's StorageType), lower case.
-S3_PREFIXES = ("s3://", "s3a://")
-AZURE_PREFIXES = ("abfs://", "abfss://", "wasb://", "wasbs://")
-GCS_PREFIXES = ("gs://",)
 
 
 @dataclass(frozen=True)
@@ -160,7 +156,7 @@ def decode_storage_config(text: object) -> CatalogStorage:
     allowed = fields.strings("allowedLocations")
     name = fields.string("storageName")
     if storage_type == "S3":
-        _check_prefixes(allowed, S3_PREFIXES, where)
+        _check_prefixes(allowed, "S3", where)
         role_arn = fields.string("roleARN")
         if role_arn is not None and not _ROLE_ARN_RE.match(role_arn):
             raise PayloadError(f"{where}: 'roleARN' is not a role ARN")
@@ -181,7 +177,7 @@ def decode_storage_config(text: object) -> CatalogStorage:
             storage_name=name,
         )
     if storage_type == "AZURE":
-        _check_prefixes(allowed, AZURE_PREFIXES, where)
+        _check_prefixes(allowed, "AZURE", where)
         # Immutables names the Boolean isHierarchical() property "hierarchical";
         # accept the getter's spelling too.
         hierarchical = fields.flag("hierarchical") or fields.flag("isHierarchical")
@@ -194,25 +190,25 @@ def decode_storage_config(text: object) -> CatalogStorage:
             storage_name=name,
         )
     if storage_type == "GCS":
-        _check_prefixes(allowed, GCS_PREFIXES, where)
+        _check_prefixes(allowed, "GCS", where)
         return GcsStorage(
             allowed_locations=allowed,
             gcp_service_account=fields.string("gcpServiceAccount"),
             storage_name=name,
         )
-    for loc in allowed:
-        # Polaris's FILE check: file: URIs, absolute paths, or "*".
-        if not (loc.lower().startswith("file:/") or loc.startswith("/") or loc == "*"):
-            raise PayloadError(f"{where}: allowed location {loc!r} is not a local path")
+    _check_prefixes(allowed, "FILE", where)
     return FileStorage(allowed_locations=allowed, storage_name=name)
 
 
-def _check_prefixes(locations: tuple[str, ...], prefixes: tuple[str, ...], where: str) -> None:
+def _check_prefixes(locations: tuple[str, ...], kind: str, where: str) -> None:
     for loc in locations:
-        if not loc.lower().startswith(prefixes):
-            raise PayloadError(
-                f"{where}: allowed location {loc!r} does not start with {' or '.join(prefixes)}"
-            )
+        # Polaris's FILE storage also admits "*": anywhere local.
+        if storage_type_of(loc) == kind or (kind == "FILE" and loc == "*"):
+            continue
+        if kind == "FILE":
+            raise PayloadError(f"{where}: allowed location {loc!r} is not a local path")
+        prefixes = " or ".join(type_prefixes(kind))
+        raise PayloadError(f"{where}: allowed location {loc!r} does not start with {prefixes}")
 
 
 class _Fields:

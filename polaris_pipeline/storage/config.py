@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,85 +29,12 @@ from typing import Any
 
 import yaml
 
-from polaris_pipeline.errors import StorageConfigError, StorageError
+from polaris_pipeline.errors import StorageConfigError
+from polaris_pipeline.storage.options import check_options
 from polaris_pipeline.storage.redact import mask_options, secret_values
+from polaris_pipeline.storage.uri import location_within, normalize_uri, split_uri
 
 CONFIG_ENV_VAR = "POLARIS_PIPELINE_STORAGE_CONFIG"
-
-# Hadoop's s3a/s3n connectors and fsspec's gcs alias name the same stores.
-SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}
-
-_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):(.*)$", re.DOTALL)
-
-
-def split_uri(uri: str) -> tuple[str, str]:
-    """``(scheme, rest)`` of a URI, with aliases folded and local paths as ``file``.
-
-    ``rest`` is what follows ``scheme://``: ``bucket/key`` for object stores, an
-    absolute path for ``file``. Plain absolute paths, ``file:/x`` (Hadoop's form),
-    ``file:///x`` and ``file://localhost/x`` all give ``("file", "/x")``. The
-    scheme of anything else not followed by ``//`` gives ``("", uri)``: not a URI we
-    understand.
-    """
-    if uri.startswith("/"):
-        return "file", uri
-    m = _SCHEME_RE.match(uri)
-    if not m:
-        return "", uri
-    scheme = m.group(1).lower()
-    scheme = SCHEME_ALIASES.get(scheme, scheme)
-    rest = m.group(2)
-    if scheme == "file":
-        if rest.startswith("//localhost/"):
-            return scheme, rest[len("//localhost") :]
-        if rest.startswith("///"):
-            return scheme, rest[2:]
-        if rest.startswith("//"):
-            # file://host/path: rest does not start with "/", so callers refuse it.
-            return scheme, rest[2:]
-        if rest.startswith("/"):
-            return scheme, rest
-        return "", uri
-    if rest.startswith("//"):
-        return scheme, rest[2:]
-    return "", uri
-
-
-def bucket_and_path(location: str, scheme: str, cloud: str) -> tuple[str, str]:
-    """``(bucket, path)`` of an object-store ``location`` of ``scheme`` (``cloud`` names it
-    in errors); the path without slashes at either end. StorageError otherwise."""
-    got, rest = split_uri(location)
-    if got != scheme:
-        raise StorageError(f"not a {cloud} location: {location!r}")
-    bucket, _, path = rest.partition("/")
-    if not bucket:
-        raise StorageError(f"no bucket in {location!r}")
-    return bucket, path.strip("/")
-
-
-def normalize_uri(uri: str) -> str:
-    """``uri`` with its scheme folded (s3a/s3n -> s3) and local paths as ``file://``."""
-    scheme, rest = split_uri(uri)
-    if not scheme:
-        return uri
-    return f"{scheme}://{rest}"
-
-
-def _clean_prefix(prefix: str) -> str:
-    norm = normalize_uri(prefix)
-    # Keep the bare roots "s3://" and "file:///" intact; otherwise one trailing slash
-    # (or several) does not change which objects a prefix covers.
-    while norm.endswith("/") and not norm.endswith("://") and norm != "file:///":
-        norm = norm[:-1]
-    return norm
-
-
-def uri_within(uri: str, prefix: str) -> bool:
-    """Whether ``uri`` equals ``prefix`` or lies under it at a path-segment boundary."""
-    norm, pre = normalize_uri(uri), _clean_prefix(prefix)
-    if pre.endswith("/"):
-        return norm.startswith(pre)
-    return norm == pre or norm.startswith(pre + "/")
 
 
 @dataclass(frozen=True, repr=False)
@@ -121,16 +47,12 @@ class StorageRule:
     def __post_init__(self) -> None:
         if not isinstance(self.prefix, str) or not self.prefix:
             raise StorageConfigError("storage rule: prefix must be a non-empty string")
-        if not split_uri(self.prefix)[0]:
-            raise StorageConfigError(
-                f"storage rule: prefix {self.prefix!r} is neither a URI nor an absolute path"
-            )
         if not isinstance(self.options, dict):
             raise StorageConfigError(f"storage rule {self.prefix!r}: options must be a mapping")
-        object.__setattr__(self, "prefix", _clean_prefix(self.prefix))
+        object.__setattr__(self, "prefix", _prefix(self.prefix, "storage rule: prefix"))
 
     def matches(self, uri: str) -> bool:
-        return uri_within(uri, self.prefix)
+        return location_within(uri, self.prefix)
 
     def __repr__(self) -> str:
         return f"StorageRule(prefix={self.prefix!r}, options={mask_options(self.options)!r})"
@@ -147,14 +69,8 @@ class StorageConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rules", tuple(self.rules))
-        prefixes = []
-        for p in self.allowed_prefixes:
-            if not isinstance(p, str) or not split_uri(p)[0]:
-                raise StorageConfigError(
-                    f"allowed prefix {p!r} is neither a URI nor an absolute path"
-                )
-            prefixes.append(_clean_prefix(p))
-        object.__setattr__(self, "allowed_prefixes", tuple(prefixes))
+        prefixes = tuple(_prefix(p, "allowed prefix") for p in self.allowed_prefixes)
+        object.__setattr__(self, "allowed_prefixes", prefixes)
 
     # -- lookups -------------------------------------------------------------------
 
@@ -255,6 +171,13 @@ class StorageConfig:
     __str__ = __repr__
 
 
+def _prefix(value: object, what: str) -> str:
+    """``value`` in the location rule's one spelling; refused unless it is a location."""
+    if not isinstance(value, str) or not split_uri(value)[0]:
+        raise StorageConfigError(f"{what} {value!r} is neither a URI nor an absolute path")
+    return normalize_uri(value)
+
+
 def _parse(text: str, *, json_only: bool, source: str) -> Any:
     # Error messages are built from positions only: parser messages quote the
     # offending line, which may hold a secret.
@@ -273,14 +196,6 @@ def _parse(text: str, *, json_only: bool, source: str) -> Any:
         raise StorageConfigError(f"{source}: invalid YAML{where}: {e.problem}") from None
     except yaml.YAMLError:
         raise StorageConfigError(f"{source}: invalid YAML") from None
-
-
-def check_options(scheme: str, options: Mapping[str, Any], where: str) -> None:
-    """Refuse an option the scheme's filesystem does not accept (``storage.options``)."""
-    # Imported here: storage.options reaches the resolver, which imports this module.
-    from polaris_pipeline.storage.options import check_options as check
-
-    check(scheme, options, where)
 
 
 def _resolve_env(value: Any, where: str, source: str) -> Any:

@@ -32,8 +32,8 @@ from fsspec.asyn import AsyncFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
 from polaris_pipeline.errors import StorageError
-from polaris_pipeline.storage.config import split_uri
 from polaris_pipeline.storage.resolve import StorageResolver
+from polaris_pipeline.storage.uri import split_uri
 
 MAX_KEYS_PER_REQUEST = 1000  # the S3 DeleteObjects limit
 
@@ -89,10 +89,6 @@ class DeleteReport:
             self.bytes_freed += n
 
 
-def _no_check() -> None:
-    return None
-
-
 def is_crc_sidecar_name(name: str) -> bool:
     """Whether a file name is Hadoop's checksum-file form ``.NAME.crc``."""
     return len(name) > len("..crc") and name.startswith(".") and name.endswith(".crc")
@@ -138,12 +134,17 @@ def bulk_delete(
     looked for whether its file was deleted or found missing: a crash between the
     two unlinks leaves only the sidecar, and the retry must finish it.
     """
-    guard_step = check or _no_check
+    guard_step = check or (lambda: None)
     if not 1 <= chunk_size <= MAX_KEYS_PER_REQUEST:
         raise ValueError(f"chunk_size must be between 1 and {MAX_KEYS_PER_REQUEST}")
     report = DeleteReport()
-    total = len(uris)
-    progress = _Progress(total, on_progress)
+    done = 0
+
+    def step(n: int) -> None:
+        nonlocal done
+        done += n
+        if on_progress is not None:
+            on_progress(done, len(uris))
 
     # Group by filesystem (and bucket, for S3), keeping first-seen order; the same
     # URI given twice is deleted once.
@@ -151,14 +152,14 @@ def bulk_delete(
     seen: set[str] = set()
     for uri in uris:
         if uri in seen:
-            progress.step(1)
+            step(1)
             continue
         seen.add(uri)
         try:
             fs, path = resolver.filesystem(uri)
         except StorageError as e:
             report.failed[uri] = str(e)
-            progress.step(1)
+            step(1)
             continue
         bucket = path.split("/", 1)[0] if _is_s3(fs) else ""
         groups.setdefault((id(fs), bucket), (fs, []))[1].append((uri, path))
@@ -169,7 +170,7 @@ def bulk_delete(
             if _is_s3(fs):
                 guard_step()
                 _delete_s3_chunk(resolver, fs, bucket, chunk, report)
-                progress.step(len(chunk))
+                step(len(chunk))
             elif isinstance(fs, LocalFileSystem):
                 for uri, path in chunk:
                     guard_step()
@@ -177,25 +178,13 @@ def bulk_delete(
                     # A file that could not be deleted keeps its checksum too.
                     if sidecar_check is not None and uri not in report.failed:
                         _delete_sidecar(resolver, uri, report, sidecar_check)
-                    progress.step(1)
+                    step(1)
             else:
                 for uri, path in chunk:
                     guard_step()
                     _delete_other(resolver, fs, uri, path, report)
-                    progress.step(1)
+                    step(1)
     return report
-
-
-class _Progress:
-    def __init__(self, total: int, callback: Callable[[int, int], None] | None) -> None:
-        self.total = total
-        self.done = 0
-        self.callback = callback
-
-    def step(self, n: int) -> None:
-        self.done += n
-        if self.callback is not None:
-            self.callback(self.done, self.total)
 
 
 def _is_s3(fs: AbstractFileSystem) -> bool:

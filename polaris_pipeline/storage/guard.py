@@ -6,13 +6,12 @@ path only when it lies strictly inside one of the table's roots (its location an
 its configured data/metadata paths) and, when the storage config lists allowed
 prefixes, inside one of those too.
 
-Checks are lexical (no URL decoding: object keys are literal), plus, for local
-files, symlink resolution of the parent directory.
+Checks are lexical, by the location rule of ``storage.uri`` (no URL decoding),
+plus, for local files, symlink resolution of the parent directory.
 
 The roots must come from what the catalog recorded, never from a file the guard
 is about to judge: ``polaris_pipeline.cleanup.common.recorded_roots`` picks them
-(the task's ``storageLocation``, else the dropped entity's ``location``), and
-:func:`locations_agree` is the one rule for a metadata file's own ``location``.
+(the task's ``storageLocation``, else the dropped entity's ``location``).
 """
 
 from __future__ import annotations
@@ -20,10 +19,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from polaris_pipeline.errors import GuardRefusal
-from polaris_pipeline.storage.config import StorageConfig, split_uri
+from polaris_pipeline.storage.config import StorageConfig
+from polaris_pipeline.storage.uri import BUCKET_SCHEMES, Location, parse_location
 
 # Table properties that place files outside the table location. The last two are
 # the older names Iceberg still honours.
@@ -34,50 +33,17 @@ ROOT_PROPERTIES = (
     "write.folder-storage.path",
 )
 
-_BUCKET_SCHEMES = frozenset({"s3", "gs"})
-
 # C0 and C1 controls and DEL: one regex search instead of a Python test per character.
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_TRICK_SEGMENTS = frozenset({"..", ".", ""})
+_TRICK_SEGMENTS = {"..": "'..' segment", ".": "'.' segment", "": "empty segment ('//')"}
 
 # Resolved parent directories kept per guard. Bounded so that a manifest naming
 # a million directories does not grow memory; at the bound the cache is emptied.
 _MAX_CACHED_DIRS = 4096
 
 
-@dataclass(frozen=True, slots=True)
-class _Location:
-    scheme: str
-    authority: str  # bucket, container@account or host; "" for local files
-    segments: tuple[str, ...]
-
-    def __str__(self) -> str:
-        path = "/".join(self.segments)
-        if self.scheme == "file":
-            return f"file:///{path}"
-        return (
-            f"{self.scheme}://{self.authority}/{path}"
-            if path
-            else f"{self.scheme}://{self.authority}"
-        )
-
-    @property
-    def path(self) -> str:
-        """The absolute path of a local location."""
-        return "/" + "/".join(self.segments)
-
-    def contains(self, other: _Location, *, strictly: bool) -> bool:
-        n = len(self.segments)
-        return (
-            other.scheme == self.scheme
-            and other.authority == self.authority
-            and other.segments[:n] == self.segments
-            and (len(other.segments) > n or not strictly)
-        )
-
-
-def _parse(uri: str, *, root: bool = False) -> _Location:
-    """Split ``uri`` into scheme, authority and path segments; refuse tricks.
+def _parse(uri: str, *, root: bool = False) -> Location:
+    """``uri`` as a Location (``root``: a directory); refuse tricks.
 
     Raises a bare reason (str in a ValueError) so callers can word the refusal.
     """
@@ -85,55 +51,21 @@ def _parse(uri: str, *, root: bool = False) -> _Location:
         raise ValueError("NUL byte")
     if _CONTROL_RE.search(uri):
         raise ValueError("control character")
-    scheme, rest = split_uri(uri)
-    if not scheme:
-        raise ValueError("not a URI or absolute path")
-    if scheme == "file":
-        if not rest.startswith("/"):
-            raise ValueError("file URI with a host")
-        authority, path = "", rest[1:]
-    else:
-        authority, _, path = rest.partition("/")
-        if not authority:
-            raise ValueError("no bucket or host")
-    if root:
-        # "s3://b/wh/t/" names the same location as "s3://b/wh/t".
-        path = path.rstrip("/")
-    segments = tuple(path.split("/")) if path else ()
-    if _TRICK_SEGMENTS.isdisjoint(segments):
-        return _Location(scheme, authority, segments)
-    # Report the first offending segment, in path order.
-    for seg in segments:
-        if seg == "..":
-            raise ValueError("'..' segment")
-        if seg == ".":
-            raise ValueError("'.' segment")
-        if seg == "":
-            raise ValueError("empty segment ('//')")
-    return _Location(scheme, authority, segments)
+    loc = parse_location(uri, directory=root)
+    if loc.scheme != "file" and not loc.authority:
+        raise ValueError("no bucket or host")
+    if not _TRICK_SEGMENTS.keys().isdisjoint(loc.segments):
+        # Report the first offending segment, in path order.
+        raise ValueError(next(_TRICK_SEGMENTS[s] for s in loc.segments if s in _TRICK_SEGMENTS))
+    return loc
 
 
-def _resolve(loc: _Location) -> _Location:
+def _resolve(loc: Location) -> Location:
     """The local ``loc`` with every symlink resolved."""
     return _parse(os.path.realpath(loc.path), root=True)
 
 
-def locations_agree(recorded: str, declared: str) -> bool:
-    """Whether a metadata file's ``location`` agrees with the root the catalog recorded.
-
-    Equal strings after dropping trailing slashes is the only agreement. Polaris
-    writes ``storageLocation`` (and the entity's ``location``) from the metadata's
-    own ``location``, so a real file matches exactly. Anything else is refused: a
-    wider location (the namespace directory) would make the file's other paths look
-    like the table's, a narrower or a sibling one means the file is not this
-    table's. Spellings are not reconciled (``s3a://`` vs ``s3://``, ``file:/`` vs
-    ``file:///``): a file that disagrees in form only is refused and left for an
-    operator, which costs a retry, never data.
-    """
-    return bool(recorded.strip()) and recorded.rstrip("/") == declared.rstrip("/")
-
-
-def _parse_prefix(uri: str) -> _Location:
+def _parse_prefix(uri: str) -> Location:
     # An allowed prefix may be a whole bucket, unlike a table location.
     try:
         return _parse(uri, root=True)
@@ -166,8 +98,8 @@ class PathGuard:
         )
         self.roots: tuple[str, ...] = tuple(str(r) for r in self._roots)
         self.location = location or str(all_roots[0])
-        self._real: dict[_Location, _Location] = {}
-        self._real_roots: tuple[_Location, ...] | None = None
+        self._real: dict[Location, Location] = {}
+        self._real_roots: tuple[Location, ...] | None = None
         self._real_dirs: dict[tuple[str, ...], tuple[str, ...]] = {}
 
     @classmethod
@@ -185,7 +117,7 @@ class PathGuard:
         return cls(roots, config.allowed_prefixes, location=storage_location)
 
     @staticmethod
-    def _parse_root(uri: str) -> _Location:
+    def _parse_root(uri: str) -> Location:
         try:
             loc = _parse(uri, root=True)
         except ValueError as e:
@@ -227,21 +159,21 @@ class PathGuard:
                 admitted.append(uri)
         return admitted, refused
 
-    def _in_allowed(self, loc: _Location, *, strictly: bool) -> bool:
+    def _in_allowed(self, loc: Location, *, strictly: bool) -> bool:
         return any(p.contains(loc, strictly=strictly) for p in self._allowed)
 
-    def _why_outside(self, loc: _Location) -> str:
+    def _why_outside(self, loc: Location) -> str:
         if not any(r.scheme == loc.scheme for r in self._roots):
             return f"other scheme {loc.scheme!r} (table location is {self._roots[0].scheme})"
         same_scheme = [r for r in self._roots if r.scheme == loc.scheme]
-        if not any(r.authority == loc.authority for r in same_scheme):
-            kind = "bucket" if loc.scheme in _BUCKET_SCHEMES else "host"
+        if not any(r.store == loc.store for r in same_scheme):
+            kind = "bucket" if loc.scheme in BUCKET_SCHEMES else "host"
             return f"other {kind} {loc.authority!r}"
         if len(self.roots) == 1:
             return f"outside the table location {self.roots[0]}"
         return f"outside the table locations {', '.join(self.roots)}"
 
-    def _check_local(self, uri: str, loc: _Location) -> None:
+    def _check_local(self, uri: str, loc: Location) -> None:
         # A symlinked directory inside the table could point anywhere: compare where
         # the parent really is. The file itself may be a symlink; unlinking it removes
         # the link, not its target, so it is not resolved. That is also why the
@@ -251,9 +183,9 @@ class PathGuard:
         if real_parent is None:
             if len(self._real_dirs) >= _MAX_CACHED_DIRS:
                 self._real_dirs.clear()
-            real_parent = _resolve(_Location("file", "", parent)).segments
+            real_parent = _resolve(Location("file", "", parent)).segments
             self._real_dirs[parent] = real_parent
-        real_loc = _Location("file", "", (*real_parent, name))
+        real_loc = Location("file", "", (*real_parent, name))
         if self._real_roots is None:
             # A root that resolves to "/" admits nothing rather than everything.
             self._real_roots = tuple(rr for rr in map(self._realpath, self._roots) if rr.segments)
@@ -264,7 +196,7 @@ class PathGuard:
         ):
             raise GuardRefusal(uri, f"resolves outside the allowed prefixes (to {real_loc.path})")
 
-    def _realpath(self, loc: _Location) -> _Location:
+    def _realpath(self, loc: Location) -> Location:
         """``loc`` with local symlinks resolved (cached: one guard serves one task)."""
         if loc.scheme != "file":
             return loc

@@ -1,4 +1,4 @@
-"""Which keyword arguments a location's fsspec filesystem accepts.
+"""Which fsspec filesystem serves a scheme, and which keyword arguments it accepts.
 
 A misspelt option (``endpoint`` for ``endpoint_url``) would otherwise go unnoticed
 until a run, or never: s3fs hands unknown keywords on to botocore's session. So
@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import fsspec
-from fsspec.spec import AbstractFileSystem
+from polaris_pipeline.errors import StorageConfigError, StorageError
+from polaris_pipeline.storage.uri import SCHEMES
 
-from polaris_pipeline.errors import StorageConfigError
+if TYPE_CHECKING:
+    from fsspec.spec import AbstractFileSystem
 
 # AbstractFileSystem.__init__ takes **storage_options and documents these.
 BASE_OPTIONS = frozenset(
@@ -59,6 +60,8 @@ def _init_params(cls: type) -> tuple[set[str], bool]:
 
 def accepted_options(cls: type) -> frozenset[str]:
     """The keyword arguments ``cls`` accepts, by the rule of this module's doc."""
+    from fsspec.spec import AbstractFileSystem  # see filesystem_class
+
     names: set[str] = set(BASE_OPTIONS)
     for klass in cls.__mro__:
         if klass is AbstractFileSystem or klass is object:
@@ -87,24 +90,34 @@ def _aiobotocore_session_params() -> set[str]:
     return names
 
 
-def filesystem_class(scheme: str) -> type | None:
-    """The installed fsspec class for ``scheme``; None when it is not installed or unknown."""
-    # The resolver's own scheme mapping (abfss is served by abfs), imported here
-    # because the resolver imports the config module that calls this one.
-    from polaris_pipeline.storage.resolve import _PROTOCOL_ALIASES
+def filesystem_class(scheme: str) -> type[AbstractFileSystem]:
+    """The installed fsspec class serving ``scheme``; StorageError naming what is missing."""
+    # fsspec (a tenth of a second) is imported when a filesystem is looked up, not
+    # with the storage config: the CLI and the sensors read the config only.
+    import fsspec
+    from fsspec.registry import known_implementations
 
+    protocol = SCHEMES.get(scheme, (scheme, None))[0]
     try:
-        cls: type = fsspec.get_filesystem_class(_PROTOCOL_ALIASES.get(scheme, scheme))
-    except (ImportError, ValueError):
-        return None
+        cls: type[AbstractFileSystem] = fsspec.get_filesystem_class(protocol)
+    except ImportError:
+        known: dict[str, Any] = known_implementations.get(protocol, {})
+        package = str(known.get("class", "")).split(".", 1)[0]
+        if package and package != "fsspec":
+            raise StorageError(f"no filesystem for scheme {scheme!r}: install {package}") from None
+        hint = known.get("err") or "its implementation cannot be imported"
+        raise StorageError(f"no filesystem for scheme {scheme!r}: {hint}") from None
+    except ValueError:
+        raise StorageError(f"no filesystem for scheme {scheme!r}") from None
     return cls
 
 
 def check_options(scheme: str, options: Mapping[str, Any], where: str) -> None:
     """Raise StorageConfigError naming the first option the filesystem would not accept."""
-    cls = filesystem_class(scheme)
-    if cls is None:
-        return
+    try:
+        cls = filesystem_class(scheme)
+    except StorageError:
+        return  # not installed: using it fails with "install <package>" instead
     allowed = accepted_options(cls)
     unknown = sorted(set(options) - allowed)
     if unknown:

@@ -53,6 +53,12 @@ def secret_values(options: Mapping[Any, Any]) -> list[str]:
     return found
 
 
+def maskable(values: Iterable[str]) -> list[str]:
+    """Values worth masking: a one- or two-letter one would mask every such letter of
+    a message instead (and STS refuses external ids that short anyway)."""
+    return [v for v in values if len(v) >= 4]
+
+
 def redact(text: str, secrets: Iterable[str]) -> str:
     """``text`` with every occurrence of each non-empty secret replaced by ``***``."""
     # Longest first, so a secret that contains another is masked whole.

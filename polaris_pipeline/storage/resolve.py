@@ -13,17 +13,10 @@ import json
 import threading
 from typing import TYPE_CHECKING, Any
 
-import fsspec
 from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
-from fsspec.registry import known_implementations
 
 from polaris_pipeline.errors import StorageError
-from polaris_pipeline.storage.azure_credentials import (
-    AzureCredentials,
-    adlfs_options,
-    parse_location,
-)
 from polaris_pipeline.storage.catalog_config import (
     AwsStorage,
     AzureStorage,
@@ -32,22 +25,22 @@ from polaris_pipeline.storage.catalog_config import (
     GcsStorage,
     catalog_storage,
 )
-from polaris_pipeline.storage.config import StorageConfig, split_uri, uri_within
-from polaris_pipeline.storage.credentials import StsCredentials, s3_options
-from polaris_pipeline.storage.gcs_credentials import GcsCredentials, gcs_emulator
-from polaris_pipeline.storage.redact import redact
+from polaris_pipeline.storage.config import StorageConfig
+from polaris_pipeline.storage.credentials.azure import (
+    AzureCredentials,
+    adlfs_options,
+    parse_location,
+)
+from polaris_pipeline.storage.credentials.gcs import GcsCredentials, gcs_emulator
+from polaris_pipeline.storage.credentials.s3 import StsCredentials, s3_options
+from polaris_pipeline.storage.options import filesystem_class
+from polaris_pipeline.storage.redact import maskable, redact
 from polaris_pipeline.storage.scope import task_scope
+from polaris_pipeline.storage.uri import location_within, split_uri
 from polaris_pipeline.tasks.model import TaskRow
 
 if TYPE_CHECKING:
     from pyiceberg.io import InputFile
-
-# Schemes served by another scheme's fsspec implementation. adlfs understands
-# abfss:// itself but fsspec's registry only knows it as abfs; wasb[s]://
-# (container@account.blob.core.windows.net/path, Polaris accepts them) are the same
-# blobs, which adlfs reaches through the blob endpoint once they are spelt abfs://.
-_PROTOCOL_ALIASES = {"abfss": "abfs", "wasb": "abfs", "wasbs": "abfs"}
-AZURE_SCHEMES = ("abfs", "abfss", "wasb", "wasbs")
 
 # How many filesystems with catalog-vended credentials a resolver keeps.
 MAX_CATALOG_FILESYSTEMS = 32
@@ -118,15 +111,13 @@ class StorageResolver:
             bucket = rest.split("/", 1)[0]
             if not bucket:
                 raise StorageError(f"no bucket in {self.redact(uri)!r}")
-            return self._get("s3", _filesystem_class("s3"), uri), rest
+            return self._get("s3", filesystem_class("s3"), uri), rest
         cls = self._filesystem_class(scheme)
-        fs = self._get(scheme, cls, uri)
-        alias = _PROTOCOL_ALIASES.get(scheme)
-        # The implementation strips only its own schemes: hand it the URI in one of them.
-        return fs, cls._strip_protocol(f"{alias}://{rest}" if alias else uri)
+        # It strips only its own schemes: hand it the one the URI is read as (wasbs: abfs).
+        return self._get(scheme, cls, uri), cls._strip_protocol(f"{scheme}://{rest}")
 
     def _filesystem_class(self, scheme: str) -> type[AbstractFileSystem]:
-        return _filesystem_class(scheme)
+        return filesystem_class(scheme)
 
     def _get(self, protocol: str, cls: type[AbstractFileSystem], uri: str) -> AbstractFileSystem:
         options = self._options(uri, protocol)
@@ -239,11 +230,11 @@ class CatalogStorageResolver(StorageResolver):
             if session is not None:
                 self._session_secrets = session.secrets()
             return s3_options(storage, session)
-        if isinstance(storage, AzureStorage) and protocol in AZURE_SCHEMES:
-            root = self._scope_root(uri)
-            sas = self.azure.sas_for(storage, parse_location(root))
+        if isinstance(storage, AzureStorage) and protocol == "abfs":
+            root = parse_location(self._scope_root(uri))
+            sas = self.azure.sas_for(storage, root)
             self._session_secrets = [sas.token]
-            return adlfs_options(parse_location(root).account, sas)
+            return adlfs_options(root.account, sas)
         if isinstance(storage, GcsStorage) and protocol == "gs":
             return self.gcs.gcsfs_options(storage, self.scope)
         raise StorageError(
@@ -259,12 +250,12 @@ class CatalogStorageResolver(StorageResolver):
 
             cls: type[AbstractFileSystem] = GCSFileSystem
             return cls
-        return _filesystem_class(scheme)
+        return filesystem_class(scheme)
 
     def _scope_root(self, uri: str) -> str:
         """The scope location holding ``uri``: credentials are made for that one."""
         for root in self.scope:
-            if uri_within(uri, root):
+            if location_within(uri, root):
                 return root
         raise StorageError(
             f"{self.redact(uri)!r} is outside the locations this task's credentials "
@@ -273,21 +264,4 @@ class CatalogStorageResolver(StorageResolver):
 
     def redact(self, text: str) -> str:
         external_id = getattr(self.storage, "external_id", None) or ""
-        hidden = [*self._session_secrets, *([external_id] if len(external_id) >= 4 else [])]
-        return redact(text, [*self._secrets, *hidden])
-
-
-def _filesystem_class(scheme: str) -> type[AbstractFileSystem]:
-    protocol = _PROTOCOL_ALIASES.get(scheme, scheme)
-    try:
-        cls: type[AbstractFileSystem] = fsspec.get_filesystem_class(protocol)
-    except ImportError:
-        known: dict[str, Any] = known_implementations.get(protocol, {})
-        package = str(known.get("class", "")).split(".", 1)[0]
-        if package and package != "fsspec":
-            raise StorageError(f"no filesystem for scheme {scheme!r}: install {package}") from None
-        hint = known.get("err") or "its implementation cannot be imported"
-        raise StorageError(f"no filesystem for scheme {scheme!r}: {hint}") from None
-    except ValueError:
-        raise StorageError(f"no filesystem for scheme {scheme!r}") from None
-    return cls
+        return redact(text, [*self._secrets, *self._session_secrets, *maskable([external_id])])

@@ -13,25 +13,19 @@ from collections.abc import Mapping
 
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.storage.catalog_config import CatalogStorage, FileStorage
-from polaris_pipeline.storage.config import normalize_uri, uri_within
 from polaris_pipeline.storage.guard import ROOT_PROPERTIES
+from polaris_pipeline.storage.uri import location_within, normalize_uri
 
+# Where Polaris records the table's location on each of its tasks.
 STORAGE_LOCATION_KEY = "storageLocation"
-
-
-def _clean(uri: str) -> str:
-    norm = normalize_uri(uri.strip())
-    return norm.rstrip("/") if not norm.endswith("://") else norm
 
 
 def within_allowed(storage: CatalogStorage, uri: str) -> bool:
     """Whether ``uri`` lies in (or is) one of the catalog's allowed locations."""
-    for allowed in storage.allowed_locations:
-        if isinstance(storage, FileStorage) and allowed == "*":
-            return True
-        if uri_within(uri, allowed):
-            return True
-    return False
+    return any(
+        location_within(uri, allowed) or (allowed == "*" and isinstance(storage, FileStorage))
+        for allowed in storage.allowed_locations
+    )
 
 
 def task_scope(storage: CatalogStorage, internal_properties: Mapping[str, str]) -> tuple[str, ...]:
@@ -46,7 +40,7 @@ def task_scope(storage: CatalogStorage, internal_properties: Mapping[str, str]) 
             "the task carries storage_configuration_info but no storageLocation to scope "
             "credentials to"
         )
-    location = _clean(location)
+    location = normalize_uri(location.strip())
     if not within_allowed(storage, location):
         raise StorageError(
             f"the task's storageLocation {location!r} is outside the catalog's "
@@ -57,7 +51,7 @@ def task_scope(storage: CatalogStorage, internal_properties: Mapping[str, str]) 
         value = internal_properties.get(key, "")
         if not value.strip():
             continue
-        root = _clean(value)
-        if within_allowed(storage, root) and not any(uri_within(root, s) for s in scope):
+        root = normalize_uri(value.strip())
+        if within_allowed(storage, root) and not any(location_within(root, s) for s in scope):
             scope.append(root)
     return tuple(scope)

@@ -17,6 +17,12 @@ from typing import Any
 
 from polaris_pipeline.errors import PayloadError
 
+# Re-exported only for the modules that still import them from here (metastore/,
+# cleanup/stages.py, execution/runner.py); their home is tasks/ref.py.
+from polaris_pipeline.tasks.ref import Lease as Lease
+from polaris_pipeline.tasks.ref import TaskRef as TaskRef
+from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
+
 TASK_TYPE_CODE = 8
 TABLE_LIKE_TYPE_CODE = 7
 ICEBERG_VIEW_SUB_TYPE = 3
@@ -107,10 +113,15 @@ class RealmOverride:
     lease_timeout_ms: int | None = None
     grace_ms: int | None = None
     metadata_batch_size: int | None = None
+    # ``off``, ``report`` or ``delete``: the realm's own unreferenced mode.
+    unreferenced: str | None = None
 
     def __post_init__(self) -> None:
         _check_timing(self.lease_timeout_ms, self.grace_ms)
         _check_batch_size(self.metadata_batch_size)
+        if self.unreferenced is not None:
+            mode = UnreferencedMode.parse(self.unreferenced)
+            object.__setattr__(self, "unreferenced", mode.value)
 
     @classmethod
     def from_json_obj(cls, value: object, *, realm: str = "?") -> RealmOverride:
@@ -126,6 +137,8 @@ class RealmOverride:
         if unknown:
             raise ValueError(f"realm {realm!r}: unknown override(s) {', '.join(unknown)}")
         for key, item in value.items():
+            if key == "unreferenced":
+                continue  # a mode, checked by __post_init__
             if item is not None and (isinstance(item, bool) or not isinstance(item, int)):
                 raise ValueError(f"realm {realm!r}: {key} must be an integer")
         try:
@@ -152,10 +165,7 @@ class LeasePolicy:
     realm_overrides: Mapping[str, RealmOverride] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
-        if self.lease_timeout_ms <= 0:
-            raise ValueError("lease timeout must be positive")
-        if self.grace_ms is not None and self.grace_ms < 0:
-            raise ValueError("grace period must not be negative")
+        _check_timing(self.lease_timeout_ms, self.grace_ms)
         if self.max_attempts < 1:
             raise ValueError("max attempts must be at least 1")
         if self.backoff_base_ms < 0 or self.backoff_max_ms < self.backoff_base_ms:
@@ -233,6 +243,11 @@ UNHANDLED_DATA_PATTERN = rf'^\{{(?:"[A-Za-z]+":{_JSON_SCALAR},)*"typeCode":({_JS
 UNHANDLED_TYPE_KEY = '"typeCode"'
 _UNHANDLED_DATA = re.compile(UNHANDLED_DATA_PATTERN)
 UNHANDLED_TASK_TYPE = "1"  # ENTITY_CLEANUP_SCHEDULER, exactly as Polaris writes it
+
+
+def attempt_count_of(properties: Mapping[str, str]) -> int:
+    """The ``attemptCount`` of ``properties``: 0 when absent or not a non-negative integer."""
+    return max(0, _int_or_none(properties.get(Prop.ATTEMPT_COUNT)) or 0)
 
 
 def is_unhandled_cleanup(task_type: str | None, data: str | None) -> bool:
@@ -315,7 +330,7 @@ class TaskRow:
 
     @property
     def attempt_count(self) -> int:
-        return max(0, _int_or_none(self.properties.get(Prop.ATTEMPT_COUNT)) or 0)
+        return attempt_count_of(self.properties)
 
     @property
     def next_attempt_ms(self) -> int | None:
@@ -425,29 +440,6 @@ class TaskRow:
         ):
             return TaskState.PENDING
         return TaskState.ORPHANED
-
-
-@dataclass(frozen=True)
-class Lease:
-    """A lease held on one task.
-
-    ``executor_id`` plus ``attempt`` (the ``attemptCount`` the lease wrote) is
-    the fencing token: every lease grant increments ``attemptCount``, so a
-    later holder never matches an earlier one, even with the same executor id.
-    """
-
-    realm_id: str
-    task_id: int
-    executor_id: str
-    attempt: int
-    entity_version: int
-    start_time_ms: int
-    task_type_code: str | None = None
-    name: str = ""
-
-    @property
-    def label(self) -> str:
-        return f"{self.realm_id}/{self.task_id} {self.name!r}"
 
 
 @dataclass(frozen=True)

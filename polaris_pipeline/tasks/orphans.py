@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from polaris_pipeline.errors import PayloadError
 from polaris_pipeline.tasks.model import TaskRow, TaskType
-from polaris_pipeline.tasks.payloads import TableIdentifier
+from polaris_pipeline.tasks.payloads import decode_child_table_id
 
 # ``<parent>_<what>_<uuid>``: the parent is a table cleanup, ``entityCleanup_<entity id>``,
 # and Polaris (as ``tasks.payloads``) ends a child's name with a random UUID in
@@ -49,9 +49,8 @@ def orphan_key(task: TaskRow) -> tuple[str, str, str] | None:
     if match is None:
         return None
     try:
-        data = json.loads(task.data())
-        table = TableIdentifier.from_json_obj(data["tableId"])
-    except (PayloadError, ValueError, KeyError, TypeError, RecursionError):
+        table = decode_child_table_id(task.data())
+    except PayloadError:
         return None
     return task.realm_id, match.group(1), json.dumps(table.to_json_obj(), sort_keys=True)
 

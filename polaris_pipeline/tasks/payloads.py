@@ -285,6 +285,15 @@ def require_metadata_location(e: DroppedEntity) -> str:
     return _check_path(location, "metadata-location")
 
 
+def decode_child_table_id(data: str) -> TableIdentifier:
+    """The ``tableId`` of a manifest or batch cleanup's ``data``, whatever the rest holds.
+
+    For the views that name a task's table even when its file list is unreadable.
+    """
+    obj = _load_object(data, "cleanup")
+    return TableIdentifier.from_json_obj(_require(obj, "tableId", "cleanup data"))
+
+
 # ---------------------------------------------------------------------------
 # MANIFEST_FILE_CLEANUP
 # ---------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from polaris_pipeline.errors import PolarisPipelineError
-from polaris_pipeline.report.formatting import iso_utc, relative_time
 from polaris_pipeline.tasks import payloads
 from polaris_pipeline.tasks.model import STATUS_REQUEUED, LeasePolicy, TaskRow, TaskState, TaskType
 
@@ -128,52 +127,3 @@ def orphaned_since_ms(task: TaskRow, policy: LeasePolicy) -> int:
     if task.next_attempt_ms is not None:
         since = max(since, task.next_attempt_ms)
     return max(since, task.create_timestamp)
-
-
-def _first(times: list[int | None]) -> int | None:
-    known = [t for t in times if t is not None]
-    return min(known) if known else None
-
-
-def nothing_available_reason(
-    rows: list[tuple[TaskRow, TaskState]],
-    now_ms: int,
-    policy: LeasePolicy,
-    realms: list[str] | None,
-) -> str:
-    """Why a sweep finds nothing: how many tasks are in each state, and when the first frees."""
-    where = f"realms [{', '.join(realms)}]" if realms is not None else "any realm"
-    if not rows:
-        return f"nothing is available: no tasks in {where}"
-
-    def when(state: TaskState, what: str) -> str:
-        first = _first([available_at_ms(t, s, now_ms, policy) for t, s in rows if s is state])
-        if first is None:
-            return ""
-        return f" ({what} {relative_time(first, now_ms)}, at {iso_utc(first)})"
-
-    counts = {state: sum(1 for _, s in rows if s is state) for state in TaskState}
-    parts = []
-    if counts[TaskState.LEASED]:
-        parts.append(
-            f"{counts[TaskState.LEASED]} leased{when(TaskState.LEASED, 'the first lease expires')}"
-        )
-    if counts[TaskState.BACKING_OFF]:
-        parts.append(
-            f"{counts[TaskState.BACKING_OFF]} backing off"
-            f"{when(TaskState.BACKING_OFF, 'the first retry is')}"
-        )
-    if counts[TaskState.PENDING]:
-        parts.append(
-            f"{counts[TaskState.PENDING]} pending within grace"
-            f"{when(TaskState.PENDING, 'the first grace period ends')}"
-        )
-    if counts[TaskState.DEAD]:
-        parts.append(f"{counts[TaskState.DEAD]} dead (only `tasks requeue` revives them)")
-    if counts[TaskState.UNHANDLED]:
-        parts.append(
-            f"{counts[TaskState.UNHANDLED]} unhandled (never run; `tasks discard` removes them)"
-        )
-    if counts[TaskState.ORPHANED]:
-        parts.append(f"{counts[TaskState.ORPHANED]} orphaned")
-    return f"nothing is available in {where}: " + ", ".join(parts)

@@ -1,8 +1,9 @@
-"""Build real Iceberg tables with pyiceberg, and the Polaris TASK that drops them.
+"""Build real Iceberg tables with pyiceberg, and list the files they name or hold.
 
 Used by the demo and by the tests (``tests/support/iceberg.py`` wraps these in
-fixtures). Everything takes plain paths and URIs: a warehouse is a local
-directory (``file:///...``) or an ``s3://bucket/prefix`` with S3 options.
+fixtures); the Polaris TASK that drops such a table is ``testing/tasks.py``'s.
+Everything takes plain paths and URIs: a warehouse is a local directory
+(``file:///...``) or an ``s3://bucket/prefix`` with S3 options.
 
 The tables are shaped to exercise every kind of file a cleanup must delete:
 several snapshots (appends, an overwrite, a copy-on-write delete), real
@@ -20,9 +21,8 @@ import struct
 import time
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote_plus
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -50,23 +50,6 @@ from pyiceberg.table.update import SetPartitionStatisticsUpdate
 from pyiceberg.table.update.snapshot import _FastAppendFiles
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType
-
-from polaris_pipeline.metastore import new_entity_id
-from polaris_pipeline.tasks.model import (
-    ICEBERG_VIEW_SUB_TYPE,
-    TABLE_LIKE_TYPE_CODE,
-    NewTask,
-    Prop,
-    TaskRow,
-    TaskType,
-)
-from polaris_pipeline.tasks.payloads import (
-    METADATA_LOCATION_KEY,
-    DroppedEntity,
-    encode_dropped_entity,
-)
-
-ICEBERG_TABLE_SUB_TYPE = 2
 
 TABLE_SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=True),
@@ -559,129 +542,3 @@ def list_files(location: str, *, s3: S3Options | None = None) -> set[str]:
         # keys at a path-segment boundary.
         return {"s3://" + k for k in keys if k == bucket_key or k.startswith(bucket_key + "/")}
     raise ValueError(f"cannot list {location!r}: only file:// and s3:// are supported")
-
-
-# -- the Polaris TASK for a dropped table ----------------------------------------------
-
-
-def encode_namespace(namespace: Iterable[str]) -> str:
-    """As Polaris writes ``parent-namespace``: each level form-encoded (Java's
-    ``URLEncoder``: a space is ``+``), the levels joined by ``%1F``."""
-    return "%1F".join(quote_plus(level, safe="") for level in namespace)
-
-
-def dropped_entity(
-    *,
-    entity_id: int,
-    name: str,
-    namespace: tuple[str, ...],
-    metadata_location: str,
-    catalog_id: int = 1,
-    parent_id: int = 2,
-    is_view: bool = False,
-    properties: Mapping[str, str] | None = None,
-    now_ms: int | None = None,
-) -> DroppedEntity:
-    """The dropped TABLE_LIKE entity as Polaris records it (encode it for the task's ``data``
-    with ``payloads.encode_dropped_entity``)."""
-    now = int(time.time() * 1000) if now_ms is None else now_ms
-    return DroppedEntity(
-        id=entity_id,
-        name=name,
-        type_code=TABLE_LIKE_TYPE_CODE,
-        sub_type_code=ICEBERG_VIEW_SUB_TYPE if is_view else ICEBERG_TABLE_SUB_TYPE,
-        catalog_id=catalog_id,
-        parent_id=parent_id,
-        entity_version=3,
-        create_timestamp=now - 60_000,
-        drop_timestamp=now,
-        last_update_timestamp=now,
-        properties=dict(properties or {}),
-        internal_properties={
-            METADATA_LOCATION_KEY: metadata_location,
-            "parent-namespace": encode_namespace(namespace),
-        },
-        grant_records_version=1,
-    )
-
-
-@dataclass(frozen=True)
-class DropSpec:
-    """What Polaris knows of a table (or view) when it drops it with purge."""
-
-    namespace: tuple[str, ...]
-    name: str
-    metadata_location: str
-    location: str
-    table_properties: dict[str, str] = field(default_factory=dict)
-    is_view: bool = False
-
-    @classmethod
-    def of_table(cls, table: Table) -> DropSpec:
-        ident = table.name()
-        return cls(
-            namespace=tuple(ident[:-1]),
-            name=ident[-1],
-            metadata_location=table.metadata_location,
-            location=table.location(),
-            table_properties=dict(table.properties),
-        )
-
-
-def drop_task(
-    spec: DropSpec,
-    *,
-    realm_id: str = "POLARIS",
-    task_id: int | None = None,
-    entity_id: int | None = None,
-    extra_internal_properties: Mapping[str, str] | None = None,
-    create_timestamp: int | None = None,
-) -> NewTask:
-    """The ENTITY_CLEANUP_SCHEDULER task Polaris writes when ``spec`` is dropped with purge."""
-    eid = entity_id if entity_id is not None else new_entity_id()
-    entity = dropped_entity(
-        entity_id=eid,
-        name=spec.name,
-        namespace=spec.namespace,
-        metadata_location=spec.metadata_location,
-        is_view=spec.is_view,
-        # Polaris records the table's base location on the entity.
-        properties={"location": spec.location},
-    )
-    properties = {
-        Prop.TASK_TYPE: TaskType.ENTITY_CLEANUP_SCHEDULER.code,
-        Prop.DATA: encode_dropped_entity(entity),
-    }
-    internal = {**spec.table_properties, "storageLocation": spec.location}
-    internal.update(extra_internal_properties or {})
-    return NewTask(
-        realm_id=realm_id,
-        id=task_id if task_id is not None else new_entity_id(),
-        name=f"entityCleanup_{eid}",
-        properties=properties,
-        internal_properties=internal,
-        create_timestamp=create_timestamp,
-    )
-
-
-def drop_table_task(table: Table, **kwargs: Any) -> NewTask:
-    """``drop_task`` for a pyiceberg table (see ``drop_task`` for the keywords)."""
-    return drop_task(DropSpec.of_table(table), **kwargs)
-
-
-def task_row(task: NewTask, *, entity_version: int = 1, now_ms: int | None = None) -> TaskRow:
-    """The row a metastore would hold for ``task`` right after inserting it."""
-    ts = task.create_timestamp
-    if ts is None:
-        ts = int(time.time() * 1000) if now_ms is None else now_ms
-    return TaskRow(
-        realm_id=task.realm_id,
-        id=task.id,
-        name=task.name,
-        entity_version=entity_version,
-        grant_records_version=1,
-        create_timestamp=ts,
-        last_update_timestamp=ts,
-        properties=dict(task.properties),
-        internal_properties=dict(task.internal_properties),
-    )

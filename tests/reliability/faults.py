@@ -33,8 +33,9 @@ from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
 from polaris_pipeline.errors import StorageError
-from polaris_pipeline.storage.config import StorageConfig, split_uri
+from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.resolve import StorageResolver
+from polaris_pipeline.storage.uri import split_uri
 
 
 class FaultPlan:

@@ -29,6 +29,14 @@ CLAIM = (
     "nothing outside a dropped table is ever deleted; no task is lost."
 )
 
+# The soak has a page of its own, generated from its own results (bench/soak_report.py).
+SOAK_LINE = (
+    "**The soak.** A Polaris-like writer dropping tables for 30 minutes while the deployment "
+    "sweeps (a real dagster-daemon, run retention on): its invariants, memory, tick and "
+    "database figures over time are in [soak.md](soak.md); `tests/reliability/test_soak.py` "
+    "is its 3-minute version."
+)
+
 SIZE_VARIABLES = [
     ("PP_REL_RACE_TASKS", "tasks in the race (scenario 1)", "5000"),
     ("PP_REL_RACE_SWEEPERS", "sweeper processes in the race", "4"),
@@ -175,6 +183,8 @@ def render(records: list[dict[str, Any]], generated: datetime) -> str:
         f"{env.get('python', '?')}, {env.get('postgresql', 'PostgreSQL')}{load}."
     )
     add("")
+    add(SOAK_LINE)
+    add("")
     add("## Summary")
     add("")
     add("| # | scenario | load | fault | lost | result |")
@@ -252,7 +262,10 @@ def render(records: list[dict[str, Any]], generated: datetime) -> str:
     add(
         "Scenario 7 uses libfaketime (`apt-get install faketime`) when it is installed and "
         "otherwise patches `time.time` in the child process; scenario 4's restart needs root "
-        "and `pg_ctlcluster`, and is skipped without them."
+        "and `pg_ctlcluster`, and is skipped without them. Scenario 10's database restarts "
+        "stop and start a PostgreSQL server of their own (initialised as the `postgres` "
+        "user, on a free port), never the machine's: they need root and the server "
+        "binaries, and are skipped without them."
     )
     add("")
     return "\n".join(lines)

@@ -15,7 +15,7 @@ from typing import Any, TypedDict
 import pytest
 
 from polaris_pipeline.metastore import CompleteOutcome, Metastore
-from polaris_pipeline.tasks.model import Lease
+from polaris_pipeline.tasks.ref import Lease
 from tests.reliability import journal as jr
 from tests.reliability.harness import (
     SIZES,

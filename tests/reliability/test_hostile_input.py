@@ -30,6 +30,7 @@ from polaris_pipeline.tasks.payloads import (
     encode_manifest_cleanup,
 )
 from polaris_pipeline.testing import tables as testing_tables
+from polaris_pipeline.testing import tasks as testing_tasks
 from tests.reliability import journal as jr
 from tests.reliability.harness import (
     SIZES,
@@ -224,7 +225,7 @@ def build_hostile_set(store: Metastore, root: Path, wh: Warehouse) -> Hostile:
     metadata_path = Path(cut.metadata_location.removeprefix("file://"))
     text = metadata_path.read_bytes()
     metadata_path.write_bytes(text[: len(text) // 2])
-    cut_task = testing_tables.drop_table_task(cut, realm_id=REALM, create_timestamp=0)
+    cut_task = testing_tasks.drop_table_task(cut, realm_id=REALM, create_timestamp=0)
     store.insert_tasks([cut_task])
     h.cases.append(
         Case(
@@ -241,7 +242,7 @@ def build_hostile_set(store: Metastore, root: Path, wh: Warehouse) -> Hostile:
     testing_tables._write_parquet(stray.io, f"file://{foreign}", testing_tables._batch(0, 2))
     stray.add_files([f"file://{foreign}"])
     stray = wh.catalog.load_table(stray.name())
-    stray_task = testing_tables.drop_table_task(stray, realm_id=REALM, create_timestamp=0)
+    stray_task = testing_tasks.drop_table_task(stray, realm_id=REALM, create_timestamp=0)
     store.insert_tasks([stray_task])
     h.cases.append(
         Case("table whose manifest names a file outside it", REALM, stray_task.id, "done")

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.testing import tables as testing_tables
+from polaris_pipeline.testing import tasks as testing_tasks
 from tests.reliability.harness import PgRole, RelDb, Scenario, Worker, Workers, rel_policy
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.s3 import MotoS3
@@ -96,7 +96,7 @@ def secret_setup(
             "outside the location": f"s3://{s3_bucket}/wh/ns/t",
         },
     )
-    store.insert_tasks([testing_tables.drop_table_task(table, realm_id="r", create_timestamp=0)])
+    store.insert_tasks([testing_tasks.drop_table_task(table, realm_id="r", create_timestamp=0)])
     for name, loc in setup.failing.items():
         path = f"{loc}/metadata/x.avro" if name != "outside the location" else f"s3://{s3_bucket}/x"
         store.insert_tasks(

@@ -35,14 +35,16 @@ import pytest
 from dagster import DagsterInstance, RunRequest, SensorResult, build_sensor_context
 from dagster._serdes import serialize_value
 
-from polaris_pipeline.cli.main import EXIT_TASK_FAILED, main
+from polaris_pipeline.cli import main
+from polaris_pipeline.cli.context import EXIT_TASK_FAILED
+from polaris_pipeline.dagster.contract import TAG_TASK_ID
 from polaris_pipeline.dagster.resources import PolarisStorageResource, SweeperSettings
 from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
-from polaris_pipeline.dagster.task_job import TAG_TASK_ID, polaris_task_job
+from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
-from polaris_pipeline.storage.gcs_credentials import EMULATOR_ENV
-from polaris_pipeline.testing import tables as testing_tables
+from polaris_pipeline.storage.credentials.gcs import EMULATOR_ENV
+from polaris_pipeline.testing import tasks as testing_tasks
 from tests.reliability.harness import PgRole, RelDb, Scenario, rel_policy
 from tests.support.azurite import ACCOUNT, ACCOUNT_KEY, Azurite, azurite  # noqa: F401
 from tests.support.catalog_storage import (
@@ -109,7 +111,7 @@ class World:
         )
 
     def drop(self, label: str, table: Any, info: str, *, failing: bool = False) -> int:
-        task = testing_tables.drop_table_task(
+        task = testing_tasks.drop_table_task(
             table,
             realm_id=REALM,
             create_timestamp=0,

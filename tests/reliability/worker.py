@@ -291,13 +291,16 @@ def run_dagster(cfg: dict[str, Any], journal: Journal) -> int:
 
     import definitions
     import polaris_pipeline.dagster.task_job as task_job
+    import polaris_pipeline.dagster.task_step as task_step
+    from polaris_pipeline.dagster.contract import JOB_NAME
     from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
     from polaris_pipeline.metastore import Metastore
 
-    task_job.Runner = journal_runner_class(journal)  # type: ignore[assignment,misc]
+    # The task job's steps make their Runner in task_step.
+    task_step.Runner = journal_runner_class(journal)  # type: ignore[assignment,misc]
     defs = definitions.defs
     resources = dict(defs.resources or {})
-    job = defs.get_job_def(task_job.JOB_NAME)
+    job = defs.get_job_def(JOB_NAME)
     run_resources: dict[str, Any] | None = None
     if cfg.get("fast_retries"):
         from dagster import RetryPolicy

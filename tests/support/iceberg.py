@@ -1,7 +1,8 @@
 """Iceberg fixtures: real tables written by pyiceberg, locally or on the moto S3 server.
 
-The builders themselves live in ``polaris_pipeline.testing.tables`` (the demo uses
-them too); this module wraps them for tests.
+The builders themselves live in ``polaris_pipeline.testing`` (``tables``: tables,
+``tasks``: the tasks that drop them; the demo uses them too); this module wraps them
+for tests.
 
 - ``local_warehouse`` / ``s3_warehouse``: a :class:`Warehouse` (a SqlCatalog over a
   sqlite file in ``tmp_path``, tables under a local directory or under
@@ -30,12 +31,14 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
 from polaris_pipeline.metastore import new_entity_id
-from polaris_pipeline.storage.config import StorageConfig, split_uri
+from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.delete import crc_sidecar
 from polaris_pipeline.storage.resolve import StorageResolver
+from polaris_pipeline.storage.uri import split_uri
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskRow, TaskType
 from polaris_pipeline.tasks.payloads import encode_dropped_entity
 from polaris_pipeline.testing import tables as testing_tables
+from polaris_pipeline.testing import tasks as testing_tasks
 from polaris_pipeline.testing.tables import S3Options, build_table
 
 __all__ = [
@@ -94,9 +97,9 @@ def table_files(table: Table) -> set[str]:
 def drop_task_row(table: Table, **kwargs: Any) -> TaskRow:
     """The TaskRow of the cleanup task Polaris writes when ``table`` is dropped with purge.
 
-    Keywords go to :func:`polaris_pipeline.testing_tables.drop_task`.
+    Keywords go to :func:`polaris_pipeline.testing.tasks.drop_task`.
     """
-    return testing_tables.task_row(testing_tables.drop_table_task(table, **kwargs))
+    return testing_tasks.task_row(testing_tasks.drop_table_task(table, **kwargs))
 
 
 def recorded_drop_task(
@@ -119,7 +122,7 @@ def recorded_drop_task(
     as written (to write Java's form encoding by hand).
     """
     entity_id = new_entity_id()
-    entity = testing_tables.dropped_entity(
+    entity = testing_tasks.dropped_entity(
         entity_id=entity_id,
         name=name,
         namespace=namespace,

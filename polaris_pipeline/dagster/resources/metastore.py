@@ -19,6 +19,7 @@ from polaris_pipeline.execution.runner import DEFAULT_EXECUTOR_PREFIX, make_exec
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.connection import resolve_url, safe_url
 from polaris_pipeline.tasks.model import LeasePolicy, RealmOverride
+from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE
 
 # The library's defaults, written once in LeasePolicy.
 _DEFAULTS = LeasePolicy()
@@ -95,6 +96,17 @@ class PolarisMetastoreResource(ConfigurableResource):
             "(Polaris allows realm overrides of both)."
         ),
     )
+    realm_unreferenced: dict[str, str] | None = Field(
+        default=None,
+        description="Realm -> its own unreferenced mode (off, report, delete).",
+    )
+    unreferenced: str = Field(
+        default=DEFAULT_UNREFERENCED_MODE.value,
+        description=(
+            "What a dropped table's run does, last, with the files under its location that "
+            "its metadata no longer names: off, report (list, delete nothing) or delete."
+        ),
+    )
     write_task_events: bool = Field(
         default=False,
         description="Write Polaris's BEFORE/AFTER_ATTEMPT_TASK rows to its events table.",
@@ -105,9 +117,16 @@ class PolarisMetastoreResource(ConfigurableResource):
     )
 
     def policy(self) -> LeasePolicy:
+        modes = self.realm_unreferenced or {}
         overrides = {
-            realm: RealmOverride.from_json_obj(values, realm=realm)
-            for realm, values in (self.realm_overrides or {}).items()
+            realm: RealmOverride.from_json_obj(
+                {**values, **({"unreferenced": modes[realm]} if realm in modes else {})},
+                realm=realm,
+            )
+            for realm, values in {
+                **{realm: {} for realm in modes},
+                **(self.realm_overrides or {}),
+            }.items()
         }
         return LeasePolicy(
             lease_timeout_ms=self.lease_timeout_ms,

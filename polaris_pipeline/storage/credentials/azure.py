@@ -28,12 +28,12 @@ from typing import Any
 
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.storage.catalog_config import AzureStorage
-from polaris_pipeline.storage.config import split_uri
-from polaris_pipeline.storage.vended import (
+from polaris_pipeline.storage.credentials.cache import (
     DEFAULT_REFRESH_MARGIN_S,
     RefreshingCache,
     made_or_explained,
 )
+from polaris_pipeline.storage.uri import azure_parts, split_uri
 
 SAS_LIFETIME_S = 3600
 # Hosts the location names: ``<account>.dfs.<suffix>`` (ADLS) or ``<account>.blob.<suffix>``.
@@ -56,16 +56,18 @@ class AzureLocation:
 
 
 def parse_location(uri: str) -> AzureLocation:
+    """``uri`` taken apart for a SAS; StorageError unless it is on a dfs or blob endpoint."""
     scheme, rest = split_uri(uri)
-    if scheme not in ("abfs", "abfss", "wasb", "wasbs"):
+    if scheme != "abfs":  # abfs[s]:// and wasb[s]:// are all read as abfs
         raise StorageError(f"not an Azure location: {uri!r}")
     authority, _, path = rest.partition("/")
-    container, at, host = authority.partition("@")
-    if not at or not container or not host:
-        raise StorageError(f"Azure location {uri!r} is not container@account.host/path")
-    account, _, service_suffix = host.partition(".")
-    service, _, suffix = service_suffix.partition(".")
-    if not account or service not in _SERVICES or not suffix:
+    try:
+        container, account, endpoint = azure_parts(authority)
+    except ValueError:
+        raise StorageError(f"Azure location {uri!r} is not container@account.host/path") from None
+    service, _, suffix = endpoint.partition(".")
+    if service not in _SERVICES or not suffix:
+        host = f"{account}.{endpoint}"
         raise StorageError(f"Azure location {uri!r}: host {host!r} is not account.dfs|blob.suffix")
     return AzureLocation(container, account, suffix, path.strip("/"))
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.storage.catalog_config import GcsStorage
-from polaris_pipeline.storage.config import bucket_and_path
-from polaris_pipeline.storage.vended import RefreshingCache, made_or_explained
+from polaris_pipeline.storage.credentials.cache import RefreshingCache, made_or_explained
+from polaris_pipeline.storage.uri import bucket_and_path
 
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 _SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]

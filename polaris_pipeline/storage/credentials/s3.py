@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.storage.catalog_config import AwsStorage
-from polaris_pipeline.storage.config import bucket_and_path
-from polaris_pipeline.storage.redact import MASK, redact
-from polaris_pipeline.storage.vended import DEFAULT_REFRESH_MARGIN_S, RefreshingCache
+from polaris_pipeline.storage.credentials.cache import DEFAULT_REFRESH_MARGIN_S, RefreshingCache
+from polaris_pipeline.storage.redact import MASK, maskable, redact
+from polaris_pipeline.storage.uri import bucket_and_path
 
 if TYPE_CHECKING:
     import botocore.session
@@ -179,7 +179,7 @@ class StsCredentials:
         }
         if storage.external_id:
             request["ExternalId"] = storage.external_id
-        hidden = _maskable([storage.external_id or ""])
+        hidden = maskable([storage.external_id or ""])
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
@@ -212,12 +212,6 @@ class StsCredentials:
         return AwsSession(
             creds["AccessKeyId"], creds["SecretAccessKey"], creds["SessionToken"], expires_at
         )
-
-
-def _maskable(values: list[str]) -> list[str]:
-    """Values worth masking: a one- or two-letter one would mask every such letter of
-    the message instead (and STS refuses external ids that short anyway)."""
-    return [v for v in values if len(v) >= 4]
 
 
 def s3_options(storage: AwsStorage, session: AwsSession | None) -> dict[str, Any]:

@@ -1,0 +1,212 @@
+"""A dropped table's unreferenced files: what its last metadata no longer names.
+
+Iceberg's purge (Polaris's, and the referenced purge of ``table.py`` and its
+children) deletes what the table's last metadata references. Under the table's
+location there may be more: data files of failed commits, speculative task
+attempts, aborted compactions, metadata files that fell out of the log, their
+Hadoop ``.crc`` sidecars. Once the table is dropped no tool can clean them (a
+live table is needed for orphan-file maintenance). This phase does, last in a
+table's run, after every referenced file and child is done:
+
+1. The prefix is the catalog's: the task's recorded table location
+   (``recorded_roots``, what the guard uses), never a location read from a file.
+   Refused, with the reason, when it is a bucket or filesystem root, equal to or
+   above an ``allowedLocations`` entry of the catalog's storage configuration (or
+   an allowed prefix of the static config).
+2. No live entity may overlap it (``metastore/overlap.py``: Polaris's overlap
+   rule over every realm and catalog): checked before listing and again before
+   each delete batch, so a table created at the same path during the sweep stops
+   it. An overlap refuses the whole prefix.
+3. The prefix is listed in pages (``storage/listing.py``); each object last
+   modified after the task was created (the drop) is kept and counted, as is one
+   without a time; each other object must pass the table's guard (symlinks,
+   ``..``, paths outside the roots refused as for referenced files).
+4. ``report``: counted and sampled, nothing deleted. ``delete``: each page is
+   deleted by ``bulk_delete`` (literal paths, per-key results), fenced first; on
+   local filesystems the empty directories are removed afterwards.
+
+A refusal is a safety decision, not the task's failure: it is recorded and the
+task completes. A failure (a listing or the overlap query failing half way) is
+recorded in ``UnreferencedReport.error``; the runner fails the attempt with it,
+so it is retried, and never undoes the referenced work. Nothing is deleted but
+what was listed, checked and re-checked against the metastore.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Set
+
+from polaris_pipeline.cleanup.common import Guard, recorded_roots
+from polaris_pipeline.cleanup.context import CleanupContext
+from polaris_pipeline.cleanup.unreferenced_report import SAMPLE, UnreferencedReport
+from polaris_pipeline.errors import MetastoreError, PayloadError, StorageError
+from polaris_pipeline.metastore.overlap import Overlap
+from polaris_pipeline.storage.catalog_config import catalog_storage
+from polaris_pipeline.storage.delete import MAX_KEYS_PER_REQUEST, bulk_delete
+from polaris_pipeline.storage.listing import ListedObject, list_prefix, remove_empty_directories
+from polaris_pipeline.storage.uri import Location, normalize_uri, parse_location
+from polaris_pipeline.tasks.payloads import DroppedEntity
+from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
+
+# A dry run's plan lists at most this many paths (the rest are counted): bounded memory.
+PLAN_PATHS = 100_000
+# Given a prefix, the live entities overlapping it (``LiveLocations.overlaps``).
+OverlapCheck = Callable[[Location], list[Overlap]]
+
+
+def prefix_refusal(ctx: CleanupContext, prefix: str) -> tuple[Location | None, str | None]:
+    """``(the prefix as a Location, None)`` or ``(None, why it is refused)``."""
+    try:
+        loc = parse_location(prefix, directory=True)
+    except ValueError as e:
+        return None, f"the table location {prefix!r} is malformed ({e})"
+    if not loc.segments:
+        return None, f"the table location {prefix!r} is a bucket, container or filesystem root"
+    try:
+        storage = catalog_storage(ctx.task.internal_properties)
+    except PayloadError as e:
+        return None, f"the catalog's storage configuration does not decode ({e})"
+    allowed = [*(storage.allowed_locations if storage else ()), *ctx.config.allowed_prefixes]
+    for entry in allowed:
+        try:
+            allowed_loc = parse_location(entry, directory=True)
+        except ValueError:
+            continue  # never admitted anything: it cannot be under the prefix either
+        if loc.contains(allowed_loc):
+            return None, (
+                f"the table location {prefix!r} is equal to or above the allowed location {entry!r}"
+            )
+    return loc, None
+
+
+def _overlap_text(found: list[Overlap]) -> str:
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    return found[0].describe() + more
+
+
+def run_unreferenced(
+    ctx: CleanupContext,
+    entity: DroppedEntity,
+    mode: UnreferencedMode,
+    overlaps: OverlapCheck | None,
+    *,
+    referenced: Set[str] = frozenset(),
+    all_paths: bool = False,
+) -> UnreferencedReport:
+    """The unreferenced phase of one dropped table (see the module docstring).
+
+    ``referenced``: in a dry run, the normalized URIs the referenced plan deletes
+    (they are still there and listed apart). ``all_paths``: keep every path that
+    would go, up to ``PLAN_PATHS``, not a sample (a dry run's plan). Raises only LeaseLost.
+    """
+    report = UnreferencedReport(mode=mode.value, dry_run=ctx.dry_run)
+    roots = recorded_roots(ctx.task, entity)
+    if roots is None:
+        report.refusal = "the catalog recorded no table location"
+        return report
+    report.prefix = roots.location
+    prefix, refusal = prefix_refusal(ctx, roots.location)
+    if prefix is None:
+        report.refusal = refusal
+        return report
+    if overlaps is None:
+        report.refusal = "no metastore to check for overlapping live entities"
+        return report
+    guard = Guard.build(ctx, entity)
+    try:
+        found = overlaps(prefix)
+        if found:
+            report.refusal = _overlap_text(found)
+            return report
+        for page in list_prefix(ctx.resolver, roots.location, page_size=ctx.delete_chunk_size):
+            candidates = _candidates(ctx, guard, page, report, referenced)
+            if not candidates:
+                continue
+            if not report.deleting:
+                _would_go(report, candidates, all_paths)
+                continue
+            # Again right before the batch: a table created here meanwhile stops it.
+            found = overlaps(prefix)
+            if found:
+                report.refusal = _overlap_text(found)
+                return report
+            _delete(ctx, report, candidates)
+    except (StorageError, MetastoreError) as e:
+        report.error = str(e)
+        return report
+    if report.deleting:
+        # The referenced purge leaves its directories too, even with nothing else left.
+        report.directories_removed = remove_empty_directories(roots.location)
+    return report
+
+
+def _keep(report: UnreferencedReport, uri: str, why: str) -> None:
+    if len(report.kept_sample) < SAMPLE:
+        report.kept_sample.append(f"{uri}: {why}")
+
+
+def _candidates(
+    ctx: CleanupContext,
+    guard: Guard,
+    page: list[ListedObject],
+    report: UnreferencedReport,
+    referenced: Set[str],
+) -> list[ListedObject]:
+    drop_ms = ctx.task.create_timestamp
+    out: list[ListedObject] = []
+    for obj in page:
+        report.listed += 1
+        if referenced and normalize_uri(obj.uri) in referenced:
+            report.referenced += 1
+            continue
+        if obj.mtime_ms is None:
+            report.kept_newer += 1
+            _keep(report, obj.uri, "no last-modified time: kept")
+            continue
+        if obj.mtime_ms > drop_ms:
+            report.kept_newer += 1
+            _keep(report, obj.uri, "newer than the drop: kept")
+            continue
+        refused = guard.check(obj.uri)
+        if refused is not None:
+            report.refused_paths += 1
+            _keep(report, obj.uri, f"refused by the guard: {refused.reason}")
+            continue
+        out.append(obj)
+    return out
+
+
+def _would_go(report: UnreferencedReport, objects: list[ListedObject], all_paths: bool) -> None:
+    report.would_delete += len(objects)
+    report.would_bytes += sum(o.size or 0 for o in objects)
+    room = max(0, (PLAN_PATHS if all_paths else SAMPLE) - len(report.paths))
+    report.paths.extend(o.uri for o in objects[:room])
+    report.more_paths += len(objects) - min(room, len(objects))
+
+
+def _delete(ctx: CleanupContext, report: UnreferencedReport, objects: list[ListedObject]) -> None:
+    ctx.fence()
+    sizes = {o.uri: o.size for o in objects}
+    result = bulk_delete(
+        ctx.resolver,
+        list(sizes),
+        chunk_size=max(1, min(len(sizes), MAX_KEYS_PER_REQUEST)),
+        check=ctx.still_held,
+    )
+    report.deleted += len(result.deleted)
+    report.missing += len(result.missing)
+    report.failures += len(result.failed)
+    for uri, error in list(result.failed.items())[: max(0, SAMPLE - len(report.failed))]:
+        report.failed[uri] = error
+    if report.bytes_deleted is not None:
+        known = [sizes.get(u) for u in result.deleted]
+        if any(size is None for size in known):
+            report.bytes_deleted = None
+        else:
+            report.bytes_deleted += sum(size or 0 for size in known)
+    room = max(0, SAMPLE - len(report.paths))
+    report.paths.extend(result.deleted[:room])
+    report.more_paths += max(0, len(result.deleted) - room)
+
+
+__all__ = ["OverlapCheck", "prefix_refusal", "run_unreferenced"]

@@ -1,0 +1,77 @@
+"""What the unreferenced phase of one table found and did (a leaf: values only)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SAMPLE = 20  # paths kept per kind, for logs and the report
+
+
+@dataclass
+class UnreferencedReport:
+    """One table prefix after its referenced purge: what is there, what went or would go.
+
+    ``refusal``: the whole prefix was refused for safety (an overlap, a root, no
+    recorded location); nothing under it was deleted, the task still completes.
+    ``error``: the phase failed (a listing or the metastore); the attempt fails and
+    is retried, the referenced purge stays done.
+    """
+
+    mode: str
+    dry_run: bool = False
+    prefix: str | None = None
+    refusal: str | None = None
+    error: str | None = None
+    listed: int = 0
+    deleted: int = 0
+    bytes_deleted: int | None = 0
+    would_delete: int = 0
+    would_bytes: int = 0
+    missing: int = 0
+    kept_newer: int = 0  # last modified after the drop (or no time given): kept
+    refused_paths: int = 0  # refused one by one by the table's guard: kept
+    referenced: int = 0  # dry run: listed, but the referenced plan deletes them
+    failures: int = 0  # deletes that failed; ``failed`` holds the first few
+    failed: dict[str, str] = field(default_factory=dict)
+    directories_removed: int = 0
+    # Paths that went (or, in report mode and a dry run, would go); the first SAMPLE
+    # only, unless the caller asked for all of them (a dry run's plan).
+    paths: list[str] = field(default_factory=list)
+    more_paths: int = 0
+    kept_sample: list[str] = field(default_factory=list)  # "path: why"
+
+    @property
+    def deleting(self) -> bool:
+        """Whether files were deleted (``delete`` mode, not a dry run) or only listed."""
+        return self.mode == "delete" and not self.dry_run
+
+    @property
+    def files(self) -> int:
+        """Files deleted (delete mode) or that would go (report mode, dry run)."""
+        return self.deleted if self.deleting else self.would_delete
+
+    @property
+    def bytes(self) -> int | None:
+        return self.bytes_deleted if self.deleting else self.would_bytes
+
+    def summary(self) -> str:
+        """``unreferenced: N files, B bytes deleted / would go, K kept as newer than the drop``."""
+        from_here = f" under {self.prefix}" if self.prefix else ""
+        if self.refusal:
+            return f"unreferenced{from_here}: refused, {self.refusal}"
+        if self.error:
+            return f"unreferenced{from_here}: failed after {self.listed} listed, {self.error}"
+        verb = "deleted" if self.deleting else "would go"
+        size = "unknown bytes" if self.bytes is None else f"{self.bytes} bytes"
+        text = (
+            f"unreferenced{from_here}: {self.files} files, {size} {verb}, "
+            f"{self.kept_newer} kept as newer than the drop"
+        )
+        if self.refused_paths:
+            text += f", {self.refused_paths} refused by the guard"
+        if self.failures:
+            text += f", {self.failures} failed"
+        return text
+
+
+__all__ = ["SAMPLE", "UnreferencedReport"]

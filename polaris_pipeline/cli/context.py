@@ -1,0 +1,71 @@
+"""What every command starts from: its exit codes, its settings, its metastore, a named task.
+
+Settings come from the environment (``polaris_pipeline.settings``, the same
+variables the Dagster code location reads); a flag overrides its variable.
+Read-only commands open the metastore read-only: they never create or change
+anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from polaris_pipeline.errors import PolarisPipelineError
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.metastore.connection import make_engine, resolve_url
+from polaris_pipeline.report.formatting import realms_text
+from polaris_pipeline.settings import PipelineSettings
+from polaris_pipeline.storage.config import StorageConfig
+from polaris_pipeline.tasks.model import TaskRow
+
+# 0 success, 1 a task run or swept failed, 2 bad input or unreachable services.
+EXIT_OK, EXIT_TASK_FAILED, EXIT_ERROR = 0, 1, 2
+
+
+def settings_for(args: argparse.Namespace) -> PipelineSettings:
+    """The environment's settings with this command's flags on top."""
+    return PipelineSettings.from_env().with_overrides(
+        metastore_url=getattr(args, "metastore", None),
+        realms=getattr(args, "realms", None),
+        lease_timeout_ms=getattr(args, "lease_timeout_ms", None),
+        grace_ms=getattr(args, "grace_ms", None),
+        max_attempts=getattr(args, "max_attempts", None),
+        storage_config=getattr(args, "storage_config", None),
+        unreferenced=getattr(args, "unreferenced", None),
+    )
+
+
+def open_metastore(settings: PipelineSettings, *, read_only: bool) -> Metastore:
+    """The metastore; ``read_only`` for commands that must not create or change anything."""
+    if not read_only:
+        return Metastore(settings.metastore_url, policy=settings.policy)
+    engine = make_engine(resolve_url(settings.metastore_url), read_only=True)
+    return Metastore(policy=settings.policy, engine=engine)
+
+
+def storage_config(settings: PipelineSettings) -> StorageConfig:
+    """The storage config the settings name, else the default (fsspec's own options)."""
+    if settings.storage_config:
+        return StorageConfig.load(settings.storage_config)
+    return StorageConfig()
+
+
+def find_task(
+    store: Metastore, task_id: int, realm: str | None, realms: list[str] | None
+) -> TaskRow:
+    """The task ``task_id``: in ``realm``, else in the one realm (of ``realms``) that has it."""
+    if realm is not None:
+        task = store.get_task(realm, task_id)
+        if task is None:
+            raise PolarisPipelineError(f"no task {task_id} in realm {realm!r}")
+        return task
+    searched = realms if realms is not None else store.realms()
+    found = [t for r in searched if (t := store.get_task(r, task_id)) is not None]
+    if not found:
+        raise PolarisPipelineError(f"no task {task_id} in {realms_text(searched or None)}")
+    if len(found) > 1:
+        names = ", ".join(t.realm_id for t in found)
+        raise PolarisPipelineError(
+            f"task id {task_id} is in several realms ({names}): pass --realm"
+        )
+    return found[0]

@@ -1,0 +1,366 @@
+"""What the commands print: tables and lines that fit the terminal, and their JSON.
+
+JSON writes ids as strings (they are 63-bit: a parser using doubles would round
+them) and every time twice: ``<name>_ms`` (epoch milliseconds) and ``<name>``
+(ISO 8601, UTC). An outcome's line and record are the outcome view's
+(``report.outcome_view``), as everywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TextIO
+
+from polaris_pipeline.cli.table import Column, output_width, render
+from polaris_pipeline.execution.outcome import TaskOutcome
+from polaris_pipeline.metastore.transitions import DiscardOutcome, DiscardResult
+from polaris_pipeline.report.formatting import (
+    add_json_times,
+    error_cause,
+    iso_utc,
+    json_id,
+    relative_time,
+    short_task_name,
+    task_label,
+    truncate,
+)
+from polaris_pipeline.report.outcome_view import OutcomeView, unreferenced_json
+from polaris_pipeline.report.progress import ProgressSink
+from polaris_pipeline.report.totals import OutcomeTotals
+from polaris_pipeline.settings import PipelineSettings
+from polaris_pipeline.tasks.model import TaskRow, TaskState
+from polaris_pipeline.tasks.summary import PayloadSummary, available_at_ms, summarize
+
+if TYPE_CHECKING:
+    from polaris_pipeline.cleanup.context import CleanupResult
+
+
+def dump_json(doc: Any, out: TextIO) -> None:
+    json.dump(doc, out, indent=2)
+    out.write("\n")
+
+
+# -- tasks: list and show ----------------------------------------------------------------
+
+
+def payload_json(summary: PayloadSummary) -> dict[str, Any]:
+    return {**dataclasses.asdict(summary), "entity_id": json_id(summary.entity_id)}
+
+
+def task_json(
+    task: TaskRow, state: TaskState, now_ms: int, settings: PipelineSettings
+) -> dict[str, Any]:
+    summary = summarize(task)
+    error = task.last_error or task.properties_error
+    doc: dict[str, Any] = {
+        "id": json_id(task.id),
+        "realm": task.realm_id,
+        "type": summary.type,
+        "table": summary.table,
+        "name": task.name,
+        "label": short_task_name(task.name),
+        "state": state.value,
+        "attempts": task.attempt_count,
+        "max_attempts": settings.max_attempts,
+        "executor": task.executor_id,
+        "last_error": error,
+        "last_error_cause": error_cause(error, task.realm_id, task.id, task.name) or None,
+        "last_run_id": task.properties.get("lastAttemptRunId"),
+        # The last failure cannot heal by retrying: dead-lettered at once.
+        "permanent": task.failure_permanent,
+    }
+    add_json_times(
+        doc,
+        available_at=available_at_ms(task, state, now_ms, settings.policy),
+        next_attempt=task.next_attempt_ms,
+        last_attempt_start=task.start_time_ms,
+        last_attempt_end=task.end_time_ms,
+        created=task.create_timestamp,
+    )
+    return doc
+
+
+def task_detail_json(
+    task: TaskRow, state: TaskState, now_ms: int, settings: PipelineSettings
+) -> dict[str, Any]:
+    """``tasks show --json``: the listing's record with the payload and every property."""
+    doc = task_json(task, state, now_ms, settings)
+    doc["payload"] = payload_json(summarize(task))
+    doc["properties"] = {k: v for k, v in task.properties.items() if k != "data"}
+    doc["data"] = task.properties.get("data")
+    doc["internal_properties"] = task.internal_properties
+    doc["entity_version"] = task.entity_version
+    return doc
+
+
+LIST_COLUMNS = (
+    Column("ID"),
+    Column("REALM", drop=3, same_is_free=True),
+    # Cut only on narrow terminals, to the longest of the three names that stays whole.
+    Column("TYPE", min_width=len("batch_file_cleanup")),
+    Column("TABLE", min_width=8, max_width=40),
+    Column("STATE"),
+    Column("ATT"),
+    Column("NEXT", drop=4),
+    Column("NAME", min_width=12, max_width=56, drop=1),
+    Column("EXECUTOR", min_width=10, max_width=40, drop=2),
+    Column("LAST ERROR", min_width=12, max_width=80),
+)
+
+
+def _next_text(task: TaskRow, state: TaskState, now: int, settings: PipelineSettings) -> str:
+    if state is TaskState.ORPHANED:
+        return "now"
+    return relative_time(available_at_ms(task, state, now, settings.policy), now)
+
+
+def print_task_list(
+    rows: Sequence[tuple[TaskRow, TaskState]], now: int, settings: PipelineSettings, out: TextIO
+) -> None:
+    """The table of ``tasks list``, its footer of counts, and the columns it left out."""
+    table = []
+    for t, s in rows:
+        summary = summarize(t)
+        error = t.last_error or t.properties_error
+        table.append(
+            [
+                str(t.id),
+                t.realm_id,
+                summary.type,
+                summary.table or "",
+                s.value,
+                str(t.attempt_count),
+                _next_text(t, s, now, settings),
+                short_task_name(t.name),
+                t.executor_id or "",
+                error_cause(error, t.realm_id, t.id, t.name),
+            ]
+        )
+    width = output_width(out)
+    rendered = render(LIST_COLUMNS, table, width)
+    print("\n".join(rendered.lines), file=out)
+    counts = Counter(s.value for _, s in rows)
+    footer = f"\n{len(rows)} task(s)" + "".join(f", {n} {k}" for k, n in sorted(counts.items()))
+    print(footer, file=out)
+    if rendered.hidden:
+        realms = {t.realm_id for t, _ in rows}
+        hidden = [
+            f"REALM (all {next(iter(realms))})" if h == "REALM" and len(realms) == 1 else h
+            for h in rendered.hidden
+        ]
+        print(
+            truncate(
+                f"not shown at {width} columns: {', '.join(hidden)} (--json has all)", width or 0
+            ),
+            file=out,
+        )
+
+
+def _show_pairs(
+    task: TaskRow, state: TaskState, now: int, settings: PipelineSettings
+) -> list[tuple[str, str]]:
+    summary = summarize(task)
+    lines = [
+        ("task", task_label(task.realm_id, task.id, task.name)),
+        ("type", summary.type + (" (a view)" if summary.is_view else "")),
+    ]
+    if summary.table:
+        lines.append(("table", summary.table))
+    if summary.entity_id is not None:
+        lines.append(("dropped entity", str(summary.entity_id)))
+    if summary.metadata_location:
+        lines.append(("metadata", summary.metadata_location))
+    if summary.manifest_path:
+        lines.append(("manifest", summary.manifest_path))
+    if summary.batch_files is not None:
+        lines.append(("files", f"{summary.batch_files} in the batch"))
+    if summary.problem:
+        lines.append(("payload", f"cannot be decoded: {summary.problem}"))
+    lines.append(
+        ("state", f"{state.value}, {task.attempt_count} of {settings.max_attempts} attempts")
+    )
+    available = available_at_ms(task, state, now, settings.policy)
+    if state is not TaskState.ORPHANED and available is not None:
+        lines.append(("available", f"{iso_utc(available)} ({relative_time(available, now)})"))
+    lines.append(
+        (
+            "created",
+            f"{iso_utc(task.create_timestamp)} ({relative_time(task.create_timestamp, now)})",
+        )
+    )
+    if task.executor_id:
+        lines.append(("executor", task.executor_id))
+    for key, ms in (("last start", task.start_time_ms), ("last end", task.end_time_ms)):
+        if ms is not None:
+            lines.append((key, f"{iso_utc(ms)} ({relative_time(ms, now)})"))
+    run_id = task.properties.get("lastAttemptRunId")
+    if run_id:
+        lines.append(("last run", run_id))
+    error = error_cause(task.last_error or task.properties_error, task.realm_id, task.id, task.name)
+    if error:
+        lines.append(("last error", error))
+    if task.failure_permanent:
+        lines.append(("failure", "permanent: retrying cannot heal it, dead-lettered at once"))
+    return lines
+
+
+def print_task(
+    task: TaskRow, state: TaskState, now: int, settings: PipelineSettings, out: TextIO
+) -> None:
+    """``tasks show``: one aligned ``key  value`` line per property, cut to the width."""
+    width = output_width(out)
+    pairs = _show_pairs(task, state, now, settings)
+    key_width = max(len(k) for k, _ in pairs)
+    for key, value in pairs:
+        line = f"{key.ljust(key_width)}  {value}"
+        print(truncate(line, width) if width else line, file=out)
+
+
+_DISCARD_VERBS = {
+    DiscardOutcome.DISCARDED: "discarded",
+    DiscardOutcome.WOULD_DISCARD: "would discard",
+    DiscardOutcome.REFUSED: "refused",
+}
+
+
+def print_discards(results: Sequence[DiscardResult], out: TextIO, *, dry_run: bool) -> int:
+    """One line per task named, then the total; returns how many were refused."""
+    for r in results:
+        where = f"{r.realm_id}/{r.task_id}" if r.realm_id else str(r.task_id)
+        name = f" {r.name!r}" if r.name else ""
+        detail = f": {r.detail}" if r.detail else ""
+        print(f"{_DISCARD_VERBS[r.outcome]:<14} {where}{name}{detail}", file=out)
+    done = sum(r.outcome is not DiscardOutcome.REFUSED for r in results)
+    refused = len(results) - done
+    if dry_run:
+        tail = f"dry run: {done} unhandled task(s) would be discarded; nothing was changed"
+    else:
+        tail = f"{done} unhandled task(s) discarded"
+    print(f"\n{tail}" + (f"; {refused} refused" if refused else ""), file=out)
+    return refused
+
+
+# -- run and sweep -----------------------------------------------------------------------
+
+
+class TerminalProgress(ProgressSink):
+    """Progress of long deletes on a terminal, on one line; silent when the stream is not one.
+
+    Every update is shown (rewriting one line costs nothing); ``status`` shows a
+    transient line, ``clear`` erases it before a task's line is printed.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.enabled = stream.isatty()
+        # The two-space indent plus the text stays one character short of the width:
+        # a line that fills the terminal wraps, and \r can then no longer take it back.
+        width = output_width(stream) if self.enabled else None
+        self.width = max(20, width - 3) if width else None
+        super().__init__(self._show, interval_s=0)
+
+    def _show(self, text: str) -> None:
+        if not self.enabled:
+            return
+        line = truncate(text, self.width) if self.width else text
+        self.stream.write(f"\r  {line}\033[K")
+        self.stream.flush()
+
+    def status(self, text: str) -> None:
+        """A transient line (overwritten by the next progress or report)."""
+        self._show(text)
+
+    def clear(self) -> None:
+        if self.enabled:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+
+
+class OutcomeReport:
+    """The per-task lines (or JSON records) and the totals of the tasks a command ran.
+
+    Callable as the Runner's ``on_outcome``.
+    """
+
+    def __init__(self, out: TextIO, *, as_json: bool) -> None:
+        self.totals = OutcomeTotals()  # also knows each child's parent
+        self.records: list[dict[str, Any]] = []
+        self.progress = TerminalProgress(sys.stderr)
+        self._out = out
+        self._as_json = as_json
+        self._width = output_width(out)
+
+    def __call__(self, outcome: TaskOutcome) -> None:
+        lease = outcome.lease
+        self.totals.add(outcome)
+        view = OutcomeView(outcome, self.totals.parent_of(lease.realm_id, lease.task_id))
+        self.records.append(view.json())
+        if not self._as_json:
+            self.progress.clear()
+            print(view.line(self._width), file=self._out, flush=True)
+
+    def summary(self, verb: str) -> None:
+        print(f"\n{verb} {self.totals.tasks_text()}", file=self._out)
+        print(f"  {self.totals.line()}", file=self._out)
+
+
+def plan_json(task: TaskRow, plan: CleanupResult | str) -> dict[str, Any]:
+    """A dry run's record of one task: what would be deleted and refused, or its error."""
+    summary = summarize(task)
+    doc: dict[str, Any] = {
+        "id": json_id(task.id),
+        "realm": task.realm_id,
+        "label": short_task_name(task.name),
+        "type": summary.type,
+        "table": summary.table,
+    }
+    if isinstance(plan, str):
+        doc["error"] = error_cause(plan, task.realm_id, task.id, task.name)
+    else:
+        doc["would_delete"] = plan.would_delete
+        doc["refused"] = [{"path": r.path, "reason": r.reason} for r in plan.refused]
+        doc["notes"] = plan.notes
+        # Listed apart: files the table's metadata no longer names (its prefix, last).
+        doc["unreferenced"] = unreferenced_json(plan.unreferenced)
+    return doc
+
+
+def _print_unreferenced(doc: dict[str, Any] | None, out: TextIO) -> None:
+    """A table's unreferenced files in a dry run: apart from the referenced ones."""
+    if doc is None:
+        return
+    print(f"  {doc['summary']}", file=out)
+    for path in doc["paths"]:
+        print(f"  unreferenced  {path}", file=out)
+    if doc["more_paths"]:
+        print(f"  unreferenced  ... and {doc['more_paths']} more", file=out)
+    for kept in doc["kept"]:
+        print(f"  keep    {kept}", file=out)
+
+
+def print_plans(docs: Sequence[dict[str, Any]], reason: str | None, out: TextIO) -> None:
+    """A dry run in text: per task what would be deleted, refused and noted; the total."""
+    for doc in docs:
+        head = f"{doc['realm']}/{doc['id']} {doc['label']}"
+        print(f"{head}  {doc['table']}" if doc["table"] else head, file=out)
+        if "error" in doc:
+            print(f"  error: {doc['error']}", file=out)
+            continue
+        for path in doc["would_delete"]:
+            print(f"  delete  {path}", file=out)
+        for refusal in doc["refused"]:
+            print(f"  REFUSE  {refusal['path']}  ({refusal['reason']})", file=out)
+        for note in doc["notes"]:
+            print(f"  note    {note}", file=out)
+        _print_unreferenced(doc.get("unreferenced"), out)
+    total = sum(len(d.get("would_delete", [])) for d in docs)
+    print(
+        f"\ndry run: {len(docs)} task(s), {total} file(s) would be deleted; nothing was changed",
+        file=out,
+    )
+    if reason:
+        print(reason, file=out)

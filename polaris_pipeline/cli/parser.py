@@ -1,0 +1,313 @@
+"""The command line's parser: every command, flag and help text of ``polaris-pipeline``.
+
+A flag that has an environment variable has the argparse default None: its
+default is written once, in the settings (``polaris_pipeline.settings``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from polaris_pipeline.metastore import URL_ENV
+from polaris_pipeline.metastore.ddl import LATEST_SCHEMA_VERSION, MIN_SCHEMA_VERSION
+from polaris_pipeline.settings import REALMS_ENV, UNREFERENCED_ENV
+from polaris_pipeline.storage.config import CONFIG_ENV_VAR
+from polaris_pipeline.tasks.model import TaskState
+from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Descriptions wrap as usual; examples (the epilogs) keep their lines, so they paste."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("Example"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def _examples(*commands: str) -> str:
+    head, *rest = commands
+    return "\n".join([f"Example: {head}", *(f"         {c}" for c in rest)])
+
+
+class _Parser(argparse.ArgumentParser):
+    """Sub-command parsers: the same help formatting as the top level."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def _add_metastore(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--metastore",
+        metavar="URL",
+        help=f"SQLAlchemy URL of Polaris's metastore, e.g. postgresql+psycopg://user@host/polaris "
+        f"or sqlite:///polaris.db (default: ${URL_ENV})",
+    )
+
+
+def _add_realms(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--realm",
+        action="append",
+        dest="realms",
+        metavar="REALM",
+        help="limit to this realm; repeat for several, e.g. --realm POLARIS --realm TEST "
+        f"(default: ${REALMS_ENV}, else every realm with tasks)",
+    )
+
+
+def _add_storage_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--storage-config",
+        metavar="FILE",
+        help="YAML or JSON mapping location prefixes to fsspec options "
+        f"(default: ${CONFIG_ENV_VAR})",
+    )
+
+
+def _add_task_ref(p: argparse.ArgumentParser, *, realm_optional: bool = False) -> None:
+    p.add_argument(
+        "task_id", type=int, metavar="ID", help="the task's entity id, as `tasks list` shows it"
+    )
+    if realm_optional:
+        p.add_argument(
+            "--realm",
+            help="the task's realm, e.g. POLARIS (default: the one realm that has a task "
+            "with this id)",
+        )
+    else:
+        p.add_argument("--realm", required=True, help="the task's realm, e.g. POLARIS")
+
+
+def _add_policy(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--lease-timeout-ms",
+        type=int,
+        metavar="MS",
+        help="lease period, as Polaris's POLARIS_TASK_TIMEOUT_MILLIS "
+        "(default: $POLARIS_PIPELINE_LEASE_TIMEOUT_MS, else 300000)",
+    )
+    p.add_argument(
+        "--grace-ms",
+        type=int,
+        metavar="MS",
+        help="never-leased tasks younger than this are left to Polaris's in-process "
+        "executor (default: $POLARIS_PIPELINE_GRACE_MS, else the lease timeout)",
+    )
+    p.add_argument(
+        "--max-attempts",
+        type=int,
+        metavar="N",
+        help="dead-letter a task after N attempts (default: $POLARIS_PIPELINE_MAX_ATTEMPTS, "
+        "else 8)",
+    )
+
+
+def _add_unreferenced(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--unreferenced",
+        choices=[mode.value for mode in UnreferencedMode],
+        help="what a dropped table's run does, last, with the files under its location that "
+        "its metadata no longer names: off; report (list them, delete nothing); delete "
+        f"(default: ${UNREFERENCED_ENV}, else {DEFAULT_UNREFERENCED_MODE.value})",
+    )
+
+
+def _add_json(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help=f"print {what} as JSON (ids as strings, times as epoch ms and ISO 8601)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="polaris-pipeline",
+        description="Find and finish Apache Polaris cleanup tasks that Polaris left behind. "
+        f"Every command takes --metastore URL (default ${URL_ENV}); see COMMAND --help.",
+        epilog=_examples(
+            "polaris-pipeline sweep --metastore sqlite:///polaris.db --once",
+            "polaris-pipeline tasks list --metastore postgresql+psycopg://polaris@db/polaris",
+        ),
+        formatter_class=_HelpFormatter,
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="log what is done (leases, deletes, retries) to stderr, e.g. polaris-pipeline -v "
+        "sweep --once",
+    )
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
+    )
+
+    init = sub.add_parser(
+        "init-metastore",
+        help="create Polaris's metastore tables of a schema version (development and demos)",
+        description="Create the tables, keys and indexes Polaris's own schema of the chosen "
+        "version creates, and its version row, when there is no entities table yet. A database "
+        "that already has Polaris's entities table is left as it is; one whose entities table "
+        "has another shape is refused and left untouched.",
+        epilog=_examples(
+            "polaris-pipeline init-metastore --metastore sqlite:///polaris.db",
+            "polaris-pipeline init-metastore --schema-version 4",
+        ),
+    )
+    _add_metastore(init)
+    init.add_argument(
+        "--schema-version",
+        type=int,
+        choices=range(MIN_SCHEMA_VERSION, LATEST_SCHEMA_VERSION + 1),
+        default=LATEST_SCHEMA_VERSION,
+        metavar="N",
+        help=f"Polaris's schema version, {MIN_SCHEMA_VERSION}..{LATEST_SCHEMA_VERSION}: "
+        "1 = Polaris 1.0, 2 = 1.1, 3 = 1.2-1.3, 4 = 1.4-1.6, 5 = 1.7 and later "
+        f"(default: {LATEST_SCHEMA_VERSION})",
+    )
+
+    tasks = sub.add_parser(
+        "tasks",
+        help="list, show, requeue, run and discard tasks",
+        description="Inspect and manage Polaris TASK entities. See ACTION --help.",
+        epilog=_examples(
+            "polaris-pipeline tasks list --state dead",
+            "polaris-pipeline tasks show 4711",
+            "polaris-pipeline tasks requeue 4711 --realm POLARIS",
+        ),
+    )
+    tsub = tasks.add_subparsers(
+        dest="tasks_command", required=True, metavar="ACTION", parser_class=_Parser
+    )
+    lst = tsub.add_parser(
+        "list",
+        help="list tasks with their state",
+        description="List tasks: id, realm, type, table, state (pending, leased, orphaned, "
+        "backing-off, dead, unhandled: a cleanup task Polaris never runs), attempts, "
+        "when the task is next available (NEXT), name, "
+        "executor and the cause of the last error. The table fits the terminal; --json "
+        "has every field. Changes nothing.",
+        epilog="Example: polaris-pipeline tasks list --realm POLARIS --state dead --json",
+    )
+    _add_metastore(lst)
+    _add_realms(lst)
+    _add_policy(lst)
+    lst.add_argument(
+        "--state",
+        action="append",
+        choices=[s.value for s in TaskState],
+        help="only tasks in this state; repeat for several, e.g. --state dead --state backing-off",
+    )
+    _add_json(lst, "the tasks (one array)")
+
+    show = tsub.add_parser(
+        "show",
+        help="show one task in full",
+        description="Show one task: its state, what its payload cleans up (type, table, "
+        "metadata file, manifest or number of files), its last attempt and error. "
+        "Changes nothing.",
+        epilog="Example: polaris-pipeline tasks show 4711 --realm POLARIS",
+    )
+    _add_task_ref(show, realm_optional=True)
+    _add_metastore(show)
+    _add_policy(show)
+    _add_json(show, "the task with every property")
+
+    requeue = tsub.add_parser(
+        "requeue",
+        help="give a dead or backing-off task a fresh set of attempts",
+        description="Reset a task's attempt count and backoff so the sweeper runs it again. "
+        "A task leased right now is refused.",
+        epilog="Example: polaris-pipeline tasks requeue 4711 --realm POLARIS",
+    )
+    _add_task_ref(requeue, realm_optional=True)
+    _add_metastore(requeue)
+    _add_policy(requeue)
+
+    run = tsub.add_parser(
+        "run",
+        help="run one task now (and the children it creates), as an operator",
+        description="Lease one task and run it now, with the children a table cleanup "
+        "creates, stage by stage. An operator's act: a backing-off or dead task is retried "
+        "at once with fresh attempts. A task another holder leases, or one still within "
+        "Polaris's grace period, is refused and left as it is (exit 1). Print one line per "
+        "task and a summary.",
+        epilog=_examples(
+            "polaris-pipeline tasks run 4711 --realm POLARIS",
+            "polaris-pipeline tasks run 4711 --storage-config storage.yaml --json",
+        ),
+    )
+    _add_task_ref(run, realm_optional=True)
+    _add_metastore(run)
+    _add_policy(run)
+    _add_storage_config(run)
+    _add_unreferenced(run)
+    _add_json(run, "the start decision, the outcome of every task and the summary")
+
+    discard = tsub.add_parser(
+        "discard",
+        help="delete unhandled tasks (cleanup tasks Polaris writes but never runs)",
+        description="Delete tasks in the unhandled state: ENTITY_CLEANUP_SCHEDULER rows "
+        "Polaris writes when a role, namespace, catalog or principal is dropped, which carry "
+        "no files and which nothing ever runs. Only unhandled tasks are deleted, each with a "
+        "compare-and-set; any other task named is refused. Deletes no files.",
+        epilog=_examples(
+            "polaris-pipeline tasks discard --all-unhandled --dry-run",
+            "polaris-pipeline tasks discard 4711 4712 --realm POLARIS",
+        ),
+    )
+    discard.add_argument(
+        "task_ids", type=int, nargs="*", metavar="ID", help="the tasks to delete, by entity id"
+    )
+    discard.add_argument(
+        "--all-unhandled",
+        action="store_true",
+        help="every unhandled task (of the --realm given), instead of IDs",
+    )
+    discard.add_argument(
+        "--dry-run", action="store_true", help="list what would be deleted; change nothing"
+    )
+    _add_realms(discard)
+    _add_metastore(discard)
+
+    sweep = sub.add_parser(
+        "sweep",
+        help="lease and run every available task",
+        description="Lease every orphaned task and run it (and the children table cleanup "
+        "creates) until none remains; print one line per task and a summary. Exits 1 if "
+        "any task failed.",
+        epilog=_examples(
+            "polaris-pipeline sweep --metastore sqlite:///polaris.db --once --dry-run",
+            "polaris-pipeline sweep --metastore sqlite:///polaris.db "
+            "--storage-config storage.yaml --once",
+        ),
+    )
+    _add_metastore(sweep)
+    _add_realms(sweep)
+    _add_policy(sweep)
+    _add_storage_config(sweep)
+    _add_unreferenced(sweep)
+    sweep.add_argument(
+        "--once",
+        action="store_true",
+        help="sweep until nothing is available, then exit (the only mode: the "
+        "Dagster sensor is the long-running sweeper)",
+    )
+    sweep.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="lease nothing, delete nothing: list per task what would be deleted "
+        "and what the path guard would refuse (opens the metastore read-only)",
+    )
+    sweep.add_argument(
+        "--batch-size",
+        type=int,
+        metavar="N",
+        help="tasks leased per round trip (default 32)",
+    )
+    _add_json(sweep, "the outcome of every task and the summary (with --dry-run: the plan)")
+    return parser

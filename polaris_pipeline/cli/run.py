@@ -1,0 +1,117 @@
+"""The commands that run tasks: ``tasks run`` (one task and its children) and ``sweep``.
+
+Each prints one line per task as it ends (the outcome view's), then the total;
+exit 1 when a task failed. ``sweep --dry-run`` leases nothing and opens the
+metastore read-only.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, TextIO
+
+from polaris_pipeline.cli.context import (
+    EXIT_OK,
+    EXIT_TASK_FAILED,
+    find_task,
+    open_metastore,
+    settings_for,
+    storage_config,
+)
+from polaris_pipeline.cli.output import OutcomeReport, dump_json, plan_json, print_plans
+from polaris_pipeline.execution.runner import Runner, make_executor_id
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.report.nothing_available import nothing_available_reason
+from polaris_pipeline.report.outcome_view import totals_json
+from polaris_pipeline.settings import PipelineSettings
+
+
+def _runner(
+    settings: PipelineSettings, store: Metastore, report: OutcomeReport, command: str
+) -> Runner:
+    """The Runner of a command that runs tasks, its progress shown by ``report``."""
+    prefix = settings.executor_prefix
+    return Runner(
+        store,
+        storage_config(settings),
+        executor_id=make_executor_id(command, prefix) if prefix else None,
+        progress=report.progress,
+        write_task_events=settings.task_events,
+        unreferenced=settings.unreferenced,
+    )
+
+
+def _nothing_available(store: Metastore, realms: list[str] | None) -> str:
+    now, rows = store.tasks_with_state(realms)
+    return nothing_available_reason(rows, now, store.policy, realms)
+
+
+def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
+    settings = settings_for(args)
+    store = open_metastore(settings, read_only=False)
+    store.check_schema()
+    task = find_task(store, args.task_id, args.realm, settings.realm_list())
+    report = OutcomeReport(out, as_json=args.json)
+    with _runner(settings, store, report, "run") as runner:
+        # A fresh holder: nothing of its own to adopt.
+        decision = runner.start(task.realm_id, task.id, operator=True, may_adopt=False)
+        start = {"action": decision.action.value, "message": decision.message}
+        if decision.lease is None:
+            if args.json:
+                dump_json({"started": False, **start}, out)
+            else:
+                print(f"not run: {decision.message}", file=out)
+            return EXIT_TASK_FAILED
+        if not args.json:
+            print(decision.message, file=out)
+        runner.execute_tree(decision.lease, on_outcome=report)
+        report.progress.clear()
+    if args.json:
+        totals = totals_json(report.totals)
+        dump_json({"started": True, **start, **totals, "outcomes": report.records}, out)
+    else:
+        report.summary("ran")
+    return EXIT_TASK_FAILED if report.totals.failed else EXIT_OK
+
+
+def cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
+    settings = settings_for(args)
+    realms = settings.realm_list()
+    if args.dry_run:
+        return _dry_run(settings, realms, out, as_json=args.json)
+    store = open_metastore(settings, read_only=False)
+    store.check_schema()
+    report = OutcomeReport(out, as_json=args.json)
+    with _runner(settings, store, report, "sweep") as runner:
+        report.progress.status(f"sweeping {store.display_url} …")
+        sweep_args: dict[str, Any] = {}
+        if args.batch_size is not None:
+            sweep_args["batch_size"] = args.batch_size
+        outcomes = runner.sweep(realms, on_outcome=report, **sweep_args)
+        report.progress.clear()
+    totals = report.totals
+    if args.json:
+        dump_json({**totals_json(totals), "outcomes": report.records}, out)
+    else:
+        report.summary("swept")
+        if not outcomes:
+            print(_nothing_available(store, realms), file=out)
+    return EXIT_TASK_FAILED if totals.failed else EXIT_OK
+
+
+def _dry_run(
+    settings: PipelineSettings, realms: list[str] | None, out: TextIO, *, as_json: bool
+) -> int:
+    store = open_metastore(settings, read_only=True)
+    store.check_schema()
+    config = storage_config(settings)
+    with Runner(
+        store, config, write_task_events=settings.task_events, unreferenced=settings.unreferenced
+    ) as runner:
+        docs = [plan_json(task, plan) for task, plan in runner.dry_run(realms)]
+    reason = None if docs else _nothing_available(store, realms)
+    if as_json:
+        dump_json({"tasks": docs, "nothing_available": reason}, out)
+    else:
+        print_plans(docs, reason, out)
+    return EXIT_OK

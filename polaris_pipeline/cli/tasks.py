@@ -1,0 +1,90 @@
+"""The commands that read and manage task rows: ``init-metastore`` and ``tasks`` list,
+show, requeue and discard (``tasks run`` is in ``run.py``, with the sweep).
+
+``list`` and ``show`` open the metastore read-only: they never create or change anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TextIO
+
+from polaris_pipeline.cli.context import (
+    EXIT_ERROR,
+    EXIT_OK,
+    find_task,
+    open_metastore,
+    settings_for,
+)
+from polaris_pipeline.cli.output import (
+    dump_json,
+    print_discards,
+    print_task,
+    print_task_list,
+    task_detail_json,
+    task_json,
+)
+
+
+def cmd_init(args: argparse.Namespace, out: TextIO) -> int:
+    store = open_metastore(settings_for(args), read_only=False)
+    created = store.init_schema(args.schema_version)
+    found = store.check_schema()
+    version = "no version row" if found is None else f"schema version {found}"
+    print(
+        f"{'created' if created else 'found existing'} Polaris entities table "
+        f"in {store.display_url} ({version})",
+        file=out,
+    )
+    return EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
+    settings = settings_for(args)
+    store = open_metastore(settings, read_only=True)
+    store.check_schema()
+    now, rows = store.tasks_with_state(settings.realm_list())
+    if args.state:
+        rows = [(t, s) for t, s in rows if s.value in args.state]
+    if args.json:
+        dump_json([task_json(t, s, now, settings) for t, s in rows], out)
+    else:
+        print_task_list(rows, now, settings, out)
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
+    settings = settings_for(args)
+    store = open_metastore(settings, read_only=True)
+    store.check_schema()
+    task = find_task(store, args.task_id, args.realm, settings.realm_list())
+    now = store.now_ms()
+    state = task.state(now, store.policy)
+    if args.json:
+        dump_json(task_detail_json(task, state, now, settings), out)
+    else:
+        print_task(task, state, now, settings, out)
+    return EXIT_OK
+
+
+def cmd_requeue(args: argparse.Namespace, out: TextIO) -> int:
+    settings = settings_for(args)
+    store = open_metastore(settings, read_only=False)
+    store.check_schema()
+    task = find_task(store, args.task_id, args.realm, settings.realm_list())
+    state = store.requeue(task.realm_id, task.id)
+    print(f"requeued task {task.id} in realm {task.realm_id!r}: now {state.value}", file=out)
+    return EXIT_OK
+
+
+def cmd_discard(args: argparse.Namespace, out: TextIO) -> int:
+    if bool(args.task_ids) == bool(args.all_unhandled):
+        raise ValueError("name the tasks to discard by ID, or pass --all-unhandled (not both)")
+    settings = settings_for(args)
+    store = open_metastore(settings, read_only=args.dry_run)
+    store.check_schema()
+    results = store.discard_unhandled(
+        args.task_ids or None, settings.realm_list(), dry_run=args.dry_run
+    )
+    refused = print_discards(results, out, dry_run=args.dry_run)
+    return EXIT_ERROR if refused else EXIT_OK

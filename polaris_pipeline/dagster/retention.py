@@ -1,0 +1,397 @@
+"""``polaris_run_retention_job``: finished runs of the task job deleted after N days.
+
+Dagster OSS keeps every run and its event log for ever (dagster-io/dagster#4100),
+and the sweeper makes one run per task. This job, on its own schedule
+(``polaris_run_retention``, STOPPED until a retention age is configured), deletes
+the finished runs of the task job that were last updated more than
+``success_days`` (SUCCESS) or ``failure_days`` (FAILURE, CANCELED) ago, oldest
+first, at most ``batch_size`` runs a tick, and its own finished runs past the
+same ages so that it adds no growth of its own. A run queued, starting, started
+or canceling is never selected, nor a run of any other job. ``dry_run`` records
+what would go and deletes nothing.
+
+``DagsterInstance.delete_run`` removes the run's row (and its tags) and every
+event of the run: on PostgreSQL the ``event_logs`` rows; on SQLite the rows of
+the run's own event-log file (the emptied file stays) and its copies in the
+index file.
+
+The tables' history stays. The per-table ``AssetMaterialization`` is recorded by
+``polaris_run_report`` as a runless event (no run id), which ``delete_run`` does
+not touch, so each table keeps every purge with its numbers and run status;
+only its "run" link ends at a deleted run. Before a run goes, this job makes
+sure nothing is lost:
+
+- a run the report sensor has not reported yet (no ``polaris/total`` tag: the
+  sensor stopped or behind) is reported first (``reporting.report_run``);
+- an asset materialization in the run's own event log that is still its asset's
+  latest is reported again as a runless event (same key, description and
+  metadata, plus where and when it was made), so the latest state of each asset
+  stays visible; older in-run ones go with their run.
+"""
+
+# No ``from __future__ import annotations``: Dagster reads the op's config and
+# resource annotations as classes, not strings.
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from dagster import (
+    AssetMaterialization,
+    Config,
+    ConfigurableResource,
+    DagsterEventType,
+    DagsterInstance,
+    DagsterRunStatus,
+    DefaultScheduleStatus,
+    JobDefinition,
+    MetadataValue,
+    OpExecutionContext,
+    RunRecord,
+    RunRequest,
+    RunsFilter,
+    ScheduleDefinition,
+    ScheduleEvaluationContext,
+    SkipReason,
+    in_process_executor,
+    job,
+    op,
+    schedule,
+)
+from pydantic import Field
+
+from polaris_pipeline.dagster.contract import JOB_NAME, TAG_TOTAL
+from polaris_pipeline.dagster.reporting import report_run
+from polaris_pipeline.dagster.translator import PolarisTranslator
+from polaris_pipeline.settings import (
+    DEFAULT_RETENTION_BATCH_SIZE,
+    DEFAULT_RETENTION_CRON,
+    PipelineSettings,
+)
+
+RETENTION_JOB_NAME = "polaris_run_retention_job"
+RETENTION_SCHEDULE_NAME = "polaris_run_retention"
+RETENTION_OP_NAME = "delete_old_runs"
+
+SUCCESS_STATUSES = (DagsterRunStatus.SUCCESS,)
+FAILURE_STATUSES = (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
+# The runs polaris_run_report reports (it never reports a canceled run).
+_REPORTED_STATUSES = (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE)
+# A retention run waiting or in progress: the schedule skips its tick.
+_UNFINISHED = [
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+    DagsterRunStatus.CANCELING,
+]
+# Runs listed in the op's metadata (the counts are exact).
+_LISTED = 100
+
+
+class RetentionSettings(ConfigurableResource):
+    """How long finished runs of the task job are kept, and how much goes per tick."""
+
+    success_days: int | None = Field(
+        default=None,
+        description="Days a successful run is kept after its last update; null: for ever.",
+    )
+    failure_days: int | None = Field(
+        default=None,
+        description=(
+            "Days a failed or canceled run is kept after its last update; null: for ever. "
+            "Keep it longer than success_days: failures are the runs one reads again."
+        ),
+    )
+    batch_size: int = Field(
+        default=DEFAULT_RETENTION_BATCH_SIZE,
+        description="Most runs deleted by one run of the retention job (one tick).",
+    )
+    dry_run: bool = Field(
+        default=False, description="Record what would be deleted; delete nothing."
+    )
+    cron: str = Field(
+        default=DEFAULT_RETENTION_CRON, description="When the retention schedule ticks."
+    )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether an age is configured (the schedule then starts by itself)."""
+        return self.success_days is not None or self.failure_days is not None
+
+    def validated(self) -> "RetentionSettings":
+        """These settings, checked by the engine's settings, which hold the rules (a
+        ``SettingsError``, a ``ValueError``, names the bad field)."""
+        PipelineSettings(
+            retention_success_days=self.success_days,
+            retention_failure_days=self.failure_days,
+            retention_batch_size=self.batch_size,
+            retention_dry_run=self.dry_run,
+            retention_cron=self.cron,
+        )
+        return self
+
+    @classmethod
+    def from_settings(cls, settings: PipelineSettings) -> "RetentionSettings":
+        """The retention fields of the engine's settings (the environment's)."""
+        return cls(
+            success_days=settings.retention_success_days,
+            failure_days=settings.retention_failure_days,
+            batch_size=settings.retention_batch_size,
+            dry_run=settings.retention_dry_run,
+            cron=settings.retention_cron,
+        )
+
+
+@dataclass(frozen=True)
+class RetentionRule:
+    """Runs of one job and one outcome kept ``days`` after their last update."""
+
+    job_name: str
+    outcome: str  # "success" or "failure"
+    statuses: tuple[DagsterRunStatus, ...]
+    days: int
+
+    def filter(self, now: datetime) -> RunsFilter:
+        return RunsFilter(
+            job_name=self.job_name,
+            statuses=list(self.statuses),
+            updated_before=now - timedelta(days=self.days),
+        )
+
+
+def retention_rules(settings: RetentionSettings, job_names: Sequence[str]) -> list[RetentionRule]:
+    """The rules ``settings`` gives for each job, in the order runs are deleted."""
+    rules = []
+    for name in job_names:
+        if settings.success_days is not None:
+            rules.append(RetentionRule(name, "success", SUCCESS_STATUSES, settings.success_days))
+        if settings.failure_days is not None:
+            rules.append(RetentionRule(name, "failure", FAILURE_STATUSES, settings.failure_days))
+    return rules
+
+
+@dataclass
+class RetentionResult:
+    """What one pass deleted (or, in a dry run, would delete)."""
+
+    dry_run: bool
+    runs: list[RunRecord] = field(default_factory=list)
+    by_rule: Counter[str] = field(default_factory=Counter)
+    # Older runs beyond this pass's batch, left for the next tick.
+    left: int = 0
+    # Runs reported (table event recorded) before they went.
+    reported: int = 0
+    # In-run materializations re-reported as runless events before their run went.
+    carried: int = 0
+
+    def line(self) -> str:
+        verb = "would delete" if self.dry_run else "deleted"
+        parts = ", ".join(f"{n} {rule}" for rule, n in sorted(self.by_rule.items())) or "none"
+        return (
+            f"{verb} {len(self.runs)} run(s) ({parts}); {self.left} older left for the "
+            f"next tick; {self.reported} reported first, {self.carried} materialization(s) "
+            "carried"
+        )
+
+    def metadata(self) -> dict[str, MetadataValue]:
+        listed = [
+            {
+                "run_id": r.dagster_run.run_id,
+                "job": r.dagster_run.job_name,
+                "status": r.dagster_run.status.value,
+                "updated": r.update_timestamp.isoformat(timespec="seconds"),
+            }
+            for r in self.runs[:_LISTED]
+        ]
+        return {
+            "dry run": MetadataValue.bool(self.dry_run),
+            "runs": MetadataValue.int(len(self.runs)),
+            **{f"runs {rule}": MetadataValue.int(n) for rule, n in sorted(self.by_rule.items())},
+            "older runs left": MetadataValue.int(self.left),
+            "reported first": MetadataValue.int(self.reported),
+            "materializations carried": MetadataValue.int(self.carried),
+            f"first {_LISTED} runs": MetadataValue.json(listed),
+        }
+
+
+def _rule_label(rule: RetentionRule) -> str:
+    return f"{rule.job_name} {rule.outcome} > {rule.days} d"
+
+
+def apply_retention(
+    instance: DagsterInstance,
+    settings: RetentionSettings,
+    job_names: Sequence[str] = (JOB_NAME,),
+    *,
+    task_job_name: str = JOB_NAME,
+    translator: PolarisTranslator | None = None,
+    now: datetime | None = None,
+    dry_run: bool | None = None,
+) -> RetentionResult:
+    """Delete (or list) at most ``settings.batch_size`` old finished runs of ``job_names``.
+
+    Oldest first within each rule, the rules in ``retention_rules`` order. Runs of
+    ``task_job_name`` keep their table's history (the module's docstring), recorded
+    by ``translator`` (the task job's) for a run not reported yet.
+    """
+    now = now or datetime.now(UTC)
+    dry = settings.dry_run if dry_run is None else dry_run
+    result = RetentionResult(dry_run=dry)
+    budget = settings.batch_size
+    for rule in retention_rules(settings, job_names):
+        filters = rule.filter(now)
+        records = instance.get_run_records(filters, limit=budget, ascending=True) if budget else []
+        result.left += instance.get_runs_count(filters) - len(records)
+        for record in records:
+            run = record.dagster_run
+            if not dry:
+                if run.job_name == task_job_name:
+                    result.reported += _report_if_unreported(instance, record, translator)
+                result.carried += _carry_latest_materializations(instance, run.run_id)
+                instance.delete_run(run.run_id)
+            result.runs.append(record)
+            result.by_rule[_rule_label(rule)] += 1
+        budget -= len(records)
+    return result
+
+
+def _report_if_unreported(
+    instance: DagsterInstance, record: RunRecord, translator: PolarisTranslator | None
+) -> int:
+    run = record.dagster_run
+    if TAG_TOTAL in run.tags or run.status not in _REPORTED_STATUSES:
+        return 0
+    report_run(instance, run, translator)
+    return 1
+
+
+def _carry_latest_materializations(instance: DagsterInstance, run_id: str) -> int:
+    """Report again, runless, each in-run materialization still its asset's latest."""
+    records = instance.get_records_for_run(
+        run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION, limit=1000
+    ).records
+    carried = 0
+    for key in dict.fromkeys(r.asset_key for r in records if r.asset_key is not None):
+        latest = instance.get_latest_materialization_event(key)
+        event = latest.asset_materialization if latest is not None else None
+        if latest is None or event is None or latest.run_id != run_id:
+            continue
+        instance.report_runless_asset_event(
+            AssetMaterialization(
+                asset_key=key,
+                description=event.description,
+                metadata={
+                    **event.metadata,
+                    "materialized by run": MetadataValue.text(run_id),
+                    "materialized at": MetadataValue.timestamp(latest.timestamp),
+                    "carried by": MetadataValue.text(f"{RETENTION_JOB_NAME} (run deleted)"),
+                },
+                partition=event.partition,
+                tags=event.tags,
+            )
+        )
+        carried += 1
+    return carried
+
+
+class RetentionRunConfig(Config):
+    """A launch of the retention job may ask for a dry run whatever the settings."""
+
+    dry_run: bool | None = Field(
+        default=None, description="true: list what would go, delete nothing; null: settings."
+    )
+
+
+def build_run_retention_job(
+    task_job_name: str = JOB_NAME, *, translator: PolarisTranslator | None = None
+) -> JobDefinition:
+    """The retention job over ``task_job_name``'s runs (and its own); ``translator``
+    records the table event of a run the report sensor has not reported yet."""
+
+    @op(
+        name=RETENTION_OP_NAME,
+        description=(
+            f"Deletes finished runs of {task_job_name} (and of this job) older than the "
+            "retention settings, a bounded batch per run; never a run in progress."
+        ),
+    )
+    def _delete_old_runs(
+        context: OpExecutionContext, config: RetentionRunConfig, retention: RetentionSettings
+    ) -> None:
+        settings = retention.validated()
+        if not settings.enabled:
+            context.log.info("no retention age configured (success_days, failure_days): kept")
+            return
+        result = apply_retention(
+            context.instance,
+            settings,
+            (task_job_name, context.job_name),
+            task_job_name=task_job_name,
+            translator=translator,
+            dry_run=config.dry_run,
+        )
+        context.log.info(result.line())
+        context.add_output_metadata(result.metadata())
+
+    @job(
+        name=RETENTION_JOB_NAME,
+        executor_def=in_process_executor,
+        description=(
+            f"Run retention for {task_job_name}: finished runs and their event logs deleted "
+            "after the configured days (failures kept longer), tables' history kept."
+        ),
+    )
+    def _retention_job() -> None:
+        _delete_old_runs()
+
+    return _retention_job
+
+
+def build_run_retention_schedule(
+    retention_job: JobDefinition, settings: RetentionSettings
+) -> ScheduleDefinition:
+    """Runs ``retention_job`` on ``settings.cron``; RUNNING only once an age is set.
+
+    A status set in the UI is kept by the instance and beats this default. A tick
+    while a retention run waits or runs is skipped.
+    """
+
+    @schedule(
+        name=RETENTION_SCHEDULE_NAME,
+        cron_schedule=settings.cron,
+        job=retention_job,
+        default_status=(
+            DefaultScheduleStatus.RUNNING if settings.enabled else DefaultScheduleStatus.STOPPED
+        ),
+        description=(
+            f"Launches {retention_job.name}. Stopped until a retention age is configured "
+            "(POLARIS_PIPELINE_RETENTION_SUCCESS_DAYS / _FAILURE_DAYS)."
+        ),
+    )
+    def _tick(context: ScheduleEvaluationContext) -> RunRequest | SkipReason:
+        busy = context.instance.get_runs_count(
+            RunsFilter(job_name=retention_job.name, statuses=_UNFINISHED)
+        )
+        if busy:
+            return SkipReason(f"{busy} run(s) of {retention_job.name} not finished yet")
+        return RunRequest()
+
+    return _tick
+
+
+__all__ = [
+    "FAILURE_STATUSES",
+    "RETENTION_JOB_NAME",
+    "RETENTION_OP_NAME",
+    "RETENTION_SCHEDULE_NAME",
+    "SUCCESS_STATUSES",
+    "RetentionResult",
+    "RetentionRule",
+    "RetentionRunConfig",
+    "RetentionSettings",
+    "apply_retention",
+    "build_run_retention_job",
+    "build_run_retention_schedule",
+    "retention_rules",
+]

@@ -1,0 +1,310 @@
+"""``PolarisTranslator``: what the Dagster UI shows of a Polaris task, decided in one class.
+
+As dagster-dbt's ``DagsterDbtTranslator`` does for dbt nodes, one object maps
+a task (its row), a lease on it and an outcome to everything Dagster stores
+and shows: the run tags, the steps' metadata, the table's asset key and its
+``AssetMaterialization``. The sweeper, the task job, the run report and the
+alerts all ask it; ``build_defs(translator=...)`` and the ``PolarisSweeper``
+component (``translator: my_pkg.module.MyTranslator``) take a subclass::
+
+    class MyTranslator(PolarisTranslator):
+        asset_key_prefix = ("lake", "purged")
+
+        def start_tags(self, lease, task):
+            return {**super().start_tags(lease, task), "team": "data-platform"}
+
+Tag *names* are the contract's (``dagster/contract.py``): the sweeper, the run
+report and run-queue rules read them back, so a subclass adds tags of its own
+and changes values it alone reads, never the contract's names.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from dagster import AssetKey, AssetMaterialization, MetadataValue
+
+from polaris_pipeline.dagster import contract
+from polaris_pipeline.dagster.tables import ASSET_KEY_PREFIX, TableRef, table_of
+from polaris_pipeline.execution.outcome import TaskOutcome
+from polaris_pipeline.report.formatting import iso_utc_seconds, quoted_task_label
+from polaris_pipeline.report.outcome_view import UNREFERENCED, OutcomeView, per_task_metadata
+from polaris_pipeline.report.totals import PERMANENT, STATUS, OutcomeTotals
+from polaris_pipeline.storage.uri import split_uri
+from polaris_pipeline.tasks.model import TaskRow
+from polaris_pipeline.tasks.orphans import CandidateRun
+from polaris_pipeline.tasks.ref import Lease, TaskRef
+from polaris_pipeline.tasks.summary import task_type_name
+
+# Refused or failed paths listed in a failure's metadata (the counts are exact).
+FAILURE_SAMPLE = 20
+
+
+def tag_value(text: str) -> str:
+    """``text`` cut to the longest tag value Dagster takes."""
+    limit = contract.TAG_MAX
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class PolarisTranslator:
+    """Decides every run tag value, metadata entry, asset key and event of a Polaris task.
+
+    Subclass it and override a method (or ``asset_key_prefix``) to change what
+    the UI shows; every method has the library's default.
+    """
+
+    # The first parts of every table's asset key.
+    asset_key_prefix: Sequence[str] = ASSET_KEY_PREFIX
+
+    # ------------------------------------------------------------ tables
+
+    def table_of(self, task: TaskRow) -> TableRef | None:
+        """The table ``task`` cleans up (every part of its payload that decodes)."""
+        return table_of(task)
+
+    def table_asset_key(self, ref: TableRef) -> AssetKey:
+        """``[*asset_key_prefix, realm, "catalog_<id>", *namespace, table]``, parts made safe."""
+        return AssetKey([*self.asset_key_prefix, *ref.key_parts])
+
+    def table_tags(self, ref: TableRef | None) -> dict[str, str]:
+        """The tags a run of ``ref``'s task carries (none when the task names no table)."""
+        if ref is None:
+            return {}
+        # The realm too: a run launched by hand has no polaris/realm tag of its own.
+        tags = {contract.TAG_REALM: ref.realm, contract.TAG_TABLE: tag_value(ref.label)}
+        if ref.catalog_id is not None:
+            tags[contract.TAG_CATALOG] = str(ref.catalog_id)
+        if ref.location:
+            tags[contract.TAG_LOCATION] = tag_value(ref.location)
+        return tags
+
+    def table_from_tags(self, tags: Mapping[str, str]) -> TableRef | None:
+        """The table of a run, from the tags ``table_tags`` gave it."""
+        label = tags.get(contract.TAG_TABLE)
+        realm = tags.get(contract.TAG_REALM)
+        if not label or not realm:
+            return None
+        # The label joins the levels with dots; a level holding a dot cannot be told
+        # apart, which only moves the key's split, never the table it names.
+        *namespace, name = label.split(".")
+        raw_catalog = tags.get(contract.TAG_CATALOG, "")
+        return TableRef(
+            realm=realm,
+            namespace=tuple(namespace),
+            name=name,
+            catalog_id=int(raw_catalog) if raw_catalog.isdigit() else None,
+            location=tags.get(contract.TAG_LOCATION) or None,
+        )
+
+    def table_metadata(self, ref: TableRef | None) -> dict[str, MetadataValue]:
+        """The table and its location: a URL value for URLs, a path otherwise."""
+        if ref is None:
+            return {}
+        meta: dict[str, MetadataValue] = {"table": MetadataValue.text(ref.label)}
+        if ref.location:
+            is_url = split_uri(ref.location)[0] != "file"
+            meta["table location"] = (
+                MetadataValue.url(ref.location) if is_url else MetadataValue.path(ref.location)
+            )
+        return meta
+
+    def table_materialization(
+        self,
+        ref: TableRef,
+        total: OutcomeTotals,
+        run_id: str,
+        status: str = "success",
+        *,
+        unreferenced: str | None = None,
+    ) -> AssetMaterialization:
+        """The catalog's record of one table's purge by one run. ``unreferenced``: the
+        line of its unreferenced phase (``unreferenced: N files, B bytes deleted ...``)."""
+        meta: dict[str, Any] = {
+            **total.metadata(),
+            **self.table_metadata(ref),
+            "realm": MetadataValue.text(ref.realm),
+            "run": MetadataValue.dagster_run(run_id),
+            "run status": MetadataValue.text(status),
+        }
+        if ref.catalog_id is not None:
+            meta["catalog id"] = MetadataValue.int(ref.catalog_id)
+        description = f"table {ref.label} of realm {ref.realm} purged: {total.line()}"
+        if unreferenced:
+            meta[UNREFERENCED] = MetadataValue.text(unreferenced)
+            description += f"; {unreferenced}"
+        return AssetMaterialization(
+            asset_key=self.table_asset_key(ref), description=description, metadata=meta
+        )
+
+    # ------------------------------------------------------------ run tags
+
+    def task_tags(self, task: TaskRow) -> dict[str, str]:
+        """Tags of the run the sweeper requests for ``task`` (attempt and executor come at
+        start)."""
+        return {
+            contract.TAG_REALM: task.realm_id,
+            contract.TAG_TASK_ID: str(task.id),
+            contract.TAG_TASK_TYPE: task_type_name(task.task_type_code),
+            contract.TAG_LAUNCHED_BY: contract.LAUNCHED_BY_SWEEPER,
+        }
+
+    def request_tags(self, run: CandidateRun) -> dict[str, str]:
+        """Tags of the run the sweeper requests: one task's, or a group of orphans'."""
+        tags = self.task_tags(run.first)
+        if run.parent_name is not None:
+            tags[contract.TAG_TASK_TYPE] = contract.ORPHANED_CHILDREN
+            tags[contract.TAG_ORPHANS_OF] = tag_value(run.parent_name)
+            tags[contract.TAG_TASK_COUNT] = str(len(run.tasks))
+        return tags
+
+    def lease_tags(self, lease: Lease) -> dict[str, str]:
+        """Tags that let an operator find a task's runs in the UI."""
+        return {
+            contract.TAG_REALM: lease.realm_id,
+            contract.TAG_TASK_ID: str(lease.task_id),
+            contract.TAG_TASK_TYPE: task_type_name(lease.task_type_code),
+            contract.TAG_ATTEMPT: str(lease.attempt),
+            contract.TAG_EXECUTOR: lease.executor_id,
+        }
+
+    def start_tags(self, lease: Lease, task: TaskRow | None) -> dict[str, str]:
+        """Tags a run adds once it started its task: the lease, and every part of the
+        task's payload that decodes (its table)."""
+        table = self.table_of(task) if task is not None else None
+        return {**self.lease_tags(lease), **self.table_tags(table)}
+
+    def group_tags(self, executor_id: str, attempts: Iterable[int] = ()) -> dict[str, str]:
+        """Tags of a run of orphaned children: its executor id and the highest attempt
+        of its children so far (each child's is in its step's metadata)."""
+        tags = {contract.TAG_EXECUTOR: executor_id}
+        highest = max(attempts, default=None)
+        if highest is not None:
+            tags[contract.TAG_ATTEMPT] = str(highest)
+        return tags
+
+    def outcome_tags(self, outcome: str) -> dict[str, str]:
+        """``polaris/outcome``: done, skipped, lease-lost."""
+        return {contract.TAG_OUTCOME: outcome}
+
+    # ------------------------------------------------------------ metadata
+
+    def task_label(self, ref: TaskRef | Lease) -> str:
+        """``realm/id 'name'``, the name cut (a batch child's name holds its file list)."""
+        return quoted_task_label(ref.realm_id, ref.task_id, ref.name)
+
+    def lease_metadata(self, lease: Lease) -> dict[str, Any]:
+        """Which task a step ran and under which lease."""
+        return {
+            "task": self.task_label(lease),
+            "realm": lease.realm_id,
+            "task id": str(lease.task_id),
+            "type": task_type_name(lease.task_type_code),
+            "lease executor": lease.executor_id,
+            "lease attempt": lease.attempt,
+            "lease started": iso_utc_seconds(lease.start_time_ms) or "",
+        }
+
+    def done_metadata(self, outcome: TaskOutcome, task: TaskRow | None) -> dict[str, Any]:
+        """A step's metadata for a task done: the table, the lease, the numbers."""
+        result = outcome.result
+        view = OutcomeView(outcome)
+        meta = {
+            **self.table_metadata(self.table_of(task) if task is not None else None),
+            **self.lease_metadata(outcome.lease),
+            STATUS: outcome.status.value,
+            "type": view.type_name,
+        }
+        if result is None:
+            meta["note"] = "task row already gone: finished by another executor"
+            return meta
+        # Read back by the run report (reporting.run_total): the keys are the totals'.
+        meta.update(view.metadata())
+        if result.deleted_paths_sample:
+            meta["deleted paths (sample)"] = MetadataValue.json(list(result.deleted_paths_sample))
+        if result.notes:
+            meta["notes"] = MetadataValue.md("\n".join(f"- {n}" for n in result.notes))
+        return meta
+
+    def failure_metadata(
+        self, outcome: TaskOutcome, run_id: str, error: str, *, next_attempt: str | None = None
+    ) -> dict[str, Any]:
+        """A failed task's step metadata: the lease, the error (``error``: its first line,
+        when the outcome holds none), samples of what failed."""
+        meta = {
+            **self.lease_metadata(outcome.lease),
+            STATUS: outcome.status.value,
+            "error": outcome.error or error,
+            PERMANENT: outcome.permanent,
+            "dagster run id": MetadataValue.dagster_run(run_id),  # a link in the UI
+        }
+        if next_attempt is not None:
+            meta["next attempt"] = next_attempt
+        result = outcome.result
+        if result is not None:
+            meta.update(OutcomeView(outcome).metadata())
+            if result.refused:
+                meta["refused paths (sample)"] = MetadataValue.json(
+                    [{"path": r.path, "reason": r.reason} for r in result.refused[:FAILURE_SAMPLE]]
+                )
+            if result.failed:
+                failed = list(result.failed.items())[:FAILURE_SAMPLE]
+                meta["failed deletes (sample)"] = MetadataValue.json(
+                    [{"path": u, "error": e} for u, e in failed]
+                )
+        return meta
+
+    def group_metadata(
+        self,
+        refs: Sequence[TaskRef],
+        executor_id: str,
+        done: Sequence[tuple[dict[str, Any], TaskOutcome | None]],
+    ) -> dict[str, Any]:
+        """What a group step did, in total and per task (each child's attempt too)."""
+        totals = OutcomeTotals()
+        for summary, outcome in done:
+            if outcome is not None:
+                totals.add(outcome, child=True)
+            else:  # found already done: a status, no outcome
+                totals.add_status(summary["status"], child=True)
+        results = [o.result for _, o in done if o is not None and o.result is not None]
+        sample = [p for r in results for p in r.deleted_paths_sample][:FAILURE_SAMPLE]
+        meta: dict[str, Any] = {
+            "realm": ", ".join(sorted({ref.realm_id for ref in refs})),
+            "lease executor": executor_id,
+            # Read back by the run report (reporting.run_total): the keys are the totals'.
+            **totals.metadata(),
+            "tasks": MetadataValue.json([per_task_metadata(s) for s, _ in done]),
+        }
+        if sample:
+            meta["deleted paths (sample)"] = MetadataValue.json(sample)
+        return meta
+
+
+# The library's own choices, for callers given no translator.
+DEFAULT_TRANSLATOR = PolarisTranslator()
+
+
+def translator_from_path(path: str) -> PolarisTranslator:
+    """An instance of the ``PolarisTranslator`` subclass named ``package.module.Class``
+    (or ``package.module:Class``), made without arguments: the component's way."""
+    module_name, sep, class_name = path.strip().replace(":", ".").rpartition(".")
+    if not sep or not module_name or not class_name:
+        raise ValueError(f"translator {path!r}: expected package.module.ClassName")
+    try:
+        found = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"translator {path!r} not found: {exc}") from None
+    if not (isinstance(found, type) and issubclass(found, PolarisTranslator)):
+        raise ValueError(f"translator {path!r} is not a PolarisTranslator subclass")
+    return found()
+
+
+__all__ = [
+    "DEFAULT_TRANSLATOR",
+    "FAILURE_SAMPLE",
+    "PolarisTranslator",
+    "tag_value",
+    "translator_from_path",
+]

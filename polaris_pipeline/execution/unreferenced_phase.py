@@ -1,0 +1,102 @@
+"""Where the unreferenced phase sits in a table's run, for the ``Runner``.
+
+It runs once per dropped table, last: for an ENTITY_CLEANUP task of a table
+(never a view, never a MANIFEST/BATCH child) whose referenced purge refused and
+failed nothing, and only once every child the table's attempt created is done.
+In ``delete`` mode a table whose attempt created children is therefore not
+completed by that attempt: its row stays held by the same holder (the heartbeat
+renews it) until its last stage is done, then ``Runner.finish_table`` runs the
+phase and completes the row. In ``report`` mode the row completes as it always
+did and ``finish_table`` reports afterwards from the row the attempt read. A
+table with no children (nothing but its metadata file, or its metadata already
+gone: a retry after the children finished) runs the phase inside its attempt.
+
+In ``delete`` mode a failure of the phase (a listing or the overlap query
+failing, deletes that failed) fails the attempt, so the task is retried (its
+metadata is gone by then: the retry goes straight to this phase); it never
+undoes the referenced work. A report's failure is in the report and changes
+nothing. A refusal (an overlap, a root) is recorded and the task completes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set
+
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.unreferenced import run_unreferenced
+from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
+from polaris_pipeline.errors import PayloadError
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.metastore.overlap import LiveLocations
+from polaris_pipeline.storage.uri import normalize_uri
+from polaris_pipeline.tasks.model import LeasePolicy, TaskRow, TaskType
+from polaris_pipeline.tasks.payloads import DroppedEntity, decode_dropped_entity
+from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
+
+
+def mode_for(policy: LeasePolicy, realm_id: str, default: UnreferencedMode) -> UnreferencedMode:
+    """The mode one realm runs under: its override, else ``default``."""
+    override = policy.realm_overrides.get(realm_id)
+    value = getattr(override, "unreferenced", None) if override is not None else None
+    return UnreferencedMode.parse(value) if value is not None else default
+
+
+def table_of(task: TaskRow) -> DroppedEntity | None:
+    """The dropped table of an ENTITY_CLEANUP task; None for a view, a child, or a
+    payload that does not decode (its own attempt records why)."""
+    if task.task_type_code != TaskType.ENTITY_CLEANUP_SCHEDULER.code:
+        return None
+    try:
+        entity = decode_dropped_entity(task.data())
+    except PayloadError:
+        return None
+    return None if entity.is_view else entity
+
+
+def phase_entity(
+    mode: UnreferencedMode, task: TaskRow, result: CleanupResult | None
+) -> DroppedEntity | None:
+    """The table to run the phase for, or None when it does not apply."""
+    if mode is UnreferencedMode.OFF or result is None or not result.ok:
+        return None
+    return table_of(task)
+
+
+def run_phase(
+    ctx: CleanupContext,
+    entity: DroppedEntity,
+    mode: UnreferencedMode,
+    metastore: Metastore,
+    schema_version: int | None,
+    result: CleanupResult,
+) -> str | None:
+    """Run the phase into ``result.unreferenced``; the attempt's error, or None.
+
+    In a dry run the referenced plan's paths (``result.would_delete``) are listed
+    apart and every path that would go is kept for the plan.
+    """
+    live = LiveLocations(metastore.engine, schema_version)
+    referenced: Set[str] = (
+        frozenset(normalize_uri(u) for u in result.would_delete) if ctx.dry_run else frozenset()
+    )
+    report = run_unreferenced(
+        ctx, entity, mode, live.overlaps, referenced=referenced, all_paths=ctx.dry_run
+    )
+    result.unreferenced = report
+    return failure_of(report)
+
+
+def failure_of(report: UnreferencedReport) -> str | None:
+    """Why the phase fails its attempt (retried), or None (done, or a safety refusal)."""
+    if report.error:
+        return f"unreferenced files of {report.prefix}: {report.error}"
+    if report.failures:
+        uri, error = next(iter(report.failed.items()))
+        return (
+            f"unreferenced files of {report.prefix}: {report.failures} delete(s) failed, "
+            f"first {uri!r}: {error}"
+        )
+    return None
+
+
+__all__ = ["failure_of", "mode_for", "phase_entity", "run_phase", "table_of"]

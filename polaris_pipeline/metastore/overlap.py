@@ -1,0 +1,244 @@
+"""Which live entities own a location: Polaris's overlap rule, over the whole metastore.
+
+Before a dropped table's unreferenced files are listed, and again before each
+batch of them is deleted, every live table, view, namespace and catalog that
+could own a file under the table's prefix is looked for. The rule is Polaris's
+(``QueryGenerator.generateOverlapQuery`` with ``StorageLocation.isChildOf``):
+an entity whose ``location_without_scheme`` (schema v2 and later, index
+``idx_locations``) equals an ancestor of the prefix, with or without the
+trailing slash, or lies under it (``LIKE 'prefix/%'``, with ``%`` and ``_`` of
+the prefix escaped); then the candidates are judged by the location rule of
+``storage/uri.py``. It is scoped wider than Polaris's: every realm and every
+catalog, and the catalogs' own ``default-base-location``. On schema v1 (no such
+column) the entities' ``properties["location"]`` are read instead.
+
+What counts as an overlap (``judge``):
+
+- any entity at the prefix or under it (a table created at the same path after
+  the drop, a table nested under it, a namespace or catalog whose base location
+  is the prefix);
+- a table or view at an ancestor of the prefix (the prefix is inside a live
+  table's files). A namespace or catalog above the prefix is where tables live,
+  owns no file and does not count;
+- an entity whose location does not parse, or whose properties do not decode:
+  refused rather than guessed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Engine, and_, or_, select
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from polaris_pipeline.errors import MetastoreError
+from polaris_pipeline.metastore.queries import ENTITY_REALMS
+from polaris_pipeline.metastore.schema import entities
+from polaris_pipeline.storage.uri import Location, parse_location
+from polaris_pipeline.tasks.model import TABLE_LIKE_TYPE_CODE
+
+CATALOG_TYPE_CODE = 4
+NAMESPACE_TYPE_CODE = 6
+_KINDS = {CATALOG_TYPE_CODE: "catalog", NAMESPACE_TYPE_CODE: "namespace"}
+LOCATION_KEY = "location"
+CATALOG_BASE_LOCATION_KEY = "default-base-location"
+# The first schema version with ``location_without_scheme``.
+LOCATION_COLUMN_SINCE = 2
+_LIKE_ESCAPE = "\\"
+# Azure's two endpoints name one account: an entity may be written with either.
+_AZURE_ENDPOINTS = ("dfs.core.windows.net", "blob.core.windows.net")
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """A live entity that owns (or may own) files under the prefix."""
+
+    realm_id: str
+    catalog_id: int
+    entity_id: int
+    kind: str  # table-like, namespace, catalog
+    name: str
+    location: str
+    why: str
+
+    def describe(self) -> str:
+        return (
+            f"overlap with live {self.kind} {self.name!r} ({self.realm_id}/{self.entity_id}) "
+            f"at location {self.location!r}: {self.why}"
+        )
+
+
+def escape_like(text: str) -> str:
+    """``text`` as a literal in a LIKE pattern (``\\`` escapes ``%``, ``_`` and itself)."""
+    return (
+        text.replace(_LIKE_ESCAPE, _LIKE_ESCAPE * 2)
+        .replace("%", _LIKE_ESCAPE + "%")
+        .replace("_", _LIKE_ESCAPE + "_")
+    )
+
+
+def _spellings(loc: Location) -> list[str]:
+    """The prefix without its scheme, as Polaris's ``withoutScheme`` may have stored it."""
+    path = "/".join(loc.segments)
+    if loc.scheme == "file":
+        # file:///x -> ///x, file:/x and /x -> /x, file://localhost/x -> //localhost/x
+        return [f"///{path}", f"/{path}", f"//localhost/{path}"]
+    authorities = [loc.authority]
+    if loc.scheme == "abfs" and "@" in loc.store:
+        authorities += [f"{loc.store}.{endpoint}" for endpoint in _AZURE_ENDPOINTS]
+    tail = f"/{path}" if path else ""
+    return list(dict.fromkeys(f"//{authority}{tail}" for authority in authorities))
+
+
+def overlap_terms(prefix: Location) -> tuple[list[str], list[str]]:
+    """``(equality terms, LIKE patterns)`` for ``location_without_scheme``.
+
+    Every ancestor of the prefix and the prefix itself, each with and without its
+    trailing slash; and everything under the prefix.
+    """
+    equal: dict[str, None] = {}
+    like: list[str] = []
+    for spelling in _spellings(prefix):
+        for i, char in enumerate(spelling):
+            if char == "/":
+                if i:
+                    equal[spelling[:i]] = None
+                equal[spelling[: i + 1]] = None
+        equal[spelling] = None
+        equal[spelling + "/"] = None
+        like.append(escape_like(spelling) + "/%")
+    return list(equal), like
+
+
+def _properties(raw: Any) -> Mapping[str, Any] | None:
+    if isinstance(raw, Mapping):
+        return raw
+    if raw is None:
+        return {}
+    try:
+        value = json.loads(raw)
+    except (TypeError, ValueError):
+        return None
+    return value if isinstance(value, Mapping) else None
+
+
+def judge(
+    prefix: Location,
+    *,
+    realm_id: str,
+    catalog_id: int,
+    entity_id: int,
+    type_code: int,
+    name: str,
+    properties: Any,
+    location_without_scheme: str | None = None,
+) -> Overlap | None:
+    """Whether one entity row overlaps ``prefix`` (see the module docstring)."""
+    kind = _KINDS.get(type_code, "table-like")
+
+    def overlap(location: str, why: str) -> Overlap:
+        return Overlap(realm_id, catalog_id, entity_id, kind, name, location, why)
+
+    props = _properties(properties)
+    if props is None:
+        return overlap(location_without_scheme or "?", "its properties do not decode")
+    key = CATALOG_BASE_LOCATION_KEY if type_code == CATALOG_TYPE_CODE else LOCATION_KEY
+    raw = props.get(key)
+    if not isinstance(raw, str) or not raw.strip():
+        if location_without_scheme:
+            # The index names a location its properties do not: refuse, never guess.
+            return overlap(location_without_scheme, f"no {key!r} property to judge it by")
+        return None
+    try:
+        loc = parse_location(raw, directory=True)
+    except ValueError as e:
+        return overlap(raw, f"its location is malformed ({e})")
+    if prefix.contains(loc):
+        return overlap(raw, "it is at or under the prefix")
+    if type_code == TABLE_LIKE_TYPE_CODE and loc.contains(prefix):
+        return overlap(raw, "the prefix lies inside it")
+    return None
+
+
+class LiveLocations:
+    """The overlap check against one metastore (its engine and schema version)."""
+
+    def __init__(self, engine: Engine, schema_version: int | None) -> None:
+        self.engine = engine
+        self.indexed = schema_version is not None and schema_version >= LOCATION_COLUMN_SINCE
+        # Read on the first check only: the catalogs' base locations (a table created
+        # at the path during the sweep is seen at the next check, a new catalog is not).
+        self._catalog_hits: dict[Location, list[Overlap]] = {}
+
+    def overlaps(self, prefix: Location, limit: int = 5) -> list[Overlap]:
+        """Up to ``limit`` live entities overlapping ``prefix``; empty when none does."""
+        found: list[Overlap] = []
+        try:
+            with self.engine.connect() as conn:
+                for hit in self._candidates(conn, prefix):
+                    found.append(hit)
+                    if len(found) >= limit:
+                        break
+        except (OperationalError, DBAPIError) as exc:
+            first = str(getattr(exc, "orig", exc)).strip().splitlines()
+            raise MetastoreError(
+                f"overlap check failed: {first[0] if first else type(exc).__name__}"
+            ) from exc
+        return found
+
+    def _candidates(self, conn: Connection, prefix: Location) -> Iterator[Overlap]:
+        c = entities.c
+        columns = [c.realm_id, c.catalog_id, c.id, c.type_code, c.name, c.properties]
+        if prefix not in self._catalog_hits:
+            # Catalogs are few; their base location is only in their properties.
+            catalogs = select(*columns).where(c.type_code == CATALOG_TYPE_CODE)
+            self._catalog_hits[prefix] = list(self._judged(conn.execute(catalogs), prefix))
+        yield from self._catalog_hits[prefix]
+        owners = c.type_code.in_([NAMESPACE_TYPE_CODE, TABLE_LIKE_TYPE_CODE])
+        if not self.indexed:
+            # Schema v1: no location column, every table's and namespace's properties.
+            stmt = select(*columns).where(owners).execution_options(yield_per=1000)
+            yield from self._judged(conn.execute(stmt), prefix)
+            return
+        equal, like = overlap_terms(prefix)
+        lws = c.location_without_scheme
+        matches = or_(lws.in_(equal), *(lws.like(p, escape=_LIKE_ESCAPE) for p in like))
+        realms = [r for (r,) in conn.execute(ENTITY_REALMS.build(conn.dialect.name))]
+        for realm in realms:
+            # One realm at a time, so that the index (led by realm_id) serves each.
+            stmt = select(*columns, lws).where(and_(c.realm_id == realm, owners, matches))
+            yield from self._judged(conn.execute(stmt), prefix, with_lws=True)
+
+    @staticmethod
+    def _judged(
+        rows: Iterable[Any], prefix: Location, *, with_lws: bool = False
+    ) -> Iterator[Overlap]:
+        for row in rows:
+            hit = judge(
+                prefix,
+                realm_id=row.realm_id,
+                catalog_id=int(row.catalog_id),
+                entity_id=int(row.id),
+                type_code=int(row.type_code),
+                name=row.name,
+                properties=row.properties,
+                location_without_scheme=row.location_without_scheme if with_lws else None,
+            )
+            if hit is not None:
+                yield hit
+
+
+__all__ = [
+    "CATALOG_BASE_LOCATION_KEY",
+    "CATALOG_TYPE_CODE",
+    "LOCATION_KEY",
+    "NAMESPACE_TYPE_CODE",
+    "LiveLocations",
+    "Overlap",
+    "escape_like",
+    "judge",
+    "overlap_terms",
+]

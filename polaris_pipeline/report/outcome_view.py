@@ -1,0 +1,374 @@
+"""One task's outcome as people and programs see it: its numbers, its one line, its JSON.
+
+Every surface that shows an outcome takes it from here: the CLI's per-task line
+and ``--json`` record, a Dagster step's output, log line and metadata (read back
+into a run's total by the run report and the demo), the realm backfill's log.
+The numbers of an outcome have one name per surface, all in one list,
+``OUTCOME_FIELDS`` (number: CLI ``--json`` key / Dagster metadata label / step
+output key):
+
+- ``files_deleted``: ``files_deleted`` / ``files deleted`` / ``deleted``
+- ``files_missing``: ``already_gone`` / ``files already gone`` / --
+- ``bytes_freed``: ``bytes_freed`` / ``bytes freed`` / ``bytes_freed``
+- ``refused``: ``paths_refused`` / ``refused paths`` / ``refused``
+- ``child_tasks``: -- (the JSON lists the children's ids) / ``child tasks`` / ``children``
+
+The CLI's JSON keys and the metadata labels are public (scripts, the run report
+reads the labels back: ``OutcomeTotals.add_step``): never rename one.
+
+API:
+
+- ``OutcomeView(outcome, parent_id=None)``: ``summary`` (what the task was about,
+  from the row the attempt read), the five numbers above, ``line(width)`` (the
+  CLI's line), ``log_line(table=None)`` (a log's line), ``json()`` (the
+  CLI's record), ``metadata()`` (the numbers as Dagster metadata labels),
+  ``output()`` (a task step's output value).
+- ``per_task_metadata(output)``: one entry of a group step's ``tasks`` list, from
+  a task's ``output()``.
+- ``totals_json(totals)``: an ``OutcomeTotals`` for the CLI's ``--json``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from polaris_pipeline.execution.outcome import Status, TaskOutcome
+from polaris_pipeline.report.formatting import (
+    add_json_times,
+    error_cause,
+    format_bytes,
+    json_id,
+    quoted_task_label,
+    short_task_name,
+    truncate,
+)
+from polaris_pipeline.tasks.summary import PayloadSummary, summarize, task_type_name
+
+if TYPE_CHECKING:
+    from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
+    from polaris_pipeline.report.totals import OutcomeTotals
+
+
+@dataclass(frozen=True)
+class OutcomeField:
+    """One number of an outcome, named once per surface (None: not on that surface)."""
+
+    attr: str  # the attribute of OutcomeView and of OutcomeTotals
+    json_key: str | None  # the CLI's --json
+    label: str  # Dagster metadata of a step or a run
+    output_key: str | None  # a task step's output value
+
+
+OUTCOME_FIELDS: tuple[OutcomeField, ...] = (
+    OutcomeField("files_deleted", "files_deleted", "files deleted", "deleted"),
+    OutcomeField("files_missing", "already_gone", "files already gone", None),
+    # Metadata: an int, what storage reported (a lower bound when some reported none).
+    OutcomeField("bytes_freed", "bytes_freed", "bytes freed", "bytes_freed"),
+    OutcomeField("refused", "paths_refused", "refused paths", "refused"),
+    # The CLI's JSON lists the children's ids instead (``children``).
+    OutcomeField("child_tasks", None, "child tasks", "children"),
+)
+# Tasks whose storage reported no sizes: ``bytes freed`` is then a lower bound.
+SIZES_UNREPORTED = "tasks without sizes"
+
+# A dropped table's unreferenced files (``cleanup/unreferenced.py``), on the same
+# surfaces; apart from OUTCOME_FIELDS, whose five numbers every total adds up. Files
+# and bytes are what was deleted (``delete``) or would go (``report``, a dry run).
+UNREFERENCED_FIELDS: tuple[OutcomeField, ...] = (
+    OutcomeField(
+        "unreferenced_files", "unreferenced_files", "unreferenced files", "unreferenced_files"
+    ),
+    OutcomeField(
+        "unreferenced_bytes", "unreferenced_bytes", "unreferenced bytes", "unreferenced_bytes"
+    ),
+    OutcomeField(
+        "unreferenced_kept_newer",
+        "unreferenced_kept_newer",
+        "unreferenced kept as newer than the drop",
+        "unreferenced_kept_newer",
+    ),
+)
+# The metadata entry and JSON key holding the phase's whole report (its one line).
+UNREFERENCED = "unreferenced"
+
+
+@dataclass(frozen=True)
+class OutcomeView:
+    """A ``TaskOutcome`` as shown. ``parent_id``: the task that created it (None: a root)."""
+
+    outcome: TaskOutcome
+    parent_id: int | None = None
+
+    # -------------------------------------------------------------- fields
+
+    @cached_property
+    def summary(self) -> PayloadSummary | None:
+        """What the task was about (type, table), from the row its attempt read."""
+        row = self.outcome.row
+        return summarize(row) if row is not None else None
+
+    @property
+    def label(self) -> str:
+        """``realm/id 'name'``, the name cut (a batch child's name holds its file list)."""
+        lease = self.outcome.lease
+        return quoted_task_label(lease.realm_id, lease.task_id, lease.name)
+
+    @property
+    def table(self) -> str | None:
+        return self.summary.table if self.summary else None
+
+    @property
+    def type_name(self) -> str:
+        return task_type_name(self.outcome.task_type)
+
+    @property
+    def cause(self) -> str:
+        """The error without the task's label it starts with; empty without an error."""
+        lease = self.outcome.lease
+        return error_cause(self.outcome.error, lease.realm_id, lease.task_id, lease.name)
+
+    @property
+    def files_deleted(self) -> int:
+        result = self.outcome.result
+        return result.deleted if result else 0
+
+    @property
+    def files_missing(self) -> int:
+        result = self.outcome.result
+        return result.missing if result else 0
+
+    @property
+    def bytes_freed(self) -> int | None:
+        """Bytes freed; None when storage reported no sizes."""
+        result = self.outcome.result
+        return result.bytes_freed if result else 0
+
+    @property
+    def refused(self) -> int:
+        result = self.outcome.result
+        return len(result.refused) if result else 0
+
+    @property
+    def child_tasks(self) -> int:
+        return len(self.outcome.children)
+
+    @property
+    def unreferenced(self) -> UnreferencedReport | None:
+        result = self.outcome.result
+        return result.unreferenced if result else None
+
+    @property
+    def unreferenced_files(self) -> int:
+        return self.unreferenced.files if self.unreferenced else 0
+
+    @property
+    def unreferenced_bytes(self) -> int | None:
+        return self.unreferenced.bytes if self.unreferenced else 0
+
+    @property
+    def unreferenced_kept_newer(self) -> int:
+        return self.unreferenced.kept_newer if self.unreferenced else 0
+
+    def _number(self, field: OutcomeField) -> int:
+        value = getattr(self, field.attr)
+        return value if isinstance(value, int) else 0
+
+    # -------------------------------------------------------------- lines
+
+    def line(self, width: int | None = None) -> str:
+        """The CLI's line: status, task, table, what was deleted, the error's cause.
+
+        On a terminal too narrow for it (``width``), the task's name gives way first
+        (the id stays whole), then the end of the error.
+        """
+        outcome, lease = self.outcome, self.outcome.lease
+        head = f"{outcome.status.value:<10} {lease.realm_id}/{lease.task_id} "
+        rest = ["permanent failure, not retried"] if outcome.permanent else []
+        if self.table:
+            rest.append(self.table)
+        if outcome.result is not None:
+            done = f"deleted {self.files_deleted}"
+            if self.files_deleted:
+                done += f" ({format_bytes(self.bytes_freed)})"
+            if self.files_missing:
+                done += f", {self.files_missing} were gone"
+            if outcome.children:
+                done += f", {self.child_tasks} child task(s)"
+            rest.append(done)
+        if self.unreferenced is not None:
+            rest.append(self.unreferenced.summary())
+        if outcome.error:
+            rest.append(self.cause)
+        name = short_task_name(lease.name)
+        tail = "".join(f"  {part}" for part in rest)
+        if width is not None and len(head) + len(name) + len(tail) > width:
+            room = width - len(head) - len(tail)
+            name = truncate(name, max(room, 10))
+        line = head + name + tail
+        return truncate(line, width) if width is not None else line
+
+    def log_line(self, table: str | None = None) -> str:
+        """A log's line (a Dagster step, a realm backfill): the task and what it did, in full.
+
+        ``table``: the table's label, when the caller knows it better than the payload.
+        """
+        outcome, lease = self.outcome, self.outcome.lease
+        task = f"task {self.label} ({self.type_name})"
+        if outcome.status is Status.LEASE_LOST:
+            return f"{task}: {outcome.error}"
+        if outcome.status is not Status.DONE:
+            return f"{task} {outcome.status.value}: {outcome.error}"
+        if outcome.result is None:
+            return f"task {self.label} was already finished by another executor"
+        where = table or self.table
+        return (
+            f"{task} done: {self.files_deleted} file(s) deleted, "
+            f"{format_bytes(self.bytes_freed, exact=True)} freed, "
+            f"{self.files_missing} already gone, {self.refused} refused by the guard, "
+            f"{self.child_tasks} child task(s); lease {lease.executor_id} "
+            f"attempt {lease.attempt}"
+            + (f"; table {where}" if where else "")
+            + (f"; {self.unreferenced.summary()}" if self.unreferenced else "")
+        )
+
+    # -------------------------------------------------------------- documents
+
+    def json(self) -> dict[str, Any]:
+        """The CLI's ``--json`` record of the outcome (ids as strings, times twice)."""
+        outcome, lease = self.outcome, self.outcome.lease
+        doc: dict[str, Any] = {
+            "id": json_id(lease.task_id),
+            "realm": lease.realm_id,
+            "label": short_task_name(lease.name),
+            "name": lease.name,
+            "type": self.summary.type if self.summary else None,
+            "table": self.table,
+            "role": "child" if self.parent_id is not None else "root",
+            "parent_id": json_id(self.parent_id),
+            "status": outcome.status.value,
+            # A permanent failure cannot heal by retrying: dead-lettered at once.
+            "permanent": outcome.permanent,
+            "attempt": lease.attempt,
+            "error": outcome.error,
+            "cause": self.cause or None,
+        }
+        # As storage reported them: bytes_freed is null when it reported no sizes.
+        doc.update({f.json_key: getattr(self, f.attr) for f in OUTCOME_FIELDS if f.json_key})
+        doc["children"] = [json_id(c.task_id) for c in outcome.children]
+        doc[UNREFERENCED] = unreferenced_json(self.unreferenced)
+        if self.unreferenced is not None:
+            doc.update(
+                {f.json_key: getattr(self, f.attr) for f in UNREFERENCED_FIELDS if f.json_key}
+            )
+        add_json_times(doc, next_attempt=outcome.next_attempt_ms)
+        return doc
+
+    def metadata(self) -> dict[str, Any]:
+        """The numbers under their Dagster metadata labels (as ``OutcomeTotals.metadata``)."""
+        meta: dict[str, Any] = {f.label: self._number(f) for f in OUTCOME_FIELDS}
+        if self.outcome.result is not None and self.bytes_freed is None:
+            meta[SIZES_UNREPORTED] = 1
+        if self.unreferenced is not None:
+            meta.update({f.label: self._number(f) for f in UNREFERENCED_FIELDS})
+            meta[UNREFERENCED] = self.unreferenced.summary()
+        return meta
+
+    def output(self) -> dict[str, Any]:
+        """A task step's output value: which task, and its numbers."""
+        lease = self.outcome.lease
+        doc: dict[str, Any] = {
+            "task": lease.label,
+            "realm_id": lease.realm_id,
+            "task_id": str(lease.task_id),
+            "task_type": self.type_name,
+            "status": self.outcome.status.value,
+            "attempt": lease.attempt,
+        }
+        doc.update({f.output_key: self._number(f) for f in OUTCOME_FIELDS if f.output_key})
+        if self.unreferenced is not None:
+            doc.update({f.output_key: self._number(f) for f in UNREFERENCED_FIELDS if f.output_key})
+            doc[UNREFERENCED] = self.unreferenced.summary()
+        doc["error"] = self.outcome.error
+        return doc
+
+
+# The numbers each task of a group step's list shows (the step's totals show all).
+_PER_TASK = ("files_deleted", "bytes_freed")
+
+
+def per_task_metadata(output: Mapping[str, Any]) -> dict[str, Any]:
+    """One task of a group step's ``tasks`` metadata, from its step output (``output()``)."""
+    entry: dict[str, Any] = {
+        "task id": output.get("task_id"),
+        "type": output.get("task_type"),
+        "status": output.get("status"),
+        "lease attempt": output.get("attempt"),
+    }
+    for f in OUTCOME_FIELDS:
+        if f.attr in _PER_TASK and f.output_key:
+            entry[f.label] = output.get(f.output_key, 0)
+    return entry
+
+
+def unreferenced_json(report: UnreferencedReport | None) -> dict[str, Any] | None:
+    """The CLI's ``--json`` record of a table's unreferenced phase (None: it did not run)."""
+    if report is None:
+        return None
+    return {
+        "mode": report.mode,
+        "prefix": report.prefix,
+        "refusal": report.refusal,
+        "error": report.error,
+        "listed": report.listed,
+        "deleted": report.deleted,
+        "would_delete": report.would_delete,
+        # As storage reported them: null when a deleted file's size was not known.
+        "bytes": report.bytes,
+        "kept_newer": report.kept_newer,
+        "refused_paths": report.refused_paths,
+        "failed": report.failures,
+        "directories_removed": report.directories_removed,
+        "paths": report.paths,
+        "more_paths": report.more_paths,
+        "kept": report.kept_sample,
+        "summary": report.summary(),
+    }
+
+
+def _counts_json(counts: Mapping[str, int]) -> dict[str, int]:
+    """``{"tasks": 4, "done": 3, "failed": 1, "dead": 0, "lease_lost": 0}``."""
+    return {
+        "tasks": sum(counts.values()),
+        **{s.value.replace("-", "_"): counts.get(s.value, 0) for s in Status},
+    }
+
+
+def totals_json(totals: OutcomeTotals) -> dict[str, Any]:
+    """A total for the CLI's ``--json``: counts by status (all, roots, children), numbers."""
+    doc: dict[str, Any] = {
+        **_counts_json(totals.by_status),
+        "roots": _counts_json(totals.tasks),
+        "children": _counts_json(totals.children),
+    }
+    for f in OUTCOME_FIELDS:
+        if f.json_key:
+            doc[f.json_key] = getattr(totals, f.attr)
+    if totals.bytes_unknown:  # a lower bound is not a count a script may add up
+        doc["bytes_freed"] = None
+    return doc
+
+
+__all__ = [
+    "OUTCOME_FIELDS",
+    "SIZES_UNREPORTED",
+    "UNREFERENCED",
+    "UNREFERENCED_FIELDS",
+    "OutcomeField",
+    "OutcomeView",
+    "per_task_metadata",
+    "totals_json",
+    "unreferenced_json",
+]

@@ -1,0 +1,1 @@
+"""Credentials vended for one task's locations, as Polaris vends them: S3, Azure, GCS."""

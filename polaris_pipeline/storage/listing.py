@@ -1,0 +1,222 @@
+"""Everything under one prefix, listed in pages: bounded in memory whatever its size.
+
+``list_prefix(resolver, prefix)`` yields pages (lists of at most ``page_size``
+``ListedObject``: URI, size, last-modified time) and never holds the whole
+listing: fsspec's ``find``/``ls`` of a prefix return everything at once, so
+
+- S3: ``ListObjectsV2`` page by page through the filesystem's own client
+  (``call_s3``, as ``delete.py`` sends ``DeleteObjects``), under ``prefix/``;
+- local files: one directory at a time (``os.scandir``), never following a
+  symlink: a symlinked directory is listed as the link itself, which a delete
+  unlinks (never its target), and the guard judges it as any other path;
+- other stores (GCS, Azure): one directory at a time (``ls`` of one level, its
+  listing cache dropped after each), as their directories or common prefixes
+  give them.
+
+Each URI is the prefix as the catalog wrote it, ``/``, and the object's path
+relative to it, so the guard judges it in the same spelling as the prefix. A
+listing that fails raises ``StorageError`` where it failed: the pages before it
+were listed whole, nothing after it is yielded.
+
+``remove_empty_directories`` removes, bottom up, the empty directories a local
+filesystem keeps under the prefix, and the prefix itself once empty.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from fsspec import AbstractFileSystem
+from fsspec.implementations.local import LocalFileSystem
+
+from polaris_pipeline.errors import StorageError
+from polaris_pipeline.storage.resolve import StorageResolver
+from polaris_pipeline.storage.uri import split_uri
+
+PAGE_SIZE = 1000  # ListObjectsV2's largest page; one delete request per page
+# The keys a listing's entry may carry its last-modified time under, by store.
+_MTIME_KEYS = ("LastModified", "last_modified", "updated", "mtime", "timeCreated", "created")
+
+
+@dataclass(frozen=True, slots=True)
+class ListedObject:
+    uri: str
+    size: int | None
+    # Milliseconds since the epoch; None when the store gave none (then kept).
+    mtime_ms: int | None
+
+
+def _join(prefix_uri: str, relative: str) -> str:
+    return f"{prefix_uri.rstrip('/')}/{relative}"
+
+
+def list_prefix(
+    resolver: StorageResolver, prefix_uri: str, *, page_size: int = PAGE_SIZE
+) -> Iterator[list[ListedObject]]:
+    """Pages of every object under ``prefix_uri`` (a directory: never the prefix itself)."""
+    size = max(1, page_size)
+    fs, path = resolver.filesystem(prefix_uri)
+    base = path.rstrip("/")
+    if not base:
+        raise StorageError("refusing to list a bucket or filesystem root")
+    if isinstance(fs, LocalFileSystem):
+        objects = _local(resolver, prefix_uri, base)
+    elif _is_s3(fs):
+        objects = _s3(resolver, fs, prefix_uri, base, size)
+    else:
+        objects = _by_directory(resolver, fs, prefix_uri, base)
+    page: list[ListedObject] = []
+    for obj in objects:
+        page.append(obj)
+        if len(page) >= size:
+            yield page
+            page = []
+    if page:
+        yield page
+
+
+def _is_s3(fs: AbstractFileSystem) -> bool:
+    protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
+    return "s3" in protocols and hasattr(fs, "call_s3")
+
+
+def _ms(value: Any) -> int | None:
+    if isinstance(value, datetime):
+        return int(value.timestamp() * 1000)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return int(value * 1000)
+    if isinstance(value, str) and value.strip():
+        try:
+            return int(
+                datetime.fromisoformat(value.strip().replace("Z", "+00:00")).timestamp() * 1000
+            )
+        except ValueError:
+            return None
+    return None
+
+
+# -- local files ---------------------------------------------------------------------
+
+
+def _local(resolver: StorageResolver, prefix_uri: str, base: str) -> Iterator[ListedObject]:
+    pending = [""]  # directories still to list, relative to the prefix
+    while pending:
+        relative = pending.pop()
+        directory = os.path.join(base, relative) if relative else base
+        try:
+            with os.scandir(directory) as it:
+                for entry in it:
+                    rel = f"{relative}/{entry.name}" if relative else entry.name
+                    st = entry.stat(follow_symlinks=False)
+                    if stat.S_ISDIR(st.st_mode):
+                        pending.append(rel)
+                    elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+                        yield ListedObject(
+                            _join(prefix_uri, rel), st.st_size, st.st_mtime_ns // 1_000_000
+                        )
+        except FileNotFoundError:
+            if not relative:
+                return  # no prefix directory: nothing is left
+        except OSError as e:
+            raise StorageError(
+                f"listing {resolver.redact(directory)} failed: {type(e).__name__}: "
+                f"{e.strerror or e}"
+            ) from None
+
+
+def remove_empty_directories(prefix_uri: str) -> int:
+    """Remove the empty directories under a local prefix, bottom up, then the prefix
+    itself when empty; returns how many. Never follows a symlink; a directory that
+    is not empty (or fails) stays."""
+    scheme, path = split_uri(prefix_uri)
+    if scheme != "file" or not path.rstrip("/"):
+        return 0
+    base = path.rstrip("/")
+    removed = 0
+    for directory, _, _ in os.walk(base, topdown=False, followlinks=False):
+        try:
+            os.rmdir(directory)
+        except OSError:
+            continue
+        removed += 1
+    return removed
+
+
+# -- S3 ------------------------------------------------------------------------------
+
+
+def _s3(
+    resolver: StorageResolver, fs: Any, prefix_uri: str, base: str, page_size: int
+) -> Iterator[ListedObject]:
+    bucket, _, key = base.partition("/")
+    if not key:
+        raise StorageError("refusing to list a whole bucket")
+    start = key + "/"
+    token: str | None = None
+    while True:
+        args: dict[str, Any] = {"Bucket": bucket, "Prefix": start, "MaxKeys": page_size}
+        if token:
+            args["ContinuationToken"] = token
+        try:
+            response = fs.call_s3("list_objects_v2", **args)
+        except FileNotFoundError:
+            return  # NoSuchBucket: nothing is left
+        except Exception as e:
+            raise StorageError(
+                f"listing s3://{bucket}/{start} failed: {resolver.describe(e)}"
+            ) from None
+        for item in response.get("Contents", []):
+            name = item.get("Key", "")
+            if not name.startswith(start) or name == start:
+                continue  # a "directory" marker of the prefix itself
+            yield ListedObject(
+                _join(prefix_uri, name[len(start) :]),
+                item.get("Size"),
+                _ms(item.get("LastModified")),
+            )
+        token = response.get("NextContinuationToken") if response.get("IsTruncated") else None
+        if not token:
+            return
+
+
+# -- other stores --------------------------------------------------------------------
+
+
+def _by_directory(
+    resolver: StorageResolver, fs: AbstractFileSystem, prefix_uri: str, base: str
+) -> Iterator[ListedObject]:
+    pending = [""]
+    while pending:
+        relative = pending.pop()
+        directory = f"{base}/{relative}" if relative else base
+        try:
+            entries = fs.ls(directory, detail=True)
+        except FileNotFoundError:
+            if not relative:
+                return
+            continue  # a common prefix gone since its parent was listed
+        except Exception as e:
+            raise StorageError(
+                f"listing {resolver.redact(directory)} failed: {resolver.describe(e)}"
+            ) from None
+        finally:
+            # The listing cache would otherwise keep every directory listed.
+            fs.invalidate_cache(directory)
+        for entry in entries:
+            name = str(entry.get("name", "")).rstrip("/")
+            if name == directory or not name.startswith(directory + "/"):
+                continue  # the directory itself (a marker object), or not under it
+            rel = name[len(base) + 1 :]
+            if entry.get("type") == "directory":
+                pending.append(rel)
+                continue
+            mtime = next((entry[k] for k in _MTIME_KEYS if entry.get(k) is not None), None)
+            yield ListedObject(_join(prefix_uri, rel), entry.get("size"), _ms(mtime))
+
+
+__all__ = ["PAGE_SIZE", "ListedObject", "list_prefix", "remove_empty_directories"]

@@ -1,0 +1,208 @@
+"""How a task is referred to: ``TaskRef`` (which task) and ``Lease`` (a claim on it).
+
+Both are built from a row in one place each: ``TaskRef.from_row`` and
+``Lease.from_row``, from a decoded ``TaskRow`` (``LeaseRow`` names the
+attributes they read); the PostgreSQL lease statement's rows take
+``Lease.from_leased_columns``.
+
+``to_dict``/``from_dict`` are their JSON-safe forms (Dagster run config, child
+payloads). The keys are the ones Dagster run configs have always carried:
+
+- reference: ``realm_id``, ``task_id`` (a decimal string: ids are 63-bit),
+  ``entity_version``, ``name``, ``task_type`` (the ``taskType`` code or null);
+- lease: those, and ``executor_id``, ``attempt``, ``start_time_ms``.
+
+``from_dict`` reads either form (a reference from a lease's dict too) and
+raises ValueError naming the key that is missing or malformed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class LeaseRow(Protocol):
+    """What ``TaskRef.from_row`` (the first five) and ``Lease.from_row`` read from a row."""
+
+    @property
+    def realm_id(self) -> str: ...
+    @property
+    def id(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def entity_version(self) -> int: ...
+    @property
+    def task_type_code(self) -> str | None: ...
+    @property
+    def executor_id(self) -> str | None: ...
+    @property
+    def attempt_count(self) -> int: ...
+    @property
+    def start_time_ms(self) -> int | None: ...
+
+
+def _label(realm_id: str, task_id: int, name: str) -> str:
+    return f"{realm_id}/{task_id} {name!r}"
+
+
+def _field(data: Mapping[str, Any], key: str) -> Any:
+    if data.get(key) is None:
+        raise ValueError(f"task reference has no {key!r}")
+    return data[key]
+
+
+def _int_field(data: Mapping[str, Any], key: str, default: int | None = None) -> int:
+    if default is not None and data.get(key) is None:
+        return default
+    value = _field(data, key)
+    # bool is an int; a float would be silently truncated: neither is an id or a count.
+    if isinstance(value, (bool, float)):
+        raise ValueError(f"task reference {key!r} must be an integer, not {value!r}")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"task reference {key!r} is not an integer: {str(value)[:40]!r}") from None
+
+
+def _optional_str(data: Mapping[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    return None if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """Which task: enough to find it, name it and tag its runs. Not a claim on it.
+
+    ``entity_version`` is the version the row had when this was read (0: not
+    known, e.g. a reference written before versions were carried).
+    """
+
+    realm_id: str
+    task_id: int
+    entity_version: int = 0
+    name: str = ""
+    task_type_code: str | None = None
+
+    @classmethod
+    def from_row(cls, row: LeaseRow) -> TaskRef:
+        return cls(
+            realm_id=row.realm_id,
+            task_id=int(row.id),
+            entity_version=int(row.entity_version),
+            name=row.name or "",
+            task_type_code=row.task_type_code,
+        )
+
+    @property
+    def label(self) -> str:
+        return _label(self.realm_id, self.task_id, self.name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "realm_id": self.realm_id,
+            "task_id": str(self.task_id),
+            "entity_version": self.entity_version,
+            "name": self.name,
+            "task_type": self.task_type_code,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TaskRef:
+        return cls(
+            realm_id=str(_field(data, "realm_id")),
+            task_id=_int_field(data, "task_id"),
+            entity_version=_int_field(data, "entity_version", default=0),
+            name=str(data.get("name") or ""),
+            task_type_code=_optional_str(data, "task_type"),
+        )
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A lease held on one task.
+
+    ``executor_id`` plus ``attempt`` (the ``attemptCount`` the lease wrote) is
+    the fencing token: every lease grant increments ``attemptCount``, so a
+    later holder never matches an earlier one, even with the same executor id.
+    ``entity_version`` is the row's version as the lease's last write left it.
+    """
+
+    realm_id: str
+    task_id: int
+    executor_id: str
+    attempt: int
+    entity_version: int
+    start_time_ms: int
+    task_type_code: str | None = None
+    name: str = ""
+
+    @classmethod
+    def of(cls, ref: TaskRef, *, executor_id: str, attempt: int, start_time_ms: int) -> Lease:
+        """``ref`` held by ``executor_id``: ``ref.entity_version`` is the leased row's."""
+        if not executor_id:
+            raise ValueError(f"lease on {ref.label}: empty executor id")
+        return cls(
+            realm_id=ref.realm_id,
+            task_id=ref.task_id,
+            executor_id=executor_id,
+            attempt=attempt,
+            entity_version=ref.entity_version,
+            start_time_ms=start_time_ms,
+            task_type_code=ref.task_type_code,
+            name=ref.name,
+        )
+
+    @classmethod
+    def from_row(cls, row: LeaseRow) -> Lease:
+        """The lease ``row`` records (its holder, attempt and start); ValueError if none."""
+        ref = TaskRef.from_row(row)
+        executor, start = row.executor_id, row.start_time_ms
+        if not executor or start is None:
+            raise ValueError(f"task {ref.label} records no lease holder")
+        return cls.of(
+            ref, executor_id=executor, attempt=int(row.attempt_count), start_time_ms=int(start)
+        )
+
+    @classmethod
+    def from_leased_columns(cls, columns: Sequence[Any], executor_id: str) -> Lease:
+        """A lease from a leased row of ``queries.LEASE_BATCH``, for ``executor_id``.
+
+        Its columns, in order: leased, realm_id, id, name, entity_version,
+        attempt, task_type_code, now_ms (the lease's start). Read by position:
+        named access to a result row's fields costs about 0.5 µs each, several
+        times the rest of a lease's client-side cost. tests/test_transitions.py
+        holds it equal to ``from_row`` of the row the statement wrote.
+        """
+        _, realm_id, task_id, name, version, attempt, task_type_code, start = columns
+        return cls(realm_id, task_id, executor_id, attempt, version, start, task_type_code, name)
+
+    @property
+    def ref(self) -> TaskRef:
+        return TaskRef(
+            self.realm_id, self.task_id, self.entity_version, self.name, self.task_type_code
+        )
+
+    @property
+    def label(self) -> str:
+        return _label(self.realm_id, self.task_id, self.name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.ref.to_dict(),
+            "executor_id": self.executor_id,
+            "attempt": self.attempt,
+            "start_time_ms": self.start_time_ms,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Lease:
+        _int_field(data, "entity_version")  # required of a lease, optional of a reference
+        return cls.of(
+            TaskRef.from_dict(data),
+            executor_id=str(_field(data, "executor_id")),
+            attempt=_int_field(data, "attempt"),
+            start_time_ms=_int_field(data, "start_time_ms"),
+        )

@@ -1,0 +1,115 @@
+"""Unreferenced files under a table's location, and live entities that may own them.
+
+- ``add_unreferenced(table, resolver)``: what a dropped table leaves that its
+  last metadata does not name: a failed commit's data files (one in a partition
+  directory of its own, so an empty directory is left behind), an old metadata
+  file beyond the log, and, on local files, stray Hadoop ``.crc`` sidecars.
+  Returns their URIs, in the table location's spelling.
+- ``live_entity(store, ...)``: a live table, view, namespace or catalog row in
+  ``entities`` at a location, as Polaris writes it (``properties["location"]``,
+  or ``default-base-location`` for a catalog, and ``location_without_scheme``
+  where the schema has it).
+- ``settle()``: wait until storage's clock has moved past what was just written,
+  so a task created now is newer than every file (S3 keeps whole seconds).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from pyiceberg.table import Table
+
+from polaris_pipeline.metastore import Metastore, new_entity_id
+from polaris_pipeline.metastore.overlap import CATALOG_TYPE_CODE, NAMESPACE_TYPE_CODE
+from polaris_pipeline.storage.resolve import StorageResolver
+from polaris_pipeline.storage.uri import split_uri
+from polaris_pipeline.tasks.model import TABLE_LIKE_TYPE_CODE
+
+__all__ = [
+    "CATALOG_TYPE_CODE",
+    "NAMESPACE_TYPE_CODE",
+    "TABLE_LIKE_TYPE_CODE",
+    "add_unreferenced",
+    "live_entity",
+    "settle",
+    "write_object",
+]
+
+
+def write_object(resolver: StorageResolver, uri: str, data: bytes) -> str:
+    fs, path = resolver.filesystem(uri)
+    if split_uri(uri)[0] == "file":
+        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    with fs.open(path, "wb") as f:
+        f.write(data)
+    return uri
+
+
+def add_unreferenced(table: Table, resolver: StorageResolver) -> set[str]:
+    """Write the unreferenced files of ``table`` (see the module docstring)."""
+    location = table.location().rstrip("/")
+    tag = uuid.uuid4().hex[:8]
+    written = {
+        write_object(resolver, f"{location}/data/00000-9-{tag}-failed.parquet", b"PAR1failed"),
+        write_object(
+            resolver, f"{location}/data/category=zz/00001-9-{tag}-attempt.parquet", b"PAR1spec"
+        ),
+        write_object(resolver, f"{location}/metadata/00000-{tag}-beyond-log.metadata.json", b"{}"),
+    }
+    if split_uri(location)[0] == "file":
+        written.add(
+            write_object(resolver, f"{location}/data/.00000-9-{tag}-failed.parquet.crc", b"crc")
+        )
+        written.add(write_object(resolver, f"{location}/metadata/.stray-{tag}.crc", b"crc"))
+    return written
+
+
+def settle(seconds: float = 1.1) -> None:
+    time.sleep(seconds)
+
+
+def _without_scheme(location: str) -> str:
+    # Polaris's StorageLocation.withoutScheme: everything after the first ':'.
+    return location.split(":", 1)[1] if ":" in location.split("/", 1)[0] else location
+
+
+def live_entity(
+    store: Metastore,
+    location: str,
+    *,
+    type_code: int = TABLE_LIKE_TYPE_CODE,
+    name: str = "live",
+    realm_id: str = "POLARIS",
+    catalog_id: int = 1,
+    with_location_column: bool = True,
+    properties: dict[str, Any] | str | None = None,
+) -> int:
+    """Insert a live entity at ``location``; returns its id."""
+    key = "default-base-location" if type_code == CATALOG_TYPE_CODE else "location"
+    props = properties if properties is not None else {key: location}
+    now = int(time.time() * 1000)
+    entity_id = new_entity_id()
+    row: dict[str, Any] = {
+        "realm_id": realm_id,
+        "catalog_id": 0 if type_code == CATALOG_TYPE_CODE else catalog_id,
+        "id": entity_id,
+        "parent_id": catalog_id,
+        "name": name,
+        "entity_version": 1,
+        "type_code": type_code,
+        "sub_type_code": 2 if type_code == TABLE_LIKE_TYPE_CODE else 0,
+        "create_timestamp": now,
+        "drop_timestamp": 0,
+        "purge_timestamp": 0,
+        "to_purge_timestamp": 0,
+        "last_update_timestamp": now,
+        "properties": props,
+        "internal_properties": {},
+        "grant_records_version": 1,
+    }
+    if with_location_column and type_code != CATALOG_TYPE_CODE:
+        row["location_without_scheme"] = _without_scheme(location)
+    store.insert_raw(row)
+    return entity_id

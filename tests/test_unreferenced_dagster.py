@@ -1,0 +1,125 @@
+"""The unreferenced phase in the task job: a last step after the last stage, and its event."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dagster import AssetRecordsFilter, DagsterInstance
+from pyiceberg.table import Table
+
+from polaris_pipeline.dagster.contract import FINISH_STEP, run_config_for
+from polaris_pipeline.dagster.reporting import report_run
+from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
+from polaris_pipeline.dagster.task_job import polaris_task_job
+from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.testing import tables as testing_tables
+from polaris_pipeline.testing import tasks as testing_tasks
+from tests.support.dagster import metastore_resource
+from tests.support.iceberg import Warehouse, table_files
+from tests.support.tasks import sqlite_metastore
+from tests.support.unreferenced import add_unreferenced, live_entity, settle
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Metastore]:
+    s = sqlite_metastore(tmp_path)
+    yield s
+    s.dispose()
+
+
+def _run(
+    store: Metastore, wh: Warehouse, instance: DagsterInstance, **resource: Any
+) -> tuple[Table, set[str], set[str], Any]:
+    table = wh.build("t", appends=2)
+    neighbour = table_files(wh.build("t_2", appends=1))
+    unreferenced = add_unreferenced(table, wh.resolver)
+    settle()
+    task = testing_tasks.drop_table_task(table)
+    store.insert_tasks([task])
+    result = polaris_task_job.execute_in_process(
+        run_config=run_config_for("POLARIS", task.id, entity_version=1),
+        instance=instance,
+        resources={
+            "metastore": metastore_resource(store, **resource),
+            "storage": PolarisStorageResource(allowed_prefixes=[wh.uri]),
+        },
+        raise_on_error=False,
+    )
+    return table, neighbour, unreferenced, result
+
+
+def test_delete_mode_runs_last_and_the_tables_event_says_what_went(
+    store: Metastore, local_warehouse: Warehouse, instance: DagsterInstance
+) -> None:
+    table, neighbour, unreferenced, result = _run(
+        store, local_warehouse, instance, unreferenced="delete"
+    )
+
+    assert result.success
+    finished = result.output_for_node(FINISH_STEP)
+    assert finished["status"] == "done"
+    assert f"{len(unreferenced)} files" in finished["unreferenced"]
+    assert testing_tables.list_files(table.location()) == set()
+    assert all(local_warehouse.exists(f) for f in neighbour)
+    assert store.list_tasks() == []
+    # The finish step comes after every child step.
+    steps = [e.step_key for e in result.all_events if e.event_type_value == "STEP_SUCCESS"]
+    assert steps[-1] == FINISH_STEP
+
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None
+    total = report_run(instance, run)
+    assert dict(total.tasks) == {"done": 1}  # the table counted once
+    ref = DEFAULT_TRANSLATOR.table_from_tags(run.tags)
+    assert ref is not None
+    key = DEFAULT_TRANSLATOR.table_asset_key(ref)
+    [record] = instance.fetch_materializations(AssetRecordsFilter(asset_key=key), limit=5).records
+    event = record.asset_materialization
+    assert event is not None
+    assert f"unreferenced under {table.location()}: {len(unreferenced)} files" in (
+        event.description or ""
+    )
+    assert "deleted, 0 kept as newer than the drop" in str(event.metadata["unreferenced"].value)
+
+
+def test_report_mode_is_the_default_and_deletes_nothing(
+    store: Metastore, local_warehouse: Warehouse, instance: DagsterInstance
+) -> None:
+    table, _, unreferenced, result = _run(store, local_warehouse, instance)
+
+    assert result.success
+    assert "would go" in result.output_for_node(FINISH_STEP)["unreferenced"]
+    assert testing_tables.list_files(table.location()) == unreferenced
+    assert store.list_tasks() == []
+
+
+def test_a_realm_override_turns_it_off(
+    store: Metastore, local_warehouse: Warehouse, instance: DagsterInstance
+) -> None:
+    overrides = {"realm_unreferenced": {"POLARIS": "off"}}
+    table, _, unreferenced, result = _run(
+        store, local_warehouse, instance, unreferenced="delete", **overrides
+    )
+
+    assert result.success
+    skipped = [e.step_key for e in result.all_events if e.event_type_value == "STEP_SKIPPED"]
+    assert FINISH_STEP in skipped  # the root completed the table itself
+    assert testing_tables.list_files(table.location()) == unreferenced
+    assert store.list_tasks() == []
+
+
+def test_an_overlap_is_a_recorded_refusal_not_a_failure(
+    store: Metastore, local_warehouse: Warehouse, instance: DagsterInstance
+) -> None:
+    live_entity(store, f"{local_warehouse.uri}/ns/t", name="recreated")
+    table, _, unreferenced, result = _run(store, local_warehouse, instance, unreferenced="delete")
+
+    assert result.success
+    line = result.output_for_node(FINISH_STEP)["unreferenced"]
+    assert "refused, overlap with live table-like 'recreated'" in line
+    assert testing_tables.list_files(table.location()) >= unreferenced
+    assert store.list_tasks() == []
