@@ -317,9 +317,10 @@ backdates each finished run's `update_timestamp` by one day once the run has bee
 finished for the retention age below, as `tests/test_retention.py` gives ages
 (Dagster has no API to age a run); the deployment is otherwise untouched.
 
-The CI version, `tests/reliability/test_soak.py` (marked slow), runs 3 minutes and
-asserts the same invariants. Reproduce: `python -m bench.soak --instance postgres
---minutes 30` (and `--instance sqlite`), then `python -m bench.soak_report`.
+The CI version, `tests/reliability/test_soak.py` (marked slow), writes for 2 minutes
+(about 3 in all) and asserts the same invariants. Reproduce:
+`python -m bench.soak --instance postgres --minutes 30` (and `--instance sqlite`),
+then `python -m bench.soak_report`.
 
 """
 
