@@ -103,6 +103,7 @@ def finish(instance: DagsterInstance, run: DagsterRun) -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("metastore_url", ["postgresql"], indirect=True)
 def test_per_realm_cap_holds_under_a_burst(
     metastore: Metastore,

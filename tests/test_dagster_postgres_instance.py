@@ -89,6 +89,7 @@ def test_the_shipped_file_configures_the_instance_as_documented(
     assert {"runs", "event_logs", "jobs", "job_ticks"} <= tables
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("metastore_url", ["postgresql"], indirect=True)
 def test_backfill_through_the_run_queue_on_the_shipped_instance(
     metastore: Metastore,

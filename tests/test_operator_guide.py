@@ -72,7 +72,7 @@ COMMAND_TIMEOUT_S = 300
 LONG_RUNNING = ("dagster dev", "dagster-webserver", "dagster-daemon run")
 UPGRADE_SECTION = "8. Upgrading Polaris"
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
 
 # -- the guide -------------------------------------------------------------------------

@@ -182,7 +182,7 @@ class PolarisServer:
 # -- the test ---------------------------------------------------------------------------
 
 
-pytestmark = pytest.mark.lease_policy(lease_timeout_ms=LEASE_TIMEOUT_MS)
+pytestmark = [pytest.mark.lease_policy(lease_timeout_ms=LEASE_TIMEOUT_MS), pytest.mark.slow]
 
 
 def _stop_group(process: subprocess.Popen[bytes]) -> None:

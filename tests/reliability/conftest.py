@@ -190,3 +190,4 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.reliability)
+            item.add_marker(pytest.mark.slow)
