@@ -815,8 +815,7 @@ def test_a_batch_task_purges_without_importing_pyiceberg(tmp_path: Path) -> None
 import sys
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.execution.runner import Runner
-from tests.support.task_job import OLD_MS, drop, step_events, storage_resource, sweep
-from tests.support.tasks import batch_task, purge_child
+from tests.support.tasks import batch_task
 store = Metastore("sqlite:///{tmp_path / "m.db"}")
 store.init_schema()
 task = batch_task("R", [{victim.as_uri()!r}],
