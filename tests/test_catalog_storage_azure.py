@@ -34,8 +34,6 @@ from tests.support.catalog_storage import (
 )
 from tests.support.tasks import batch_task
 
-pytestmark = pytest.mark.xdist_group("azurite")
-
 
 def _wasb(container: str, path: str = "wh", scheme: str = "wasbs") -> str:
     return f"{scheme}://{container}@{ACCOUNT}.blob.core.windows.net/{path}"

@@ -28,8 +28,6 @@ from tests.support.catalog_storage import (
 )
 from tests.support.gcs import FakeGcs, fake_gcs  # noqa: F401
 
-pytestmark = pytest.mark.xdist_group("fake-gcs")
-
 
 @pytest.fixture
 def emulator(fake_gcs: FakeGcs, monkeypatch: pytest.MonkeyPatch) -> FakeGcs:  # noqa: F811

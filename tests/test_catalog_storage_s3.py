@@ -39,8 +39,6 @@ from polaris_pipeline.testing import tables as testing_tables
 from tests.support.catalog_storage import aws_storage_info, iam_s3_table
 from tests.support.s3 import MotoIam
 
-pytestmark = pytest.mark.xdist_group("moto-iam")
-
 # -- decoding ------------------------------------------------------------------------
 
 AWS_DOC = {

@@ -24,7 +24,7 @@ from tests.support.cleanup_sweep import assert_all_ok, sweep
 from tests.support.iceberg import Warehouse
 from tests.support.java import WrittenTable, write_iceberg_tables
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]
+pytestmark = pytest.mark.slow
 
 TABLES = (("t2", 2), ("t3", 3), ("t2_live", 2))
 # The Hadoop catalog's pointer to the current metadata file: no metadata file

@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.xdist_group("packaging")
-
 ROOT = Path(__file__).resolve().parent.parent
 
 USER_DEFS = """

@@ -68,7 +68,7 @@ UI_TIMEOUT_MS = 20_000
 SERVER_START_S = 120
 FIRST_TICK_S = 60
 
-pytestmark = [pytest.mark.timeout(360), pytest.mark.slow, pytest.mark.xdist_group("browser")]
+pytestmark = [pytest.mark.timeout(360), pytest.mark.slow]
 expect.set_options(timeout=UI_TIMEOUT_MS)
 
 
