@@ -4,8 +4,13 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# pytest-xdist workers. Most tests wait on subprocesses, daemons and PostgreSQL rather
+# than compute, so on a 2-core machine more workers than cores pay. loadgroup is
+# tests/support/scheduling.py's: the modules listed there each run on one worker.
+PYTEST_WORKERS ?= 4
+PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadgroup
 
-.PHONY: demo test lint bench services system bytecode clean
+.PHONY: demo test test-fast lint bench services system bytecode clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +39,19 @@ services:
 system:
 	bash scripts/install-system-packages.sh
 
+# Two pytest runs: the tests marked serial (they restart PostgreSQL or time
+# themselves) one at a time with nothing beside them, then every other test in
+# parallel; it prints the last summary line. Both always run; either failing fails.
 test: $(BIN)/.installed bytecode system services lint
-	$(BIN)/pytest
+	@status=0; \
+	$(BIN)/pytest -m serial || status=$$?; \
+	$(BIN)/pytest $(PYTEST_PARALLEL) -m "not serial" || status=$$?; \
+	exit $$status
+
+# The edit loop: everything but the daemon, browser, Spark/Java, operator-guide and
+# reliability tests (marker slow), in parallel.
+test-fast: $(BIN)/.installed bytecode services
+	$(BIN)/pytest $(PYTEST_PARALLEL) -m "not slow"
 
 bench: $(BIN)/.installed bytecode services
 	$(BIN)/python -m bench
