@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.support.scheduling import ONE_WORKER_MODULES
+
 TESTS = Path(__file__).resolve().parent
 
 
@@ -102,3 +104,9 @@ def test_databases_are_created_in_one_place() -> None:
 def test_the_store_and_policy_fixtures_are_defined_once() -> None:
     assert _where_defined("store") == {"tests/support/metastore.py": 1}
     assert _where_defined("policy") == {"tests/support/metastore.py": 1}
+
+
+def test_every_one_worker_module_exists() -> None:
+    # A renamed module would silently leave its group and start its servers on every worker.
+    missing = sorted(m for m in ONE_WORKER_MODULES if not (TESTS.parent / m).is_file())
+    assert missing == []
