@@ -4,8 +4,13 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# pytest-xdist workers. Most tests wait on subprocesses, daemons and PostgreSQL rather
+# than compute, so on a 2-core machine more workers than cores pay. loadgroup is
+# tests/support/scheduling.py's: the modules listed there each run on one worker.
+PYTEST_WORKERS ?= 4
+PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadgroup
 
-.PHONY: demo test lint bench services system bytecode clean
+.PHONY: demo test test-fast lint bench services system bytecode clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +39,26 @@ services:
 system:
 	bash scripts/install-system-packages.sh
 
+# Two pytest runs: the tests marked serial (they restart PostgreSQL or time
+# themselves) one at a time with nothing beside them, then every other test in
+# parallel; it prints the last summary line. Both always run; either failing fails.
+# The parallel run's temporary directory is short: xdist adds popen-gwN/ to every test's
+# path, and an error naming a file under pytest-of-root/pytest-NNN/popen-gwN/ grew past
+# the length at which stored errors are abbreviated (tests/test_guard_roots.py).
 test: $(BIN)/.installed bytecode system services lint
-	$(BIN)/pytest
+	@status=0; tmp=$$(mktemp -d /tmp/pp.XXXXXX); \
+	$(BIN)/pytest -m serial || status=$$?; \
+	$(BIN)/pytest $(PYTEST_PARALLEL) --basetemp=$$tmp -m "not serial" || status=$$?; \
+	if [ $$status -eq 0 ]; then rm -rf $$tmp; else echo "test files kept in $$tmp"; fi; \
+	exit $$status
+
+# The edit loop: everything but the daemon, browser, Spark/Java, operator-guide and
+# reliability tests (marker slow), in parallel.
+test-fast: $(BIN)/.installed bytecode services
+	@tmp=$$(mktemp -d /tmp/pp.XXXXXX); \
+	$(BIN)/pytest $(PYTEST_PARALLEL) --basetemp=$$tmp -m "not slow"; status=$$?; \
+	if [ $$status -eq 0 ]; then rm -rf $$tmp; else echo "test files kept in $$tmp"; fi; \
+	exit $$status
 
 bench: $(BIN)/.installed bytecode services
 	$(BIN)/python -m bench

@@ -6,4 +6,5 @@ pytest_plugins = [
     "tests.support.iceberg",
     "tests.support.dagster",
     "tests.support.daemon_fixtures",
+    "tests.support.scheduling",
 ]

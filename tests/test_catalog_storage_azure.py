@@ -5,7 +5,6 @@ through adlfs with a SAS the sweeper makes from its configured account key.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,18 +32,11 @@ from tests.support.catalog_storage import (
     guard_reasons,
     sweep_batch_error,
 )
-from tests.support.tasks import batch_task, sqlite_metastore
+from tests.support.tasks import batch_task
 
 
 def _wasb(container: str, path: str = "wh", scheme: str = "wasbs") -> str:
     return f"{scheme}://{container}@{ACCOUNT}.blob.core.windows.net/{path}"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Metastore]:
-    store = sqlite_metastore(tmp_path)
-    yield store
-    store.engine.dispose()
 
 
 @pytest.fixture

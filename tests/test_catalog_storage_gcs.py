@@ -8,7 +8,6 @@ exercised here: its access boundary is checked as data instead.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,6 @@ from tests.support.catalog_storage import (
     sweep_batch_error,
 )
 from tests.support.gcs import FakeGcs, fake_gcs  # noqa: F401
-from tests.support.tasks import sqlite_metastore
 
 
 @pytest.fixture
@@ -36,13 +34,6 @@ def emulator(fake_gcs: FakeGcs, monkeypatch: pytest.MonkeyPatch) -> FakeGcs:  # 
     """The sweeper pointed at the emulator the standard way."""
     monkeypatch.setenv(EMULATOR_ENV, fake_gcs.url)
     return fake_gcs
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Metastore]:
-    store = sqlite_metastore(tmp_path)
-    yield store
-    store.engine.dispose()
 
 
 def test_access_boundary_limits_each_bucket_to_the_prefixes() -> None:

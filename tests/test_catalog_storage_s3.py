@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,6 @@ from polaris_pipeline.tasks.model import Prop
 from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.catalog_storage import aws_storage_info, iam_s3_table
 from tests.support.s3 import MotoIam
-from tests.support.tasks import sqlite_metastore
 
 # -- decoding ------------------------------------------------------------------------
 
@@ -238,13 +236,6 @@ def sweeper_identity(moto_iam: MotoIam, monkeypatch: pytest.MonkeyPatch, tmp_pat
 @pytest.fixture
 def recorder(sweeper_identity: None) -> StsRecorder:
     return StsRecorder()
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Metastore]:
-    store = sqlite_metastore(tmp_path)
-    yield store
-    store.engine.dispose()
 
 
 def _drop(store: Metastore, table: Table, storage_info: str) -> int:

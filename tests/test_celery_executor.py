@@ -292,6 +292,7 @@ def test_worker_config_comes_from_the_environment(monkeypatch: pytest.MonkeyPatc
 # -- a table cleanup fanned out over a Celery worker ----------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("metastore_url", ["postgresql"], indirect=True)
 def test_table_cleanup_steps_run_in_the_celery_worker(

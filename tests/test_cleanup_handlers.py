@@ -13,9 +13,7 @@ import dataclasses
 import json
 import re
 import shutil
-from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +42,7 @@ from polaris_pipeline.tasks.payloads import (
 )
 from polaris_pipeline.testing import tables as testing_tables
 from polaris_pipeline.testing import tasks as testing_tasks
+from tests.support.cleanup_sweep import assert_all_ok, sweep
 from tests.support.iceberg import Warehouse, drop_task_row, table_files
 
 UUID_RE = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
@@ -51,64 +50,6 @@ CAPPED = {"write.metadata.previous-versions-max": "2"}
 
 
 # -- the sweep harness ---------------------------------------------------------------
-
-
-@dataclass
-class Run:
-    task: TaskRow
-    result: CleanupResult
-    created: list[NewTask] = field(default_factory=list)
-
-
-def _inserter(
-    queue: deque[TaskRow],
-    created: list[NewTask],
-    after_create: Callable[[], None] | None,
-) -> Callable[[Sequence[NewTask]], Sequence[NewTask]]:
-    def create(children: Sequence[NewTask]) -> Sequence[NewTask]:
-        # Inserted durably first: a failure after this point keeps the children.
-        created.extend(children)
-        queue.extend(testing_tasks.task_row(c) for c in children)
-        if after_create is not None:
-            after_create()
-        return children
-
-    return create
-
-
-def sweep(
-    wh: Warehouse,
-    first: TaskRow,
-    *,
-    fence: Callable[[], None] | None = None,
-    after_create: Callable[[], None] | None = None,
-    max_runs: int = 500,
-    **ctx_kwargs: Any,
-) -> list[Run]:
-    """Run ``first`` and every child it creates, in order, until the queue is empty."""
-    queue: deque[TaskRow] = deque([first])
-    runs: list[Run] = []
-    for _ in range(max_runs):
-        if not queue:
-            return runs
-        task = queue[0]
-        created: list[NewTask] = []
-        create = _inserter(queue, created, after_create)
-        ctx = CleanupContext(
-            task=task,
-            resolver=wh.resolver,
-            config=wh.config,
-            fence=fence or (lambda: None),
-            create_children=create,
-            **ctx_kwargs,
-        )
-        try:
-            result = run_cleanup(ctx)
-        except LeaseLost:
-            continue  # the task stays queued; the next attempt starts from scratch
-        queue.popleft()
-        runs.append(Run(task, result, created))
-    raise AssertionError("sweep did not finish")
 
 
 def run_one(wh: Warehouse, task: TaskRow, **ctx_kwargs: Any) -> tuple[CleanupResult, list[NewTask]]:
@@ -126,11 +67,6 @@ def run_one(wh: Warehouse, task: TaskRow, **ctx_kwargs: Any) -> tuple[CleanupRes
 def stage_sizes(result: CleanupResult) -> list[int]:
     """How many children the handler put in each stage of the engine's plan."""
     return [len(children) for _, children in result.child_stages]
-
-
-def assert_all_ok(runs: list[Run]) -> None:
-    for run in runs:
-        assert run.result.ok, (run.task.name, run.result.error_summary())
 
 
 def full_table(wh: Warehouse, name: str = "t", **kwargs: Any) -> Table:

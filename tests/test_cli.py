@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import os
 import subprocess
@@ -16,10 +15,10 @@ from sqlalchemy import text
 from polaris_pipeline.cli import main
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask, Prop
+from tests.support.cli import POLICY_FLAGS, run, url_of
 from tests.support.iceberg import recorded_drop_task
 from tests.support.tasks import batch_task, seed
 
-POLICY_FLAGS = ["--grace-ms", "0"]
 ENV_VARS = (
     "POLARIS_METASTORE_URL",
     "POLARIS_PIPELINE_REALMS",
@@ -35,16 +34,6 @@ ENV_VARS = (
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ENV_VARS:
         monkeypatch.delenv(name, raising=False)
-
-
-def run(*argv: str) -> tuple[int, str]:
-    out = io.StringIO()
-    code = main(list(argv), out=out)
-    return code, out.getvalue()
-
-
-def url_of(store: Metastore) -> str:
-    return store.url.render_as_string(hide_password=False)
 
 
 def states(url: str, *flags: str) -> dict[str, str]:

@@ -9,9 +9,9 @@ from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Prop
 from polaris_pipeline.testing import tables as testing_tables
 from polaris_pipeline.testing import tasks as testing_tasks
+from tests.support.cli import POLICY_FLAGS, run, url_of
 from tests.support.iceberg import Warehouse
 from tests.support.tasks import batch_task
-from tests.test_cli import POLICY_FLAGS, run, url_of
 
 OLD_MS = 3_600_000
 

@@ -7,7 +7,6 @@ pyiceberg's files by the test.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,14 +21,7 @@ from polaris_pipeline.tasks.model import NewTask
 from polaris_pipeline.testing import tables as testing_tables
 from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import Warehouse, drop_task_row, table_files, write_sidecars
-from tests.support.tasks import batch_task, sqlite_metastore
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Metastore]:
-    s = sqlite_metastore(tmp_path)
-    yield s
-    s.dispose()
+from tests.support.tasks import batch_task
 
 
 def _local(uri: str) -> Path:

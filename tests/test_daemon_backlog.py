@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from dagster import AssetCheckKey, AssetKey, AssetRecordsFilter
 
 from polaris_pipeline.dagster.backlog import (
@@ -26,6 +27,8 @@ from polaris_pipeline.tasks.model import Prop
 from tests.support.daemon import DaemonHarness
 from tests.support.daemon_fixtures import metastore_for
 from tests.support.tasks import batch_task, seed
+
+pytestmark = pytest.mark.slow
 
 ASSET_KEY = AssetKey(ASSET_NAME)
 # Long enough that the live lease below stays live for the whole test.

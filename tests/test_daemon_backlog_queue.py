@@ -18,10 +18,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from dagster import DagsterRunStatus
 
 from tests.support.daemon import DaemonHarness
 from tests.support.daemon_fixtures import existing, metastore_for, orphaned_batch_tasks
+
+pytestmark = pytest.mark.slow
 
 REALM = "POLARIS"
 TASKS = int(os.environ.get("PP_DAEMON_BACKLOG_TASKS", "16"))

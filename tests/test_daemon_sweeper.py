@@ -41,6 +41,8 @@ from tests.support.daemon_fixtures import (
 )
 from tests.support.tasks import batch_task
 
+pytestmark = pytest.mark.slow
+
 REALM = "POLARIS"
 NS = ("ns",)
 

@@ -47,7 +47,6 @@ from polaris_pipeline.dagster.backlog import (
 from polaris_pipeline.dagster.resources import SweeperSettings
 from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.tasks.model import LeasePolicy
 from tests.support.dagster import metastore_resource
 from tests.support.tasks import seed
 
@@ -231,9 +230,7 @@ def test_run_failure_sensor_sends_the_failed_run(instance: DagsterInstance) -> N
     assert "realm: POLARIS" in alert.body and alert.url == f"http://ui/runs/{run.run_id}"
 
 
-@pytest.fixture
-def policy() -> LeasePolicy:
-    return LeasePolicy(lease_timeout_ms=60_000, grace_ms=0, max_attempts=1)
+pytestmark = pytest.mark.lease_policy(max_attempts=1)
 
 
 def test_check_alert_pages_once_when_a_check_starts_failing(

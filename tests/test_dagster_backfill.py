@@ -37,7 +37,7 @@ from polaris_pipeline.dagster.resources import (
 from polaris_pipeline.dagster.sweeper import SweepCursor, polaris_task_sweeper
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.formatting import iso_utc
-from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop
+from polaris_pipeline.tasks.model import NewTask, Prop
 from tests.support.dagster import metastore_resource
 from tests.support.tasks import batch_task, seed
 
@@ -46,10 +46,8 @@ GRACE_MS = 30_000
 OLD_MS = 60 * 60_000
 
 
-@pytest.fixture
-def policy() -> LeasePolicy:
-    # A real grace period, so that pending tasks exist; overrides tests/support/metastore.py.
-    return LeasePolicy(lease_timeout_ms=60_000, grace_ms=GRACE_MS)
+# A real grace period, so that pending tasks exist.
+pytestmark = pytest.mark.lease_policy(grace_ms=GRACE_MS)
 
 
 def tick(

@@ -65,10 +65,8 @@ HOUR_MS = 60 * MINUTE_MS
 ASSET_KEY = AssetKey(ASSET_NAME)
 
 
-@pytest.fixture
-def policy() -> LeasePolicy:
-    # A real grace period, so that pending tasks exist; overrides tests/support/metastore.py.
-    return LeasePolicy(lease_timeout_ms=60_000, grace_ms=GRACE_MS)
+# A real grace period, so that pending tasks exist.
+pytestmark = pytest.mark.lease_policy(grace_ms=GRACE_MS)
 
 
 def refresh(

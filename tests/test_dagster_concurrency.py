@@ -41,8 +41,8 @@ from dagster._serdes import ConfigurableClass, ConfigurableClassData
 from polaris_pipeline.dagster.contract import JOB_NAME, TAG_REALM
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import TaskState
+from tests.support.deploy import dagster_home_from_deploy, deploy_config
 from tests.support.tasks import seed
-from tests.test_dagster_postgres_instance import dagster_home_from_deploy, deploy_config
 
 ROOT = Path(__file__).resolve().parent.parent
 OLD_MS = 60 * 60_000
@@ -103,6 +103,7 @@ def finish(instance: DagsterInstance, run: DagsterRun) -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("metastore_url", ["postgresql"], indirect=True)
 def test_per_realm_cap_holds_under_a_burst(
     metastore: Metastore,

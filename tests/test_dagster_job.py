@@ -28,15 +28,11 @@ from dagster import (
     execute_job,
     reconstructable,
 )
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
-from sqlalchemy.pool import NullPool
 
 from polaris_pipeline.dagster.contract import run_config_for
 from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
     PolarisStorageResource,
-    SweeperSettings,
 )
 from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
 from polaris_pipeline.dagster.task_job import (
@@ -47,13 +43,12 @@ from polaris_pipeline.dagster.task_job import (
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.tasks.model import NewTask, Prop
 from polaris_pipeline.testing import tables as testing_tables
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.dagster import child_summaries, metastore_resource
 from tests.support.iceberg import Warehouse, table_files
-from tests.support.metastore import PG_ADMIN_URL
-from tests.support.tasks import batch_task
+from tests.support.postgres import database_url, throwaway_database
+from tests.support.task_job import OLD_MS, drop, step_events, storage_resource, sweep
+from tests.support.tasks import batch_task, purge_child
 
-OLD_MS = 10 * 60_000
 FAST_RETRIES = RetryPolicy(max_retries=2, delay=0.05)
 NO_TELEMETRY = {"telemetry": {"enabled": False}}
 
@@ -64,20 +59,9 @@ NO_TELEMETRY = {"telemetry": {"enabled": False}}
 @pytest.fixture(scope="session")
 def dagster_pg_url() -> Iterator[str]:
     """A PostgreSQL database for Dagster's own storage, created and dropped by this session."""
-    name = f"pp_dagster_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    # No pool: the drop at the end opens a fresh connection, even if the server
-    # restarted meanwhile.
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    # dagster-postgres talks psycopg2; our metastore uses psycopg 3.
-    url = make_url(PG_ADMIN_URL).set(drivername="postgresql+psycopg2", database=name)
-    try:
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with throwaway_database("pp_dagster") as name:
+        # dagster-postgres talks psycopg2; our metastore uses psycopg 3.
+        yield database_url(name, drivername="postgresql+psycopg2")
 
 
 def _sqlite_instance(home: Path) -> DagsterInstance:
@@ -113,26 +97,6 @@ def sqlite_instance(tmp_path: Path) -> Iterator[DagsterInstance]:
 # -- helpers -----------------------------------------------------------------------
 
 
-def storage_resource(warehouse: Warehouse, moto: Any = None) -> PolarisStorageResource:
-    locations = None
-    if warehouse.kind == "s3":
-        bucket = warehouse.uri.removeprefix("s3://").split("/", 1)[0]
-        locations = [{"prefix": f"s3://{bucket}", "options": moto.storage_options()}]
-    return PolarisStorageResource(locations=locations, allowed_prefixes=[warehouse.uri])
-
-
-def sweep(metastore: PolarisMetastoreResource, instance: DagsterInstance) -> list[RunRequest]:
-    """One sensor tick; the run requests it made."""
-    with build_sensor_context(
-        instance=instance,
-        resources={"metastore": metastore, "sweeper": SweeperSettings(interval_seconds=0)},
-    ) as context:
-        result = polaris_task_sweeper(context)
-    if isinstance(result, SensorResult):
-        return list(result.run_requests or [])
-    return []
-
-
 def execute(
     request: RunRequest,
     instance: DagsterInstance,
@@ -149,27 +113,8 @@ def execute(
     )
 
 
-def drop(store: Metastore, table: Any, realm: str = "POLARIS") -> NewTask:
-    """Polaris's drop-with-purge: the cleanup task, written long enough ago to be orphaned."""
-    task = testing_tasks.drop_table_task(
-        table, realm_id=realm, create_timestamp=store.now_ms() - OLD_MS
-    )
-    store.insert_tasks([task])
-    return task
-
-
 def messages(instance: DagsterInstance, run_id: str) -> list[str]:
     return [entry.user_message for entry in instance.all_logs(run_id)]
-
-
-def step_events(instance: DagsterInstance, run_id: str) -> list[tuple[str, str, float]]:
-    """(event type, step key, timestamp) of every step event of the run."""
-    out = []
-    for entry in instance.all_logs(run_id):
-        event = entry.dagster_event
-        if event is not None and event.step_key:
-            out.append((event.event_type_value, event.step_key, entry.timestamp))
-    return out
 
 
 def files_deleted(result: Any) -> int:
@@ -800,8 +745,6 @@ def test_the_code_location_imports_no_heavy_module() -> None:
 def test_orphaned_children_of_one_purge_run_as_one_run_each_leased_and_recorded(
     metastore: Metastore, tmp_path: Path, sqlite_instance: DagsterInstance
 ) -> None:
-    from tests.test_dagster_sensor import purge_child
-
     root = tmp_path / "wh" / "ns" / "t"
     root.mkdir(parents=True)
     old = metastore.now_ms() - OLD_MS

@@ -9,15 +9,12 @@ file's run launcher, and reads the outcome back from PostgreSQL.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster._core.definitions.run_request import InstigatorType
 from dagster._core.remote_representation.grpc_server_registry import GrpcServerRegistry
@@ -33,37 +30,17 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 from polaris_pipeline.metastore import Metastore
+from tests.support.deploy import dagster_home_from_deploy
 from tests.support.metastore import PG_ADMIN_URL
 from tests.support.tasks import batch_task
 
 ROOT = Path(__file__).resolve().parent.parent
-DEPLOY_YAML = ROOT / "deploy" / "dagster.yaml"
 DAGSTER = str(Path(sys.executable).parent / "dagster")
 OLD_MS = 60 * 60_000
 BACKFILL_JOB = "polaris_realm_backfill_job"
 # As docs/operations.md shows it.
 BACKFILL_COMMAND = [DAGSTER, "job", "launch", "-w", "workspace.yaml", "-j", BACKFILL_JOB]
 _ENDED = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
-
-
-# -- shared with tests/test_dagster_concurrency.py ---------------------------------
-
-
-def deploy_config() -> dict[str, Any]:
-    config = yaml.safe_load(DEPLOY_YAML.read_text())
-    assert isinstance(config, dict)
-    return config
-
-
-def dagster_home_from_deploy(tmp_path: Path, replace: dict[str, Any] | None = None) -> Path:
-    """A DAGSTER_HOME holding deploy/dagster.yaml: copied as is, or with sections replaced."""
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    if replace:
-        (home / "dagster.yaml").write_text(yaml.safe_dump({**deploy_config(), **replace}))
-    else:
-        shutil.copy(DEPLOY_YAML, home / "dagster.yaml")
-    return home
 
 
 def dagster_pg_url(env: dict[str, str]) -> str:
@@ -122,6 +99,7 @@ def test_the_shipped_file_configures_the_instance_as_documented(
     assert {"runs", "event_logs", "jobs", "job_ticks"} <= tables
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("metastore_url", ["postgresql"], indirect=True)
 def test_backfill_through_the_run_queue_on_the_shipped_instance(
     metastore: Metastore,

@@ -30,20 +30,17 @@ from polaris_pipeline.dagster.resources import (
 )
 from polaris_pipeline.dagster.sweeper import SweepCursor, polaris_task_sweeper
 from polaris_pipeline.errors import StorageConfigError
-from polaris_pipeline.metastore import Metastore, new_entity_id
-from polaris_pipeline.tasks import payloads
-from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop, TaskState, TaskType
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.tasks.model import NewTask, Prop, TaskState
 from tests.support.dagster import metastore_resource
-from tests.support.tasks import batch_task, seed
+from tests.support.tasks import batch_task, purge_child, seed
 
 GRACE_MS = 30_000
 OLD_MS = 10 * 60_000
 
 
-@pytest.fixture
-def policy() -> LeasePolicy:
-    # A real grace period, so "fresh" tasks exist; overrides tests/support/metastore.py.
-    return LeasePolicy(lease_timeout_ms=60_000, grace_ms=GRACE_MS)
+# A real grace period, so "fresh" tasks exist.
+pytestmark = pytest.mark.lease_policy(grace_ms=GRACE_MS)
 
 
 @pytest.fixture
@@ -568,27 +565,6 @@ def test_sweeper_settings_from_env() -> None:
 
 
 # -- orphaned children of one purge: one run ------------------------------------------
-
-
-def purge_child(
-    realm: str,
-    parent: str,
-    table: tuple[str, str],
-    files: list[str],
-    *,
-    create_timestamp: int,
-) -> NewTask:
-    """A BATCH child as a Polaris table cleanup names and encodes it."""
-    table_id = payloads.TableIdentifier((table[0],), table[1])
-    data = payloads.encode_batch_cleanup(payloads.BatchCleanupPayload(table_id, tuple(files)))
-    return NewTask(
-        realm_id=realm,
-        id=new_entity_id(),
-        name=payloads.batch_cleanup_task_name(parent, files),
-        properties=payloads.task_properties(TaskType.BATCH_FILE_CLEANUP, data),
-        internal_properties={"storageLocation": f"file:///wh/{table[0]}/{table[1]}"},
-        create_timestamp=create_timestamp,
-    )
 
 
 def test_orphaned_children_of_one_purge_share_a_run(

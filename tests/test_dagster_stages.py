@@ -29,7 +29,7 @@ from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.dagster import child_summaries, metastore_resource
 from tests.support.handlers import replace_table_handler
 from tests.support.iceberg import Warehouse, table_files
-from tests.test_dagster_job import OLD_MS, drop, step_events, storage_resource, sweep
+from tests.support.task_job import OLD_MS, drop, step_events, storage_resource, sweep
 
 MORE_MANIFESTS = ChildStage("more_manifest", "The second half of the manifest children.")
 NOTHING = ChildStage("nothing", "A stage no handler puts a child in.")

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -23,17 +21,9 @@ from polaris_pipeline.tasks.manifest_codec import encode_manifest_file, manifest
 from polaris_pipeline.tasks.model import NewTask, Prop
 from polaris_pipeline.testing import tables as testing_tables
 from tests.support.iceberg import Warehouse, recorded_drop_task, table_files
-from tests.support.tasks import sqlite_metastore
 
 KEEP = ["false", "FALSE", "0", "no", " true", "true ", ""]
 DELETE = ["true", "TRUE", "tRuE", None]  # None: the property is absent
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Metastore]:
-    s = sqlite_metastore(tmp_path)
-    yield s
-    s.dispose()
 
 
 @pytest.mark.parametrize("value", KEEP)

@@ -8,8 +8,6 @@ survive; the refusal must be recorded on the task's row.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from pyiceberg.table import Table
@@ -20,14 +18,6 @@ from polaris_pipeline.storage.uri import same_location
 from polaris_pipeline.tasks.model import NewTask
 from polaris_pipeline.testing import tables as testing_tables
 from tests.support.iceberg import Warehouse, recorded_drop_task, table_files
-from tests.support.tasks import sqlite_metastore
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Metastore]:
-    s = sqlite_metastore(tmp_path)
-    yield s
-    s.dispose()
 
 
 def _sweep(store: Metastore, wh: Warehouse, task: NewTask) -> TaskOutcome:

@@ -41,6 +41,8 @@ from polaris_pipeline.tasks.payloads import (
 )
 from tests.support.java import IcebergJavaJudge, JavaJudgeError, iceberg_java_judge
 
+pytestmark = pytest.mark.slow
+
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 

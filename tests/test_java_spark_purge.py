@@ -20,9 +20,11 @@ import pytest
 from polaris_pipeline.storage.delete import is_crc_sidecar_name
 from polaris_pipeline.storage.uri import split_uri
 from polaris_pipeline.testing import tasks as testing_tasks
+from tests.support.cleanup_sweep import assert_all_ok, sweep
 from tests.support.iceberg import Warehouse
 from tests.support.java import WrittenTable, write_iceberg_tables
-from tests.test_cleanup_handlers import assert_all_ok, sweep
+
+pytestmark = pytest.mark.slow
 
 TABLES = (("t2", 2), ("t3", 3), ("t2_live", 2))
 # The Hadoop catalog's pointer to the current metadata file: no metadata file

@@ -35,13 +35,12 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +57,8 @@ from polaris_pipeline.testing import tables as testing_tables
 from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import table_files
 from tests.support.metastore import PG_ADMIN_URL
+from tests.support.ports import free_port
+from tests.support.postgres import database_url, throwaway_database
 from tests.support.s3 import MotoS3
 from tests.support.tasks import batch_task
 
@@ -72,7 +73,7 @@ COMMAND_TIMEOUT_S = 300
 LONG_RUNNING = ("dagster dev", "dagster-webserver", "dagster-daemon run")
 UPGRADE_SECTION = "8. Upgrading Polaris"
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
 
 # -- the guide -------------------------------------------------------------------------
@@ -271,12 +272,6 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=15)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _base_env(home: Path) -> dict[str, str]:
     return {
         "PATH": f"{BIN}:/usr/local/bin:/usr/bin:/bin",
@@ -290,28 +285,6 @@ def _copy_project_files(cwd: Path) -> None:
     for name in ("workspace.yaml", "deploy/dagster.yaml"):
         (cwd / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, cwd / name)
-
-
-# -- PostgreSQL --------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _pg_database(prefix: str) -> Iterator[str]:
-    """A database created for the test and dropped after it; yields its name."""
-    name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield name
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-
-
-def _admin_url(database: str) -> str:
-    return make_url(PG_ADMIN_URL).set(database=database).render_as_string(hide_password=False)
 
 
 # -- the world the guide's commands act on ------------------------------------------------
@@ -449,7 +422,7 @@ def _scratch(out: str, ctx: Context) -> None:
 
 def _grants(out: str, ctx: Context) -> None:
     assert out.count("GRANT") == 4 and "CREATE ROLE" in out, out
-    engine = create_engine(_admin_url(ctx.database), poolclass=NullPool)
+    engine = create_engine(database_url(ctx.database), poolclass=NullPool)
     try:
         with engine.connect() as conn:
             grants = conn.execute(
@@ -528,7 +501,7 @@ def _deployed(out: str, ctx: Context) -> None:
     # The daemon and the web server came up (checked as they started); the daemon's
     # heartbeats are in Dagster's PostgreSQL database, not in files.
     assert not (Path(_session_env(ctx.session)["DAGSTER_HOME"]) / "history").exists()
-    engine = create_engine(_admin_url(ctx.dagster_db), poolclass=NullPool)
+    engine = create_engine(database_url(ctx.dagster_db), poolclass=NullPool)
     try:
         with engine.connect() as conn:
             beats = conn.execute(text("SELECT count(*) FROM daemon_heartbeats")).scalar_one()
@@ -659,8 +632,8 @@ def test_the_guide_runs_end_to_end_with_exactly_the_documented_grants(
     role = f"pp_guide_{uuid.uuid4().hex[:10]}"
     try:
         with (
-            _pg_database("pp_guide_polaris") as database,
-            _pg_database("pp_guide_dagster") as dagster_db,
+            throwaway_database("pp_guide_polaris") as database,
+            throwaway_database("pp_guide_dagster") as dagster_db,
         ):
             _run_guide(blocks, tmp_path, moto_server, s3_bucket, role, database, dagster_db)
     finally:
@@ -679,13 +652,13 @@ def _run_guide(
     database: str,
     dagster_db: str,
 ) -> None:
-    admin = create_engine(_admin_url(database), isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    admin = create_engine(database_url(database), isolation_level="AUTOCOMMIT", poolclass=NullPool)
     with admin.connect() as conn:
         # A hardened database: nobody connects or creates temp tables unless granted.
         conn.execute(text(f'REVOKE CONNECT, TEMPORARY ON DATABASE "{database}" FROM PUBLIC'))
     admin.dispose()
     # Polaris's tables, owned by the administrator (Polaris's own role here).
-    store = Metastore(_admin_url(database))
+    store = Metastore(database_url(database))
     store.init_schema()
     with store.engine.begin() as conn:
         # init-metastore writes the version row itself now; keep it at 5 either way.
@@ -710,7 +683,7 @@ def _run_guide(
                 bucket=s3_bucket,
                 moto=moto_server,
                 tmp=tmp_path,
-                port=_free_port(),
+                port=free_port(),
             ),
         )
         guide = GUIDE.read_text()

@@ -47,6 +47,7 @@ def _events_stored(database: str) -> int:
         engine.dispose()
 
 
+@pytest.mark.slow
 def test_a_daemon_drains_tasks_through_pgbouncer_on_a_few_server_connections(
     tmp_path: Path, pg_url: str, dagster_pg_env: dict[str, str]
 ) -> None:

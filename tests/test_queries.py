@@ -26,17 +26,13 @@ REALM = "r"
 OLD_MS = 3_600_000
 
 
-@pytest.fixture
-def policy() -> LeasePolicy:
-    """Overrides for the tasks' realm and another: both CASE branches are bound."""
-    return LeasePolicy(
-        lease_timeout_ms=60_000,
-        grace_ms=0,
-        realm_overrides={
-            REALM: RealmOverride(lease_timeout_ms=120_000),
-            "other": RealmOverride(grace_ms=5),
-        },
-    )
+# Overrides for the tasks' realm and another: both CASE branches are bound.
+pytestmark = pytest.mark.lease_policy(
+    realm_overrides={
+        REALM: RealmOverride(lease_timeout_ms=120_000),
+        "other": RealmOverride(grace_ms=5),
+    },
+)
 
 
 def _tasks(store: Metastore) -> tuple[TaskRow, TaskRow]:

@@ -8,16 +8,14 @@ import pytest
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.execution.start import StartAction
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop
+from polaris_pipeline.tasks.model import NewTask, Prop
 from tests.support.tasks import batch_task
 
 OLD_MS = 10 * 60_000
 
 
-@pytest.fixture
-def policy() -> LeasePolicy:
-    # A real grace period, so pending tasks exist; overrides tests/support/metastore.py.
-    return LeasePolicy(lease_timeout_ms=60_000, grace_ms=30_000, max_attempts=3)
+# A real grace period, so pending tasks exist.
+pytestmark = pytest.mark.lease_policy(grace_ms=30_000, max_attempts=3)
 
 
 def insert(store: Metastore, *, old: bool = True, extra: dict[str, str] | None = None) -> NewTask:

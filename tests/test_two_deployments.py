@@ -41,7 +41,6 @@ from sqlalchemy import create_engine, delete
 
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.schema import entities
-from polaris_pipeline.tasks.model import LeasePolicy
 from tests.support.polaris_leaser import polaris_batch_files, polaris_load_tasks
 from tests.support.tasks import batch_task
 
@@ -183,9 +182,7 @@ class PolarisServer:
 # -- the test ---------------------------------------------------------------------------
 
 
-@pytest.fixture
-def policy() -> LeasePolicy:
-    return LeasePolicy(lease_timeout_ms=LEASE_TIMEOUT_MS, grace_ms=0)
+pytestmark = [pytest.mark.lease_policy(lease_timeout_ms=LEASE_TIMEOUT_MS), pytest.mark.slow]
 
 
 def _stop_group(process: subprocess.Popen[bytes]) -> None:

@@ -31,7 +31,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,6 +44,8 @@ from typing import Any
 
 import pytest
 from playwright import sync_api
+
+from tests.support.ports import free_port
 
 expect = sync_api.expect
 
@@ -67,7 +68,7 @@ UI_TIMEOUT_MS = 20_000
 SERVER_START_S = 120
 FIRST_TICK_S = 60
 
-pytestmark = pytest.mark.timeout(360)
+pytestmark = [pytest.mark.timeout(360), pytest.mark.slow]
 expect.set_options(timeout=UI_TIMEOUT_MS)
 
 
@@ -94,7 +95,7 @@ def facts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def server(facts: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``dagster dev`` on the seeded instance; yields its base URL once the sensor ticked."""
-    port = _free_port()
+    port = free_port()
     log_path = tmp_path_factory.mktemp("dagster-dev") / "dagster-dev.log"
     env = _env(
         DAGSTER_HOME=facts["dagster_home"],
@@ -164,12 +165,6 @@ def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("POLARIS_", "DAGSTER_"))}
     env.update(extra)
     return env
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait_until_serving(base: str, proc: subprocess.Popen[bytes], log: Path) -> None:

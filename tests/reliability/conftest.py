@@ -28,7 +28,7 @@ from sqlalchemy.pool import NullPool
 
 from polaris_pipeline.metastore import Metastore
 from tests.reliability.harness import REPO, PgRole, RelDb, Scenario, Workers
-from tests.support.metastore import PG_ADMIN_URL
+from tests.support.postgres import PG_ADMIN_URL, database_url, throwaway_database
 
 RESULTS_ENV = "PP_RELIABILITY_RESULTS"
 DEFAULT_RESULTS = REPO / "build" / "reliability-results"
@@ -50,26 +50,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 @pytest.fixture
 def rel_db() -> Iterator[RelDb]:
-    name = f"pp_rel_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    base, _, _ = PG_ADMIN_URL.rpartition("/")
-    db = RelDb(name, f"{base}/{name}", PG_ADMIN_URL)
-    store = Metastore(db.url)
-    store.init_schema()
-    store.dispose()
-    try:
+    with throwaway_database("pp_rel") as name:
+        db = RelDb(name, database_url(name), PG_ADMIN_URL)
+        store = Metastore(db.url)
+        store.init_schema()
+        store.dispose()
         yield db
-    finally:
-        for _ in range(30):
-            try:
-                with admin.connect() as conn:
-                    conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-                break
-            except Exception:
-                time.sleep(1)  # PostgreSQL restarting: try again
-        admin.dispose()
 
 
 @pytest.fixture
@@ -204,3 +190,4 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.reliability)
+            item.add_marker(pytest.mark.slow)

@@ -210,6 +210,7 @@ def _pg_ready() -> bool:
     )
 
 
+@pytest.mark.serial
 @pytest.mark.scenario(4, "Database faults: a real PostgreSQL restart mid-sweep")
 def test_postgres_restart_mid_sweep(
     rel_db: RelDb, pg_role: PgRole, workers: Workers, scenario: Scenario, tmp_path: Path

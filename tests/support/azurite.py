@@ -21,7 +21,8 @@ from urllib.parse import unquote
 
 import pytest
 
-from tests.support.s3 import free_port, stop_process, wait_http
+from tests.support.ports import free_port
+from tests.support.s3 import stop_process, wait_http
 
 ROOT = Path(__file__).resolve().parents[2]
 AZURITE_BLOB = ROOT / ".cache" / "storage-emulators" / "node_modules" / ".bin" / "azurite-blob"

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from dagster import DagsterInstance
-from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.pool import NullPool
 
 from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
@@ -20,7 +16,7 @@ from polaris_pipeline.dagster.resources import (
     clear_storage_cache,
 )
 from polaris_pipeline.metastore import Metastore
-from tests.support.metastore import PG_ADMIN_URL
+from tests.support.postgres import PG_ADMIN_URL, throwaway_database
 
 
 @pytest.fixture(autouse=True)
@@ -44,11 +40,7 @@ def instance(tmp_path: Path) -> Iterator[DagsterInstance]:
 def dagster_pg_env() -> Iterator[dict[str, str]]:
     """DAGSTER_PG_* (as both deploy/*.yaml read them) for a database made for one test."""
     admin_url = make_url(PG_ADMIN_URL)
-    name = f"pp_dagster_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
+    with throwaway_database("pp_dagster") as name:
         yield {
             "DAGSTER_PG_HOST": admin_url.host or "127.0.0.1",
             "DAGSTER_PG_PORT": str(admin_url.port or 5432),
@@ -56,10 +48,6 @@ def dagster_pg_env() -> Iterator[dict[str, str]]:
             "DAGSTER_PG_PASSWORD": admin_url.password or "",
             "DAGSTER_PG_DB": name,
         }
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 def child_summaries(result: Any, node: str) -> list[dict[str, Any]]:

@@ -1,45 +1,32 @@
 """Metastore fixtures: every metastore test runs on PostgreSQL and on SQLite.
 
-PostgreSQL: one fresh database per test session (created here, dropped at the
-end), and a fresh ``polaris_schema`` per test inside it. SQLite: a fresh file
+PostgreSQL: one fresh database per test session, i.e. per xdist worker (created
+here, dropped at the end), and a fresh ``polaris_schema`` per test inside it. SQLite: a fresh file
 per test.
 """
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
-from sqlalchemy.pool import NullPool
 
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import LeasePolicy
-
-PG_ADMIN_URL = os.environ.get(
-    "POLARIS_PIPELINE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-)
+from tests.support.postgres import PG_ADMIN_URL as PG_ADMIN_URL
+from tests.support.postgres import database_url, throwaway_database
+from tests.support.tasks import sqlite_metastore
 
 
 @pytest.fixture(scope="session")
 def pg_database() -> Iterator[str]:
-    """A database created for this test run and dropped afterwards; yields its URL."""
-    name = f"pp_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    base, _, _ = PG_ADMIN_URL.rpartition("/")
-    try:
-        yield f"{base}/{name}"
-    finally:
-        # A fresh engine: a test may have restarted PostgreSQL, killing pooled connections.
-        admin.dispose()
-        dropper = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-        with dropper.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        dropper.dispose()
+    """A database created for this test run (one per xdist worker) and dropped afterwards;
+    yields its URL."""
+    with throwaway_database("pp_test") as name:
+        yield database_url(name)
 
 
 def _reset_pg_schema(url: str) -> None:
@@ -60,8 +47,14 @@ def metastore_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
 
 
 @pytest.fixture
-def policy() -> LeasePolicy:
-    return LeasePolicy(lease_timeout_ms=60_000, grace_ms=0)
+def policy(request: pytest.FixtureRequest) -> LeasePolicy:
+    """The lease policy of ``metastore``: a one-minute lease, no grace period. A module
+    or a test asks for another with ``@pytest.mark.lease_policy(**LeasePolicy fields)``."""
+    marker = request.node.get_closest_marker("lease_policy")
+    fields: dict[str, Any] = {"lease_timeout_ms": 60_000, "grace_ms": 0}
+    if marker is not None:
+        fields.update(marker.kwargs)
+    return LeasePolicy(**fields)
 
 
 @pytest.fixture
@@ -71,3 +64,11 @@ def metastore(metastore_url: str, policy: LeasePolicy) -> Iterator[Metastore]:
     store.init_schema()
     yield store
     store.dispose()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Metastore]:
+    """A metastore on a SQLite file of this test, schema created (``sqlite_metastore``)."""
+    sqlite = sqlite_metastore(tmp_path)
+    yield sqlite
+    sqlite.dispose()

@@ -28,6 +28,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.pool import NullPool
 
+from tests.support.ports import free_port
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO_ROOT / "deploy" / "pgbouncer" / "pgbouncer.ini"
 POOL_SETTINGS = REPO_ROOT / "deploy" / "pgbouncer" / "dagster-pool.ini"
@@ -105,13 +107,6 @@ def local_config(
     return example + f"\nunix_socket_dir =\nlogfile = {workdir / 'pgbouncer.log'}\n"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _pgbouncer_binary() -> str:
     found = shutil.which("pgbouncer", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
     if found is None:
@@ -140,7 +135,7 @@ def running_pgbouncer(
     server = make_url(server_url)
     username = server.username or "postgres"
     password = secrets.token_urlsafe(16)
-    port = _free_port()
+    port = free_port()
     as_root = os.geteuid() == 0
     with tempfile.TemporaryDirectory(prefix="pp_pgbouncer_") as tmp:
         workdir = Path(tmp)

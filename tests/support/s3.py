@@ -20,7 +20,6 @@ import logging
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from polaris_pipeline.storage.config import StorageConfig, StorageRule
+from tests.support.ports import free_port
 
 
 @dataclass(frozen=True)
@@ -177,13 +177,6 @@ class MotoIam:
             if found:
                 seen[found.group(1)] = headers.get("X-Amz-Security-Token", "")
         return seen
-
-
-def free_port() -> int:
-    """A port of 127.0.0.1 free right now, for a server started by a test."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_http(

@@ -9,8 +9,9 @@ from typing import Any
 
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.metastore.schema import version as version_table
+from polaris_pipeline.tasks import payloads
 from polaris_pipeline.tasks.manifest_codec import ManifestFileRef
-from polaris_pipeline.tasks.model import TASK_TYPE_CODE, LeasePolicy, NewTask, Prop
+from polaris_pipeline.tasks.model import TASK_TYPE_CODE, LeasePolicy, NewTask, Prop, TaskType
 
 # The tableId every hand-written payload here names.
 TABLE_ID = {"namespace": ["ns"], "name": "t"}
@@ -155,3 +156,24 @@ def set_schema_version(store: Metastore, value: int | None) -> None:
         conn.execute(version_table.delete().where(version_table.c.version_key == "version"))
         if value is not None:
             conn.execute(version_table.insert().values(version_key="version", version_value=value))
+
+
+def purge_child(
+    realm: str,
+    parent: str,
+    table: tuple[str, str],
+    files: list[str],
+    *,
+    create_timestamp: int,
+) -> NewTask:
+    """A BATCH child as a Polaris table cleanup names and encodes it."""
+    table_id = payloads.TableIdentifier((table[0],), table[1])
+    data = payloads.encode_batch_cleanup(payloads.BatchCleanupPayload(table_id, tuple(files)))
+    return NewTask(
+        realm_id=realm,
+        id=new_entity_id(),
+        name=payloads.batch_cleanup_task_name(parent, files),
+        properties=payloads.task_properties(TaskType.BATCH_FILE_CLEANUP, data),
+        internal_properties={"storageLocation": f"file:///wh/{table[0]}/{table[1]}"},
+        create_timestamp=create_timestamp,
+    )
