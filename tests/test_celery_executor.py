@@ -49,7 +49,7 @@ from polaris_pipeline.dagster.celery import (
     build_polaris_celery_task_job,
     celery_executor_config,
 )
-from polaris_pipeline.dagster.contract import JOB_NAME
+from polaris_pipeline.dagster.contract import FINISH_STEP, JOB_NAME
 from polaris_pipeline.dagster.sweeper import SENSOR_NAME
 from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.metastore import URL_ENV, Metastore
@@ -379,6 +379,7 @@ def test_table_cleanup_steps_run_in_the_celery_worker(
     }
     expected_steps = (
         {"run_polaris_task", "release_metadata_children", "release_current_metadata_children"}
+        | {FINISH_STEP}  # the table's last step: its unreferenced-files phase
         | {f"run_manifest_children[{key}]" for key in manifests}
         | {f"run_metadata_children[{key}]" for key in later}
         | {f"run_current_metadata_children[{key}]" for key in final}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ from tests.support.dagster import metastore_resource
 from tests.support.gcs import FakeGcs, fake_gcs  # noqa: F401
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.s3 import MotoIam
-from tests.support.tasks import batch_task, sqlite_metastore
+from tests.support.tasks import batch_task
 
 OLD_MS = 10 * 60_000
 
@@ -201,13 +201,6 @@ LOCAL_PAIRS = [
     ("bare", "file:/"),
 ]
 LOCAL_IDS = [f"{a}-vs-{b}" for a, b in LOCAL_PAIRS]
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Metastore]:
-    s = sqlite_metastore(tmp_path)
-    yield s
-    s.dispose()
 
 
 def _path(uri: str) -> str:

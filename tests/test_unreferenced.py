@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,7 +32,6 @@ from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
 from polaris_pipeline.testing import tables as testing_tables
 from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import Warehouse, table_files
-from tests.support.tasks import sqlite_metastore
 from tests.support.unreferenced import (
     NAMESPACE_TYPE_CODE,
     add_unreferenced,
@@ -41,13 +39,6 @@ from tests.support.unreferenced import (
     settle,
     write_object,
 )
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Metastore]:
-    s = sqlite_metastore(tmp_path)
-    yield s
-    s.dispose()
 
 
 @dataclasses.dataclass

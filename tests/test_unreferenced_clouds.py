@@ -7,7 +7,7 @@ nothing under the table and the neighbour whole; ``report`` lists and keeps all.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,7 +27,6 @@ from tests.support.catalog_storage import (
     gcs_storage_info,
 )
 from tests.support.gcs import EMULATOR_ENV, FakeGcs, fake_gcs  # noqa: F401
-from tests.support.tasks import sqlite_metastore
 from tests.support.unreferenced import settle
 
 STRAYS = (
@@ -35,13 +34,6 @@ STRAYS = (
     "data/zz=1/00001-9-attempt.parquet",
     "metadata/0-old.metadata.json",
 )
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Metastore]:
-    s = sqlite_metastore(tmp_path)
-    yield s
-    s.dispose()
 
 
 class Cloud:

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from dagster import AssetRecordsFilter, DagsterInstance
 from pyiceberg.table import Table
 
@@ -20,15 +17,7 @@ from polaris_pipeline.testing import tables as testing_tables
 from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.dagster import metastore_resource
 from tests.support.iceberg import Warehouse, table_files
-from tests.support.tasks import sqlite_metastore
 from tests.support.unreferenced import add_unreferenced, live_entity, settle
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Metastore]:
-    s = sqlite_metastore(tmp_path)
-    yield s
-    s.dispose()
 
 
 def _run(
