@@ -43,6 +43,13 @@ def open_metastore(settings: PipelineSettings, *, read_only: bool) -> Metastore:
     return Metastore(policy=settings.policy, engine=engine)
 
 
+def checked_metastore(settings: PipelineSettings, *, read_only: bool) -> Metastore:
+    """``open_metastore``, its schema checked: what every command but ``init`` starts with."""
+    store = open_metastore(settings, read_only=read_only)
+    store.check_schema()
+    return store
+
+
 def storage_config(settings: PipelineSettings) -> StorageConfig:
     """The storage config the settings name, else the default (fsspec's own options)."""
     if settings.storage_config:

@@ -13,8 +13,8 @@ from typing import Any, TextIO
 from polaris_pipeline.cli.context import (
     EXIT_OK,
     EXIT_TASK_FAILED,
+    checked_metastore,
     find_task,
-    open_metastore,
     settings_for,
     storage_config,
 )
@@ -48,8 +48,7 @@ def _nothing_available(store: Metastore, realms: list[str] | None) -> str:
 
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     settings = settings_for(args)
-    store = open_metastore(settings, read_only=False)
-    store.check_schema()
+    store = checked_metastore(settings, read_only=False)
     task = find_task(store, args.task_id, args.realm, settings.realm_list())
     report = OutcomeReport(out, as_json=args.json)
     with _runner(settings, store, report, "run") as runner:
@@ -79,8 +78,7 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
     realms = settings.realm_list()
     if args.dry_run:
         return _dry_run(settings, realms, out, as_json=args.json)
-    store = open_metastore(settings, read_only=False)
-    store.check_schema()
+    store = checked_metastore(settings, read_only=False)
     report = OutcomeReport(out, as_json=args.json)
     with _runner(settings, store, report, "sweep") as runner:
         report.progress.status(f"sweeping {store.display_url} …")
@@ -102,8 +100,7 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
 def _dry_run(
     settings: PipelineSettings, realms: list[str] | None, out: TextIO, *, as_json: bool
 ) -> int:
-    store = open_metastore(settings, read_only=True)
-    store.check_schema()
+    store = checked_metastore(settings, read_only=True)
     config = storage_config(settings)
     with Runner(
         store, config, write_task_events=settings.task_events, unreferenced=settings.unreferenced

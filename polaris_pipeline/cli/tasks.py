@@ -12,6 +12,7 @@ from typing import TextIO
 from polaris_pipeline.cli.context import (
     EXIT_ERROR,
     EXIT_OK,
+    checked_metastore,
     find_task,
     open_metastore,
     settings_for,
@@ -41,8 +42,7 @@ def cmd_init(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
     settings = settings_for(args)
-    store = open_metastore(settings, read_only=True)
-    store.check_schema()
+    store = checked_metastore(settings, read_only=True)
     now, rows = store.tasks_with_state(settings.realm_list())
     if args.state:
         rows = [(t, s) for t, s in rows if s.value in args.state]
@@ -55,8 +55,7 @@ def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     settings = settings_for(args)
-    store = open_metastore(settings, read_only=True)
-    store.check_schema()
+    store = checked_metastore(settings, read_only=True)
     task = find_task(store, args.task_id, args.realm, settings.realm_list())
     now = store.now_ms()
     state = task.state(now, store.policy)
@@ -69,8 +68,7 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_requeue(args: argparse.Namespace, out: TextIO) -> int:
     settings = settings_for(args)
-    store = open_metastore(settings, read_only=False)
-    store.check_schema()
+    store = checked_metastore(settings, read_only=False)
     task = find_task(store, args.task_id, args.realm, settings.realm_list())
     state = store.requeue(task.realm_id, task.id)
     print(f"requeued task {task.id} in realm {task.realm_id!r}: now {state.value}", file=out)
@@ -81,8 +79,7 @@ def cmd_discard(args: argparse.Namespace, out: TextIO) -> int:
     if bool(args.task_ids) == bool(args.all_unhandled):
         raise ValueError("name the tasks to discard by ID, or pass --all-unhandled (not both)")
     settings = settings_for(args)
-    store = open_metastore(settings, read_only=args.dry_run)
-    store.check_schema()
+    store = checked_metastore(settings, read_only=args.dry_run)
     results = store.discard_unhandled(
         args.task_ids or None, settings.realm_list(), dry_run=args.dry_run
     )

@@ -55,7 +55,7 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.elements import ColumnElement, TextClause
 
 from polaris_pipeline.metastore import predicates
 from polaris_pipeline.metastore.connection import DB_NOW_MS
@@ -144,9 +144,11 @@ NOW = Query(
 
 # ----------------------------------------------------------------------- reads
 
-# A loose index scan over the primary key visits one row per realm, then one
-# index probe per realm for a task: never the whole entities table.
-_REALMS_POSTGRESQL = text(f"""
+
+# A loose index scan over the primary key visits one row per realm (then, for REALMS,
+# one index probe per realm for a task): never the whole entities table.
+def _realm_scan(condition: str) -> TextClause:
+    return text(f"""
 WITH RECURSIVE r AS (
     (SELECT realm_id FROM {POLARIS_SCHEMA}.entities ORDER BY realm_id LIMIT 1)
     UNION ALL
@@ -155,15 +157,19 @@ WITH RECURSIVE r AS (
     FROM r WHERE r.realm_id IS NOT NULL
 )
 SELECT r.realm_id FROM r
-WHERE r.realm_id IS NOT NULL AND EXISTS (
-    SELECT 1 FROM {POLARIS_SCHEMA}.entities e
-    WHERE e.realm_id = r.realm_id AND {predicates.TASK_ROWS})
+WHERE r.realm_id IS NOT NULL{condition}
 ORDER BY 1
 """)
 
+
 REALMS = Query(
     "REALMS",
-    postgresql=_constant(_REALMS_POSTGRESQL),
+    postgresql=_constant(
+        _realm_scan(f"""
+AND EXISTS (
+    SELECT 1 FROM {POLARIS_SCHEMA}.entities e
+    WHERE e.realm_id = r.realm_id AND {predicates.TASK_ROWS})""")
+    ),
     sqlite=_constant(
         select(entities.c.realm_id).where(_task_rows(None)).distinct().order_by(entities.c.realm_id)
     ),
@@ -171,20 +177,9 @@ REALMS = Query(
 
 # Every realm with any entity (the overlap check of ``metastore/overlap.py`` asks each
 # in turn): the same loose index scan, without the task condition.
-_ENTITY_REALMS_POSTGRESQL = text(f"""
-WITH RECURSIVE r AS (
-    (SELECT realm_id FROM {POLARIS_SCHEMA}.entities ORDER BY realm_id LIMIT 1)
-    UNION ALL
-    SELECT (SELECT e.realm_id FROM {POLARIS_SCHEMA}.entities e
-            WHERE e.realm_id > r.realm_id ORDER BY e.realm_id LIMIT 1)
-    FROM r WHERE r.realm_id IS NOT NULL
-)
-SELECT r.realm_id FROM r WHERE r.realm_id IS NOT NULL ORDER BY 1
-""")
-
 ENTITY_REALMS = Query(
     "ENTITY_REALMS",
-    postgresql=_constant(_ENTITY_REALMS_POSTGRESQL),
+    postgresql=_constant(_realm_scan("")),
     sqlite=_constant(select(entities.c.realm_id).distinct().order_by(entities.c.realm_id)),
 )
 
