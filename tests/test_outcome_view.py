@@ -14,10 +14,9 @@ from collections import Counter
 from polaris_pipeline.cleanup.context import CleanupResult
 from polaris_pipeline.errors import GuardRefusal
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
+from polaris_pipeline.report.fields import OUTCOME_FIELDS, SIZES_UNREPORTED
 from polaris_pipeline.report.nothing_available import no_orphans_reason
 from polaris_pipeline.report.outcome_view import (
-    OUTCOME_FIELDS,
-    SIZES_UNREPORTED,
     OutcomeView,
     per_task_metadata,
     totals_json,

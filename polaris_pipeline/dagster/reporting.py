@@ -35,7 +35,7 @@ from dagster._core.storage.dagster_run import DagsterRun
 
 from polaris_pipeline.dagster.contract import TAG_TOTAL
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR, PolarisTranslator, tag_value
-from polaris_pipeline.report.outcome_view import UNREFERENCED
+from polaris_pipeline.report.fields import UNREFERENCED
 from polaris_pipeline.report.totals import OutcomeTotals
 
 REPORT_SENSOR_NAME = "polaris_run_report"

@@ -27,7 +27,8 @@ from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.task_step import open_step
 from polaris_pipeline.dagster.translator import PolarisTranslator
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
-from polaris_pipeline.report.outcome_view import UNREFERENCED, UNREFERENCED_FIELDS, OutcomeView
+from polaris_pipeline.report.fields import UNREFERENCED, UNREFERENCED_FIELDS
+from polaris_pipeline.report.outcome_view import OutcomeView
 from polaris_pipeline.tasks.model import Lease, TaskRow
 
 LEASE_KEY, MODE_KEY, ROW_KEY = "lease", "mode", "row"

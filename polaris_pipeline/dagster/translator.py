@@ -29,8 +29,9 @@ from dagster import AssetKey, AssetMaterialization, MetadataValue
 from polaris_pipeline.dagster import contract
 from polaris_pipeline.dagster.tables import ASSET_KEY_PREFIX, TableRef, table_of
 from polaris_pipeline.execution.outcome import TaskOutcome
+from polaris_pipeline.report.fields import UNREFERENCED
 from polaris_pipeline.report.formatting import iso_utc_seconds, quoted_task_label
-from polaris_pipeline.report.outcome_view import UNREFERENCED, OutcomeView, per_task_metadata
+from polaris_pipeline.report.outcome_view import OutcomeView, per_task_metadata
 from polaris_pipeline.report.totals import PERMANENT, STATUS, OutcomeTotals
 from polaris_pipeline.storage.uri import split_uri
 from polaris_pipeline.tasks.model import TaskRow

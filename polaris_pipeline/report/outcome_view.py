@@ -4,8 +4,8 @@ Every surface that shows an outcome takes it from here: the CLI's per-task line
 and ``--json`` record, a Dagster step's output, log line and metadata (read back
 into a run's total by the run report and the demo), the realm backfill's log.
 The numbers of an outcome have one name per surface, all in one list,
-``OUTCOME_FIELDS`` (number: CLI ``--json`` key / Dagster metadata label / step
-output key):
+``OUTCOME_FIELDS`` of ``report/fields.py`` (number: CLI ``--json`` key / Dagster
+metadata label / step output key):
 
 - ``files_deleted``: ``files_deleted`` / ``files deleted`` / ``deleted``
 - ``files_missing``: ``already_gone`` / ``files already gone`` / --
@@ -36,6 +36,13 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
+from polaris_pipeline.report.fields import (
+    OUTCOME_FIELDS,
+    SIZES_UNREPORTED,
+    UNREFERENCED,
+    UNREFERENCED_FIELDS,
+    OutcomeField,
+)
 from polaris_pipeline.report.formatting import (
     add_json_times,
     error_cause,
@@ -45,54 +52,11 @@ from polaris_pipeline.report.formatting import (
     short_task_name,
     truncate,
 )
+from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.tasks.summary import PayloadSummary, summarize, task_type_name
 
 if TYPE_CHECKING:
     from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
-    from polaris_pipeline.report.totals import OutcomeTotals
-
-
-@dataclass(frozen=True)
-class OutcomeField:
-    """One number of an outcome, named once per surface (None: not on that surface)."""
-
-    attr: str  # the attribute of OutcomeView and of OutcomeTotals
-    json_key: str | None  # the CLI's --json
-    label: str  # Dagster metadata of a step or a run
-    output_key: str | None  # a task step's output value
-
-
-OUTCOME_FIELDS: tuple[OutcomeField, ...] = (
-    OutcomeField("files_deleted", "files_deleted", "files deleted", "deleted"),
-    OutcomeField("files_missing", "already_gone", "files already gone", None),
-    # Metadata: an int, what storage reported (a lower bound when some reported none).
-    OutcomeField("bytes_freed", "bytes_freed", "bytes freed", "bytes_freed"),
-    OutcomeField("refused", "paths_refused", "refused paths", "refused"),
-    # The CLI's JSON lists the children's ids instead (``children``).
-    OutcomeField("child_tasks", None, "child tasks", "children"),
-)
-# Tasks whose storage reported no sizes: ``bytes freed`` is then a lower bound.
-SIZES_UNREPORTED = "tasks without sizes"
-
-# A dropped table's unreferenced files (``cleanup/unreferenced.py``), on the same
-# surfaces; apart from OUTCOME_FIELDS, whose five numbers every total adds up. Files
-# and bytes are what was deleted (``delete``) or would go (``report``, a dry run).
-UNREFERENCED_FIELDS: tuple[OutcomeField, ...] = (
-    OutcomeField(
-        "unreferenced_files", "unreferenced_files", "unreferenced files", "unreferenced_files"
-    ),
-    OutcomeField(
-        "unreferenced_bytes", "unreferenced_bytes", "unreferenced bytes", "unreferenced_bytes"
-    ),
-    OutcomeField(
-        "unreferenced_kept_newer",
-        "unreferenced_kept_newer",
-        "unreferenced kept as newer than the drop",
-        "unreferenced_kept_newer",
-    ),
-)
-# The metadata entry and JSON key holding the phase's whole report (its one line).
-UNREFERENCED = "unreferenced"
 
 
 @dataclass(frozen=True)
@@ -362,11 +326,6 @@ def totals_json(totals: OutcomeTotals) -> dict[str, Any]:
 
 
 __all__ = [
-    "OUTCOME_FIELDS",
-    "SIZES_UNREPORTED",
-    "UNREFERENCED",
-    "UNREFERENCED_FIELDS",
-    "OutcomeField",
     "OutcomeView",
     "per_task_metadata",
     "totals_json",

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
+from polaris_pipeline.report.fields import OUTCOME_FIELDS, SIZES_UNREPORTED
 from polaris_pipeline.report.formatting import format_bytes
-from polaris_pipeline.report.outcome_view import OUTCOME_FIELDS, SIZES_UNREPORTED
 
 if TYPE_CHECKING:
     from polaris_pipeline.cleanup.context import CleanupResult

@@ -1,0 +1,62 @@
+"""The numbers of an outcome, each named once per surface (CLI JSON key, Dagster metadata
+label, step output key): the leaf ``outcome_view`` and ``totals`` both read.
+
+The CLI's JSON keys and the metadata labels are public (scripts; the run report
+reads the labels back: ``OutcomeTotals.add_step``): never rename one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class OutcomeField:
+    """One number of an outcome, named once per surface (None: not on that surface)."""
+
+    attr: str  # the attribute of OutcomeView and of OutcomeTotals
+    json_key: str | None  # the CLI's --json
+    label: str  # Dagster metadata of a step or a run
+    output_key: str | None  # a task step's output value
+
+
+OUTCOME_FIELDS: tuple[OutcomeField, ...] = (
+    OutcomeField("files_deleted", "files_deleted", "files deleted", "deleted"),
+    OutcomeField("files_missing", "already_gone", "files already gone", None),
+    # Metadata: an int, what storage reported (a lower bound when some reported none).
+    OutcomeField("bytes_freed", "bytes_freed", "bytes freed", "bytes_freed"),
+    OutcomeField("refused", "paths_refused", "refused paths", "refused"),
+    # The CLI's JSON lists the children's ids instead (``children``).
+    OutcomeField("child_tasks", None, "child tasks", "children"),
+)
+# Tasks whose storage reported no sizes: ``bytes freed`` is then a lower bound.
+SIZES_UNREPORTED = "tasks without sizes"
+
+# A dropped table's unreferenced files (``cleanup/unreferenced.py``), on the same
+# surfaces; apart from OUTCOME_FIELDS, whose five numbers every total adds up. Files
+# and bytes are what was deleted (``delete``) or would go (``report``, a dry run).
+UNREFERENCED_FIELDS: tuple[OutcomeField, ...] = (
+    OutcomeField(
+        "unreferenced_files", "unreferenced_files", "unreferenced files", "unreferenced_files"
+    ),
+    OutcomeField(
+        "unreferenced_bytes", "unreferenced_bytes", "unreferenced bytes", "unreferenced_bytes"
+    ),
+    OutcomeField(
+        "unreferenced_kept_newer",
+        "unreferenced_kept_newer",
+        "unreferenced kept as newer than the drop",
+        "unreferenced_kept_newer",
+    ),
+)
+# The metadata entry and JSON key holding the phase's whole report (its one line).
+UNREFERENCED = "unreferenced"
+
+
+__all__ = [
+    "OUTCOME_FIELDS",
+    "SIZES_UNREPORTED",
+    "UNREFERENCED",
+    "UNREFERENCED_FIELDS",
+    "OutcomeField",
+]
