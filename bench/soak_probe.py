@@ -150,7 +150,7 @@ def overlapping_holders(
     attempt N ended: its recorded end (a failure), else the end of its run (a
     Dagster run's executor), else its lease's lapse (last start seen + lease
     timeout: a Polaris executor that died). One attempt changing hands is
-    counted too (``take_over`` of a run retry; the soak kills nothing).
+    counted too (a hand-over within one attempt; the soak kills nothing).
     """
     found: list[dict[str, Any]] = []
     for h in rows.values():

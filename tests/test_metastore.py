@@ -12,6 +12,7 @@ from polaris_pipeline.errors import LeaseLost, MetastoreError, SchemaMismatchErr
 from polaris_pipeline.metastore import CompleteOutcome, FailOutcome, Metastore
 from polaris_pipeline.metastore.schema import entities
 from polaris_pipeline.tasks.model import LeasePolicy, Prop, TaskState
+from tests.support.metastore import restart_lease
 from tests.support.tasks import batch_task, insert_raw_task, seed
 
 
@@ -171,7 +172,7 @@ def test_expired_lease_is_released_to_another_executor(metastore: Metastore) -> 
     assert second.attempt == first.attempt + 1
     # The first holder's fencing check now fails, and so does every move it makes.
     assert metastore.holds(first) is False
-    assert metastore.renew(first) is None
+    assert restart_lease(metastore, first) is None
     assert metastore.complete(first) is CompleteOutcome.LEASE_LOST
     assert metastore.fail(first, "late").outcome is FailOutcome.LEASE_LOST
     assert metastore.holds(second) is True
@@ -207,7 +208,7 @@ def test_renew_extends_lease_and_keeps_holder(metastore: Metastore) -> None:
     (task,) = seed(metastore, "r1", 1)
     (lease,) = metastore.lease_available("e", 1)
     _age_lease(metastore, "r1", task.id, metastore.policy.lease_timeout_ms - 1_000)
-    renewed = metastore.renew(lease)
+    renewed = restart_lease(metastore, lease)
     assert renewed is not None and renewed.entity_version > lease.entity_version
     row = metastore.get_task("r1", task.id)
     assert row is not None and metastore.now_ms() - (row.start_time_ms or 0) < 5_000
@@ -218,7 +219,7 @@ def test_renew_extends_lease_and_keeps_holder(metastore: Metastore) -> None:
 def test_take_over_moves_lease_to_new_executor(metastore: Metastore) -> None:
     seed(metastore, "r1", 1)
     (lease,) = metastore.lease_available("sensor", 1)
-    run = metastore.take_over(lease, "run-123")
+    run = restart_lease(metastore, lease, "run-123")
     assert run is not None and run.attempt == lease.attempt
     assert metastore.holds(run) and not metastore.holds(lease)
 

@@ -170,16 +170,6 @@ class Runner:
             self.heartbeat.watch(realm)
         return leases
 
-    def adopt(self, lease: Lease) -> Lease | None:
-        """Take over a lease granted to another executor id (the sensor's) for this runner."""
-        if lease.executor_id == self.executor_id:
-            mine: Lease | None = lease
-        else:
-            mine = self.metastore.take_over(lease, self.executor_id)
-        if mine is not None:
-            self.heartbeat.watch(mine.realm_id)
-        return mine
-
     def start(
         self, realm_id: str, task_id: int, *, operator: bool = False, may_adopt: bool = True
     ) -> StartDecision:
@@ -238,7 +228,7 @@ class Runner:
         failures are always recorded.
         """
         if lease.executor_id != self.executor_id:
-            raise ValueError("adopt() a lease granted to another executor before executing it")
+            raise ValueError("a lease granted to another executor is not this runner's to execute")
         self.heartbeat.watch(lease.realm_id)
         task = self.metastore.get_task(lease.realm_id, lease.task_id)
         if task is None:

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import islice
-from typing import Any, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
 from sqlalchemy import Engine, Executable
 from sqlalchemy.engine import Connection
@@ -403,20 +403,6 @@ class Metastore:
             task = self._get(conn, lease.realm_id, lease.task_id)
             return transitions.holds(task, lease, self.now_ms(conn), self.policy)
 
-    def renew(self, lease: Lease) -> Lease | None:
-        """Heartbeat: restart the lease period; None when the lease was lost or the task is gone."""
-        return self._restart_lease(lease, lease.executor_id)
-
-    def _restart_lease(self, lease: Lease, executor_id: str) -> Lease | None:
-        """Write a fresh start time (and holder) on a held lease: renewal and hand-over."""
-
-        def transition(task: TaskRow, now: int) -> tuple[dict[str, str], Lease]:
-            props = transitions.renew(task.properties, executor_id=executor_id, now_ms=now)
-            return props, Lease.from_row(after_write(task, props, now))
-
-        _, restarted = self._holder_write(lease, transition)
-        return restarted
-
     def renew_held_by(self, realm_id: str, executor_id: str) -> int:
         """Heartbeat for everything one executor holds in a realm, in one statement.
 
@@ -431,13 +417,6 @@ class Metastore:
         }
         with self._begin() as conn:
             return int(conn.execute(self._sql(queries.RENEW_HELD_BY), params).rowcount)
-
-    def take_over(self, lease: Lease, executor_id: str) -> Lease | None:
-        """Hand a held lease to another executor id (a Dagster run taking the sensor's lease).
-
-        The attempt number stays: it is the same attempt, now run elsewhere.
-        """
-        return self._restart_lease(lease, executor_id)
 
     def complete(self, lease: Lease) -> CompleteOutcome:
         """Success: delete the task row, guarded on the holder's lease."""
@@ -563,11 +542,6 @@ class Metastore:
             ]
             conn.execute(self._sql(queries.INSERT_TASKS), [insert_values(row) for row in rows])
         return [] if holder is None else [Lease.from_row(row) for row in rows]
-
-    def insert_raw(self, row: dict[str, Any]) -> None:
-        """Insert one entities row as given (tests and the demo write hostile rows with it)."""
-        with self._begin() as conn:
-            conn.execute(self._sql(queries.INSERT_TASKS), [row])
 
     def count_tasks(self, realms: Iterable[str] | None = None) -> int:
         with self._begin() as conn:

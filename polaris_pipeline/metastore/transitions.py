@@ -129,7 +129,7 @@ def lease(props: Mapping[str, str], *, executor_id: str, now_ms: int) -> Propert
 def renew(props: Mapping[str, str], *, executor_id: str, now_ms: int) -> Properties:
     """A held lease restarted at ``now_ms`` for ``executor_id``: the same attempt.
 
-    A heartbeat passes the holder's own id; a hand-over (``take_over``) another's.
+    A heartbeat passes the holder's own id; a hand-over another's.
     """
     return _holder(props, executor_id, now_ms)
 

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.tasks.model import LeasePolicy
+from polaris_pipeline.metastore import Metastore, transitions
+from polaris_pipeline.metastore.rows import after_write
+from polaris_pipeline.tasks.model import Lease, LeasePolicy, TaskRow
 from tests.support.postgres import PG_ADMIN_URL as PG_ADMIN_URL
 from tests.support.postgres import database_url, throwaway_database
 from tests.support.tasks import sqlite_metastore
@@ -72,3 +73,17 @@ def store(tmp_path: Path) -> Iterator[Metastore]:
     sqlite = sqlite_metastore(tmp_path)
     yield sqlite
     sqlite.dispose()
+
+
+def restart_lease(store: Metastore, lease: Lease, executor_id: str | None = None) -> Lease | None:
+    """``lease`` restarted now for ``executor_id`` (default its own holder), the same attempt,
+    through the holder's compare-and-set: a per-lease renewal, or a hand-over to another
+    executor. None when the lease was lost or the task is gone."""
+    holder = lease.executor_id if executor_id is None else executor_id
+
+    def transition(task: TaskRow, now: int) -> tuple[dict[str, str], Lease]:
+        props = transitions.renew(task.properties, executor_id=holder, now_ms=now)
+        return props, Lease.from_row(after_write(task, props, now))
+
+    _, restarted = store._holder_write(lease, transition)
+    return restarted

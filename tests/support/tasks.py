@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from polaris_pipeline.metastore import Metastore, new_entity_id
+from polaris_pipeline.metastore import Metastore, new_entity_id, queries
 from polaris_pipeline.metastore.schema import version as version_table
 from polaris_pipeline.tasks import payloads
 from polaris_pipeline.tasks.manifest_codec import ManifestFileRef
@@ -118,7 +118,8 @@ def insert_raw_task(
     """Insert a TASK row whose properties are written as given: a str that is not JSON
     (SQLite's TEXT column), or any JSON value (PostgreSQL's JSONB), for hostile rows."""
     now = store.now_ms()
-    store.insert_raw(
+    insert_row(
+        store,
         {
             "realm_id": realm,
             "catalog_id": 0,
@@ -136,8 +137,14 @@ def insert_raw_task(
             "properties": properties,
             "internal_properties": {},
             "grant_records_version": 1,
-        }
+        },
     )
+
+
+def insert_row(store: Metastore, row: dict[str, Any]) -> None:
+    """Insert one ``entities`` row exactly as given, for hostile rows."""
+    with store.engine.begin() as conn:
+        conn.execute(queries.INSERT_TASKS.build(store.dialect), [row])
 
 
 def sqlite_metastore(directory: Path) -> Metastore:

@@ -26,6 +26,7 @@ from polaris_pipeline.metastore.overlap import CATALOG_TYPE_CODE, NAMESPACE_TYPE
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.uri import split_uri
 from polaris_pipeline.tasks.model import TABLE_LIKE_TYPE_CODE
+from tests.support.tasks import insert_row
 
 __all__ = [
     "CATALOG_TYPE_CODE",
@@ -111,5 +112,5 @@ def live_entity(
     }
     if with_location_column and type_code != CATALOG_TYPE_CODE:
         row["location_without_scheme"] = _without_scheme(location)
-    store.insert_raw(row)
+    insert_row(store, row)
     return entity_id
