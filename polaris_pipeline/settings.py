@@ -46,7 +46,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -363,8 +363,3 @@ def _checked(check: Callable[[Any], None], value: Any, label: str) -> None:
     except (ValueError, TypeError) as exc:
         shown = ",".join(value) if isinstance(value, tuple) else value
         raise SettingsError(f"{label} {shown!r}: {exc}") from None
-
-
-def env_names() -> Iterable[str]:
-    """Every variable a ``PipelineSettings`` reads, for documentation and tests."""
-    return [spec.env for spec in _SPECS.values()]

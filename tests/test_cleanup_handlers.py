@@ -29,6 +29,7 @@ from polaris_pipeline.cleanup.stages import CHILD_STAGES
 from polaris_pipeline.errors import LeaseLost, PayloadError
 from polaris_pipeline.metastore import new_entity_id
 from polaris_pipeline.tasks.manifest_codec import (
+    CONTENT_DELETES,
     decode_manifest_file,
     encode_manifest_file,
     manifest_ref_from_pyiceberg,
@@ -233,7 +234,7 @@ def test_children_match_polaris_format(local_warehouse: Warehouse) -> None:
     delete_refs = [
         decode_manifest_cleanup(c.properties["data"]).manifest for c in manifest_children
     ]
-    assert any(ref.is_delete_manifest for ref in delete_refs)
+    assert any(ref.content == CONTENT_DELETES for ref in delete_refs)
 
     batched: list[str] = []
     for child in batch_children:

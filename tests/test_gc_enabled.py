@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from polaris_pipeline.cleanup.common import gc_disabled, gc_enabled
+from polaris_pipeline.cleanup.common import gc_disabling_value, gc_enabled
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.tasks.manifest_codec import encode_manifest_file, manifest_ref_from_pyiceberg
@@ -29,17 +29,17 @@ DELETE = ["true", "TRUE", "tRuE", None]  # None: the property is absent
 @pytest.mark.parametrize("value", KEEP)
 def test_every_other_spelling_turns_gc_off(value: str) -> None:
     assert not gc_enabled(value)
-    assert gc_disabled({"gc.enabled": value})
+    assert gc_disabling_value({"gc.enabled": value}) is not None
 
 
 @pytest.mark.parametrize("value", DELETE)
 def test_absent_or_true_ignoring_case_keeps_gc_on(value: str | None) -> None:
     assert gc_enabled(value)
-    assert not gc_disabled({} if value is None else {"gc.enabled": value}, None, {})
+    assert gc_disabling_value({} if value is None else {"gc.enabled": value}, None, {}) is None
 
 
 def test_any_one_source_turning_gc_off_is_enough() -> None:
-    assert gc_disabled({"gc.enabled": "true"}, {"gc.enabled": "no"})
+    assert gc_disabling_value({"gc.enabled": "true"}, {"gc.enabled": "no"}) is not None
     # Java folds no non-ASCII character onto the letters of "true".
     assert not gc_enabled("\u0074\u0072\u0075\u0065\u0301")
     assert not gc_enabled("TRUE\u0130")

@@ -16,6 +16,7 @@ import pytest
 
 from polaris_pipeline.errors import PayloadError
 from polaris_pipeline.tasks.manifest_codec import (
+    CONTENT_DELETES,
     MAGIC,
     ManifestFileRef,
     PartitionFieldSummary,
@@ -138,8 +139,8 @@ def test_manifest_round_trip_keeps_empty_partition_list_distinct_from_none() -> 
 
 
 def test_is_delete_manifest() -> None:
-    assert FULL_REF.is_delete_manifest
-    assert not MINIMAL_REF.is_delete_manifest
+    assert FULL_REF.content == CONTENT_DELETES
+    assert MINIMAL_REF.content != CONTENT_DELETES
 
 
 def test_manifest_golden_bytes() -> None:
@@ -388,7 +389,7 @@ def test_decode_v1_schema_defaults_content_to_data() -> None:
     schema["fields"] = [f for f in schema["fields"] if f["field-id"] not in (517, 515, 516)]
     record = {k: v for k, v in OLDER_RECORD.items() if k not in ("content", "sequence_number")}
     ref = decode_manifest_file(assemble(schema, avro_datum(schema, record)))
-    assert ref.content == 0 and not ref.is_delete_manifest
+    assert ref.content == 0
     assert ref.sequence_number is None and ref.min_sequence_number is None
     assert ref.added_files_count == 7
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from polaris_pipeline.settings import (
+    _SPECS,
     GRACE_ENV,
     LEASE_TIMEOUT_ENV,
     MAX_ATTEMPTS_ENV,
     REALMS_ENV,
     PipelineSettings,
     SettingsError,
-    env_names,
 )
 from polaris_pipeline.tasks.model import LeasePolicy, RealmOverride
 
@@ -49,7 +49,7 @@ def test_every_variable_is_read() -> None:
         "POLARIS_PIPELINE_RETENTION_DRY_RUN": "true",
         "POLARIS_PIPELINE_RETENTION_CRON": "*/15 * * * *",
     }
-    assert set(env) == set(env_names())
+    assert set(env) == {spec.env for spec in _SPECS.values()}
     s = PipelineSettings.from_env(env)
     assert s.metastore_url == "sqlite:////tmp/p.db"
     assert s.realms == ("POLARIS", "TEST")  # trimmed, blanks and repeats dropped

@@ -56,11 +56,6 @@ def gc_disabling_value(*property_maps: Mapping[str, str] | None) -> str | None:
     return None
 
 
-def gc_disabled(*property_maps: Mapping[str, str] | None) -> bool:
-    """Whether any source turns ``gc.enabled`` off: then content files must stay."""
-    return gc_disabling_value(*property_maps) is not None
-
-
 def gc_kept_note(value: str) -> str:
     """The note a handler leaves when ``gc.enabled`` kept the content files."""
     return f"gc.enabled={value!r}: content files kept"

@@ -71,10 +71,6 @@ class ManifestFileRef:
     key_metadata: bytes | None = None
     first_row_id: int | None = None
 
-    @property
-    def is_delete_manifest(self) -> bool:
-        return self.content == CONTENT_DELETES
-
 
 # ---------------------------------------------------------------------------
 # The writer schema. (field id, name, Avro type, optional)

@@ -28,6 +28,7 @@ from polaris_pipeline.tasks.payloads import (
     METADATA_LOCATION_KEY,
     DroppedEntity,
     encode_dropped_entity,
+    entity_cleanup_task_name,
 )
 
 ICEBERG_TABLE_SUB_TYPE = 2
@@ -126,7 +127,7 @@ def drop_task(
     return NewTask(
         realm_id=realm_id,
         id=task_id if task_id is not None else new_entity_id(),
-        name=f"entityCleanup_{eid}",
+        name=entity_cleanup_task_name(eid),
         properties=properties,
         internal_properties=internal,
         create_timestamp=create_timestamp,

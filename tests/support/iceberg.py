@@ -36,7 +36,7 @@ from polaris_pipeline.storage.delete import crc_sidecar
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.uri import split_uri
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskRow, TaskType
-from polaris_pipeline.tasks.payloads import encode_dropped_entity
+from polaris_pipeline.tasks.payloads import encode_dropped_entity, entity_cleanup_task_name
 from polaris_pipeline.testing import tables as testing_tables
 from polaris_pipeline.testing import tasks as testing_tasks
 from polaris_pipeline.testing.tables import S3Options, build_table
@@ -136,7 +136,7 @@ def recorded_drop_task(
     return NewTask(
         realm_id=realm_id,
         id=new_entity_id(),
-        name=f"entityCleanup_{entity_id}",
+        name=entity_cleanup_task_name(entity_id),
         properties={
             Prop.TASK_TYPE: str(int(TaskType.ENTITY_CLEANUP_SCHEDULER)),
             Prop.DATA: encode_dropped_entity(entity),
