@@ -22,20 +22,20 @@ import re
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from dagster import DagsterRunStatus, RunsFilter
+from dagster import DagsterEventType, DagsterRunStatus, RunsFilter
 from dagster._core.scheduler.instigation import TickStatus
 
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import LeasePolicy, NewTask
 from tests.reliability import journal as jr
 from tests.reliability.harness import RelDb, Scenario
-from tests.support.daemon import TASK_JOB
+from tests.support.daemon import TASK_JOB, deployed_instance
 from tests.support.daemon_faults import (
     REALM,
     Backlog,
@@ -56,6 +56,7 @@ from tests.support.s3 import MotoS3
 from tests.support.tasks import batch_task
 
 STARTED = DagsterRunStatus.STARTED
+SUCCESS = DagsterRunStatus.SUCCESS
 # Long enough that no lease lapses under a loaded 2-core host: a takeover is not what
 # these scenarios test.
 LEASE_MS = 30_000
@@ -167,16 +168,25 @@ def test_code_server_killed_mid_backlog(
     the run workers are that server's children. A separate code server (a
     ``grpc_server`` entry) belongs with a container launcher, where runs do not live
     in the server's process tree; killing one there tests Dagster's reconnection,
-    not this deployment."""
+    not this deployment.
+
+    What the issue asks: the queued runs start once the server is back. The queue's
+    ``max_user_code_failure_retries`` (deploy/dagster.yaml) puts a run whose launch
+    cannot reach the server back in the queue, so every run queued at the kill ends
+    SUCCESS as itself: no launch failure, no run asked again under an ``:again:``
+    key for its task."""
     n = 6
     backlog, plan = slow_backlog(tmp_path, n, files_each=6, delay_s=0.4)
     store = metastore_for(rel_db.url, lease_timeout_ms=LEASE_MS)
     store.insert_tasks(backlog.tasks)
+    retries = _deployed_queue()["max_user_code_failure_retries"]
+    delay_s = _deployed_queue()["user_code_failure_retry_delay"]
     scenario.load = (
         f"{n} orphaned BATCH_FILE_CLEANUP tasks (6 files each, 0.4 s per delete); "
         "dagster-daemon with a `python_module` workspace (the daemon runs its own code "
         "server, as this repository's workspace.yaml does); 2 runs at a time, so most of "
-        "the backlog is queued"
+        f"the backlog is queued; the queue as shipped: a launch that cannot reach the "
+        f"code server is queued again, {retries} times {delay_s} s apart"
     )
     scenario.fault = (
         "SIGKILL of the daemon's code server (`dagster api grpc`) while runs are in "
@@ -203,12 +213,14 @@ def test_code_server_killed_mid_backlog(
     flying = {
         i for i, s in at_kill.items() if s in (DagsterRunStatus.STARTED, DagsterRunStatus.STARTING)
     }
+    queued = {i for i, s in at_kill.items() if s is DagsterRunStatus.QUEUED}
     scenario.metrics["runs_at_the_kill"] = dict(Counter(s.value for s in at_kill.values()))
     daemon.wait_for(
         lambda: [p for p in daemon.code_servers() if p != servers[0]],
         timeout_s=180,
         what="the daemon to start a new code server",
     )
+    new_server_wall = time.time()
     scenario.metrics["seconds_until_a_new_code_server"] = round(time.monotonic() - killed_at, 1)
     _finish(daemon, store, timeout_s=300)
     events = check_backlog(scenario, daemon, store, backlog)
@@ -217,11 +229,10 @@ def test_code_server_killed_mid_backlog(
     by_id = {r.run_id: r for r in runs}
     retried = {r.tags["dagster/parent_run_id"] for r in runs if r.tags.get("dagster/parent_run_id")}
     failed = [r for r in runs if r.status is DagsterRunStatus.FAILURE]
+    again = [r for r in runs if ":again:" in (r.tags.get("dagster/run_key") or "")]
     scenario.metrics["runs_by_status"] = dict(Counter(r.status.value for r in runs))
     scenario.metrics["run_retries"] = len(retried)
-    scenario.metrics["runs_with_a_relaunched_key"] = sum(
-        ":again:" in (r.tags.get("dagster/run_key") or "") for r in runs
-    )
+    scenario.metrics["runs_with_a_relaunched_key"] = len(again)
     scenario.metrics["why_runs_failed"] = failure_reasons(daemon, failed)
     # A run's executor id names its lineage's root run (every retry shares it).
     leased = {e["executor"].rsplit(":", 1)[-1] for e in jr.of_kind(events, "exec")}
@@ -246,16 +257,100 @@ def test_code_server_killed_mid_backlog(
         f"{finished} finished on their own (a run worker outlives the code server); any "
         "other had not leased its task yet (its launch died with the server)"
     )
+
+    # What the queue did with the launches it tried while the server was dead: those
+    # of the runs queued at the kill, and of any run it was launching at the kill.
+    waiting = queued | flying
+    resubmitted = _engine_events(daemon, waiting, _RESUBMITTED)
+    met_the_dead_server = _engine_events(daemon, waiting, _IPC_FAILURE)
+    gave_up = _engine_events(daemon, by_id, _GAVE_UP)
+    scenario.metrics["runs_queued_at_the_kill"] = len(queued)
+    scenario.metrics["launches_that_met_the_dead_server"] = sum(met_the_dead_server.values())
+    scenario.metrics["re_submitted_into_the_queue"] = sum(resubmitted.values())
+    scenario.metrics["runs_re_submitted"] = len(resubmitted)
+    records = {r.dagster_run.run_id: r for r in daemon.run_records()}
+    starts = [t for i in queued if (t := records[i].start_time) is not None]
+    if starts:
+        # How promptly the queue used the new server: the daemon loads it into its
+        # workspace, then the retry delay, then the run process's own start.
+        scenario.metrics["seconds_from_the_new_code_server_to_the_first_queued_run_start"] = round(
+            min(starts) - new_server_wall, 1
+        )
+    assert queued, at_kill
+    assert not gave_up, gave_up
+    not_done = {i: by_id[i].status.value for i in queued if by_id[i].status is not SUCCESS}
+    assert not not_done, f"{not_done}\n{daemon.diagnose()}"
+    assert queued <= leased, sorted(queued - leased)
+    assert not queued & retried, sorted(queued & retried)
+    scenario.check(
+        f"each of the {len(queued)} run(s) queued at the kill ended SUCCESS and leased its "
+        "task itself (its run id is the executor id's run): no launch failed it, no run "
+        "retry replaced it"
+    )
+    # A slot that freed while the server was dead was tried at once (the queue looks
+    # every second), so the setting was exercised, not bypassed by full slots.
+    freed_early = [
+        i
+        for i in flying
+        if (ended := records[i].end_time) is not None and ended < new_server_wall - 5
+    ]
+    if freed_early:
+        assert resubmitted, (freed_early, met_the_dead_server)
+    stuck = (set(met_the_dead_server) & queued) - set(resubmitted)
+    assert not stuck, (met_the_dead_server, resubmitted)
+    scenario.check(
+        f"{len(freed_early)} slot(s) freed while the server was dead; "
+        f"{len(met_the_dead_server)} run(s) met the dead server at launch "
+        f"({sum(met_the_dead_server.values())} launch(es)); every queued one was "
+        f"re-submitted into the queue ({sum(resubmitted.values())} time(s) in all), none "
+        f"ran out of its {retries} tries"
+    )
+    queued_tasks = {by_id[i].tags.get("polaris/task_id") for i in queued}
+    asked_again = sorted(r.run_id for r in again if r.tags.get("polaris/task_id") in queued_tasks)
+    assert not asked_again, asked_again
+    stray = [r.run_id for r in failed if lineage_root(r) not in flying]
+    assert not stray, f"{stray}\n{failure_reasons(daemon, failed)}"
+    scenario.check(
+        "no run under an `:again:` key for a queued run's task, and no run failed but "
+        "one in flight at the kill (or its lineage)"
+    )
     attempts = attempts_per_task(events)
     spent = Counter(max(a) for a in attempts.values())
     scenario.metrics["tasks_by_attempts_spent"] = {str(k): v for k, v in sorted(spent.items())}
     assert set(spent) == {1}, spent
     scenario.check("every task was done on its first attempt: the outage cost no attempt")
     scenario.check(
-        "the daemon started a new code server by itself; every task of a run that failed "
-        "meanwhile was run again (the sweeper asks again under a new key when a finished "
-        "run used a task's key without writing its row)"
+        "the daemon started a new code server by itself, and the queued runs started "
+        "once it was back"
     )
+
+
+# Engine events the run queue writes on a launch that cannot reach the code server
+# (dagster/_daemon/run_coordinator/queued_run_coordinator_daemon.py, _grpc/client.py).
+_RESUBMITTED = "re-submitting the run into the queue"
+_GAVE_UP = "failed to reach the user code server after"
+_IPC_FAILURE = "Unexpected error in IPC client"
+
+
+def _engine_events(daemon: FaultDaemon, run_ids: Iterable[str], text: str) -> dict[str, int]:
+    """Per run, how many of its engine events hold ``text`` (runs with none left out)."""
+    counts: dict[str, int] = {}
+    for run_id in run_ids:
+        records = daemon.instance.all_logs(run_id, of_type=DagsterEventType.ENGINE_EVENT)
+        # The queue's and the IPC client's events carry their text on the event itself.
+        found = sum(
+            text in (r.user_message or (r.dagster_event.message if r.dagster_event else "") or "")
+            for r in records
+        )
+        if found:
+            counts[run_id] = found
+    return counts
+
+
+def _deployed_queue() -> dict[str, Any]:
+    """The run queue's config as deploy/dagster.yaml ships it (the harness's too)."""
+    queue: dict[str, Any] = deployed_instance()["run_coordinator"]["config"]
+    return queue
 
 
 # -------------------------------------------------------- 5. object storage unreachable
