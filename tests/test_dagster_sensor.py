@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
@@ -408,17 +411,6 @@ def test_configuration_errors_select_nothing_and_say_why(
     with build_sensor_context(instance=instance, resources=missing) as context:
         assert "StorageConfigError" in skip(polaris_task_sweeper(context))
 
-    unreachable = {
-        **resources,
-        "storage": PolarisStorageResource(),
-        "metastore": PolarisMetastoreResource(
-            url="postgresql+psycopg://u:hunter2@127.0.0.1:1/none"
-        ),
-    }
-    with build_sensor_context(instance=instance, resources=unreachable) as context:
-        message = skip(polaris_task_sweeper(context))
-    assert "MetastoreError" in message and "hunter2" not in message
-
     bad_policy = {**resources, "storage": PolarisStorageResource()}
     bad_policy["metastore"] = metastore_resource(metastore, lease_timeout_ms=0)
     with build_sensor_context(instance=instance, resources=bad_policy) as context:
@@ -435,6 +427,47 @@ def test_configuration_errors_select_nothing_and_say_why(
     with build_sensor_context(instance=instance, resources=good) as context:
         result = polaris_task_sweeper(context)
     assert isinstance(result, SensorResult) and len(result.run_requests or []) == 1
+
+
+def _closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def test_an_unreachable_metastore_is_not_a_configuration_error(
+    instance: DagsterInstance, tmp_path: Any
+) -> None:
+    def skip_message(metastore: PolarisMetastoreResource) -> str:
+        resources = {
+            "metastore": metastore,
+            "sweeper": SweeperSettings(),
+            "storage": PolarisStorageResource(),
+        }
+        with build_sensor_context(instance=instance, resources=resources) as context:
+            result = polaris_task_sweeper(context)
+        assert isinstance(result, SensorResult) and not result.run_requests
+        assert result.skip_reason is not None and result.skip_reason.skip_message is not None
+        return result.skip_reason.skip_message
+
+    # Nothing listens there: the driver's connection is refused.
+    url = f"postgresql+psycopg://u:hunter2@127.0.0.1:{_closed_port()}/polaris"
+    down = skip_message(PolarisMetastoreResource(url=url))
+    assert down.startswith("metastore unreachable, nothing selected: MetastoreError: "), down
+    assert "Connection refused" in down and "next check in" in down
+    assert "configuration error" not in down and "hunter2" not in down
+
+    # Reachable, but not Polaris's database: that is configuration.
+    other = tmp_path / "other.db"
+    with contextlib.closing(sqlite3.connect(other)) as conn:
+        conn.execute("CREATE TABLE unrelated (x INTEGER)")
+    wrong = skip_message(PolarisMetastoreResource(url=f"sqlite:///{other}"))
+    assert wrong.startswith(
+        "configuration error, nothing selected (every run would fail): MetastoreError: "
+    ), wrong
+    assert "no Polaris entities table" in wrong and "metastore unreachable" not in wrong
 
 
 def test_the_deployed_sensor_requires_the_storage_resource() -> None:

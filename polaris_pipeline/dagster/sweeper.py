@@ -47,6 +47,7 @@ from dagster import (
     sensor,
 )
 from dagster._core.storage.tags import RUN_KEY_TAG
+from sqlalchemy.exc import OperationalError
 
 from polaris_pipeline.dagster.backlog_report import BacklogSettings, backlog_events, read_report
 from polaris_pipeline.dagster.contract import (
@@ -61,7 +62,7 @@ from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
 from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR, PolarisTranslator
-from polaris_pipeline.errors import PolarisPipelineError
+from polaris_pipeline.errors import MetastoreError, PolarisPipelineError
 from polaris_pipeline.report.formatting import iso_utc
 from polaris_pipeline.report.nothing_available import no_orphans_reason
 from polaris_pipeline.tasks.model import TaskState
@@ -225,9 +226,31 @@ def _idle_reason(
     return no_orphans_reason(_state_counts(per_realm), realms, wait_s=wait_s, limit_note=limit_note)
 
 
+@dataclass(frozen=True)
+class CheckProblem:
+    """Why a tick selects nothing before reading a task (``config_problem``).
+
+    ``unreachable``: the metastore could not be connected to, or lost the
+    connection; it heals by itself, unlike a configuration error.
+    """
+
+    detail: str
+    unreachable: bool = False
+
+    def skip_reason(self, wait_s: int) -> str:
+        if self.unreachable:
+            return (
+                f"metastore unreachable, nothing selected: {self.detail}; next check in {wait_s} s"
+            )
+        return (
+            f"configuration error, nothing selected (every run would fail): {self.detail}; "
+            f"next check in {wait_s} s"
+        )
+
+
 def config_problem(
     metastore: PolarisMetastoreResource, storage: PolarisStorageResource | None
-) -> str | None:
+) -> CheckProblem | None:
     """What would make every run fail, found before anything is selected; None if all is well.
 
     The lease settings are valid, the metastore answers and has Polaris's tables,
@@ -240,11 +263,30 @@ def config_problem(
         if storage is not None:
             storage.get_config()
     except (PolarisPipelineError, ValueError) as exc:
-        return f"{type(exc).__name__}: {_first_line(exc)}"
+        return CheckProblem(f"{type(exc).__name__}: {_first_line(exc)}", _unreachable(exc))
     except Exception as exc:
         # Unknown errors may quote a URL with its password: the type alone.
-        return f"{type(exc).__name__} while checking the metastore and storage configuration"
+        return CheckProblem(
+            f"{type(exc).__name__} while checking the metastore and storage configuration",
+            _unreachable(exc),
+        )
     return None
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` is the metastore out of reach rather than misconfigured.
+
+    The store raises ``MetastoreError`` from the driver's ``OperationalError`` when
+    it cannot connect or loses the connection (refused, reset, timed out, server
+    shutting down, SQLite locked); its other ``MetastoreError`` (no URL, no
+    driver, no Polaris tables) and a refused statement (``ProgrammingError``: a
+    missing grant) are configuration. psycopg gives a refused login no error
+    code, so a wrong password or database name reads as unreachable too, with
+    the server's own words after it.
+    """
+    if isinstance(exc, OperationalError):
+        return True
+    return isinstance(exc, MetastoreError) and isinstance(exc.__cause__, OperationalError)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -311,10 +353,7 @@ def sweep_tick(
     problem = config_problem(metastore, storage)
     if problem is not None:
         return SensorResult(
-            skip_reason=(
-                f"configuration error, nothing selected (every run would fail): {problem}; "
-                f"next check in {wait_s} s"
-            ),
+            skip_reason=problem.skip_reason(wait_s),
             cursor=SweepCursor(later, reported_ms=cursor.reported_ms).dump(),
         )
     report = _BacklogReporter(context, metastore, backlog or BacklogSettings(), cursor, now)
