@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from dagster import AssetCheckKey, AssetKey, AssetRecordsFilter
 
-from polaris_pipeline.dagster.backlog import (
+from polaris_pipeline.dagster.backlog_report import (
     ASSET_NAME,
     DEAD_CHECK,
     FAILING_CHECK,

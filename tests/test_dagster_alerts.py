@@ -40,10 +40,10 @@ from polaris_pipeline.dagster.alerts import (
 )
 from polaris_pipeline.dagster.backlog import (
     BACKLOG_CHECKS,
-    BacklogSettings,
     polaris_sweeper_watch,
     polaris_task_backlog,
 )
+from polaris_pipeline.dagster.backlog_report import BacklogSettings
 from polaris_pipeline.dagster.resources import SweeperSettings
 from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
 from polaris_pipeline.metastore import Metastore

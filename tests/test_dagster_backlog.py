@@ -27,8 +27,12 @@ from dagster import (
 )
 
 from polaris_pipeline.dagster.backlog import (
-    ASSET_NAME,
     BACKLOG_CHECKS,
+    polaris_sweeper_watch,
+    polaris_task_backlog,
+)
+from polaris_pipeline.dagster.backlog_report import (
+    ASSET_NAME,
     DEAD_CHECK,
     FAILING_CHECK,
     FRESHNESS_CHECK,
@@ -36,8 +40,6 @@ from polaris_pipeline.dagster.backlog import (
     ORPHAN_CHECK,
     TOTAL_KEY,
     BacklogSettings,
-    polaris_sweeper_watch,
-    polaris_task_backlog,
     realm_key,
 )
 from polaris_pipeline.dagster.definitions import build_defs_from_env

@@ -5,10 +5,10 @@ from __future__ import annotations
 from polaris_pipeline.cleanup.context import CleanupResult
 from polaris_pipeline.errors import GuardRefusal
 from polaris_pipeline.execution.runner import Status, TaskOutcome
+from polaris_pipeline.report.fields import SIZES_UNREPORTED
 from polaris_pipeline.report.totals import (
     BY_STATUS,
     CHILD_TASKS,
-    SIZES_UNREPORTED,
     STATUS,
     OutcomeTotals,
     format_counts,

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from polaris_pipeline.errors import PayloadError
-from polaris_pipeline.tasks.model import Lease, NewTask, TaskRow, TaskType
+from polaris_pipeline.tasks.model import NewTask, TaskRow, TaskType
 from polaris_pipeline.tasks.payloads import decode_batch_cleanup
+from polaris_pipeline.tasks.ref import Lease
 
 T = TypeVar("T")
 

@@ -207,6 +207,3 @@ def _delete(ctx: CleanupContext, report: UnreferencedReport, objects: list[Liste
     room = max(0, SAMPLE - len(report.paths))
     report.paths.extend(result.deleted[:room])
     report.more_paths += max(0, len(result.deleted) - room)
-
-
-__all__ = ["OverlapCheck", "prefix_refusal", "run_unreferenced"]

@@ -72,6 +72,3 @@ class UnreferencedReport:
         if self.failures:
             text += f", {self.failures} failed"
         return text
-
-
-__all__ = ["SAMPLE", "UnreferencedReport"]

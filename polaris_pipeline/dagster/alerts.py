@@ -41,7 +41,7 @@ from dagster import (
 )
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
-from polaris_pipeline.dagster.backlog import ASSET_NAME, CHECK_NAMES
+from polaris_pipeline.dagster.backlog_report import ASSET_NAME, CHECK_NAMES
 from polaris_pipeline.dagster.contract import TAG_REALM, TAG_TABLE, TAG_TASK_ID, TAG_TASK_TYPE
 
 log = logging.getLogger(__name__)
@@ -401,25 +401,3 @@ def alert_sensors(notify: Notify | None, ui_url: str | None = None) -> list[Sens
 
 def alert_sensors_from_env(env: Mapping[str, str]) -> list[SensorDefinition]:
     return alert_sensors(notifier_from_env(env), _env(env, UI_URL_ENV))
-
-
-__all__ = [
-    "ALERT_ENVS",
-    "CHECK_ALERT_NAME",
-    "RUN_ALERT_NAME",
-    "Alert",
-    "CheckFailure",
-    "Notify",
-    "SmtpSettings",
-    "alert_sensors",
-    "alert_sensors_from_env",
-    "build_polaris_check_alert",
-    "build_polaris_failure_alert",
-    "email_notifier",
-    "fan_out",
-    "newly_failed_checks",
-    "notifier_from_env",
-    "run_failure_alert",
-    "smtp_from_env",
-    "webhook_notifier",
-]

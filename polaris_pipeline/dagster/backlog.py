@@ -52,29 +52,18 @@ from dagster import (
 from dagster._core.scheduler.instigation import InstigatorState, InstigatorType
 
 from polaris_pipeline.dagster.backlog_report import (
-    ASSET_KEY,
     ASSET_NAME,
-    CHECK_NAMES,
     DEAD_CHECK,
     FAILING_CHECK,
     FRESHNESS_CHECK,
     METASTORE_CHECKS,
-    OLDEST_ORPHAN_KEY,
     ORPHAN_CHECK,
-    TOTAL_KEY,
-    BacklogReport,
     BacklogSettings,
-    RealmBacklog,
-    backlog_events,
     backlog_lines,
     backlog_metadata,
     check_evaluation,
-    evaluate_dead_check,
-    evaluate_failing_check,
     evaluate_metastore_check,
-    evaluate_orphan_check,
     read_report,
-    realm_key,
 )
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
@@ -287,37 +276,3 @@ def build_sweeper_watch(
 
 
 polaris_sweeper_watch = build_sweeper_watch()
-
-__all__ = [
-    "ASSET_KEY",
-    "ASSET_NAME",
-    "BACKLOG_CHECKS",
-    "CHECK_NAMES",
-    "DEAD_CHECK",
-    "FAILING_CHECK",
-    "FRESHNESS_CHECK",
-    "METASTORE_CHECKS",
-    "OLDEST_ORPHAN_KEY",
-    "ORPHAN_CHECK",
-    "TOTAL_KEY",
-    "WATCH_NAME",
-    "BacklogReport",
-    "BacklogSettings",
-    "RealmBacklog",
-    "backlog_events",
-    "build_sweeper_watch",
-    "evaluate_dead_check",
-    "evaluate_failing_check",
-    "evaluate_freshness",
-    "evaluate_orphan_check",
-    "freshness_of",
-    "no_dead_tasks",
-    "no_failing_tasks",
-    "no_stale_orphans",
-    "polaris_sweeper_watch",
-    "polaris_task_backlog",
-    "read_report",
-    "realm_key",
-    "sweeper_is_sweeping",
-    "sweeper_states",
-]

@@ -96,16 +96,3 @@ def build_polaris_celery_task_job(
 
 
 polaris_celery_task_job = build_polaris_celery_task_job()
-
-__all__ = [
-    "BACKEND_ENV",
-    "BROKER_ENV",
-    "DEFAULT_QUEUE",
-    "IO_BASE_DIR_ENV",
-    "QUEUE_ENV",
-    "build_celery_executor",
-    "build_polaris_celery_task_job",
-    "celery_executor_config",
-    "io_manager_from_env",
-    "polaris_celery_task_job",
-]

@@ -135,6 +135,3 @@ class PolarisSweeper(dg.Component, dg.Model, dg.Resolvable):
             retention=RetentionSettings(**retention),
             translator=translator_from_path(self.translator) if self.translator else None,
         )
-
-
-__all__ = ["PolarisSweeper", "RetentionModel", "StorageModel", "SweepModel"]

@@ -28,10 +28,10 @@ from dagster import (
 from polaris_pipeline.dagster.alerts import UI_URL_ENV, Notify, alert_sensors, notifier_from_env
 from polaris_pipeline.dagster.backlog import (
     BACKLOG_CHECKS,
-    BacklogSettings,
     build_sweeper_watch,
     polaris_task_backlog,
 )
+from polaris_pipeline.dagster.backlog_report import BacklogSettings
 from polaris_pipeline.dagster.realm_backfill import polaris_realm_backfill_job
 from polaris_pipeline.dagster.reporting import build_run_report_sensor
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
@@ -257,6 +257,3 @@ def build_defs_from_env(
         alert_ui_url=env.get(UI_URL_ENV, "").strip() or None,
         translator=translator,
     )
-
-
-__all__ = ["TASK_EXECUTOR_ENV", "TaskExecutor", "build_defs", "build_defs_from_env"]

@@ -78,6 +78,3 @@ def lineage_busy(context: OpExecutionContext, intent: RunIntent) -> str | None:
         if run.run_id != context.run_id and run.status in _IN_PROGRESS:
             return run.run_id
     return None
-
-
-__all__ = ["RunIntent", "intent_of", "lineage_busy", "run_intent"]

@@ -222,15 +222,3 @@ def sweep_realm(
 )
 def polaris_realm_backfill_job() -> None:
     sweep_realm()
-
-
-__all__ = [
-    "JOB_NAME",
-    "OP_NAME",
-    "RealmSweepConfig",
-    "check_realm",
-    "polaris_realm_backfill_job",
-    "realm_run_config",
-    "realm_tags",
-    "sweep_realm",
-]

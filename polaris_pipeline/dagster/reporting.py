@@ -142,6 +142,3 @@ def build_run_report_sensor(
 
 def _dt(stamp: float | None) -> datetime | None:
     return datetime.fromtimestamp(stamp, UTC) if stamp is not None else None
-
-
-__all__ = ["REPORT_SENSOR_NAME", "build_run_report_sensor", "report_run", "run_total"]

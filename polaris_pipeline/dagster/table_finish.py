@@ -29,7 +29,8 @@ from polaris_pipeline.dagster.translator import PolarisTranslator
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.report.fields import UNREFERENCED, UNREFERENCED_FIELDS
 from polaris_pipeline.report.outcome_view import OutcomeView
-from polaris_pipeline.tasks.model import Lease, TaskRow
+from polaris_pipeline.tasks.model import TaskRow
+from polaris_pipeline.tasks.ref import Lease
 
 LEASE_KEY, MODE_KEY, ROW_KEY = "lease", "mode", "row"
 
@@ -81,6 +82,3 @@ def finish_table_step(
         return Output({"status": final.status.value, "message": final.error}, metadata=meta)
     context.log.error(f"table task {translator.task_label(lease)} failed: {final.error}")
     raise Failure(description=final.error, metadata=meta, allow_retries=False)
-
-
-__all__ = ["finish_input", "finish_metadata", "finish_table_step"]

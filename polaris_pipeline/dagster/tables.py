@@ -115,6 +115,3 @@ def table_of(task: TaskRow) -> TableRef | None:
         catalog_id=catalog_id,
         location=normalize_uri(roots.location) if roots else None,
     )
-
-
-__all__ = ["ASSET_KEY_PREFIX", "UNKNOWN_CATALOG", "TableRef", "safe_key_part", "table_of"]

@@ -405,10 +405,3 @@ def build_polaris_task_job(
 
 
 polaris_task_job = build_polaris_task_job()
-
-__all__ = [
-    "DEFAULT_RETRY_POLICY",
-    "MULTIPROCESS_EXECUTOR",
-    "build_polaris_task_job",
-    "polaris_task_job",
-]

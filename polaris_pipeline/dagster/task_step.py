@@ -362,14 +362,3 @@ def _tag_group(
     if tagged.isdigit():
         attempts.append(int(tagged))
     add_tags(context, translator.group_tags(executor_id, attempts))
-
-
-__all__ = [
-    "TaskResult",
-    "TaskStep",
-    "TransientTaskError",
-    "add_tags",
-    "open_step",
-    "run_child_group",
-    "run_task",
-]

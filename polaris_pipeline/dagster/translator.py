@@ -300,12 +300,3 @@ def translator_from_path(path: str) -> PolarisTranslator:
     if not (isinstance(found, type) and issubclass(found, PolarisTranslator)):
         raise ValueError(f"translator {path!r} is not a PolarisTranslator subclass")
     return found()
-
-
-__all__ = [
-    "DEFAULT_TRANSLATOR",
-    "FAILURE_SAMPLE",
-    "PolarisTranslator",
-    "tag_value",
-    "translator_from_path",
-]

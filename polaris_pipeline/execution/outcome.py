@@ -60,6 +60,3 @@ class TaskOutcome:
 
 # The Runner's progress: (the lease, how many done, of how many (0: unknown), of what).
 ProgressFn = Callable[[Lease, int, int, str], None]
-
-
-__all__ = ["ProgressFn", "Status", "TaskOutcome"]

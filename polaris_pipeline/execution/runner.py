@@ -32,7 +32,8 @@ from polaris_pipeline.execution.start import StartDecision, decide_start
 from polaris_pipeline.execution.unreferenced_phase import mode_for, phase_entity, run_phase
 from polaris_pipeline.metastore import CompleteOutcome, FailOutcome, Metastore, new_entity_id
 from polaris_pipeline.storage.config import StorageConfig
-from polaris_pipeline.tasks.model import Lease, NewTask, TaskRow, TaskState
+from polaris_pipeline.tasks.model import NewTask, TaskRow, TaskState
+from polaris_pipeline.tasks.ref import Lease
 from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
 
 if TYPE_CHECKING:

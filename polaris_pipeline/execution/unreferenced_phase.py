@@ -97,6 +97,3 @@ def failure_of(report: UnreferencedReport) -> str | None:
             f"first {uri!r}: {error}"
         )
     return None
-
-
-__all__ = ["failure_of", "mode_for", "phase_entity", "run_phase", "table_of"]

@@ -34,7 +34,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from polaris_pipeline.metastore import queries
 from polaris_pipeline.metastore.schema import read_schema_version, schema_name
 from polaris_pipeline.metastore.store import Metastore
-from polaris_pipeline.tasks.model import Lease
+from polaris_pipeline.tasks.ref import Lease
 
 log = logging.getLogger("polaris_pipeline.events")
 

@@ -229,16 +229,3 @@ class LiveLocations:
             )
             if hit is not None:
                 yield hit
-
-
-__all__ = [
-    "CATALOG_BASE_LOCATION_KEY",
-    "CATALOG_TYPE_CODE",
-    "LOCATION_KEY",
-    "NAMESPACE_TYPE_CODE",
-    "LiveLocations",
-    "Overlap",
-    "escape_like",
-    "judge",
-    "overlap_terms",
-]

@@ -43,22 +43,11 @@ from polaris_pipeline.metastore.transitions import (
     CompleteOutcome,
     DiscardOutcome,
     DiscardResult,
-    FailOutcome,
     FailureRecord,
     HolderCas,
 )
-from polaris_pipeline.tasks.model import Lease, LeasePolicy, NewTask, TaskRow, TaskState
-
-# The outcome types are re-exported from here, where they were defined first.
-__all__ = [
-    "CompleteOutcome",
-    "DiscardOutcome",
-    "DiscardResult",
-    "FailOutcome",
-    "FailureRecord",
-    "Metastore",
-    "new_entity_id",
-]
+from polaris_pipeline.tasks.model import LeasePolicy, NewTask, TaskRow, TaskState
+from polaris_pipeline.tasks.ref import Lease
 
 _CAS_RETRIES = 20
 

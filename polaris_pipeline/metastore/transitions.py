@@ -23,7 +23,6 @@ from polaris_pipeline.tasks.model import (
     STATUS_DEAD,
     STATUS_FAILED,
     STATUS_REQUEUED,
-    Lease,
     LeasePolicy,
     Prop,
     TaskRow,
@@ -31,6 +30,7 @@ from polaris_pipeline.tasks.model import (
     attempt_count_of,
     bounded_error,
 )
+from polaris_pipeline.tasks.ref import Lease
 
 Properties = dict[str, str]
 

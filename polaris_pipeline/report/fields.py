@@ -51,12 +51,3 @@ UNREFERENCED_FIELDS: tuple[OutcomeField, ...] = (
 )
 # The metadata entry and JSON key holding the phase's whole report (its one line).
 UNREFERENCED = "unreferenced"
-
-
-__all__ = [
-    "OUTCOME_FIELDS",
-    "SIZES_UNREPORTED",
-    "UNREFERENCED",
-    "UNREFERENCED_FIELDS",
-    "OutcomeField",
-]

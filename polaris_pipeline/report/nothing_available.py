@@ -106,6 +106,3 @@ def no_orphans_reason(
         f"no orphaned tasks in {realms_text(named)}; {', '.join(parts)}{limit_note}; "
         f"next sweep in {wait_s} s"
     )
-
-
-__all__ = ["STATE_WORDS", "no_orphans_reason", "nothing_available_reason"]

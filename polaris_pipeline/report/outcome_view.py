@@ -323,11 +323,3 @@ def totals_json(totals: OutcomeTotals) -> dict[str, Any]:
     if totals.bytes_unknown:  # a lower bound is not a count a script may add up
         doc["bytes_freed"] = None
     return doc
-
-
-__all__ = [
-    "OutcomeView",
-    "per_task_metadata",
-    "totals_json",
-    "unreferenced_json",
-]

@@ -58,6 +58,3 @@ class ProgressSink:
             return False
         self._write(text)
         return True
-
-
-__all__ = ["PROGRESS_INTERVAL_S", "ProgressSink", "progress_text"]

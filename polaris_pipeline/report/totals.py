@@ -215,21 +215,3 @@ class OutcomeTotals:
         (``line`` says how the children ended)."""
         every = self.by_status
         return f"{sum(every.values())} task(s): {format_counts(every)}"
-
-
-__all__ = [
-    "BYTES_FREED",
-    "BY_STATUS",
-    "CHILDREN_DONE",
-    "CHILD_TASKS",
-    "FAILED_CHILDREN",
-    "FILES_DELETED",
-    "FILES_MISSING",
-    "PERMANENT",
-    "REFUSED_PATHS",
-    "SIZES_UNREPORTED",
-    "STATUS",
-    "OutcomeTotals",
-    "format_counts",
-    "status_word",
-]

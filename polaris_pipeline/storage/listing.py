@@ -217,6 +217,3 @@ def _by_directory(
                 continue
             mtime = next((entry[k] for k in _MTIME_KEYS if entry.get(k) is not None), None)
             yield ListedObject(_join(prefix_uri, rel), entry.get("size"), _ms(mtime))
-
-
-__all__ = ["PAGE_SIZE", "ListedObject", "list_prefix", "remove_empty_directories"]

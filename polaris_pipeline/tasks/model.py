@@ -16,11 +16,6 @@ from enum import IntEnum, StrEnum
 from typing import Any
 
 from polaris_pipeline.errors import PayloadError
-
-# Re-exported only for the modules that still import them from here (metastore/,
-# cleanup/stages.py, execution/runner.py); their home is tasks/ref.py.
-from polaris_pipeline.tasks.ref import Lease as Lease
-from polaris_pipeline.tasks.ref import TaskRef as TaskRef
 from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
 
 TASK_TYPE_CODE = 8

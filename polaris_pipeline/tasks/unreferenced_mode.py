@@ -30,5 +30,3 @@ class UnreferencedMode(StrEnum):
 
 
 DEFAULT_UNREFERENCED_MODE = UnreferencedMode.REPORT
-
-__all__ = ["DEFAULT_UNREFERENCED_MODE", "UnreferencedMode"]

@@ -16,7 +16,8 @@ from sqlalchemy import create_engine, text
 
 from polaris_pipeline.metastore import Metastore, transitions
 from polaris_pipeline.metastore.rows import after_write
-from polaris_pipeline.tasks.model import Lease, LeasePolicy, TaskRow
+from polaris_pipeline.tasks.model import LeasePolicy, TaskRow
+from polaris_pipeline.tasks.ref import Lease
 from tests.support.postgres import PG_ADMIN_URL as PG_ADMIN_URL
 from tests.support.postgres import database_url, throwaway_database
 from tests.support.tasks import sqlite_metastore
