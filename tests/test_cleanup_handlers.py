@@ -44,7 +44,8 @@ from polaris_pipeline.tasks.payloads import (
 from polaris_pipeline.testing import tables as testing_tables
 from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.cleanup_sweep import assert_all_ok, sweep
-from tests.support.iceberg import Warehouse, drop_task_row, table_files
+from tests.support.iceberg import Warehouse, drop_task_row, table_files, write_view_metadata
+from tests.support.table_metadata import content_files, delete_manifest_paths, entry_statuses
 
 UUID_RE = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 CAPPED = {"write.metadata.previous-versions-max": "2"}
@@ -113,7 +114,7 @@ def test_sweep_deletes_exactly_the_table(warehouse: Warehouse) -> None:
     neighbour = warehouse.build("t_neighbour", properties=CAPPED)
     oracle = table_files(table)
     neighbour_files = table_files(neighbour)
-    delete_files = testing_tables.content_files(table) - {
+    delete_files = content_files(table) - {
         p
         for s in table.metadata.snapshots
         for m in s.manifests(table.io)
@@ -121,9 +122,9 @@ def test_sweep_deletes_exactly_the_table(warehouse: Warehouse) -> None:
         for p in (e.data_file.file_path for e in m.fetch_manifest_entry(table.io, False))
     }
     # The table really has what the cleanup must handle.
-    assert testing_tables.delete_manifest_paths(table)
+    assert delete_manifest_paths(table)
     assert len(delete_files) == 2
-    assert testing_tables.entry_statuses(table) == set(ManifestEntryStatus)
+    assert entry_statuses(table) == set(ManifestEntryStatus)
     assert table.metadata.statistics and table.metadata.partition_statistics
     before = warehouse.files()
 
@@ -292,8 +293,8 @@ def test_gc_disabled_keeps_content_files(local_warehouse: Warehouse, where: str)
     table = full_table(local_warehouse, properties=props)
     extra = {"gc.enabled": "false"} if where == "task" else {}
     oracle = table_files(table)
-    content = testing_tables.content_files(table)
-    delete_manifests = testing_tables.delete_manifest_paths(table)
+    content = content_files(table)
+    delete_manifests = delete_manifest_paths(table)
     before = local_warehouse.files()
 
     runs = sweep(local_warehouse, drop_task_row(table, extra_internal_properties=extra))
@@ -593,7 +594,7 @@ def test_write_data_path_is_a_root_only_when_the_catalog_recorded_it(
     wh = local_warehouse
     data_root = f"{wh.uri}/elsewhere/t_data"
     table = wh.build("t", appends=1, properties={"write.data.path": data_root})
-    content = testing_tables.content_files(table)
+    content = content_files(table)
     assert content and all(p.startswith(data_root + "/") for p in content)
     assert table.metadata.properties["write.data.path"] == data_root
     oracle = table_files(table)
@@ -763,8 +764,8 @@ def test_view_cleanup_deletes_only_the_metadata_file(warehouse: Warehouse) -> No
     wh = warehouse
     location = f"{wh.uri}/ns/v"
     io = wh.catalog._load_file_io(location=location)
-    current = testing_tables.write_view_metadata(location, io)
-    older = testing_tables.write_view_metadata(location, io)
+    current = write_view_metadata(location, io)
+    older = write_view_metadata(location, io)
     spec = testing_tasks.DropSpec(("ns",), "v", current, location, is_view=True)
     task = testing_tasks.task_row(testing_tasks.drop_task(spec))
 

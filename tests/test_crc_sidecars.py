@@ -18,9 +18,9 @@ from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.delete import bulk_delete, crc_sidecar
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.tasks.model import NewTask
-from polaris_pipeline.testing import tables as testing_tables
 from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import Warehouse, drop_task_row, table_files, write_sidecars
+from tests.support.table_metadata import content_files
 from tests.support.tasks import batch_task
 
 
@@ -141,7 +141,7 @@ def test_s3_objects_named_like_sidecars_are_left(s3_warehouse: Warehouse, store:
     """Only file: locations have sidecars; on S3 such a key is just another object."""
     wh = s3_warehouse
     table = wh.build("t", appends=1)
-    data_file = sorted(testing_tables.content_files(table))[0]
+    data_file = sorted(content_files(table))[0]
     lookalike = crc_sidecar("file:///" + data_file.split("://", 1)[1])
     assert lookalike is not None
     key = data_file.rsplit("/", 1)[0] + "/" + lookalike.rsplit("/", 1)[1]

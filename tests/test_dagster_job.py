@@ -46,6 +46,7 @@ from polaris_pipeline.testing import tables as testing_tables
 from tests.support.dagster import child_summaries, metastore_resource
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.postgres import database_url, throwaway_database
+from tests.support.table_metadata import content_files
 from tests.support.task_job import OLD_MS, drop, step_events, storage_resource, sweep
 from tests.support.tasks import batch_task, purge_child
 
@@ -230,7 +231,7 @@ def test_table_without_manifest_children_still_runs_its_batches(
 ) -> None:
     """gc.enabled=false: no manifest child; the manifest stage is empty, the batches still run."""
     victim = local_warehouse.build("victim", appends=1, properties={"gc.enabled": "false"})
-    content = testing_tables.content_files(victim)
+    content = content_files(victim)
     drop(metastore, victim)
     resource = metastore_resource(metastore)
 
@@ -342,7 +343,7 @@ def test_one_failing_child_in_a_group_does_not_stop_the_others(
     """A data file that cannot be deleted fails its manifest child; the rest of the group runs."""
     victim = local_warehouse.build("victim", appends=3)
     drop(metastore, victim)
-    blocked = sorted(testing_tables.content_files(victim))[0]
+    blocked = sorted(content_files(victim))[0]
     path = Path(blocked.removeprefix("file://"))
     path.unlink()
     path.mkdir()  # a directory is never deleted: that child's delete fails every time
@@ -847,7 +848,7 @@ def test_a_table_purge_imports_no_pyiceberg_catalog_nor_pyarrow(tmp_path: Path) 
         testing_tables.local_warehouse_uri(tmp_path / "wh"), tmp_path / "catalog.db"
     )
     table = testing_tables.build_table(catalog, ("ns", "dropped"), appends=2)
-    content = testing_tables.content_files(table)
+    content = content_files(table)
     store = Metastore(f"sqlite:///{tmp_path / 'm.db'}")
     store.init_schema()
     drop(store, table)

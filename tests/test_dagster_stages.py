@@ -24,11 +24,11 @@ from polaris_pipeline.cleanup.table import run_table_cleanup
 from polaris_pipeline.dagster.task_job import build_polaris_task_job, polaris_task_job
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask
-from polaris_pipeline.testing import tables as testing_tables
 from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.dagster import child_summaries, metastore_resource
 from tests.support.handlers import replace_table_handler
 from tests.support.iceberg import Warehouse, table_files
+from tests.support.table_metadata import content_files
 from tests.support.task_job import OLD_MS, drop, step_events, storage_resource, sweep
 
 MORE_MANIFESTS = ChildStage("more_manifest", "The second half of the manifest children.")
@@ -172,7 +172,7 @@ def test_orphans_run_in_the_stages_the_engine_gives_them(
     """Orphaned manifest children and the current metadata file's child, no other batch:
     the middle stage of the engine's own plan is empty, and the metadata file goes last."""
     victim = local_warehouse.build("victim", partitioned=True, appends=2)
-    content = testing_tables.content_files(victim)
+    content = content_files(victim)
     old = metastore.now_ms() - OLD_MS
     parent = testing_tasks.drop_table_task(victim, realm_id="POLARIS", create_timestamp=old)
     created: list[NewTask] = []

@@ -19,8 +19,8 @@ from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.tasks.manifest_codec import encode_manifest_file, manifest_ref_from_pyiceberg
 from polaris_pipeline.tasks.model import NewTask, Prop
-from polaris_pipeline.testing import tables as testing_tables
 from tests.support.iceberg import Warehouse, recorded_drop_task, table_files
+from tests.support.table_metadata import content_files
 
 KEEP = ["false", "FALSE", "0", "no", " true", "true ", ""]
 DELETE = ["true", "TRUE", "tRuE", None]  # None: the property is absent
@@ -62,7 +62,7 @@ def test_table_purge_follows_gc_enabled(
     table = wh.build("t", appends=1, properties=setting if where == "metadata" else {})
     assert (table.metadata.properties.get("gc.enabled") == value) or where != "metadata"
     oracle = table_files(table)
-    content = testing_tables.content_files(table)
+    content = content_files(table)
     assert content
     before = wh.files()
     internal = {

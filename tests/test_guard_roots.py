@@ -16,8 +16,7 @@ from polaris_pipeline.execution.runner import Runner, Status, TaskOutcome
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.uri import same_location
 from polaris_pipeline.tasks.model import NewTask
-from polaris_pipeline.testing import tables as testing_tables
-from tests.support.iceberg import Warehouse, recorded_drop_task, table_files
+from tests.support.iceberg import Warehouse, recorded_drop_task, table_files, write_view_metadata
 
 
 def _sweep(store: Metastore, wh: Warehouse, task: NewTask) -> TaskOutcome:
@@ -266,7 +265,7 @@ def test_view_metadata_declaring_a_wider_location_is_refused(
     wh = local_warehouse
     location = f"{wh.uri}/ns/v"
     io = wh.catalog._load_file_io(location=location)
-    metadata = testing_tables.write_view_metadata(f"{wh.uri}/ns", io)
+    metadata = write_view_metadata(f"{wh.uri}/ns", io)
     # Move the file under the view's directory, keeping its (wider) location.
     inside = f"{location}/metadata/00001-wider.metadata.json"
     with io.new_output(inside).create(overwrite=True) as out:
@@ -290,7 +289,7 @@ def test_view_with_entity_location_only_is_deleted(
     wh = local_warehouse
     location = f"{wh.uri}/ns/v"
     io = wh.catalog._load_file_io(location=location)
-    current = testing_tables.write_view_metadata(location, io)
+    current = write_view_metadata(location, io)
     task = recorded_drop_task(
         current, name="v", is_view=True, entity_properties={"location": location}
     )

@@ -1,4 +1,4 @@
-"""Build real Iceberg tables with pyiceberg, and list the files they name or hold.
+"""Build real Iceberg tables with pyiceberg, and list the files they hold.
 
 Used by the demo and by the tests (``tests/support/iceberg.py`` wraps these in
 fixtures); the Polaris TASK that drops such a table is ``testing/tasks.py``'s.
@@ -18,9 +18,8 @@ import contextlib
 import json
 import os
 import struct
-import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,16 +33,12 @@ from pyiceberg.manifest import (
     DataFileContent,
     FileFormat,
     ManifestContent,
-    ManifestEntryStatus,
-    ManifestFile,
     ManifestWriter,
     ManifestWriterV2,
 )
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import Table
-from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.statistics import PartitionStatisticsFile, StatisticsFile
 from pyiceberg.table.update import SetPartitionStatisticsUpdate
@@ -384,132 +379,6 @@ def add_data_file_named(table: Table, file_name: str) -> str:
     _write_parquet(table.io, path, rows)
     table.add_files([path])
     return path
-
-
-def write_view_metadata(
-    location: str, io: FileIO, *, namespace: tuple[str, ...] = ("ns",), name: str = "v"
-) -> str:
-    """Write a minimal Iceberg view metadata file under ``location``; returns its path."""
-    path = f"{location.rstrip('/')}/metadata/00000-{uuid.uuid4()}.metadata.json"
-    now = int(time.time() * 1000)
-    doc = {
-        "view-uuid": str(uuid.uuid4()),
-        "format-version": 1,
-        "location": location,
-        "current-version-id": 1,
-        "properties": {},
-        "schemas": [
-            {
-                "type": "struct",
-                "schema-id": 0,
-                "fields": [{"id": 1, "name": "id", "required": True, "type": "long"}],
-            }
-        ],
-        "versions": [
-            {
-                "version-id": 1,
-                "timestamp-ms": now,
-                "schema-id": 0,
-                "summary": {"engine-name": "polaris-pipeline-demo"},
-                "default-namespace": list(namespace),
-                "representations": [
-                    {"type": "sql", "sql": f"SELECT 1 AS id -- {name}", "dialect": "spark"}
-                ],
-            }
-        ],
-        "version-log": [{"version-id": 1, "timestamp-ms": now}],
-    }
-    with io.new_output(path).create(overwrite=True) as out:
-        out.write(json.dumps(doc).encode())
-    return path
-
-
-# -- what a table's metadata names ---------------------------------------------------
-
-
-def _read_metadata(io: FileIO, uri: str) -> TableMetadata:
-    return FromInputFile.table_metadata(io.new_input(uri))
-
-
-def _all_entries(io: FileIO, manifest: ManifestFile) -> Iterable[str]:
-    # discard_deleted=False: a DELETED entry still names a file that exists on disk.
-    for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
-        yield entry.data_file.file_path
-
-
-def referenced_files(table: Table) -> set[str]:
-    """Every file the table's metadata names, directly or through older metadata.
-
-    Current metadata, its metadata log, older metadata files reachable by
-    following each file's own log, manifest lists, manifests, every manifest
-    entry (all statuses, data and delete files), statistics and partition
-    statistics files. Uses pyiceberg's own readers: an oracle independent of the
-    handlers under test.
-    """
-    io = table.io
-    metadata = table.metadata
-    out: set[str] = {table.metadata_location}
-    # Follow metadata logs transitively, so files beyond a capped log are named too.
-    pending = [e.metadata_file for e in metadata.metadata_log]
-    while pending:
-        uri = pending.pop()
-        if uri in out:
-            continue
-        out.add(uri)
-        try:
-            older = _read_metadata(io, uri)
-        except FileNotFoundError:
-            continue
-        pending.extend(e.metadata_file for e in older.metadata_log)
-    manifests: dict[str, ManifestFile] = {}
-    for snapshot in metadata.snapshots:
-        out.add(snapshot.manifest_list)
-        for m in snapshot.manifests(io):
-            manifests.setdefault(m.manifest_path, m)
-    for path, m in manifests.items():
-        out.add(path)
-        out.update(_all_entries(io, m))
-    for stats in metadata.statistics:
-        out.add(stats.statistics_path)
-    for pstats in metadata.partition_statistics:
-        out.add(pstats.statistics_path)
-    # Cross-check with pyiceberg's inspection tables (live entries only).
-    out.update(str(p) for p in table.inspect.all_files().column("file_path").to_pylist())
-    out.update(str(p) for p in table.inspect.all_manifests().column("path").to_pylist())
-    return out
-
-
-def delete_manifest_paths(table: Table) -> set[str]:
-    """Paths of the delete manifests of every snapshot."""
-    return {
-        m.manifest_path
-        for s in table.metadata.snapshots
-        for m in s.manifests(table.io)
-        if m.content == ManifestContent.DELETES
-    }
-
-
-def content_files(table: Table) -> set[str]:
-    """Data and delete files named by any manifest entry of any snapshot."""
-    out: set[str] = set()
-    seen: set[str] = set()
-    for s in table.metadata.snapshots:
-        for m in s.manifests(table.io):
-            if m.manifest_path in seen:
-                continue
-            seen.add(m.manifest_path)
-            out.update(_all_entries(table.io, m))
-    return out
-
-
-def entry_statuses(table: Table) -> set[ManifestEntryStatus]:
-    """Which entry statuses occur across the table's manifests (for test coverage)."""
-    found: set[ManifestEntryStatus] = set()
-    for s in table.metadata.snapshots:
-        for m in s.manifests(table.io):
-            for e in m.fetch_manifest_entry(table.io, discard_deleted=False):
-                found.add(e.status)
-    return found
 
 
 # -- listing a location --------------------------------------------------------------

@@ -16,11 +16,15 @@ for tests.
 - ``recorded_drop_task(...)``: the same task with every catalog record chosen
   (entity properties, internal properties, metadata-location), for hostile rows.
 - ``write_sidecars(uris)``: Hadoop's ``.NAME.crc`` beside each local file.
+- ``write_view_metadata(location, io)``: a minimal Iceberg view metadata file.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +32,7 @@ from typing import Any
 
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.io import FileIO
 from pyiceberg.table import Table
 
 from polaris_pipeline.metastore import new_entity_id
@@ -40,6 +45,7 @@ from polaris_pipeline.tasks.payloads import encode_dropped_entity, entity_cleanu
 from polaris_pipeline.testing import tables as testing_tables
 from polaris_pipeline.testing import tasks as testing_tasks
 from polaris_pipeline.testing.tables import S3Options, build_table
+from tests.support.table_metadata import referenced_files
 
 __all__ = [
     "Warehouse",
@@ -48,6 +54,7 @@ __all__ = [
     "recorded_drop_task",
     "table_files",
     "write_sidecars",
+    "write_view_metadata",
 ]
 
 
@@ -89,7 +96,7 @@ def _s3_options_of(table: Table) -> S3Options | None:
 
 def table_files(table: Table) -> set[str]:
     """Every file of ``table``: named by its metadata, or lying under its location."""
-    named = testing_tables.referenced_files(table)
+    named = referenced_files(table)
     listed = testing_tables.list_files(table.location(), s3=_s3_options_of(table))
     return named | listed
 
@@ -154,6 +161,44 @@ def write_sidecars(uris: Iterable[str]) -> set[str]:
         Path(split_uri(sidecar)[1]).write_bytes(b"crc\x00\x00\x02\x00")
         out.add(sidecar)
     return out
+
+
+def write_view_metadata(
+    location: str, io: FileIO, *, namespace: tuple[str, ...] = ("ns",), name: str = "v"
+) -> str:
+    """Write a minimal Iceberg view metadata file under ``location``; returns its path."""
+    path = f"{location.rstrip('/')}/metadata/00000-{uuid.uuid4()}.metadata.json"
+    now = int(time.time() * 1000)
+    doc = {
+        "view-uuid": str(uuid.uuid4()),
+        "format-version": 1,
+        "location": location,
+        "current-version-id": 1,
+        "properties": {},
+        "schemas": [
+            {
+                "type": "struct",
+                "schema-id": 0,
+                "fields": [{"id": 1, "name": "id", "required": True, "type": "long"}],
+            }
+        ],
+        "versions": [
+            {
+                "version-id": 1,
+                "timestamp-ms": now,
+                "schema-id": 0,
+                "summary": {"engine-name": "polaris-pipeline-demo"},
+                "default-namespace": list(namespace),
+                "representations": [
+                    {"type": "sql", "sql": f"SELECT 1 AS id -- {name}", "dialect": "spark"}
+                ],
+            }
+        ],
+        "version-log": [{"version-id": 1, "timestamp-ms": now}],
+    }
+    with io.new_output(path).create(overwrite=True) as out:
+        out.write(json.dumps(doc).encode())
+    return path
 
 
 @pytest.fixture
