@@ -12,7 +12,7 @@ are given by setting ``runs.update_timestamp`` in the run storage's own table
 
 # No ``from __future__ import annotations``: Dagster reads an op's config
 # annotation as a class, not a string.
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,9 @@ from dagster._core.remote_origin import (
     RemoteJobOrigin,
     RemoteRepositoryOrigin,
 )
+from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+from dagster._core.storage.local_compute_log_manager import LocalComputeLogManager
+from dagster._core.storage.noop_compute_log_manager import NoOpComputeLogManager
 from dagster._core.storage.runs.schema import RunsTable, RunTagsTable
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster.components.testing import create_defs_folder_sandbox
@@ -207,6 +210,21 @@ def run_ids(instance: DagsterInstance) -> set[str]:
     return {r.run_id for r in instance.get_runs()}
 
 
+def captured_logs(instance: DagsterInstance, run_id: str) -> list[Path]:
+    """The run's files under the local compute log manager's directory (DAGSTER_HOME/storage)."""
+    assert isinstance(instance.compute_log_manager, LocalComputeLogManager)
+    run_dir = Path(instance.root_directory, "storage", run_id)
+    return sorted(f for f in run_dir.rglob("*") if f.is_file())
+
+
+def event_log_file(instance: DagsterInstance, run_id: str) -> Path | None:
+    """The run's own event-log file on SQLite; None on an instance without one."""
+    storage = instance.event_log_storage
+    if not isinstance(storage, SqliteEventLogStorage):
+        return None
+    return Path(storage.path_for_shard(run_id))
+
+
 def tag_rows(instance: DagsterInstance, run_id: str) -> int:
     with instance.run_storage.connect() as conn:  # type: ignore[attr-defined]
         query = select(func.count()).select_from(RunTagsTable)
@@ -256,12 +274,30 @@ def test_only_old_finished_runs_of_the_task_job_and_their_events_go(
     }
     assert all(instance.all_logs(run_id) for run_id in go.values())
     assert tag_rows(instance, go["success 10 d"]) > 0
+    executed = [k for k in go if not k.startswith("canceled")]  # these captured their steps
+    assert all(captured_logs(instance, go[k]) for k in executed), executed
+    sqlite = isinstance(instance.event_log_storage, SqliteEventLogStorage)
+    shards = [event_log_file(instance, run_id) for run_id in go.values()]
+    assert all(path is not None and path.is_file() for path in shards) is sqlite
 
     metadata = retain(instance)
 
     remaining = run_ids(instance)
     assert not set(go.values()) & remaining, [k for k, v in go.items() if v in remaining]
     assert set(stay.values()) <= remaining
+    # What delete_run leaves went too (checked before any read, which on SQLite makes
+    # a run's event-log file again), and only that of the deleted runs.
+    for name, run_id in go.items():
+        assert captured_logs(instance, run_id) == [], name
+        path = event_log_file(instance, run_id)
+        assert path is None or not path.exists(), name
+    for name in ("success 3 d", "failure 10 d", "other job success 100 d"):
+        assert captured_logs(instance, stay[name]), name
+        path = event_log_file(instance, stay[name])
+        assert path is None or path.is_file(), name
+    assert metadata["captured logs deleted"] == 4 and metadata["captured logs kept"] == 0
+    assert metadata["event-log files removed"] == (4 if sqlite else 0)
+    assert "captured logs error" not in metadata
     for run_id in go.values():
         assert instance.get_run_by_id(run_id) is None
         assert instance.all_logs(run_id) == []  # its event log went with it
@@ -306,6 +342,9 @@ def test_a_dry_run_records_the_same_runs_and_deletes_nothing(
     failed = finished(instance, 40, fail=True)
     before = run_ids(instance)
     logs = {run_id: len(instance.all_logs(run_id)) for run_id in before}
+    files = {run_id: captured_logs(instance, run_id) for run_id in (unreported, failed)}
+    assert all(files.values())
+    shards = [event_log_file(instance, run_id) for run_id in (unreported, failed)]
 
     # By the settings, and by the launch's own config whatever the settings.
     by_settings = apply_retention(instance, RETENTION.model_copy(update={"dry_run": True}))
@@ -322,9 +361,44 @@ def test_a_dry_run_records_the_same_runs_and_deletes_nothing(
     assert run is not None and TAG_TOTAL not in run.tags
     assert by_settings.reported == 0 and by_launch["reported first"] == 0
     assert TABLE_KEY not in instance.get_asset_keys()
+    # No file either: captured logs and event-log files stay.
+    assert all(captured_logs(instance, run_id) == f for run_id, f in files.items())
+    assert all(path is None or path.is_file() for path in shards)
+    assert by_settings.logs_deleted == by_settings.event_log_files_removed == 0
+    assert by_launch["captured logs deleted"] == by_launch["event-log files removed"] == 0
+    assert "captured logs" not in by_settings.line()
 
     # The real pass then deletes exactly those.
     assert {r["run_id"] for r in retain(instance)["first 100 runs"]} == {unreported, failed}
+
+
+class UndeletableComputeLogs(NoOpComputeLogManager):
+    """A compute log manager without deletion, as a third-party one may be."""
+
+    def delete_logs(
+        self, log_key: Sequence[str] | None = None, prefix: Sequence[str] | None = None
+    ) -> None:
+        raise NotImplementedError("this manager keeps every log")
+
+
+def test_captured_logs_that_cannot_be_deleted_are_counted_not_fatal(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    logs = {"module": __name__, "class": UndeletableComputeLogs.__name__, "config": {}}
+    overrides = {"telemetry": {"enabled": False}, "compute_logs": logs}
+    with DagsterInstance.local_temp(str(home), overrides=overrides) as instance:
+        assert isinstance(instance.compute_log_manager, UndeletableComputeLogs)
+        old = [finished(instance, 10), finished(instance, 12)]
+
+        result = apply_retention(instance, RETENTION)
+
+        assert {r.dagster_run.run_id for r in result.runs} == set(old)
+        assert not set(old) & run_ids(instance)  # the runs went all the same
+        assert (result.logs_deleted, result.logs_kept) == (0, 2)
+        assert result.logs_error == "NotImplementedError: this manager keeps every log"
+        assert "captured logs kept for 2 run(s): NotImplementedError" in result.line()
+        assert result.event_log_files_removed == 2
+        assert result.metadata()["captured logs error"].value == result.logs_error
 
 
 # -- the tables' history --------------------------------------------------------------

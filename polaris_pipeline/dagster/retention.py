@@ -12,8 +12,17 @@ what would go and deletes nothing.
 
 ``DagsterInstance.delete_run`` removes the run's row (and its tags) and every
 event of the run: on PostgreSQL the ``event_logs`` rows; on SQLite the rows of
-the run's own event-log file (the emptied file stays) and its copies in the
-index file.
+the run's own event-log file and its copies in the index file. It leaves two
+things, which this job removes after it:
+
+- the run's captured logs (stdout and stderr of its steps), through the
+  instance's compute log manager (``delete_logs(prefix=[run_id])``: with the
+  local one, the run's directory under ``DAGSTER_HOME/storage``, where the
+  default filesystem IO manager keeps the run's step outputs too). A manager
+  that cannot delete (``NotImplementedError``, or any error) is counted and
+  named in the result, never a failed retention: the run is gone already;
+- on SQLite, the emptied event-log file of the run
+  (``SqliteEventLogStorage.path_for_shard``), that one file only.
 
 The tables' history stays. The per-table ``AssetMaterialization`` is recorded by
 ``polaris_run_report`` as a runless event (no run id), which ``delete_run`` does
@@ -35,6 +44,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from dagster import (
     AssetMaterialization,
@@ -57,6 +67,10 @@ from dagster import (
     job,
     op,
     schedule,
+)
+from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
+    INDEX_SHARD_NAME,
+    SqliteEventLogStorage,
 )
 from pydantic import Field
 
@@ -184,15 +198,31 @@ class RetentionResult:
     reported: int = 0
     # In-run materializations re-reported as runless events before their run went.
     carried: int = 0
+    # Deleted runs whose captured logs the compute log manager deleted, and those it
+    # could not (with the first such error, type and first line).
+    logs_deleted: int = 0
+    logs_kept: int = 0
+    logs_error: str | None = None
+    # Per-run event-log files removed (SQLite event log storage only).
+    event_log_files_removed: int = 0
 
     def line(self) -> str:
         verb = "would delete" if self.dry_run else "deleted"
         parts = ", ".join(f"{n} {rule}" for rule, n in sorted(self.by_rule.items())) or "none"
-        return (
+        text = (
             f"{verb} {len(self.runs)} run(s) ({parts}); {self.left} older left for the "
             f"next tick; {self.reported} reported first, {self.carried} materialization(s) "
             "carried"
         )
+        if self.dry_run:
+            return text
+        text += (
+            f"; captured logs deleted for {self.logs_deleted} run(s), "
+            f"{self.event_log_files_removed} event-log file(s) removed"
+        )
+        if self.logs_kept:
+            text += f"; captured logs kept for {self.logs_kept} run(s): {self.logs_error}"
+        return text
 
     def metadata(self) -> dict[str, MetadataValue]:
         listed = [
@@ -211,6 +241,14 @@ class RetentionResult:
             "older runs left": MetadataValue.int(self.left),
             "reported first": MetadataValue.int(self.reported),
             "materializations carried": MetadataValue.int(self.carried),
+            "captured logs deleted": MetadataValue.int(self.logs_deleted),
+            "captured logs kept": MetadataValue.int(self.logs_kept),
+            **(
+                {"captured logs error": MetadataValue.text(self.logs_error)}
+                if self.logs_error
+                else {}
+            ),
+            "event-log files removed": MetadataValue.int(self.event_log_files_removed),
             f"first {_LISTED} runs": MetadataValue.json(listed),
         }
 
@@ -250,10 +288,47 @@ def apply_retention(
                     result.reported += _report_if_unreported(instance, record, translator)
                 result.carried += _carry_latest_materializations(instance, run.run_id)
                 instance.delete_run(run.run_id)
+                _delete_captured_logs(instance, run.run_id, result)
+                result.event_log_files_removed += _remove_event_log_file(instance, run.run_id)
             result.runs.append(record)
             result.by_rule[_rule_label(rule)] += 1
         budget -= len(records)
     return result
+
+
+def _delete_captured_logs(instance: DagsterInstance, run_id: str, result: RetentionResult) -> None:
+    """The run's captured logs, deleted by the instance's compute log manager."""
+    try:
+        instance.compute_log_manager.delete_logs(prefix=[run_id])
+    except Exception as exc:
+        # The run is gone already: failing here would keep nothing, and stop the batch.
+        result.logs_kept += 1
+        if result.logs_error is None:
+            lines = str(exc).strip().splitlines()
+            name = type(exc).__name__
+            result.logs_error = f"{name}: {lines[0]}" if lines else name
+        return
+    result.logs_deleted += 1
+
+
+def _remove_event_log_file(instance: DagsterInstance, run_id: str) -> int:
+    """On SQLite, the run's own event-log file, emptied by ``delete_run``: 1 if removed."""
+    storage = instance.event_log_storage
+    if not isinstance(storage, SqliteEventLogStorage):
+        return 0
+    path = Path(storage.path_for_shard(run_id))
+    index = Path(storage.path_for_shard(INDEX_SHARD_NAME))
+    # That one file of the storage's directory, never the index shard.
+    if path.parent != index.parent or path == index or not path.is_file():
+        return 0
+    path.unlink()
+    # The storage creates a run's tables only on its first connection to that run's
+    # file: forget this one, so that a later read in this process (the run is gone,
+    # its log is empty) makes a fresh file instead of failing on a file without tables.
+    initialized = getattr(storage, "_initialized_dbs", None)
+    if isinstance(initialized, set):
+        initialized.discard(run_id)
+    return 1
 
 
 def _report_if_unreported(
@@ -338,8 +413,8 @@ def build_run_retention_job(
         name=RETENTION_JOB_NAME,
         executor_def=in_process_executor,
         description=(
-            f"Run retention for {task_job_name}: finished runs and their event logs deleted "
-            "after the configured days (failures kept longer), tables' history kept."
+            f"Run retention for {task_job_name}: finished runs, their event logs and captured "
+            "logs deleted after the configured days (failures kept longer), tables' history kept."
         ),
     )
     def _retention_job() -> None:
