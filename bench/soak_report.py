@@ -21,8 +21,11 @@ from bench.soak_stats import (
     LEVEL_OFF_BOUND,
     TICK_TREND_BOUND_PER_HOUR,
     TREND_BOUND_PER_HOUR,
+    before_and_after,
+    first_deletion_s,
     invariant_problems,
     latency_figures,
+    levels_off,
     load_figures,
     percentile,
     rows,
@@ -277,12 +280,20 @@ def _files_outside(result: dict[str, Any]) -> list[str]:
     if db:
         runs = len(result["runs"])
         last = db[-1]
-        growth = slope([(d["t"], float(d["compute_log_bytes"])) for d in db]) * 3600
+        before, after = before_and_after(result, lambda d: d["compute_log_bytes"])
+        grew, grows = slope(before) * 3600, slope(after) * 3600
+        bounded = levels_off(grew, grows, first_deletion_s(result) is not None)
+        verdict = (
+            "the retention job bounds them (it deletes each run's captured logs with the run)"
+            if bounded
+            else "the retention job did not bound them in this run"
+        )
         out.append(
-            f"Compute logs (stdout and stderr files of each run under DAGSTER_HOME/storage; "
-            f"`DagsterInstance.delete_run` leaves them): {last['compute_log_files']:,} files, "
-            f"{last['compute_log_bytes'] / 1e6:,.1f} MB at the end for {runs:,} runs, growing "
-            f"{growth / 1e6:,.1f} MB/h: the retention job does not bound them."
+            f"Compute logs (stdout and stderr files of each run under DAGSTER_HOME/storage, "
+            f"which `DagsterInstance.delete_run` leaves): {last['compute_log_files']:,} files, "
+            f"{last['compute_log_bytes'] / 1e6:,.1f} MB at the end for {runs:,} runs; growing "
+            f"{grew / 1e6:,.1f} MB/h before retention first deleted, {grows / 1e6:,.1f} MB/h "
+            f"over the second half of the writes: {verdict}."
         )
     pids = {p for s in result["samples"] for p in s["rss"].get("code server pids", [])}
     if pids:

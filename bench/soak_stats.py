@@ -138,11 +138,7 @@ class Rows:
 
     @property
     def levelled_off(self) -> bool:
-        return (
-            self.first_deletion_s is not None
-            and self.slope_before > 0
-            and self.slope_after <= LEVEL_OFF_BOUND * self.slope_before
-        )
+        return levels_off(self.slope_before, self.slope_after, self.first_deletion_s is not None)
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "levelled_off": self.levelled_off}
@@ -154,6 +150,32 @@ def tasks_done(result: dict[str, Any]) -> int:
     return int(by_state.get("done", 0)) + final["children_seen"] - final["children_left"]
 
 
+Point = tuple[float, float]
+
+
+def before_and_after(result: dict[str, Any], value: Any) -> tuple[list[Point], list[Point]]:
+    """A storage series (``value`` of each database sample) before retention's first
+    deletion, and over the second half of the writes after it: the two windows whose
+    slopes say whether the series levelled off."""
+    db = result["db"]
+    cut = first_deletion_s(result)
+    before = [(d["t"], float(value(d))) for d in db if cut is None or d["t"] <= cut]
+    # While the writer still writes: the drain after it only empties the storage.
+    writing = result["writer_end_s"]
+    after = [
+        (d["t"], float(value(d)))
+        for d in db
+        if writing / 2 <= d["t"] <= writing and (cut is None or d["t"] >= cut)
+    ]
+    return before, after
+
+
+def levels_off(slope_before: float, slope_after: float, deleted: bool) -> bool:
+    """Whether a series that grew before retention first deleted (``deleted``) grows
+    after it at most LEVEL_OFF_BOUND as fast."""
+    return deleted and slope_before > 0 and slope_after <= LEVEL_OFF_BOUND * slope_before
+
+
 def rows(result: dict[str, Any]) -> Rows:
     db = result["db"]
     cut = first_deletion_s(result)
@@ -163,14 +185,7 @@ def rows(result: dict[str, Any]) -> Rows:
         statistics.fmean(1 + (r["tags"] or 0) + r["events"] for r in counted) if counted else None
     )
     done = tasks_done(result)
-    before = [(d["t"], float(run_bound_rows(d))) for d in db if cut is None or d["t"] <= cut]
-    # While the writer still writes: the drain after it only empties the storage.
-    writing = result["writer_end_s"]
-    after = [
-        (d["t"], float(run_bound_rows(d)))
-        for d in db
-        if writing / 2 <= d["t"] <= writing and (cut is None or d["t"] >= cut)
-    ]
+    before, after = before_and_after(result, run_bound_rows)
     # Bytes per task: the database's growth against tasks done, before anything is deleted.
     done_at = _done_by_time(result)
     byte_points = [(done_at(d["t"]), float(d["bytes"])) for d in db if cut is None or d["t"] <= cut]
