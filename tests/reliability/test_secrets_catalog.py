@@ -32,7 +32,13 @@ from urllib.parse import quote, quote_plus
 
 import botocore.handlers
 import pytest
-from dagster import DagsterInstance, RunRequest, SensorResult, build_sensor_context
+from dagster import (
+    DagsterInstance,
+    RetryPolicy,
+    RunRequest,
+    SensorResult,
+    build_sensor_context,
+)
 from dagster._serdes import serialize_value
 
 from polaris_pipeline.cli import main
@@ -40,7 +46,7 @@ from polaris_pipeline.cli.context import EXIT_TASK_FAILED
 from polaris_pipeline.dagster.contract import TAG_TASK_ID
 from polaris_pipeline.dagster.resources import PolarisStorageResource, SweeperSettings
 from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
-from polaris_pipeline.dagster.task_job import polaris_task_job
+from polaris_pipeline.dagster.task_job import DEFAULT_RETRY_POLICY, build_polaris_task_job
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
 from polaris_pipeline.storage.credentials.gcs import EMULATOR_ENV
@@ -338,13 +344,18 @@ def test_no_vended_secret_in_rows_cli_logs_or_dagster_runs(
     metastore = metastore_resource(w.store, lease_timeout_ms=60_000, grace_ms=0)
     run_ids: list[str] = []
     failed_runs: list[str] = []
+    # The shipped job's retries, as many, without their 2-4-8 s waits (a minute of this
+    # test's time asleep): what is searched is what each attempt wrote, not when.
+    job = build_polaris_task_job(
+        retry_policy=RetryPolicy(max_retries=DEFAULT_RETRY_POLICY.max_retries, delay=0.05)
+    )
     with DagsterInstance.local_temp(str(home), overrides={"telemetry": {"enabled": False}}) as inst:
         requests = _requests(w, inst)
         assert requests
         for request in requests:
             task_id = int(request.tags.get(TAG_TASK_ID, "0"))
             w.azure_key(WRONG_KEY if task_id in w.wrong_key_tasks else ACCOUNT_KEY)
-            result = polaris_task_job.execute_in_process(
+            result = job.execute_in_process(
                 run_config=request.run_config,
                 tags=request.tags,
                 instance=inst,
