@@ -211,6 +211,11 @@ class DaemonHarness:
 
     def start(self) -> DaemonHarness:
         self.write_files()
+        # Create and stamp the instance's storage here, once: the daemon and its code
+        # server each open the instance as they start, and two processes stamping new
+        # SQLite databases at once can leave one failing in alembic (seen in CI: the
+        # code server died before serving, so the sensor never ticked).
+        self.instance.get_runs_count()
         log = open(self.log_path, "ab")  # noqa: SIM115  # closed with the process, in stop()
         self._proc = subprocess.Popen(
             [str(DAEMON_BIN), "run", "-w", str(self.workspace)],
