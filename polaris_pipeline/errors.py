@@ -76,3 +76,10 @@ def is_permanent(exc: BaseException) -> bool:
     other error, unexpected ones included, is transient and backs off.
     """
     return isinstance(exc, PolarisPipelineError) and exc.permanent
+
+
+def one_line(exc: BaseException) -> str:
+    """``exc`` as its type and the first line of its message ("Type: first line",
+    "Type" alone for an empty message): how a failure is recorded and shown."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")

@@ -77,6 +77,7 @@ from pydantic import Field
 from polaris_pipeline.dagster.contract import JOB_NAME, TAG_TOTAL
 from polaris_pipeline.dagster.reporting import report_run
 from polaris_pipeline.dagster.translator import PolarisTranslator
+from polaris_pipeline.errors import one_line
 from polaris_pipeline.settings import (
     DEFAULT_RETENTION_BATCH_SIZE,
     DEFAULT_RETENTION_CRON,
@@ -304,9 +305,7 @@ def _delete_captured_logs(instance: DagsterInstance, run_id: str, result: Retent
         # The run is gone already: failing here would keep nothing, and stop the batch.
         result.logs_kept += 1
         if result.logs_error is None:
-            lines = str(exc).strip().splitlines()
-            name = type(exc).__name__
-            result.logs_error = f"{name}: {lines[0]}" if lines else name
+            result.logs_error = one_line(exc)
         return
     result.logs_deleted += 1
 

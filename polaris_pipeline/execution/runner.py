@@ -25,6 +25,7 @@ from polaris_pipeline.errors import (
     PayloadError,
     PolarisPipelineError,
     is_permanent,
+    one_line,
 )
 from polaris_pipeline.execution.observer import AttemptObserver
 from polaris_pipeline.execution.outcome import ProgressFn, Status, TaskOutcome
@@ -273,7 +274,7 @@ class Runner:
             return self._fail(
                 lease,
                 task,
-                _one_line(exc),
+                one_line(exc),
                 children=children,
                 record=record_failure,
                 permanent=is_permanent(exc),
@@ -283,7 +284,7 @@ class Runner:
             return self._fail(
                 lease,
                 task,
-                f"unexpected {_one_line(exc)}",
+                f"unexpected {one_line(exc)}",
                 children=children,
                 record=record_failure,
             )
@@ -395,9 +396,9 @@ class Runner:
             ctx.resolver = self.resolver.for_task(task)
         except (PolarisPipelineError, OSError) as exc:
             if mode is not UnreferencedMode.DELETE:
-                result.notes.append(f"unreferenced files not reported: {_one_line(exc)}")
+                result.notes.append(f"unreferenced files not reported: {one_line(exc)}")
                 return None
-            return self._fail(lease, task, _one_line(exc), result=result)
+            return self._fail(lease, task, one_line(exc), result=result)
         return self._unreferenced(lease, task, ctx, entity, result, True, mode)
 
     def _context(self, lease: Lease, task: TaskRow) -> CleanupContext:
@@ -567,7 +568,7 @@ class Runner:
             except PayloadError as exc:
                 out.append((task, exc.for_task(task.label).args[0]))
             except (PolarisPipelineError, OSError) as exc:
-                out.append((task, _one_line(exc)))
+                out.append((task, one_line(exc)))
         return out
 
 
@@ -581,8 +582,3 @@ def _elapsed_clock() -> float:
     if boottime is not None:
         return time.clock_gettime(boottime)
     return time.monotonic()
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
