@@ -299,7 +299,11 @@ def _files_outside(result: dict[str, Any]) -> list[str]:
     if pids:
         out.append(
             f"The daemon replaced its code server {len(pids) - 1:,} times over the run "
-            f"({len(pids):,} server processes seen): its RSS above is the serving one's."
+            f"({len(pids):,} server processes seen): its RSS above is the serving one's. "
+            "That is Dagster's own refresh: every 60 s the daemon drops the code servers it "
+            "started for a `python_module` workspace and starts new ones "
+            "(`RELOAD_WORKSPACE_INTERVAL`, dagster/_daemon/controller.py, 1.13); a workspace "
+            "that points at a code server run apart (`grpc_server`) has no such restarts."
         )
     return [*(x for line in out for x in (line, "")), ""][:-1] if out else []
 
