@@ -5,32 +5,8 @@ from the same variables, so they cannot disagree on what is leased, what is
 dead or which realms are swept. Each default is written once: the lease policy's
 come from ``LeasePolicy`` itself, the others are the constants below.
 
-=====================================  ==========================  =====================
-variable                               field                       command-line flag
-=====================================  ==========================  =====================
-``POLARIS_METASTORE_URL``              ``metastore_url``           ``--metastore``
-``POLARIS_PIPELINE_REALMS``            ``realms`` (comma list)     ``--realm`` (repeated)
-``POLARIS_PIPELINE_LEASE_TIMEOUT_MS``  ``lease_timeout_ms``        ``--lease-timeout-ms``
-``POLARIS_PIPELINE_GRACE_MS``          ``grace_ms``                ``--grace-ms``
-``POLARIS_PIPELINE_MAX_ATTEMPTS``      ``max_attempts``            ``--max-attempts``
-``POLARIS_PIPELINE_METADATA_BATCH_SIZE``  ``metadata_batch_size``
-``POLARIS_PIPELINE_REALM_OVERRIDES``   ``realm_overrides`` (JSON)
-``POLARIS_PIPELINE_STORAGE_CONFIG``    ``storage_config``          ``--storage-config``
-``POLARIS_PIPELINE_EXECUTOR_PREFIX``   ``executor_prefix``
-``POLARIS_PIPELINE_SWEEP_INTERVAL_S``  ``sweep_interval_s``
-``POLARIS_PIPELINE_SWEEP_JITTER``      ``sweep_jitter``
-``POLARIS_PIPELINE_SWEEP_MAX_RUNS``    ``sweep_max_runs``
-``POLARIS_PIPELINE_SWEEP_MAX_PENDING_RUNS``  ``sweep_max_pending_runs``
-``POLARIS_PIPELINE_MAX_ORPHAN_AGE_S``  ``max_orphan_age_s``
-``POLARIS_PIPELINE_SWEEPER_AUTOSTART``  ``sweeper_autostart`` (true/false)
-``POLARIS_PIPELINE_TASK_EVENTS``       ``task_events`` (true/false)
-``POLARIS_PIPELINE_UNREFERENCED``      ``unreferenced`` (off/report/delete)  ``--unreferenced``
-``POLARIS_PIPELINE_RETENTION_SUCCESS_DAYS``  ``retention_success_days``
-``POLARIS_PIPELINE_RETENTION_FAILURE_DAYS``  ``retention_failure_days``
-``POLARIS_PIPELINE_RETENTION_BATCH_SIZE``  ``retention_batch_size``
-``POLARIS_PIPELINE_RETENTION_DRY_RUN``  ``retention_dry_run`` (true/false)
-``POLARIS_PIPELINE_RETENTION_CRON``    ``retention_cron``
-=====================================  ==========================  =====================
+Each variable, its field and its flag are listed once, in ``_SPECS`` (and for
+operators in docs/dagster.md).
 
 ``POLARIS_PIPELINE_REALM_OVERRIDES`` is a JSON object of realm to its own values,
 as Polaris lets a realm override its task timeout and metadata batch size:
@@ -60,22 +36,7 @@ REALMS_ENV = "POLARIS_PIPELINE_REALMS"
 LEASE_TIMEOUT_ENV = "POLARIS_PIPELINE_LEASE_TIMEOUT_MS"
 GRACE_ENV = "POLARIS_PIPELINE_GRACE_MS"
 MAX_ATTEMPTS_ENV = "POLARIS_PIPELINE_MAX_ATTEMPTS"
-METADATA_BATCH_SIZE_ENV = "POLARIS_PIPELINE_METADATA_BATCH_SIZE"
-REALM_OVERRIDES_ENV = "POLARIS_PIPELINE_REALM_OVERRIDES"
-EXECUTOR_PREFIX_ENV = "POLARIS_PIPELINE_EXECUTOR_PREFIX"
-SWEEP_INTERVAL_ENV = "POLARIS_PIPELINE_SWEEP_INTERVAL_S"
-SWEEP_JITTER_ENV = "POLARIS_PIPELINE_SWEEP_JITTER"
-SWEEP_MAX_RUNS_ENV = "POLARIS_PIPELINE_SWEEP_MAX_RUNS"
-SWEEP_MAX_PENDING_ENV = "POLARIS_PIPELINE_SWEEP_MAX_PENDING_RUNS"
-MAX_ORPHAN_AGE_ENV = "POLARIS_PIPELINE_MAX_ORPHAN_AGE_S"
-SWEEPER_AUTOSTART_ENV = "POLARIS_PIPELINE_SWEEPER_AUTOSTART"
-TASK_EVENTS_ENV = "POLARIS_PIPELINE_TASK_EVENTS"
 UNREFERENCED_ENV = "POLARIS_PIPELINE_UNREFERENCED"
-RETENTION_SUCCESS_DAYS_ENV = "POLARIS_PIPELINE_RETENTION_SUCCESS_DAYS"
-RETENTION_FAILURE_DAYS_ENV = "POLARIS_PIPELINE_RETENTION_FAILURE_DAYS"
-RETENTION_BATCH_SIZE_ENV = "POLARIS_PIPELINE_RETENTION_BATCH_SIZE"
-RETENTION_DRY_RUN_ENV = "POLARIS_PIPELINE_RETENTION_DRY_RUN"
-RETENTION_CRON_ENV = "POLARIS_PIPELINE_RETENTION_CRON"
 
 # The sweeper sensor's cadence and bounds, and the backlog check's threshold.
 DEFAULT_SWEEP_INTERVAL_S = 60.0
@@ -159,12 +120,9 @@ def _at_least(bound: float, what: str) -> Callable[[Any], None]:
     return check
 
 
-def _positive(what: str) -> Callable[[Any], None]:
-    def check(value: Any) -> None:
-        if value <= 0:
-            raise ValueError(f"{what} must be positive")
-
-    return check
+def _orphan_age(value: Any) -> None:
+    if value <= 0:
+        raise ValueError("the maximum orphan age must be positive")
 
 
 def _jitter(value: Any) -> None:
@@ -172,24 +130,17 @@ def _jitter(value: Any) -> None:
         raise ValueError("the jitter is a fraction of the interval between 0 and 10")
 
 
-def _nonblank(what: str) -> Callable[[Any], None]:
-    def check(value: Any) -> None:
-        if not isinstance(value, str) or not value.strip():
-            raise ValueError(f"{what} must not be empty")
-        if any(c.isspace() for c in value):
-            raise ValueError(f"{what} must not contain white space")
-
-    return check
+def _executor_prefix(value: Any) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("the executor prefix must not be empty")
+    if any(c.isspace() for c in value):
+        raise ValueError("the executor prefix must not contain white space")
 
 
 def _nonblank_cron(value: Any) -> None:
     # Dagster checks the expression itself when it builds the schedule.
     if not isinstance(value, str) or not value.strip():
         raise ValueError("the retention schedule must be a cron expression")
-
-
-def _mode(value: Any) -> None:
-    UnreferencedMode.parse(value)
 
 
 def _realms_check(value: Any) -> None:
@@ -202,7 +153,7 @@ class _Spec:
     env: str
     flag: str | None
     parse: Callable[[str], Any]
-    check: Callable[[Any], None] | None = None
+    check: Callable[[Any], object] | None = None  # raises on a bad value
 
 
 _SPECS: dict[str, _Spec] = {
@@ -216,38 +167,49 @@ _SPECS: dict[str, _Spec] = {
         MAX_ATTEMPTS_ENV, "--max-attempts", _integer, _policy_field("max_attempts")
     ),
     "metadata_batch_size": _Spec(
-        METADATA_BATCH_SIZE_ENV, None, _integer, _policy_field("metadata_batch_size")
+        "POLARIS_PIPELINE_METADATA_BATCH_SIZE", None, _integer, _policy_field("metadata_batch_size")
     ),
     "realm_overrides": _Spec(
-        REALM_OVERRIDES_ENV, None, _realm_overrides, _policy_field("realm_overrides")
+        "POLARIS_PIPELINE_REALM_OVERRIDES", None, _realm_overrides, _policy_field("realm_overrides")
     ),
     "storage_config": _Spec(CONFIG_ENV_VAR, "--storage-config", _text),
-    "executor_prefix": _Spec(EXECUTOR_PREFIX_ENV, None, _text, _nonblank("the executor prefix")),
+    "executor_prefix": _Spec("POLARIS_PIPELINE_EXECUTOR_PREFIX", None, _text, _executor_prefix),
     "sweep_interval_s": _Spec(
-        SWEEP_INTERVAL_ENV, None, _number, _at_least(0, "the sweep interval")
+        "POLARIS_PIPELINE_SWEEP_INTERVAL_S", None, _number, _at_least(0, "the sweep interval")
     ),
-    "sweep_jitter": _Spec(SWEEP_JITTER_ENV, None, _number, _jitter),
-    "sweep_max_runs": _Spec(SWEEP_MAX_RUNS_ENV, None, _integer, _at_least(1, "the runs per tick")),
+    "sweep_jitter": _Spec("POLARIS_PIPELINE_SWEEP_JITTER", None, _number, _jitter),
+    "sweep_max_runs": _Spec(
+        "POLARIS_PIPELINE_SWEEP_MAX_RUNS", None, _integer, _at_least(1, "the runs per tick")
+    ),
     "sweep_max_pending_runs": _Spec(
-        SWEEP_MAX_PENDING_ENV, None, _integer, _at_least(1, "the pending runs")
+        "POLARIS_PIPELINE_SWEEP_MAX_PENDING_RUNS", None, _integer, _at_least(1, "the pending runs")
     ),
-    "max_orphan_age_s": _Spec(
-        MAX_ORPHAN_AGE_ENV, None, _number, _positive("the maximum orphan age")
+    "max_orphan_age_s": _Spec("POLARIS_PIPELINE_MAX_ORPHAN_AGE_S", None, _number, _orphan_age),
+    "sweeper_autostart": _Spec("POLARIS_PIPELINE_SWEEPER_AUTOSTART", None, _boolean),
+    "task_events": _Spec("POLARIS_PIPELINE_TASK_EVENTS", None, _boolean),
+    "unreferenced": _Spec(
+        UNREFERENCED_ENV, "--unreferenced", UnreferencedMode.parse, UnreferencedMode.parse
     ),
-    "sweeper_autostart": _Spec(SWEEPER_AUTOSTART_ENV, None, _boolean),
-    "task_events": _Spec(TASK_EVENTS_ENV, None, _boolean),
-    "unreferenced": _Spec(UNREFERENCED_ENV, "--unreferenced", UnreferencedMode.parse, _mode),
     "retention_success_days": _Spec(
-        RETENTION_SUCCESS_DAYS_ENV, None, _integer, _at_least(1, "the days a success is kept")
+        "POLARIS_PIPELINE_RETENTION_SUCCESS_DAYS",
+        None,
+        _integer,
+        _at_least(1, "the days a success is kept"),
     ),
     "retention_failure_days": _Spec(
-        RETENTION_FAILURE_DAYS_ENV, None, _integer, _at_least(1, "the days a failure is kept")
+        "POLARIS_PIPELINE_RETENTION_FAILURE_DAYS",
+        None,
+        _integer,
+        _at_least(1, "the days a failure is kept"),
     ),
     "retention_batch_size": _Spec(
-        RETENTION_BATCH_SIZE_ENV, None, _integer, _at_least(1, "the runs deleted per tick")
+        "POLARIS_PIPELINE_RETENTION_BATCH_SIZE",
+        None,
+        _integer,
+        _at_least(1, "the runs deleted per tick"),
     ),
-    "retention_dry_run": _Spec(RETENTION_DRY_RUN_ENV, None, _boolean),
-    "retention_cron": _Spec(RETENTION_CRON_ENV, None, _text, _nonblank_cron),
+    "retention_dry_run": _Spec("POLARIS_PIPELINE_RETENTION_DRY_RUN", None, _boolean),
+    "retention_cron": _Spec("POLARIS_PIPELINE_RETENTION_CRON", None, _text, _nonblank_cron),
 }
 
 
@@ -315,7 +277,7 @@ class PipelineSettings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> PipelineSettings:
-        """The defaults, with every variable of the table above that is set and not blank."""
+        """The defaults, with every variable of ``_SPECS`` that is set and not blank."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         for name, spec in _SPECS.items():
@@ -357,7 +319,7 @@ class PipelineSettings:
         return list(self.realms) if self.realms is not None else None
 
 
-def _checked(check: Callable[[Any], None], value: Any, label: str) -> None:
+def _checked(check: Callable[[Any], object], value: Any, label: str) -> None:
     try:
         check(value)
     except (ValueError, TypeError) as exc:

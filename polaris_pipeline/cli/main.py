@@ -3,10 +3,6 @@
 Errors are one clear line on stderr and a non-zero exit, never a traceback.
 Exit codes (``cli.context``): 0 success, 1 a task run or swept failed, 2 bad
 input or unreachable services, 130 interrupted.
-
-The package: ``parser`` (commands, flags, help), ``context`` (settings, the
-metastore, a named task), ``tasks`` and ``run`` (the commands), ``output``
-(what they print, text and JSON), ``table`` (tables that fit the terminal).
 """
 
 from __future__ import annotations

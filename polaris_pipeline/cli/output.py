@@ -1,9 +1,7 @@
 """What the commands print: tables and lines that fit the terminal, and their JSON.
 
-JSON writes ids as strings (they are 63-bit: a parser using doubles would round
-them) and every time twice: ``<name>_ms`` (epoch milliseconds) and ``<name>``
-(ISO 8601, UTC). An outcome's line and record are the outcome view's
-(``report.outcome_view``), as everywhere.
+An outcome's line and record are the outcome view's (``report.outcome_view``), as
+everywhere; ids and times in JSON are ``report.formatting``'s.
 """
 
 from __future__ import annotations
@@ -28,12 +26,12 @@ from polaris_pipeline.report.formatting import (
     task_label,
     truncate,
 )
-from polaris_pipeline.report.outcome_view import OutcomeView, unreferenced_json
+from polaris_pipeline.report.outcome_view import OutcomeView, totals_json, unreferenced_json
 from polaris_pipeline.report.progress import ProgressSink
 from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.settings import PipelineSettings
 from polaris_pipeline.tasks.model import TaskRow, TaskState
-from polaris_pipeline.tasks.summary import PayloadSummary, available_at_ms, summarize
+from polaris_pipeline.tasks.summary import available_at_ms, summarize
 
 if TYPE_CHECKING:
     from polaris_pipeline.cleanup.context import CleanupResult
@@ -47,15 +45,18 @@ def dump_json(doc: Any, out: TextIO) -> None:
 # -- tasks: list and show ----------------------------------------------------------------
 
 
-def payload_json(summary: PayloadSummary) -> dict[str, Any]:
-    return {**dataclasses.asdict(summary), "entity_id": json_id(summary.entity_id)}
+def _last_error(task: TaskRow) -> str | None:
+    return task.last_error or task.properties_error
+
+
+def _last_error_cause(task: TaskRow) -> str:
+    return error_cause(_last_error(task), task.realm_id, task.id, task.name)
 
 
 def task_json(
     task: TaskRow, state: TaskState, now_ms: int, settings: PipelineSettings
 ) -> dict[str, Any]:
     summary = summarize(task)
-    error = task.last_error or task.properties_error
     doc: dict[str, Any] = {
         "id": json_id(task.id),
         "realm": task.realm_id,
@@ -67,8 +68,8 @@ def task_json(
         "attempts": task.attempt_count,
         "max_attempts": settings.max_attempts,
         "executor": task.executor_id,
-        "last_error": error,
-        "last_error_cause": error_cause(error, task.realm_id, task.id, task.name) or None,
+        "last_error": _last_error(task),
+        "last_error_cause": _last_error_cause(task) or None,
         "last_run_id": task.properties.get("lastAttemptRunId"),
         # The last failure cannot heal by retrying: dead-lettered at once.
         "permanent": task.failure_permanent,
@@ -89,7 +90,8 @@ def task_detail_json(
 ) -> dict[str, Any]:
     """``tasks show --json``: the listing's record with the payload and every property."""
     doc = task_json(task, state, now_ms, settings)
-    doc["payload"] = payload_json(summarize(task))
+    summary = summarize(task)
+    doc["payload"] = {**dataclasses.asdict(summary), "entity_id": json_id(summary.entity_id)}
     doc["properties"] = {k: v for k, v in task.properties.items() if k != "data"}
     doc["data"] = task.properties.get("data")
     doc["internal_properties"] = task.internal_properties
@@ -125,7 +127,6 @@ def print_task_list(
     table = []
     for t, s in rows:
         summary = summarize(t)
-        error = t.last_error or t.properties_error
         table.append(
             [
                 str(t.id),
@@ -137,7 +138,7 @@ def print_task_list(
                 _next_text(t, s, now, settings),
                 short_task_name(t.name),
                 t.executor_id or "",
-                error_cause(error, t.realm_id, t.id, t.name),
+                _last_error_cause(t),
             ]
         )
     width = output_width(out)
@@ -183,24 +184,23 @@ def _show_pairs(
     lines.append(
         ("state", f"{state.value}, {task.attempt_count} of {settings.max_attempts} attempts")
     )
+
+    def when(ms: int | None) -> str:
+        return f"{iso_utc(ms)} ({relative_time(ms, now)})"
+
     available = available_at_ms(task, state, now, settings.policy)
     if state is not TaskState.ORPHANED and available is not None:
-        lines.append(("available", f"{iso_utc(available)} ({relative_time(available, now)})"))
-    lines.append(
-        (
-            "created",
-            f"{iso_utc(task.create_timestamp)} ({relative_time(task.create_timestamp, now)})",
-        )
-    )
+        lines.append(("available", when(available)))
+    lines.append(("created", when(task.create_timestamp)))
     if task.executor_id:
         lines.append(("executor", task.executor_id))
     for key, ms in (("last start", task.start_time_ms), ("last end", task.end_time_ms)):
         if ms is not None:
-            lines.append((key, f"{iso_utc(ms)} ({relative_time(ms, now)})"))
+            lines.append((key, when(ms)))
     run_id = task.properties.get("lastAttemptRunId")
     if run_id:
         lines.append(("last run", run_id))
-    error = error_cause(task.last_error or task.properties_error, task.realm_id, task.id, task.name)
+    error = _last_error_cause(task)
     if error:
         lines.append(("last error", error))
     if task.failure_permanent:
@@ -261,18 +261,15 @@ class TerminalProgress(ProgressSink):
         # a line that fills the terminal wraps, and \r can then no longer take it back.
         width = output_width(stream) if self.enabled else None
         self.width = max(20, width - 3) if width else None
-        super().__init__(self._show, interval_s=0)
+        super().__init__(self.status, interval_s=0)
 
-    def _show(self, text: str) -> None:
+    def status(self, text: str) -> None:
+        """A transient line (overwritten by the next progress or report)."""
         if not self.enabled:
             return
         line = truncate(text, self.width) if self.width else text
         self.stream.write(f"\r  {line}\033[K")
         self.stream.flush()
-
-    def status(self, text: str) -> None:
-        """A transient line (overwritten by the next progress or report)."""
-        self._show(text)
 
     def clear(self) -> None:
         if self.enabled:
@@ -303,9 +300,14 @@ class OutcomeReport:
             self.progress.clear()
             print(view.line(self._width), file=self._out, flush=True)
 
-    def summary(self, verb: str) -> None:
-        print(f"\n{verb} {self.totals.tasks_text()}", file=self._out)
-        print(f"  {self.totals.line()}", file=self._out)
+    def finish(self, verb: str, head: dict[str, Any] | None = None) -> None:
+        """The total: ``verb`` and two lines, or the JSON document (``head`` first)."""
+        if self._as_json:
+            doc = {**(head or {}), **totals_json(self.totals), "outcomes": self.records}
+            dump_json(doc, self._out)
+        else:
+            print(f"\n{verb} {self.totals.tasks_text()}", file=self._out)
+            print(f"  {self.totals.line()}", file=self._out)
 
 
 def plan_json(task: TaskRow, plan: CleanupResult | str) -> dict[str, Any]:

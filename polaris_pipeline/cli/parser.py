@@ -11,10 +11,17 @@ from typing import Any
 
 from polaris_pipeline.metastore import URL_ENV
 from polaris_pipeline.metastore.ddl import LATEST_SCHEMA_VERSION, MIN_SCHEMA_VERSION
-from polaris_pipeline.settings import REALMS_ENV, UNREFERENCED_ENV
+from polaris_pipeline.settings import (
+    GRACE_ENV,
+    LEASE_TIMEOUT_ENV,
+    MAX_ATTEMPTS_ENV,
+    REALMS_ENV,
+    UNREFERENCED_ENV,
+    PipelineSettings,
+)
 from polaris_pipeline.storage.config import CONFIG_ENV_VAR
 from polaris_pipeline.tasks.model import TaskState
-from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
+from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -32,11 +39,14 @@ def _examples(*commands: str) -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """Sub-command parsers: the same help formatting as the top level."""
+    """Examples keep their lines, in every (sub-)command's help."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _HelpFormatter)
         super().__init__(*args, **kwargs)
+
+
+_DEFAULTS = PipelineSettings()
 
 
 def _add_metastore(p: argparse.ArgumentParser) -> None:
@@ -68,18 +78,17 @@ def _add_storage_config(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_task_ref(p: argparse.ArgumentParser, *, realm_optional: bool = False) -> None:
+def _add_task_ref(p: argparse.ArgumentParser) -> None:
+    """A command on one named task: its ID and realm, the metastore, the lease policy."""
     p.add_argument(
         "task_id", type=int, metavar="ID", help="the task's entity id, as `tasks list` shows it"
     )
-    if realm_optional:
-        p.add_argument(
-            "--realm",
-            help="the task's realm, e.g. POLARIS (default: the one realm that has a task "
-            "with this id)",
-        )
-    else:
-        p.add_argument("--realm", required=True, help="the task's realm, e.g. POLARIS")
+    p.add_argument(
+        "--realm",
+        help="the task's realm, e.g. POLARIS (default: the one realm that has a task with this id)",
+    )
+    _add_metastore(p)
+    _add_policy(p)
 
 
 def _add_policy(p: argparse.ArgumentParser) -> None:
@@ -88,21 +97,21 @@ def _add_policy(p: argparse.ArgumentParser) -> None:
         type=int,
         metavar="MS",
         help="lease period, as Polaris's POLARIS_TASK_TIMEOUT_MILLIS "
-        "(default: $POLARIS_PIPELINE_LEASE_TIMEOUT_MS, else 300000)",
+        f"(default: ${LEASE_TIMEOUT_ENV}, else {_DEFAULTS.lease_timeout_ms})",
     )
     p.add_argument(
         "--grace-ms",
         type=int,
         metavar="MS",
         help="never-leased tasks younger than this are left to Polaris's in-process "
-        "executor (default: $POLARIS_PIPELINE_GRACE_MS, else the lease timeout)",
+        f"executor (default: ${GRACE_ENV}, else the lease timeout)",
     )
     p.add_argument(
         "--max-attempts",
         type=int,
         metavar="N",
-        help="dead-letter a task after N attempts (default: $POLARIS_PIPELINE_MAX_ATTEMPTS, "
-        "else 8)",
+        help=f"dead-letter a task after N attempts (default: ${MAX_ATTEMPTS_ENV}, "
+        f"else {_DEFAULTS.max_attempts})",
     )
 
 
@@ -112,7 +121,7 @@ def _add_unreferenced(p: argparse.ArgumentParser) -> None:
         choices=[mode.value for mode in UnreferencedMode],
         help="what a dropped table's run does, last, with the files under its location that "
         "its metadata no longer names: off; report (list them, delete nothing); delete "
-        f"(default: ${UNREFERENCED_ENV}, else {DEFAULT_UNREFERENCED_MODE.value})",
+        f"(default: ${UNREFERENCED_ENV}, else {_DEFAULTS.unreferenced.value})",
     )
 
 
@@ -125,7 +134,7 @@ def _add_json(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="polaris-pipeline",
         description="Find and finish Apache Polaris cleanup tasks that Polaris left behind. "
         f"Every command takes --metastore URL (default ${URL_ENV}); see COMMAND --help.",
@@ -133,7 +142,6 @@ def build_parser() -> argparse.ArgumentParser:
             "polaris-pipeline sweep --metastore sqlite:///polaris.db --once",
             "polaris-pipeline tasks list --metastore postgresql+psycopg://polaris@db/polaris",
         ),
-        formatter_class=_HelpFormatter,
     )
     parser.add_argument(
         "-v",
@@ -142,9 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="log what is done (leases, deletes, retries) to stderr, e.g. polaris-pipeline -v "
         "sweep --once",
     )
-    sub = parser.add_subparsers(
-        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
-    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     init = sub.add_parser(
         "init-metastore",
@@ -180,9 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
             "polaris-pipeline tasks requeue 4711 --realm POLARIS",
         ),
     )
-    tsub = tasks.add_subparsers(
-        dest="tasks_command", required=True, metavar="ACTION", parser_class=_Parser
-    )
+    tsub = tasks.add_subparsers(dest="tasks_command", required=True, metavar="ACTION")
     lst = tsub.add_parser(
         "list",
         help="list tasks with their state",
@@ -212,9 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Changes nothing.",
         epilog="Example: polaris-pipeline tasks show 4711 --realm POLARIS",
     )
-    _add_task_ref(show, realm_optional=True)
-    _add_metastore(show)
-    _add_policy(show)
+    _add_task_ref(show)
     _add_json(show, "the task with every property")
 
     requeue = tsub.add_parser(
@@ -224,9 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
         "A task leased right now is refused.",
         epilog="Example: polaris-pipeline tasks requeue 4711 --realm POLARIS",
     )
-    _add_task_ref(requeue, realm_optional=True)
-    _add_metastore(requeue)
-    _add_policy(requeue)
+    _add_task_ref(requeue)
 
     run = tsub.add_parser(
         "run",
@@ -241,9 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
             "polaris-pipeline tasks run 4711 --storage-config storage.yaml --json",
         ),
     )
-    _add_task_ref(run, realm_optional=True)
-    _add_metastore(run)
-    _add_policy(run)
+    _add_task_ref(run)
     _add_storage_config(run)
     _add_unreferenced(run)
     _add_json(run, "the start decision, the outcome of every task and the summary")

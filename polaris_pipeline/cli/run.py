@@ -19,23 +19,23 @@ from polaris_pipeline.cli.context import (
     storage_config,
 )
 from polaris_pipeline.cli.output import OutcomeReport, dump_json, plan_json, print_plans
+from polaris_pipeline.execution.outcome import ProgressFn
 from polaris_pipeline.execution.runner import Runner, make_executor_id
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.nothing_available import nothing_available_reason
-from polaris_pipeline.report.outcome_view import totals_json
 from polaris_pipeline.settings import PipelineSettings
 
 
 def _runner(
-    settings: PipelineSettings, store: Metastore, report: OutcomeReport, command: str
+    settings: PipelineSettings, store: Metastore, command: str, progress: ProgressFn | None = None
 ) -> Runner:
-    """The Runner of a command that runs tasks, its progress shown by ``report``."""
+    """The Runner of a command (a dry run's leases nothing: its executor id goes unused)."""
     prefix = settings.executor_prefix
     return Runner(
         store,
         storage_config(settings),
         executor_id=make_executor_id(command, prefix) if prefix else None,
-        progress=report.progress,
+        progress=progress,
         write_task_events=settings.task_events,
         unreferenced=settings.unreferenced,
     )
@@ -51,7 +51,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     store = checked_metastore(settings, read_only=False)
     task = find_task(store, args.task_id, args.realm, settings.realm_list())
     report = OutcomeReport(out, as_json=args.json)
-    with _runner(settings, store, report, "run") as runner:
+    with _runner(settings, store, "run", report.progress) as runner:
         # A fresh holder: nothing of its own to adopt.
         decision = runner.start(task.realm_id, task.id, operator=True, may_adopt=False)
         start = {"action": decision.action.value, "message": decision.message}
@@ -65,11 +65,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
             print(decision.message, file=out)
         runner.execute_tree(decision.lease, on_outcome=report)
         report.progress.clear()
-    if args.json:
-        totals = totals_json(report.totals)
-        dump_json({"started": True, **start, **totals, "outcomes": report.records}, out)
-    else:
-        report.summary("ran")
+    report.finish("ran", {"started": True, **start})
     return EXIT_TASK_FAILED if report.totals.failed else EXIT_OK
 
 
@@ -80,31 +76,24 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
         return _dry_run(settings, realms, out, as_json=args.json)
     store = checked_metastore(settings, read_only=False)
     report = OutcomeReport(out, as_json=args.json)
-    with _runner(settings, store, report, "sweep") as runner:
+    with _runner(settings, store, "sweep", report.progress) as runner:
         report.progress.status(f"sweeping {store.display_url} …")
         sweep_args: dict[str, Any] = {}
         if args.batch_size is not None:
             sweep_args["batch_size"] = args.batch_size
         outcomes = runner.sweep(realms, on_outcome=report, **sweep_args)
         report.progress.clear()
-    totals = report.totals
-    if args.json:
-        dump_json({**totals_json(totals), "outcomes": report.records}, out)
-    else:
-        report.summary("swept")
-        if not outcomes:
-            print(_nothing_available(store, realms), file=out)
-    return EXIT_TASK_FAILED if totals.failed else EXIT_OK
+    report.finish("swept")
+    if not outcomes and not args.json:
+        print(_nothing_available(store, realms), file=out)
+    return EXIT_TASK_FAILED if report.totals.failed else EXIT_OK
 
 
 def _dry_run(
     settings: PipelineSettings, realms: list[str] | None, out: TextIO, *, as_json: bool
 ) -> int:
     store = checked_metastore(settings, read_only=True)
-    config = storage_config(settings)
-    with Runner(
-        store, config, write_task_events=settings.task_events, unreferenced=settings.unreferenced
-    ) as runner:
+    with _runner(settings, store, "sweep") as runner:
         docs = [plan_json(task, plan) for task, plan in runner.dry_run(realms)]
     reason = None if docs else _nothing_available(store, realms)
     if as_json:

@@ -1,15 +1,9 @@
 """How numbers, times and tasks are written for people: one formatter each.
 
-- ``format_bytes``: sizes in binary units (``488.3 KiB``), the one byte formatter.
-- ``iso_utc`` / ``iso_utc_seconds`` / ``format_duration`` / ``relative_time``: epoch
-  milliseconds as ISO 8601 in UTC (``2026-12-01T10:05:40.123Z``, or to the second
-  ``2026-12-01T10:05:40+00:00``) and spans as ``4m30s``.
-- ``short_task_name`` / ``task_label`` / ``quoted_task_label``: a task's name cut to
-  something readable. Polaris names a batch child ``<parent>_[<every file>]_<uuid>``
-  and a manifest child ``<parent>_<manifest path>_<uuid>``: raw names run to kilobytes.
-- ``error_cause``: a recorded error without the task label it starts with.
-- ``realms_text``: which realms something looked in (``realms [A, B]``, ``any realm``).
-- ``json_id`` / ``add_json_times``: ids and times in JSON (the CLI's ``--json``).
+Polaris names a batch child ``<parent>_[<every file>]_<uuid>`` and a manifest child
+``<parent>_<manifest path>_<uuid>``: raw names run to kilobytes, so a line shows
+``short_task_name``. JSON (the CLI's ``--json``) writes ids as strings and every
+time twice (``json_id``, ``add_json_times``).
 """
 
 from __future__ import annotations

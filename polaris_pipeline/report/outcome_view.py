@@ -3,29 +3,7 @@
 Every surface that shows an outcome takes it from here: the CLI's per-task line
 and ``--json`` record, a Dagster step's output, log line and metadata (read back
 into a run's total by the run report and the demo), the realm backfill's log.
-The numbers of an outcome have one name per surface, all in one list,
-``OUTCOME_FIELDS`` of ``report/fields.py`` (number: CLI ``--json`` key / Dagster
-metadata label / step output key):
-
-- ``files_deleted``: ``files_deleted`` / ``files deleted`` / ``deleted``
-- ``files_missing``: ``already_gone`` / ``files already gone`` / --
-- ``bytes_freed``: ``bytes_freed`` / ``bytes freed`` / ``bytes_freed``
-- ``refused``: ``paths_refused`` / ``refused paths`` / ``refused``
-- ``child_tasks``: -- (the JSON lists the children's ids) / ``child tasks`` / ``children``
-
-The CLI's JSON keys and the metadata labels are public (scripts, the run report
-reads the labels back: ``OutcomeTotals.add_step``): never rename one.
-
-API:
-
-- ``OutcomeView(outcome, parent_id=None)``: ``summary`` (what the task was about,
-  from the row the attempt read), the five numbers above, ``line(width)`` (the
-  CLI's line), ``log_line(table=None)`` (a log's line), ``json()`` (the
-  CLI's record), ``metadata()`` (the numbers as Dagster metadata labels),
-  ``output()`` (a task step's output value).
-- ``per_task_metadata(output)``: one entry of a group step's ``tasks`` list, from
-  a task's ``output()``.
-- ``totals_json(totals)``: an ``OutcomeTotals`` for the CLI's ``--json``.
+Its numbers are named per surface once, in ``report/fields.py``.
 """
 
 from __future__ import annotations
@@ -38,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.report.fields import (
     OUTCOME_FIELDS,
-    SIZES_UNREPORTED,
     UNREFERENCED,
     UNREFERENCED_FIELDS,
     OutcomeField,
@@ -73,12 +50,6 @@ class OutcomeView:
         """What the task was about (type, table), from the row its attempt read."""
         row = self.outcome.row
         return summarize(row) if row is not None else None
-
-    @property
-    def label(self) -> str:
-        """``realm/id 'name'``, the name cut (a batch child's name holds its file list)."""
-        lease = self.outcome.lease
-        return quoted_task_label(lease.realm_id, lease.task_id, lease.name)
 
     @property
     def table(self) -> str | None:
@@ -180,13 +151,15 @@ class OutcomeView:
         ``table``: the table's label, when the caller knows it better than the payload.
         """
         outcome, lease = self.outcome, self.outcome.lease
-        task = f"task {self.label} ({self.type_name})"
+        # The name cut: a batch child's name holds its file list.
+        label = quoted_task_label(lease.realm_id, lease.task_id, lease.name)
+        task = f"task {label} ({self.type_name})"
         if outcome.status is Status.LEASE_LOST:
             return f"{task}: {outcome.error}"
         if outcome.status is not Status.DONE:
             return f"{task} {outcome.status.value}: {outcome.error}"
         if outcome.result is None:
-            return f"task {self.label} was already finished by another executor"
+            return f"task {label} was already finished by another executor"
         where = table or self.table
         return (
             f"{task} done: {self.files_deleted} file(s) deleted, "
@@ -231,10 +204,8 @@ class OutcomeView:
         return doc
 
     def metadata(self) -> dict[str, Any]:
-        """The numbers under their Dagster metadata labels (as ``OutcomeTotals.metadata``)."""
-        meta: dict[str, Any] = {f.label: self._number(f) for f in OUTCOME_FIELDS}
-        if self.outcome.result is not None and self.bytes_freed is None:
-            meta[SIZES_UNREPORTED] = 1
+        """The numbers under their Dagster metadata labels: the total of this one outcome."""
+        meta = OutcomeTotals.of([self.outcome]).metadata()
         if self.unreferenced is not None:
             meta.update({f.label: self._number(f) for f in UNREFERENCED_FIELDS})
             meta[UNREFERENCED] = self.unreferenced.summary()

@@ -1,10 +1,8 @@
 """What tasks did, added up: one total for a CLI sweep, a run, a backfill and the demo.
 
-``OutcomeTotals`` adds the Runner's ``TaskOutcome``s (files deleted and already
-gone, bytes freed, refused paths, children created, tasks and child tasks by
-status, permanent failures). It writes itself as the plain values a Dagster
-step's metadata carries and reads them back (``add_step``), under the labels of
-the outcome view's ``OUTCOME_FIELDS`` and the keys below. ``line`` and
+``OutcomeTotals`` adds the Runner's ``TaskOutcome``s. It writes itself as the
+plain values a Dagster step's metadata carries and reads them back (``add_step``),
+under the labels of ``OUTCOME_FIELDS`` and the keys below. ``line`` and
 ``tasks_text`` are the one wording of a total; ``format_counts`` the one wording
 of counts by status.
 """
@@ -13,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
@@ -116,16 +114,12 @@ class OutcomeTotals:
             self.bytes_freed += result.bytes_freed
 
     def merge(self, other: OutcomeTotals) -> None:
-        self.files_deleted += other.files_deleted
-        self.files_missing += other.files_missing
-        self.refused += other.refused
-        self.bytes_freed += other.bytes_freed
-        self.sizes_unreported += other.sizes_unreported
-        self.children_created += other.children_created
-        self.permanent += other.permanent
-        self.tasks.update(other.tasks)
-        self.children.update(other.children)
-        self._parents.update(other._parents)
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(mine, int):
+                setattr(self, f.name, mine + theirs)
+            else:  # the counters add up, the parents join
+                mine.update(theirs)
 
     def add_step(self, metadata: Mapping[str, Any], *, failed: bool = False) -> None:
         """One step's metadata (plain values), as ``metadata`` writes it; ``failed``: the
@@ -198,15 +192,12 @@ class OutcomeTotals:
             meta[SIZES_UNREPORTED] = self.sizes_unreported
         return meta
 
-    def freed_text(self) -> str:
-        """``488.3 KiB``, or ``488.3 KiB or more`` when some storage reported no sizes."""
-        return format_bytes(self.bytes_freed) + (" or more" if self.bytes_unknown else "")
-
     def line(self) -> str:
         """The one line of a total, for the CLI, a run's tag, a log, an alert, the demo."""
+        freed = format_bytes(self.bytes_freed) + (" or more" if self.bytes_unknown else "")
         return (
             f"{self.files_deleted} file(s) deleted, {self.files_missing} already gone, "
-            f"{self.refused} refused, {self.freed_text()} freed; "
+            f"{self.refused} refused, {freed} freed; "
             f"children: {format_counts(self.children)}"
         )
 
