@@ -29,7 +29,6 @@ from polaris_pipeline.dagster.alerts import (
     Alert,
     SmtpSettings,
     alert_sensors,
-    alert_sensors_from_env,
     build_polaris_check_alert,
     build_polaris_failure_alert,
     email_notifier,
@@ -47,7 +46,7 @@ from polaris_pipeline.dagster.backlog_report import BacklogSettings
 from polaris_pipeline.dagster.resources import SweeperSettings
 from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
 from polaris_pipeline.metastore import Metastore
-from tests.support.dagster import metastore_resource
+from tests.support.dagster import alert_sensors_from_env, metastore_resource
 from tests.support.tasks import seed
 
 # -- real destinations on 127.0.0.1 ----------------------------------------------------

@@ -9,7 +9,7 @@ Two sensors share one ``notify(Alert)`` function:
   (dead tasks, permanent failures, stale orphans, sweeper freshness) that starts
   failing; a check that keeps failing pages once, not at every refresh.
 
-Both are off until configured: ``alert_sensors_from_env`` gives them a
+Both are off until configured: ``build_defs_from_env`` gives them a
 ``notify`` built from the environment (a Slack incoming webhook, e-mail through
 SMTP, or both) and starts them RUNNING only when one is set. Without a
 destination they are STOPPED and say so in their description; starting one by
@@ -41,13 +41,12 @@ from dagster import (
 )
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
-from polaris_pipeline.dagster.backlog_report import ASSET_NAME, CHECK_NAMES
+from polaris_pipeline.dagster.backlog_report import ASSET_KEY, CHECK_NAMES
 from polaris_pipeline.dagster.contract import TAG_REALM, TAG_TABLE, TAG_TASK_ID, TAG_TASK_TYPE
 
 log = logging.getLogger(__name__)
 
 RUN_ALERT_NAME = "polaris_run_failure_alert"
-BACKLOG_KEY = AssetKey(ASSET_NAME)
 CHECK_ALERT_NAME = "polaris_check_failure_alert"
 
 WEBHOOK_ENV = "POLARIS_PIPELINE_ALERT_WEBHOOK_URL"
@@ -59,17 +58,6 @@ SMTP_USER_ENV = "POLARIS_PIPELINE_ALERT_SMTP_USER"
 SMTP_PASSWORD_ENV = "POLARIS_PIPELINE_ALERT_SMTP_PASSWORD"
 SMTP_STARTTLS_ENV = "POLARIS_PIPELINE_ALERT_SMTP_STARTTLS"
 UI_URL_ENV = "POLARIS_PIPELINE_ALERT_UI_URL"
-ALERT_ENVS = (
-    WEBHOOK_ENV,
-    EMAIL_TO_ENV,
-    EMAIL_FROM_ENV,
-    SMTP_HOST_ENV,
-    SMTP_PORT_ENV,
-    SMTP_USER_ENV,
-    SMTP_PASSWORD_ENV,
-    SMTP_STARTTLS_ENV,
-    UI_URL_ENV,
-)
 
 # The tags of a task run an alert shows (the contract's), each as "<name>: <value>".
 _TAGS_SHOWN = (TAG_TABLE, TAG_REALM, TAG_TASK_ID, TAG_TASK_TYPE)
@@ -212,7 +200,7 @@ def build_polaris_check_alert(
     ui_url: str | None = None,
     default_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
     description: str | None = None,
-    asset_key: AssetKey = BACKLOG_KEY,
+    asset_key: AssetKey = ASSET_KEY,
     check_names: Sequence[str] = CHECK_NAMES,
 ) -> SensorDefinition:
     """Calls ``notify`` when a backlog check starts failing.
@@ -397,7 +385,3 @@ def alert_sensors(notify: Notify | None, ui_url: str | None = None) -> list[Sens
             description="Sends a backlog check that starts failing on." + off,
         ),
     ]
-
-
-def alert_sensors_from_env(env: Mapping[str, str]) -> list[SensorDefinition]:
-    return alert_sensors(notifier_from_env(env), _env(env, UI_URL_ENV))

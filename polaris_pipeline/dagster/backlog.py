@@ -7,19 +7,9 @@ the longest-waiting orphan has waited, over all realms (``pending``, ``total``,
 every number over time on the asset's page. It is not partitioned by realm:
 partitioned asset checks are a Dagster preview feature (a warning at every
 code-server start), and a realm is not a slice of data that is "missing" or
-"materialized" anyway. Its checks:
+"materialized" anyway.
 
-- ``no_dead_tasks`` fails (ERROR) while tasks are dead-lettered after exhausting
-  their attempts, with their count and a sample of ids and last errors;
-- ``no_failing_tasks`` fails on permanent failures (ERROR: dead-lettered at once,
-  retrying cannot heal them) and on tasks backing off after many attempts (WARN);
-- ``no_stale_orphans`` fails (ERROR) when an orphan has waited longer than
-  ``max_orphan_age_seconds`` (default 1 h): the sweepers are not keeping up;
-- ``sweeper_is_sweeping`` fails (ERROR) when the sweeper sensor has not swept for
-  ``freshness_intervals`` sweep intervals: the daemon is down, or the sensor is
-  stopped or failing.
-
-No run refreshes them. The sweeper sensor reports the asset's numbers and the
+No run refreshes the asset or its checks. The sweeper sensor reports the asset's numbers and the
 three metastore checks with its sweeps (at most every ``report_interval_seconds``,
 ``backlog_report.backlog_events``): the daemon stores a sensor's asset events as
 they are. A sweeper cannot report that it stopped, so ``polaris_sweeper_watch``,

@@ -157,9 +157,7 @@ def read_report(
 def backlog_metadata(backlogs: Iterable[RealmBacklog]) -> dict[str, MetadataValue]:
     """Numbers only, so that the UI plots each of them over time: all realms, then each."""
     listed = list(backlogs)
-    overall: Counter[TaskState] = Counter()
-    for backlog in listed:
-        overall.update(backlog.counts)
+    overall = sum((backlog.counts for backlog in listed), Counter[TaskState]())
     meta: dict[str, MetadataValue] = {s.value: MetadataValue.int(overall[s]) for s in TaskState}
     meta[TOTAL_KEY] = MetadataValue.int(sum(overall.values()))
     oldest = max((b.oldest_orphan_age_s for b in listed), default=0.0)

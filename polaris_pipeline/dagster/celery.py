@@ -1,7 +1,7 @@
 """``polaris_task_job`` on dagster-celery's executor: every step is a Celery task.
 
 The graph, its ops, their retry policies and the run tags are those of
-``jobs/task_job.py``; only the executor differs. The run worker (the process the
+``task_job.py``; only the executor differs. The run worker (the process the
 run launcher starts) orchestrates; each step (the root task, every mapped child)
 is sent through the broker to whichever Celery worker takes it, so a table with
 thousands of manifests fans out over a pool of workers instead of one pod.
@@ -31,7 +31,6 @@ from polaris_pipeline.dagster.task_job import polaris_task_job
 BROKER_ENV = "POLARIS_PIPELINE_CELERY_BROKER"
 BACKEND_ENV = "POLARIS_PIPELINE_CELERY_BACKEND"
 QUEUE_ENV = "POLARIS_PIPELINE_CELERY_QUEUE"
-DEFAULT_QUEUE = "dagster"  # dagster-celery's default queue
 # Where step outputs (the child leases a table cleanup hands to its children) are
 # kept. The steps of one run execute on different Celery workers, so with workers on
 # more than one host this must be storage they all reach (a shared volume).
@@ -93,6 +92,3 @@ def build_polaris_celery_task_job(
         tags=job.tags,
         executor_def=executor_def or build_celery_executor(),
     )
-
-
-polaris_celery_task_job = build_polaris_celery_task_job()

@@ -77,6 +77,11 @@ def _as_env_var(value: str) -> str | dg.EnvVar:
     return value
 
 
+def _set_fields(model: dg.Model | None) -> dict[str, Any]:
+    """The fields ``model`` sets: the others keep the library's defaults."""
+    return {k: v for k, v in (model.model_dump() if model else {}).items() if v is not None}
+
+
 class PolarisSweeper(dg.Component, dg.Model, dg.Resolvable):
     """Guaranteed execution of Apache Polaris cleanup tasks: sensor, jobs, backlog, checks."""
 
@@ -112,16 +117,6 @@ class PolarisSweeper(dg.Component, dg.Model, dg.Resolvable):
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         storage = PolarisStorageResource(**(self.storage.model_dump() if self.storage else {}))
-        cadence = {
-            k: v
-            for k, v in (self.sweep.model_dump() if self.sweep else {}).items()
-            if v is not None
-        }
-        retention = {
-            k: v
-            for k, v in (self.retention.model_dump() if self.retention else {}).items()
-            if v is not None
-        }
         return build_defs(
             metastore_url=_as_env_var(self.metastore_url),
             realms=self.realms,
@@ -130,8 +125,8 @@ class PolarisSweeper(dg.Component, dg.Model, dg.Resolvable):
             max_attempts=self.max_attempts,
             unreferenced=self.unreferenced or DEFAULT_UNREFERENCED_MODE,
             storage=storage,
-            sweeper=SweeperSettings(**cadence).validated(),
+            sweeper=SweeperSettings(**_set_fields(self.sweep)).validated(),
             executor=self.executor,
-            retention=RetentionSettings(**retention),
+            retention=RetentionSettings(**_set_fields(self.retention)),
             translator=translator_from_path(self.translator) if self.translator else None,
         )

@@ -131,14 +131,9 @@ class ContractMismatch(Failure):
         )
 
 
-def run_contract_version(tags: Mapping[str, str]) -> str:
-    """The contract version a run was made under, as tagged (untagged: version 1)."""
-    return (tags.get(TAG_CONTRACT) or "").strip() or str(UNTAGGED_VERSION)
-
-
 def check_run_contract(tags: Mapping[str, str]) -> None:
     """Raise ``ContractMismatch`` unless this code reads runs of the run's version."""
-    version = run_contract_version(tags)
+    version = (tags.get(TAG_CONTRACT) or "").strip() or str(UNTAGGED_VERSION)
     if not (version.isdigit() and int(version) in READABLE_VERSIONS):
         raise ContractMismatch(version[:40])
 

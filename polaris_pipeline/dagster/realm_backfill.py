@@ -63,11 +63,6 @@ class RealmSweepConfig(Config):
     batch_size: int = Field(default=32, description="Tasks leased per lease statement.")
 
 
-def realm_tags(realm: str) -> dict[str, str]:
-    """Tags of a realm's backfill run: the run queue caps runs per ``polaris/realm``."""
-    return {TAG_REALM: realm}
-
-
 def realm_run_config(realm: str, **bounds: Any) -> dict[str, Any]:
     """The run config of a sweep of ``realm`` (``bounds``: the other RealmSweepConfig fields)."""
     return {"ops": {OP_NAME: {"config": {"realm": realm, **bounds}}}}
@@ -173,7 +168,7 @@ def sweep_realm(
     # The run queue may already have counted it (a tag given at launch); this makes
     # every run of a realm findable by the tag, however it was launched.
     if context.run.tags.get(TAG_REALM) != realm:
-        context.instance.add_run_tags(context.run_id, realm_tags(realm))
+        context.instance.add_run_tags(context.run_id, {TAG_REALM: realm})
     executor_id = metastore.run_executor_id(context.run_id)
     tally = _Tally(context, realm)
     context.log.info(f"sweeping realm {realm} of {metastore.display_url} as {executor_id}")

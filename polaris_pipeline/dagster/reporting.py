@@ -75,7 +75,8 @@ def _read_run(instance: DagsterInstance, run_id: str) -> tuple[OutcomeTotals, st
 
 # ------------------------------------------------------------------ the sensor
 
-_FINISHED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE]
+# The finished runs reported (a canceled run never is).
+REPORTED_STATUSES = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE]
 
 
 def report_run(
@@ -122,7 +123,7 @@ def build_run_report_sensor(
     def _report(context: SensorEvaluationContext) -> SkipReason:
         after = float(context.cursor) if context.cursor else None
         records = context.instance.get_run_records(
-            RunsFilter(job_name=job_name, statuses=_FINISHED, updated_after=_dt(after)),
+            RunsFilter(job_name=job_name, statuses=REPORTED_STATUSES, updated_after=_dt(after)),
             limit=100,
             ascending=True,
         )

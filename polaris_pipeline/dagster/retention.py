@@ -75,7 +75,7 @@ from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
 from pydantic import Field
 
 from polaris_pipeline.dagster.contract import JOB_NAME, TAG_TOTAL
-from polaris_pipeline.dagster.reporting import report_run
+from polaris_pipeline.dagster.reporting import REPORTED_STATUSES, report_run
 from polaris_pipeline.dagster.translator import PolarisTranslator
 from polaris_pipeline.errors import one_line
 from polaris_pipeline.settings import (
@@ -90,8 +90,6 @@ RETENTION_OP_NAME = "delete_old_runs"
 
 SUCCESS_STATUSES = (DagsterRunStatus.SUCCESS,)
 FAILURE_STATUSES = (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
-# The runs polaris_run_report reports (it never reports a canceled run).
-_REPORTED_STATUSES = (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE)
 # A retention run waiting or in progress: the schedule skips its tick.
 _UNFINISHED = [
     DagsterRunStatus.QUEUED,
@@ -102,6 +100,9 @@ _UNFINISHED = [
 ]
 # Runs listed in the op's metadata (the counts are exact).
 _LISTED = 100
+
+# The fields of RetentionSettings, each ``retention_<name>`` in the engine's settings.
+_FIELDS = ("success_days", "failure_days", "batch_size", "dry_run", "cron")
 
 
 class RetentionSettings(ConfigurableResource):
@@ -137,25 +138,13 @@ class RetentionSettings(ConfigurableResource):
     def validated(self) -> "RetentionSettings":
         """These settings, checked by the engine's settings, which hold the rules (a
         ``SettingsError``, a ``ValueError``, names the bad field)."""
-        PipelineSettings(
-            retention_success_days=self.success_days,
-            retention_failure_days=self.failure_days,
-            retention_batch_size=self.batch_size,
-            retention_dry_run=self.dry_run,
-            retention_cron=self.cron,
-        )
+        PipelineSettings(**{f"retention_{name}": getattr(self, name) for name in _FIELDS})
         return self
 
     @classmethod
     def from_settings(cls, settings: PipelineSettings) -> "RetentionSettings":
         """The retention fields of the engine's settings (the environment's)."""
-        return cls(
-            success_days=settings.retention_success_days,
-            failure_days=settings.retention_failure_days,
-            batch_size=settings.retention_batch_size,
-            dry_run=settings.retention_dry_run,
-            cron=settings.retention_cron,
-        )
+        return cls(**{name: getattr(settings, f"retention_{name}") for name in _FIELDS})
 
 
 @dataclass(frozen=True)
@@ -334,7 +323,7 @@ def _report_if_unreported(
     instance: DagsterInstance, record: RunRecord, translator: PolarisTranslator | None
 ) -> int:
     run = record.dagster_run
-    if TAG_TOTAL in run.tags or run.status not in _REPORTED_STATUSES:
+    if TAG_TOTAL in run.tags or run.status not in REPORTED_STATUSES:
         return 0
     report_run(instance, run, translator)
     return 1
@@ -452,20 +441,3 @@ def build_run_retention_schedule(
         return RunRequest()
 
     return _tick
-
-
-__all__ = [
-    "FAILURE_STATUSES",
-    "RETENTION_JOB_NAME",
-    "RETENTION_OP_NAME",
-    "RETENTION_SCHEDULE_NAME",
-    "SUCCESS_STATUSES",
-    "RetentionResult",
-    "RetentionRule",
-    "RetentionRunConfig",
-    "RetentionSettings",
-    "apply_retention",
-    "build_run_retention_job",
-    "build_run_retention_schedule",
-    "retention_rules",
-]

@@ -12,8 +12,6 @@ per-tick cap sets the next sweep to now: the backlog drains one capped batch
 per evaluation, and each tick stays small and fast.
 
 Cursor: JSON ``{"next_sweep_ms": <epoch ms>, "backlog": <bool>, "reported_ms": <epoch ms>}``.
-(Cursors of earlier versions also held ``realms_synced_ms``, for realm
-partitions that no job or asset uses any more; it is ignored.)
 
 Backlog report: a sweep also reports the ``polaris_task_backlog`` asset's numbers
 and its three metastore checks as the tick's asset events (the daemon stores
@@ -62,7 +60,7 @@ from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
 from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR, PolarisTranslator
-from polaris_pipeline.errors import MetastoreError, PolarisPipelineError
+from polaris_pipeline.errors import MetastoreError, PolarisPipelineError, one_line
 from polaris_pipeline.report.formatting import iso_utc
 from polaris_pipeline.report.nothing_available import no_orphans_reason
 from polaris_pipeline.tasks.model import TaskState
@@ -73,8 +71,6 @@ SENSOR_NAME = "polaris_task_sweeper"
 # How often the daemon may evaluate the sensor. Evaluations before the cursor's
 # next sweep time cost nothing (no database access), so this can be short.
 MINIMUM_INTERVAL_SECONDS = 10
-# How often a sweep reads the list of realms to add new realm partitions.
-
 # The start rate the queue note uses is measured over this window.
 _START_RATE_WINDOW_S = 600
 _STARTED_STATUSES = [
@@ -200,13 +196,6 @@ def _recently_started(
     return [r.dagster_run for r in records if r.start_time is None or r.start_time >= since]
 
 
-def _state_counts(per_realm: dict[str, Counter[TaskState]]) -> Counter[TaskState]:
-    total: Counter[TaskState] = Counter()
-    for counts in per_realm.values():
-        total.update(counts)
-    return total
-
-
 def _idle_reason(
     metastore: PolarisMetastoreResource,
     wait_s: int,
@@ -221,9 +210,13 @@ def _idle_reason(
     """
     if per_realm is None:
         per_realm = metastore.get_metastore().count_by_state(metastore.realms)
-    # Unconfigured realms: the realms the count found, if any.
-    realms = metastore.realms if metastore.realms is not None else sorted(per_realm) or None
-    return no_orphans_reason(_state_counts(per_realm), realms, wait_s=wait_s, limit_note=limit_note)
+    return no_orphans_reason(
+        sum(per_realm.values(), Counter()),
+        metastore.realms,
+        wait_s=wait_s,
+        seen=per_realm,
+        limit_note=limit_note,
+    )
 
 
 @dataclass(frozen=True)
@@ -263,7 +256,7 @@ def config_problem(
         if storage is not None:
             storage.get_config()
     except (PolarisPipelineError, ValueError) as exc:
-        return CheckProblem(f"{type(exc).__name__}: {_first_line(exc)}", _unreachable(exc))
+        return CheckProblem(one_line(exc), _unreachable(exc))
     except Exception as exc:
         # Unknown errors may quote a URL with its password: the type alone.
         return CheckProblem(
@@ -287,11 +280,6 @@ def _unreachable(exc: BaseException) -> bool:
     if isinstance(exc, OperationalError):
         return True
     return isinstance(exc, MetastoreError) and isinstance(exc.__cause__, OperationalError)
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else ""
 
 
 def _waiting_tasks(runs: Iterable[DagsterRun]) -> set[tuple[str, int]]:

@@ -1,31 +1,18 @@
-"""``polaris_task_job``: one Dagster run per Polaris task, which leases it when it starts.
-
-This module holds the job's ops and its stage graph; around it:
-
-- ``contract.py``: the run tags, run keys, run config and step names, versioned;
-- ``lineage.py``: who launched a run (sweeper, operator, run retry) and its lineage;
-- ``task_step.py``: one task started and run inside a step, to one of its ends;
-- ``translator.py``: what the UI shows of it (tags, metadata, asset keys).
-
-The sweeper only selects available tasks and requests one run per task; the
-run's root op leases the task through the engine (``Runner.start``) as its work
-starts, so a run that waits in a queue holds no lease that could lapse.
+"""``polaris_task_job``: one Dagster run per Polaris task, which leases it when it starts
+(``Runner.start``), so a run that waits in a queue holds no lease that could lapse.
 
 A table cleanup's children run in the same run, as mapped steps in the ordered
-stages the engine declares (``cleanup.stages.CHILD_STAGES``: manifest children,
-then the batch children of manifest lists, older metadata and statistics, then
-the child that deletes the current metadata file), a gate between each two;
-``children_per_step`` children to a step. The graph is made from that plan, one
-slot per stage. By default every step runs in the run's own process
+stages the engine declares (``cleanup.stages.CHILD_STAGES``), a gate between each
+two; ``children_per_step`` children to a step. By default every step runs in the run's own process
 (``in_process``): a run is one task's worth of work, and the multiprocess
 executor (``MULTIPROCESS_EXECUTOR``) costs a forkserver and a process per step;
 ``build_defs(executor="multiprocess")`` chooses it.
 """
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from dagster import (
     Backoff,
@@ -80,9 +67,8 @@ from polaris_pipeline.dagster.task_step import (
 )
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR, PolarisTranslator
 from polaris_pipeline.errors import PolarisPipelineError
-from polaris_pipeline.execution.outcome import TaskOutcome
 from polaris_pipeline.execution.runner import child_stages
-from polaris_pipeline.tasks.ref import Lease, TaskRef
+from polaris_pipeline.tasks.ref import TaskRef
 
 # Op retries: a transient failure (storage hiccup, lost connection) is retried
 # inside the run under the same lease; the heartbeat keeps the lease alive.
@@ -100,14 +86,14 @@ MULTIPROCESS_EXECUTOR = multiprocess_executor.configured(
 
 # A group of child tasks handed from step to step: ``TaskRef.to_dict`` forms.
 RefGroup = list[dict[str, Any]]
+T = TypeVar("T")
 
 
 # ----------------------------------------------------------------------- ops
 #
-# The graph follows the engine's stage plan (``cleanup.stages.CHILD_STAGES``):
-# the root op has one output per stage; the first feeds that stage's mapped
-# child op, each later one a gate that hands its stage out once every step of
-# the stage before is done. One slot per stage, made in a loop from the plan.
+# The root op has one output per stage: the first feeds that stage's mapped child
+# op, each later one a gate that hands its stage out once every step of the stage
+# before is done.
 
 
 def _stage_text(plan: tuple[ChildStage, ...], stage: ChildStage) -> str:
@@ -165,17 +151,17 @@ def _root_op(plan: tuple[ChildStage, ...], translator: PolarisTranslator) -> OpD
             yield Output(finish_input(outcome), FINISH_OUTPUT)
         staged = [
             (stage, [lease.ref.to_dict() for lease in leases])
-            for stage, leases in _job_stages(outcome, plan)
+            for stage, leases in _in_job_plan(lambda: child_stages(outcome, plan))
         ]
         yield from _emit_stages(staged, config.children_per_step)
 
     return run_polaris_task
 
 
-def _job_stages(outcome: TaskOutcome, plan: tuple[ChildStage, ...]) -> Staged[Lease]:
-    """The outcome's children in the stages of ``plan``, refused if one is not in it."""
+def _in_job_plan(staging: Callable[[], Staged[T]]) -> Staged[T]:
+    """``staging()``, refused if it puts a child in a stage the job's plan lacks."""
     try:
-        return child_stages(outcome, plan)
+        return staging()
     except ValueError as exc:
         # Running it elsewhere would break the order the handler asked for. The
         # children are recorded, so a sweeper runs them once the lease lapses.
@@ -229,10 +215,7 @@ def _orphan_stages(
             gone += 1
             continue
         assigned.append((orphan_stage(row), [TaskRef.from_row(row).to_dict()]))
-    try:
-        staged = in_plan_order(assigned, plan)
-    except ValueError as exc:
-        raise PolarisPipelineError(f"{exc}: this job has no step for it") from None
+    staged = _in_job_plan(lambda: in_plan_order(assigned, plan))
     count = sum(len(refs) for _, refs in staged)
     sizes = ", ".join(f"{len(refs)} {stage.name}" for stage, refs in staged)
     message = (

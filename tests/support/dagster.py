@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import DagsterInstance
+from dagster import DagsterInstance, SensorDefinition
 from sqlalchemy.engine import make_url
 
+from polaris_pipeline.dagster.alerts import UI_URL_ENV, alert_sensors, notifier_from_env
 from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
     clear_metastore_cache,
@@ -67,3 +68,8 @@ def metastore_resource(store: Metastore, **overrides: Any) -> PolarisMetastoreRe
         **overrides,
     }
     return PolarisMetastoreResource(**values)
+
+
+def alert_sensors_from_env(env: Mapping[str, str]) -> list[SensorDefinition]:
+    """Both alert sensors as ``build_defs_from_env`` configures them from ``env``."""
+    return alert_sensors(notifier_from_env(env), env.get(UI_URL_ENV, "").strip() or None)
