@@ -13,7 +13,6 @@ from collections.abc import Sequence
 
 import pytest
 
-from polaris_pipeline.cleanup.common import table_identifier
 from polaris_pipeline.cleanup.context import CleanupContext
 from polaris_pipeline.cleanup.dispatch import run_cleanup
 from polaris_pipeline.execution.runner import Runner
@@ -28,6 +27,7 @@ from polaris_pipeline.tasks.payloads import (
     decode_batch_cleanup,
     decode_manifest_cleanup,
     encode_batch_cleanup,
+    table_identifier,
 )
 from polaris_pipeline.testing.tasks import task_row
 from tests.support.iceberg import Warehouse, drop_task_row, recorded_drop_task, table_files

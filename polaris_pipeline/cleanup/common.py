@@ -5,7 +5,6 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from urllib.parse import unquote_plus
 
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
 from polaris_pipeline.errors import GuardRefusal, PolarisPipelineError
@@ -20,15 +19,12 @@ from polaris_pipeline.storage.guard import ROOT_PROPERTIES, PathGuard
 from polaris_pipeline.storage.scope import STORAGE_LOCATION_KEY
 from polaris_pipeline.storage.uri import same_location
 from polaris_pipeline.tasks.model import NewTask, TaskRow, TaskType
-from polaris_pipeline.tasks.payloads import DroppedEntity, TableIdentifier, task_properties
+from polaris_pipeline.tasks.payloads import DroppedEntity, task_properties
 
 # Where Polaris records a table's (or view's) base location on the entity itself.
 ENTITY_LOCATION_KEY = "location"
-PARENT_NAMESPACE_KEY = "parent-namespace"
 GC_ENABLED_KEY = "gc.enabled"
 SAMPLE_SIZE = 20
-# Iceberg's RESTUtil joins namespace levels with the URL-encoded unit separator.
-_NAMESPACE_SEPARATOR = "%1F"
 
 
 def gc_enabled(value: str | None) -> bool:
@@ -59,18 +55,6 @@ def gc_disabling_value(*property_maps: Mapping[str, str] | None) -> str | None:
 def gc_kept_note(value: str) -> str:
     """The note a handler leaves when ``gc.enabled`` kept the content files."""
     return f"gc.enabled={value!r}: content files kept"
-
-
-def table_identifier(entity: DroppedEntity) -> TableIdentifier:
-    """The dropped table's identifier, as Polaris's ``getTableIdentifier`` builds it.
-
-    ``parent-namespace`` holds the levels joined by ``%1F``, each encoded by Java's
-    ``URLEncoder`` (form encoding: a space is ``+``, a plus sign ``%2B``), so each
-    level is decoded with form semantics.
-    """
-    encoded = entity.internal_properties.get(PARENT_NAMESPACE_KEY, "")
-    levels = tuple(unquote_plus(p) for p in encoded.split(_NAMESPACE_SEPARATOR)) if encoded else ()
-    return TableIdentifier(levels, entity.name)
 
 
 @dataclass(frozen=True)
@@ -249,6 +233,23 @@ def list_dry_run_sidecars(result: CleanupResult, guard: Guard) -> None:
         if sidecar is not None and guard.allows(sidecar)
     ]
     result.would_delete[:] = dedupe([*result.would_delete, *sidecars])
+
+
+def delete_one(
+    ctx: CleanupContext,
+    result: CleanupResult,
+    guard: Guard,
+    uri: str,
+    sizes: Mapping[str, int | None],
+) -> CleanupResult:
+    """Delete the admitted ``uri`` with its sidecar, fenced; in a dry run, list them."""
+    if ctx.dry_run:
+        result.would_delete.append(uri)
+        list_dry_run_sidecars(result, guard)
+    else:
+        ctx.fence()
+        tally(result, delete_guarded(ctx, guard, [uri]), sizes)
+    return result
 
 
 def tally(

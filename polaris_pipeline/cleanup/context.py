@@ -66,9 +66,7 @@ class CleanupResult:
     bytes_freed: int | None = 0
     failed: dict[str, str] = field(default_factory=dict)  # uri -> error
     refused: list[GuardRefusal] = field(default_factory=list)
-    # The children created, by stage, in the order of the engine's plan
-    # (``stages.CHILD_STAGES``): each stage runs only after the one before it is
-    # done; children within a stage may run in parallel.
+    # The children created, by stage of the engine's plan (``stages.CHILD_STAGES``).
     child_stages: Staged[NewTask] = field(default_factory=list)
     would_delete: list[str] = field(default_factory=list)  # dry run only
     deleted_paths_sample: list[str] = field(default_factory=list)  # first few, for run logs

@@ -20,13 +20,11 @@ from pyiceberg.io import InputFile
 from polaris_pipeline.cleanup.common import (
     Guard,
     delete_chunked,
-    delete_guarded,
     delete_leftover_sidecars,
+    delete_one,
     existing_with_sizes,
     gc_disabling_value,
     gc_kept_note,
-    list_dry_run_sidecars,
-    tally,
 )
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
 from polaris_pipeline.errors import StorageError
@@ -134,15 +132,9 @@ def run_manifest_cleanup(ctx: CleanupContext) -> CleanupResult:
     else:
         sweep_manifest_entries(ctx, result, guard, ref)
 
-    if ctx.dry_run:
-        result.would_delete.append(ref.manifest_path)
-        list_dry_run_sidecars(result, guard)
-        return result
-    if result.failed or result.refused:
+    if not ctx.dry_run and (result.failed or result.refused):
         # The manifest is the only record of the files still to delete: keep it
         # so a retry (or an operator) can finish.
         result.notes.append("manifest kept: some of its files were not deleted")
         return result
-    ctx.fence()
-    tally(result, delete_guarded(ctx, guard, [ref.manifest_path]), present)
-    return result
+    return delete_one(ctx, result, guard, ref.manifest_path, present)

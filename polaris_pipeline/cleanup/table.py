@@ -13,14 +13,10 @@ What a run does (Polaris's TableCleanupTaskHandler, plus what it misses):
    metadata file that still exists, repeatedly), statistics and partition
    statistics files.
 3. Fence, then create, in one ``create_children`` call, the children of the
-   engine's three stages (``stages.CHILD_STAGES``): one MANIFEST_FILE_CLEANUP child
-   per manifest (it deletes the manifest's files, then the manifest);
-   BATCH_FILE_CLEANUP children of at most ``metadata_batch_size`` metadata-level
-   paths each; and a last BATCH_FILE_CLEANUP child holding only the current
-   metadata file. A runner going stage by stage (the CLI sweep and the Dagster
-   job both do) deletes content files, then manifests, then manifest lists and
-   older metadata, and the current metadata file last. ``CleanupResult.child_stages``
-   gives the children of each stage.
+   engine's stages (``stages.CHILD_STAGES``, see ``build_children``): one
+   MANIFEST_FILE_CLEANUP child per manifest (its files, then itself), then
+   BATCH_FILE_CLEANUP children of metadata-level paths, then one holding only
+   the current metadata file, deleted last.
 
 The parent deletes nothing itself (unless the table has nothing but its metadata
 file, which it then deletes directly). A crash before the children are committed
@@ -56,7 +52,6 @@ from polaris_pipeline.cleanup.common import (
     gc_kept_note,
     list_dry_run_sidecars,
     new_child,
-    table_identifier,
     tally,
 )
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
@@ -69,7 +64,7 @@ from polaris_pipeline.cleanup.stages import (
     in_plan_order,
 )
 from polaris_pipeline.cleanup.view import run_view_cleanup
-from polaris_pipeline.errors import PolarisPipelineError, StorageError
+from polaris_pipeline.errors import PolarisPipelineError, StorageError, one_line
 from polaris_pipeline.tasks.manifest_codec import ManifestFileRef, manifest_ref_from_pyiceberg
 from polaris_pipeline.tasks.model import NewTask, TaskType
 from polaris_pipeline.tasks.payloads import (
@@ -84,6 +79,7 @@ from polaris_pipeline.tasks.payloads import (
     encode_manifest_cleanup,
     manifest_cleanup_task_name,
     require_metadata_location,
+    table_identifier,
 )
 
 # Bound on how many older metadata files the log walk may discover, so a cyclic
@@ -113,11 +109,6 @@ class TablePlan:
         return [p for p in paths if p != self.metadata_uri]
 
 
-def _short(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
-
-
 def read_table_metadata(ctx: CleanupContext, uri: str) -> TableMetadata | None:
     """The table metadata at ``uri``, or None when the file does not exist."""
     try:
@@ -128,7 +119,7 @@ def read_table_metadata(ctx: CleanupContext, uri: str) -> TableMetadata | None:
         raise
     except (ValueError, TypeError, KeyError, ValidationError) as e:
         # Includes pydantic's ValidationError: the file is not table metadata.
-        raise StorageError(f"cannot parse table metadata {uri}: {_short(e)}") from None
+        raise StorageError(f"cannot parse table metadata {uri}: {one_line(e)[:300]}") from None
 
 
 def _chunks(items: list[str], size: int) -> Iterable[list[str]]:
@@ -294,9 +285,8 @@ def _dry_run(ctx: CleanupContext, result: CleanupResult, guard: Guard, plan: Tab
 def build_children(ctx: CleanupContext, plan: TablePlan) -> Staged[NewTask]:
     """The child tasks by stage of the engine's plan, each stage possibly empty.
 
-    Manifest children, then batches of metadata-level files, then the current
-    metadata file on its own. A table with nothing but its metadata file has no
-    children: the parent deletes that file itself.
+    A table with nothing but its metadata file has no children: the parent
+    deletes that file itself.
     """
     parent = ctx.task.name
     internal = child_internal_properties(ctx, plan.roots)

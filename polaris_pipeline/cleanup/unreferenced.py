@@ -179,9 +179,7 @@ def _candidates(
 def _would_go(report: UnreferencedReport, objects: list[ListedObject], all_paths: bool) -> None:
     report.would_delete += len(objects)
     report.would_bytes += sum(o.size or 0 for o in objects)
-    room = max(0, (PLAN_PATHS if all_paths else SAMPLE) - len(report.paths))
-    report.paths.extend(o.uri for o in objects[:room])
-    report.more_paths += len(objects) - min(room, len(objects))
+    report.add_paths([o.uri for o in objects], PLAN_PATHS if all_paths else SAMPLE)
 
 
 def _delete(ctx: CleanupContext, report: UnreferencedReport, objects: list[ListedObject]) -> None:
@@ -204,6 +202,4 @@ def _delete(ctx: CleanupContext, report: UnreferencedReport, objects: list[Liste
             report.bytes_deleted = None
         else:
             report.bytes_deleted += sum(size or 0 for size in known)
-    room = max(0, SAMPLE - len(report.paths))
-    report.paths.extend(result.deleted[:room])
-    report.more_paths += max(0, len(result.deleted) - room)
+    report.add_paths(result.deleted)

@@ -12,9 +12,8 @@ class UnreferencedReport:
     """One table prefix after its referenced purge: what is there, what went or would go.
 
     ``refusal``: the whole prefix was refused for safety (an overlap, a root, no
-    recorded location); nothing under it was deleted, the task still completes.
-    ``error``: the phase failed (a listing or the metastore); the attempt fails and
-    is retried, the referenced purge stays done.
+    recorded location); ``error``: the phase failed (a listing or the metastore).
+    What each does to the task: ``cleanup/unreferenced.py``.
     """
 
     mode: str
@@ -39,6 +38,12 @@ class UnreferencedReport:
     paths: list[str] = field(default_factory=list)
     more_paths: int = 0
     kept_sample: list[str] = field(default_factory=list)  # "path: why"
+
+    def add_paths(self, paths: list[str], cap: int = SAMPLE) -> None:
+        """Keep ``paths`` while ``paths`` holds fewer than ``cap``; count the rest."""
+        room = max(0, cap - len(self.paths))
+        self.paths.extend(paths[:room])
+        self.more_paths += max(0, len(paths) - room)
 
     @property
     def deleting(self) -> bool:

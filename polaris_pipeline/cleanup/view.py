@@ -13,11 +13,9 @@ import json
 
 from polaris_pipeline.cleanup.common import (
     Guard,
-    delete_guarded,
     delete_leftover_sidecars,
+    delete_one,
     existing_with_sizes,
-    list_dry_run_sidecars,
-    tally,
 )
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
 from polaris_pipeline.errors import GuardRefusal, StorageError
@@ -71,10 +69,4 @@ def run_view_cleanup(ctx: CleanupContext, entity: DroppedEntity | None = None) -
     if not guard.admit_declared_location(metadata_uri, doc.get("location"), result):
         result.notes.append("view metadata's location is not the recorded one: nothing deleted")
         return result
-    if ctx.dry_run:
-        result.would_delete.append(metadata_uri)
-        list_dry_run_sidecars(result, guard)
-        return result
-    ctx.fence()
-    tally(result, delete_guarded(ctx, guard, [metadata_uri]), present)
-    return result
+    return delete_one(ctx, result, guard, metadata_uri, present)

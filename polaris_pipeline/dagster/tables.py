@@ -15,11 +15,12 @@ from dataclasses import dataclass
 
 from dagster import AssetKey
 
-from polaris_pipeline.cleanup.common import recorded_roots, table_identifier
+from polaris_pipeline.cleanup.common import recorded_roots
 from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.storage.uri import normalize_uri
 from polaris_pipeline.tasks import payloads
 from polaris_pipeline.tasks.model import TaskRow, TaskType
+from polaris_pipeline.tasks.payloads import table_identifier
 from polaris_pipeline.tasks.summary import summarize
 
 # The first part of every table's asset key (the translator's default).

@@ -8,9 +8,9 @@ Neither may change the attempt: both swallow their own failures.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
-from polaris_pipeline.cleanup.context import CleanupResult
+from polaris_pipeline.execution.outcome import TaskOutcome
 from polaris_pipeline.execution.telemetry import (
     ATTR_ATTEMPT,
     ATTR_BYTES_FREED,
@@ -28,25 +28,6 @@ from polaris_pipeline.tasks.model import TaskType
 from polaris_pipeline.tasks.ref import Lease
 
 
-class _Outcome(Protocol):
-    """The parts of runner.TaskOutcome read here (the runner imports this module)."""
-
-    @property
-    def status(self) -> Any: ...
-
-    @property
-    def error(self) -> str | None: ...
-
-    @property
-    def result(self) -> CleanupResult | None: ...
-
-    @property
-    def ok(self) -> bool: ...
-
-
-OutcomeT = TypeVar("OutcomeT", bound=_Outcome)
-
-
 def type_name(code: str | None) -> str | None:
     """Polaris's name of a taskType code; the raw code when it is not one of Polaris's."""
     if code is None:
@@ -57,7 +38,7 @@ def type_name(code: str | None) -> str | None:
         return code
 
 
-def attempt_succeeded(outcome: _Outcome) -> bool:
+def attempt_succeeded(outcome: TaskOutcome) -> bool:
     """``task_success``: the handler ran to the end without a failure and the result was kept.
 
     Polaris sets it when the handler returned normally. A task found already
@@ -83,8 +64,8 @@ class AttemptObserver:
         lease: Lease,
         task_type_code: str | None,
         executor_id: str,
-        attempt: Callable[[], OutcomeT],
-    ) -> OutcomeT:
+        attempt: Callable[[], TaskOutcome],
+    ) -> TaskOutcome:
         """Run ``attempt`` inside its span, between its BEFORE and AFTER events."""
         with self.tracer.span(
             {

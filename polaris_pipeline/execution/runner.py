@@ -14,6 +14,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
@@ -258,7 +259,7 @@ class Runner:
             children.extend(self.metastore.insert_tasks(batch, holder=lease))
             return batch
 
-        ctx = self._context(lease, task)
+        ctx = self._context(task, lease)
         ctx.create_children = create_children
         try:
             # The task's own storage_configuration_info may say how to reach its
@@ -391,7 +392,7 @@ class Runner:
         entity = phase_entity(mode, task, result)
         if entity is None:
             return None
-        ctx = self._context(lease, task)
+        ctx = self._context(task, lease)
         try:
             ctx.resolver = self.resolver.for_task(task)
         except (PolarisPipelineError, OSError) as exc:
@@ -401,18 +402,22 @@ class Runner:
             return self._fail(lease, task, one_line(exc), result=result)
         return self._unreferenced(lease, task, ctx, entity, result, True, mode)
 
-    def _context(self, lease: Lease, task: TaskRow) -> CleanupContext:
-        return CleanupContext(
+    def _context(self, task: TaskRow, lease: Lease | None = None) -> CleanupContext:
+        """The handler's context for ``task``; without a lease, a dry run's."""
+        ctx = CleanupContext(
             task=task,
             resolver=self.resolver,
             config=self.config,
-            fence=lambda: self.fence(lease),
-            still_held=lambda: self.still_held(lease),
+            dry_run=lease is None,
             new_task_id=new_entity_id,
-            progress=self._progress_for(lease),
             schema_version=self.schema_version(),
             metadata_batch_size=self.metastore.policy.for_realm(task.realm_id).metadata_batch_size,
         )
+        if lease is not None:
+            ctx.fence = partial(self.fence, lease)
+            ctx.still_held = partial(self.still_held, lease)
+            ctx.progress = self._progress_for(lease)
+        return ctx
 
     def _fail(
         self,
@@ -536,15 +541,9 @@ class Runner:
 
     def plan(self, task: TaskRow) -> CleanupResult:
         """Dry run of one task: what would be deleted and refused; nothing leased or changed."""
-        ctx = CleanupContext(
-            task=task,
-            resolver=self.resolver.for_task(task),
-            config=self.config,
-            dry_run=True,
-            new_task_id=new_entity_id,
-            schema_version=self.schema_version(),
-            metadata_batch_size=self.metastore.policy.for_realm(task.realm_id).metadata_batch_size,
-        )
+        resolver = self.resolver.for_task(task)
+        ctx = self._context(task)
+        ctx.resolver = resolver
         result = run_cleanup(ctx)
         mode = self.unreferenced_mode(task.realm_id)
         entity = phase_entity(mode, task, result)

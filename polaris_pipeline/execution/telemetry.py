@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from functools import cached_property
 from typing import Any
 
 log = logging.getLogger("polaris_pipeline.telemetry")
@@ -88,21 +89,18 @@ class AttemptTracer:
 
     def __init__(self, tracer_provider: Any | None = None) -> None:
         self._provider = tracer_provider
-        self._tracer: Any | None = None
-        self._resolved = False
 
-    def _get_tracer(self) -> Any | None:
-        if not self._resolved:
-            self._resolved = True
-            trace = _trace_api()
-            if trace is not None:
-                self._tracer = trace.get_tracer("polaris_pipeline", tracer_provider=self._provider)
-        return self._tracer
+    @cached_property
+    def _tracer(self) -> Any | None:
+        trace = _trace_api()
+        if trace is None:
+            return None
+        return trace.get_tracer("polaris_pipeline", tracer_provider=self._provider)
 
     @contextmanager
     def span(self, attributes: Mapping[str, AttributeValue | None]) -> Iterator[AttemptSpan]:
         """A span around the block; an exception leaving it is recorded on the span."""
-        tracer = self._get_tracer()
+        tracer = self._tracer
         if tracer is None:
             yield AttemptSpan()
             return

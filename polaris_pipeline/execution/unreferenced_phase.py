@@ -1,21 +1,13 @@
 """Where the unreferenced phase sits in a table's run, for the ``Runner``.
 
-It runs once per dropped table, last: for an ENTITY_CLEANUP task of a table
-(never a view, never a MANIFEST/BATCH child) whose referenced purge refused and
-failed nothing, and only once every child the table's attempt created is done.
-In ``delete`` mode a table whose attempt created children is therefore not
-completed by that attempt: its row stays held by the same holder (the heartbeat
-renews it) until its last stage is done, then ``Runner.finish_table`` runs the
-phase and completes the row. In ``report`` mode the row completes as it always
-did and ``finish_table`` reports afterwards from the row the attempt read. A
-table with no children (nothing but its metadata file, or its metadata already
-gone: a retry after the children finished) runs the phase inside its attempt.
-
-In ``delete`` mode a failure of the phase (a listing or the overlap query
-failing, deletes that failed) fails the attempt, so the task is retried (its
-metadata is gone by then: the retry goes straight to this phase); it never
-undoes the referenced work. A report's failure is in the report and changes
-nothing. A refusal (an overlap, a root) is recorded and the task completes.
+Once per dropped table (an ENTITY_CLEANUP task of a table, never a view or a
+child, whose referenced purge refused and failed nothing), last: in ``delete``
+mode a table whose attempt created children stays held by its holder (the
+heartbeat renews it) until its last stage is done, then ``Runner.finish_table``
+runs the phase and completes the row. In ``report`` mode the row completes as
+ever and the report is made afterwards from the row the attempt read. A table
+with no children runs the phase inside its attempt. What fails an attempt and
+what only refuses: ``cleanup/unreferenced.py``.
 """
 
 from __future__ import annotations

@@ -119,33 +119,34 @@ def make_engine(
     except NoSuchModuleError:
         raise MetastoreError(f"no database driver for {parsed.drivername!r}") from None
     if backend == "sqlite":
-        if read_only:
-            _sqlite_read_transactions(engine)
-        else:
-            _sqlite_write_transactions(engine)
+        _sqlite_transactions(engine, read_only=read_only)
         engine = engine.execution_options(schema_translate_map={POLARIS_SCHEMA: None})
     return engine
 
 
-def _sqlite_write_transactions(engine: Engine) -> None:
-    """Make every SQLite transaction take the write lock up front.
+def _sqlite_transactions(engine: Engine, *, read_only: bool) -> None:
+    """Begin every SQLite transaction ourselves.
 
-    A deferred transaction that reads and then writes can fail at once with
-    "database is locked" when another process wrote in between; BEGIN
-    IMMEDIATE waits for the lock instead, so several sweepers can share a file.
+    Writable: BEGIN IMMEDIATE takes the write lock up front. A deferred transaction
+    that reads and then writes can fail at once with "database is locked" when
+    another process wrote in between; this one waits for the lock instead, so
+    several sweepers can share a file. Read-only: each transaction is one
+    snapshot, and no lock is written.
     """
+    begin = "BEGIN" if read_only else "BEGIN IMMEDIATE"
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
+        if not read_only:
+            cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA busy_timeout=60000")
         cursor.close()
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        conn.exec_driver_sql(begin)
 
 
 def _sqlite_read_only(database: str) -> Any:
@@ -164,18 +165,3 @@ def _sqlite_read_only(database: str) -> Any:
         return sqlite3.connect(uri, uri=True, timeout=60, check_same_thread=False)
 
     return connect
-
-
-def _sqlite_read_transactions(engine: Engine) -> None:
-    """Read-only SQLite: each transaction is one snapshot, and no lock is written."""
-
-    @event.listens_for(engine, "connect")
-    def _connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA busy_timeout=60000")
-        cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN")

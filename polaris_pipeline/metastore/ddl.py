@@ -14,7 +14,7 @@ Not reproduced: the ``COMMENT ON`` statements (documentation only) and v1's
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 MIN_SCHEMA_VERSION = 1
 LATEST_SCHEMA_VERSION = 5
@@ -44,7 +44,7 @@ class TableDef:
     columns: tuple[Col, ...]
     primary_key: tuple[str, ...]
     unique: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (constraint name, columns)
-    indexes: tuple[Index, ...] = field(default=())
+    indexes: tuple[Index, ...] = ()
 
 
 JSON = "JSON"

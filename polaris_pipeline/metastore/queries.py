@@ -1,41 +1,14 @@
 """Every statement the metastore runs, by name, with its PostgreSQL and SQLite variants.
 
-``metastore/store.py`` runs the state transitions (what each writes is
-``metastore/transitions.py``); each one runs statements named here, binds the
-call's values and reads the rows. A ``Query`` has a builder per dialect; None
-where that dialect has no such statement and the store lists ``TASKS_BY_AGE``
-and applies the Python rule (``TaskRow.state``) instead. The task-state rule
-is not written here: the PostgreSQL variants embed it from ``predicates``, its
-one SQL source.
+``metastore/store.py`` runs them (what each transition writes is
+``metastore/transitions.py``). A ``Query`` has a builder per dialect; None where
+that dialect has no such statement and the store lists ``TASKS_BY_AGE`` or
+``LIST_TASKS`` and applies the Python rule (``TaskRow.state``) instead. The
+task-state rule is not written here: the PostgreSQL variants embed it from
+``predicates``, its one SQL source.
 
 Text statements take their values as bind parameters at execution
 (``policy_params`` gives the lease policy's); Core statements carry theirs.
-
-- ``NOW``: the database clock, in milliseconds (each dialect's own expression).
-- ``REALMS``: the realms that have a task. PostgreSQL: a loose index scan;
-  SQLite: ``SELECT DISTINCT``.
-- ``ENTITY_REALMS``: the realms that have any entity (the overlap check's), the same way.
-- ``LIST_TASKS``, ``GET_TASK``, ``TASK_PROPERTIES``, ``TASK_NAMES``,
-  ``COUNT_TASKS``: plain reads, one Core expression for both dialects.
-- ``TASKS_BY_AGE``: every task of some realms, oldest first: what SQLite's
-  per-row lease and selection judge with the Python rule.
-- ``COUNT_BY_STATE``: tasks per (realm, state), the rule run in SQL.
-  PostgreSQL only (SQLite: ``LIST_TASKS`` and the Python rule).
-- ``SELECT_AVAILABLE``: the tasks ``LEASE_BATCH`` would lease now, leasing
-  nothing. PostgreSQL only (SQLite: ``TASKS_BY_AGE`` and the Python rule).
-- ``LEASE_BATCH``: one UPDATE over a ``FOR UPDATE SKIP LOCKED`` selection of
-  orphans. PostgreSQL only (SQLite: ``TASKS_BY_AGE``, then ``CAS_WRITE`` per row).
-- ``CAS_WRITE``: Polaris's compare-and-set UPDATE, guarded on the
-  (realm_id, id, entity_version, grant_records_version) that was read. Every
-  per-row move: lease, renew, take over, fail, requeue, an operator's lease.
-- ``RENEW_HELD_BY``: restart every live lease of one holder in a realm.
-  PostgreSQL on JSONB, SQLite on JSON text.
-- ``COMPLETE``: delete the holder's row (its lease checked in the same transaction).
-- ``LIST_FOR_DISCARD``, ``DISCARD``: the candidates of ``tasks discard``, and
-  the delete guarded like ``CAS_WRITE``.
-- ``INSERT_TASKS``: insert rows (table cleanup's children, tests, the demo).
-- ``INSERT_EVENT``: one attempt event in Polaris's ``events`` table, stamped
-  with the database clock (``events.TaskEventWriter``).
 """
 
 from __future__ import annotations
@@ -230,6 +203,7 @@ def _count_tasks(realms: Iterable[str] | None) -> Executable:
 COUNT_TASKS = _both("COUNT_TASKS", _count_tasks)
 
 
+# What SQLite's per-row lease and selection judge with the Python rule.
 def _tasks_by_age(realms: Iterable[str] | None) -> Executable:
     return (
         select(*TASK_COLUMNS)
@@ -395,6 +369,7 @@ CAS_WRITE = _both("CAS_WRITE", _cas_write)
 _HELD_BY_PG = predicates.held_by(":executor", "c.now_ms", ":timeout")
 _HELD_BY_SQLITE = predicates.sqlite_held_by(":executor", _SQLITE_NOW, ":timeout")
 
+# The heartbeat: restart every live lease of one holder in a realm.
 RENEW_HELD_BY = Query(
     "RENEW_HELD_BY",
     postgresql=_constant(

@@ -21,7 +21,6 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     Table,
     Text,
-    UniqueConstraint,
     inspect,
     text,
 )
@@ -63,82 +62,43 @@ class PropertiesJSON(TypeDecorator[Any]):
         return value
 
 
+# Each ddl type: its SQLAlchemy type, and the type families the dialects reflect it as
+# (the first is the one an error names).
+_TYPES: dict[str, tuple[type[TypeEngine[Any]], tuple[str, ...]]] = {
+    "TEXT": (Text, ("TEXT", "VARCHAR", "CHAR")),
+    "BIGINT": (BigInteger, ("BIGINT", "INTEGER")),
+    "INT": (Integer, ("INTEGER", "BIGINT")),
+    "INTEGER": (Integer, ("INTEGER", "BIGINT")),
+    ddl.JSON: (PropertiesJSON, ("JSONB", "JSON", "TEXT", "VARCHAR", "CLOB")),
+}
+
 metadata = MetaData()
 
-entities = Table(
-    "entities",
-    metadata,
-    Column("realm_id", Text, nullable=False),
-    Column("catalog_id", BigInteger, nullable=False),
-    Column("id", BigInteger, nullable=False),
-    Column("parent_id", BigInteger, nullable=False),
-    Column("name", Text, nullable=False),
-    Column("entity_version", Integer, nullable=False),
-    Column("type_code", Integer, nullable=False),
-    Column("sub_type_code", Integer, nullable=False),
-    Column("create_timestamp", BigInteger, nullable=False),
-    Column("drop_timestamp", BigInteger, nullable=False),
-    Column("purge_timestamp", BigInteger, nullable=False),
-    Column("to_purge_timestamp", BigInteger, nullable=False),
-    Column("last_update_timestamp", BigInteger, nullable=False),
-    Column("properties", PropertiesJSON, nullable=False),
-    Column("internal_properties", PropertiesJSON, nullable=False),
-    Column("grant_records_version", Integer, nullable=False),
-    # Schema v2 and later; never read or written, so v1 databases work unchanged.
-    Column("location_without_scheme", Text, nullable=True),
-    PrimaryKeyConstraint("realm_id", "id"),
-    UniqueConstraint(
-        "realm_id", "catalog_id", "parent_id", "type_code", "name", name="constraint_name"
-    ),
-    schema=POLARIS_SCHEMA,
-)
 
-# Polaris's audit events (schema v3+). Its own MetaData: ``create_schema`` writes
-# Polaris's DDL for it (ddl.py), never ``create_all``.
-_events_metadata = MetaData()
+def _table(definition: ddl.TableDef) -> Table:
+    """A table of ``ddl``'s latest schema, for the statements (``create_schema`` writes the DDL)."""
+    return Table(
+        definition.name,
+        metadata,
+        *(Column(c.name, _TYPES[c.type][0], nullable=not c.not_null) for c in definition.columns),
+        PrimaryKeyConstraint(*definition.primary_key),
+        schema=POLARIS_SCHEMA,
+    )
 
-events = Table(
-    "events",
-    _events_metadata,
-    Column("realm_id", Text, nullable=False),
-    Column("catalog_id", Text, nullable=True),
-    Column("event_id", Text, primary_key=True),
-    Column("request_id", Text, nullable=True),
-    Column("event_type", Text, nullable=False),
-    Column("timestamp_ms", BigInteger, nullable=False),
-    Column("principal_name", Text, nullable=True),
-    Column("resource_type", Text, nullable=False),
-    Column("resource_identifier", Text, nullable=False),
-    Column("additional_properties", PropertiesJSON, nullable=False),
-    schema=POLARIS_SCHEMA,
-)
 
-version = Table(
-    "version",
-    metadata,
-    Column("version_key", Text, primary_key=True),
-    Column("version_value", Integer, nullable=False),
-    schema=POLARIS_SCHEMA,
-)
+def _tables(schema_version: int) -> dict[str, ddl.TableDef]:
+    return {t.name: t for t in ddl.tables(schema_version)}
 
-# Column -> accepted type families, as the dialects reflect them.
-_REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
-    "realm_id": ("TEXT", "VARCHAR", "CHAR"),
-    "catalog_id": ("BIGINT", "INTEGER"),
-    "id": ("BIGINT", "INTEGER"),
-    "parent_id": ("BIGINT", "INTEGER"),
-    "name": ("TEXT", "VARCHAR", "CHAR"),
-    "entity_version": ("INTEGER", "BIGINT"),
-    "type_code": ("INTEGER", "BIGINT"),
-    "sub_type_code": ("INTEGER", "BIGINT"),
-    "create_timestamp": ("BIGINT", "INTEGER"),
-    "drop_timestamp": ("BIGINT", "INTEGER"),
-    "purge_timestamp": ("BIGINT", "INTEGER"),
-    "to_purge_timestamp": ("BIGINT", "INTEGER"),
-    "last_update_timestamp": ("BIGINT", "INTEGER"),
-    "properties": ("JSONB", "JSON", "TEXT", "VARCHAR", "CLOB"),
-    "internal_properties": ("JSONB", "JSON", "TEXT", "VARCHAR", "CLOB"),
-    "grant_records_version": ("INTEGER", "BIGINT"),
+
+_LATEST = _tables(LATEST_SCHEMA_VERSION)
+# ``location_without_scheme`` (v2+) is never written, so v1 databases work unchanged.
+entities = _table(_LATEST["entities"])
+events = _table(_LATEST["events"])  # Polaris's audit events (schema v3+)
+version = _table(_LATEST["version"])
+
+# What an existing ``entities`` must have: the columns of the first schema version.
+_REQUIRED_COLUMNS = {
+    c.name: _TYPES[c.type][1] for c in _tables(ddl.MIN_SCHEMA_VERSION)["entities"].columns
 }
 
 

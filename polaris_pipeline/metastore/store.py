@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import islice
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import Engine, Executable
 from sqlalchemy.engine import Connection
@@ -210,24 +210,26 @@ class Metastore:
                 leases.append(lease)
         return leases
 
-    def _lease_batch(
-        self, executor_id: str, limit: int, realms: list[str] | None
-    ) -> tuple[list[Lease], list[tuple[str, int]]]:
-        """One statement: lease up to ``limit`` orphans whose properties are a JSON object.
+    def _rule_rows(
+        self, query: Query[[LeasePolicy]], realms: list[str] | None, **params: Any
+    ) -> Sequence[Any]:
+        """The rows of ``query`` (a statement of the state rule) in ``realms``.
 
-        Returns the leases, and the (realm, id) of the orphans it picked but did
-        not lease because their properties are not a JSON object (their lease
-        keeps the original as text, which the per-row ``lease_task`` writes).
         ``realms`` None: every realm with a task, found in the same transaction.
         """
-        params = {"executor": executor_id, "limit": limit, **queries.policy_params(self.policy)}
-        statement = self._sql(queries.LEASE_BATCH, self.policy)
+        params.update(queries.policy_params(self.policy))
+        statement = self._sql(query, self.policy)
         with self._begin() as conn:
             # Naming the realms lets the scan use Polaris's unique index.
             params["realms"] = self._realms(conn) if realms is None else realms
-            if not params["realms"]:
-                return [], []
-            rows = conn.execute(statement, params).all()
+            return conn.execute(statement, params).all() if params["realms"] else []
+
+    def _lease_batch(
+        self, executor_id: str, limit: int, realms: list[str] | None
+    ) -> tuple[list[Lease], list[tuple[str, int]]]:
+        """``LEASE_BATCH``: the leases, and the (realm, id) of the orphans it picked but
+        did not lease because their properties are not a JSON object."""
+        rows = self._rule_rows(queries.LEASE_BATCH, realms, executor=executor_id, limit=limit)
         leases = [Lease.from_leased_columns(row, executor_id) for row in rows if row[0]]
         odd = [(row[1], int(row[2])) for row in rows if not row[0]]
         return leases, odd
@@ -303,13 +305,8 @@ class Metastore:
         if not queries.SELECT_AVAILABLE.runs_on(self.dialect):
             with self._begin() as conn:
                 return list(islice(self._orphans_by_age(conn, realm_list), limit))
-        params = {"limit": limit, **queries.policy_params(self.policy)}
-        statement = self._sql(queries.SELECT_AVAILABLE, self.policy)
-        with self._begin() as conn:
-            params["realms"] = self._realms(conn) if realm_list is None else realm_list
-            if not params["realms"]:
-                return []
-            return [decode_row(r) for r in conn.execute(statement, params)]
+        rows = self._rule_rows(queries.SELECT_AVAILABLE, realm_list, limit=limit)
+        return [decode_row(r) for r in rows]
 
     def task_names_present(self, realm_id: str, names: Iterable[str]) -> set[str]:
         """Which of ``names`` name a task row of ``realm_id`` (Polaris's unique name index)."""
@@ -323,10 +320,9 @@ class Metastore:
     def lease_for_operator(self, realm_id: str, task_id: int, executor_id: str) -> Lease | None:
         """An operator's "run it now": requeue and lease a backing-off or dead task, one CAS.
 
-        The attempt count restarts as ``requeue`` does (this lease is attempt 1) and
-        the backoff is cleared. None unless the task is backing off or dead (an
-        available task takes ``lease_task``; a held, pending or unhandled one is
-        not taken) or when the row changed meanwhile.
+        None unless the task is backing off or dead (an available task takes
+        ``lease_task``; a held, pending or unhandled one is not taken) or when the
+        row changed meanwhile.
         """
         with self._begin() as conn:
             now = self.now_ms(conn)

@@ -155,8 +155,8 @@ def decode_storage_config(text: object) -> CatalogStorage:
     fields = _Fields(doc, where)
     allowed = fields.strings("allowedLocations")
     name = fields.string("storageName")
+    _check_prefixes(allowed, storage_type, where)
     if storage_type == "S3":
-        _check_prefixes(allowed, "S3", where)
         role_arn = fields.string("roleARN")
         if role_arn is not None and not _ROLE_ARN_RE.match(role_arn):
             raise PayloadError(f"{where}: 'roleARN' is not a role ARN")
@@ -177,7 +177,6 @@ def decode_storage_config(text: object) -> CatalogStorage:
             storage_name=name,
         )
     if storage_type == "AZURE":
-        _check_prefixes(allowed, "AZURE", where)
         # Immutables names the Boolean isHierarchical() property "hierarchical";
         # accept the getter's spelling too.
         hierarchical = fields.flag("hierarchical") or fields.flag("isHierarchical")
@@ -190,13 +189,11 @@ def decode_storage_config(text: object) -> CatalogStorage:
             storage_name=name,
         )
     if storage_type == "GCS":
-        _check_prefixes(allowed, "GCS", where)
         return GcsStorage(
             allowed_locations=allowed,
             gcp_service_account=fields.string("gcpServiceAccount"),
             storage_name=name,
         )
-    _check_prefixes(allowed, "FILE", where)
     return FileStorage(allowed_locations=allowed, storage_name=name)
 
 

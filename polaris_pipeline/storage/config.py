@@ -104,11 +104,7 @@ class StorageConfig:
         """Build a config from parsed YAML/JSON, resolving ``{env: NAME}`` values."""
         if not isinstance(data, Mapping):
             raise StorageConfigError(f"{source}: top level must be a mapping")
-        unknown = sorted(set(data) - {"locations", "allowed_prefixes"})
-        if unknown:
-            raise StorageConfigError(
-                f"{source}: unknown key {unknown[0]!r} (expected 'locations', 'allowed_prefixes')"
-            )
+        _refuse_unknown(data, ("locations", "allowed_prefixes"), source)
         locations = data.get("locations") or []
         if not isinstance(locations, list):
             raise StorageConfigError(f"{source}: 'locations' must be a list")
@@ -117,11 +113,7 @@ class StorageConfig:
             where = f"locations[{i}]"
             if not isinstance(entry, Mapping):
                 raise StorageConfigError(f"{source}: {where} must be a mapping")
-            extra = sorted(set(entry) - {"prefix", "options"})
-            if extra:
-                raise StorageConfigError(
-                    f"{source}: {where}: unknown key {extra[0]!r} (expected 'prefix', 'options')"
-                )
+            _refuse_unknown(entry, ("prefix", "options"), f"{source}: {where}")
             prefix = entry.get("prefix")
             if not isinstance(prefix, str) or not prefix:
                 raise StorageConfigError(f"{source}: {where}.prefix must be a non-empty string")
@@ -169,6 +161,13 @@ class StorageConfig:
         return f"StorageConfig(rules={self.rules!r}, allowed_prefixes={self.allowed_prefixes!r})"
 
     __str__ = __repr__
+
+
+def _refuse_unknown(data: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        expected = ", ".join(repr(k) for k in known)
+        raise StorageConfigError(f"{where}: unknown key {unknown[0]!r} (expected {expected})")
 
 
 def _prefix(value: object, what: str) -> str:

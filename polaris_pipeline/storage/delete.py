@@ -32,6 +32,7 @@ from fsspec.asyn import AsyncFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
 from polaris_pipeline.errors import StorageError
+from polaris_pipeline.storage.options import is_s3
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.uri import split_uri
 
@@ -44,10 +45,9 @@ _GLOB_CHARS = frozenset("*?[")
 class DeleteReport:
     """What happened to each path of a delete.
 
-    ``bytes_freed`` is the sum of the sizes of the deleted files, or None when any
-    deleted file's size was not known (S3 sizes are not fetched: that would cost a
-    request per key). ``requests`` counts delete requests sent (DeleteObjects calls
-    for S3, one per file elsewhere).
+    ``bytes_freed`` is None when any deleted file's size was not known (S3 sizes
+    are not fetched: that would cost a request per key). ``requests`` counts
+    DeleteObjects calls for S3, files elsewhere.
     """
 
     deleted: list[str] = field(default_factory=list)
@@ -55,9 +55,8 @@ class DeleteReport:
     failed: dict[str, str] = field(default_factory=dict)
     bytes_freed: int | None = 0
     requests: int = 0
-    # Hadoop checksum sidecars deleted beside local files; kept apart from
-    # ``deleted`` so file counts stay those of the table. Their bytes are in
-    # ``bytes_freed`` and, separately, in ``sidecar_bytes``.
+    # Hadoop checksum sidecars, kept apart from ``deleted`` so file counts stay
+    # those of the table; their bytes are in ``bytes_freed`` too.
     sidecars: list[str] = field(default_factory=list)
     sidecar_bytes: int = 0
 
@@ -121,18 +120,16 @@ def bulk_delete(
     check: Callable[[], None] | None = None,
     sidecar_check: Callable[[str], bool] | None = None,
 ) -> DeleteReport:
-    """Delete ``uris`` (literal paths), returning the outcome of each.
+    """Delete ``uris`` (literal paths, already admitted by a
+    :class:`~polaris_pipeline.storage.guard.PathGuard`), returning the outcome of each.
 
-    Never raises for a single path: a path that cannot be resolved or deleted is
-    recorded in ``failed``, with credentials masked. ``on_progress(done, total)`` is
-    called after each request batch (S3) or file (elsewhere). Callers are expected to
-    have passed the paths through a :class:`~polaris_pipeline.storage.guard.PathGuard`.
+    Never raises for a single path: its error goes to ``failed``, credentials masked.
     ``check()`` runs before every request (S3) or file (elsewhere) and may raise to
     stop at once: a holder whose lease lapsed mid-chunk deletes nothing more.
-    ``sidecar_check(uri)`` says whether a local file's checksum sidecar may be
-    deleted (the caller's guard); without it no sidecar is touched. A sidecar is
-    looked for whether its file was deleted or found missing: a crash between the
-    two unlinks leaves only the sidecar, and the retry must finish it.
+    ``sidecar_check(uri)`` (the caller's guard) admits a local file's checksum
+    sidecar; without it none is touched. A sidecar is looked for whether its file
+    was deleted or found missing: a crash between the two unlinks leaves only the
+    sidecar, and the retry must finish it.
     """
     guard_step = check or (lambda: None)
     if not 1 <= chunk_size <= MAX_KEYS_PER_REQUEST:
@@ -161,13 +158,13 @@ def bulk_delete(
             report.failed[uri] = str(e)
             step(1)
             continue
-        bucket = path.split("/", 1)[0] if _is_s3(fs) else ""
+        bucket = path.split("/", 1)[0] if is_s3(fs) else ""
         groups.setdefault((id(fs), bucket), (fs, []))[1].append((uri, path))
 
     for (_, bucket), (fs, items) in groups.items():
         for start in range(0, len(items), chunk_size):
             chunk = items[start : start + chunk_size]
-            if _is_s3(fs):
+            if is_s3(fs):
                 guard_step()
                 _delete_s3_chunk(resolver, fs, bucket, chunk, report)
                 step(len(chunk))
@@ -185,13 +182,6 @@ def bulk_delete(
                     _delete_other(resolver, fs, uri, path, report)
                     step(1)
     return report
-
-
-def _is_s3(fs: AbstractFileSystem) -> bool:
-    # Checked by protocol rather than isinstance so importing this module does not
-    # import s3fs (and aiobotocore) for callers that only touch local files.
-    protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
-    return "s3" in protocols and hasattr(fs, "call_s3")
 
 
 # -- S3 ------------------------------------------------------------------------------

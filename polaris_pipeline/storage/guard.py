@@ -65,12 +65,19 @@ def _resolve(loc: Location) -> Location:
     return _parse(os.path.realpath(loc.path), root=True)
 
 
-def _parse_prefix(uri: str) -> Location:
-    # An allowed prefix may be a whole bucket, unlike a table location.
+def _parse_root(uri: str, what: str) -> Location:
     try:
         return _parse(uri, root=True)
     except ValueError as e:
-        raise GuardRefusal(uri, f"allowed prefix: {e}") from None
+        raise GuardRefusal(uri, f"{what}: {e}") from None
+
+
+def _table_root(uri: str) -> Location:
+    loc = _parse_root(uri, "table location")
+    if not loc.segments:
+        # Everything "inside" a bucket or "/" is everything; an allowed prefix may be one.
+        raise GuardRefusal(uri, "table location is a bucket or filesystem root")
+    return loc
 
 
 class PathGuard:
@@ -88,10 +95,10 @@ class PathGuard:
         *,
         location: str | None = None,
     ) -> None:
-        all_roots = tuple(self._parse_root(r) for r in roots)
+        all_roots = tuple(_table_root(r) for r in roots)
         if not all_roots:
             raise GuardRefusal("", "no table location")
-        self._allowed = tuple(_parse_prefix(p) for p in allowed_prefixes)
+        self._allowed = tuple(_parse_root(p, "allowed prefix") for p in allowed_prefixes)
         self._all_roots = all_roots
         self._roots = tuple(
             r for r in all_roots if not self._allowed or self._in_allowed(r, strictly=False)
@@ -115,17 +122,6 @@ class PathGuard:
             table_properties[k] for k in ROOT_PROPERTIES if table_properties.get(k, "").strip()
         )
         return cls(roots, config.allowed_prefixes, location=storage_location)
-
-    @staticmethod
-    def _parse_root(uri: str) -> Location:
-        try:
-            loc = _parse(uri, root=True)
-        except ValueError as e:
-            raise GuardRefusal(uri, f"table location: {e}") from None
-        if not loc.segments:
-            # Everything "inside" a bucket or "/" is everything.
-            raise GuardRefusal(uri, "table location is a bucket or filesystem root")
-        return loc
 
     # -- checks -------------------------------------------------------------------
 

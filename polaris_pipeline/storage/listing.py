@@ -35,6 +35,7 @@ from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
 from polaris_pipeline.errors import StorageError
+from polaris_pipeline.storage.options import is_s3
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.uri import split_uri
 
@@ -66,7 +67,7 @@ def list_prefix(
         raise StorageError("refusing to list a bucket or filesystem root")
     if isinstance(fs, LocalFileSystem):
         objects = _local(resolver, prefix_uri, base)
-    elif _is_s3(fs):
+    elif is_s3(fs):
         objects = _s3(resolver, fs, prefix_uri, base, size)
     else:
         objects = _by_directory(resolver, fs, prefix_uri, base)
@@ -78,11 +79,6 @@ def list_prefix(
             page = []
     if page:
         yield page
-
-
-def _is_s3(fs: AbstractFileSystem) -> bool:
-    protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
-    return "s3" in protocols and hasattr(fs, "call_s3")
 
 
 def _ms(value: Any) -> int | None:

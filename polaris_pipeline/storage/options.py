@@ -112,6 +112,12 @@ def filesystem_class(scheme: str) -> type[AbstractFileSystem]:
     return cls
 
 
+def is_s3(fs: AbstractFileSystem) -> bool:
+    # By protocol, not isinstance: callers touching only local files never import s3fs.
+    protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
+    return "s3" in protocols and hasattr(fs, "call_s3")
+
+
 def check_options(scheme: str, options: Mapping[str, Any], where: str) -> None:
     """Raise StorageConfigError naming the first option the filesystem would not accept."""
     try:

@@ -151,34 +151,30 @@ class StorageResolver:
         fs, path = self.filesystem(uri)
         return ResolvedInputFile(uri, fs, path, self)
 
-    def size(self, uri: str) -> int | None:
-        """Size in bytes; None when the file does not exist or has no size (a directory)."""
+    def _info(self, uri: str) -> dict[str, Any] | None:
+        """``fs.info`` of ``uri``, None when it does not exist; any other error raises
+        StorageError. fsspec's own ``exists`` answers False on *any* error (an expired
+        credential, a 403), which a cleanup would read as "already deleted"."""
         fs, path = self.filesystem(uri)
         try:
-            info = fs.info(path)
+            info: dict[str, Any] = fs.info(path)
         except FileNotFoundError:
             return None
         except Exception as e:
             raise StorageError(f"cannot stat {self.redact(uri)}: {self.describe(e)}") from None
-        if info.get("type") == "directory":
+        return info
+
+    def size(self, uri: str) -> int | None:
+        """Size in bytes; None when the file does not exist or has no size (a directory)."""
+        info = self._info(uri)
+        if info is None or info.get("type") == "directory":
             return None
         size = info.get("size", info.get("Size"))
         return int(size) if size is not None else None
 
     def exists(self, uri: str) -> bool:
-        """Whether ``uri`` exists. Errors other than "not found" raise StorageError.
-
-        fsspec's own ``exists`` answers False on *any* error (an expired credential,
-        a 403), which a cleanup would read as "already deleted".
-        """
-        fs, path = self.filesystem(uri)
-        try:
-            fs.info(path)
-        except FileNotFoundError:
-            return False
-        except Exception as e:
-            raise StorageError(f"cannot stat {self.redact(uri)}: {self.describe(e)}") from None
-        return True
+        """Whether ``uri`` exists (see ``_info`` for errors)."""
+        return self._info(uri) is not None
 
     # -- error text -----------------------------------------------------------------
 

@@ -13,6 +13,7 @@ and the names (Java names 504-506 ``added_data_files_count`` and so on).
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import struct
@@ -84,6 +85,7 @@ _SUMMARY_FIELDS: tuple[tuple[int, str, str, bool], ...] = (
 )
 
 _PARTITIONS_ID = 507
+_CONTENT_ID = 517
 _PARTITIONS_ELEMENT_ID = 508
 
 # "partitions" has the array type built below instead of a primitive name.
@@ -91,7 +93,7 @@ _MANIFEST_FIELDS: tuple[tuple[int, str, str, bool], ...] = (
     (500, "manifest_path", "string", False),
     (501, "manifest_length", "long", False),
     (502, "partition_spec_id", "int", False),
-    (517, "content", "int", True),
+    (_CONTENT_ID, "content", "int", True),
     (515, "sequence_number", "long", True),
     (516, "min_sequence_number", "long", True),
     (503, "added_snapshot_id", "long", False),
@@ -231,15 +233,7 @@ def encode_manifest_file(ref: ManifestFileRef) -> bytes:
         raise PayloadError("cannot encode manifest: manifest_path is not a string")
     record: dict[str, Any] = {name: getattr(ref, name) for _, name, _, _ in _MANIFEST_FIELDS}
     if ref.partitions is not None:
-        record["partitions"] = [
-            {
-                "contains_null": p.contains_null,
-                "contains_nan": p.contains_nan,
-                "lower_bound": p.lower_bound,
-                "upper_bound": p.upper_bound,
-            }
-            for p in ref.partitions
-        ]
+        record["partitions"] = [dataclasses.asdict(p) for p in ref.partitions]
     out = io.BytesIO()
     out.write(MAGIC)
     out.write(java_write_utf(_SCHEMA_JSON))
@@ -340,11 +334,15 @@ class _Fields:
         name = self._names.get(field_id)
         return None if name is None else self._values.get(name)
 
-    def integer(self, field_id: int, label: str, *, required: bool = False) -> int | None:
+    def _present(self, field_id: int, label: str, required: bool) -> Any:
         value = self.get(field_id)
+        if value is None and required:
+            raise PayloadError(f"{self._what} has no {label} (field {field_id})")
+        return value
+
+    def integer(self, field_id: int, label: str, *, required: bool = False) -> int | None:
+        value = self._present(field_id, label, required)
         if value is None:
-            if required:
-                raise PayloadError(f"{self._what} has no {label} (field {field_id})")
             return None
         if isinstance(value, bool) or not isinstance(value, int):
             raise PayloadError(
@@ -352,16 +350,9 @@ class _Fields:
             )
         return value
 
-    def required_int(self, field_id: int, label: str) -> int:
-        value = self.integer(field_id, label, required=True)
-        assert value is not None
-        return value
-
     def boolean(self, field_id: int, label: str, *, required: bool = False) -> bool | None:
-        value = self.get(field_id)
+        value = self._present(field_id, label, required)
         if value is None:
-            if required:
-                raise PayloadError(f"{self._what} has no {label} (field {field_id})")
             return None
         if not isinstance(value, bool):
             raise PayloadError(f"{self._what} {label} is not a boolean")
@@ -416,7 +407,7 @@ def _ref_from_datum(
     path = f.get(500)
     if not isinstance(path, str):
         raise PayloadError("manifest has no manifest_path string (field 500)")
-    content = f.integer(517, "content")
+    content = f.integer(_CONTENT_ID, "content")
     content = CONTENT_DATA if content is None else content  # v1 writers: always data
     if content not in (CONTENT_DATA, CONTENT_DELETES):
         raise PayloadError(f"manifest content {content} is unknown (0 data, 1 deletes)")
@@ -443,24 +434,14 @@ def _ref_from_datum(
                 )
             )
         partitions = tuple(items)
-    return ManifestFileRef(
-        manifest_path=path,
-        manifest_length=f.required_int(501, "manifest_length"),
-        partition_spec_id=f.required_int(502, "partition_spec_id"),
-        content=content,
-        sequence_number=f.integer(515, "sequence_number"),
-        min_sequence_number=f.integer(516, "min_sequence_number"),
-        added_snapshot_id=f.required_int(503, "added_snapshot_id"),
-        added_files_count=f.integer(504, "added_files_count"),
-        existing_files_count=f.integer(505, "existing_files_count"),
-        deleted_files_count=f.integer(506, "deleted_files_count"),
-        added_rows_count=f.integer(512, "added_rows_count"),
-        existing_rows_count=f.integer(513, "existing_rows_count"),
-        deleted_rows_count=f.integer(514, "deleted_rows_count"),
-        partitions=partitions,
-        key_metadata=f.binary(519, "key_metadata"),
-        first_row_id=f.integer(520, "first_row_id"),
-    )
+    # The other fields, in the schema's order: ints and longs, and key_metadata.
+    values: dict[str, Any] = {}
+    for fid, name, avro_type, optional in _MANIFEST_FIELDS:
+        if avro_type == "bytes":
+            values[name] = f.binary(fid, name)
+        elif avro_type in ("int", "long") and fid != _CONTENT_ID:
+            values[name] = f.integer(fid, name, required=not optional)
+    return ManifestFileRef(manifest_path=path, content=content, partitions=partitions, **values)
 
 
 # ---------------------------------------------------------------------------

@@ -391,11 +391,6 @@ class TaskRow:
     def end_time_ms(self) -> int | None:
         return _int_or_none(self.properties.get(Prop.END_TIME))
 
-    def lease_expired(self, now_ms: int, policy: LeasePolicy) -> bool:
-        """Polaris's rule: no start time, or older than the realm's lease timeout."""
-        start = self.start_time_ms
-        return start is None or now_ms - start > policy.for_realm(self.realm_id).lease_timeout_ms
-
     @property
     def lease_released(self) -> bool:
         """The holder wrote its attempt's end, so the lease is over before it expires."""
@@ -403,9 +398,13 @@ class TaskRow:
         return start is not None and end is not None and end >= start
 
     def lease_held(self, now_ms: int, policy: LeasePolicy) -> bool:
+        # Polaris's rule: a lease expires when it has no start time, or one older than
+        # the realm's lease timeout.
+        start = self.start_time_ms
         return (
             self.executor_id is not None
-            and not self.lease_expired(now_ms, policy)
+            and start is not None
+            and now_ms - start <= policy.for_realm(self.realm_id).lease_timeout_ms
             and not self.lease_released
         )
 

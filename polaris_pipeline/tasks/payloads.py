@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote_plus
 
 from polaris_pipeline.errors import PayloadError
 from polaris_pipeline.tasks.manifest_codec import (
@@ -36,6 +37,9 @@ BATCH_TYPES = frozenset({BATCH_TYPE_TABLE_METADATA})
 # payload has ``type``; Polaris 1.0-1.6 (schema v1-v4) fail to decode it.
 BATCH_TYPE_SINCE_SCHEMA_VERSION = 5
 METADATA_LOCATION_KEY = "metadata-location"
+PARENT_NAMESPACE_KEY = "parent-namespace"
+# Iceberg's RESTUtil joins namespace levels with the URL-encoded unit separator.
+NAMESPACE_SEPARATOR = "%1F"
 
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 
@@ -129,37 +133,31 @@ class TableIdentifier:
 # ENTITY_CLEANUP_SCHEDULER: the dropped table or view
 # ---------------------------------------------------------------------------
 
-# Jackson bean names, in the order Polaris writes them.
-_ENTITY_KEYS = (
-    "catalogId",
-    "id",
-    "parentId",
-    "typeCode",
-    "name",
-    "entityVersion",
-    "subTypeCode",
-    "createTimestamp",
-    "dropTimestamp",
-    "purgeTimestamp",
-    "toPurgeTimestamp",
-    "lastUpdateTimestamp",
-    "properties",
-    "internalProperties",
-    "grantRecordsVersion",
-)
+# Jackson bean names, in the order Polaris writes them, and DroppedEntity's fields.
+_ENTITY_FIELDS = {
+    "catalogId": "catalog_id",
+    "id": "id",
+    "parentId": "parent_id",
+    "typeCode": "type_code",
+    "name": "name",
+    "entityVersion": "entity_version",
+    "subTypeCode": "sub_type_code",
+    "createTimestamp": "create_timestamp",
+    "dropTimestamp": "drop_timestamp",
+    "purgeTimestamp": "purge_timestamp",
+    "toPurgeTimestamp": "to_purge_timestamp",
+    "lastUpdateTimestamp": "last_update_timestamp",
+    "properties": "properties",
+    "internalProperties": "internal_properties",
+    "grantRecordsVersion": "grant_records_version",
+}
 # Needed to run the cleanup (naming, type checks): must be present.
 _ENTITY_REQUIRED_INTS = ("id", "typeCode", "subTypeCode")
 # Only carried along: a missing or null value reads as 0.
-_ENTITY_OPTIONAL_INTS = (
-    "catalogId",
-    "parentId",
-    "entityVersion",
-    "createTimestamp",
-    "dropTimestamp",
-    "purgeTimestamp",
-    "toPurgeTimestamp",
-    "lastUpdateTimestamp",
-    "grantRecordsVersion",
+_ENTITY_OPTIONAL_INTS = tuple(
+    key
+    for key in _ENTITY_FIELDS
+    if key not in (*_ENTITY_REQUIRED_INTS, "name", "properties", "internalProperties")
 )
 
 
@@ -234,44 +232,31 @@ def decode_dropped_entity(data: str) -> DroppedEntity:
     ints = {key: _entity_int(obj, key, required=True) for key in _ENTITY_REQUIRED_INTS}
     ints |= {key: _entity_int(obj, key, required=False) for key in _ENTITY_OPTIONAL_INTS}
     return DroppedEntity(
-        id=ints["id"],
         name=name,
-        type_code=type_code,
-        sub_type_code=ints["subTypeCode"],
-        catalog_id=ints["catalogId"],
-        parent_id=ints["parentId"],
-        entity_version=ints["entityVersion"],
-        create_timestamp=ints["createTimestamp"],
-        drop_timestamp=ints["dropTimestamp"],
-        purge_timestamp=ints["purgeTimestamp"],
-        to_purge_timestamp=ints["toPurgeTimestamp"],
-        last_update_timestamp=ints["lastUpdateTimestamp"],
         properties=_entity_map(obj, "properties"),
         internal_properties=_entity_map(obj, "internalProperties"),
-        grant_records_version=ints["grantRecordsVersion"],
+        **{_ENTITY_FIELDS[key]: value for key, value in ints.items()},
     )
 
 
 def encode_dropped_entity(e: DroppedEntity) -> str:
     """The payload Polaris writes for a dropped entity (maps as JSON strings)."""
-    values: dict[str, Any] = {
-        "catalogId": e.catalog_id,
-        "id": e.id,
-        "parentId": e.parent_id,
-        "typeCode": e.type_code,
-        "name": e.name,
-        "entityVersion": e.entity_version,
-        "subTypeCode": e.sub_type_code,
-        "createTimestamp": e.create_timestamp,
-        "dropTimestamp": e.drop_timestamp,
-        "purgeTimestamp": e.purge_timestamp,
-        "toPurgeTimestamp": e.to_purge_timestamp,
-        "lastUpdateTimestamp": e.last_update_timestamp,
-        "properties": _dumps(e.properties),
-        "internalProperties": _dumps(e.internal_properties),
-        "grantRecordsVersion": e.grant_records_version,
-    }
-    return _dumps({key: values[key] for key in _ENTITY_KEYS})
+    values = {key: getattr(e, name) for key, name in _ENTITY_FIELDS.items()}
+    values["properties"] = _dumps(e.properties)
+    values["internalProperties"] = _dumps(e.internal_properties)
+    return _dumps(values)
+
+
+def table_identifier(entity: DroppedEntity) -> TableIdentifier:
+    """The dropped table's identifier, as Polaris's ``getTableIdentifier`` builds it.
+
+    ``parent-namespace`` holds the levels joined by ``%1F``, each encoded by Java's
+    ``URLEncoder`` (form encoding: a space is ``+``, a plus sign ``%2B``), so each
+    level is decoded with form semantics.
+    """
+    encoded = entity.internal_properties.get(PARENT_NAMESPACE_KEY, "")
+    levels = tuple(unquote_plus(p) for p in encoded.split(NAMESPACE_SEPARATOR)) if encoded else ()
+    return TableIdentifier(levels, entity.name)
 
 
 def require_metadata_location(e: DroppedEntity) -> str:
@@ -290,8 +275,13 @@ def decode_child_table_id(data: str) -> TableIdentifier:
 
     For the views that name a task's table even when its file list is unreadable.
     """
-    obj = _load_object(data, "cleanup")
-    return TableIdentifier.from_json_obj(_require(obj, "tableId", "cleanup data"))
+    return _child_payload(data, "cleanup")[1]
+
+
+def _child_payload(data: str, what: str) -> tuple[dict[str, Any], TableIdentifier]:
+    """A manifest or batch cleanup's ``data`` as an object, and its ``tableId``."""
+    obj = _load_object(data, what)
+    return obj, TableIdentifier.from_json_obj(_require(obj, "tableId", f"{what} data"))
 
 
 # ---------------------------------------------------------------------------
@@ -307,8 +297,7 @@ class ManifestCleanupPayload:
 
 def decode_manifest_cleanup(data: str) -> ManifestCleanupPayload:
     """Decode a MANIFEST_FILE_CLEANUP ``data`` payload."""
-    obj = _load_object(data, "manifest cleanup")
-    table_id = TableIdentifier.from_json_obj(_require(obj, "tableId", "manifest cleanup data"))
+    obj, table_id = _child_payload(data, "manifest cleanup")
     encoded = _require(obj, "manifestFileData", "manifest cleanup data")
     if not isinstance(encoded, str):
         raise PayloadError(f"manifestFileData is not a string (found {_json_kind(encoded)})")
@@ -343,8 +332,7 @@ class BatchCleanupPayload:
 
 def decode_batch_cleanup(data: str) -> BatchCleanupPayload:
     """Decode a BATCH_FILE_CLEANUP ``data`` payload."""
-    obj = _load_object(data, "batch cleanup")
-    table_id = TableIdentifier.from_json_obj(_require(obj, "tableId", "batch cleanup data"))
+    obj, table_id = _child_payload(data, "batch cleanup")
     files = _require(obj, "batchFiles", "batch cleanup data")
     if not isinstance(files, list):
         raise PayloadError(f"batchFiles is not a list (found {_json_kind(files)})")

@@ -1,9 +1,8 @@
 """How a task is referred to: ``TaskRef`` (which task) and ``Lease`` (a claim on it).
 
 Both are built from a row in one place each: ``TaskRef.from_row`` and
-``Lease.from_row``, from a decoded ``TaskRow`` (``LeaseRow`` names the
-attributes they read); the PostgreSQL lease statement's rows take
-``Lease.from_leased_columns``.
+``Lease.from_row``, from a decoded ``TaskRow``; the PostgreSQL lease statement's
+rows take ``Lease.from_leased_columns``.
 
 ``to_dict``/``from_dict`` are their JSON-safe forms (Dagster run config, child
 payloads). The keys are the ones Dagster run configs have always carried:
@@ -20,28 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-
-class LeaseRow(Protocol):
-    """What ``TaskRef.from_row`` (the first five) and ``Lease.from_row`` read from a row."""
-
-    @property
-    def realm_id(self) -> str: ...
-    @property
-    def id(self) -> int: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def entity_version(self) -> int: ...
-    @property
-    def task_type_code(self) -> str | None: ...
-    @property
-    def executor_id(self) -> str | None: ...
-    @property
-    def attempt_count(self) -> int: ...
-    @property
-    def start_time_ms(self) -> int | None: ...
+from polaris_pipeline.tasks.model import TaskRow
 
 
 def _label(realm_id: str, task_id: int, name: str) -> str:
@@ -67,11 +47,6 @@ def _int_field(data: Mapping[str, Any], key: str, default: int | None = None) ->
         raise ValueError(f"task reference {key!r} is not an integer: {str(value)[:40]!r}") from None
 
 
-def _optional_str(data: Mapping[str, Any], key: str) -> str | None:
-    value = data.get(key)
-    return None if value is None else str(value)
-
-
 @dataclass(frozen=True)
 class TaskRef:
     """Which task: enough to find it, name it and tag its runs. Not a claim on it.
@@ -87,7 +62,7 @@ class TaskRef:
     task_type_code: str | None = None
 
     @classmethod
-    def from_row(cls, row: LeaseRow) -> TaskRef:
+    def from_row(cls, row: TaskRow) -> TaskRef:
         return cls(
             realm_id=row.realm_id,
             task_id=int(row.id),
@@ -116,7 +91,7 @@ class TaskRef:
             task_id=_int_field(data, "task_id"),
             entity_version=_int_field(data, "entity_version", default=0),
             name=str(data.get("name") or ""),
-            task_type_code=_optional_str(data, "task_type"),
+            task_type_code=None if data.get("task_type") is None else str(data["task_type"]),
         )
 
 
@@ -156,7 +131,7 @@ class Lease:
         )
 
     @classmethod
-    def from_row(cls, row: LeaseRow) -> Lease:
+    def from_row(cls, row: TaskRow) -> Lease:
         """The lease ``row`` records (its holder, attempt and start); ValueError if none."""
         ref = TaskRef.from_row(row)
         executor, start = row.executor_id, row.start_time_ms

@@ -49,14 +49,10 @@ def summarize(task: TaskRow) -> PayloadSummary:
         task_type = task.task_type()
         data = task.data()
         if task_type is TaskType.ENTITY_CLEANUP_SCHEDULER:
-            # Imported here: the cleanup package brings the storage clients, which a
-            # listing without table cleanups (and every --help) need not load.
-            from polaris_pipeline.cleanup.common import table_identifier
-
             entity = payloads.decode_dropped_entity(data)
             return PayloadSummary(
                 kind,
-                table=str(table_identifier(entity)),
+                table=str(payloads.table_identifier(entity)),
                 metadata_location=entity.metadata_location,
                 entity_id=entity.id,
                 is_view=entity.is_view,

@@ -159,7 +159,6 @@ def build_table(
     with_statistics: bool = False,
     format_version: int = 2,
     appends: int = 3,
-    location: str | None = None,
 ) -> Table:
     """Create and populate a table with many kinds of files; returns it refreshed.
 
@@ -178,8 +177,6 @@ def build_table(
     kwargs: dict[str, Any] = {"properties": props}
     if partitioned:
         kwargs["partition_spec"] = PARTITION_SPEC
-    if location is not None:
-        kwargs["location"] = location
     table = catalog.create_table(ident, schema=TABLE_SCHEMA, **kwargs)
 
     for i in range(appends):
@@ -217,6 +214,12 @@ class _RowDelta(_FastAppendFiles):
         )
 
 
+def _field_with_id(name: str, type_: pa.DataType, field_id: int) -> pa.Field:
+    return pa.field(
+        name, type_, nullable=False, metadata={b"PARQUET:field_id": str(field_id).encode()}
+    )
+
+
 def _write_parquet(io: FileIO, path: str, table: pa.Table) -> int:
     with io.new_output(path).create(overwrite=True) as out:
         pq.write_table(table, out)
@@ -236,48 +239,31 @@ def add_delete_files(table: Table) -> list[str]:
     pos_path = f"{base}/pos-deletes-{uuid.uuid4()}.parquet"
     pos_schema = pa.schema(
         [
-            pa.field(
-                "file_path",
-                pa.string(),
-                nullable=False,
-                metadata={b"PARQUET:field_id": str(_DELETE_FILE_PATH_ID).encode()},
-            ),
-            pa.field(
-                "pos",
-                pa.int64(),
-                nullable=False,
-                metadata={b"PARQUET:field_id": str(_DELETE_POS_ID).encode()},
-            ),
+            _field_with_id("file_path", pa.string(), _DELETE_FILE_PATH_ID),
+            _field_with_id("pos", pa.int64(), _DELETE_POS_ID),
         ]
     )
     pos_size = _write_parquet(
         io, pos_path, pa.table({"file_path": [target.file_path], "pos": [0]}, schema=pos_schema)
     )
-
     eq_path = f"{base}/eq-deletes-{uuid.uuid4()}.parquet"
-    eq_schema = pa.schema(
-        [pa.field("id", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": b"1"})]
-    )
+    eq_schema = pa.schema([_field_with_id("id", pa.int64(), 1)])
     eq_size = _write_parquet(io, eq_path, pa.table({"id": [2]}, schema=eq_schema))
 
+    def delete_file(content: DataFileContent, path: str, size: int, **extra: Any) -> DataFile:
+        return DataFile.from_args(
+            content=content,
+            file_path=path,
+            file_format=FileFormat.PARQUET,
+            partition=target.partition,
+            record_count=1,
+            file_size_in_bytes=size,
+            **extra,
+        )
+
     files = [
-        DataFile.from_args(
-            content=DataFileContent.POSITION_DELETES,
-            file_path=pos_path,
-            file_format=FileFormat.PARQUET,
-            partition=target.partition,
-            record_count=1,
-            file_size_in_bytes=pos_size,
-        ),
-        DataFile.from_args(
-            content=DataFileContent.EQUALITY_DELETES,
-            file_path=eq_path,
-            file_format=FileFormat.PARQUET,
-            partition=target.partition,
-            record_count=1,
-            file_size_in_bytes=eq_size,
-            equality_ids=[1],
-        ),
+        delete_file(DataFileContent.POSITION_DELETES, pos_path, pos_size),
+        delete_file(DataFileContent.EQUALITY_DELETES, eq_path, eq_size, equality_ids=[1]),
     ]
     tx = table.transaction()
     producer = _RowDelta(operation=Operation.OVERWRITE, transaction=tx, io=table.io)
@@ -363,22 +349,6 @@ def add_statistics_files(table: Table) -> list[str]:
     tx._apply((SetPartitionStatisticsUpdate.model_validate({"partition-statistics": part_stats}),))
     tx.commit_transaction()
     return [stats_path, part_path]
-
-
-def add_data_file_named(table: Table, file_name: str) -> str:
-    """Write a data file with a chosen name (e.g. with ``[`` and ``*``) and add it.
-
-    Returns its path; it is listed in a new data manifest of the table.
-    """
-    path = f"{table.location()}/data/{file_name}"
-    field_ids = {"id": b"1", "category": b"2", "value": b"3"}
-    schema = pa.schema(
-        [f.with_metadata({b"PARQUET:field_id": field_ids[f.name]}) for f in ARROW_SCHEMA]
-    )
-    rows = _batch(5000, 2, ("a",)).cast(schema)
-    _write_parquet(table.io, path, rows)
-    table.add_files([path])
-    return path
 
 
 # -- listing a location --------------------------------------------------------------

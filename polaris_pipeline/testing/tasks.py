@@ -16,6 +16,7 @@ from urllib.parse import quote_plus
 from pyiceberg.table import Table
 
 from polaris_pipeline.metastore import new_entity_id
+from polaris_pipeline.metastore.rows import inserted
 from polaris_pipeline.tasks.model import (
     ICEBERG_VIEW_SUB_TYPE,
     TABLE_LIKE_TYPE_CODE,
@@ -26,6 +27,8 @@ from polaris_pipeline.tasks.model import (
 )
 from polaris_pipeline.tasks.payloads import (
     METADATA_LOCATION_KEY,
+    NAMESPACE_SEPARATOR,
+    PARENT_NAMESPACE_KEY,
     DroppedEntity,
     encode_dropped_entity,
     entity_cleanup_task_name,
@@ -37,7 +40,7 @@ ICEBERG_TABLE_SUB_TYPE = 2
 def encode_namespace(namespace: Iterable[str]) -> str:
     """As Polaris writes ``parent-namespace``: each level form-encoded (Java's
     ``URLEncoder``: a space is ``+``), the levels joined by ``%1F``."""
-    return "%1F".join(quote_plus(level, safe="") for level in namespace)
+    return NAMESPACE_SEPARATOR.join(quote_plus(level, safe="") for level in namespace)
 
 
 def dropped_entity(
@@ -46,22 +49,19 @@ def dropped_entity(
     name: str,
     namespace: tuple[str, ...],
     metadata_location: str,
-    catalog_id: int = 1,
-    parent_id: int = 2,
     is_view: bool = False,
     properties: Mapping[str, str] | None = None,
-    now_ms: int | None = None,
 ) -> DroppedEntity:
     """The dropped TABLE_LIKE entity as Polaris records it (encode it for the task's ``data``
     with ``payloads.encode_dropped_entity``)."""
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    now = int(time.time() * 1000)
     return DroppedEntity(
         id=entity_id,
         name=name,
         type_code=TABLE_LIKE_TYPE_CODE,
         sub_type_code=ICEBERG_VIEW_SUB_TYPE if is_view else ICEBERG_TABLE_SUB_TYPE,
-        catalog_id=catalog_id,
-        parent_id=parent_id,
+        catalog_id=1,
+        parent_id=2,
         entity_version=3,
         create_timestamp=now - 60_000,
         drop_timestamp=now,
@@ -69,7 +69,7 @@ def dropped_entity(
         properties=dict(properties or {}),
         internal_properties={
             METADATA_LOCATION_KEY: metadata_location,
-            "parent-namespace": encode_namespace(namespace),
+            PARENT_NAMESPACE_KEY: encode_namespace(namespace),
         },
         grant_records_version=1,
     )
@@ -102,13 +102,11 @@ def drop_task(
     spec: DropSpec,
     *,
     realm_id: str = "POLARIS",
-    task_id: int | None = None,
-    entity_id: int | None = None,
     extra_internal_properties: Mapping[str, str] | None = None,
     create_timestamp: int | None = None,
 ) -> NewTask:
     """The ENTITY_CLEANUP_SCHEDULER task Polaris writes when ``spec`` is dropped with purge."""
-    eid = entity_id if entity_id is not None else new_entity_id()
+    eid = new_entity_id()
     entity = dropped_entity(
         entity_id=eid,
         name=spec.name,
@@ -126,7 +124,7 @@ def drop_task(
     internal.update(extra_internal_properties or {})
     return NewTask(
         realm_id=realm_id,
-        id=task_id if task_id is not None else new_entity_id(),
+        id=new_entity_id(),
         name=entity_cleanup_task_name(eid),
         properties=properties,
         internal_properties=internal,
@@ -139,19 +137,6 @@ def drop_table_task(table: Table, **kwargs: Any) -> NewTask:
     return drop_task(DropSpec.of_table(table), **kwargs)
 
 
-def task_row(task: NewTask, *, entity_version: int = 1, now_ms: int | None = None) -> TaskRow:
+def task_row(task: NewTask) -> TaskRow:
     """The row a metastore would hold for ``task`` right after inserting it."""
-    ts = task.create_timestamp
-    if ts is None:
-        ts = int(time.time() * 1000) if now_ms is None else now_ms
-    return TaskRow(
-        realm_id=task.realm_id,
-        id=task.id,
-        name=task.name,
-        entity_version=entity_version,
-        grant_records_version=1,
-        create_timestamp=ts,
-        last_update_timestamp=ts,
-        properties=dict(task.properties),
-        internal_properties=dict(task.internal_properties),
-    )
+    return inserted(task, dict(task.properties), int(time.time() * 1000))

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
-from polaris_pipeline.errors import StorageError
+from polaris_pipeline.errors import StorageError, one_line
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -73,5 +73,4 @@ def made_or_explained(make: Callable[[], V], what: str) -> V:
     except StorageError:
         raise
     except Exception as e:
-        text = str(e).strip().splitlines()
-        raise StorageError(f"{what}: {type(e).__name__}: {text[0] if text else ''}") from None
+        raise StorageError(f"{what}: {one_line(e)}") from None
