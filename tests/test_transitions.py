@@ -28,7 +28,6 @@ from polaris_pipeline.tasks.model import (
     TaskState,
 )
 from polaris_pipeline.tasks.ref import Lease
-from tests.support.metastore import renew
 from tests.support.tasks import batch_task
 from tests.support.unhandled import polaris_cleanup_task
 
@@ -99,7 +98,7 @@ def test_undecodable_properties_lease_from_their_original() -> None:
 
 @pytest.mark.parametrize(
     "move",
-    [transitions.lease, renew, transitions.lease_for_operator, transitions.lease_child],
+    [transitions.lease, transitions.renew, transitions.lease_for_operator, transitions.lease_child],
 )
 def test_no_lease_for_an_empty_executor_id(move: Callable[..., dict[str, str]]) -> None:
     # A row holding "" reads as held by nobody: the lease would be lost at once.
@@ -115,12 +114,12 @@ def test_no_lease_for_an_empty_executor_id(move: Callable[..., dict[str, str]]) 
 
 def test_a_renewal_restarts_the_same_attempt() -> None:
     held = {**BASE, Prop.EXECUTOR: "ex", Prop.START_TIME: "5", Prop.ATTEMPT_COUNT: "2"}
-    assert renew(held, executor_id="ex", now_ms=NOW) == {
+    assert transitions.renew(held, executor_id="ex", now_ms=NOW) == {
         **held,
         Prop.START_TIME: str(NOW),
     }
     # A hand-over: another executor, still attempt 2.
-    assert renew(held, executor_id="run-2", now_ms=NOW) == {
+    assert transitions.renew(held, executor_id="run-2", now_ms=NOW) == {
         **held,
         Prop.EXECUTOR: "run-2",
         Prop.START_TIME: str(NOW),
@@ -132,7 +131,7 @@ def test_a_renewal_leaves_the_attempt_count_as_it_is(count: str | None) -> None:
     held = {**BASE, Prop.EXECUTOR: "ex", Prop.START_TIME: "5"}
     if count is not None:
         held[Prop.ATTEMPT_COUNT] = count
-    after = renew(held, executor_id="ex", now_ms=NOW)
+    after = transitions.renew(held, executor_id="ex", now_ms=NOW)
     assert after.get(Prop.ATTEMPT_COUNT) == count
 
 
@@ -382,6 +381,6 @@ def test_the_renewal_statement_writes_what_renew_writes(metastore: Metastore) ->
     assert metastore.renew_held_by("r", "ex") == 1  # RENEW_HELD_BY
     after = metastore.get_task("r", task.id)
     assert after is not None and after.start_time_ms is not None
-    assert after.properties == renew(
+    assert after.properties == transitions.renew(
         before.properties, executor_id="ex", now_ms=after.start_time_ms
     )

@@ -6,7 +6,8 @@ database's ``now_ms`` and any randomness are arguments. Complete and discard
 delete the row; ``holds`` and ``discard_refusal`` judge them. The moves' result
 types live here too.
 
-``queries.LEASE_BATCH`` makes the change of ``lease`` in SQL;
+The PostgreSQL lease and renewal statements (``queries.LEASE_BATCH``,
+``queries.RENEW_HELD_BY``) make the changes of ``lease`` and ``renew`` in SQL;
 tests/test_transitions.py holds the two in agreement.
 """
 
@@ -123,6 +124,14 @@ def lease(props: Mapping[str, str], *, executor_id: str, now_ms: int) -> Propert
     out.pop(Prop.END_TIME, None)
     out[Prop.ATTEMPT_COUNT] = str(attempt_count_of(props) + 1)
     return out
+
+
+def renew(props: Mapping[str, str], *, executor_id: str, now_ms: int) -> Properties:
+    """A held lease restarted at ``now_ms`` for ``executor_id``: the same attempt.
+
+    A heartbeat passes the holder's own id; a hand-over another's.
+    """
+    return _holder(props, executor_id, now_ms)
 
 
 def fail(

@@ -7,7 +7,7 @@ per test.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from sqlalchemy import create_engine, text
 
 from polaris_pipeline.metastore import Metastore, transitions
 from polaris_pipeline.metastore.rows import after_write
-from polaris_pipeline.tasks.model import LeasePolicy, Prop, TaskRow
+from polaris_pipeline.tasks.model import LeasePolicy, TaskRow
 from polaris_pipeline.tasks.ref import Lease
 from tests.support.postgres import PG_ADMIN_URL as PG_ADMIN_URL
 from tests.support.postgres import database_url, throwaway_database
@@ -76,17 +76,6 @@ def store(tmp_path: Path) -> Iterator[Metastore]:
     sqlite.dispose()
 
 
-def renew(props: Mapping[str, str], *, executor_id: str, now_ms: int) -> dict[str, str]:
-    """A held lease restarted at ``now_ms`` for ``executor_id``: the same attempt, as
-    ``queries.RENEW_HELD_BY`` writes it. A heartbeat passes the holder's own id; a
-    hand-over another's."""
-    return {
-        **props,
-        Prop.EXECUTOR: transitions.require_executor(executor_id),
-        Prop.START_TIME: str(now_ms),
-    }
-
-
 def restart_lease(store: Metastore, lease: Lease, executor_id: str | None = None) -> Lease | None:
     """``lease`` restarted now for ``executor_id`` (default its own holder), the same attempt,
     through the holder's compare-and-set: a per-lease renewal, or a hand-over to another
@@ -94,7 +83,7 @@ def restart_lease(store: Metastore, lease: Lease, executor_id: str | None = None
     holder = lease.executor_id if executor_id is None else executor_id
 
     def transition(task: TaskRow, now: int) -> tuple[dict[str, str], Lease]:
-        props = renew(task.properties, executor_id=holder, now_ms=now)
+        props = transitions.renew(task.properties, executor_id=holder, now_ms=now)
         return props, Lease.from_row(after_write(task, props, now))
 
     _, restarted = store._holder_write(lease, transition)
