@@ -44,13 +44,7 @@ from polaris_pipeline.tasks.payloads import (
 from polaris_pipeline.testing import tables as testing_tables
 from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.cleanup_sweep import assert_all_ok, sweep
-from tests.support.iceberg import (
-    Warehouse,
-    add_data_file_named,
-    drop_task_row,
-    table_files,
-    write_view_metadata,
-)
+from tests.support.iceberg import Warehouse, drop_task_row, table_files, write_view_metadata
 from tests.support.table_metadata import content_files, delete_manifest_paths, entry_statuses
 
 UUID_RE = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
@@ -115,7 +109,7 @@ def batch_row(
 
 def test_sweep_deletes_exactly_the_table(warehouse: Warehouse) -> None:
     table = full_table(warehouse)
-    odd = add_data_file_named(table, "odd[1]*name.parquet")
+    odd = testing_tables.add_data_file_named(table, "odd[1]*name.parquet")
     table = warehouse.catalog.load_table(table.name())
     neighbour = warehouse.build("t_neighbour", properties=CAPPED)
     oracle = table_files(table)
@@ -658,7 +652,7 @@ def test_without_storage_location_the_metadata_file_is_not_a_root(
 def test_glob_characters_are_taken_literally(warehouse: Warehouse) -> None:
     wh = warehouse
     table = wh.build("t")
-    odd = add_data_file_named(table, "odd[1]*name.parquet")
+    odd = testing_tables.add_data_file_named(table, "odd[1]*name.parquet")
     table = wh.catalog.load_table(table.name())
     # Files a glob expansion of the odd name would match; the table does not name them.
     bait = [odd.replace("odd[1]*name", n) for n in ("odd1name", "odd1-more-name")]

@@ -351,6 +351,22 @@ def add_statistics_files(table: Table) -> list[str]:
     return [stats_path, part_path]
 
 
+def add_data_file_named(table: Table, file_name: str) -> str:
+    """Write a data file with a chosen name (e.g. with ``[`` and ``*``) and add it.
+
+    Returns its path; it is listed in a new data manifest of the table.
+    """
+    path = f"{table.location()}/data/{file_name}"
+    field_ids = {"id": b"1", "category": b"2", "value": b"3"}
+    schema = pa.schema(
+        [f.with_metadata({b"PARQUET:field_id": field_ids[f.name]}) for f in ARROW_SCHEMA]
+    )
+    rows = _batch(5000, 2, ("a",)).cast(schema)
+    _write_parquet(table.io, path, rows)
+    table.add_files([path])
+    return path
+
+
 # -- listing a location --------------------------------------------------------------
 
 

@@ -15,7 +15,6 @@ for tests.
   writes when the table is dropped with purge.
 - ``recorded_drop_task(...)``: the same task with every catalog record chosen
   (entity properties, internal properties, metadata-location), for hostile rows.
-- ``add_data_file_named(table, name)``: a data file with a chosen name, added to the table.
 - ``write_sidecars(uris)``: Hadoop's ``.NAME.crc`` beside each local file.
 - ``write_view_metadata(location, io)``: a minimal Iceberg view metadata file.
 """
@@ -31,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.io import FileIO
@@ -51,7 +49,6 @@ from tests.support.table_metadata import referenced_files
 
 __all__ = [
     "Warehouse",
-    "add_data_file_named",
     "build_table",
     "drop_task_row",
     "recorded_drop_task",
@@ -153,25 +150,6 @@ def recorded_drop_task(
         },
         internal_properties=dict(internal_properties or {}),
     )
-
-
-def add_data_file_named(table: Table, file_name: str) -> str:
-    """Write a data file with a chosen name (e.g. with ``[`` and ``*``) and add it.
-
-    Returns its path; it is listed in a new data manifest of the table.
-    """
-    path = f"{table.location()}/data/{file_name}"
-    field_ids = {"id": b"1", "category": b"2", "value": b"3"}
-    schema = pa.schema(
-        [
-            f.with_metadata({b"PARQUET:field_id": field_ids[f.name]})
-            for f in testing_tables.ARROW_SCHEMA
-        ]
-    )
-    rows = testing_tables._batch(5000, 2, ("a",)).cast(schema)
-    testing_tables._write_parquet(table.io, path, rows)
-    table.add_files([path])
-    return path
 
 
 def write_sidecars(uris: Iterable[str]) -> set[str]:
