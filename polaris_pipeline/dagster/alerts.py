@@ -319,6 +319,11 @@ def _env(env: Mapping[str, str], name: str) -> str | None:
     return value or None
 
 
+def ui_url_from_env(env: Mapping[str, str]) -> str | None:
+    """The Dagster UI address alerts link to (``POLARIS_PIPELINE_ALERT_UI_URL``), if set."""
+    return _env(env, UI_URL_ENV)
+
+
 def smtp_from_env(env: Mapping[str, str]) -> SmtpSettings | None:
     to = _env(env, EMAIL_TO_ENV)
     if to is None:

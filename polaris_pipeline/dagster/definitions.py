@@ -25,7 +25,12 @@ from dagster import (
     in_process_executor,
 )
 
-from polaris_pipeline.dagster.alerts import UI_URL_ENV, Notify, alert_sensors, notifier_from_env
+from polaris_pipeline.dagster.alerts import (
+    Notify,
+    alert_sensors,
+    notifier_from_env,
+    ui_url_from_env,
+)
 from polaris_pipeline.dagster.backlog import (
     BACKLOG_CHECKS,
     build_sweeper_watch,
@@ -254,6 +259,6 @@ def build_defs_from_env(
         io_manager=io_manager,
         sweeper_autostart=settings.sweeper_autostart,
         notify=notifier_from_env(env),
-        alert_ui_url=env.get(UI_URL_ENV, "").strip() or None,
+        alert_ui_url=ui_url_from_env(env),
         translator=translator,
     )

@@ -10,7 +10,7 @@ import pytest
 from dagster import DagsterInstance, SensorDefinition
 from sqlalchemy.engine import make_url
 
-from polaris_pipeline.dagster.alerts import UI_URL_ENV, alert_sensors, notifier_from_env
+from polaris_pipeline.dagster.alerts import alert_sensors, notifier_from_env, ui_url_from_env
 from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
     clear_metastore_cache,
@@ -72,4 +72,4 @@ def metastore_resource(store: Metastore, **overrides: Any) -> PolarisMetastoreRe
 
 def alert_sensors_from_env(env: Mapping[str, str]) -> list[SensorDefinition]:
     """Both alert sensors as ``build_defs_from_env`` configures them from ``env``."""
-    return alert_sensors(notifier_from_env(env), env.get(UI_URL_ENV, "").strip() or None)
+    return alert_sensors(notifier_from_env(env), ui_url_from_env(env))
