@@ -27,7 +27,7 @@ from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.task_step import open_step
 from polaris_pipeline.dagster.translator import PolarisTranslator
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
-from polaris_pipeline.report.fields import UNREFERENCED, UNREFERENCED_FIELDS
+from polaris_pipeline.report.fields import UNREFERENCED
 from polaris_pipeline.report.outcome_view import OutcomeView
 from polaris_pipeline.tasks.model import TaskRow
 from polaris_pipeline.tasks.ref import Lease
@@ -43,12 +43,10 @@ def finish_input(outcome: TaskOutcome) -> dict[str, Any]:
 
 def finish_metadata(translator: PolarisTranslator, outcome: TaskOutcome) -> dict[str, Any]:
     """The phase's numbers (no task status: the root step counted the table)."""
-    view = OutcomeView(outcome)
-    meta: dict[str, Any] = dict(translator.lease_metadata(outcome.lease))
-    if view.unreferenced is not None:
-        meta.update({f.label: getattr(view, f.attr) or 0 for f in UNREFERENCED_FIELDS})
-        meta[UNREFERENCED] = view.unreferenced.summary()
-    return meta
+    return {
+        **translator.lease_metadata(outcome.lease),
+        **OutcomeView(outcome).unreferenced_metadata(),
+    }
 
 
 def finish_table_step(

@@ -205,10 +205,14 @@ class OutcomeView:
 
     def metadata(self) -> dict[str, Any]:
         """The numbers under their Dagster metadata labels: the total of this one outcome."""
-        meta = OutcomeTotals.of([self.outcome]).metadata()
-        if self.unreferenced is not None:
-            meta.update({f.label: self._number(f) for f in UNREFERENCED_FIELDS})
-            meta[UNREFERENCED] = self.unreferenced.summary()
+        return {**OutcomeTotals.of([self.outcome]).metadata(), **self.unreferenced_metadata()}
+
+    def unreferenced_metadata(self) -> dict[str, Any]:
+        """The unreferenced phase's numbers and line under their labels; empty without one."""
+        if self.unreferenced is None:
+            return {}
+        meta: dict[str, Any] = {f.label: self._number(f) for f in UNREFERENCED_FIELDS}
+        meta[UNREFERENCED] = self.unreferenced.summary()
         return meta
 
     def output(self) -> dict[str, Any]:
