@@ -428,3 +428,21 @@ def test_renew_held_by_renews_only_that_executors_live_leases(metastore: Metasto
     # A released (failed) lease is not revived by the heartbeat.
     metastore.fail(kids[0], "x")
     assert metastore.renew_held_by("r1", "mine") == 2
+
+
+def test_a_failure_that_reads_a_renewal_stamped_after_its_clock_still_ends_the_attempt(
+    metastore: Metastore,
+) -> None:
+    # The heartbeat can commit between the failure's clock read and its row read: the
+    # row then starts later than the failure's "now". The attempt must still end, or
+    # the holder's heartbeat renews its own failed task for as long as it lives.
+    (task,) = seed(metastore, "r1", 1)
+    (lease,) = metastore.lease_available("e", 1)
+    later = metastore.now_ms() + 5_000
+    _set_props(metastore, "r1", task.id, **{Prop.START_TIME: str(later)})
+    record = metastore.fail(lease, "boom")
+    assert record.outcome is FailOutcome.BACKING_OFF
+    row = metastore.get_task("r1", task.id)
+    assert row is not None and int(row.properties[Prop.END_TIME]) >= later
+    assert row.state(metastore.now_ms(), metastore.policy) is TaskState.BACKING_OFF
+    assert metastore.renew_held_by("r1", "e") == 0

@@ -166,6 +166,20 @@ def test_a_failure_backs_off() -> None:
     }
 
 
+@pytest.mark.parametrize("start", [str(NOW + 40), str(NOW), "soon", None])
+def test_a_failure_ends_its_attempt_never_before_it_started(start: str | None) -> None:
+    held = _held("2", **({} if start is None else {Prop.START_TIME: start}))
+    if start is None:
+        del held[Prop.START_TIME]
+    props, record = transitions.fail(held, error="e", now_ms=NOW, policy=POLICY, unit_random=0.0)
+    ended = NOW + 40 if start == str(NOW + 40) else NOW  # a malformed or absent start: now
+    assert props[Prop.END_TIME] == str(ended)
+    assert record.next_attempt_ms == ended + POLICY.backoff_ms(2, 0.0)
+    # Whatever the start, the failed attempt no longer holds its task.
+    lease = Lease("r", 1, "ex", 2, 4, NOW)
+    assert not transitions.holds(_row(props), lease, ended, POLICY)
+
+
 def test_the_backoff_is_jittered_within_its_bounds() -> None:
     waits = [
         int(

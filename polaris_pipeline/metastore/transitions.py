@@ -29,6 +29,7 @@ from polaris_pipeline.tasks.model import (
     TaskState,
     attempt_count_of,
     bounded_error,
+    start_time_of,
 )
 from polaris_pipeline.tasks.ref import Lease
 
@@ -152,6 +153,10 @@ def fail(
     """
     out = dict(props)
     attempt = attempt_count_of(props)
+    # Never before the start: a heartbeat may commit between the caller's clock read
+    # and its row read, and an end before the start reads as a lease still held, one
+    # the holder's own heartbeat would then renew for as long as it runs.
+    now_ms = max(now_ms, start_time_of(props) or now_ms)
     out[Prop.END_TIME] = str(now_ms)
     out[Prop.ERROR] = bounded_error(error)
     if run_id:

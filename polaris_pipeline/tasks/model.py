@@ -245,6 +245,11 @@ def attempt_count_of(properties: Mapping[str, str]) -> int:
     return max(0, _int_or_none(properties.get(Prop.ATTEMPT_COUNT)) or 0)
 
 
+def start_time_of(properties: Mapping[str, str]) -> int | None:
+    """The ``lastAttemptStartTime`` of ``properties``: None when absent or not an integer."""
+    return _int_or_none(properties.get(Prop.START_TIME))
+
+
 def is_unhandled_cleanup(task_type: str | None, data: str | None) -> bool:
     """Whether a task is an ENTITY_CLEANUP_SCHEDULER for an entity that is not TABLE_LIKE.
 
@@ -321,7 +326,7 @@ class TaskRow:
 
     @property
     def start_time_ms(self) -> int | None:
-        return _int_or_none(self.properties.get(Prop.START_TIME))
+        return start_time_of(self.properties)
 
     @property
     def attempt_count(self) -> int:

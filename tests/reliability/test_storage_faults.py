@@ -52,6 +52,9 @@ class ErrorWatch:
         self.store = store
         self.seen: dict[tuple[str, int], set[str]] = defaultdict(set)
         self.max_attempts: dict[tuple[str, int], int] = {}
+        # Failed attempts whose row still reads as held (an end before the start):
+        # the holder's heartbeat would renew them, and nobody would retry them.
+        self.ended_before_start: set[tuple[str, int]] = set()
 
     def poll(self) -> list[TaskRow]:
         rows = self.store.list_tasks()
@@ -59,6 +62,8 @@ class ErrorWatch:
             key = (row.realm_id, row.id)
             if row.last_error:
                 self.seen[key].add(row.last_error)
+            if row.end_time_ms is not None and not row.lease_released:
+                self.ended_before_start.add(key)
             self.max_attempts[key] = max(self.max_attempts.get(key, 0), row.attempt_count)
         return rows
 
@@ -208,6 +213,7 @@ def test_faulty_filesystem_retries_with_backoff_and_finishes(
         files_wrongly_deleted=len(deleted - expected),
         concurrent_holders=len(concurrent),
         retries_before_backoff_elapsed=len(backoff),
+        failed_attempts_still_held=len(watch.ended_before_start),
     )
     errors_seen = {e for errs in watch.seen.values() for e in errs}
     scenario.metrics.update(
@@ -234,6 +240,11 @@ def test_faulty_filesystem_retries_with_backoff_and_finishes(
     )
     assert not backoff, backoff[:3]
     scenario.check("no task was leased again before the backoff its failure recorded")
+    assert not watch.ended_before_start, sorted(watch.ended_before_start)[:3]
+    scenario.check(
+        "every failed attempt ended its lease (its end time never before its start, polled "
+        "every 0.1 s while the heartbeats ran), so no holder's heartbeat renewed a failed task"
+    )
     assert not [e for e in outcomes if e["status"] in ("dead", "lease-lost")]
     assert len(jr.holders_per_task(d for d in dels if "/stall/" in d.uri)) == 1
     assert not concurrent, concurrent[:3]
