@@ -12,7 +12,7 @@ BIN := $(VENV)/bin
 PYTEST_WORKERS ?= 4
 PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadgroup
 
-.PHONY: demo test test-fast lint bench services system bytecode clean
+.PHONY: demo test test-fast lint bench services system emulators bytecode clean
 
 # uv installs the same requirements from PyPI in a third of pip's time (about 30 s
 # against 90 s here, most of it byte-compiling, which pip does too); the venv keeps
@@ -44,6 +44,10 @@ services:
 system:
 	bash scripts/install-system-packages.sh
 
+# Azurite alone (system installs it too): the fast tests reach Azure, not the browser or Java.
+emulators:
+	bash scripts/install-storage-emulators.sh
+
 # Two pytest runs: the tests marked serial (they restart PostgreSQL or time
 # themselves) one at a time with nothing beside them, then every other test in
 # parallel; it prints the last summary line. Both always run; either failing fails.
@@ -59,7 +63,7 @@ test: $(BIN)/.installed bytecode system services lint
 
 # The edit loop: everything but the daemon, browser, Spark/Java, operator-guide and
 # reliability tests (marker slow), in parallel.
-test-fast: $(BIN)/.installed bytecode services
+test-fast: $(BIN)/.installed bytecode emulators services
 	@tmp=$$(mktemp -d /tmp/pp.XXXXXX); \
 	$(BIN)/pytest $(PYTEST_PARALLEL) --basetemp=$$tmp -m "not slow"; status=$$?; \
 	if [ $$status -eq 0 ]; then rm -rf $$tmp; else echo "test files kept in $$tmp"; fi; \

@@ -12,7 +12,7 @@ if [ -x "$DIR/node_modules/.bin/azurite-blob" ]; then
     exit 0
 fi
 if ! command -v npm >/dev/null 2>&1; then
-    echo "npm missing: the Azure tests will be skipped (install nodejs and npm)" >&2
+    echo "npm missing: the Azure tests will fail, naming this script (install nodejs and npm)" >&2
     exit 0
 fi
 echo "azurite missing: installing azurite@$AZURITE_VERSION into $DIR" >&2
