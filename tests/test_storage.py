@@ -19,7 +19,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from polaris_pipeline.errors import GuardRefusal, StorageConfigError, StorageError
 from polaris_pipeline.storage.config import CONFIG_ENV_VAR, StorageConfig, StorageRule
-from polaris_pipeline.storage.delete import DeleteReport, bulk_delete
+from polaris_pipeline.storage.delete import bulk_delete
 from polaris_pipeline.storage.guard import PathGuard
 from polaris_pipeline.storage.redact import mask_options, redact
 from polaris_pipeline.storage.resolve import StorageResolver
@@ -298,13 +298,11 @@ def test_local_delete_is_literal(tmp_path: Path) -> None:
     targets = [_touch(tmp_path / n, b"12") for n in ("a[1].parquet", "b*.parquet", "c?.parquet")]
     bystanders = [_touch(tmp_path / n) for n in ("a1.parquet", "bx.parquet", "cx.parquet")]
     uris = [str(targets[0]), f"file://{targets[1]}", f"file:{targets[2]}"]
-    progress: list[tuple[int, int]] = []
-    report = bulk_delete(StorageResolver(), uris, on_progress=lambda d, t: progress.append((d, t)))
+    report = bulk_delete(StorageResolver(), uris)
     assert report.deleted == uris
     assert report.ok and not report.missing
     assert report.bytes_freed == 6
     assert report.requests == 3
-    assert progress[-1] == (3, 3)
     assert not any(p.exists() for p in targets)
     assert all(p.exists() for p in bystanders)
 
@@ -368,15 +366,6 @@ def test_local_failure_permission(immutable_file: Path) -> None:
     assert report.failed == {str(immutable_file): "PermissionError: Operation not permitted"}
     assert report.bytes_freed == 0
     assert immutable_file.exists()
-
-
-def test_report_merge() -> None:
-    a = DeleteReport(deleted=["x"], bytes_freed=3, requests=1)
-    b = DeleteReport(missing=["y"], failed={"z": "boom"}, bytes_freed=4, requests=2)
-    merged = a.merge(b)
-    assert (merged.deleted, merged.missing, merged.failed) == (["x"], ["y"], {"z": "boom"})
-    assert (merged.bytes_freed, merged.requests, merged.ok) == (7, 3, False)
-    assert a.ok and a.merge(DeleteReport(bytes_freed=None)).bytes_freed is None
 
 
 def test_unresolvable_uri_is_a_failure_not_an_exception(tmp_path: Path) -> None:
@@ -449,10 +438,8 @@ def test_s3_batches_of_1000(moto_server: MotoS3, s3_bucket: str) -> None:
     # still sent and answered, so request counting and batching are exercised fully.
     fs.pipe({f"{s3_bucket}/wh/t/data/{i:05d}.parquet": b"x" for i in range(0, 2500, 10)})
     uris = [f"s3://{s3_bucket}/wh/t/data/{i:05d}.parquet" for i in range(2500)]
-    progress: list[tuple[int, int]] = []
-    report = bulk_delete(resolver, uris, on_progress=lambda d, t: progress.append((d, t)))
+    report = bulk_delete(resolver, uris)
     assert report.requests == 3
-    assert progress == [(1000, 2500), (2000, 2500), (2500, 2500)]
     assert sorted(report.deleted) == sorted(uris)
     assert report.ok
     assert _keys(moto_server, s3_bucket) == []

@@ -65,22 +65,6 @@ class DeleteReport:
         """No path failed (missing paths are fine: files are shared across snapshots)."""
         return not self.failed
 
-    def merge(self, other: DeleteReport) -> DeleteReport:
-        """A new report holding both reports' outcomes."""
-        return DeleteReport(
-            deleted=[*self.deleted, *other.deleted],
-            missing=[*self.missing, *other.missing],
-            failed={**self.failed, **other.failed},
-            bytes_freed=(
-                None
-                if self.bytes_freed is None or other.bytes_freed is None
-                else self.bytes_freed + other.bytes_freed
-            ),
-            requests=self.requests + other.requests,
-            sidecars=[*self.sidecars, *other.sidecars],
-            sidecar_bytes=self.sidecar_bytes + other.sidecar_bytes,
-        )
-
     def _add_bytes(self, n: int | None) -> None:
         if n is None or self.bytes_freed is None:
             self.bytes_freed = None
@@ -116,7 +100,6 @@ def bulk_delete(
     uris: Sequence[str],
     *,
     chunk_size: int = MAX_KEYS_PER_REQUEST,
-    on_progress: Callable[[int, int], None] | None = None,
     check: Callable[[], None] | None = None,
     sidecar_check: Callable[[str], bool] | None = None,
 ) -> DeleteReport:
@@ -135,28 +118,18 @@ def bulk_delete(
     if not 1 <= chunk_size <= MAX_KEYS_PER_REQUEST:
         raise ValueError(f"chunk_size must be between 1 and {MAX_KEYS_PER_REQUEST}")
     report = DeleteReport()
-    done = 0
-
-    def step(n: int) -> None:
-        nonlocal done
-        done += n
-        if on_progress is not None:
-            on_progress(done, len(uris))
-
     # Group by filesystem (and bucket, for S3), keeping first-seen order; the same
     # URI given twice is deleted once.
     groups: dict[tuple[int, str], tuple[AbstractFileSystem, list[tuple[str, str]]]] = {}
     seen: set[str] = set()
     for uri in uris:
         if uri in seen:
-            step(1)
             continue
         seen.add(uri)
         try:
             fs, path = resolver.filesystem(uri)
         except StorageError as e:
             report.failed[uri] = str(e)
-            step(1)
             continue
         bucket = path.split("/", 1)[0] if is_s3(fs) else ""
         groups.setdefault((id(fs), bucket), (fs, []))[1].append((uri, path))
@@ -167,7 +140,6 @@ def bulk_delete(
             if is_s3(fs):
                 guard_step()
                 _delete_s3_chunk(resolver, fs, bucket, chunk, report)
-                step(len(chunk))
             elif isinstance(fs, LocalFileSystem):
                 for uri, path in chunk:
                     guard_step()
@@ -175,12 +147,10 @@ def bulk_delete(
                     # A file that could not be deleted keeps its checksum too.
                     if sidecar_check is not None and uri not in report.failed:
                         _delete_sidecar(resolver, uri, report, sidecar_check)
-                    step(1)
             else:
                 for uri, path in chunk:
                     guard_step()
                     _delete_other(resolver, fs, uri, path, report)
-                    step(1)
     return report
 
 
