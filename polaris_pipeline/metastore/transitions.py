@@ -145,7 +145,7 @@ def fail(
     run_id: str | None = None,
     permanent: bool = False,
 ) -> tuple[Properties, FailureRecord]:
-    """The held attempt failed at ``now_ms``: back off, or dead-letter.
+    """The held attempt failed at ``now_ms`` (or at its start, if later): back off, or dead-letter.
 
     Dead-lettered when ``permanent`` (retrying cannot heal it; marked
     ``lastAttemptPermanent``) or after ``policy.max_attempts``; otherwise the
@@ -156,8 +156,8 @@ def fail(
     # Never before the start: a heartbeat may commit between the caller's clock read
     # and its row read, and an end before the start reads as a lease still held, one
     # the holder's own heartbeat would then renew for as long as it runs.
-    now_ms = max(now_ms, start_time_of(props) or now_ms)
-    out[Prop.END_TIME] = str(now_ms)
+    ended_ms = max(now_ms, start_time_of(props) or 0)
+    out[Prop.END_TIME] = str(ended_ms)
     out[Prop.ERROR] = bounded_error(error)
     if run_id:
         out[Prop.RUN_ID] = run_id
@@ -171,7 +171,7 @@ def fail(
         out[Prop.STATUS] = STATUS_DEAD
         out.pop(Prop.NEXT_ATTEMPT, None)
         return out, FailureRecord(FailOutcome.DEAD, permanent=permanent)
-    next_ms = now_ms + policy.backoff_ms(attempt, unit_random)
+    next_ms = ended_ms + policy.backoff_ms(attempt, unit_random)
     out[Prop.STATUS] = STATUS_FAILED
     out[Prop.NEXT_ATTEMPT] = str(next_ms)
     return out, FailureRecord(FailOutcome.BACKING_OFF, next_ms)
