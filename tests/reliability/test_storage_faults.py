@@ -242,8 +242,9 @@ def test_faulty_filesystem_retries_with_backoff_and_finishes(
     scenario.check("no task was leased again before the backoff its failure recorded")
     assert not watch.ended_before_start, sorted(watch.ended_before_start)[:3]
     scenario.check(
-        "every failed attempt ended its lease (its end time never before its start, polled "
-        "every 0.1 s while the heartbeats ran), so no holder's heartbeat renewed a failed task"
+        "every failed attempt ended its lease (its end time never before its start; polled "
+        "every 0.1 s until the faults cleared, then once at the end), so no holder's heartbeat "
+        "renewed a failed task"
     )
     assert not [e for e in outcomes if e["status"] in ("dead", "lease-lost")]
     assert len(jr.holders_per_task(d for d in dels if "/stall/" in d.uri)) == 1
