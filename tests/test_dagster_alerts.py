@@ -36,6 +36,7 @@ from polaris_pipeline.dagster.alerts import (
     notifier_from_env,
     run_failure_alert,
     smtp_from_env,
+    ui_url_from_env,
 )
 from polaris_pipeline.dagster.backlog import (
     BACKLOG_CHECKS,
@@ -307,3 +308,14 @@ def test_check_alert_pages_once_when_a_check_starts_failing(
     )
     assert evaluate() == ["Polaris check no_dead_tasks failed (ERROR)"]
     assert sent[0].run_id == result.run_id and sent[0].url == f"http://ui/runs/{result.run_id}"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(None, None), ("", None), ("   ", None), (" http://ui:3000/ ", "http://ui:3000/")],
+)
+def test_the_alerts_ui_address_is_read_blank_as_unset(
+    value: str | None, expected: str | None
+) -> None:
+    env = {} if value is None else {"POLARIS_PIPELINE_ALERT_UI_URL": value}
+    assert ui_url_from_env(env) == expected
