@@ -57,6 +57,7 @@ from bench.soak_probe import (
     overlapping_holders,
     service_rss,
 )
+from polaris_pipeline.dagster.contract import TAG_TOTAL
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import LeasePolicy, TaskState
 from tests.support.daemon import SENSOR_NAME, DaemonConfig, DaemonHarness
@@ -94,13 +95,17 @@ def retention_env() -> dict[str, str]:
     }
 
 
-def backdate(instance: DagsterInstance, run_id: str, ended: float) -> None:
-    """Set the run's last update to one day before it ended (naive UTC, as Dagster keeps it)."""
-    stamp = (datetime.fromtimestamp(ended, UTC) - timedelta(days=1, minutes=1)).replace(tzinfo=None)
+def backdate(instance: DagsterInstance, run_id: str, ended: float) -> float:
+    """Set the run's last update to one day before it ended (naive UTC, as Dagster keeps
+    it); returns that time."""
+    stamp = datetime.fromtimestamp(ended, UTC) - timedelta(days=1, minutes=1)
     with instance.run_storage.connect() as conn:  # type: ignore[attr-defined]
         conn.execute(
-            RunsTable.update().where(RunsTable.c.run_id == run_id).values(update_timestamp=stamp)
+            RunsTable.update()
+            .where(RunsTable.c.run_id == run_id)
+            .values(update_timestamp=stamp.replace(tzinfo=None))
         )
+    return stamp.timestamp()
 
 
 def cursor_size(instance: DagsterInstance, name: str = SENSOR_NAME) -> int | None:
@@ -125,6 +130,7 @@ class Sampler:
         )
         self.book = RunBook()
         self.backdated: dict[str, float] = {}
+        self.backdated_again = 0
         self.samples: list[dict[str, Any]] = []
         self.db: list[dict[str, Any]] = []
         self.errors: list[str] = []
@@ -177,14 +183,21 @@ class Sampler:
     def _backdate(self, instance: DagsterInstance) -> None:
         now = time.time()
         for run_id, info in self.book.runs.items():
-            if run_id in self.backdated or info.status not in FINISHED or info.end is None:
+            if info.status not in FINISHED or info.end is None:
                 continue
             if now - info.end < self.cfg.retention_age_s:
                 continue
+            # Once, unless the run was updated since (the report sensor tagging it late):
+            # then it is a day old again only a day after that update.
+            if run_id in self.backdated:
+                if (info.updated or 0.0) < info.end - DAY_S / 2:
+                    continue
+                self.backdated_again += 1
             # Counted now, every event of the run written, just before it may go.
             info.events = len(instance.get_records_for_run(run_id, limit=1_000_000).records)
-            backdate(instance, run_id, info.end)
-            self.backdated[run_id] = now - self.t0
+            info.updated = backdate(instance, run_id, info.end)
+            # When the new age was committed: a retention run started later sees it.
+            self.backdated[run_id] = time.time() - self.t0
 
     def db_sample(self) -> None:
         rows = dagster_rows(self.daemon.home, self.pg)
@@ -399,7 +412,14 @@ def run_soak(
         ]
         overlaps = overlapping_holders(rows, sampler.book.ends(), cfg.lease_timeout_ms)
         runs = {k: asdict(v) for k, v in sampler.book.runs.items()}
-        present_runs = [r.run_id for r in daemon.instance.get_runs()]
+        # Each run left, with its last update and whether the report sensor tagged it.
+        present_runs = {
+            r.dagster_run.run_id: {
+                "updated": r.update_timestamp.timestamp(),
+                "reported": TAG_TOTAL in r.dagster_run.tags,
+            }
+            for r in daemon.instance.get_run_records()
+        }
         ended_at = time.time()
         log_tail = daemon.diagnose(tail_lines=5)
     store.dispose()
@@ -418,7 +438,9 @@ def run_soak(
         "ticks": sorted(ticks, key=lambda x: x["t"]),
         "runs": runs,
         "backdated": sampler.backdated,
+        "backdated_again": sampler.backdated_again,
         "present_runs": present_runs,
+        "t0": t0,
         "ended_at": ended_at,
         "overlaps": overlaps,
         "task_rows_seen": len(rows),

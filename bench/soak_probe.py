@@ -28,6 +28,7 @@ from sqlalchemy import URL
 
 from bench.common import pg_connect
 from bench.proc_cpu import role_of
+from polaris_pipeline.dagster.contract import PRIORITY_TAG
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Prop
 from tests.support.daemon import descendants
@@ -321,6 +322,8 @@ class RunInfo:
     status: str
     events: int | None = None  # counted when it is backdated (all its events written)
     tags: int | None = None
+    updated: float | None = None  # its last update (what the retention ages it by)
+    priority: str | None = None  # its dagster/priority tag (the run queue's order)
 
 
 class RunBook:
@@ -340,6 +343,8 @@ class RunBook:
                 status=run.status.value,
                 events=self.runs[run.run_id].events if run.run_id in self.runs else None,
                 tags=len(run.tags),
+                updated=r.update_timestamp.timestamp(),
+                priority=run.tags.get(PRIORITY_TAG),
             )
 
     def ends(self) -> dict[str, float]:

@@ -58,6 +58,7 @@ from polaris_pipeline.dagster import (
 )
 from polaris_pipeline.dagster.contract import (
     JOB_NAME,
+    PRIORITY_TAG,
     TAG_REALM,
     TAG_TABLE,
     TAG_TOTAL,
@@ -517,6 +518,16 @@ def test_a_tick_is_skipped_while_a_retention_run_is_unfinished(instance: Dagster
     with build_schedule_context(instance=instance) as context:
         data = schedule.evaluate_tick(context)
     assert not data.run_requests and "not finished yet" in (data.skip_message or "")
+
+
+def test_a_retention_run_is_queued_ahead_of_the_task_runs() -> None:
+    # Dagster's run queue starts the highest dagster/priority first (unset is 0). The
+    # job's tags are its runs' (the soak reads them on the runs its daemon started);
+    # the sweeper's run requests add no priority to the task job's.
+    def priority(job_def: JobDefinition) -> int:
+        return int(job_def.tags.get(PRIORITY_TAG, "0"))
+
+    assert priority(RETENTION_JOB) > priority(polaris_task_job) == 0
 
 
 def test_bad_retention_values_are_refused_by_name() -> None:

@@ -76,6 +76,8 @@ TAG_MAX = 255
 PARENT_RUN_ID_TAG = "dagster/parent_run_id"
 ROOT_RUN_ID_TAG = "dagster/root_run_id"
 RETRY_NUMBER_TAG = "dagster/retry_number"
+# Read by Dagster's run queue: the highest first, unset is 0.
+PRIORITY_TAG = "dagster/priority"
 
 # The job's own tags, so every run has them. Run retries (needs run_retries enabled
 # in dagster.yaml): a run whose process died is retried from the failed steps; the

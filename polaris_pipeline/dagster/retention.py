@@ -10,6 +10,9 @@ same ages so that it adds no growth of its own. A run queued, starting, started
 or canceling is never selected, nor a run of any other job. ``dry_run`` records
 what would go and deletes nothing.
 
+Its runs carry a ``dagster/priority`` above the task runs': the run queue starts
+one before any task run waiting, so a backlog does not hold retention back.
+
 ``DagsterInstance.delete_run`` removes the run's row (and its tags) and every
 event of the run: on PostgreSQL the ``event_logs`` rows; on SQLite the rows of
 the run's own event-log file and its copies in the index file. It leaves two
@@ -74,7 +77,7 @@ from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
 )
 from pydantic import Field
 
-from polaris_pipeline.dagster.contract import JOB_NAME, TAG_TOTAL
+from polaris_pipeline.dagster.contract import JOB_NAME, PRIORITY_TAG, TAG_TOTAL
 from polaris_pipeline.dagster.reporting import REPORTED_STATUSES, report_run
 from polaris_pipeline.dagster.translator import PolarisTranslator
 from polaris_pipeline.errors import one_line
@@ -98,6 +101,11 @@ _UNFINISHED = [
     DagsterRunStatus.STARTED,
     DagsterRunStatus.CANCELING,
 ]
+# Dagster's run queue takes the highest ``dagster/priority`` first (0 unset): a
+# retention run goes ahead of a backlog of task runs queued before it, which would
+# otherwise delay it (and, the schedule skipping while it waits, every later tick)
+# by the whole backlog while the runs it is there to delete pile up.
+RETENTION_RUN_TAGS = {PRIORITY_TAG: "10"}
 # Runs listed in the op's metadata (the counts are exact).
 _LISTED = 100
 
@@ -400,6 +408,7 @@ def build_run_retention_job(
     @job(
         name=RETENTION_JOB_NAME,
         executor_def=in_process_executor,
+        tags=RETENTION_RUN_TAGS,
         description=(
             f"Run retention for {task_job_name}: finished runs, their event logs and captured "
             "logs deleted after the configured days (failures kept longer), tables' history kept."
