@@ -8,6 +8,8 @@ pyiceberg table, against real metastores and a real Dagster instance.
 from __future__ import annotations
 
 import json
+import time
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -16,9 +18,11 @@ from dagster import (
     AssetRecordsFilter,
     DagsterInstance,
     DagsterRunStatus,
+    RunsFilter,
     SkipReason,
     build_sensor_context,
 )
+from dagster._core.storage.runs.schema import RunsTable
 
 from polaris_pipeline.dagster.contract import (
     TAG_CATALOG,
@@ -27,7 +31,12 @@ from polaris_pipeline.dagster.contract import (
     TAG_TOTAL,
     run_config_for,
 )
-from polaris_pipeline.dagster.reporting import build_run_report_sensor, report_run, run_total
+from polaris_pipeline.dagster.reporting import (
+    SETTLE_S,
+    build_run_report_sensor,
+    report_run,
+    run_total,
+)
 from polaris_pipeline.dagster.resources import PolarisStorageResource
 from polaris_pipeline.dagster.tables import TableRef, table_of
 from polaris_pipeline.dagster.task_job import polaris_task_job
@@ -258,6 +267,44 @@ def test_a_purge_is_tagged_totalled_and_recorded_in_the_catalog(
         len(instance.fetch_materializations(AssetRecordsFilter(asset_key=key), limit=5).records)
         == 1
     )
+
+
+def test_a_run_stamped_before_one_already_read_is_still_reported(
+    instance: DagsterInstance,
+) -> None:
+    # A run's last update is stamped on its worker's clock before it commits: run A,
+    # stamped 5 s before run B, can appear after the sensor has read B.
+    def finished_run(updated: datetime | None = None) -> str:
+        run = instance.create_run_for_job(
+            job_def=polaris_task_job,
+            run_config=run_config_for("POLARIS", 1),
+            status=DagsterRunStatus.SUCCESS,
+        )
+        if updated is not None:
+            with instance.run_storage.connect() as conn:  # type: ignore[attr-defined]
+                conn.execute(
+                    RunsTable.update()
+                    .where(RunsTable.c.run_id == run.run_id)
+                    .values(update_timestamp=updated.replace(tzinfo=None))
+                )
+        return run.run_id
+
+    def tagged(run_id: str) -> bool:
+        run = instance.get_run_by_id(run_id)
+        return run is not None and TAG_TOTAL in run.tags
+
+    sensor = build_run_report_sensor(polaris_task_job.name)
+    b = finished_run()
+    [b_record] = instance.get_run_records(RunsFilter(run_ids=[b]))
+    with build_sensor_context(instance=instance) as context:
+        sensor(context)
+        cursor = context.cursor
+    assert tagged(b)
+    a = finished_run(b_record.update_timestamp - timedelta(seconds=5))
+    with build_sensor_context(instance=instance, cursor=cursor) as context:
+        result = sensor(context)
+    assert tagged(a), result
+    assert cursor is not None and float(cursor) <= time.time() - SETTLE_S
 
 
 def test_a_run_that_found_its_task_gone_records_no_table_event(

@@ -18,6 +18,7 @@ metadata and event are the translator's.
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
 from dagster import (
@@ -75,6 +76,13 @@ def _read_run(instance: DagsterInstance, run_id: str) -> tuple[OutcomeTotals, st
 
 # ------------------------------------------------------------------ the sensor
 
+# A run's last update is stamped by the process that finished it, on its host's
+# clock, before it commits: a run stamped earlier than one the sensor has read can
+# still appear (a slower commit, a host whose clock is behind). The cursor never
+# passes this far behind now, so such a run is read at a later tick; a run read
+# again is already tagged and skipped.
+SETTLE_S = 60.0
+
 # The finished runs reported (a canceled run never is).
 REPORTED_STATUSES = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE]
 
@@ -104,7 +112,8 @@ def build_run_report_sensor(
     default_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
     translator: PolarisTranslator | None = None,
 ) -> SensorDefinition:
-    """Reports every finished run of ``job_name`` once (the cursor: last update time).
+    """Reports every finished run of ``job_name`` once (the cursor: last update time,
+    held ``SETTLE_S`` behind the sensor's clock).
 
     ``translator`` decides the table's asset key and event (the task job's own).
     """
@@ -135,7 +144,7 @@ def build_run_report_sensor(
             stamp = record.update_timestamp.timestamp()
             after = stamp if after is None else max(after, stamp)
         if after is not None:
-            context.update_cursor(str(after))
+            context.update_cursor(str(min(after, time.time() - SETTLE_S)))
         return SkipReason(f"reported {reported} finished run(s) of {job_name}")
 
     return _report
