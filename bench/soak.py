@@ -108,6 +108,12 @@ def backdate(instance: DagsterInstance, run_id: str, ended: float) -> float:
     return stamp.timestamp()
 
 
+def still_aged(updated: float | None, ended: float) -> bool:
+    """Whether a run last updated at ``updated`` still has the age ``backdate`` gave it
+    (nothing updated it since, such as the report sensor's tag)."""
+    return updated is not None and updated < ended - DAY_S / 2
+
+
 def cursor_size(instance: DagsterInstance, name: str = SENSOR_NAME) -> int | None:
     for state in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR):
         if state.instigator_name == name:
@@ -190,7 +196,7 @@ class Sampler:
             # Once, unless the run was updated since (the report sensor tagging it late):
             # then it is a day old again only a day after that update.
             if run_id in self.backdated:
-                if (info.updated or 0.0) < info.end - DAY_S / 2:
+                if still_aged(info.updated, info.end):
                     continue
                 self.backdated_again += 1
             # Counted now, every event of the run written, just before it may go.

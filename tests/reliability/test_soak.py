@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from bench.soak import DAY_S, SoakConfig, run_soak
+from bench.soak import SoakConfig, run_soak, still_aged
 from bench.soak_stats import invariant_problems, latency_figures, rows
 from polaris_pipeline.dagster.contract import PRIORITY_TAG
 from polaris_pipeline.dagster.retention import RETENTION_JOB_NAME, RETENTION_RUN_TAGS
@@ -130,11 +130,11 @@ def test_soak(
         if runs.get(run_id, {}).get("job") == TASK_JOB
         and run_id in result["backdated"]
         # Still aged (not updated since: then a retention run may not select it yet).
-        and result["present_runs"][run_id]["updated"] < runs[run_id]["end"] - DAY_S / 2
+        and still_aged(result["present_runs"][run_id]["updated"], runs[run_id]["end"])
         and any(start > result["backdated"][run_id] for start in finished_retention)
     ]
     assert not stale, (
-        f"{len(stale)} task runs outlived a retention run: {_story(result, stale[:5])}"
+        f"{len(stale)} task runs outlived a retention run: {_story(result, stale[:5], retention)}"
     )
     assert len(result["present_runs"]) < len(runs)
     waits = [info["start"] - info["created"] for info in retention if info["start"] is not None]
@@ -146,7 +146,7 @@ def test_soak(
     )
 
 
-def _story(result: Mapping[str, Any], run_ids: list[str]) -> str:
+def _story(result: Mapping[str, Any], run_ids: list[str], retention: list[dict[str, Any]]) -> str:
     """When each run ended, was backdated and last updated, and when retention ran (s)."""
     t0 = result["t0"]
     lines = []
@@ -158,15 +158,12 @@ def _story(result: Mapping[str, Any], run_ids: list[str]) -> str:
             f"{run_id}: ended {info['end'] - t0:.0f}, backdated {aged:.0f}, "
             f"updated {left['updated'] - t0:.0f}, reported {left['reported']}"
         )
-    retention = sorted(
+    times = sorted(
         (info["created"], info["start"] or t0, info["end"] or t0, info["status"])
-        for info in result["runs"].values()
-        if info["job"] == RETENTION_JOB_NAME
+        for info in retention
     )
     lines.append(
         "retention runs (created, started, ended, status): "
-        + ", ".join(
-            f"({c - t0:.0f}, {s - t0:.0f}, {e - t0:.0f}, {st})" for c, s, e, st in retention
-        )
+        + ", ".join(f"({c - t0:.0f}, {s - t0:.0f}, {e - t0:.0f}, {st})" for c, s, e, st in times)
     )
     return "; ".join(lines)
