@@ -45,7 +45,6 @@ from typing import Any, TypeVar
 
 from dagster import DagsterInstance
 from dagster._core.definitions.run_request import InstigatorType
-from dagster._core.storage.runs.schema import RunsTable
 from sqlalchemy.engine import make_url
 
 from bench.common import machine, temp_database
@@ -62,6 +61,7 @@ from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import LeasePolicy, TaskState
 from tests.support.daemon import SENSOR_NAME, DaemonConfig, DaemonHarness
 from tests.support.polaris_writer import UNHANDLED_KINDS, Event, PolarisWriter, wait_until
+from tests.support.runs import set_run_updated
 
 T = TypeVar("T")
 RESULTS_DIR = Path(__file__).resolve().parent / "results" / "soak"
@@ -99,12 +99,7 @@ def backdate(instance: DagsterInstance, run_id: str, ended: float) -> float:
     """Set the run's last update to one day before it ended (naive UTC, as Dagster keeps
     it); returns that time."""
     stamp = datetime.fromtimestamp(ended, UTC) - timedelta(days=1, minutes=1)
-    with instance.run_storage.connect() as conn:  # type: ignore[attr-defined]
-        conn.execute(
-            RunsTable.update()
-            .where(RunsTable.c.run_id == run_id)
-            .values(update_timestamp=stamp.replace(tzinfo=None))
-        )
+    set_run_updated(instance, run_id, stamp)
     return stamp.timestamp()
 
 

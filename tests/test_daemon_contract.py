@@ -10,11 +10,10 @@ instance.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 from dagster import AssetKey, DagsterRunStatus, RunsFilter
-from dagster._core.storage.runs.schema import RunsTable
 
 from polaris_pipeline.dagster.contract import (
     CONTRACT_VERSION,
@@ -24,13 +23,11 @@ from polaris_pipeline.dagster.contract import (
     TAG_EXECUTOR,
     TAG_TABLE,
     TAG_TASK_TYPE,
-    TAG_TOTAL,
-    run_config_for,
 )
-from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.tasks.model import Prop
 from polaris_pipeline.tasks.payloads import batch_cleanup_task_name
 from tests.support.daemon_fixtures import existing, metastore_for, touch_files
+from tests.support.runs import finished_task_run, has_total
 from tests.support.tasks import batch_task
 from tests.support.translators import TEAM, TEAM_TAG
 
@@ -88,29 +85,13 @@ def test_a_translator_and_the_tags_of_a_grouped_run_through_the_daemon(
 
     # The report sensor's cursor stays SETTLE_S behind: a finished run stamped before
     # one it has read (its worker's clock behind) is still tagged at a later tick.
-    def finished_run(updated: datetime | None = None) -> str:
-        run = daemon.instance.create_run_for_job(
-            job_def=polaris_task_job,
-            run_config=run_config_for(REALM, 1),
-            status=DagsterRunStatus.SUCCESS,
-        )
-        if updated is not None:
-            with daemon.instance.run_storage.connect() as conn:
-                conn.execute(
-                    RunsTable.update()
-                    .where(RunsTable.c.run_id == run.run_id)
-                    .values(update_timestamp=updated.replace(tzinfo=None))
-                )
-        return run.run_id
-
-    def tagged(run_id: str) -> bool:
-        run = daemon.instance.get_run_by_id(run_id)
-        return run is not None and TAG_TOTAL in run.tags
-
-    later = finished_run()
-    [record] = daemon.instance.get_run_records(RunsFilter(run_ids=[later]))
-    daemon.wait_for(lambda: tagged(later), timeout_s=90, what="the report sensor's tag")
-    earlier = finished_run(record.update_timestamp - timedelta(seconds=5))
+    instance = daemon.instance
+    later = finished_task_run(instance)
+    [record] = instance.get_run_records(RunsFilter(run_ids=[later]))
+    daemon.wait_for(lambda: has_total(instance, later), timeout_s=90, what="the sensor's tag")
+    earlier = finished_task_run(instance, record.update_timestamp - timedelta(seconds=5))
     daemon.wait_for(
-        lambda: tagged(earlier), timeout_s=90, what="the tag of a run stamped before a read one"
+        lambda: has_total(instance, earlier),
+        timeout_s=90,
+        what="the tag of a run stamped before a read one",
     )

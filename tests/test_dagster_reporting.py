@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -22,7 +22,6 @@ from dagster import (
     SkipReason,
     build_sensor_context,
 )
-from dagster._core.storage.runs.schema import RunsTable
 
 from polaris_pipeline.dagster.contract import (
     TAG_CATALOG,
@@ -47,6 +46,7 @@ from polaris_pipeline.tasks.model import NewTask, Prop, TaskRow, TaskType
 from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.dagster import metastore_resource
 from tests.support.iceberg import Warehouse, recorded_drop_task
+from tests.support.runs import finished_task_run, has_total
 from tests.support.tasks import batch_task, dropped_entity_json
 
 OLD_MS = 3_600_000
@@ -274,36 +274,17 @@ def test_a_run_stamped_before_one_already_read_is_still_reported(
 ) -> None:
     # A run's last update is stamped on its worker's clock before it commits: run A,
     # stamped 5 s before run B, can appear after the sensor has read B.
-    def finished_run(updated: datetime | None = None) -> str:
-        run = instance.create_run_for_job(
-            job_def=polaris_task_job,
-            run_config=run_config_for("POLARIS", 1),
-            status=DagsterRunStatus.SUCCESS,
-        )
-        if updated is not None:
-            with instance.run_storage.connect() as conn:  # type: ignore[attr-defined]
-                conn.execute(
-                    RunsTable.update()
-                    .where(RunsTable.c.run_id == run.run_id)
-                    .values(update_timestamp=updated.replace(tzinfo=None))
-                )
-        return run.run_id
-
-    def tagged(run_id: str) -> bool:
-        run = instance.get_run_by_id(run_id)
-        return run is not None and TAG_TOTAL in run.tags
-
     sensor = build_run_report_sensor(polaris_task_job.name)
-    b = finished_run()
+    b = finished_task_run(instance)
     [b_record] = instance.get_run_records(RunsFilter(run_ids=[b]))
     with build_sensor_context(instance=instance) as context:
         sensor(context)
         cursor = context.cursor
-    assert tagged(b)
-    a = finished_run(b_record.update_timestamp - timedelta(seconds=5))
+    assert has_total(instance, b)
+    a = finished_task_run(instance, b_record.update_timestamp - timedelta(seconds=5))
     with build_sensor_context(instance=instance, cursor=cursor) as context:
         result = sensor(context)
-    assert tagged(a), result
+    assert has_total(instance, a), result
     assert cursor is not None and float(cursor) <= time.time() - SETTLE_S
 
 

@@ -44,7 +44,7 @@ from dagster._core.remote_origin import (
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
 from dagster._core.storage.local_compute_log_manager import LocalComputeLogManager
 from dagster._core.storage.noop_compute_log_manager import NoOpComputeLogManager
-from dagster._core.storage.runs.schema import RunsTable, RunTagsTable
+from dagster._core.storage.runs.schema import RunTagsTable
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster.components.testing import create_defs_folder_sandbox
 from sqlalchemy import func, select
@@ -81,6 +81,7 @@ from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.settings import PipelineSettings, SettingsError
 from tests.support.dagster import metastore_resource
 from tests.support.metastore import PG_ADMIN_URL
+from tests.support.runs import set_run_updated
 
 RETENTION = RetentionSettings(success_days=7, failure_days=30, batch_size=100)
 TABLE_KEY = AssetKey(["polaris", "POLARIS", "catalog_unknown", "ns", "orders"])
@@ -150,11 +151,7 @@ def any_instance(request: pytest.FixtureRequest) -> DagsterInstance:
 
 def backdate(instance: DagsterInstance, run_id: str, days: float) -> None:
     """Set the run's last update ``days`` ago (naive UTC, as Dagster stores it)."""
-    stamp = (datetime.now(UTC) - timedelta(days=days)).replace(tzinfo=None)
-    with instance.run_storage.connect() as conn:  # type: ignore[attr-defined]
-        conn.execute(
-            RunsTable.update().where(RunsTable.c.run_id == run_id).values(update_timestamp=stamp)
-        )
+    set_run_updated(instance, run_id, datetime.now(UTC) - timedelta(days=days))
 
 
 def finished(
