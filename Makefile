@@ -11,6 +11,13 @@ BIN := $(VENV)/bin
 # on one worker.
 PYTEST_WORKERS ?= 4
 PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadgroup
+# pytest keeps a test module's rewritten code in __pycache__ only where it may write
+# bytecode; where PYTHONDONTWRITEBYTECODE is set, every pytest process (the serial
+# pass, each worker) rewrites and compiles the 30,000 lines of tests again: 10.9 s of
+# CPU to collect, 5.4 s with the cache (measured 2026-12-03). The serial pass runs
+# first and leaves the cache for the workers, and the processes the tests start
+# (code locations under tests/support, reliability workers) keep theirs too.
+PYTEST = PYTHONDONTWRITEBYTECODE= $(BIN)/pytest
 
 .PHONY: demo test test-fast lint bench services system emulators bytecode clean
 
@@ -56,8 +63,8 @@ emulators:
 # the length at which stored errors are abbreviated (tests/test_guard_roots.py).
 test: $(BIN)/.installed bytecode system services lint
 	@status=0; tmp=$$(mktemp -d /tmp/pp.XXXXXX); \
-	$(BIN)/pytest -m serial || status=$$?; \
-	$(BIN)/pytest $(PYTEST_PARALLEL) --basetemp=$$tmp -m "not serial" || status=$$?; \
+	$(PYTEST) -m serial || status=$$?; \
+	$(PYTEST) $(PYTEST_PARALLEL) --basetemp=$$tmp -m "not serial" || status=$$?; \
 	if [ $$status -eq 0 ]; then rm -rf $$tmp; else echo "test files kept in $$tmp"; fi; \
 	exit $$status
 
@@ -65,7 +72,7 @@ test: $(BIN)/.installed bytecode system services lint
 # reliability tests (marker slow), in parallel.
 test-fast: $(BIN)/.installed bytecode emulators services
 	@tmp=$$(mktemp -d /tmp/pp.XXXXXX); \
-	$(BIN)/pytest $(PYTEST_PARALLEL) --basetemp=$$tmp -m "not slow"; status=$$?; \
+	$(PYTEST) $(PYTEST_PARALLEL) --basetemp=$$tmp -m "not slow"; status=$$?; \
 	if [ $$status -eq 0 ]; then rm -rf $$tmp; else echo "test files kept in $$tmp"; fi; \
 	exit $$status
 
