@@ -12,6 +12,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
+from tests.support.daemon_fixtures import DAEMON_FIXTURE
 from tests.support.scheduling import ONE_WORKER_MODULES
 
 TESTS = Path(__file__).resolve().parent
@@ -110,3 +113,15 @@ def test_every_one_worker_module_exists() -> None:
     # A renamed module would silently leave its group and start its servers on every worker.
     missing = sorted(m for m in ONE_WORKER_MODULES if not (TESTS.parent / m).is_file())
     assert missing == []
+
+
+def test_a_test_that_starts_a_daemon_is_slow(request: pytest.FixtureRequest) -> None:
+    # What this session collected: under ``-m "not slow"`` an unmarked daemon test
+    # would be here, and in a full run every daemon test is.
+    daemon_tests = [
+        item
+        for item in request.session.items
+        if DAEMON_FIXTURE in getattr(item, "fixturenames", ())
+    ]
+    unmarked = [item.nodeid for item in daemon_tests if item.get_closest_marker("slow") is None]
+    assert not unmarked

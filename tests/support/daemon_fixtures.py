@@ -77,6 +77,18 @@ def existing(uris: list[str]) -> list[str]:
     return [u for u in uris if os.path.exists("/" + u.split("://", 1)[1].lstrip("/"))]
 
 
+# The fixture that starts a dagster-daemon: a test using it is slow.
+DAEMON_FIXTURE = "start_daemon"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Marked here, before ``-m`` deselects: a daemon test its module forgot to mark
+    # would otherwise run in ``make test-fast`` (a minute of the edit loop, once seen).
+    for item in items:
+        if DAEMON_FIXTURE in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture
 def start_daemon(tmp_path: Path) -> Iterator[Callable[..., DaemonHarness]]:
     """``start_daemon(metastore_url=..., **DaemonConfig fields)``; stopped on teardown."""
