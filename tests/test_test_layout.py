@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.daemon_fixtures import DAEMON_FIXTURE
+from tests.support.daemon_fixtures import starts_a_daemon
 from tests.support.scheduling import ONE_WORKER_MODULES
 
 TESTS = Path(__file__).resolve().parent
@@ -118,10 +118,9 @@ def test_every_one_worker_module_exists() -> None:
 def test_a_test_that_starts_a_daemon_is_slow(request: pytest.FixtureRequest) -> None:
     # What this session collected: under ``-m "not slow"`` an unmarked daemon test
     # would be here, and in a full run every daemon test is.
-    daemon_tests = [
-        item
+    unmarked = [
+        item.nodeid
         for item in request.session.items
-        if DAEMON_FIXTURE in getattr(item, "fixturenames", ())
+        if starts_a_daemon(item) and item.get_closest_marker("slow") is None
     ]
-    unmarked = [item.nodeid for item in daemon_tests if item.get_closest_marker("slow") is None]
     assert not unmarked

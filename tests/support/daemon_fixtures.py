@@ -77,15 +77,16 @@ def existing(uris: list[str]) -> list[str]:
     return [u for u in uris if os.path.exists("/" + u.split("://", 1)[1].lstrip("/"))]
 
 
-# The fixture that starts a dagster-daemon: a test using it is slow.
-DAEMON_FIXTURE = "start_daemon"
+def starts_a_daemon(item: pytest.Item) -> bool:
+    """Whether the test uses ``start_daemon`` (the fixture below): such a test is slow."""
+    return "start_daemon" in getattr(item, "fixturenames", ())
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Marked here, before ``-m`` deselects: a daemon test its module forgot to mark
     # would otherwise run in ``make test-fast`` (a minute of the edit loop, once seen).
     for item in items:
-        if DAEMON_FIXTURE in getattr(item, "fixturenames", ()):
+        if starts_a_daemon(item):
             item.add_marker(pytest.mark.slow)
 
 
