@@ -119,7 +119,7 @@ def test_soak(
     )
     # Causal, not timed: a task run aged (backdated) before a retention run started is
     # one that run selected. A late tick on a loaded host only leaves younger runs.
-    finished_retention = [
+    retention_starts = [
         info["start"] - result["t0"]
         for info in retention
         if info["status"] == "SUCCESS" and info["start"] is not None
@@ -131,7 +131,7 @@ def test_soak(
         and run_id in result["backdated"]
         # Still aged (not updated since: then a retention run may not select it yet).
         and still_aged(result["present_runs"][run_id]["updated"], runs[run_id]["end"])
-        and any(start > result["backdated"][run_id] for start in finished_retention)
+        and any(start > result["backdated"][run_id] for start in retention_starts)
     ]
     assert not stale, (
         f"{len(stale)} task runs outlived a retention run: {_story(result, stale[:5], retention)}"
