@@ -241,6 +241,20 @@ def _goto(page: Any, path: str) -> None:
     page.goto(page.base + path, wait_until="domcontentloaded")
 
 
+def _snapshot_once_shown(page: Any, *patterns: str) -> str:
+    """The page's aria snapshot once every pattern is in it, or after UI_TIMEOUT_MS.
+
+    A list's rows and their statuses load after its heading: one snapshot taken at
+    the heading can hold none of them (seen in CI, a check's detail without the list).
+    """
+    deadline = time.monotonic() + UI_TIMEOUT_MS / 1000
+    while True:
+        listing: str = page.locator("body").aria_snapshot()
+        if all(re.search(p, listing) for p in patterns) or time.monotonic() > deadline:
+            return listing
+        page.wait_for_timeout(500)
+
+
 def _run(facts: dict[str, Any], label: str, *, success: bool) -> dict[str, Any]:
     return next(r for r in facts["runs"] if r["label"] == label and r["success"] is success)
 
@@ -453,7 +467,12 @@ def test_backlog_asset_shows_counts_by_state_and_a_failing_dead_letter_check(
     _goto(page, "/assets/polaris_task_backlog?view=checks")
     expect(page.get_by_text("Checks (4)")).to_be_visible()
     # The check list: permanent failures fail their check; the others pass.
-    listing = page.locator("body").aria_snapshot()
+    listing = _snapshot_once_shown(
+        page,
+        r"no_failing_tasks(?: no_failing_tasks)? Failed",
+        r"no_dead_tasks(?: no_dead_tasks)? Succeeded",
+        r"no_stale_orphans(?: no_stale_orphans)? Succeeded",
+    )
     assert re.search(r"no_failing_tasks(?: no_failing_tasks)? Failed", listing), listing
     assert re.search(r"no_dead_tasks(?: no_dead_tasks)? Succeeded", listing), listing
     assert re.search(r"no_stale_orphans(?: no_stale_orphans)? Succeeded", listing), listing
