@@ -272,6 +272,7 @@ class PipelineSettings:
             grace_ms=self.grace_ms,
             max_attempts=self.max_attempts,
             metadata_batch_size=self.metadata_batch_size,
+            unreferenced=self.unreferenced,
             realm_overrides=self.realm_overrides,
         )
 

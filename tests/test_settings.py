@@ -14,6 +14,7 @@ from polaris_pipeline.settings import (
     SettingsError,
 )
 from polaris_pipeline.tasks.model import LeasePolicy, RealmOverride
+from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
 
 
 def test_defaults_are_the_lease_policy_s() -> None:
@@ -58,6 +59,7 @@ def test_every_variable_is_read() -> None:
         grace_ms=0,
         max_attempts=3,
         metadata_batch_size=4,
+        unreferenced=UnreferencedMode.DELETE,
         realm_overrides={"TEST": RealmOverride(lease_timeout_ms=1000)},
     )
     assert s.policy.for_realm("TEST").lease_timeout_ms == 1000

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from dagster import AssetRecordsFilter, DagsterInstance
 from pyiceberg.table import Table
 
 from polaris_pipeline.dagster.contract import FINISH_STEP, run_config_for
+from polaris_pipeline.dagster.realm_backfill import polaris_realm_backfill_job, realm_run_config
 from polaris_pipeline.dagster.reporting import report_run
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.task_job import polaris_task_job
@@ -112,3 +114,43 @@ def test_an_overlap_is_a_recorded_refusal_not_a_failure(
     assert "refused, overlap with live table-like 'recreated'" in line
     assert testing_tables.list_files(table.location()) >= unreferenced
     assert store.list_tasks() == []
+
+
+@pytest.mark.parametrize(
+    ("resource", "deleted"),
+    [
+        ({"unreferenced": "delete"}, True),
+        ({"unreferenced": "report"}, False),
+        ({"unreferenced": "report", "realm_unreferenced": {"POLARIS": "delete"}}, True),
+    ],
+    ids=["delete", "report", "realm-override-delete"],
+)
+def test_the_realm_backfill_runs_the_deployments_unreferenced_mode(
+    store: Metastore,
+    local_warehouse: Warehouse,
+    instance: DagsterInstance,
+    resource: dict[str, Any],
+    deleted: bool,
+) -> None:
+    """The realm backfill's Runner takes the mode from the metastore resource's policy, as
+    the task job's does: it once built its Runner without it and ran with ``off``."""
+    wh = local_warehouse
+    table = wh.build("t", appends=2)
+    unreferenced = add_unreferenced(table, wh.resolver)
+    settle()
+    store.insert_tasks([testing_tasks.drop_table_task(table)])
+
+    result = polaris_realm_backfill_job.execute_in_process(
+        run_config=realm_run_config("POLARIS"),
+        instance=instance,
+        resources={
+            "metastore": metastore_resource(store, **resource),
+            "storage": PolarisStorageResource(allowed_prefixes=[wh.uri]),
+        },
+        raise_on_error=False,
+    )
+
+    assert result.success
+    assert store.list_tasks() == []
+    left = testing_tables.list_files(table.location())
+    assert left == (set() if deleted else unreferenced)

@@ -37,7 +37,6 @@ def _runner(
         executor_id=make_executor_id(command, prefix) if prefix else None,
         progress=progress,
         write_task_events=settings.task_events,
-        unreferenced=settings.unreferenced,
     )
 
 

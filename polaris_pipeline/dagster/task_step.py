@@ -124,7 +124,6 @@ def open_step(
         # Long deletes show life in the step's log; every line is an event the run stores.
         progress=ProgressSink(context.log.info),
         write_task_events=metastore.write_task_events,
-        unreferenced=metastore.unreferenced,
     )
     try:
         yield TaskStep(runner, intent, busy is None, translator, config_error)

@@ -118,11 +118,12 @@ class Runner:
         progress: ProgressFn | None = None,
         write_task_events: bool = False,
         tracer_provider: Any | None = None,
-        unreferenced: UnreferencedMode | str = UnreferencedMode.OFF,
+        unreferenced: UnreferencedMode | str | None = None,
     ) -> None:
         """``unreferenced``: what a dropped table's run does, last, with the files its
-        metadata no longer names (``execution/unreferenced_phase.py``); realms may
-        override it. ``write_task_events``: write Polaris's BEFORE/AFTER_ATTEMPT_TASK rows to the
+        metadata no longer names (``execution/unreferenced_phase.py``): the metastore
+        policy's mode unless given here; realms' overrides in the policy beat either.
+        ``write_task_events``: write Polaris's BEFORE/AFTER_ATTEMPT_TASK rows to the
         ``events`` table (schema v3+), off by default as Polaris's own listener is.
         ``tracer_provider``: OpenTelemetry's, else the global one (spans are no-ops
         when none is configured or OpenTelemetry is not installed)."""
@@ -139,7 +140,11 @@ class Runner:
         self.executor_id = executor_id or make_executor_id()
         self.run_id = run_id
         self.progress = progress
-        self.unreferenced = UnreferencedMode.parse(unreferenced)
+        self.unreferenced = (
+            metastore.policy.unreferenced
+            if unreferenced is None
+            else UnreferencedMode.parse(unreferenced)
+        )
         # Beat within the shortest lease of any realm (realms may override the timeout).
         interval = heartbeat_interval_s or metastore.policy.shortest_lease_timeout_ms / 5000
         self._heartbeat_interval_s = interval

@@ -16,7 +16,7 @@ from enum import IntEnum, StrEnum
 from typing import Any
 
 from polaris_pipeline.errors import PayloadError
-from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
+from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
 
 TASK_TYPE_CODE = 8
 TABLE_LIKE_TYPE_CODE = 7
@@ -157,6 +157,10 @@ class LeasePolicy:
     backoff_base_ms: int = 30_000
     backoff_max_ms: int = 3_600_000
     metadata_batch_size: int = DEFAULT_METADATA_BATCH_SIZE  # TABLE_METADATA_CLEANUP_BATCH_SIZE
+    # What a dropped table's run does last with the files its metadata no longer names.
+    # Part of the policy so that every Runner (CLI, task job, realm backfill) reads the
+    # deployment's mode from the one object they are all built with.
+    unreferenced: UnreferencedMode = DEFAULT_UNREFERENCED_MODE
     realm_overrides: Mapping[str, RealmOverride] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
@@ -166,6 +170,7 @@ class LeasePolicy:
         if self.backoff_base_ms < 0 or self.backoff_max_ms < self.backoff_base_ms:
             raise ValueError("backoff bounds must satisfy 0 <= base <= max")
         _check_batch_size(self.metadata_batch_size)
+        object.__setattr__(self, "unreferenced", UnreferencedMode.parse(self.unreferenced))
         overrides = dict(self.realm_overrides)
         for realm, override in overrides.items():
             if not isinstance(override, RealmOverride):
@@ -184,6 +189,7 @@ class LeasePolicy:
             lease_timeout_ms=timeout,
             grace_ms=grace,
             metadata_batch_size=override.metadata_batch_size or self.metadata_batch_size,
+            unreferenced=UnreferencedMode.parse(override.unreferenced or self.unreferenced),
             realm_overrides={},
         )
 

@@ -19,7 +19,7 @@ from polaris_pipeline.execution.runner import DEFAULT_EXECUTOR_PREFIX, make_exec
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.connection import resolve_url, safe_url
 from polaris_pipeline.tasks.model import LeasePolicy, RealmOverride
-from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE
+from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
 
 # The library's defaults, written once in LeasePolicy.
 _DEFAULTS = LeasePolicy()
@@ -133,6 +133,7 @@ class PolarisMetastoreResource(ConfigurableResource):
             grace_ms=self.grace_ms,
             max_attempts=self.max_attempts,
             metadata_batch_size=self.metadata_batch_size,
+            unreferenced=UnreferencedMode.parse(self.unreferenced),
             realm_overrides=overrides,
         )
 
