@@ -21,7 +21,7 @@ import os
 from typing import Any, Literal
 
 import dagster as dg
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from polaris_pipeline.dagster.definitions import build_defs
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
@@ -125,14 +125,6 @@ class PolarisSweeper(dg.Component, dg.Model, dg.Resolvable):
             "my_pkg.module.MyTranslator; null: the library's."
         ),
     )
-
-    @field_validator("polaris_version", mode="before")
-    @classmethod
-    def _release_is_text(cls, value: Any) -> Any:
-        # YAML reads 1.7 as a number, and 1.10 as 1.1: a release must be quoted.
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            raise ValueError(f"quote the Polaris release ('{value}'): YAML read it as a number")
-        return value
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         storage = PolarisStorageResource(**(self.storage.model_dump() if self.storage else {}))

@@ -54,9 +54,12 @@ class ReleaseProbe:
 
     def _resolve(self, realm_id: str) -> ResolvedRelease:
         version = self.schema_version()
-        text = self.metastore.policy.for_realm(realm_id).polaris_version
+        policy = self.metastore.policy
+        text = policy.for_realm(realm_id).polaris_version
         if text is not None:
-            return configured(realm_id, PolarisRelease.parse(text), version)
+            override = policy.realm_overrides.get(realm_id)
+            own = override is not None and override.polaris_version is not None
+            return configured(realm_id, PolarisRelease.parse(text), version, for_realm=own)
         rows = self.metastore.batch_rows_of_polaris(realm_id, EVIDENCE_ROWS)
         return infer(realm_id, version, batch_evidence(rows))
 

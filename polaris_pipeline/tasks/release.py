@@ -168,12 +168,11 @@ def _schema_text(schema_version: int | None) -> str:
 
 
 def configured(
-    realm_id: str, release: PolarisRelease, schema_version: int | None
+    realm_id: str, release: PolarisRelease, schema_version: int | None, *, for_realm: bool = False
 ) -> ResolvedRelease:
-    """The release the operator named for ``realm_id``."""
-    return ResolvedRelease(
-        realm_id, release, ReleaseSource.CONFIGURED, schema_version, f"configured ({RELEASE_ENV})"
-    )
+    """The release the operator named for ``realm_id`` (``for_realm``: its own override)."""
+    where = "configured for the realm" if for_realm else f"configured ({RELEASE_ENV})"
+    return ResolvedRelease(realm_id, release, ReleaseSource.CONFIGURED, schema_version, where)
 
 
 def infer(realm_id: str, schema_version: int | None, batch: BatchEvidence) -> ResolvedRelease:
