@@ -11,7 +11,8 @@ operators in docs/dagster.md).
 ``POLARIS_PIPELINE_REALM_OVERRIDES`` is a JSON object of realm to its own values,
 as Polaris lets a realm override its task timeout and metadata batch size:
 ``{"TEST": {"lease_timeout_ms": 60000, "metadata_batch_size": 5}}``; a realm's
-``unreferenced`` mode too (``{"TEST": {"unreferenced": "delete"}}``).
+``unreferenced`` mode and Polaris release too (``{"TEST": {"unreferenced": "delete",
+"polaris_version": "1.7"}}``).
 
 An unset or blank variable means the default. A bad value is a ``SettingsError``
 naming the variable (or the flag) and what is wrong with it.
@@ -30,6 +31,7 @@ from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.metastore.connection import URL_ENV
 from polaris_pipeline.storage.config import CONFIG_ENV_VAR
 from polaris_pipeline.tasks.model import LeasePolicy, RealmOverride
+from polaris_pipeline.tasks.release import RELEASE_ENV, PolarisRelease
 from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
 
 REALMS_ENV = "POLARIS_PIPELINE_REALMS"
@@ -172,6 +174,9 @@ _SPECS: dict[str, _Spec] = {
     "realm_overrides": _Spec(
         "POLARIS_PIPELINE_REALM_OVERRIDES", None, _realm_overrides, _policy_field("realm_overrides")
     ),
+    "polaris_version": _Spec(
+        RELEASE_ENV, "--polaris-version", PolarisRelease.normalise, _policy_field("polaris_version")
+    ),
     "storage_config": _Spec(CONFIG_ENV_VAR, "--storage-config", _text),
     "executor_prefix": _Spec("POLARIS_PIPELINE_EXECUTOR_PREFIX", None, _text, _executor_prefix),
     "sweep_interval_s": _Spec(
@@ -226,7 +231,10 @@ class PipelineSettings:
     max_attempts: int = _POLICY.max_attempts
     # Polaris's TABLE_METADATA_CLEANUP_BATCH_SIZE: metadata files per batch child.
     metadata_batch_size: int = _POLICY.metadata_batch_size
-    # Realm -> its own lease timeout, grace period and metadata batch size.
+    # The Polaris release that reads the rows we write (``1.7``, ``1.4.1``); None:
+    # inferred per realm from the rows Polaris wrote and the schema version.
+    polaris_version: str | None = None
+    # Realm -> its own lease timeout, grace period, metadata batch size, release.
     realm_overrides: Mapping[str, RealmOverride] = field(default_factory=dict)
     # None: no storage config file (no location rules, no allowed prefixes).
     storage_config: str | None = None
@@ -273,6 +281,7 @@ class PipelineSettings:
             max_attempts=self.max_attempts,
             metadata_batch_size=self.metadata_batch_size,
             unreferenced=self.unreferenced,
+            polaris_version=self.polaris_version,
             realm_overrides=self.realm_overrides,
         )
 

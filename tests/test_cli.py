@@ -266,6 +266,14 @@ def test_a_bad_variable_is_one_line_and_exit_2(
         (["tasks", "list", "--metastore", "postgresql://u:pw@h:port/db"], "not a SQLAlchemy URL"),
         (["tasks", "show", "1", "--metastore", "sqlite://"], "in-memory SQLite"),
         (["tasks", "list", "--metastore", "mysql://x/y"], "unsupported metastore backend"),
+        # Polaris's NoSQL persistence is named, with why it cannot be leased.
+        (
+            ["tasks", "list", "--metastore", "mongodb://u:topsecret@h/polaris"],
+            "a mongodb URL, not a relational Polaris metastore: Polaris's NoSQL persistence "
+            "(MongoDB) cannot be leased from outside: its tasks are binary objects with no row "
+            "to compare-and-set, and its own loadTasks stores no lease",
+        ),
+        (["sweep", "--once", "--metastore", "mongodb+srv://h/p"], "NoSQL persistence (MongoDB)"),
         (
             ["tasks", "list", "--metastore", "postgresql://u:topsecret@127.0.0.1:1/db"],
             "metastore postgresql+psycopg://u:***@127.0.0.1:1/db",
@@ -371,6 +379,8 @@ def test_missing_schema_hint_on_sqlite_offers_init(
     err = capsys.readouterr().err
     assert "no Polaris entities table in sqlite:///" in err
     assert "run `polaris-pipeline init-metastore`" in err
+    assert "NoSQL persistence (MongoDB) cannot be leased from outside" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("metastore_url", ["postgresql"], indirect=True)
@@ -382,6 +392,9 @@ def test_missing_schema_hint_on_postgresql_names_the_schema_and_never_init(
     err = capsys.readouterr().err
     assert "no Polaris entities table polaris_schema.entities in postgresql" in err
     assert "USAGE on schema polaris_schema" in err and "init-metastore" not in err
+    # A database without Polaris's tables may be the sign of a NoSQL Polaris: say why not.
+    assert "no row to compare-and-set, and its own loadTasks stores no lease" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_every_command_has_help_with_an_example(capsys: pytest.CaptureFixture[str]) -> None:

@@ -122,3 +122,21 @@ def test_sweep_json_has_each_task_and_counts_roots_and_children_apart(
     assert doc["tasks"] == doc["done"] == 1 + len(children)
     assert doc["files_deleted"] == sum(o["files_deleted"] for o in outcomes) > 0
     assert metastore.list_tasks() == []
+
+
+def test_list_gives_each_task_its_realm_s_polaris_release(metastore: Metastore) -> None:
+    """Schema v5 (the fixture's): NEW's typed Polaris row says 1.7+; --polaris-version wins."""
+    metastore.insert_tasks([batch_task("NEW", ["/wh/ns/t/a.avro"])])
+    url = url_of(metastore)
+    (doc,) = run_json("tasks", "list", "--metastore", url)
+    release = doc["polaris_release"]
+    assert (release["release"], release["at_least"], release["source"]) == (
+        "1.7",
+        True,
+        "batch-rows",
+    )
+    assert release["schema_version"] == 5
+    assert f"BATCH task {doc['id']} written by Polaris has type" in release["evidence"]
+    (doc,) = run_json("tasks", "list", "--metastore", url, "--polaris-version", "1.8")
+    assert doc["polaris_release"]["release"] == "1.8"
+    assert doc["polaris_release"]["source"] == "configured"

@@ -108,3 +108,65 @@ def test_dg_lists_the_component_and_checks_the_example_project(tmp_path: Path) -
     checked = _dg("check", "defs", "--use-active-venv", env=env)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "All definitions loaded successfully" in checked.stdout + checked.stderr
+
+
+@pytest.mark.parametrize("metastore_url", ["sqlite"], indirect=True)
+def test_the_polaris_release_reaches_the_resource_and_the_sensor_logs_it(
+    metastore: Metastore,
+    instance: DagsterInstance,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The release and a realm's own reach the lease policy; each tick that selects work
+    logs the release each realm's rows are written for, and why."""
+    monkeypatch.setenv(URL_ENV, metastore.url.render_as_string(hide_password=False))
+    seed(metastore, "POLARIS", 1, create_timestamp=metastore.now_ms() - 60_000)
+    seed(metastore, "TEST", 1, create_timestamp=metastore.now_ms() - 60_000)
+    attributes = {
+        **ATTRIBUTES,
+        "realms": ["POLARIS", "TEST"],
+        "polaris_version": "1.7.0",
+        "realm_polaris_versions": {"TEST": "1.4.1"},
+    }
+    yaml = {**DEFS_YAML, "attributes": attributes}
+    with create_defs_folder_sandbox() as sandbox:
+        defs_path = sandbox.scaffold_component(
+            component_cls=PolarisSweeper, defs_yaml_contents=yaml
+        )
+        with sandbox.load_component_and_build_defs(defs_path=defs_path) as (_, defs):
+            resources = dict(defs.resources or {})
+            policy = resources["metastore"].policy()
+            sensor = defs.resolve_sensor_def(SENSOR_NAME)
+            with build_sensor_context(instance=instance, resources=resources) as context:
+                # The sensor's logger is Dagster's own, outside logging's tree: listen to it.
+                context.log.addHandler(caplog.handler)
+                sensor(context)
+    assert policy.for_realm("POLARIS").polaris_version == "1.7"
+    assert policy.for_realm("TEST").polaris_version == "1.4.1"
+    lines = [r.getMessage() for r in caplog.records if "Polaris release:" in r.getMessage()]
+    assert len(lines) == 1, [r.getMessage() for r in caplog.records]
+    assert "POLARIS: Polaris 1.7 (configured (POLARIS_PIPELINE_POLARIS_VERSION))" in lines[0]
+    assert "TEST: Polaris 1.4.1 (configured for the realm)" in lines[0]
+
+
+@pytest.mark.parametrize("value", [1.7, "1.x"])
+def test_a_release_that_is_not_quoted_text_is_refused(
+    value: object, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(URL_ENV, f"sqlite:///{tmp_path / 'polaris.db'}")
+    bad = {**DEFS_YAML, "attributes": {**ATTRIBUTES, "polaris_version": value}}
+    with create_defs_folder_sandbox() as sandbox:
+        defs_path = sandbox.scaffold_component(component_cls=PolarisSweeper, defs_yaml_contents=bad)
+        with (
+            pytest.raises(Exception) as error,
+            sandbox.load_component_and_build_defs(defs_path=defs_path),
+        ):
+            pass
+    causes = []
+    cause: BaseException | None = error.value
+    while cause is not None:
+        causes.append(str(cause))
+        cause = cause.__cause__ or cause.__context__
+    # YAML's 1.7 is a number (1.10 would be 1.1): refused as not a string.
+    expected = "string" if isinstance(value, float) else "not a Polaris release"
+    assert any("polaris_version" in t and expected in t for t in causes), causes

@@ -1,8 +1,11 @@
-"""Rows we write are rows the running Polaris version reads; namespaces as Polaris encodes them.
+"""Rows we write are rows the running Polaris release reads; namespaces as Polaris encodes them.
 
-- BATCH_FILE_CLEANUP children carry ``type`` only for a schema v5+ metastore
-  (Polaris 1.7+); below v5, and without a version row, they omit it (Polaris
-  1.0-1.6 fail to decode it; 1.7+ reads a missing ``type`` as TABLE_METADATA).
+- BATCH_FILE_CLEANUP children carry ``type`` only for Polaris 1.7+ (1.0-1.6 fail
+  to decode it; 1.7+ fail without it). The release is the setting (or the realm's
+  override), else inferred: a BATCH row Polaris wrote with ``type`` means 1.7+,
+  else the schema version's floor (v5: 1.7+; v4: 1.4, no ``type``; none: 1.0).
+  The upgraded deployment, a 1.7 server on a v4 database, is the case that
+  the schema version alone got wrong.
 - ``parent-namespace`` levels are Java ``URLEncoder`` form-encoded, joined by ``%1F``.
 """
 
@@ -17,7 +20,7 @@ from polaris_pipeline.cleanup.context import CleanupContext
 from polaris_pipeline.cleanup.dispatch import run_cleanup
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.tasks.model import NewTask, TaskType
+from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop, RealmOverride, TaskType
 from polaris_pipeline.tasks.payloads import (
     BATCH_TYPE_TABLE_METADATA,
     BatchCleanupPayload,
@@ -31,7 +34,7 @@ from polaris_pipeline.tasks.payloads import (
 )
 from polaris_pipeline.testing.tasks import task_row
 from tests.support.iceberg import Warehouse, drop_task_row, recorded_drop_task, table_files
-from tests.support.tasks import set_schema_version
+from tests.support.tasks import batch_task, set_schema_version
 
 # -- the batch payload's type, per schema version --------------------------------------
 
@@ -98,6 +101,121 @@ def test_children_follow_the_metastore_schema_version(
     # Our own runner reads either form: the table is gone, exactly.
     assert all(o.ok for o in rest), [o.error for o in rest]
     assert before - wh.files() == oracle
+
+
+def _batch_children(
+    wh: Warehouse, store: Metastore, realm: str = "POLARIS", table_name: str = "t"
+) -> list[dict[str, object]]:
+    """Run one dropped table's task in ``realm``; the ``data`` of the BATCH children it wrote."""
+    table = wh.build(table_name, appends=1)
+    oracle = table_files(table)
+    before = wh.files()
+    parent_task = drop_task_row(table)
+    store.insert_tasks(
+        [
+            NewTask(
+                realm,
+                parent_task.id,
+                parent_task.name,
+                parent_task.properties,
+                parent_task.internal_properties,
+            )
+        ]
+    )
+    with Runner(store, wh.config, resolver=wh.resolver) as runner:
+        (lease,) = runner.lease(1, [realm])
+        parent = runner.execute(lease)
+        rows = [store.get_task(realm, c.task_id) for c in parent.children]
+        rest = [o for child in parent.children for o in runner.execute_tree(child)]
+    assert parent.ok and rows and all(r is not None for r in rows)
+    # Our own runner reads either form: the table is gone, exactly.
+    assert all(o.ok for o in rest), [o.error for o in rest]
+    assert before - wh.files() == oracle
+    batches = [
+        json.loads(r.properties["data"])
+        for r in rows
+        if r is not None and r.task_type() == TaskType.BATCH_FILE_CLEANUP
+    ]
+    assert batches
+    return batches
+
+
+def _polaris_batch_row(store: Metastore, realm: str, *, typed: bool, ours: bool = False) -> None:
+    """A BATCH row as Polaris (or, ``ours``, this project) wrote it, dead-lettered so the
+    sweep leaves it alone: evidence only."""
+    extra = {Prop.STATUS: "dead", Prop.EXECUTOR: "polaris-other:x", Prop.ATTEMPT_COUNT: "1"}
+    if ours:
+        extra[Prop.CREATED_BY] = "polaris-pipeline"
+    task = batch_task(realm, ["file:///nowhere/ns/t/metadata/old.json"], extra=extra)
+    if not typed:
+        data = json.loads(task.properties[Prop.DATA])
+        del data["type"]
+        task.properties[Prop.DATA] = json.dumps(data, separators=(",", ":"))
+    store.insert_tasks([task])
+
+
+def _store(url: str, schema_version: int, **policy: object) -> Metastore:
+    store = Metastore(url, policy=LeasePolicy(lease_timeout_ms=60_000, grace_ms=0, **policy))  # type: ignore[arg-type]
+    assert store.init_schema(schema_version) is True
+    return store
+
+
+def test_an_upgraded_17_on_a_v4_database_configured_gets_type(
+    local_warehouse: Warehouse, metastore_url: str
+) -> None:
+    store = _store(metastore_url, 4, polaris_version="1.7")
+    try:
+        batches = _batch_children(local_warehouse, store)
+    finally:
+        store.dispose()
+    assert all(b.get("type") == "TABLE_METADATA" for b in batches)
+
+
+def test_an_upgraded_17_on_a_v4_database_is_inferred_from_polaris_rows(
+    local_warehouse: Warehouse, metastore_url: str
+) -> None:
+    """Release unset: an old untyped row (1.4's orphan) and a typed one (1.7's): 1.7+."""
+    store = _store(metastore_url, 4)
+    try:
+        _polaris_batch_row(store, "POLARIS", typed=False)
+        _polaris_batch_row(store, "POLARIS", typed=True)
+        batches = _batch_children(local_warehouse, store)
+    finally:
+        store.dispose()
+    assert all(b.get("type") == "TABLE_METADATA" for b in batches)
+
+
+@pytest.mark.parametrize("evidence", ["none", "untyped polaris row", "typed row of ours"], ids=str)
+def test_a_v4_database_without_evidence_of_17_gets_no_type(
+    local_warehouse: Warehouse, metastore_url: str, evidence: str
+) -> None:
+    """Inferred 1.4 (v4's floor): our own typed children are no evidence of the release."""
+    store = _store(metastore_url, 4)
+    try:
+        if evidence == "untyped polaris row":
+            _polaris_batch_row(store, "POLARIS", typed=False)
+        if evidence == "typed row of ours":
+            _polaris_batch_row(store, "POLARIS", typed=True, ours=True)
+        batches = _batch_children(local_warehouse, store)
+    finally:
+        store.dispose()
+    assert all("type" not in b for b in batches)
+
+
+def test_a_realm_override_of_the_release_decides_for_that_realm_only(
+    local_warehouse: Warehouse, metastore_url: str
+) -> None:
+    overrides = {"NEW": RealmOverride(polaris_version="1.7.1")}
+    store = _store(metastore_url, 4, polaris_version="1.4", realm_overrides=overrides)
+    try:
+        upgraded = _batch_children(local_warehouse, store, realm="NEW")
+        # A typed Polaris row in the old realm does not beat its configured release.
+        _polaris_batch_row(store, "POLARIS", typed=True)
+        old = _batch_children(local_warehouse, store, realm="POLARIS", table_name="t2")
+    finally:
+        store.dispose()
+    assert all(b.get("type") == "TABLE_METADATA" for b in upgraded)
+    assert all("type" not in b for b in old)
 
 
 # -- namespaces, as Polaris encodes them -----------------------------------------------

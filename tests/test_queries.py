@@ -154,6 +154,11 @@ def _cases(
         "LIST_FOR_DISCARD": (([REALM], [orphan.id, 4242]), None, ids(orphan.id)),
         "DISCARD": ((orphan,), None, changed(1)),
         "INSERT_TASKS": ((), [new_row], inserted),
+        "BATCH_EVIDENCE": (
+            (),
+            {"realm": REALM, "limit": 5, "typed": queries.TYPED_BATCH_PATTERN},
+            ids(orphan.id, held.id),
+        ),
         "INSERT_EVENT": (
             (REALM, None, "event-1", "BEFORE_ATTEMPT_TASK", {"task_attempt": "1"}),
             None,

@@ -34,6 +34,7 @@ def test_every_variable_is_read() -> None:
         MAX_ATTEMPTS_ENV: "3",
         "POLARIS_PIPELINE_METADATA_BATCH_SIZE": "4",
         "POLARIS_PIPELINE_REALM_OVERRIDES": '{"TEST": {"lease_timeout_ms": 1000}}',
+        "POLARIS_PIPELINE_POLARIS_VERSION": " 1.7.0 ",
         "POLARIS_PIPELINE_STORAGE_CONFIG": "/etc/storage.yaml",
         "POLARIS_PIPELINE_EXECUTOR_PREFIX": "site-b",
         "POLARIS_PIPELINE_SWEEP_INTERVAL_S": "30",
@@ -60,8 +61,11 @@ def test_every_variable_is_read() -> None:
         max_attempts=3,
         metadata_batch_size=4,
         unreferenced=UnreferencedMode.DELETE,
+        polaris_version="1.7",
         realm_overrides={"TEST": RealmOverride(lease_timeout_ms=1000)},
     )
+    assert s.polaris_version == "1.7"  # written as the release's own text
+    assert s.policy.for_realm("TEST").polaris_version == "1.7"
     assert s.policy.for_realm("TEST").lease_timeout_ms == 1000
     assert s.policy.for_realm("POLARIS").lease_timeout_ms == 60000
     assert s.storage_config == "/etc/storage.yaml" and s.executor_prefix == "site-b"
@@ -111,6 +115,22 @@ def test_blank_variables_mean_the_default() -> None:
             '{"TEST": {"lease_timeout": 5}}',
             "realm 'TEST': unknown override(s) lease_timeout",
         ),
+        (
+            "POLARIS_PIPELINE_POLARIS_VERSION",
+            "1.x",
+            "POLARIS_PIPELINE_POLARIS_VERSION='1.x': '1.x' is not a Polaris release (e.g. 1.7",
+        ),
+        ("POLARIS_PIPELINE_POLARIS_VERSION", "0.9", "Polaris 0.9 is not supported (1.0 or later)"),
+        (
+            "POLARIS_PIPELINE_REALM_OVERRIDES",
+            '{"TEST": {"polaris_version": 1.7}}',
+            "realm 'TEST': polaris_version must be a release such as 1.7",
+        ),
+        (
+            "POLARIS_PIPELINE_REALM_OVERRIDES",
+            '{"TEST": {"polaris_version": "seven"}}',
+            "realm 'TEST': 'seven' is not a Polaris release",
+        ),
     ],
 )
 def test_a_bad_value_names_its_variable(name: str, raw: str, message: str) -> None:
@@ -139,6 +159,8 @@ def test_a_bad_override_names_its_flag() -> None:
         PipelineSettings().with_overrides(lease_timeout_ms=0)
     with pytest.raises(SettingsError, match=r"--realm '': each realm must be a non-empty name"):
         PipelineSettings().with_overrides(realms=[""])
+    with pytest.raises(SettingsError, match=r"--polaris-version '1.7.x': .* not a Polaris release"):
+        PipelineSettings().with_overrides(polaris_version="1.7.x")
     with pytest.raises(TypeError, match="unknown setting"):
         PipelineSettings().with_overrides(lease_timeout=1)
 
@@ -155,7 +177,10 @@ def test_the_code_location_takes_the_whole_policy_and_the_events_switch() -> Non
     env = {
         "POLARIS_PIPELINE_LEASE_TIMEOUT_MS": "60000",
         "POLARIS_PIPELINE_METADATA_BATCH_SIZE": "4",
-        "POLARIS_PIPELINE_REALM_OVERRIDES": '{"TEST": {"lease_timeout_ms": 1000}}',
+        "POLARIS_PIPELINE_REALM_OVERRIDES": (
+            '{"TEST": {"lease_timeout_ms": 1000, "polaris_version": "1.7"}}'
+        ),
+        "POLARIS_PIPELINE_POLARIS_VERSION": "1.4.1",
         "POLARIS_PIPELINE_TASK_EVENTS": "true",
         "POLARIS_PIPELINE_EXECUTOR_PREFIX": "site-b",
     }
@@ -163,6 +188,8 @@ def test_the_code_location_takes_the_whole_policy_and_the_events_switch() -> Non
     assert metastore.executor_id("sensor").startswith("site-b:")
     assert metastore.policy() == PipelineSettings.from_env(env).policy
     assert metastore.policy().for_realm("TEST").lease_timeout_ms == 1000
+    assert metastore.policy().for_realm("TEST").polaris_version == "1.7"
+    assert metastore.policy().for_realm("OTHER").polaris_version == "1.4.1"
     assert metastore.write_task_events is True
     default = (build_defs_from_env({}).resources or {})["metastore"]
     assert default.policy() == LeasePolicy() and default.write_task_events is False

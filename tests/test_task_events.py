@@ -22,6 +22,7 @@ from sqlalchemy import text
 from polaris_pipeline.execution.runner import Runner, Status
 from polaris_pipeline.execution.telemetry import AttemptSpan, AttemptTracer
 from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.metastore.events import event_catalog
 from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop
 from tests.support.tasks import batch_task
 
@@ -191,6 +192,87 @@ def test_schema_without_events_table_enabled_is_fine(
         }
     assert "events" not in tables
     store.dispose()
+
+
+# ----------------------------------------------------- by the Polaris release
+
+
+def untyped(task: NewTask) -> NewTask:
+    """``task`` as Polaris before 1.7 writes a BATCH row: no ``type``."""
+    data = json.loads(task.properties[Prop.DATA])
+    del data["type"]
+    task.properties[Prop.DATA] = json.dumps(data)
+    return task
+
+
+def release_store(url: str, version: int, release: str | None) -> Metastore:
+    policy = LeasePolicy(lease_timeout_ms=60_000, grace_ms=0, polaris_version=release)
+    store = Metastore(url, policy=policy)
+    assert store.init_schema(version) is True
+    return store
+
+
+@pytest.mark.parametrize(
+    ("version", "release", "catalogs"),
+    [
+        # 1.6 writes the sentinel on any schema, v5 included.
+        (4, "1.6", ["__realm__", "__realm__"]),
+        (5, "1.6.0", ["__realm__", "__realm__"]),
+        # 1.7+: the sentinel below v5 (an upgraded deployment), NULL on v5.
+        (4, "1.7", ["__realm__", "__realm__"]),
+        (5, "1.7", [None, None]),
+        # Before 1.6 Polaris persists no task events: none is written, though enabled.
+        (4, "1.5", []),
+        (3, "1.2", []),
+    ],
+)
+def test_events_take_the_shape_of_the_configured_release(
+    metastore_url: str, tmp_path: Path, version: int, release: str, catalogs: list[str | None]
+) -> None:
+    store = release_store(metastore_url, version, release)
+    task, files = good_task(tmp_path)
+    store.insert_tasks([task])
+    _, outcomes = sweep(store, write_task_events=True)
+    assert [o.status for o in outcomes] == [Status.DONE]
+    assert not any(f.exists() for f in files)
+    events = read_events(store)
+    assert [e["catalog_id"] for e in events] == catalogs
+    # Our own reader takes the sentinel as Polaris does: no catalog.
+    assert all(event_catalog(e["catalog_id"]) is None for e in events)
+    store.dispose()
+
+
+@pytest.mark.parametrize(("task_typed", "written"), [(True, True), (False, False)])
+def test_unset_the_release_is_inferred_for_events_too(
+    metastore_url: str, tmp_path: Path, task_typed: bool, written: bool
+) -> None:
+    """v4, release unset: a Polaris BATCH row with type is 1.7+ (events, the sentinel);
+    only rows without it leave the floor, 1.4, which has no task events."""
+    store = release_store(metastore_url, 4, None)
+    task, _ = good_task(tmp_path)
+    store.insert_tasks([task if task_typed else untyped(task)])
+    runner, outcomes = sweep(store, write_task_events=True)
+    assert [o.status for o in outcomes] == [Status.DONE]
+    resolved = runner.releases.resolve("r1")
+    assert str(resolved.release) == ("1.7" if task_typed else "1.4")
+    assert [e["catalog_id"] for e in read_events(store)] == (
+        ["__realm__", "__realm__"] if written else []
+    )
+    store.dispose()
+
+
+def test_every_event_row_has_a_fresh_id(v5: Metastore, tmp_path: Path) -> None:
+    """1.7's own rows of one task share an id (and lose the second): ours never do."""
+    tasks = [good_task(tmp_path / str(i))[0] for i in range(3)]
+    v5.insert_tasks(tasks)
+    sweep(v5, write_task_events=True)
+    ids = [e["event_id"] for e in read_events(v5)]
+    assert len(ids) == 6 and len(set(ids)) == 6
+
+
+def test_the_sentinel_reads_as_no_catalog() -> None:
+    assert event_catalog("__realm__") is None and event_catalog(None) is None
+    assert event_catalog("cat") == "cat"
 
 
 def test_an_event_that_cannot_be_written_never_fails_the_attempt(

@@ -17,6 +17,7 @@ from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
 from polaris_pipeline.errors import GuardRefusal
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.tasks.model import NewTask, TaskRow
+from polaris_pipeline.tasks.release import FIRST_RELEASE, PolarisRelease
 
 if TYPE_CHECKING:
     # Only a type here; importing the resolver brings in pyiceberg's file IO.
@@ -50,9 +51,11 @@ class CleanupContext:
     progress: Callable[[int, int, str], None] | None = None
     metadata_batch_size: int = METADATA_BATCH_SIZE
     delete_chunk_size: int = DELETE_CHUNK_SIZE
-    # The metastore's Polaris schema version (its ``version`` row), None when it has
-    # none: child payloads are written in the form that Polaris version reads.
+    # The metastore's Polaris schema version (its ``version`` row), None when it has none.
     schema_version: int | None = None
+    # The Polaris release that reads the children we write (``tasks/release.py``):
+    # their payloads take its shape. Unknown: 1.0, whose shape 1.0-1.6 read.
+    release: PolarisRelease = FIRST_RELEASE
 
 
 @dataclass

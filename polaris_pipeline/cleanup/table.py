@@ -73,7 +73,6 @@ from polaris_pipeline.tasks.payloads import (
     ManifestCleanupPayload,
     TableIdentifier,
     batch_cleanup_task_name,
-    batch_type_readable,
     decode_dropped_entity,
     encode_batch_cleanup,
     encode_manifest_cleanup,
@@ -335,7 +334,7 @@ def _batch_child(
     ctx: CleanupContext, plan: TablePlan, files: list[str], internal: dict[str, str]
 ) -> NewTask:
     payload = BatchCleanupPayload(plan.table_id, tuple(files))
-    data = encode_batch_cleanup(payload, with_type=batch_type_readable(ctx.schema_version))
+    data = encode_batch_cleanup(payload, with_type=ctx.release.batch_has_type)
     name = batch_cleanup_task_name(ctx.task.name, files)
     return new_child(ctx, TaskType.BATCH_FILE_CLEANUP, name, data, internal)
 

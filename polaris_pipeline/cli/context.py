@@ -30,6 +30,7 @@ def settings_for(args: argparse.Namespace) -> PipelineSettings:
         lease_timeout_ms=getattr(args, "lease_timeout_ms", None),
         grace_ms=getattr(args, "grace_ms", None),
         max_attempts=getattr(args, "max_attempts", None),
+        polaris_version=getattr(args, "polaris_version", None),
         storage_config=getattr(args, "storage_config", None),
         unreferenced=getattr(args, "unreferenced", None),
     )

@@ -31,6 +31,7 @@ from polaris_pipeline.report.progress import ProgressSink
 from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.settings import PipelineSettings
 from polaris_pipeline.tasks.model import TaskRow, TaskState
+from polaris_pipeline.tasks.release import ResolvedRelease
 from polaris_pipeline.tasks.summary import available_at_ms, summarize
 
 if TYPE_CHECKING:
@@ -54,8 +55,13 @@ def _last_error_cause(task: TaskRow) -> str:
 
 
 def task_json(
-    task: TaskRow, state: TaskState, now_ms: int, settings: PipelineSettings
+    task: TaskRow,
+    state: TaskState,
+    now_ms: int,
+    settings: PipelineSettings,
+    release: ResolvedRelease | None = None,
 ) -> dict[str, Any]:
+    """One task of ``tasks list --json``; ``release``: its realm's Polaris release and why."""
     summary = summarize(task)
     doc: dict[str, Any] = {
         "id": json_id(task.id),
@@ -74,6 +80,8 @@ def task_json(
         # The last failure cannot heal by retrying: dead-lettered at once.
         "permanent": task.failure_permanent,
     }
+    if release is not None:
+        doc["polaris_release"] = release.to_json()
     add_json_times(
         doc,
         available_at=available_at_ms(task, state, now_ms, settings.policy),

@@ -21,6 +21,7 @@ from polaris_pipeline.settings import (
 )
 from polaris_pipeline.storage.config import CONFIG_ENV_VAR
 from polaris_pipeline.tasks.model import TaskState
+from polaris_pipeline.tasks.release import RELEASE_ENV
 from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
 
 
@@ -112,6 +113,14 @@ def _add_policy(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"dead-letter a task after N attempts (default: ${MAX_ATTEMPTS_ENV}, "
         f"else {_DEFAULTS.max_attempts})",
+    )
+
+    p.add_argument(
+        "--polaris-version",
+        metavar="X.Y[.Z]",
+        help="the Polaris release that reads the rows written, e.g. 1.7: the BATCH payload's "
+        f"type and task events follow it (default: ${RELEASE_ENV}, else inferred per realm "
+        "from the rows Polaris wrote and the schema version)",
     )
 
 

@@ -25,6 +25,7 @@ from polaris_pipeline.cli.output import (
     task_detail_json,
     task_json,
 )
+from polaris_pipeline.metastore.release_probe import ReleaseProbe
 
 
 def cmd_init(args: argparse.Namespace, out: TextIO) -> int:
@@ -47,7 +48,11 @@ def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
     if args.state:
         rows = [(t, s) for t, s in rows if s.value in args.state]
     if args.json:
-        dump_json([task_json(t, s, now, settings) for t, s in rows], out)
+        # Each realm's release is read once (one bounded query), and only for --json.
+        releases = ReleaseProbe(store)
+        dump_json(
+            [task_json(t, s, now, settings, releases.resolve(t.realm_id)) for t, s in rows], out
+        )
     else:
         print_task_list(rows, now, settings, out)
     return EXIT_OK

@@ -28,6 +28,7 @@ from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
 from polaris_pipeline.dagster.retention import RetentionSettings
 from polaris_pipeline.dagster.translator import translator_from_path
+from polaris_pipeline.tasks.model import RealmOverride
 from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE
 
 
@@ -94,6 +95,16 @@ class PolarisSweeper(dg.Component, dg.Model, dg.Resolvable):
     )
     grace_ms: int | None = None
     max_attempts: int | None = None
+    polaris_version: str | None = Field(
+        default=None,
+        description=(
+            "The Polaris release serving the metastore, e.g. '1.7' (quote it: YAML reads "
+            "1.7 as a number); null: inferred per realm (docs/polaris-releases.md)."
+        ),
+    )
+    realm_polaris_versions: dict[str, str] | None = Field(
+        default=None, description="Realm -> the Polaris release serving it."
+    )
     unreferenced: Literal["off", "report", "delete"] | None = Field(
         default=None,
         description=(
@@ -123,6 +134,12 @@ class PolarisSweeper(dg.Component, dg.Model, dg.Resolvable):
             lease_timeout_ms=self.lease_timeout_ms,
             grace_ms=self.grace_ms,
             max_attempts=self.max_attempts,
+            polaris_version=self.polaris_version,
+            realm_overrides={
+                realm: RealmOverride(polaris_version=version)
+                for realm, version in (self.realm_polaris_versions or {}).items()
+            }
+            or None,
             unreferenced=self.unreferenced or DEFAULT_UNREFERENCED_MODE,
             storage=storage,
             sweeper=SweeperSettings(**_set_fields(self.sweep)).validated(),

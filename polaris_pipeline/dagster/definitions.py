@@ -53,6 +53,7 @@ from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR, PolarisTrans
 from polaris_pipeline.metastore import URL_ENV
 from polaris_pipeline.settings import PipelineSettings
 from polaris_pipeline.tasks.model import RealmOverride
+from polaris_pipeline.tasks.release import PolarisRelease
 from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
 
 # How the task job's steps execute: all in the run's own process (the default: a
@@ -101,6 +102,7 @@ def build_defs(
     max_attempts: int | None = None,
     metadata_batch_size: int | None = None,
     realm_overrides: Mapping[str, RealmOverride] | None = None,
+    polaris_version: str | None = None,
     write_task_events: bool = False,
     unreferenced: UnreferencedMode | str = DEFAULT_UNREFERENCED_MODE,
     executor_prefix: str | None = None,
@@ -119,7 +121,9 @@ def build_defs(
 
     ``metastore_url`` should be an ``EnvVar`` so the UI shows the variable's
     name, never the URL; None means ``EnvVar("POLARIS_METASTORE_URL")``.
-    Unset lease settings keep the library's defaults; ``write_task_events``
+    Unset lease settings keep the library's defaults; ``polaris_version`` (``1.7``) is
+    the Polaris release that reads the rows we write, None: inferred per realm
+    (docs/polaris-releases.md); realms may override it. ``write_task_events``
     writes Polaris's task events (off by default, as in Polaris). ``unreferenced``
     (off, report, delete) is what a dropped table's run does, last, with the files
     its metadata no longer names; realms may override it.
@@ -138,24 +142,31 @@ def build_defs(
             ("grace_ms", grace_ms),
             ("max_attempts", max_attempts),
             ("metadata_batch_size", metadata_batch_size),
+            ("polaris_version", _release(polaris_version)),
         )
         if value is not None
     }
     if executor_prefix:
         policy["executor_prefix"] = executor_prefix
     if realm_overrides:
-        # A realm's unreferenced mode is a string: a field of its own in the resource.
+        # A realm's text overrides (its unreferenced mode, its release) are fields of
+        # their own in the resource.
+        text_fields = {
+            "unreferenced": "realm_unreferenced",
+            "polaris_version": "realm_polaris_version",
+        }
         policy["realm_overrides"] = {
             realm: {
                 k: v
                 for k, v in dataclasses.asdict(o).items()
-                if v is not None and k != "unreferenced"
+                if v is not None and k not in text_fields
             }
             for realm, o in realm_overrides.items()
         }
-        modes = {r: o.unreferenced for r, o in realm_overrides.items() if o.unreferenced}
-        if modes:
-            policy["realm_unreferenced"] = modes
+        for key, resource_field in text_fields.items():
+            by_realm = {r: getattr(o, key) for r, o in realm_overrides.items() if getattr(o, key)}
+            if by_realm:
+                policy[resource_field] = by_realm
     translator = translator or DEFAULT_TRANSLATOR
     task_job = build_polaris_task_job(executor_def=_task_executor(executor), translator=translator)
     retention_job = build_run_retention_job(task_job.name, translator=translator)
@@ -202,6 +213,16 @@ def build_defs(
     return defs
 
 
+def _release(value: str | None) -> str | None:
+    """``polaris_version`` checked now: a typo fails the code location, not a tick."""
+    if value is None:
+        return None
+    try:
+        return PolarisRelease.normalise(value)
+    except ValueError as exc:
+        raise ValueError(f"polaris_version: {exc}") from None
+
+
 def _resolve_quietly(defs: Definitions) -> None:
     """Build the repository now, without Dagster's own ``owners`` beta warning.
 
@@ -244,6 +265,7 @@ def build_defs_from_env(
         max_attempts=settings.max_attempts,
         metadata_batch_size=settings.metadata_batch_size,
         realm_overrides=settings.realm_overrides,
+        polaris_version=settings.polaris_version,
         write_task_events=settings.task_events,
         unreferenced=settings.unreferenced,
         executor_prefix=settings.executor_prefix,

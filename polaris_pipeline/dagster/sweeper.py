@@ -45,7 +45,7 @@ from dagster import (
     sensor,
 )
 from dagster._core.storage.tags import RUN_KEY_TAG
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from polaris_pipeline.dagster.backlog_report import BacklogSettings, backlog_events, read_report
 from polaris_pipeline.dagster.contract import (
@@ -61,6 +61,8 @@ from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
 from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR, PolarisTranslator
 from polaris_pipeline.errors import MetastoreError, PolarisPipelineError, one_line
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.metastore.release_probe import ReleaseProbe
 from polaris_pipeline.report.formatting import iso_utc
 from polaris_pipeline.report.nothing_available import no_orphans_reason
 from polaris_pipeline.tasks.model import TaskState
@@ -266,6 +268,19 @@ def config_problem(
     return None
 
 
+def release_line(store: Metastore, realms: Iterable[str]) -> str:
+    """The Polaris release the runs of ``realms`` will write for, and its evidence.
+
+    A probe per tick: one bounded query per realm, so an upgrade shows at the next tick.
+    Never fails the tick: the runs resolve the release again and fail on their own.
+    """
+    probe = ReleaseProbe(store)
+    try:
+        return "Polaris release: " + "; ".join(probe.resolve(r).text for r in realms)
+    except (PolarisPipelineError, SQLAlchemyError, ValueError) as exc:
+        return f"Polaris release not resolved: {one_line(exc)}"
+
+
 def _unreachable(exc: BaseException) -> bool:
     """Whether ``exc`` is the metastore out of reach rather than misconfigured.
 
@@ -405,6 +420,7 @@ def sweep_tick(
             else ""
         )
     )
+    context.log.info(release_line(metastore.get_metastore(), sorted(seen)))
     context.log.info(
         f"selected {len(candidates)} available task(s) in {len(runs)} run(s) (orphaned "
         f"children of one purge share a run) in {', '.join(sorted(seen))} in "

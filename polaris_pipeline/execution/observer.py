@@ -24,6 +24,7 @@ from polaris_pipeline.execution.telemetry import (
 )
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.events import TaskEventWriter
+from polaris_pipeline.metastore.release_probe import ReleaseProbe
 from polaris_pipeline.tasks.model import TaskType
 from polaris_pipeline.tasks.ref import Lease
 
@@ -55,8 +56,9 @@ class AttemptObserver:
         *,
         write_task_events: bool = False,
         tracer_provider: Any | None = None,
+        releases: ReleaseProbe | None = None,
     ) -> None:
-        self.events = TaskEventWriter(metastore, enabled=write_task_events)
+        self.events = TaskEventWriter(metastore, enabled=write_task_events, releases=releases)
         self.tracer = AttemptTracer(tracer_provider)
 
     def observe(

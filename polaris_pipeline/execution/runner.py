@@ -33,6 +33,7 @@ from polaris_pipeline.execution.outcome import ProgressFn, Status, TaskOutcome
 from polaris_pipeline.execution.start import StartDecision, decide_start
 from polaris_pipeline.execution.unreferenced_phase import mode_for, phase_entity, run_phase
 from polaris_pipeline.metastore import CompleteOutcome, FailOutcome, Metastore, new_entity_id
+from polaris_pipeline.metastore.release_probe import ReleaseProbe
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.tasks.model import NewTask, TaskRow, TaskState
 from polaris_pipeline.tasks.ref import Lease
@@ -128,8 +129,14 @@ class Runner:
         ``tracer_provider``: OpenTelemetry's, else the global one (spans are no-ops
         when none is configured or OpenTelemetry is not installed)."""
         self.metastore = metastore
+        # The schema version and each realm's Polaris release, read once per Runner (one
+        # sweep or run): they say which Polaris reads the rows we write.
+        self.releases = ReleaseProbe(metastore)
         self.observer = AttemptObserver(
-            metastore, write_task_events=write_task_events, tracer_provider=tracer_provider
+            metastore,
+            write_task_events=write_task_events,
+            tracer_provider=tracer_provider,
+            releases=self.releases,
         )
         self.config = config or StorageConfig()
         if resolver is None:
@@ -151,18 +158,13 @@ class Runner:
         self.heartbeat = Heartbeat(metastore, self.executor_id, interval)
         # (realm, task id) -> the elapsed-clock time until which the lease is guaranteed.
         self._deadlines: dict[tuple[str, int], float] = {}
-        # The metastore's schema version, read once per Runner (one sweep or run):
-        # it says which Polaris reads the child rows we write.
-        self._schema_version: tuple[int | None] | None = None
 
     def close(self) -> None:
         self.heartbeat.stop()
 
     def schema_version(self) -> int | None:
         """The metastore's Polaris schema version (None without a version row), cached."""
-        if self._schema_version is None:
-            self._schema_version = (self.metastore.check_schema(),)
-        return self._schema_version[0]
+        return self.releases.schema_version()
 
     def __enter__(self) -> Runner:
         return self
@@ -416,6 +418,7 @@ class Runner:
             dry_run=lease is None,
             new_task_id=new_entity_id,
             schema_version=self.schema_version(),
+            release=self.releases.release(task.realm_id),
             metadata_batch_size=self.metastore.policy.for_realm(task.realm_id).metadata_batch_size,
         )
         if lease is not None:

@@ -21,9 +21,11 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.pool import NullPool
 
 from polaris_pipeline.errors import MetastoreError
-from polaris_pipeline.metastore.schema import POLARIS_SCHEMA
+from polaris_pipeline.metastore.schema import NOSQL_UNSUPPORTED, POLARIS_SCHEMA
 
 URL_ENV = "POLARIS_METASTORE_URL"
+# Polaris's NoSQL persistence: named and refused at once (``schema.NOSQL_UNSUPPORTED``).
+NOSQL_BACKENDS = frozenset({"mongodb"})
 
 # Epoch milliseconds on the database server. All lease arithmetic uses this,
 # so a worker whose own clock is off can neither steal nor lose leases.
@@ -45,6 +47,12 @@ def resolve_url(url: str | None) -> URL:
         raise MetastoreError(
             "metastore URL is not a SQLAlchemy URL (e.g. sqlite:///polaris.db)"
         ) from None
+    if parsed.get_backend_name() in NOSQL_BACKENDS:
+        raise MetastoreError(
+            f"metastore URL is a {parsed.get_backend_name()} URL, not a relational Polaris "
+            f"metastore: {NOSQL_UNSUPPORTED}; only Polaris's relational JDBC persistence "
+            "(PostgreSQL) is supported"
+        )
     if parsed.get_backend_name() not in DB_NOW_MS:
         raise MetastoreError(
             f"unsupported metastore backend {parsed.get_backend_name()!r}: use postgresql or sqlite"

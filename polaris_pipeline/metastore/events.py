@@ -20,6 +20,11 @@ object: Polaris reads ``additional_properties`` as a Map<String, String>
 
 Writing an event is best effort: a failure is logged and never reaches the
 attempt, and nothing is written to a database without an ``events`` table.
+
+The realm's Polaris release decides the rest (``tasks/release.py``): releases
+before 1.6 persist no task events, so none is written for them; 1.6 writes the
+catalog ``__realm__`` on any schema, 1.7+ below v5 only. Every row has a fresh
+``event_id``: 1.7's own rows of one task share one, which loses them.
 """
 
 from __future__ import annotations
@@ -32,17 +37,16 @@ from sqlalchemy import inspect
 from sqlalchemy.exc import SQLAlchemyError
 
 from polaris_pipeline.metastore import queries
-from polaris_pipeline.metastore.schema import read_schema_version, schema_name
+from polaris_pipeline.metastore.release_probe import ReleaseProbe
+from polaris_pipeline.metastore.schema import schema_name
 from polaris_pipeline.metastore.store import Metastore
 from polaris_pipeline.tasks.ref import Lease
+from polaris_pipeline.tasks.release import LEGACY_REALM_SCOPED_CATALOG_ID
 
 log = logging.getLogger("polaris_pipeline.events")
 
 BEFORE_ATTEMPT_TASK = "BEFORE_ATTEMPT_TASK"
 AFTER_ATTEMPT_TASK = "AFTER_ATTEMPT_TASK"
-# ModelEvent.LEGACY_REALM_SCOPED_CATALOG_ID: the catalog of a realm-scoped event below v5.
-LEGACY_REALM_SCOPED_CATALOG_ID = "__realm__"
-NULL_CATALOG_SINCE_SCHEMA_VERSION = 5
 
 # EventAttributes.TASK_ENTITY_ID / TASK_ATTEMPT / TASK_SUCCESS.
 TASK_ENTITY_ID = "task_entity_id"
@@ -72,41 +76,48 @@ def attempt_properties(
     return props
 
 
-class TaskEventWriter:
-    """Writes attempt events into one metastore's ``events`` table, when it has one."""
+def event_catalog(value: str | None) -> str | None:
+    """An event row's ``catalog_id`` as Polaris reads it: ``__realm__`` is NULL."""
+    return None if value in (None, LEGACY_REALM_SCOPED_CATALOG_ID) else value
 
-    def __init__(self, metastore: Metastore, *, enabled: bool = False) -> None:
+
+class TaskEventWriter:
+    """Writes attempt events into one metastore's ``events`` table, when it has one
+    and the realm's Polaris release writes task events itself."""
+
+    def __init__(
+        self,
+        metastore: Metastore,
+        *,
+        enabled: bool = False,
+        releases: ReleaseProbe | None = None,
+    ) -> None:
+        """``releases``: the probe of the sweep or run (one per writer when None)."""
         self.metastore = metastore
         self.enabled = enabled
-        # None until probed: (has an events table, the catalog_id to write).
-        self._target: tuple[bool, str | None] | None = None
+        self.releases = releases or ReleaseProbe(metastore)
+        # None until probed: whether the database has an events table.
+        self._has_table: bool | None = None
         self.failures = 0
 
-    def _probe(self) -> tuple[bool, str | None]:
-        if self._target is None:
+    def _events_table(self) -> bool:
+        if self._has_table is None:
             with self.metastore.engine.connect() as conn:
                 schema = schema_name(conn.dialect.name)
-                if not inspect(conn).has_table("events", schema=schema):
-                    target: tuple[bool, str | None] = (False, None)
-                else:
-                    version = read_schema_version(conn)
-                    # No version row: the sentinel is safe on every version, since
-                    # Polaris reads it back as null whatever the schema.
-                    null_catalog = (
-                        version is not None and version >= NULL_CATALOG_SINCE_SCHEMA_VERSION
-                    )
-                    target = (True, None if null_catalog else LEGACY_REALM_SCOPED_CATALOG_ID)
-            self._target = target
-        return self._target
+                self._has_table = inspect(conn).has_table("events", schema=schema)
+        return self._has_table
 
     def write(self, lease: Lease, event_type: str, properties: Mapping[str, str]) -> bool:
         """Insert one event row; True if written. Never raises."""
         if not self.enabled:
             return False
         try:
-            available, catalog_id = self._probe()
-            if not available:
+            if not self._events_table():
                 return False
+            resolved = self.releases.resolve(lease.realm_id)
+            if not resolved.release.writes_task_events:
+                return False  # that Polaris has no task events: audit tools expect none
+            catalog_id = resolved.release.event_catalog_id(resolved.schema_version)
             with self.metastore.engine.begin() as conn:
                 conn.execute(
                     queries.INSERT_EVENT.build(

@@ -146,16 +146,17 @@ def held_by(executor: str, now: str, timeout: str) -> str:
     return f"{EXECUTOR} = {executor} AND {_lease_live(now, timeout)}"
 
 
-def _sqlite_field(key: str) -> str:
+def sqlite_field(key: str) -> str:
+    """Property ``key`` of the row in SQLite (JSON text); NULL when the text is not JSON."""
     return f"(CASE WHEN json_valid(properties) THEN json_extract(properties, '$.{key}') END)"
 
 
 def sqlite_held_by(executor: str, now: str, timeout: str) -> str:
     """``held_by`` in SQLite, on the unaliased row of an UPDATE; properties are JSON text."""
-    start = f"CAST({_sqlite_field(Prop.START_TIME)} AS INTEGER)"
-    end = f"CAST({_sqlite_field(Prop.END_TIME)} AS INTEGER)"
+    start = f"CAST({sqlite_field(Prop.START_TIME)} AS INTEGER)"
+    end = f"CAST({sqlite_field(Prop.END_TIME)} AS INTEGER)"
     return (
-        f"{_sqlite_field(Prop.EXECUTOR)} = {executor} AND {now} - {start} <= {timeout}"
+        f"{sqlite_field(Prop.EXECUTOR)} = {executor} AND {now} - {start} <= {timeout}"
         f" AND NOT COALESCE({end} >= {start}, 0)"
     )
 

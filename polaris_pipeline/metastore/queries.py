@@ -34,7 +34,7 @@ from polaris_pipeline.metastore import predicates
 from polaris_pipeline.metastore.connection import DB_NOW_MS
 from polaris_pipeline.metastore.rows import after_write
 from polaris_pipeline.metastore.schema import POLARIS_SCHEMA, entities, events
-from polaris_pipeline.tasks.model import TASK_TYPE_CODE, LeasePolicy, Prop, TaskRow
+from polaris_pipeline.tasks.model import CREATOR, TASK_TYPE_CODE, LeasePolicy, Prop, TaskRow
 
 POSTGRESQL = "postgresql"
 SQLITE = "sqlite"
@@ -436,6 +436,43 @@ DISCARD = _both("DISCARD", _discard)
 INSERT_TASKS = _both("INSERT_TASKS", _constant(insert(entities)))
 
 
+# The BATCH rows of one realm that Polaris wrote (not our children), for the release
+# inference of ``metastore/release_probe.py``: those whose ``data`` looks like it has
+# ``type`` first (compact JSON, as Jackson writes it: the probe decodes to be sure),
+# then the newest. Bound: ``limit``, ``typed`` (the LIKE pattern) and ``realm``.
+_BATCH_TYPE_CODE = "3"
+TYPED_BATCH_PATTERN = '%"type":%'
+
+
+def _batch_evidence_pg() -> Executable:
+    data = f"e.properties->>'{Prop.DATA}'"
+    return text(f"""
+SELECT e.id, {data} AS data FROM {POLARIS_SCHEMA}.entities e
+WHERE e.realm_id = :realm AND {predicates.TASK_ROWS}
+  AND e.properties->>'{Prop.TASK_TYPE}' = '{_BATCH_TYPE_CODE}'
+  AND COALESCE(e.properties->>'{Prop.CREATED_BY}', '') <> '{CREATOR}'
+ORDER BY COALESCE({data} LIKE :typed, FALSE) DESC, e.create_timestamp DESC, e.id
+LIMIT :limit
+""")
+
+
+def _batch_evidence_sqlite() -> Executable:
+    data = predicates.sqlite_field(Prop.DATA)
+    return text(f"""
+SELECT id, {data} AS data FROM entities
+WHERE realm_id = :realm AND {predicates.task_rows(None)}
+  AND {predicates.sqlite_field(Prop.TASK_TYPE)} = '{_BATCH_TYPE_CODE}'
+  AND COALESCE({predicates.sqlite_field(Prop.CREATED_BY)}, '') <> '{CREATOR}'
+ORDER BY COALESCE({data} LIKE :typed, 0) DESC, create_timestamp DESC, id
+LIMIT :limit
+""")
+
+
+BATCH_EVIDENCE = Query(
+    "BATCH_EVIDENCE", postgresql=_batch_evidence_pg, sqlite=_batch_evidence_sqlite
+)
+
+
 # Polaris's listener files TASK_EXECUTION events under the realm, with the event
 # type as the resource identifier (metastore/events.py).
 RESOURCE_TYPE_REALM = "REALM"
@@ -488,5 +525,6 @@ ALL: tuple[Query[...], ...] = (
     LIST_FOR_DISCARD,
     DISCARD,
     INSERT_TASKS,
+    BATCH_EVIDENCE,
     INSERT_EVENT,
 )

@@ -33,6 +33,12 @@ from polaris_pipeline.metastore import ddl
 from polaris_pipeline.metastore.ddl import LATEST_SCHEMA_VERSION
 
 POLARIS_SCHEMA = "polaris_schema"
+# Why a Polaris on NoSQL persistence (MongoDB, 1.4+) is refused rather than guessed at
+# (docs/polaris-releases.md): what any message about such a metastore says.
+NOSQL_UNSUPPORTED = (
+    "Polaris's NoSQL persistence (MongoDB) cannot be leased from outside: its tasks are "
+    "binary objects with no row to compare-and-set, and its own loadTasks stores no lease"
+)
 
 
 class PropertiesJSON(TypeDecorator[Any]):
@@ -175,9 +181,11 @@ def require_schema(conn: Connection, url_for_humans: str) -> None:
             raise MetastoreError(
                 f"no Polaris entities table {schema}.entities in {url_for_humans}: point "
                 "--metastore at the database Polaris's JDBC persistence uses, as a role "
-                f"granted USAGE on schema {schema}"
+                f"granted USAGE on schema {schema} (a Polaris on NoSQL has none: "
+                f"{NOSQL_UNSUPPORTED})"
             )
         raise MetastoreError(
             f"no Polaris entities table in {url_for_humans}: point --metastore at Polaris's "
-            "database, or for a scratch SQLite file run `polaris-pipeline init-metastore`"
+            "database, or for a scratch SQLite file run `polaris-pipeline init-metastore` "
+            f"(a Polaris on NoSQL has none: {NOSQL_UNSUPPORTED})"
         )

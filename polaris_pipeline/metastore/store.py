@@ -159,6 +159,16 @@ class Metastore:
         row = conn.execute(self._sql(queries.GET_TASK, realm_id, task_id)).first()
         return decode_row(row) if row is not None else None
 
+    def batch_rows_of_polaris(self, realm_id: str, limit: int) -> list[tuple[int, str | None]]:
+        """(id, ``data``) of up to ``limit`` BATCH tasks of ``realm_id`` Polaris wrote
+        (not our children): those that look typed first, then the newest."""
+        with self._begin() as conn:
+            rows = conn.execute(
+                self._sql(queries.BATCH_EVIDENCE),
+                {"realm": realm_id, "limit": limit, "typed": queries.TYPED_BATCH_PATTERN},
+            )
+            return [(int(r.id), r.data if isinstance(r.data, str) else None) for r in rows]
+
     def tasks_with_state(
         self, realms: Iterable[str] | None = None
     ) -> tuple[int, list[tuple[TaskRow, TaskState]]]:

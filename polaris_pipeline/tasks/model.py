@@ -16,6 +16,7 @@ from enum import IntEnum, StrEnum
 from typing import Any
 
 from polaris_pipeline.errors import PayloadError
+from polaris_pipeline.tasks.release import PolarisRelease
 from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
 
 TASK_TYPE_CODE = 8
@@ -96,6 +97,16 @@ def _check_batch_size(size: int | None) -> None:
         raise ValueError("metadata batch size must be at least 1")
 
 
+def _release_text(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError("polaris_version must be a release such as 1.7 or 1.4.1")
+    return PolarisRelease.normalise(value)
+
+
+# Overrides whose values are text, not integers.
+_TEXT_OVERRIDES = frozenset({"unreferenced", "polaris_version"})
+
+
 @dataclass(frozen=True)
 class RealmOverride:
     """One realm's own values; a field left None takes the global one.
@@ -110,6 +121,9 @@ class RealmOverride:
     metadata_batch_size: int | None = None
     # ``off``, ``report`` or ``delete``: the realm's own unreferenced mode.
     unreferenced: str | None = None
+    # The Polaris release serving the realm (``1.7``): realms of one metastore may be
+    # served by different deployments. Kept as text, checked (``tasks/release.py``).
+    polaris_version: str | None = None
 
     def __post_init__(self) -> None:
         _check_timing(self.lease_timeout_ms, self.grace_ms)
@@ -117,6 +131,8 @@ class RealmOverride:
         if self.unreferenced is not None:
             mode = UnreferencedMode.parse(self.unreferenced)
             object.__setattr__(self, "unreferenced", mode.value)
+        if self.polaris_version is not None:
+            object.__setattr__(self, "polaris_version", _release_text(self.polaris_version))
 
     @classmethod
     def from_json_obj(cls, value: object, *, realm: str = "?") -> RealmOverride:
@@ -132,8 +148,8 @@ class RealmOverride:
         if unknown:
             raise ValueError(f"realm {realm!r}: unknown override(s) {', '.join(unknown)}")
         for key, item in value.items():
-            if key == "unreferenced":
-                continue  # a mode, checked by __post_init__
+            if key in _TEXT_OVERRIDES:
+                continue  # text, checked by __post_init__
             if item is not None and (isinstance(item, bool) or not isinstance(item, int)):
                 raise ValueError(f"realm {realm!r}: {key} must be an integer")
         try:
@@ -161,10 +177,15 @@ class LeasePolicy:
     # Part of the policy so that every Runner (CLI, task job, realm backfill) reads the
     # deployment's mode from the one object they are all built with.
     unreferenced: UnreferencedMode = DEFAULT_UNREFERENCED_MODE
+    # The Polaris release that reads the rows we write; None: inferred per realm
+    # (``metastore/release_probe.py``). Text, as the settings write it.
+    polaris_version: str | None = None
     realm_overrides: Mapping[str, RealmOverride] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         _check_timing(self.lease_timeout_ms, self.grace_ms)
+        if self.polaris_version is not None:
+            object.__setattr__(self, "polaris_version", _release_text(self.polaris_version))
         if self.max_attempts < 1:
             raise ValueError("max attempts must be at least 1")
         if self.backoff_base_ms < 0 or self.backoff_max_ms < self.backoff_base_ms:
@@ -190,6 +211,7 @@ class LeasePolicy:
             grace_ms=grace,
             metadata_batch_size=override.metadata_batch_size or self.metadata_batch_size,
             unreferenced=UnreferencedMode.parse(override.unreferenced or self.unreferenced),
+            polaris_version=override.polaris_version or self.polaris_version,
             realm_overrides={},
         )
 

@@ -33,8 +33,9 @@ from polaris_pipeline.tasks.model import (
 
 BATCH_TYPE_TABLE_METADATA = "TABLE_METADATA"
 BATCH_TYPES = frozenset({BATCH_TYPE_TABLE_METADATA})
-# The metastore schema version of the first Polaris (1.7) whose BATCH_FILE_CLEANUP
-# payload has ``type``; Polaris 1.0-1.6 (schema v1-v4) fail to decode it.
+# The schema version whose every owner (1.7+) reads ``type``. Only a lower bound: a
+# 1.7 server upgraded from 1.4 runs on v4 for ever. Whether ``type`` is written is
+# the release's rule (``tasks/release.py``); this stays for ``batch_type_readable``.
 BATCH_TYPE_SINCE_SCHEMA_VERSION = 5
 METADATA_LOCATION_KEY = "metadata-location"
 PARENT_NAMESPACE_KEY = "parent-namespace"
@@ -349,11 +350,11 @@ def decode_batch_cleanup(data: str) -> BatchCleanupPayload:
 
 
 def batch_type_readable(schema_version: int | None) -> bool:
-    """Whether the Polaris that owns a metastore of ``schema_version`` reads ``type``.
+    """Whether every Polaris that can own a metastore of ``schema_version`` reads ``type``.
 
-    Unknown (no version row) is treated as an older Polaris: omitting ``type`` is
-    safe for every version (1.7+ reads a missing ``type`` as TABLE_METADATA), while
-    writing it breaks 1.0-1.6.
+    The schema version only bounds the release from below, so False does not mean
+    the running Polaris refuses ``type`` (an upgraded 1.7 on v4 needs it): children
+    are written by ``PolarisRelease.batch_has_type`` instead.
     """
     return schema_version is not None and schema_version >= BATCH_TYPE_SINCE_SCHEMA_VERSION
 

@@ -100,6 +100,18 @@ class PolarisMetastoreResource(ConfigurableResource):
         default=None,
         description="Realm -> its own unreferenced mode (off, report, delete).",
     )
+    polaris_version: str | None = Field(
+        default=None,
+        description=(
+            "The Polaris release serving the metastore (1.7, 1.4.1): the shape of the rows "
+            "we write (BATCH payload type, task events). Null: inferred per realm from the "
+            "rows Polaris wrote and the schema version (docs/polaris-releases.md)."
+        ),
+    )
+    realm_polaris_version: dict[str, str] | None = Field(
+        default=None,
+        description="Realm -> the Polaris release serving that realm.",
+    )
     unreferenced: str = Field(
         default=DEFAULT_UNREFERENCED_MODE.value,
         description=(
@@ -117,16 +129,20 @@ class PolarisMetastoreResource(ConfigurableResource):
     )
 
     def policy(self) -> LeasePolicy:
-        modes = self.realm_unreferenced or {}
+        # A realm's text overrides are fields of their own (Dagster config has no
+        # mixed-type maps), merged here into its RealmOverride.
+        texts: dict[str, dict[str, str]] = {}
+        for key, by_realm in (
+            ("unreferenced", self.realm_unreferenced),
+            ("polaris_version", self.realm_polaris_version),
+        ):
+            for realm, value in (by_realm or {}).items():
+                texts.setdefault(realm, {})[key] = value
+        values: dict[str, dict[str, Any]] = {realm: {} for realm in texts}
+        values.update(self.realm_overrides or {})
         overrides = {
-            realm: RealmOverride.from_json_obj(
-                {**values, **({"unreferenced": modes[realm]} if realm in modes else {})},
-                realm=realm,
-            )
-            for realm, values in {
-                **{realm: {} for realm in modes},
-                **(self.realm_overrides or {}),
-            }.items()
+            realm: RealmOverride.from_json_obj({**v, **texts.get(realm, {})}, realm=realm)
+            for realm, v in values.items()
         }
         return LeasePolicy(
             lease_timeout_ms=self.lease_timeout_ms,
@@ -134,6 +150,7 @@ class PolarisMetastoreResource(ConfigurableResource):
             max_attempts=self.max_attempts,
             metadata_batch_size=self.metadata_batch_size,
             unreferenced=UnreferencedMode.parse(self.unreferenced),
+            polaris_version=self.polaris_version,
             realm_overrides=overrides,
         )
 
