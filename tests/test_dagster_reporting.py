@@ -44,6 +44,7 @@ from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskRow, TaskType
 from polaris_pipeline.testing import tasks as testing_tasks
+from polaris_pipeline.testing.tables import build_table
 from tests.support.dagster import metastore_resource
 from tests.support.iceberg import Warehouse, recorded_drop_task
 from tests.support.runs import finished_task_run, has_total
@@ -198,10 +199,15 @@ def test_run_total_adds_up_root_and_child_groups() -> None:
 
 
 def purge(
-    store: Metastore, warehouse: Warehouse, instance: DagsterInstance, name: str
+    store: Metastore,
+    warehouse: Warehouse,
+    instance: DagsterInstance,
+    name: str,
+    *,
+    namespace: tuple[str, ...] = ("ns",),
 ) -> tuple[Any, int]:
     """Drop-with-purge a real table and run its task; (result, files it deleted)."""
-    table = warehouse.build(name, appends=2)
+    table = build_table(warehouse.catalog, (*namespace, name), appends=2)
     before = warehouse.files()
     task = testing_tasks.drop_table_task(
         table, realm_id="POLARIS", create_timestamp=store.now_ms() - OLD_MS
@@ -319,3 +325,76 @@ def test_ref_from_hostile_tags(label: str) -> None:
     else:
         assert ref is not None and ref.catalog_id is None
         assert ref.asset_key.path == ["polaris", "R", "catalog_unknown", "_", "_"]
+
+
+def test_a_long_identifier_gets_its_own_asset_key(
+    metastore: Metastore, local_warehouse: Warehouse, instance: DagsterInstance
+) -> None:
+    """A 302-character identifier: its tag is cut to Dagster's 255, so the report takes
+    the table from the steps' structured record, never from the tag."""
+    namespace, name = ("n" * 100, "m" * 100), "t" * 100
+    result, deleted = purge(metastore, local_warehouse, instance, name, namespace=namespace)
+    assert deleted > 0
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None
+    assert len(run.tags[TAG_TABLE]) == 255 and run.tags[TAG_TABLE].endswith("…")
+    catalog = run.tags[TAG_CATALOG]
+
+    report_run(instance, run)
+
+    key = AssetKey(["polaris", "POLARIS", f"catalog_{catalog}", *namespace, name])
+    [record] = instance.fetch_materializations(AssetRecordsFilter(asset_key=key), limit=5).records
+    event = record.asset_materialization
+    assert event is not None and event.metadata["table"].value == ".".join((*namespace, name))
+    assert [k for k in instance.get_asset_keys() if k.path[0] == "polaris"] == [key]
+
+
+def test_a_failed_run_names_its_table_from_its_steps_too(
+    metastore: Metastore, local_warehouse: Warehouse, instance: DagsterInstance
+) -> None:
+    namespace, name = ("n" * 100, "m" * 100), "t" * 100
+    table = build_table(local_warehouse.catalog, (*namespace, name), appends=1)
+    task = testing_tasks.drop_table_task(
+        table, realm_id="POLARIS", create_timestamp=metastore.now_ms() - OLD_MS
+    )
+    metastore.insert_tasks([task])
+    result = polaris_task_job.execute_in_process(
+        run_config=run_config_for("POLARIS", task.id, entity_version=1),
+        instance=instance,
+        # No allowed prefix covers the table: its purge is refused, and the run fails.
+        resources={
+            "metastore": metastore_resource(metastore, max_attempts=1),
+            "storage": PolarisStorageResource(allowed_prefixes=["file:///nowhere"]),
+        },
+        raise_on_error=False,
+    )
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None and run.status is DagsterRunStatus.FAILURE
+
+    report_run(instance, run)
+
+    keys = [k for k in instance.get_asset_keys() if k.path[0] == "polaris"]
+    assert [k.path[3:] for k in keys] == [[*namespace, name]]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        "ns.t",
+        {"realm": "R", "namespace": "ns", "name": "t"},
+        {"realm": "R", "namespace": ["ns"], "name": ""},
+        {"realm": "", "namespace": ["ns"], "name": "t"},
+        {"realm": "R", "namespace": ["ns", 1], "name": "t"},
+        {"realm": "R", "namespace": ["ns"], "name": "t", "catalog_id": "7"},
+        {"realm": "R", "namespace": ["ns"], "name": "t", "catalog_id": True},
+        {"realm": "R", "namespace": ["ns"], "name": "t", "location": 5},
+    ],
+)
+def test_a_recorded_table_that_is_not_one_is_ignored(value: object) -> None:
+    assert TableRef.from_json(value) is None
+
+
+def test_a_recorded_table_reads_back_whole() -> None:
+    ref = TableRef("R", ("a.b", "c"), "t.u", 7, "file:///wh/a.b/c/t.u")
+    assert TableRef.from_json(ref.to_json()) == ref

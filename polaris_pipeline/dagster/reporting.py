@@ -35,6 +35,7 @@ from dagster import (
 from dagster._core.storage.dagster_run import DagsterRun
 
 from polaris_pipeline.dagster.contract import TAG_TOTAL
+from polaris_pipeline.dagster.tables import TABLE_REF_KEY, TableRef
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR, PolarisTranslator, tag_value
 from polaris_pipeline.report.fields import UNREFERENCED
 from polaris_pipeline.report.totals import OutcomeTotals
@@ -51,10 +52,14 @@ def run_total(instance: DagsterInstance, run_id: str) -> OutcomeTotals:
     return _read_run(instance, run_id)[0]
 
 
-def _read_run(instance: DagsterInstance, run_id: str) -> tuple[OutcomeTotals, str | None]:
-    """The run's total, and the line of its table's unreferenced phase (None: none ran)."""
+def _read_run(
+    instance: DagsterInstance, run_id: str
+) -> tuple[OutcomeTotals, str | None, TableRef | None]:
+    """The run's total, the line of its table's unreferenced phase (None: none ran), and
+    its table as its steps recorded it (None: no step named one)."""
     total = OutcomeTotals()
     unreferenced: str | None = None
+    table: TableRef | None = None
     for event_type in (DagsterEventType.STEP_OUTPUT, DagsterEventType.STEP_FAILURE):
         records = instance.get_records_for_run(run_id, of_type=event_type, limit=10_000).records
         for record in records:
@@ -71,7 +76,8 @@ def _read_run(instance: DagsterInstance, run_id: str) -> tuple[OutcomeTotals, st
             line = values.get(UNREFERENCED)
             if isinstance(line, str):
                 unreferenced = line
-    return total, unreferenced
+            table = table or TableRef.from_json(values.get(TABLE_REF_KEY))
+    return total, unreferenced, table
 
 
 # ------------------------------------------------------------------ the sensor
@@ -92,9 +98,10 @@ def report_run(
 ) -> OutcomeTotals:
     """Tag ``run`` with its total and record its table's event; returns the total."""
     translator = translator or DEFAULT_TRANSLATOR
-    total, unreferenced = _read_run(instance, run.run_id)
+    total, unreferenced, recorded = _read_run(instance, run.run_id)
     instance.add_run_tags(run.run_id, {TAG_TOTAL: tag_value(total.line())})
-    ref = translator.table_from_tags(run.tags)
+    # The tags only for a run whose steps recorded no table (one of an older release).
+    ref = recorded or translator.table_from_tags(run.tags)
     if ref is not None and (total.files_deleted or total.files_missing or total.tasks):
         status = "success" if run.status == DagsterRunStatus.SUCCESS else "failure"
         event = translator.table_materialization(

@@ -11,7 +11,9 @@ tagged with every part of its task that decodes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from dagster import AssetKey
 
@@ -26,6 +28,10 @@ from polaris_pipeline.tasks.summary import summarize
 # The first part of every table's asset key (the translator's default).
 ASSET_KEY_PREFIX = ("polaris",)
 UNKNOWN_CATALOG = "catalog_unknown"
+# The step metadata entry holding a run's table as structured data (``TableRef.to_json``):
+# the run report reads it back whole, where a tag is cut to 255 characters and an
+# identifier joined with dots cannot be split back when a level holds a dot.
+TABLE_REF_KEY = "table identity"
 _CHILD_TYPES = (TaskType.MANIFEST_FILE_CLEANUP, TaskType.BATCH_FILE_CLEANUP)
 
 
@@ -64,6 +70,35 @@ class TableRef:
     def asset_key(self) -> AssetKey:
         """The default translator's key: ``["polaris", *key_parts]``."""
         return AssetKey([*ASSET_KEY_PREFIX, *self.key_parts])
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "realm": self.realm,
+            "namespace": list(self.namespace),
+            "name": self.name,
+            "catalog_id": self.catalog_id,
+            "location": self.location,
+        }
+
+    @classmethod
+    def from_json(cls, value: object) -> TableRef | None:
+        """The ref ``to_json`` wrote; None for anything else (a step of an older
+        release, or metadata a user's code wrote under the same name)."""
+        if not isinstance(value, Mapping):
+            return None
+        realm, namespace, name = value.get("realm"), value.get("namespace"), value.get("name")
+        catalog_id, location = value.get("catalog_id"), value.get("location")
+        if not (isinstance(realm, str) and realm and isinstance(name, str) and name):
+            return None
+        if not isinstance(namespace, list) or not all(isinstance(p, str) for p in namespace):
+            return None
+        if catalog_id is not None and (
+            isinstance(catalog_id, bool) or not isinstance(catalog_id, int)
+        ):
+            return None
+        if location is not None and not isinstance(location, str):
+            return None
+        return cls(realm, tuple(namespace), name, catalog_id, location or None)
 
 
 def _identifier(

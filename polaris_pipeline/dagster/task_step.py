@@ -259,6 +259,7 @@ def run_task(
         context.run_id,
         error,
         next_attempt=next_attempt if outcome.next_attempt_ms is not None else None,
+        table=translator.table_of(decision.task) if decision.task is not None else None,
     )
     if outcome.status is Status.DEAD:
         tail = "dead-lettered after its last attempt; `polaris-pipeline tasks requeue` revives it"

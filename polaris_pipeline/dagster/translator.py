@@ -27,7 +27,7 @@ from typing import Any
 from dagster import AssetKey, AssetMaterialization, MetadataValue
 
 from polaris_pipeline.dagster import contract
-from polaris_pipeline.dagster.tables import ASSET_KEY_PREFIX, TableRef, table_of
+from polaris_pipeline.dagster.tables import ASSET_KEY_PREFIX, TABLE_REF_KEY, TableRef, table_of
 from polaris_pipeline.execution.outcome import TaskOutcome
 from polaris_pipeline.report.fields import UNREFERENCED
 from polaris_pipeline.report.formatting import iso_utc_seconds, quoted_task_label
@@ -100,10 +100,14 @@ class PolarisTranslator:
         )
 
     def table_metadata(self, ref: TableRef | None) -> dict[str, MetadataValue]:
-        """The table and its location: a URL value for URLs, a path otherwise."""
+        """The table and its location: a URL value for URLs, a path otherwise; and the
+        table whole (``TABLE_REF_KEY``), which the run report reads back."""
         if ref is None:
             return {}
-        meta: dict[str, MetadataValue] = {"table": MetadataValue.text(ref.label)}
+        meta: dict[str, MetadataValue] = {
+            "table": MetadataValue.text(ref.label),
+            TABLE_REF_KEY: MetadataValue.json(ref.to_json()),
+        }
         if ref.location:
             is_url = split_uri(ref.location)[0] != "file"
             meta["table location"] = (
@@ -229,11 +233,18 @@ class PolarisTranslator:
         return meta
 
     def failure_metadata(
-        self, outcome: TaskOutcome, run_id: str, error: str, *, next_attempt: str | None = None
+        self,
+        outcome: TaskOutcome,
+        run_id: str,
+        error: str,
+        *,
+        next_attempt: str | None = None,
+        table: TableRef | None = None,
     ) -> dict[str, Any]:
-        """A failed task's step metadata: the lease, the error (``error``: its first line,
-        when the outcome holds none), samples of what failed."""
+        """A failed task's step metadata: the table, the lease, the error (``error``: its
+        first line, when the outcome holds none), samples of what failed."""
         meta = {
+            **self.table_metadata(table),
             **self.lease_metadata(outcome.lease),
             STATUS: outcome.status.value,
             "error": outcome.error or error,
