@@ -7,4 +7,5 @@ pytest_plugins = [
     "tests.support.dagster",
     "tests.support.daemon_fixtures",
     "tests.support.scheduling",
+    "tests.support.polaris_report",
 ]

@@ -1,0 +1,106 @@
+"""Polaris releases' own classes as a test oracle (tests/test_polaris_classes.py).
+
+``scripts/install-polaris-classes.sh VERSION`` puts a release's jars and our harness
+(tests/polaris/harness) in ``$PP_POLARIS_DIR/VERSION`` (default
+``~/.cache/polaris-pipeline/polaris-classes``); :func:`install` runs it (a no-op once
+done) and :class:`PolarisHarness` runs the harness: one JVM per question, each reading
+the task rows of a realm from PostgreSQL with JDBC.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import make_url
+
+INSTALL_SCRIPT = "scripts/install-polaris-classes.sh"
+HARNESS_CLASS = "PolarisTaskHarness"
+REPO = Path(__file__).resolve().parents[2]
+# The releases under test: the oldest served (schema v1), one of 1.4-1.6 with the
+# service jar the registry serves (1.4.1), 1.6.0, and the newest served (1.7.0).
+RELEASES = ("1.0.0-incubating", "1.4.1", "1.6.0", "1.7.0")
+# The schema each release bootstraps on an empty database (the task model page, section 1).
+SCHEMA_VERSION = {"1.0.0-incubating": 1, "1.4.1": 4, "1.6.0": 4, "1.7.0": 5}
+# Polaris's default POLARIS_TASK_TIMEOUT_MILLIS, at every release.
+POLARIS_TASK_TIMEOUT_MS = 300_000
+# Startup matters more than peak speed for one short run.
+JVM_FLAGS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xshare:auto")
+
+
+def classes_root() -> Path:
+    default = Path.home() / ".cache" / "polaris-pipeline" / "polaris-classes"
+    return Path(os.environ.get("PP_POLARIS_DIR") or default)
+
+
+class InstallError(Exception):
+    """A release could not be installed; the message is the script's one line."""
+
+
+def install(release: str) -> Path:
+    """The release's installed directory, installing it first when needed."""
+    done = subprocess.run(
+        ["bash", INSTALL_SCRIPT, release],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        lines = [ln for ln in done.stderr.splitlines() if ln.startswith("install-polaris-classes:")]
+        raise InstallError(lines[-1] if lines else done.stderr.strip()[-500:])
+    return classes_root() / release
+
+
+@dataclass(frozen=True)
+class PolarisHarness:
+    release: str
+    directory: Path
+
+    @property
+    def runtime_service(self) -> bool:
+        """Whether the release's polaris-runtime-service (the handlers' records) is here."""
+        return (self.directory / "runtime-service").read_text().strip() == "served"
+
+    def _run(self, *args: str, database_url: str) -> list[dict[str, Any]]:
+        url = make_url(database_url)
+        jdbc = f"jdbc:postgresql://{url.host or '127.0.0.1'}:{url.port or 5432}/{url.database}"
+        java = Path((self.directory / "java-home").read_text().strip()) / "bin" / "java"
+        classpath = os.pathsep.join(
+            ln for ln in (self.directory / "classpath").read_text().splitlines() if ln
+        )
+        env = {**os.environ, "PGUSER": url.username or "postgres", "PGPASSWORD": url.password or ""}
+        done = subprocess.run(
+            [str(java), *JVM_FLAGS, "-cp", classpath, HARNESS_CLASS, args[0], jdbc, *args[1:]],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise AssertionError(
+                f"Polaris {self.release} harness {args[0]} failed: {done.stderr[-3000:]}"
+            )
+        return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+
+    def describe(self, database_url: str, realm: str) -> dict[int, dict[str, Any]]:
+        """Per task id: what the release's TaskEntity and parseTaskState make of the row."""
+        return {t["id"]: t for t in self._run("describe", realm, database_url=database_url)}
+
+    def lease(
+        self, database_url: str, realm: str, now_ms: int, executor: str = "polaris"
+    ) -> dict[str, list[int]]:
+        """Per metastore manager (transactional, atomic): the ids its loadTasks leases."""
+        out = {}
+        for answer in self._run("lease", realm, str(now_ms), executor, database_url=database_url):
+            if "error" in answer:
+                raise AssertionError(
+                    f"Polaris {self.release} {answer['manager']} loadTasks: {answer['error']}"
+                )
+            out[answer["manager"]] = answer["leased"]
+        return out
