@@ -15,11 +15,7 @@ from polaris_pipeline.cli.context import (
 )
 from polaris_pipeline.cli.output import dump_json
 from polaris_pipeline.cli.table import Column, output_width, render
-from polaris_pipeline.leaks.catalogs import read_catalogs
-from polaris_pipeline.leaks.drops import DropEvents
-from polaris_pipeline.leaks.find import find_leaks
-from polaris_pipeline.leaks.owners import RootOwners
-from polaris_pipeline.metastore.overlap import LiveLocations
+from polaris_pipeline.leaks.find import metastore_leaks
 from polaris_pipeline.report.formatting import format_bytes, truncate
 from polaris_pipeline.report.leaks_view import catalog_heading, report_json, root_cells
 from polaris_pipeline.storage.resolve import StorageResolver
@@ -39,12 +35,8 @@ ROOT_COLUMNS = (
 def cmd_leaks(args: argparse.Namespace, out: TextIO) -> int:
     settings = settings_for(args)
     store = checked_metastore(settings, read_only=True)
-    version = store.check_schema()
     resolver = StorageResolver(storage_config(settings))
-    live = LiveLocations(store.engine, version)
-    owners = RootOwners(live, store.list_tasks(None))
-    catalogs = read_catalogs(store.engine, settings.realm_list(), args.catalogs)
-    report = find_leaks(catalogs, owners, resolver, DropEvents(store.engine, version))
+    report = metastore_leaks(store, resolver, realms=settings.realm_list(), catalogs=args.catalogs)
     if args.json:
         dump_json(report_json(report), out)
         return EXIT_OK

@@ -20,11 +20,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from polaris_pipeline.errors import MetastoreError, StorageError
+from polaris_pipeline.leaks.catalogs import read_catalogs
 from polaris_pipeline.leaks.drops import DropEvents
 from polaris_pipeline.leaks.metadata import METADATA_DIRECTORY, holds_table_metadata
 from polaris_pipeline.leaks.metadata import read_root_metadata as read_metadata
 from polaris_pipeline.leaks.model import CatalogLeaks, CatalogRef, LeakedRoot, LeakReport, NotATable
 from polaris_pipeline.leaks.owners import RootOwners
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.metastore.overlap import LiveLocations
 from polaris_pipeline.storage.listing import ListedObject, SubDirectory, list_directory, list_prefix
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.uri import Location, parse_location
@@ -57,6 +60,27 @@ def walk_starts(catalog: CatalogRef) -> tuple[list[str], list[str]]:
         )
     ]
     return starts, problems
+
+
+def metastore_leaks(
+    store: Metastore,
+    resolver: StorageResolver,
+    *,
+    realms: Sequence[str] | None = None,
+    catalogs: Sequence[str] | None = None,
+    progress: ProgressFn | None = None,
+) -> LeakReport:
+    """The leak report of the catalogs of ``realms`` named ``catalogs`` (None: all),
+    ownership judged against every realm and catalog of ``store``."""
+    version = store.check_schema()
+    owners = RootOwners(LiveLocations(store.engine, version), store.list_tasks(None))
+    return find_leaks(
+        read_catalogs(store.engine, realms, catalogs),
+        owners,
+        resolver,
+        DropEvents(store.engine, version),
+        progress,
+    )
 
 
 def find_leaks(
