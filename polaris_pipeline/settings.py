@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from polaris_pipeline.errors import PolarisPipelineError
+from polaris_pipeline.leaks.reclaim import MIN_AGE_FLOOR_DAYS
 from polaris_pipeline.metastore.connection import URL_ENV
 from polaris_pipeline.storage.config import CONFIG_ENV_VAR
 from polaris_pipeline.tasks.model import LeasePolicy, RealmOverride
@@ -53,7 +54,7 @@ DEFAULT_RETENTION_CRON = "0 * * * *"
 DEFAULT_LEAK_MAX_BYTES = 0
 DEFAULT_LEAK_CRON = "0 4 * * 0"
 DEFAULT_LEAK_MIN_AGE_DAYS = 7.0
-MIN_LEAK_MIN_AGE_DAYS = 1.0
+LEAK_MIN_AGE_ENV = "POLARIS_PIPELINE_LEAK_MIN_AGE_DAYS"
 
 _POLICY = LeasePolicy()
 
@@ -222,10 +223,10 @@ _SPECS: dict[str, _Spec] = {
     ),
     "leak_cron": _Spec("POLARIS_PIPELINE_LEAK_CRON", None, _text, _nonblank_cron),
     "leak_min_age_days": _Spec(
-        "POLARIS_PIPELINE_LEAK_MIN_AGE_DAYS",
+        LEAK_MIN_AGE_ENV,
         "--min-age-days",
         _number,
-        _at_least(MIN_LEAK_MIN_AGE_DAYS, "a reclaim's minimum age in days"),
+        _at_least(MIN_AGE_FLOOR_DAYS, "a reclaim's minimum age in days"),
     ),
 }
 

@@ -32,6 +32,7 @@ def settings_for(args: argparse.Namespace) -> PipelineSettings:
         max_attempts=getattr(args, "max_attempts", None),
         storage_config=getattr(args, "storage_config", None),
         unreferenced=getattr(args, "unreferenced", None),
+        leak_min_age_days=getattr(args, "min_age_days", None),
     )
 
 

@@ -7,6 +7,7 @@ import argparse
 from typing import TextIO
 
 from polaris_pipeline.cli.context import (
+    EXIT_ERROR,
     EXIT_OK,
     EXIT_TASK_FAILED,
     checked_metastore,
@@ -16,9 +17,39 @@ from polaris_pipeline.cli.context import (
 from polaris_pipeline.cli.output import dump_json
 from polaris_pipeline.cli.table import Column, output_width, render
 from polaris_pipeline.leaks.find import metastore_leaks
+from polaris_pipeline.leaks.reclaim import check_min_age_days, reclaim_root
+from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.formatting import format_bytes, truncate
-from polaris_pipeline.report.leaks_view import catalog_heading, report_json, root_cells
+from polaris_pipeline.report.leaks_view import (
+    catalog_heading,
+    reclaim_json,
+    reclaim_line,
+    report_json,
+    root_cells,
+)
+from polaris_pipeline.settings import PipelineSettings
 from polaris_pipeline.storage.resolve import StorageResolver
+
+
+def _reclaim(
+    args: argparse.Namespace,
+    settings: PipelineSettings,
+    store: Metastore,
+    resolver: StorageResolver,
+    out: TextIO,
+) -> int:
+    min_age_ms = check_min_age_days(settings.leak_min_age_days)
+    report = reclaim_root(store, resolver, args.reclaim, min_age_ms=min_age_ms)
+    if args.json:
+        dump_json(reclaim_json(report), out)
+    else:
+        print(reclaim_line(report), file=out)
+        for uri, error in report.failed.items():
+            print(f"  failed: {uri}: {error}", file=out)
+    if report.refusal is not None and not report.deleted:
+        return EXIT_ERROR
+    return EXIT_OK if report.ok else EXIT_TASK_FAILED
+
 
 ROOT_COLUMNS = (
     Column("ROOT", min_width=24),
@@ -34,8 +65,11 @@ ROOT_COLUMNS = (
 
 def cmd_leaks(args: argparse.Namespace, out: TextIO) -> int:
     settings = settings_for(args)
+    # Read-only even to reclaim: a reclaim deletes files and writes no row.
     store = checked_metastore(settings, read_only=True)
     resolver = StorageResolver(storage_config(settings))
+    if args.reclaim is not None:
+        return _reclaim(args, settings, store, resolver, out)
     report = metastore_leaks(store, resolver, realms=settings.realm_list(), catalogs=args.catalogs)
     if args.json:
         dump_json(report_json(report), out)

@@ -13,6 +13,7 @@ from polaris_pipeline.metastore import URL_ENV
 from polaris_pipeline.metastore.ddl import LATEST_SCHEMA_VERSION, MIN_SCHEMA_VERSION
 from polaris_pipeline.settings import (
     GRACE_ENV,
+    LEAK_MIN_AGE_ENV,
     LEASE_TIMEOUT_ENV,
     MAX_ATTEMPTS_ENV,
     REALMS_ENV,
@@ -323,6 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_examples(
             "polaris-pipeline leaks --metastore sqlite:///polaris.db --storage-config storage.yaml",
             "polaris-pipeline leaks --realm POLARIS --catalog sales --json",
+            "polaris-pipeline leaks --reclaim s3://bucket/wh/ns/t --min-age-days 30",
         ),
     )
     _add_metastore(leaks)
@@ -336,5 +338,22 @@ def build_parser() -> argparse.ArgumentParser:
         "Ownership is still judged against every realm and catalog",
     )
     _add_storage_config(leaks)
-    _add_json(leaks, "the report (per catalog: roots, not-a-table directories, errors)")
+    leaks.add_argument(
+        "--reclaim",
+        metavar="ROOT",
+        help="delete this one reported root, e.g. --reclaim s3://bucket/wh/ns/t: checked again "
+        "first (a table root under a catalog's location, no live entity overlapping it, no task "
+        "naming it, its newest metadata readable and not gc.enabled=false); only objects older "
+        "than --min-age-days; its metadata last, once nothing else is left",
+    )
+    leaks.add_argument(
+        "--min-age-days",
+        type=float,
+        metavar="DAYS",
+        help="with --reclaim: delete only objects last modified at least this many days ago, "
+        f"at least 1 (default: ${LEAK_MIN_AGE_ENV}, else {_DEFAULTS.leak_min_age_days:g})",
+    )
+    _add_json(
+        leaks, "the report (per catalog: roots, not-a-table directories, errors) or the reclaim"
+    )
     return parser

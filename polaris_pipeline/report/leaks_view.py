@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from polaris_pipeline.leaks.model import CatalogLeaks, LeakedRoot, LeakReport
+from polaris_pipeline.leaks.reclaim import DAY_MS, ReclaimReport
 from polaris_pipeline.report.formatting import (
     add_json_times,
     format_bytes,
@@ -110,3 +111,40 @@ def catalog_heading(leaks: CatalogLeaks) -> str:
     if leaks.partial:
         parts.append("PARTIAL: a listing failed")
     return f"{head}: " + ", ".join(parts)
+
+
+def reclaim_json(report: ReclaimReport) -> dict[str, Any]:
+    return {
+        "root": report.root,
+        "min_age_days": report.min_age_ms / DAY_MS,
+        "ok": report.ok,
+        "refusal": report.refusal,
+        "error": report.error,
+        "deleted": report.deleted,
+        "bytes_deleted": report.bytes_deleted,
+        "missing": report.missing,
+        "kept_young": report.kept_young,
+        "failures": report.failures,
+        "failed": report.failed,
+        "metadata_deleted": report.metadata_deleted,
+        "directories_removed": report.directories_removed,
+    }
+
+
+def reclaim_line(report: ReclaimReport) -> str:
+    """One line: refused and why, or what was deleted and what stayed."""
+    if report.refusal is not None and not report.deleted:
+        return f"refused to reclaim {report.root}: {report.refusal}"
+    parts = [f"deleted {report.deleted} object(s), {format_bytes(report.bytes_deleted)}"]
+    if report.kept_young:
+        parts.append(
+            f"kept {report.kept_young} younger than {report.min_age_ms / DAY_MS:g} day(s) "
+            "(the metadata stays: the root is still reported)"
+        )
+    if report.failures:
+        parts.append(f"{report.failures} failed (the metadata stays)")
+    if report.refusal is not None:
+        parts.append(f"stopped: {report.refusal}")
+    if report.error is not None:
+        parts.append(f"error: {report.error}")
+    return f"reclaim {report.root}: " + "; ".join(parts)

@@ -119,3 +119,11 @@ def unlistable_directory(parent: Path) -> Path:
     finally:
         os.close(fd)
     return parent / ("d" * 250)
+
+
+def age_local_files(directory: Path, days: float) -> None:
+    """Set every file under ``directory`` last modified ``days`` ago."""
+    stamp = time.time() - days * 86_400
+    for path in directory.rglob("*"):
+        if path.is_file():
+            os.utime(path, (stamp, stamp))
