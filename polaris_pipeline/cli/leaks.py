@@ -86,9 +86,9 @@ def cmd_leaks(args: argparse.Namespace, out: TextIO) -> int:
             rendered = render(ROOT_COLUMNS, [root_cells(r) for r in leaks.roots], width)
             print("\n".join("  " + line for line in rendered.lines), file=out)
         if leaks.not_tables_total:
-            print(
-                f"  not a table: {leaks.not_tables_total} director(y/ies) of loose files", file=out
-            )
+            count = leaks.not_tables_total
+            noun = "directory" if count == 1 else "directories"
+            print(f"  not a table: {count} {noun} of loose files", file=out)
             for n in leaks.not_tables:
                 print(f"    {n.uri} ({n.objects} object(s), {format_bytes(n.bytes)})", file=out)
     print(
