@@ -239,3 +239,24 @@ def test_the_cli_prints_the_report_and_its_json(
     other = io.StringIO()
     assert main(["leaks", "--metastore", url, "--catalog", "other", "--json"], other) == 0
     assert json.loads(other.getvalue())["catalogs"] == []
+
+
+def test_schema_v1_judges_by_the_entities_location_property_and_has_no_events(
+    tmp_path: Path, local_warehouse: Warehouse
+) -> None:
+    store = Metastore(f"sqlite:///{tmp_path}/v1.db")
+    store.init_schema(1)
+    try:
+        catalog_entity(store, "cat", local_warehouse.uri)
+        live = local_warehouse.build("live", appends=1)
+        live_entity(store, live.location(), name="live", with_location_column=False)
+        gone = local_warehouse.build("gone", appends=1)
+        listed: list[str] = []
+        report = report_of(store, local_warehouse, listed)
+        assert set(_roots(report)) == {normalize_uri(gone.location())}
+        assert report.catalogs[0].live_tables_pruned == 1
+        assert not any(d.startswith(live.location()) for d in listed)
+        [root] = report.catalogs[0].roots
+        assert root.dropped_by is None and root.uuid == str(gone.metadata.table_uuid)
+    finally:
+        store.dispose()

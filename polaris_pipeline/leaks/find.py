@@ -126,13 +126,16 @@ def _walk(
             if progress is not None:
                 progress(directory)
             leaks.directories_listed += 1
-            files: list[ListedObject] = []
+            # Loose files are counted, never held: a directory of millions of them
+            # costs two numbers. Only the subdirectories still to visit are kept.
+            file_count = file_bytes = 0
             subdirectories: list[str] = []
             for entry in list_directory(resolver, directory):
                 if isinstance(entry, SubDirectory):
                     subdirectories.append(entry.uri)
                 else:
-                    files.append(entry)
+                    file_count += 1
+                    file_bytes += entry.size or 0
             metadata_dir = next(
                 (d for d in subdirectories if d.rsplit("/", 1)[-1] == METADATA_DIRECTORY), None
             )
@@ -143,10 +146,8 @@ def _walk(
                 if holds_table_metadata(metadata_files):
                     _judge_root(leaks, directory, loc, metadata_files, owners, resolver, drops)
                     continue
-            if files:
-                leaks.add_not_a_table(
-                    NotATable(directory, len(files), sum(f.size or 0 for f in files))
-                )
+            if file_count:
+                leaks.add_not_a_table(NotATable(directory, file_count, file_bytes))
             pending.extend(sorted(subdirectories, reverse=True))
         except (StorageError, MetastoreError) as e:
             leaks.errors.append(str(e))
