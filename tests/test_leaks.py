@@ -260,3 +260,42 @@ def test_schema_v1_judges_by_the_entities_location_property_and_has_no_events(
         assert root.dropped_by is None and root.uuid == str(gone.metadata.table_uuid)
     finally:
         store.dispose()
+
+
+def test_catalogs_sharing_a_location_report_each_root_once(
+    metastore: Metastore, local_warehouse: Warehouse
+) -> None:
+    gone = local_warehouse.build("gone", appends=1)
+    namespace = gone.location().rsplit("/", 1)[0]
+    # "a" walks the namespace directory; "b" allows the whole warehouse around it.
+    catalog_entity(metastore, "a", namespace)
+    catalog_entity(metastore, "b", None, [local_warehouse.uri])
+    report = report_of(metastore, local_warehouse)
+    a, b = report.catalogs
+    assert [normalize_uri(r.uri) for r in a.roots] == [normalize_uri(gone.location())]
+    assert b.roots == [] and b.walked_before == 1
+    assert report.roots == 1
+
+
+def test_the_drop_event_is_matched_by_uuid_first_then_by_name_and_time(
+    metastore: Metastore, local_warehouse: Warehouse
+) -> None:
+    catalog_entity(metastore, "cat", local_warehouse.uri)
+    by_uuid = local_warehouse.build("by_uuid", appends=1)
+    by_name = local_warehouse.build("by_name", appends=1)
+    updated = by_name.metadata.last_updated_ms
+    # An event of the same name from before the table's last update is another table's.
+    drop_event(metastore, table="ns.by_name", principal="old", timestamp_ms=updated - 10)
+    drop_event(metastore, table="ns.by_name", principal="bob", timestamp_ms=updated + 10)
+    drop_event(metastore, table="ns.by_uuid", principal="bob", timestamp_ms=updated + 20)
+    drop_event(
+        metastore,
+        table="ns.renamed",
+        principal="carol",
+        timestamp_ms=updated + 30,
+        properties={"table-uuid": str(by_uuid.metadata.table_uuid)},
+    )
+    roots = _roots(report_of(metastore, local_warehouse))
+    assert roots[normalize_uri(by_name.location())].dropped_by == "bob"
+    assert roots[normalize_uri(by_name.location())].dropped_at_ms == updated + 10
+    assert roots[normalize_uri(by_uuid.location())].dropped_by == "carol"

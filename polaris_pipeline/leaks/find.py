@@ -92,6 +92,7 @@ def find_leaks(
 ) -> LeakReport:
     """The leak report of ``catalogs`` (see the module docstring)."""
     report = LeakReport()
+    covered: list[Location] = []  # the walked locations of the catalogs before
     for catalog in catalogs:
         leaks = CatalogLeaks(catalog)
         report.catalogs.append(leaks)
@@ -103,7 +104,9 @@ def find_leaks(
         starts, problems = walk_starts(catalog)
         leaks.errors += problems
         for start in starts:
-            _walk(leaks, start, owners, resolver, drops, progress)
+            _walk(leaks, start, owners, resolver, drops, progress, covered)
+        # Catalogs may share locations: what one walked is reported under it alone.
+        covered += [parse_location(s, directory=True) for s in starts]
     return report
 
 
@@ -114,12 +117,16 @@ def _walk(
     resolver: StorageResolver,
     drops: DropEvents | None,
     progress: ProgressFn | None,
+    covered: Sequence[Location] = (),
 ) -> None:
     pending = [start]
     while pending:
         directory = pending.pop()
         try:
             loc = parse_location(directory, directory=True)
+            if any(c.contains(loc) for c in covered):
+                leaks.walked_before += 1
+                continue
             if owners.inside_live_table(loc) is not None:
                 leaks.live_tables_pruned += 1
                 continue

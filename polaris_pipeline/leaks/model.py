@@ -65,6 +65,8 @@ class CatalogLeaks:
     pending_roots: int = 0
     live_tables_pruned: int = 0
     directories_listed: int = 0
+    # Directories not walked again: an earlier catalog (realm and name order) shares them.
+    walked_before: int = 0
     skipped: str | None = None  # why the catalog was not walked at all
     errors: list[str] = field(default_factory=list)
 

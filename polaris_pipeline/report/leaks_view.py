@@ -61,6 +61,7 @@ def catalog_json(leaks: CatalogLeaks) -> dict[str, Any]:
         "pending_task_roots": leaks.pending_roots,
         "live_tables_pruned": leaks.live_tables_pruned,
         "directories_listed": leaks.directories_listed,
+        "walked_by_an_earlier_catalog": leaks.walked_before,
     }
     add_json_times(doc, oldest_leak=leaks.oldest_ms)
     return doc
