@@ -11,8 +11,8 @@ directory of loose files that is no table root is counted as "not a table".
 Memory holds one directory level and the directories still to visit, never a
 whole listing.
 
-A listing that fails is recorded on the catalog (its report is then partial)
-and the walk goes on with the next directory.
+A listing that fails is recorded on the catalog (its report is then partial);
+what it gave before failing is still walked, and the walk goes on.
 """
 
 from __future__ import annotations
@@ -137,12 +137,16 @@ def _walk(
             # costs two numbers. Only the subdirectories still to visit are kept.
             file_count = file_bytes = 0
             subdirectories: list[str] = []
-            for entry in list_directory(resolver, directory):
-                if isinstance(entry, SubDirectory):
-                    subdirectories.append(entry.uri)
-                else:
-                    file_count += 1
-                    file_bytes += entry.size or 0
+            try:
+                for entry in list_directory(resolver, directory):
+                    if isinstance(entry, SubDirectory):
+                        subdirectories.append(entry.uri)
+                    else:
+                        file_count += 1
+                        file_bytes += entry.size or 0
+            except StorageError as e:
+                # Partial: what the listing gave before it failed is still walked.
+                leaks.errors.append(str(e))
             metadata_dir = next(
                 (d for d in subdirectories if d.rsplit("/", 1)[-1] == METADATA_DIRECTORY), None
             )
