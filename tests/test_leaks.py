@@ -213,6 +213,11 @@ def test_listings_that_fail_half_way_report_what_they_saw_as_partial(
     assert root.partial and 0 < root.objects <= len(files) and "failed" in (root.error or "")
     assert report.partial
     assert any("ENAMETOOLONG" in e or "too long" in e for e in report.catalogs[0].errors)
+    url = metastore.engine.url.render_as_string(hide_password=False)
+    for form in ([], ["--json"]):
+        out = io.StringIO()
+        assert main(["leaks", "--metastore", url, *form], out) == 1
+    assert json.loads(out.getvalue())["catalogs"][0]["partial"] is True
 
 
 def test_the_cli_prints_the_report_and_its_json(

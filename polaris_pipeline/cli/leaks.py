@@ -71,9 +71,11 @@ def cmd_leaks(args: argparse.Namespace, out: TextIO) -> int:
     if args.reclaim is not None:
         return _reclaim(args, settings, store, resolver, out)
     report = metastore_leaks(store, resolver, realms=settings.realm_list(), catalogs=args.catalogs)
+    # A partial report exits 1 in either form: a script must not read it as whole.
+    status = EXIT_TASK_FAILED if report.partial else EXIT_OK
     if args.json:
         dump_json(report_json(report), out)
-        return EXIT_OK
+        return status
     width = output_width(out)
     if not report.catalogs:
         print("no catalogs found", file=out)
@@ -96,4 +98,4 @@ def cmd_leaks(args: argparse.Namespace, out: TextIO) -> int:
         + (" (PARTIAL: a listing failed)" if report.partial else ""),
         file=out,
     )
-    return EXIT_TASK_FAILED if report.partial else EXIT_OK
+    return status
