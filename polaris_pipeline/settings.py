@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from polaris_pipeline.errors import PolarisPipelineError
+from polaris_pipeline.leaks.reclaim import MIN_AGE_FLOOR_DAYS
 from polaris_pipeline.metastore.connection import URL_ENV
 from polaris_pipeline.storage.config import CONFIG_ENV_VAR
 from polaris_pipeline.tasks.model import LeasePolicy, RealmOverride
@@ -49,6 +50,13 @@ DEFAULT_MAX_ORPHAN_AGE_S = 3600.0
 # The run retention job (polaris_pipeline.dagster.retention): runs deleted per tick, when.
 DEFAULT_RETENTION_BATCH_SIZE = 1000
 DEFAULT_RETENTION_CRON = "0 * * * *"
+# The leak report (polaris_pipeline.leaks): its check's threshold, its schedule (off by
+# default: it lists whole catalogs), and the youngest object a reclaim deletes. Below a
+# day a reclaim could race a writer (a table being created at the root) and is refused.
+DEFAULT_LEAK_MAX_BYTES = 0
+DEFAULT_LEAK_CRON = "0 4 * * 0"
+DEFAULT_LEAK_MIN_AGE_DAYS = 7.0
+LEAK_MIN_AGE_ENV = "POLARIS_PIPELINE_LEAK_MIN_AGE_DAYS"
 
 _POLICY = LeasePolicy()
 
@@ -142,7 +150,7 @@ def _executor_prefix(value: Any) -> None:
 def _nonblank_cron(value: Any) -> None:
     # Dagster checks the expression itself when it builds the schedule.
     if not isinstance(value, str) or not value.strip():
-        raise ValueError("the retention schedule must be a cron expression")
+        raise ValueError("a schedule must be a cron expression")
 
 
 def _realms_check(value: Any) -> None:
@@ -215,6 +223,16 @@ _SPECS: dict[str, _Spec] = {
     ),
     "retention_dry_run": _Spec("POLARIS_PIPELINE_RETENTION_DRY_RUN", None, _boolean),
     "retention_cron": _Spec("POLARIS_PIPELINE_RETENTION_CRON", None, _text, _nonblank_cron),
+    "leak_max_bytes": _Spec(
+        "POLARIS_PIPELINE_LEAK_MAX_BYTES", None, _integer, _at_least(0, "the leaked bytes")
+    ),
+    "leak_cron": _Spec("POLARIS_PIPELINE_LEAK_CRON", None, _text, _nonblank_cron),
+    "leak_min_age_days": _Spec(
+        LEAK_MIN_AGE_ENV,
+        "--min-age-days",
+        _number,
+        _at_least(MIN_AGE_FLOOR_DAYS, "a reclaim's minimum age in days"),
+    ),
 }
 
 
@@ -262,6 +280,11 @@ class PipelineSettings:
     retention_batch_size: int = DEFAULT_RETENTION_BATCH_SIZE
     retention_dry_run: bool = False
     retention_cron: str = DEFAULT_RETENTION_CRON
+    # The leak report's check warns above this many leaked bytes (0: any leak).
+    leak_max_bytes: int = DEFAULT_LEAK_MAX_BYTES
+    leak_cron: str = DEFAULT_LEAK_CRON
+    # A reclaim deletes only objects last modified at least this many days ago.
+    leak_min_age_days: float = DEFAULT_LEAK_MIN_AGE_DAYS
 
     def __post_init__(self) -> None:
         if self.realms is not None:

@@ -43,6 +43,7 @@ from polaris_pipeline.dagster.backlog_report import (
     realm_key,
 )
 from polaris_pipeline.dagster.definitions import build_defs_from_env
+from polaris_pipeline.dagster.leaks import LEAKS_ASSET, LEAKS_SCHEDULE
 from polaris_pipeline.dagster.resources import SweeperSettings
 from polaris_pipeline.dagster.retention import RETENTION_JOB_NAME, RETENTION_SCHEDULE_NAME
 from polaris_pipeline.dagster.sweeper import SweepCursor, polaris_task_sweeper
@@ -471,9 +472,13 @@ def test_nothing_is_partitioned_and_no_schedule_refreshes_the_backlog() -> None:
     assert polaris_task_backlog.partitions_def is None
     assert all(check.partitions_def is None for check in BACKLOG_CHECKS)
     repo = build_defs_from_env({}).get_repository_def()
-    # The one schedule is the run retention's, whose job materializes nothing.
-    [schedule] = repo.schedule_defs
-    assert (schedule.name, schedule.job_name) == (RETENTION_SCHEDULE_NAME, RETENTION_JOB_NAME)
+    # The run retention's schedule, whose job materializes nothing, and the leak report's,
+    # which materializes only its own asset (stopped by default).
+    schedules = {s.name: s for s in repo.schedule_defs}
+    assert set(schedules) == {RETENTION_SCHEDULE_NAME, LEAKS_SCHEDULE}
+    assert schedules[RETENTION_SCHEDULE_NAME].job_name == RETENTION_JOB_NAME
+    leak_keys = repo.get_job(schedules[LEAKS_SCHEDULE].job_name).asset_layer.executable_asset_keys
+    assert leak_keys == {AssetKey(LEAKS_ASSET)}
     assert not repo.get_job(RETENTION_JOB_NAME).asset_layer.executable_asset_keys
     sweeper = repo.get_sensor_def("polaris_task_sweeper")
     assert "backlog" in sweeper.required_resource_keys
@@ -554,7 +559,7 @@ def test_the_code_location_loads_without_preview_or_beta_warnings(tmp_path: Path
     assert proc.returncode == 0, proc.stderr[-3000:]
     sensors, checks = proc.stdout.split("] ")
     assert "polaris_task_sweeper" in sensors and "polaris_run_failure_alert" in sensors
-    assert int(checks) == 4
+    assert int(checks) == 5  # the backlog's four and the leak report's one
 
 
 # -- permanent failures and long backoffs -------------------------------------------

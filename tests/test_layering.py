@@ -137,6 +137,7 @@ PACKAGE_LAYERS = (
     ("storage",),  # locations, filesystems, credentials, the guard, deletes
     ("metastore",),  # statements and transitions over the rows
     ("cleanup",),  # one handler per task type, on storage
+    ("leaks",),  # leaked table roots: the catalogs' locations listed, owners checked
     ("execution",),  # start, run, observe one lease: the Runner
     ("report",),  # outcomes shown: view, totals, progress, "nothing available"
     ("settings",),  # every setting, for the two front ends

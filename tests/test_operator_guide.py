@@ -56,6 +56,7 @@ from polaris_pipeline.tasks.model import NewTask, Prop
 from polaris_pipeline.testing import tables as testing_tables
 from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import table_files
+from tests.support.leaks import catalog_entity
 from tests.support.metastore import PG_ADMIN_URL
 from tests.support.ports import free_port
 from tests.support.postgres import database_url, throwaway_database
@@ -303,6 +304,9 @@ class World:
     kept_keys: list[str]
     table_task: int = 0
     events_task: int = 0
+    # A dropped table whose task row is gone and whose files stayed (section 11).
+    leaked_root: str = ""
+    leaked_uuid: str = ""
 
     def s3_keys(self) -> set[str]:
         listing = self.moto.client().list_objects_v2(Bucket=self.bucket)
@@ -378,6 +382,9 @@ def _seed(store: Metastore, moto: MotoS3, bucket: str, warehouse_dir: Path) -> W
     )
     fresh_task = batch("visits", kept[2:], create_timestamp=now)
     store.insert_tasks([dropped, events_task, dead_task, live_task, fresh_task])
+    # The catalog these tables live in, and a table Polaris dropped whose task is gone.
+    catalog_entity(store, "lake", testing_tables.local_warehouse_uri(warehouse_dir))
+    leaked = testing_tables.build_table(catalog, ("sales", "returns"), appends=1)
     return World(
         store=store,
         moto=moto,
@@ -388,6 +395,8 @@ def _seed(store: Metastore, moto: MotoS3, bucket: str, warehouse_dir: Path) -> W
         kept_keys=kept,
         table_task=dropped.id,
         events_task=events_task.id,
+        leaked_root=leaked.location(),
+        leaked_uuid=str(leaked.metadata.table_uuid),
     )
 
 
@@ -544,6 +553,17 @@ def _upgrade(out: str, ctx: Context) -> None:
     assert "dry run: 0 task(s), 0 file(s) would be deleted; nothing was changed" in out
 
 
+def _leaks(out: str, ctx: Context) -> None:
+    # The swept table's directory is gone or empty; the dropped one left whole is the leak.
+    assert "catalog 'lake' (realm POLARIS): 1 leaked root(s)" in out, out
+    assert "\n1 leaked root(s)" in out
+    doc = json.loads((ctx.session.cwd / "leaks.json").read_text())
+    [catalog] = doc["catalogs"]
+    [root] = catalog["roots"]
+    assert (root["root"], root["uuid"]) == (ctx.world.leaked_root, ctx.world.leaked_uuid)
+    assert root["objects"] > 0 and root["dropped_by"] is None  # no events grant: not said
+
+
 # The sh blocks of the guide, in order: the first line each starts with, and its check.
 SH_CHECKS: list[tuple[str, Check]] = [
     ("polaris-pipeline --help", _help),
@@ -559,6 +579,7 @@ SH_CHECKS: list[tuple[str, Check]] = [
     ("polaris-pipeline tasks list --state dead", _requeued),
     ("polaris-pipeline tasks list --state pending --state leased", _holders),
     ("polaris-pipeline tasks list", _upgrade),
+    ("polaris-pipeline leaks", _leaks),
 ]
 
 

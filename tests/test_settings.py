@@ -50,6 +50,9 @@ def test_every_variable_is_read() -> None:
         "POLARIS_PIPELINE_RETENTION_BATCH_SIZE": "250",
         "POLARIS_PIPELINE_RETENTION_DRY_RUN": "true",
         "POLARIS_PIPELINE_RETENTION_CRON": "*/15 * * * *",
+        "POLARIS_PIPELINE_LEAK_MAX_BYTES": "1073741824",
+        "POLARIS_PIPELINE_LEAK_CRON": "0 5 * * *",
+        "POLARIS_PIPELINE_LEAK_MIN_AGE_DAYS": "30",
     }
     assert set(env) == {spec.env for spec in _SPECS.values()}
     s = PipelineSettings.from_env(env)
@@ -77,6 +80,7 @@ def test_every_variable_is_read() -> None:
     assert (s.retention_success_days, s.retention_failure_days) == (14, 90)
     assert (s.retention_batch_size, s.retention_dry_run) == (250, True)
     assert s.retention_cron == "*/15 * * * *"
+    assert (s.leak_max_bytes, s.leak_cron, s.leak_min_age_days) == (2**30, "0 5 * * *", 30.0)
 
 
 def test_sweeper_autostart_is_a_boolean_or_unset() -> None:
@@ -106,6 +110,8 @@ def test_blank_variables_mean_the_default() -> None:
         ("POLARIS_PIPELINE_SWEEP_JITTER", "11", "between 0 and 10"),
         ("POLARIS_PIPELINE_SWEEP_MAX_RUNS", "0", "must be at least 1"),
         ("POLARIS_PIPELINE_MAX_ORPHAN_AGE_S", "-5", "must be positive"),
+        ("POLARIS_PIPELINE_LEAK_MIN_AGE_DAYS", "0.5", "minimum age in days must be at least 1"),
+        ("POLARIS_PIPELINE_LEAK_MAX_BYTES", "-1", "the leaked bytes must be at least 0"),
         ("POLARIS_PIPELINE_EXECUTOR_PREFIX", "a b", "must not contain white space"),
         ("POLARIS_PIPELINE_METADATA_BATCH_SIZE", "0", "metadata batch size must be at least 1"),
         ("POLARIS_PIPELINE_REALM_OVERRIDES", "{TEST: 1}", "REALM_OVERRIDES='{TEST: 1}': not JSON"),

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from polaris_pipeline.cli.context import EXIT_ERROR
+from polaris_pipeline.cli.leaks import cmd_leaks
 from polaris_pipeline.cli.parser import build_parser
 from polaris_pipeline.cli.run import cmd_run, cmd_sweep
 from polaris_pipeline.cli.tasks import cmd_discard, cmd_init, cmd_list, cmd_requeue, cmd_show
@@ -28,6 +29,7 @@ COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace, TextIO], in
     ("tasks", "run"): cmd_run,
     ("tasks", "discard"): cmd_discard,
     ("sweep", None): cmd_sweep,
+    ("leaks", None): cmd_leaks,
 }
 
 

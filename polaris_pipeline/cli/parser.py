@@ -13,6 +13,7 @@ from polaris_pipeline.metastore import URL_ENV
 from polaris_pipeline.metastore.ddl import LATEST_SCHEMA_VERSION, MIN_SCHEMA_VERSION
 from polaris_pipeline.settings import (
     GRACE_ENV,
+    LEAK_MIN_AGE_ENV,
     LEASE_TIMEOUT_ENV,
     MAX_ATTEMPTS_ENV,
     REALMS_ENV,
@@ -317,4 +318,51 @@ def build_parser() -> argparse.ArgumentParser:
         help="tasks leased per round trip (default 32)",
     )
     _add_json(sweep, "the outcome of every task and the summary (with --dry-run: the plan)")
+
+    leaks = sub.add_parser(
+        "leaks",
+        help="list the table roots under the catalogs' locations that nothing owns",
+        description="Walk each catalog's default-base-location and allowedLocations one "
+        "directory level at a time, never into a live table, and list the table roots "
+        "(a directory whose metadata/ holds Iceberg table or view metadata) that no live "
+        "table, view, namespace or catalog of any realm overlaps and no task names: the "
+        "files of dropped tables that no cleanup will ever delete. Per root: objects, bytes, "
+        "newest object, the newest metadata's uuid and last update, and who dropped it when "
+        "Polaris's events table says. Deletes nothing. Exits 1 when a listing failed "
+        "(the report is then partial).",
+        epilog=_examples(
+            "polaris-pipeline leaks --metastore sqlite:///polaris.db --storage-config storage.yaml",
+            "polaris-pipeline leaks --realm POLARIS --catalog sales --json",
+            "polaris-pipeline leaks --reclaim s3://bucket/wh/ns/t --min-age-days 30",
+        ),
+    )
+    _add_metastore(leaks)
+    _add_realms(leaks)
+    leaks.add_argument(
+        "--catalog",
+        action="append",
+        dest="catalogs",
+        metavar="NAME",
+        help="only this catalog's locations; repeat for several (default: every catalog). "
+        "Ownership is still judged against every realm and catalog",
+    )
+    _add_storage_config(leaks)
+    leaks.add_argument(
+        "--reclaim",
+        metavar="ROOT",
+        help="delete this one reported root, e.g. --reclaim s3://bucket/wh/ns/t: checked again "
+        "first (a table root under a catalog's location, no live entity overlapping it, no task "
+        "naming it, its newest metadata readable and not gc.enabled=false); only objects older "
+        "than --min-age-days; its metadata last, once nothing else is left",
+    )
+    leaks.add_argument(
+        "--min-age-days",
+        type=float,
+        metavar="DAYS",
+        help="with --reclaim: delete only objects last modified at least this many days ago, "
+        f"at least 1 (default: ${LEAK_MIN_AGE_ENV}, else {_DEFAULTS.leak_min_age_days:g})",
+    )
+    _add_json(
+        leaks, "the report (per catalog: roots, not-a-table directories, errors) or the reclaim"
+    )
     return parser

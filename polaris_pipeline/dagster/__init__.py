@@ -19,6 +19,7 @@ from polaris_pipeline.dagster.definitions import (
     build_defs,
     build_defs_from_env,
 )
+from polaris_pipeline.dagster.leaks import LeakSettings, polaris_leaked_roots
 from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
     PolarisStorageResource,
@@ -29,6 +30,7 @@ from polaris_pipeline.dagster.translator import PolarisTranslator
 
 __all__ = [
     "TASK_EXECUTOR_ENV",
+    "LeakSettings",
     "PolarisMetastoreResource",
     "PolarisStorageResource",
     "PolarisSweeper",
@@ -38,4 +40,5 @@ __all__ = [
     "TaskExecutor",
     "build_defs",
     "build_defs_from_env",
+    "polaris_leaked_roots",
 ]

@@ -1,7 +1,8 @@
 """``build_defs``: everything the integration offers, as one ``Definitions``.
 
 The one place that assembles the sensors, the jobs, the backlog asset and its
-checks (reported by the sweeper and its watch: no schedule), and the resources.
+checks (reported by the sweeper and its watch: no schedule), the leak report asset
+(its schedule stopped by default), and the resources.
 ``definitions.py`` (this repository's code location), the Celery location and
 the ``dg`` Component all call it, so a new piece is added here once and reaches
 every deployment.
@@ -37,6 +38,12 @@ from polaris_pipeline.dagster.backlog import (
     polaris_task_backlog,
 )
 from polaris_pipeline.dagster.backlog_report import BacklogSettings
+from polaris_pipeline.dagster.leaks import (
+    LeakSettings,
+    build_leak_report_schedule,
+    polaris_leak_report_job,
+    polaris_leaked_roots,
+)
 from polaris_pipeline.dagster.realm_backfill import polaris_realm_backfill_job
 from polaris_pipeline.dagster.reporting import build_run_report_sensor
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
@@ -116,6 +123,7 @@ def build_defs(
     alert_ui_url: str | None = None,
     translator: PolarisTranslator | None = None,
     retention: RetentionSettings | None = None,
+    leaks: LeakSettings | None = None,
 ) -> Definitions:
     """The sweeper sensor, the task and backfill jobs, the backlog and its checks.
 
@@ -134,6 +142,8 @@ def build_defs(
     runs are kept (polaris_pipeline.dagster.retention); its schedule stays
     STOPPED until an age is set. ``translator`` (a ``PolarisTranslator`` subclass)
     decides the runs' tags, the steps' metadata and the tables' asset keys and events.
+    ``leaks``: the leak report's threshold and catalogs (polaris_pipeline.dagster.leaks);
+    its schedule stays STOPPED until started.
     """
     policy: dict[str, Any] = {
         field: value
@@ -183,14 +193,18 @@ def build_defs(
         "sweeper": sweeper or SweeperSettings(),
         "backlog": backlog or BacklogSettings(),
         "retention": (retention or RetentionSettings()).validated(),
+        "leaks": leaks or LeakSettings(),
     }
     if io_manager is not None:
         resources["io_manager"] = io_manager
     defs = Definitions(
-        assets=[polaris_task_backlog],
+        assets=[polaris_task_backlog, polaris_leaked_roots],
         asset_checks=BACKLOG_CHECKS,
-        jobs=[task_job, polaris_realm_backfill_job, retention_job],
-        schedules=[build_run_retention_schedule(retention_job, resources["retention"])],
+        jobs=[task_job, polaris_realm_backfill_job, retention_job, polaris_leak_report_job],
+        schedules=[
+            build_run_retention_schedule(retention_job, resources["retention"]),
+            build_leak_report_schedule(resources["leaks"]),
+        ],
         sensors=[
             build_polaris_task_sweeper(
                 task_job,
@@ -277,6 +291,7 @@ def build_defs_from_env(
         ),
         backlog=BacklogSettings(max_orphan_age_seconds=settings.max_orphan_age_s),
         retention=RetentionSettings.from_settings(settings),
+        leaks=LeakSettings.from_settings(settings),
         executor=executor,  # type: ignore[arg-type]  # checked by _task_executor
         io_manager=io_manager,
         sweeper_autostart=settings.sweeper_autostart,

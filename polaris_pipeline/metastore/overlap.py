@@ -163,6 +163,13 @@ def judge(
     return None
 
 
+def _at(hit: Overlap, prefix: Location) -> bool:
+    try:
+        return parse_location(hit.location, directory=True) == prefix
+    except ValueError:
+        return True  # a malformed location is refused, never guessed
+
+
 class LiveLocations:
     """The overlap check against one metastore (its engine and schema version)."""
 
@@ -188,6 +195,34 @@ class LiveLocations:
                 f"overlap check failed: {first[0] if first else type(exc).__name__}"
             ) from exc
         return found
+
+    def enclosing_table(self, prefix: Location) -> Overlap | None:
+        """A live table or view at ``prefix`` or above it (the prefix is its files), else
+        None: the part of the rule a walk prunes by, without reading what lies under it."""
+        c = entities.c
+        columns = [c.realm_id, c.catalog_id, c.id, c.type_code, c.name, c.properties]
+        tables = c.type_code == TABLE_LIKE_TYPE_CODE
+        try:
+            with self.engine.connect() as conn:
+                if self.indexed:
+                    equal, _ = overlap_terms(prefix)
+                    stmt = select(*columns, c.location_without_scheme).where(
+                        and_(tables, c.location_without_scheme.in_(equal))
+                    )
+                    rows = self._judged(conn.execute(stmt), prefix, with_lws=True)
+                else:
+                    stmt = select(*columns).where(tables).execution_options(yield_per=1000)
+                    rows = self._judged(conn.execute(stmt), prefix)
+                for hit in rows:
+                    # At the prefix, or above it; one under it is not "enclosing".
+                    if hit.why != "it is at or under the prefix" or _at(hit, prefix):
+                        return hit
+        except (OperationalError, DBAPIError) as exc:
+            first = str(getattr(exc, "orig", exc)).strip().splitlines()
+            raise MetastoreError(
+                f"overlap check failed: {first[0] if first else type(exc).__name__}"
+            ) from exc
+        return None
 
     def _candidates(self, conn: Connection, prefix: Location) -> Iterator[Overlap]:
         c = entities.c

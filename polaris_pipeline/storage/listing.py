@@ -18,6 +18,11 @@ relative to it, so the guard judges it in the same spelling as the prefix. A
 listing that fails raises ``StorageError`` where it failed: the pages before it
 were listed whole, nothing after it is yielded.
 
+``list_directory(resolver, directory)`` yields one level only: the files directly in
+a directory and its subdirectories (``SubDirectory``), as S3's ``Delimiter=/``
+pages, one ``os.scandir`` or one ``ls`` give them: a walk that must not descend
+into some subtrees (the leak report's, around live tables) lists with it.
+
 ``remove_empty_directories`` removes, bottom up, the empty directories a local
 filesystem keeps under the prefix, and the prefix itself once empty.
 """
@@ -52,14 +57,33 @@ class ListedObject:
     mtime_ms: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class SubDirectory:
+    """A directory (an S3 common prefix) directly in a listed directory."""
+
+    uri: str
+
+    @property
+    def name(self) -> str:
+        return self.uri.rstrip("/").rsplit("/", 1)[-1]
+
+
 def _join(prefix_uri: str, relative: str) -> str:
     return f"{prefix_uri.rstrip('/')}/{relative}"
 
 
 def list_prefix(
-    resolver: StorageResolver, prefix_uri: str, *, page_size: int = PAGE_SIZE
+    resolver: StorageResolver,
+    prefix_uri: str,
+    *,
+    page_size: int = PAGE_SIZE,
+    seen_on_error: bool = False,
 ) -> Iterator[list[ListedObject]]:
-    """Pages of every object under ``prefix_uri`` (a directory: never the prefix itself)."""
+    """Pages of every object under ``prefix_uri`` (a directory: never the prefix itself).
+
+    ``seen_on_error``: when the listing fails, the short page listed before the
+    failure is yielded first, then the error raised (for counting, never deleting).
+    """
     size = max(1, page_size)
     fs, path = resolver.filesystem(prefix_uri)
     base = path.rstrip("/")
@@ -72,13 +96,119 @@ def list_prefix(
     else:
         objects = _by_directory(resolver, fs, prefix_uri, base)
     page: list[ListedObject] = []
-    for obj in objects:
-        page.append(obj)
-        if len(page) >= size:
-            yield page
-            page = []
+    try:
+        for obj in objects:
+            page.append(obj)
+            if len(page) >= size:
+                yield page
+                page = []
+    except StorageError:
+        if seen_on_error and page:
+            yield page  # a report counts what it saw; a delete never gets here (the default)
+        raise
     if page:
         yield page
+
+
+def list_directory(
+    resolver: StorageResolver, directory_uri: str, *, page_size: int = PAGE_SIZE
+) -> Iterator[ListedObject | SubDirectory]:
+    """The files and subdirectories directly in ``directory_uri``, one level only.
+
+    Nothing when the directory does not exist. A listing that fails raises
+    ``StorageError`` where it failed: what was yielded before it stands.
+    """
+    fs, path = resolver.filesystem(directory_uri)
+    base = path.rstrip("/")
+    if isinstance(fs, LocalFileSystem):
+        yield from _local_level(resolver, directory_uri, base or "/")
+    elif is_s3(fs):
+        yield from _s3_level(resolver, fs, directory_uri, base, max(1, page_size))
+    else:
+        yield from _ls_level(resolver, fs, directory_uri, base)
+
+
+def _local_level(
+    resolver: StorageResolver, directory_uri: str, base: str
+) -> Iterator[ListedObject | SubDirectory]:
+    try:
+        with os.scandir(base) as it:
+            for entry in it:
+                st = entry.stat(follow_symlinks=False)
+                uri = _join(directory_uri, entry.name)
+                if stat.S_ISDIR(st.st_mode):
+                    yield SubDirectory(uri)
+                elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+                    yield ListedObject(uri, st.st_size, st.st_mtime_ns // 1_000_000)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except OSError as e:
+        raise StorageError(
+            f"listing {resolver.redact(base)} failed: {type(e).__name__}: {e.strerror or e}"
+        ) from None
+
+
+def _s3_level(
+    resolver: StorageResolver, fs: Any, directory_uri: str, base: str, page_size: int
+) -> Iterator[ListedObject | SubDirectory]:
+    bucket, _, key = base.partition("/")
+    start = f"{key}/" if key else ""
+    token: str | None = None
+    while True:
+        args: dict[str, Any] = {
+            "Bucket": bucket,
+            "Prefix": start,
+            "Delimiter": "/",
+            "MaxKeys": page_size,
+        }
+        if token:
+            args["ContinuationToken"] = token
+        try:
+            response = fs.call_s3("list_objects_v2", **args)
+        except FileNotFoundError:
+            return
+        except Exception as e:
+            raise StorageError(
+                f"listing s3://{bucket}/{start} failed: {resolver.describe(e)}"
+            ) from None
+        for common in response.get("CommonPrefixes", []):
+            name = common.get("Prefix", "")[len(start) :].strip("/")
+            if name:
+                yield SubDirectory(_join(directory_uri, name))
+        for item in response.get("Contents", []):
+            name = item.get("Key", "")[len(start) :]
+            if name and "/" not in name:  # not the directory's own marker object
+                yield ListedObject(
+                    _join(directory_uri, name), item.get("Size"), _ms(item.get("LastModified"))
+                )
+        token = response.get("NextContinuationToken") if response.get("IsTruncated") else None
+        if not token:
+            return
+
+
+def _ls_level(
+    resolver: StorageResolver, fs: AbstractFileSystem, directory_uri: str, base: str
+) -> Iterator[ListedObject | SubDirectory]:
+    try:
+        entries = fs.ls(base, detail=True)
+    except FileNotFoundError:
+        return
+    except Exception as e:
+        raise StorageError(
+            f"listing {resolver.redact(base)} failed: {resolver.describe(e)}"
+        ) from None
+    finally:
+        fs.invalidate_cache(base)
+    for entry in entries:
+        name = str(entry.get("name", "")).rstrip("/")
+        if name == base or not name.startswith(base + "/"):
+            continue
+        rel = name[len(base) + 1 :]
+        if entry.get("type") == "directory":
+            yield SubDirectory(_join(directory_uri, rel))
+            continue
+        mtime = next((entry[k] for k in _MTIME_KEYS if entry.get(k) is not None), None)
+        yield ListedObject(_join(directory_uri, rel), entry.get("size"), _ms(mtime))
 
 
 def _ms(value: Any) -> int | None:

@@ -1,0 +1,101 @@
+"""``leaks``: the table roots under the catalogs' locations that nothing owns (read-only),
+and ``leaks --reclaim ROOT``: delete one of them on the operator's word."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TextIO
+
+from polaris_pipeline.cli.context import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_TASK_FAILED,
+    checked_metastore,
+    settings_for,
+    storage_config,
+)
+from polaris_pipeline.cli.output import dump_json
+from polaris_pipeline.cli.table import Column, output_width, render
+from polaris_pipeline.leaks.find import metastore_leaks
+from polaris_pipeline.leaks.reclaim import check_min_age_days, reclaim_root
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.report.formatting import format_bytes, truncate
+from polaris_pipeline.report.leaks_view import (
+    catalog_heading,
+    reclaim_json,
+    reclaim_line,
+    report_json,
+    root_cells,
+)
+from polaris_pipeline.settings import PipelineSettings
+from polaris_pipeline.storage.resolve import StorageResolver
+
+
+def _reclaim(
+    args: argparse.Namespace,
+    settings: PipelineSettings,
+    store: Metastore,
+    resolver: StorageResolver,
+    out: TextIO,
+) -> int:
+    min_age_ms = check_min_age_days(settings.leak_min_age_days)
+    report = reclaim_root(store, resolver, args.reclaim, min_age_ms=min_age_ms)
+    if args.json:
+        dump_json(reclaim_json(report), out)
+    else:
+        print(reclaim_line(report), file=out)
+        for uri, error in report.failed.items():
+            print(f"  failed: {uri}: {error}", file=out)
+    if report.refusal is not None and not report.deleted:
+        return EXIT_ERROR
+    return EXIT_OK if report.ok else EXIT_TASK_FAILED
+
+
+ROOT_COLUMNS = (
+    Column("ROOT", min_width=24),
+    Column("KIND"),
+    Column("OBJECTS"),
+    Column("SIZE"),
+    Column("NEWEST OBJECT", drop=3),
+    Column("UUID", min_width=8, max_width=36, drop=1),
+    Column("DROPPED", min_width=10, drop=2),
+    Column("PROBLEM", min_width=10, drop=4),
+)
+
+
+def cmd_leaks(args: argparse.Namespace, out: TextIO) -> int:
+    settings = settings_for(args)
+    # Read-only even to reclaim: a reclaim deletes files and writes no row.
+    store = checked_metastore(settings, read_only=True)
+    resolver = StorageResolver(storage_config(settings))
+    if args.reclaim is not None:
+        return _reclaim(args, settings, store, resolver, out)
+    report = metastore_leaks(store, resolver, realms=settings.realm_list(), catalogs=args.catalogs)
+    # A partial report exits 1 in either form: a script must not read it as whole.
+    status = EXIT_TASK_FAILED if report.partial else EXIT_OK
+    if args.json:
+        dump_json(report_json(report), out)
+        return status
+    width = output_width(out)
+    if not report.catalogs:
+        print("no catalogs found", file=out)
+    for leaks in report.catalogs:
+        heading = catalog_heading(leaks)
+        print(truncate(heading, width) if width else heading, file=out)
+        for error in leaks.errors:
+            print(f"  error: {error}", file=out)
+        if leaks.roots:
+            rendered = render(ROOT_COLUMNS, [root_cells(r) for r in leaks.roots], width)
+            print("\n".join("  " + line for line in rendered.lines), file=out)
+        if leaks.not_tables_total:
+            count = leaks.not_tables_total
+            noun = "directory" if count == 1 else "directories"
+            print(f"  not a table: {count} {noun} of loose files", file=out)
+            for n in leaks.not_tables:
+                print(f"    {n.uri} ({n.objects} object(s), {format_bytes(n.bytes)})", file=out)
+    print(
+        f"\n{report.roots} leaked root(s), {format_bytes(report.leaked_bytes)}"
+        + (" (PARTIAL: a listing failed)" if report.partial else ""),
+        file=out,
+    )
+    return status

@@ -1,0 +1,194 @@
+"""Reclaim one leaked root: delete its files, on the operator's word, after checking again.
+
+Immediately before anything is deleted, the root is judged again as the report
+judged it, against the metastore as it is now:
+
+- it lies under a catalog's base or allowed location, and is not a bucket root;
+- it is a table root (its ``metadata/`` holds Iceberg metadata): a directory of
+  other data is never reclaimed;
+- no live table or view encloses it, no live entity overlaps it
+  (``metastore/overlap.py``) and no task records its location;
+- its newest metadata is readable and does not turn ``gc.enabled`` off (Java's
+  ``parseBoolean``, ``cleanup/common.py``).
+
+Then its objects are listed in pages and deleted with ``bulk_delete`` (literal
+paths, a result per key), only those last modified at least ``min_age_ms`` ago,
+the overlap checked again before each batch. Everything outside ``metadata/``
+goes first; the metadata last, and only when nothing else stayed (a young object,
+a failed delete): until then the root stays a table root that the report finds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from polaris_pipeline.cleanup.common import gc_enabled
+from polaris_pipeline.errors import MetastoreError, StorageError
+from polaris_pipeline.leaks.catalogs import read_catalogs
+from polaris_pipeline.leaks.find import walk_starts
+from polaris_pipeline.leaks.metadata import (
+    METADATA_DIRECTORY,
+    holds_table_metadata,
+    read_root_metadata,
+)
+from polaris_pipeline.leaks.owners import RootOwners
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.metastore.overlap import LiveLocations
+from polaris_pipeline.storage.delete import bulk_delete
+from polaris_pipeline.storage.listing import (
+    ListedObject,
+    list_directory,
+    list_prefix,
+    remove_empty_directories,
+)
+from polaris_pipeline.storage.resolve import StorageResolver
+from polaris_pipeline.storage.uri import Location, parse_location
+
+DAY_MS = 86_400_000
+# A reclaim never deletes an object younger than a day: a writer may be creating a
+# table at the root right now, and a day is far beyond any commit's duration.
+MIN_AGE_FLOOR_DAYS = 1.0
+SAMPLE = 20
+
+
+@dataclass
+class ReclaimReport:
+    """What a reclaim of one root did, or why it was refused."""
+
+    root: str
+    min_age_ms: int
+    refusal: str | None = None
+    error: str | None = None  # a listing or the metastore failed half way
+    deleted: int = 0
+    bytes_deleted: int = 0
+    missing: int = 0
+    kept_young: int = 0
+    failures: int = 0
+    failed: dict[str, str] = field(default_factory=dict)  # a sample, credentials masked
+    metadata_deleted: bool = False
+    directories_removed: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.refusal is None and self.error is None and not self.failures
+
+
+def check_min_age_days(days: float) -> int:
+    """``days`` in milliseconds; ValueError below ``MIN_AGE_FLOOR_DAYS``."""
+    if days < MIN_AGE_FLOOR_DAYS:
+        raise ValueError(
+            f"a reclaim's minimum age must be at least {MIN_AGE_FLOOR_DAYS:g} day(s), not {days:g}"
+        )
+    return int(days * DAY_MS)
+
+
+def _refusal(
+    store: Metastore, live: LiveLocations, resolver: StorageResolver, uri: str, root: Location
+) -> str | None:
+    """Why ``root`` may not be reclaimed now, or None (see the module docstring)."""
+    if not root.segments:
+        return "it is a bucket, container or filesystem root"
+    starts = [
+        parse_location(s, directory=True)
+        for c in read_catalogs(store.engine)
+        for s in walk_starts(c)[0]
+    ]
+    if not any(s.contains(root, strictly=True) for s in starts):
+        return "it is under no catalog's default-base-location or allowedLocations"
+    files = [
+        e
+        for e in list_directory(resolver, f"{uri.rstrip('/')}/{METADATA_DIRECTORY}")
+        if isinstance(e, ListedObject)
+    ]
+    if not holds_table_metadata(files):
+        return "it is not a table root (no Iceberg metadata under metadata/)"
+    owners = RootOwners(live, store.list_tasks(None))
+    enclosing = owners.inside_live_table(root)
+    if enclosing is not None:
+        return enclosing.describe()
+    owner = owners.live_owner(root)
+    if owner is not None:
+        return owner.describe()
+    task = owners.task_naming(root)
+    if task is not None:
+        return f"a task still records the location {task} (the sweeper's, not a leak)"
+    meta = read_root_metadata(resolver, files)
+    if meta.error is not None:
+        return f"its newest metadata cannot tell gc.enabled: {meta.error}"
+    if meta.gc_enabled is not None and not gc_enabled(meta.gc_enabled):
+        return f"its newest metadata says gc.enabled={meta.gc_enabled!r}: its files are kept"
+    return None
+
+
+def reclaim_root(
+    store: Metastore,
+    resolver: StorageResolver,
+    root_uri: str,
+    *,
+    min_age_ms: int,
+    now_ms: int | None = None,
+) -> ReclaimReport:
+    """Delete the leaked root ``root_uri`` (see the module docstring). Raises ValueError
+    for a minimum age below a day; every other outcome is in the report."""
+    check_min_age_days(min_age_ms / DAY_MS)
+    report = ReclaimReport(root_uri, min_age_ms)
+    try:
+        root = parse_location(root_uri, directory=True)
+    except ValueError as e:
+        report.refusal = f"{root_uri!r} is not a location ({e})"
+        return report
+    live = LiveLocations(store.engine, store.check_schema())
+    cutoff = (now_ms if now_ms is not None else int(time.time() * 1000)) - min_age_ms
+    metadata = parse_location(f"{root_uri.rstrip('/')}/{METADATA_DIRECTORY}", directory=True)
+    try:
+        report.refusal = _refusal(store, live, resolver, root_uri, root)
+        if report.refusal is not None:
+            return report
+        _delete_pass(report, live, resolver, root, cutoff, lambda loc: not metadata.contains(loc))
+        if report.kept_young or report.failures or report.refusal:
+            return report
+        _delete_pass(report, live, resolver, root, cutoff, metadata.contains)
+        report.metadata_deleted = not (report.kept_young or report.failures or report.refusal)
+    except (StorageError, MetastoreError) as e:
+        report.error = str(e)
+        return report
+    report.directories_removed = remove_empty_directories(root_uri)
+    return report
+
+
+def _delete_pass(
+    report: ReclaimReport,
+    live: LiveLocations,
+    resolver: StorageResolver,
+    root: Location,
+    cutoff_ms: int,
+    selects: Callable[[Location], bool],
+) -> None:
+    for page in list_prefix(resolver, report.root):
+        batch: list[ListedObject] = []
+        for obj in page:
+            if not selects(parse_location(obj.uri)):
+                continue
+            if obj.mtime_ms is None or obj.mtime_ms > cutoff_ms:
+                report.kept_young += 1
+                continue
+            batch.append(obj)
+        if not batch:
+            continue
+        # Again right before the batch: a table created at the root meanwhile stops it.
+        found = live.overlaps(root, limit=1) or [
+            hit for hit in [live.enclosing_table(root)] if hit is not None
+        ]
+        if found:
+            report.refusal = found[0].describe()
+            return
+        sizes = {o.uri: o.size for o in batch}
+        result = bulk_delete(resolver, list(sizes))
+        report.deleted += len(result.deleted)
+        report.bytes_deleted += sum(sizes.get(u) or 0 for u in result.deleted)
+        report.missing += len(result.missing)
+        report.failures += len(result.failed)
+        for uri, error in list(result.failed.items())[: max(0, SAMPLE - len(report.failed))]:
+            report.failed[uri] = error

@@ -1,0 +1,129 @@
+"""Leaked table roots, made the way Polaris leaves them, and the catalog rows around them.
+
+- ``catalog_entity(store, name, base_location, allowed)``: a catalog row (type code 4)
+  with ``default-base-location`` and a ``storage_configuration_info`` listing
+  ``allowedLocations``, as Polaris writes a catalog.
+- ``drop_event(store, ...)``: the DROP_TABLE event Polaris's persistence listener
+  records (schema v3+).
+- ``unlistable_directory(parent)``: a directory whose listing fails, even as root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from polaris_pipeline.metastore import Metastore, new_entity_id
+from polaris_pipeline.metastore.schema import events
+from tests.support.tasks import insert_row
+from tests.support.unreferenced import CATALOG_TYPE_CODE
+
+_STORAGE_TYPES = {
+    "FILE": "FileStorageConfigurationInfo",
+    "S3": "AwsStorageConfigurationInfo",
+    "AZURE": "AzureStorageConfigurationInfo",
+    "GCS": "GcpStorageConfigurationInfo",
+}
+
+
+def catalog_entity(
+    store: Metastore,
+    name: str,
+    base_location: str | None,
+    allowed: Sequence[str] = (),
+    *,
+    storage_type: str = "FILE",
+    realm_id: str = "POLARIS",
+) -> int:
+    """Insert a catalog row; returns its id."""
+    now = int(time.time() * 1000)
+    catalog_id = new_entity_id()
+    props = {"default-base-location": base_location} if base_location else {}
+    internal: dict[str, Any] = {}
+    if allowed or storage_type != "FILE":
+        internal["storage_configuration_info"] = json.dumps(
+            {
+                "@type": _STORAGE_TYPES[storage_type],
+                "storageType": storage_type,
+                "allowedLocations": list(allowed),
+            }
+        )
+    insert_row(
+        store,
+        {
+            "realm_id": realm_id,
+            "catalog_id": 0,
+            "id": catalog_id,
+            "parent_id": 0,
+            "name": name,
+            "entity_version": 1,
+            "type_code": CATALOG_TYPE_CODE,
+            "sub_type_code": 0,
+            "create_timestamp": now,
+            "drop_timestamp": 0,
+            "purge_timestamp": 0,
+            "to_purge_timestamp": 0,
+            "last_update_timestamp": now,
+            "properties": props,
+            "internal_properties": internal,
+            "grant_records_version": 1,
+        },
+    )
+    return catalog_id
+
+
+def drop_event(
+    store: Metastore,
+    *,
+    table: str,
+    principal: str,
+    timestamp_ms: int,
+    realm_id: str = "POLARIS",
+    properties: dict[str, str] | None = None,
+) -> None:
+    """The AFTER_DROP_TABLE event of ``table`` (``ns.name``) by ``principal``."""
+    with store.engine.begin() as conn:
+        conn.execute(
+            events.insert().values(
+                realm_id=realm_id,
+                catalog_id=None,
+                event_id=str(uuid.uuid4()),
+                request_id=None,
+                event_type="AFTER_DROP_TABLE",
+                timestamp_ms=timestamp_ms,
+                principal_name=principal,
+                resource_type="TABLE",
+                resource_identifier=table,
+                additional_properties=properties or {},
+            )
+        )
+
+
+def unlistable_directory(parent: Path) -> Path:
+    """A directory under ``parent`` whose path is longer than PATH_MAX: listing it fails
+    (ENAMETOOLONG) even as root. Made one level at a time, relative to its parent."""
+    fd = os.open(parent, os.O_RDONLY)
+    try:
+        for _ in range(20):
+            name = "d" * 250
+            os.mkdir(name, dir_fd=fd)
+            inner = os.open(name, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        os.close(os.open("kept.parquet", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
+    finally:
+        os.close(fd)
+    return parent / ("d" * 250)
+
+
+def age_local_files(directory: Path, days: float) -> None:
+    """Set every file under ``directory`` last modified ``days`` ago."""
+    stamp = time.time() - days * 86_400
+    for path in directory.rglob("*"):
+        if path.is_file():
+            os.utime(path, (stamp, stamp))

@@ -1,0 +1,138 @@
+"""``leaks --reclaim``: one reported root deleted, re-checked first, only old objects.
+
+Local files, PostgreSQL and SQLite. Files are aged with ``os.utime``: a reclaim
+never deletes an object younger than its minimum age (a day at least).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from pyiceberg.table import Table
+
+from polaris_pipeline.cli.main import main
+from polaris_pipeline.leaks.find import metastore_leaks
+from polaris_pipeline.leaks.reclaim import DAY_MS, reclaim_root
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.storage.uri import normalize_uri, split_uri
+from polaris_pipeline.testing import tables as testing_tables
+from polaris_pipeline.testing import tasks as testing_tasks
+from tests.support.iceberg import Warehouse
+from tests.support.leaks import age_local_files, catalog_entity
+from tests.support.unreferenced import live_entity, write_object
+
+WEEK_MS = 7 * DAY_MS
+
+
+def _path(uri: str) -> Path:
+    return Path(split_uri(uri)[1])
+
+
+def _leaked(store: Metastore, wh: Warehouse, name: str, **kwargs: object) -> Table:
+    table = wh.build(name, appends=1, **kwargs)
+    age_local_files(_path(table.location()), days=10)
+    return table
+
+
+def _reported(store: Metastore, wh: Warehouse) -> set[str]:
+    report = metastore_leaks(store, wh.resolver)
+    return {normalize_uri(r.uri) for c in report.catalogs for r in c.roots}
+
+
+def test_a_reclaimed_root_is_gone_and_its_neighbours_are_not(
+    metastore: Metastore, local_warehouse: Warehouse
+) -> None:
+    catalog_entity(metastore, "cat", local_warehouse.uri)
+    live = local_warehouse.build("t_2", appends=1)  # shares the dropped root's name prefix
+    live_entity(metastore, live.location(), name="t_2")
+    age_local_files(_path(live.location()), days=10)
+    dropped = _leaked(metastore, local_warehouse, "t")
+    live_files = testing_tables.list_files(live.location())
+    expected = testing_tables.list_files(dropped.location())
+
+    report = reclaim_root(
+        metastore, local_warehouse.resolver, dropped.location(), min_age_ms=WEEK_MS
+    )
+    assert report.ok and report.refusal is None
+    assert report.deleted == len(expected) and report.metadata_deleted
+    assert report.bytes_deleted > 0
+    assert not _path(dropped.location()).exists()  # empty directories removed too
+    assert testing_tables.list_files(live.location()) == live_files
+    assert _reported(metastore, local_warehouse) == set()
+
+
+def test_objects_younger_than_the_minimum_age_and_the_metadata_stay(
+    metastore: Metastore, local_warehouse: Warehouse
+) -> None:
+    catalog_entity(metastore, "cat", local_warehouse.uri)
+    dropped = _leaked(metastore, local_warehouse, "t")
+    fresh = write_object(
+        local_warehouse.resolver, f"{dropped.location()}/data/fresh.parquet", b"PAR1"
+    )
+    report = reclaim_root(
+        metastore, local_warehouse.resolver, dropped.location(), min_age_ms=WEEK_MS
+    )
+    assert report.kept_young == 1 and not report.metadata_deleted and report.deleted > 0
+    assert local_warehouse.exists(fresh)
+    assert local_warehouse.exists(dropped.metadata_location)
+    # Still a table root: the next report finds what is left.
+    assert _reported(metastore, local_warehouse) == {normalize_uri(dropped.location())}
+
+
+def _refusal(store: Metastore, wh: Warehouse, root: str) -> str:
+    before = testing_tables.list_files(root)
+    report = reclaim_root(store, wh.resolver, root, min_age_ms=DAY_MS)
+    assert report.refusal is not None and report.deleted == 0
+    assert testing_tables.list_files(root) == before
+    return report.refusal
+
+
+def test_what_may_not_be_reclaimed_is_refused_and_left_whole(
+    metastore: Metastore, local_warehouse: Warehouse, tmp_path: Path
+) -> None:
+    wh = local_warehouse
+    catalog_entity(metastore, "cat", wh.uri)
+    raw = write_object(wh.resolver, f"{wh.uri}/raw/export.csv", b"a,b\n")
+    age_local_files(_path(wh.uri) / "raw", days=10)
+    assert "not a table root" in _refusal(metastore, wh, raw.rsplit("/", 1)[0])
+
+    again = _leaked(metastore, wh, "again")
+    live_entity(metastore, again.location(), name="again")  # re-created at its location
+    assert "overlap with live table-like 'again'" in _refusal(metastore, wh, again.location())
+
+    pending = _leaked(metastore, wh, "pending")
+    metastore.insert_tasks([testing_tasks.drop_table_task(pending)])
+    assert "a task still records the location" in _refusal(metastore, wh, pending.location())
+
+    kept = _leaked(metastore, wh, "kept", properties={"gc.enabled": "FALSE "})
+    assert "gc.enabled='FALSE '" in _refusal(metastore, wh, kept.location())
+
+    outside = testing_tables.open_catalog(
+        testing_tables.local_warehouse_uri(tmp_path / "elsewhere"), tmp_path / "other.db"
+    )
+    stray = testing_tables.build_table(outside, ("ns", "stray"), appends=1)
+    age_local_files(_path(stray.location()), days=10)
+    assert "under no catalog" in _refusal(metastore, wh, stray.location())
+
+
+def test_the_cli_refuses_a_minimum_age_below_a_day_and_reclaims_with_json(
+    metastore: Metastore, local_warehouse: Warehouse, capsys: pytest.CaptureFixture[str]
+) -> None:
+    catalog_entity(metastore, "cat", local_warehouse.uri)
+    dropped = _leaked(metastore, local_warehouse, "t")
+    url = metastore.engine.url.render_as_string(hide_password=False)
+    args = ["leaks", "--metastore", url, "--reclaim", dropped.location()]
+    assert main([*args, "--min-age-days", "0.5"], io.StringIO()) == 2
+    assert "minimum age in days must be at least 1" in capsys.readouterr().err
+    assert local_warehouse.exists(dropped.metadata_location)
+    out = io.StringIO()
+    assert main([*args, "--min-age-days", "3", "--json"], out) == 0
+    doc = json.loads(out.getvalue())
+    assert doc["ok"] and doc["metadata_deleted"] and doc["min_age_days"] == 3
+    assert not local_warehouse.exists(dropped.metadata_location)
+    again = io.StringIO()
+    assert main(args, again) == 2  # nothing left to reclaim: no longer a table root
+    assert "not a table root" in again.getvalue()
