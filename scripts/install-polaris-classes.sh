@@ -22,13 +22,13 @@
 #   install-polaris-classes: Polaris VERSION: STEP failed: WHY
 # (STEP: jdk, resolve or compile) and the exit status is 1 once all releases were tried.
 #
-# Usage: bash scripts/install-polaris-classes.sh VERSION...   (e.g. 1.4.1 1.7.0)
+# Usage: bash scripts/install-polaris-classes.sh [VERSION...]   (e.g. 1.4.1 1.7.0; none: every
+# release tests/polaris/releases lists)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ $# -eq 0 ]; then
-    echo "usage: bash scripts/install-polaris-classes.sh VERSION..." >&2
-    exit 2
+    set -- $(sed -e 's/#.*//' tests/polaris/releases | awk 'NF {print $1}')
 fi
 ROOT="${PP_POLARIS_DIR:-$HOME/.cache/polaris-pipeline/polaris-classes}"
 HARNESS=tests/polaris/harness

@@ -26,7 +26,6 @@ if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
 fi
 bash scripts/install-browser.sh
 bash scripts/install-iceberg-java.sh
-# Polaris releases' own classes (tests/test_polaris_classes.py); keep in step with
-# RELEASES in tests/support/polaris_classes.py and POLARIS_RELEASES in the Makefile.
-bash scripts/install-polaris-classes.sh 1.0.0-incubating 1.4.1 1.6.0 1.7.0
+# Polaris releases' own classes (tests/test_polaris_classes.py), those tests/polaris/releases lists.
+bash scripts/install-polaris-classes.sh
 bash scripts/install-storage-emulators.sh

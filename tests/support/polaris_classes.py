@@ -21,11 +21,22 @@ from sqlalchemy.engine import make_url
 INSTALL_SCRIPT = "scripts/install-polaris-classes.sh"
 HARNESS_CLASS = "PolarisTaskHarness"
 REPO = Path(__file__).resolve().parents[2]
-# The releases under test: the oldest served (schema v1), one of 1.4-1.6 with the
-# service jar the registry serves (1.4.1), 1.6.0, and the newest served (1.7.0).
-RELEASES = ("1.0.0-incubating", "1.4.1", "1.6.0", "1.7.0")
-# The schema each release bootstraps on an empty database (the task model page, section 1).
-SCHEMA_VERSION = {"1.0.0-incubating": 1, "1.4.1": 4, "1.6.0": 4, "1.7.0": 5}
+
+
+def _releases() -> dict[str, int]:
+    """tests/polaris/releases: each release under test and the schema it bootstraps."""
+    table: dict[str, int] = {}
+    for line in (
+        (Path(__file__).resolve().parents[1] / "polaris" / "releases").read_text().splitlines()
+    ):
+        if line.strip() and not line.startswith("#"):
+            release, schema = line.split()
+            table[release] = int(schema)
+    return table
+
+
+SCHEMA_VERSION = _releases()
+RELEASES = tuple(SCHEMA_VERSION)
 # Polaris's default POLARIS_TASK_TIMEOUT_MILLIS, at every release.
 POLARIS_TASK_TIMEOUT_MS = 300_000
 # Startup matters more than peak speed for one short run.
