@@ -20,6 +20,7 @@ from polaris_pipeline.tasks.model import NewTask, TaskRow
 
 if TYPE_CHECKING:
     # Only a type here; importing the resolver brings in pyiceberg's file IO.
+    from polaris_pipeline.metastore.overlap import LiveLocations
     from polaris_pipeline.storage.resolve import StorageResolver
 
 # Polaris's TABLE_METADATA_CLEANUP_BATCH_SIZE default.
@@ -53,6 +54,10 @@ class CleanupContext:
     # The metastore's Polaris schema version (its ``version`` row), None when it has
     # none: child payloads are written in the form that Polaris version reads.
     schema_version: int | None = None
+    # The live entities of the whole metastore, for the shared-location guard
+    # (``cleanup/shared_location.py``). The runner always gives one; None (a handler
+    # run on its own, in a test) skips that guard.
+    live: LiveLocations | None = None
 
 
 @dataclass
@@ -71,6 +76,9 @@ class CleanupResult:
     would_delete: list[str] = field(default_factory=list)  # dry run only
     deleted_paths_sample: list[str] = field(default_factory=list)  # first few, for run logs
     notes: list[str] = field(default_factory=list)
+    # The live entity the shared-location guard found, when the task's override
+    # (``allowSharedLocation``) let the purge go on anyway; None: nothing overridden.
+    shared_location_override: str | None = None
     # The table's unreferenced files, once the phase ran (``cleanup/unreferenced.py``).
     unreferenced: UnreferencedReport | None = None
 
