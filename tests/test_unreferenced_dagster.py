@@ -99,7 +99,7 @@ def test_report_mode_is_the_default_and_deletes_nothing(
 def test_a_realm_override_turns_it_off(
     store: Metastore, local_warehouse: Warehouse, instance: DagsterInstance
 ) -> None:
-    overrides = {"realm_unreferenced": {"POLARIS": "off"}}
+    overrides: dict[str, Any] = {"realm_unreferenced": {"POLARIS": "off"}}
     table, _, unreferenced, result = _run(
         store, local_warehouse, instance, unreferenced="delete", **overrides
     )
