@@ -80,6 +80,10 @@ def test_the_cli_shows_the_refusal_and_the_override_lets_the_purge_go_on(
     assert code == 0 and "shared-location guard is overridden" in out, out
     row = metastore.get_task("POLARIS", task_id)
     assert row is not None and row.properties[Prop.ALLOW_SHARED_LOCATION] == "true"
+    code, out = run("tasks", "show", str(task_id), "--metastore", url, *POLICY_FLAGS)
+    assert code == 0 and "shared-location guard overridden by an operator" in out, out
+    code, out = run("tasks", "list", "--metastore", url, *POLICY_FLAGS, "--json")
+    assert [t["shared_location_allowed"] for t in json.loads(out)] == [True]
 
     code, out = run("sweep", "--once", "--metastore", url, *POLICY_FLAGS)
 
