@@ -152,6 +152,10 @@ REFUSING = {
     ),
     "another-catalog": (_another_catalog, ["'orders'", "POLARIS/", "catalog 'sales'"]),
     "nested": (_nested, ["'inner'", "/t/nested/inner'", "at or under the prefix"]),
+    "a-table-above": (
+        lambda store, d: _live(store, d.location.rsplit("/", 1)[0], name="outer"),
+        ["'outer'", "the prefix lies inside it"],
+    ),
     "file-colon-slash": (_spelt(lambda loc: "file:" + _path_of(loc)), ["'spelt'"]),
     "file-triple-slash-trailing": (_spelt(lambda loc: loc + "/"), ["'spelt'"]),
     "bare-path": (_spelt(_path_of), ["'spelt'"]),
