@@ -179,3 +179,20 @@ def test_the_task_job_with_the_override_purges_and_its_metadata_says_so(
         if key == "shared-location guard overridden"
     ]
     assert overridden and "'registered'" in str(overridden[0]), overridden
+
+
+def test_the_dry_run_says_the_table_would_be_refused_and_changes_nothing(
+    metastore: Metastore, local_warehouse: Warehouse
+) -> None:
+    task_id, files = _shared(metastore, local_warehouse)
+
+    code, out = run(
+        "sweep", "--once", "--dry-run", "--json", "--metastore", url_of(metastore), *POLICY_FLAGS
+    )
+
+    assert code == 0, out
+    [doc] = json.loads(out)["tasks"]
+    assert "SharedLocationRefusal" in doc["error"] and "'registered'" in doc["error"], doc
+    assert _exist(files)
+    row = metastore.get_task("POLARIS", task_id)
+    assert row is not None and row.attempt_count == 0 and row.status is None
