@@ -256,11 +256,12 @@ def delete_one(
     sizes: Mapping[str, int | None],
 ) -> CleanupResult:
     """Delete the admitted ``uri`` with its sidecar, fenced; in a dry run, list them."""
+    # In a dry run too, so that a view's plan says it would be refused.
+    guard.check_shared(ctx, result, [uri])
     if ctx.dry_run:
         result.would_delete.append(uri)
         list_dry_run_sidecars(result, guard)
     else:
-        guard.check_shared(ctx, result, [uri])
         ctx.fence()
         tally(result, delete_guarded(ctx, guard, [uri]), sizes)
     return result
