@@ -103,6 +103,11 @@ def test_the_cli_line_of_a_refusal_names_the_live_table(
     assert code != 0
     assert "permanent failure, not retried" in out and "'registered'" in out, out
     assert _exist(files)
+    # As for any dead task: discard removes only unhandled ones, and changes nothing here.
+    code, out = run("tasks", "discard", str(task_id), "--metastore", url_of(metastore))
+    assert code == 2 and "not unhandled" in out, out
+    row = metastore.get_task("POLARIS", task_id)
+    assert row is not None and row.status == "dead"
 
 
 def _job(
