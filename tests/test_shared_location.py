@@ -24,7 +24,8 @@ from pyiceberg.table import Table
 
 from polaris_pipeline.execution.runner import Runner, Status, TaskOutcome
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.storage.uri import split_uri
+from polaris_pipeline.metastore.overlap import LiveLocations
+from polaris_pipeline.storage.uri import parse_location, split_uri
 from polaris_pipeline.tasks.model import LeasePolicy, Prop, TaskType
 from polaris_pipeline.testing import tables as testing_tables
 from polaris_pipeline.testing import tasks as testing_tasks
@@ -312,3 +313,35 @@ def test_a_view_sharing_a_live_views_location_is_refused(
     assert (outcome.status, outcome.permanent) == (Status.DEAD, True)
     assert outcome.error is not None and "'live_view'" in outcome.error
     assert metadata.exists()
+
+
+# -- the metadata-location lookup -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "root",
+    ["file:///wh/ns/t_1%x", "s3://bucket/wh/ns/t", "file:///wh/nś/tä"],
+    ids=["like-wildcards", "s3", "non-ascii"],
+)
+def test_metadata_users_finds_a_live_table_over_a_file_in_any_spelling(
+    guarded: Metastore, root: str
+) -> None:
+    """Found whatever the path holds (LIKE's wildcards, characters JSON may escape) and
+    however the file is spelt; a file of a sibling (``t_1%x_2``) is not found."""
+    metadata = f"{root}/metadata/00001-a.metadata.json"
+    spelt = metadata.replace("file:///", "file:/").replace("s3://", "s3a://")
+    _live(guarded, root, name="registered", internal_properties={"metadata-location": spelt})
+    _live(
+        guarded,
+        root + "_2",
+        name="sibling",
+        internal_properties={"metadata-location": f"{root}_2/metadata/00001-a.metadata.json"},
+    )
+    live = LiveLocations(guarded.engine, guarded.check_schema())
+    roots = [parse_location(root, directory=True)]
+
+    [hit] = live.metadata_users(roots, [metadata, f"{root}/data/a.parquet"])
+    none = live.metadata_users(roots, [f"{root}/metadata/00002-b.metadata.json"])
+
+    assert hit.name == "registered" and "metadata-location" in hit.why
+    assert none == []
