@@ -64,6 +64,14 @@ class GuardRefusal(PolarisPipelineError):
         super().__init__(f"refused {path!r}: {reason}")
 
 
+class SharedLocationRefusal(GuardRefusal):
+    """A live table or view shares the dropped one's location, or uses one of its files.
+
+    Permanent: it is dead-lettered at once. An operator who has checked requeues the
+    task with ``--allow-shared-location``.
+    """
+
+
 class LeaseLost(PolarisPipelineError):
     """The holder no longer holds the task's lease; it must stop at once."""
 

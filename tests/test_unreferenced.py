@@ -26,7 +26,7 @@ from polaris_pipeline.metastore.overlap import LiveLocations, Overlap, escape_li
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.uri import Location, parse_location, split_uri
-from polaris_pipeline.tasks.model import LeasePolicy, NewTask, RealmOverride, TaskState
+from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop, RealmOverride, TaskState
 from polaris_pipeline.tasks.payloads import decode_dropped_entity
 from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
 from polaris_pipeline.testing import tables as testing_tables
@@ -162,8 +162,16 @@ def test_an_object_newer_than_the_drop_is_kept_and_reported(
 
 
 def _refused(store: Metastore, wh: Warehouse, dropped: Dropped) -> str:
-    """The refusal of a sweep in ``delete`` mode, checked to have deleted nothing."""
-    report = _report(_sweep(store, wh, dropped, "delete"))
+    """The refusal of a sweep in ``delete`` mode, checked to have deleted nothing.
+
+    The live entities of these cases share the table's location, so its referenced
+    purge would be refused first (``cleanup/shared_location.py``): the task carries
+    an operator's override, which lets that purge go on and never this phase.
+    """
+    dropped.task.properties[Prop.ALLOW_SHARED_LOCATION] = "true"
+    outcome = _sweep(store, wh, dropped, "delete")
+    assert outcome.result is not None and outcome.result.shared_location_override
+    report = _report(outcome)
     assert report.refusal is not None and report.deleted == 0, report
     # The referenced purge still happened; every unreferenced file stays.
     assert _left(wh, dropped.location) >= dropped.unreferenced

@@ -10,6 +10,7 @@ import pytest
 
 from polaris_pipeline.cli.main import main
 from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.tasks.model import Prop
 from polaris_pipeline.testing import tables as testing_tables
 from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import Warehouse, table_files
@@ -32,12 +33,19 @@ def _url(store: Metastore) -> str:
     return store.url.render_as_string(hide_password=False)
 
 
-def _dropped(store: Metastore, wh: Warehouse) -> tuple[str, set[str], set[str]]:
+def _dropped(
+    store: Metastore, wh: Warehouse, *, allow_shared_location: bool = False
+) -> tuple[str, set[str], set[str]]:
+    """``allow_shared_location``: the operator's override, so that the referenced purge
+    goes on past a live entity at the location (never the unreferenced phase)."""
     table = wh.build("t", appends=1)
     neighbour = table_files(wh.build("t_2", appends=1))
     unreferenced = add_unreferenced(table, wh.resolver)
     settle()
-    store.insert_tasks([testing_tasks.drop_table_task(table)])
+    task = testing_tasks.drop_table_task(table)
+    if allow_shared_location:
+        task.properties[Prop.ALLOW_SHARED_LOCATION] = "true"
+    store.insert_tasks([task])
     return table.location(), unreferenced, neighbour
 
 
@@ -87,7 +95,7 @@ def test_sweep_once_reports_by_default_in_its_line(
 def test_a_refusal_names_the_overlapping_entity_and_the_task_completes(
     metastore: Metastore, local_warehouse: Warehouse
 ) -> None:
-    location, unreferenced, _ = _dropped(metastore, local_warehouse)
+    location, unreferenced, _ = _dropped(metastore, local_warehouse, allow_shared_location=True)
     live_entity(metastore, location, name="recreated")
 
     code, out = _cli(
@@ -103,6 +111,7 @@ def test_a_refusal_names_the_overlapping_entity_and_the_task_completes(
 
     assert code == 0, out
     assert "refused, overlap with live table-like 'recreated'" in out
+    assert "shared-location guard overridden: overlap with live table-like 'recreated'" in out
     assert testing_tables.list_files(location) == unreferenced
     assert metastore.list_tasks() == []
 

@@ -15,6 +15,7 @@ from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
 from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.tasks.model import Prop
 from polaris_pipeline.testing import tables as testing_tables
 from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.dagster import metastore_resource
@@ -23,13 +24,22 @@ from tests.support.unreferenced import add_unreferenced, live_entity, settle
 
 
 def _run(
-    store: Metastore, wh: Warehouse, instance: DagsterInstance, **resource: Any
+    store: Metastore,
+    wh: Warehouse,
+    instance: DagsterInstance,
+    *,
+    allow_shared_location: bool = False,
+    **resource: Any,
 ) -> tuple[Table, set[str], set[str], Any]:
+    """``allow_shared_location``: the operator's override, so that the referenced purge
+    goes on past a live entity at the location (never the unreferenced phase)."""
     table = wh.build("t", appends=2)
     neighbour = table_files(wh.build("t_2", appends=1))
     unreferenced = add_unreferenced(table, wh.resolver)
     settle()
     task = testing_tasks.drop_table_task(table)
+    if allow_shared_location:
+        task.properties[Prop.ALLOW_SHARED_LOCATION] = "true"
     store.insert_tasks([task])
     result = polaris_task_job.execute_in_process(
         run_config=run_config_for("POLARIS", task.id, entity_version=1),
@@ -91,7 +101,7 @@ def test_report_mode_is_the_default_and_deletes_nothing(
 def test_a_realm_override_turns_it_off(
     store: Metastore, local_warehouse: Warehouse, instance: DagsterInstance
 ) -> None:
-    overrides = {"realm_unreferenced": {"POLARIS": "off"}}
+    overrides: dict[str, Any] = {"realm_unreferenced": {"POLARIS": "off"}}
     table, _, unreferenced, result = _run(
         store, local_warehouse, instance, unreferenced="delete", **overrides
     )
@@ -107,7 +117,9 @@ def test_an_overlap_is_a_recorded_refusal_not_a_failure(
     store: Metastore, local_warehouse: Warehouse, instance: DagsterInstance
 ) -> None:
     live_entity(store, f"{local_warehouse.uri}/ns/t", name="recreated")
-    table, _, unreferenced, result = _run(store, local_warehouse, instance, unreferenced="delete")
+    table, _, unreferenced, result = _run(
+        store, local_warehouse, instance, allow_shared_location=True, unreferenced="delete"
+    )
 
     assert result.success
     line = result.output_for_node(FINISH_STEP)["unreferenced"]

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.shared_location import check_shared_location
 from polaris_pipeline.errors import GuardRefusal, PolarisPipelineError
 from polaris_pipeline.storage.delete import (
     MAX_KEYS_PER_REQUEST,
@@ -18,7 +19,7 @@ from polaris_pipeline.storage.delete import (
 from polaris_pipeline.storage.guard import ROOT_PROPERTIES, PathGuard
 from polaris_pipeline.storage.scope import STORAGE_LOCATION_KEY
 from polaris_pipeline.storage.uri import same_location
-from polaris_pipeline.tasks.model import NewTask, TaskRow, TaskType
+from polaris_pipeline.tasks.model import PERMANENT_TRUE, NewTask, Prop, TaskRow, TaskType
 from polaris_pipeline.tasks.payloads import DroppedEntity, task_properties
 
 # Where Polaris records a table's (or view's) base location on the entity itself.
@@ -157,6 +158,17 @@ class Guard:
             return False
         return True
 
+    def check_shared(
+        self, ctx: CleanupContext, result: CleanupResult, files: Sequence[str]
+    ) -> None:
+        """The shared-location guard before deleting ``files`` (``cleanup/shared_location.py``):
+        raises SharedLocationRefusal, or notes the task's override. Without recorded
+        roots this guard refuses every path anyway."""
+        if self.roots is None:
+            return
+        roots = [self.roots.location, *self.roots.properties.values()]
+        check_shared_location(ctx, result, self.roots.location, roots, files)
+
     def admit_declared_location(
         self, metadata_uri: str, declared: object, result: CleanupResult
     ) -> bool:
@@ -217,6 +229,7 @@ def delete_leftover_sidecars(
     local = [u for u in gone if crc_sidecar(u) is not None]
     if not local or ctx.dry_run:
         return
+    guard.check_shared(ctx, result, local)
     ctx.fence()
     report = delete_guarded(ctx, guard, local)
     result.sidecars_deleted += len(report.sidecars)
@@ -243,6 +256,8 @@ def delete_one(
     sizes: Mapping[str, int | None],
 ) -> CleanupResult:
     """Delete the admitted ``uri`` with its sidecar, fenced; in a dry run, list them."""
+    # In a dry run too, so that a view's plan says it would be refused.
+    guard.check_shared(ctx, result, [uri])
     if ctx.dry_run:
         result.would_delete.append(uri)
         list_dry_run_sidecars(result, guard)
@@ -304,6 +319,8 @@ def delete_chunked(
     done = done_before
     for start in range(0, len(uris), chunk_size):
         chunk = uris[start : start + chunk_size]
+        # Again before every chunk: a table created at the path meanwhile stops the rest.
+        guard.check_shared(ctx, result, chunk)
         ctx.fence()
         report = delete_guarded(ctx, guard, chunk, chunk_size=min(chunk_size, MAX_KEYS_PER_REQUEST))
         tally(result, report, sizes)
@@ -344,14 +361,21 @@ def new_child(
     data: str,
     internal_properties: Mapping[str, str] | None = None,
 ) -> NewTask:
-    """A child task of ``ctx.task``: same realm, the parent's internal properties by default."""
+    """A child task of ``ctx.task``: same realm, the parent's internal properties by default.
+
+    A parent whose shared-location guard an operator overrode hands the override down:
+    its children delete the files the operator let it delete.
+    """
     task_id = ctx.new_task_id() if ctx.new_task_id is not None else (secrets.randbits(63) or 1)
     internal = ctx.task.internal_properties if internal_properties is None else internal_properties
+    properties = task_properties(task_type, data)
+    if ctx.task.shared_location_allowed:
+        properties[Prop.ALLOW_SHARED_LOCATION] = PERMANENT_TRUE
     return NewTask(
         realm_id=ctx.task.realm_id,
         id=task_id,
         name=name,
-        properties=task_properties(task_type, data),
+        properties=properties,
         internal_properties=dict(internal),
     )
 

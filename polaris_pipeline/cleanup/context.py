@@ -21,6 +21,7 @@ from polaris_pipeline.tasks.release import FIRST_RELEASE, PolarisRelease
 
 if TYPE_CHECKING:
     # Only a type here; importing the resolver brings in pyiceberg's file IO.
+    from polaris_pipeline.metastore.overlap import LiveLocations
     from polaris_pipeline.storage.resolve import StorageResolver
 
 # Polaris's TABLE_METADATA_CLEANUP_BATCH_SIZE default.
@@ -56,6 +57,10 @@ class CleanupContext:
     # The Polaris release that reads the children we write (``tasks/release.py``):
     # their payloads take its shape. Unknown: 1.0, whose shape 1.0-1.6 read.
     release: PolarisRelease = FIRST_RELEASE
+    # The live entities of the whole metastore, for the shared-location guard
+    # (``cleanup/shared_location.py``). The runner always gives one; None (a handler
+    # run on its own, in a test) skips that guard.
+    live: LiveLocations | None = None
 
 
 @dataclass
@@ -74,6 +79,9 @@ class CleanupResult:
     would_delete: list[str] = field(default_factory=list)  # dry run only
     deleted_paths_sample: list[str] = field(default_factory=list)  # first few, for run logs
     notes: list[str] = field(default_factory=list)
+    # The live entity the shared-location guard found, when the task's override
+    # (``allowSharedLocation``) let the purge go on anyway; None: nothing overridden.
+    shared_location_override: str | None = None
     # The table's unreferenced files, once the phase ran (``cleanup/unreferenced.py``).
     unreferenced: UnreferencedReport | None = None
 

@@ -107,6 +107,12 @@ class TablePlan:
         )
         return [p for p in paths if p != self.metadata_uri]
 
+    def all_files(self) -> list[str]:
+        """Every file the plan names itself (not the manifests' entries): the current
+        metadata file, the manifests and the metadata-level files."""
+        manifests = [ref.manifest_path for ref in self.manifests]
+        return dedupe([self.metadata_uri, *manifests, *self.metadata_files()])
+
 
 def read_table_metadata(ctx: CleanupContext, uri: str) -> TableMetadata | None:
     """The table metadata at ``uri``, or None when the file does not exist."""
@@ -346,9 +352,15 @@ def run_table_cleanup(ctx: CleanupContext) -> CleanupResult:
         return run_view_cleanup(ctx, entity)
     result = CleanupResult()
     plan = plan_table_cleanup(ctx, entity, result)
-    if plan is None or ctx.dry_run:
+    if plan is None:
         return result
     guard = Guard.build(ctx, entity)
+    if not result.refused:
+        # Before any child exists: a live table sharing the files refuses the whole
+        # task (a dry run too, so that its plan says so).
+        guard.check_shared(ctx, result, plan.all_files())
+    if ctx.dry_run:
+        return result
     if result.refused:
         # Scheduling the rest and deleting the metadata file would lose the only
         # record of the refused files; stop with everything in place instead.

@@ -79,6 +79,8 @@ def task_json(
         "last_run_id": task.properties.get("lastAttemptRunId"),
         # The last failure cannot heal by retrying: dead-lettered at once.
         "permanent": task.failure_permanent,
+        # An operator let its purge go past a live table sharing its location.
+        "shared_location_allowed": task.shared_location_allowed,
     }
     if release is not None:
         doc["polaris_release"] = release.to_json()
@@ -213,6 +215,10 @@ def _show_pairs(
         lines.append(("last error", error))
     if task.failure_permanent:
         lines.append(("failure", "permanent: retrying cannot heal it, dead-lettered at once"))
+    if task.shared_location_allowed:
+        lines.append(
+            ("override", "shared-location guard overridden by an operator (allowSharedLocation)")
+        )
     return lines
 
 

@@ -234,9 +234,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="give a dead or backing-off task a fresh set of attempts",
         description="Reset a task's attempt count and backoff so the sweeper runs it again. "
         "A task leased right now is refused.",
-        epilog="Example: polaris-pipeline tasks requeue 4711 --realm POLARIS",
+        epilog=_examples(
+            "polaris-pipeline tasks requeue 4711 --realm POLARIS",
+            "polaris-pipeline tasks requeue 4711 --realm POLARIS --allow-shared-location",
+        ),
     )
     _add_task_ref(requeue)
+    requeue.add_argument(
+        "--allow-shared-location",
+        action="store_true",
+        help="after you checked it: let this task delete its table's files although a live "
+        "table or view shares its location (recorded on the task as allowSharedLocation)",
+    )
 
     run = tsub.add_parser(
         "run",

@@ -75,8 +75,13 @@ def cmd_requeue(args: argparse.Namespace, out: TextIO) -> int:
     settings = settings_for(args)
     store = checked_metastore(settings, read_only=False)
     task = find_task(store, args.task_id, args.realm, settings.realm_list())
-    state = store.requeue(task.realm_id, task.id)
-    print(f"requeued task {task.id} in realm {task.realm_id!r}: now {state.value}", file=out)
+    allow = bool(args.allow_shared_location)
+    state = store.requeue(task.realm_id, task.id, allow_shared_location=allow)
+    override = "; the shared-location guard is overridden for it" if allow else ""
+    print(
+        f"requeued task {task.id} in realm {task.realm_id!r}: now {state.value}{override}",
+        file=out,
+    )
     return EXIT_OK
 
 

@@ -121,10 +121,21 @@ def build_polaris_failure_alert(
     )
     def _alert(context: RunFailureSensorContext) -> None:
         run = context.dagster_run
-        error = context.failure_event.message if context.failure_event else None
-        notify(run_failure_alert(run.job_name, run.run_id, run.tags, error, ui_url))
+        notify(run_failure_alert(run.job_name, run.run_id, run.tags, _run_error(context), ui_url))
 
     return _alert
+
+
+def _run_error(context: RunFailureSensorContext) -> str | None:
+    """The first failed step's error (a task's own reason: what refused it, naming the
+    live table that shares its files); else the run's failure message."""
+    for event in context.get_step_failure_events():
+        error = getattr(event.event_specific_data, "error", None)
+        message = getattr(error, "message", None)
+        if isinstance(message, str) and message.strip():
+            # Dagster prefixes the exception's class ("dagster...Failure: ").
+            return message.strip().split(": ", 1)[-1] if "Failure: " in message else message
+    return context.failure_event.message if context.failure_event else None
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,11 @@ from polaris_pipeline.dagster.tables import ASSET_KEY_PREFIX, TABLE_REF_KEY, Tab
 from polaris_pipeline.execution.outcome import TaskOutcome
 from polaris_pipeline.report.fields import UNREFERENCED
 from polaris_pipeline.report.formatting import iso_utc_seconds, quoted_task_label
-from polaris_pipeline.report.outcome_view import OutcomeView, per_task_metadata
+from polaris_pipeline.report.outcome_view import (
+    SHARED_LOCATION_OVERRIDDEN,
+    OutcomeView,
+    per_task_metadata,
+)
 from polaris_pipeline.report.totals import PERMANENT, STATUS, OutcomeTotals
 from polaris_pipeline.storage.uri import split_uri
 from polaris_pipeline.tasks.model import TaskRow
@@ -230,6 +234,8 @@ class PolarisTranslator:
             meta["deleted paths (sample)"] = MetadataValue.json(list(result.deleted_paths_sample))
         if result.notes:
             meta["notes"] = MetadataValue.md("\n".join(f"- {n}" for n in result.notes))
+        if result.shared_location_override:
+            meta[SHARED_LOCATION_OVERRIDDEN] = MetadataValue.text(result.shared_location_override)
         return meta
 
     def failure_metadata(

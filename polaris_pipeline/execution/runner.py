@@ -33,6 +33,7 @@ from polaris_pipeline.execution.outcome import ProgressFn, Status, TaskOutcome
 from polaris_pipeline.execution.start import StartDecision, decide_start
 from polaris_pipeline.execution.unreferenced_phase import mode_for, phase_entity, run_phase
 from polaris_pipeline.metastore import CompleteOutcome, FailOutcome, Metastore, new_entity_id
+from polaris_pipeline.metastore.overlap import LiveLocations
 from polaris_pipeline.metastore.release_probe import ReleaseProbe
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.tasks.model import NewTask, TaskRow, TaskState
@@ -420,6 +421,8 @@ class Runner:
             schema_version=self.schema_version(),
             release=self.releases.release(task.realm_id),
             metadata_batch_size=self.metastore.policy.for_realm(task.realm_id).metadata_batch_size,
+            # Every handler's shared-location guard asks the whole metastore.
+            live=LiveLocations(self.metastore.engine, self.schema_version()),
         )
         if lease is not None:
             ctx.fence = partial(self.fence, lease)

@@ -22,16 +22,22 @@ What counts as an overlap (``judge``):
   owns no file and does not count;
 - an entity whose location does not parse, or whose properties do not decode:
   refused rather than guessed.
+
+``metadata_users`` answers a second question, for the referenced purge: which
+live table or view has one of the files about to be deleted as its
+``metadata-location`` internal property (a table registered over the dropped
+one's metadata file, wherever its own location says it is).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, or_, select
+from sqlalchemy import Connection, Engine, Text, and_, cast, or_, select
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from polaris_pipeline.errors import MetastoreError
@@ -45,6 +51,8 @@ NAMESPACE_TYPE_CODE = 6
 _KINDS = {CATALOG_TYPE_CODE: "catalog", NAMESPACE_TYPE_CODE: "namespace"}
 LOCATION_KEY = "location"
 CATALOG_BASE_LOCATION_KEY = "default-base-location"
+# The internal property naming a table's (or view's) current metadata file.
+METADATA_LOCATION_KEY = "metadata-location"
 # The first schema version with ``location_without_scheme``.
 LOCATION_COLUMN_SINCE = 2
 _LIKE_ESCAPE = "\\"
@@ -63,12 +71,21 @@ class Overlap:
     name: str
     location: str
     why: str
+    # The catalog's name, when its row was found (None: only its id is known).
+    catalog: str | None = None
 
     def describe(self) -> str:
         return (
-            f"overlap with live {self.kind} {self.name!r} ({self.realm_id}/{self.entity_id}) "
-            f"at location {self.location!r}: {self.why}"
+            f"overlap with live {self.kind} {self.name!r} ({self.realm_id}/{self.entity_id}"
+            f"{self._catalog_text()}) at location {self.location!r}: {self.why}"
         )
+
+    def _catalog_text(self) -> str:
+        if self.kind == "catalog":
+            return ""
+        if self.catalog is not None:
+            return f", catalog {self.catalog!r}"
+        return f", catalog id {self.catalog_id}"
 
 
 def escape_like(text: str) -> str:
@@ -170,6 +187,48 @@ def _at(hit: Overlap, prefix: Location) -> bool:
         return True  # a malformed location is refused, never guessed
 
 
+def _catalog_key(hit: Overlap) -> tuple[str, int]:
+    return hit.realm_id, hit.catalog_id
+
+
+def _path_patterns(roots: list[Location]) -> list[str] | None:
+    """LIKE patterns on the internal properties' text that every spelling of a file
+    under ``roots`` matches (its path, without scheme or authority); None when no
+    pattern is safe (a root's path that JSON may escape): every row is read then."""
+    patterns: list[str] = []
+    for root in roots:
+        path = "/".join(root.segments)
+        if not path.isascii() or '"' in path or "\\" in path:
+            return None
+        patterns.append(f"%{escape_like(path)}/%" if path else "%")
+    return patterns or None
+
+
+def _metadata_user(row: Any, wanted: set[Location]) -> Overlap | None:
+    """The live table-like ``row`` when its ``metadata-location`` is one of ``wanted``."""
+    internal = _properties(row.internal_properties)
+    raw = internal.get(METADATA_LOCATION_KEY) if internal is not None else None
+    if not isinstance(raw, str):
+        return None
+    try:
+        loc = parse_location(raw, directory=True)
+    except ValueError:
+        return None
+    if loc not in wanted:
+        return None
+    props = _properties(row.properties) or {}
+    location = props.get(LOCATION_KEY)
+    return Overlap(
+        row.realm_id,
+        int(row.catalog_id),
+        int(row.id),
+        "table-like",
+        row.name,
+        location if isinstance(location, str) else raw,
+        f"its metadata-location {raw!r} is a file about to be deleted",
+    )
+
+
 class LiveLocations:
     """The overlap check against one metastore (its engine and schema version)."""
 
@@ -179,14 +238,37 @@ class LiveLocations:
         # Read on the first check only: the catalogs' base locations (a table created
         # at the path during the sweep is seen at the next check, a new catalog is not).
         self._catalog_hits: dict[Location, list[Overlap]] = {}
+        # (realm, catalog id) -> the catalog's name, read with the first check.
+        self._catalog_names: dict[tuple[str, int], str] | None = None
 
     def overlaps(self, prefix: Location, limit: int = 5) -> list[Overlap]:
         """Up to ``limit`` live entities overlapping ``prefix``; empty when none does."""
+        return self._first(lambda conn: self._candidates(conn, prefix), limit)
+
+    def metadata_users(
+        self, roots: Iterable[Location], files: Iterable[str], limit: int = 5
+    ) -> list[Overlap]:
+        """Up to ``limit`` live tables or views whose ``metadata-location`` is one of
+        ``files`` (compared as locations: ``file:/x`` is ``file:///x``, ``s3a`` is
+        ``s3``). ``roots``: where those files lie (the dropped table's roots), to
+        narrow the rows read; every candidate is still judged here."""
+        wanted: set[Location] = set()
+        for uri in files:
+            try:
+                wanted.add(parse_location(uri, directory=True))
+            except ValueError:
+                continue  # never a metadata-location that parses either
+        if not wanted:
+            return []
+        return self._first(lambda conn: self._metadata_candidates(conn, list(roots), wanted), limit)
+
+    def _first(self, hits: Callable[[Connection], Iterator[Overlap]], limit: int) -> list[Overlap]:
         found: list[Overlap] = []
         try:
             with self.engine.connect() as conn:
-                for hit in self._candidates(conn, prefix):
-                    found.append(hit)
+                names = self._names(conn)
+                for hit in hits(conn):
+                    found.append(dataclasses.replace(hit, catalog=names.get(_catalog_key(hit))))
                     if len(found) >= limit:
                         break
         except (OperationalError, DBAPIError) as exc:
@@ -223,6 +305,31 @@ class LiveLocations:
                 f"overlap check failed: {first[0] if first else type(exc).__name__}"
             ) from exc
         return None
+
+    def _names(self, conn: Connection) -> dict[tuple[str, int], str]:
+        if self._catalog_names is None:
+            c = entities.c
+            rows = conn.execute(
+                select(c.realm_id, c.id, c.name).where(c.type_code == CATALOG_TYPE_CODE)
+            )
+            self._catalog_names = {(r.realm_id, int(r.id)): r.name for r in rows}
+        return self._catalog_names
+
+    def _metadata_candidates(
+        self, conn: Connection, roots: list[Location], wanted: set[Location]
+    ) -> Iterator[Overlap]:
+        c = entities.c
+        stmt = select(
+            c.realm_id, c.catalog_id, c.id, c.name, c.properties, c.internal_properties
+        ).where(c.type_code == TABLE_LIKE_TYPE_CODE)
+        patterns = _path_patterns(roots)
+        if patterns is not None:
+            text = cast(c.internal_properties, Text)
+            stmt = stmt.where(or_(*(text.like(p, escape=_LIKE_ESCAPE) for p in patterns)))
+        for row in conn.execute(stmt.execution_options(yield_per=1000)):
+            hit = _metadata_user(row, wanted)
+            if hit is not None:
+                yield hit
 
     def _candidates(self, conn: Connection, prefix: Location) -> Iterator[Overlap]:
         c = entities.c

@@ -448,8 +448,13 @@ class Metastore:
 
     # -------------------------------------------------------------- operator
 
-    def requeue(self, realm_id: str, task_id: int) -> TaskState:
+    def requeue(
+        self, realm_id: str, task_id: int, *, allow_shared_location: bool = False
+    ) -> TaskState:
         """Revive a dead or backing-off task: attempts reset, backoff cleared.
+
+        ``allow_shared_location``: also record the operator's override of the
+        shared-location guard on the row (``Prop.ALLOW_SHARED_LOCATION``).
 
         Raises MetastoreError for a task that does not exist or is leased now.
         """
@@ -462,7 +467,9 @@ class Metastore:
                 refusal = transitions.requeue_refusal(task, now, self.policy)
                 if refusal is not None:
                     raise MetastoreError(refusal)
-                props = transitions.requeue(task.properties)
+                props = transitions.requeue(
+                    task.properties, allow_shared_location=allow_shared_location
+                )
                 if self._cas_write(conn, task, props, now):
                     return after_write(task, props, now).state(now, self.policy)
         raise MetastoreError(f"task {realm_id}/{task_id} kept changing; try again")

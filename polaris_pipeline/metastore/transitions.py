@@ -177,9 +177,15 @@ def fail(
     return out, FailureRecord(FailOutcome.BACKING_OFF, next_ms)
 
 
-def requeue(props: Mapping[str, str]) -> Properties:
-    """An operator's revival: attempts start again, backoff and the permanent mark cleared."""
+def requeue(props: Mapping[str, str], *, allow_shared_location: bool = False) -> Properties:
+    """An operator's revival: attempts start again, backoff and the permanent mark cleared.
+
+    ``allow_shared_location``: the operator checked the live entity sharing the
+    table's location, and lets the purge go on (an override once given is kept).
+    """
     out = dict(props)
+    if allow_shared_location:
+        out[Prop.ALLOW_SHARED_LOCATION] = PERMANENT_TRUE
     out[Prop.ATTEMPT_COUNT] = "0"
     out[Prop.STATUS] = STATUS_REQUEUED
     out.pop(Prop.NEXT_ATTEMPT, None)

@@ -96,6 +96,12 @@ class OutcomeView:
         return result.unreferenced if result else None
 
     @property
+    def shared_location_override(self) -> str | None:
+        """The live entity an operator's override let the purge go past; None: none."""
+        result = self.outcome.result
+        return result.shared_location_override if result else None
+
+    @property
     def unreferenced_files(self) -> int:
         return self.unreferenced.files if self.unreferenced else 0
 
@@ -133,6 +139,8 @@ class OutcomeView:
             if outcome.children:
                 done += f", {self.child_tasks} child task(s)"
             rest.append(done)
+        if self.shared_location_override:
+            rest.append(f"{SHARED_LOCATION_OVERRIDDEN}: {self.shared_location_override}")
         if self.unreferenced is not None:
             rest.append(self.unreferenced.summary())
         if outcome.error:
@@ -168,6 +176,11 @@ class OutcomeView:
             f"{self.child_tasks} child task(s); lease {lease.executor_id} "
             f"attempt {lease.attempt}"
             + (f"; table {where}" if where else "")
+            + (
+                f"; {SHARED_LOCATION_OVERRIDDEN}: {self.shared_location_override}"
+                if self.shared_location_override
+                else ""
+            )
             + (f"; {self.unreferenced.summary()}" if self.unreferenced else "")
         )
 
@@ -195,6 +208,7 @@ class OutcomeView:
         # As storage reported them: bytes_freed is null when it reported no sizes.
         doc.update({f.json_key: getattr(self, f.attr) for f in OUTCOME_FIELDS if f.json_key})
         doc["children"] = [json_id(c.task_id) for c in outcome.children]
+        doc[SHARED_LOCATION_KEY] = self.shared_location_override
         doc[UNREFERENCED] = unreferenced_json(self.unreferenced)
         if self.unreferenced is not None:
             doc.update(
@@ -230,9 +244,15 @@ class OutcomeView:
         if self.unreferenced is not None:
             doc.update({f.output_key: self._number(f) for f in UNREFERENCED_FIELDS if f.output_key})
             doc[UNREFERENCED] = self.unreferenced.summary()
+        doc[SHARED_LOCATION_KEY] = self.shared_location_override
         doc["error"] = self.outcome.error
         return doc
 
+
+# What an outcome whose shared-location guard an operator overrode says, and the key of
+# the live entity it went past in the CLI's JSON and a step's output.
+SHARED_LOCATION_OVERRIDDEN = "shared-location guard overridden"
+SHARED_LOCATION_KEY = "shared_location_overridden"
 
 # The numbers each task of a group step's list shows (the step's totals show all).
 _PER_TASK = ("files_deleted", "bytes_freed")

@@ -73,6 +73,10 @@ class Prop:
     # The undecodable original of a row whose properties were not a JSON object,
     # kept when we lease it so that recording the failure loses nothing.
     ORIGINAL = "originalProperties"
+    # "true": an operator checked that the dropped table shares its location with a
+    # live entity and let the referenced purge go on (``tasks requeue
+    # --allow-shared-location``); children of such a table carry it too.
+    ALLOW_SHARED_LOCATION = "allowSharedLocation"
 
 
 STATUS_FAILED = "failed"
@@ -376,6 +380,11 @@ class TaskRow:
     def failure_permanent(self) -> bool:
         """The last failure was one retrying cannot heal (dead-lettered at once)."""
         return self.properties.get(Prop.PERMANENT) == PERMANENT_TRUE
+
+    @property
+    def shared_location_allowed(self) -> bool:
+        """An operator let this task's purge go on despite a live entity sharing its location."""
+        return self.properties.get(Prop.ALLOW_SHARED_LOCATION) == PERMANENT_TRUE
 
     @property
     def unhandled(self) -> bool:

@@ -86,8 +86,10 @@ def live_entity(
     catalog_id: int = 1,
     with_location_column: bool = True,
     properties: dict[str, Any] | str | None = None,
+    internal_properties: dict[str, Any] | None = None,
 ) -> int:
-    """Insert a live entity at ``location``; returns its id."""
+    """Insert a live entity at ``location``; returns its id. ``internal_properties``:
+    e.g. the ``metadata-location`` of a table registered over a metadata file."""
     key = "default-base-location" if type_code == CATALOG_TYPE_CODE else "location"
     props = properties if properties is not None else {key: location}
     now = int(time.time() * 1000)
@@ -107,7 +109,7 @@ def live_entity(
         "to_purge_timestamp": 0,
         "last_update_timestamp": now,
         "properties": props,
-        "internal_properties": {},
+        "internal_properties": dict(internal_properties or {}),
         "grant_records_version": 1,
     }
     if with_location_column and type_code != CATALOG_TYPE_CODE:

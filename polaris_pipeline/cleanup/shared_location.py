@@ -1,0 +1,86 @@
+"""The shared-location guard of the referenced purge: no live entity may use the files.
+
+A dropped table's (or view's) files are deleted only while no live table or view
+shares them: one in any realm or catalog at, above or under the task's recorded
+location (Polaris's overlap rule, ``metastore/overlap.py``; a namespace or catalog
+above it is where tables live and does not count), nor one whose
+``metadata-location`` is a file about to be deleted (a table registered over the
+dropped one's metadata file). Checked before a table plans its children or a
+view deletes its file, and again before each chunk of deletes of every task,
+children included, so that a table created at the path meanwhile stops the rest.
+
+A hit refuses the task permanently (``SharedLocationRefusal``: dead-lettered at
+once, naming the live entity) unless an operator checked it and requeued the task
+with ``--allow-shared-location`` (``Prop.ALLOW_SHARED_LOCATION`` on its row):
+then the purge goes on and the result says what was overridden. The override is
+for the referenced purge only; the unreferenced phase keeps refusing such a prefix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.errors import SharedLocationRefusal
+from polaris_pipeline.metastore.overlap import Overlap
+from polaris_pipeline.storage.uri import Location, parse_location
+from polaris_pipeline.tasks.model import Prop
+
+# How many live entities a refusal names (the rest are counted).
+NAMED = 3
+
+
+def describe(found: Sequence[Overlap]) -> str:
+    """The live entities found, as a refusal or an override names them."""
+    more = f" (and {len(found) - NAMED} more)" if len(found) > NAMED else ""
+    return "; ".join(hit.describe() for hit in found[:NAMED]) + more
+
+
+def _locations(uris: Iterable[str]) -> list[Location]:
+    out: list[Location] = []
+    for uri in uris:
+        try:
+            out.append(parse_location(uri, directory=True))
+        except ValueError:
+            continue  # the path guard refuses a malformed root; nothing to look up
+    return out
+
+
+def check_shared_location(
+    ctx: CleanupContext,
+    result: CleanupResult,
+    location: str,
+    roots: Sequence[str],
+    files: Sequence[str],
+) -> None:
+    """Raise ``SharedLocationRefusal`` when a live entity shares ``location`` or uses one
+    of ``files`` (see the module docstring); with the task's override, note it instead.
+
+    ``location``: the task's recorded table location; ``roots``: every recorded root
+    (the location and ``write.data.path``-style roots), where ``files`` lie.
+    MetastoreError (the check could not be made) propagates: a transient failure.
+    """
+    live = ctx.live
+    if live is None:
+        return
+    found: list[Overlap] = []
+    for prefix in _locations([location]):
+        found += live.overlaps(prefix)
+    if files:
+        found += live.metadata_users(_locations(roots), files)
+    if not found:
+        return
+    text = describe(found)
+    if ctx.task.shared_location_allowed:
+        if result.shared_location_override is None:
+            result.shared_location_override = text
+            result.notes.append(
+                f"shared-location guard overridden ({Prop.ALLOW_SHARED_LOCATION}=true): {text}"
+            )
+        return
+    raise SharedLocationRefusal(
+        location,
+        f"a live entity shares the table's files, the purge stopped before deleting: {text}. "
+        "Once checked, "
+        "`polaris-pipeline tasks requeue ID --allow-shared-location` lets the purge go on",
+    )
