@@ -41,6 +41,7 @@ from polaris_pipeline.tasks.payloads import (
     decode_manifest_cleanup,
     encode_dropped_entity,
 )
+from polaris_pipeline.tasks.release import PolarisRelease
 from polaris_pipeline.testing import tables as testing_tables
 from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.cleanup_sweep import assert_all_ok, sweep
@@ -198,8 +199,10 @@ def test_children_match_polaris_format(local_warehouse: Warehouse) -> None:
         for mf in read_manifest_list(table.io.new_input(s.manifest_list))
     }
 
-    # A Polaris 1.7+ metastore (schema v5): batch payloads carry "type".
-    result, children = run_one(local_warehouse, task, metadata_batch_size=4, schema_version=5)
+    # Children for Polaris 1.7+: batch payloads carry "type".
+    result, children = run_one(
+        local_warehouse, task, metadata_batch_size=4, release=PolarisRelease(1, 7)
+    )
 
     assert result.ok and result.children == children
     types = [c.properties["taskType"] for c in children]

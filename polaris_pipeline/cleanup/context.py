@@ -52,8 +52,6 @@ class CleanupContext:
     progress: Callable[[int, int, str], None] | None = None
     metadata_batch_size: int = METADATA_BATCH_SIZE
     delete_chunk_size: int = DELETE_CHUNK_SIZE
-    # The metastore's Polaris schema version (its ``version`` row), None when it has none.
-    schema_version: int | None = None
     # The Polaris release that reads the children we write (``tasks/release.py``):
     # their payloads take its shape. Unknown: 1.0, whose shape 1.0-1.6 read.
     release: PolarisRelease = FIRST_RELEASE

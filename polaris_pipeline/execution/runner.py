@@ -418,7 +418,6 @@ class Runner:
             config=self.config,
             dry_run=lease is None,
             new_task_id=new_entity_id,
-            schema_version=self.schema_version(),
             release=self.releases.release(task.realm_id),
             metadata_batch_size=self.metastore.policy.for_realm(task.realm_id).metadata_batch_size,
             # Every handler's shared-location guard asks the whole metastore.
