@@ -81,7 +81,7 @@ test-fast: $(BIN)/.installed bytecode emulators services
 # The releases: tests/polaris/releases.
 test-polaris: $(BIN)/.installed services
 	bash scripts/install-polaris-classes.sh
-	$(PYTEST) tests/test_polaris_classes.py
+	PP_POLARIS_COMPAT_DOC=docs/polaris-compatibility.md $(PYTEST) tests/test_polaris_classes.py
 
 bench: $(BIN)/.installed bytecode services
 	$(BIN)/python -m bench

@@ -73,9 +73,21 @@ def release(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(autouse=True)
-def _report_release(request: pytest.FixtureRequest, release: str) -> None:
-    """tests/support/polaris_report.py counts the outcomes per release from this."""
-    request.node.user_properties.append(("polaris_release", release))
+def _report_release(request: pytest.FixtureRequest, release: str, scenario: Scenario) -> None:
+    """tests/support/polaris_report.py counts the outcomes per release from this, and
+    docs/polaris-compatibility.md lists the facts."""
+    props = request.node.user_properties
+    props.append(("polaris_release", release))
+    props.append(("polaris_fact:schema version it bootstraps", SCHEMA_VERSION[release]))
+    if scenario.harness is None:
+        props.append(("polaris_fact:installed", scenario.install_error or "no"))
+        return
+    served = scenario.harness.runtime_service
+    props.append(("polaris_fact:handlers' payload records served", "yes" if served else "no"))
+    for answer in scenario.typed.values():
+        data = answer["data"]
+        verdict = "decodes" if data.get("ok") else "refused (Unrecognized field)"
+        props.append(("polaris_fact:a BATCH row with `type`", verdict))
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +143,9 @@ def scenario(release: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 
 def test_every_row_we_write_decodes_with_the_release_task_entity(scenario: Scenario) -> None:
+    """Leases, a failed attempt and a purge's children, as our code writes them: the
+    release's TaskEntity names their type, parseTaskState reads our lease properties, and a
+    dropped entity decodes as the class the release's TableCleanupTaskHandler reads."""
     scenario.ready()
     described = scenario.described
     assert set(described) == {scenario.held, scenario.failed, *scenario.children}
@@ -157,6 +172,8 @@ def test_every_row_we_write_decodes_with_the_release_task_entity(scenario: Scena
 
 
 def test_child_payloads_decode_with_the_release_handler_records(scenario: Scenario) -> None:
+    """Where the release's handlers are served (1.4.1): our MANIFEST and BATCH children
+    decode with its own payload records, and a BATCH row with `type` is refused."""
     harness = scenario.ready()
     for child, kind in scenario.children.items():
         data = scenario.described[child]["data"]
@@ -174,6 +191,8 @@ def test_child_payloads_decode_with_the_release_handler_records(scenario: Scenar
 
 
 def test_polaris_leases_a_task_we_hold_only_after_its_timeout(scenario: Scenario) -> None:
+    """The release's own loadTasks (both metastore managers) leaves a task we hold alone
+    at lastAttemptStartTime + 300000 ms and leases it 1 ms later."""
     harness = scenario.ready()
     start = scenario.described[scenario.held]["state"]["lastAttemptStartTime"]
     at_timeout = harness.lease(scenario.url, REALM, start + POLARIS_TASK_TIMEOUT_MS)
