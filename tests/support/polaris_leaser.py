@@ -1,5 +1,10 @@
 """A faithful model of Polaris's own lease algorithm (``loadTasks``), for tests and benchmarks.
 
+Our own model, kept because no real Polaris can race us here: its server and its JDBC
+persistence are not published to the registry this project installs from, so Polaris's own
+``loadTasks`` runs only over its in-memory store (tests/test_polaris_classes.py, which holds
+this model's availability rule to it), never against a shared database.
+
 List the tasks, then one compare-and-set UPDATE per available task, guarded on
 (realm_id, id, entity_version, grant_records_version); a task lost to a
 concurrent writer is skipped. Polaris uses its local clock and knows no grace

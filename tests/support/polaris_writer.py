@@ -1,5 +1,9 @@
 """A Polaris-like writer for the soak: dropped pyiceberg tables and what a dying Polaris leaves.
 
+Our own writer, kept because no real Polaris can write these rows here: its server is not
+published to the registry this project installs from (docs/polaris-compatibility.md); the
+rows it writes are judged by the releases' own classes in tests/test_polaris_classes.py.
+
 Each ``PolarisWriter.step`` writes one *event* into the metastore, as a Polaris
 server would, chosen by a fixed rotation (``MIX``) so that short and long runs
 see the same proportions:
