@@ -2,8 +2,8 @@
 
 Our own model, kept because no real Polaris can race us here: its server and its JDBC
 persistence are not published to the registry this project installs from, so Polaris's own
-``loadTasks`` runs only over its in-memory store (tests/test_polaris_classes.py, which holds
-this model's availability rule to it), never against a shared database.
+``loadTasks`` runs only over its in-memory store (tests/test_polaris_classes.py checks there
+the timeout boundary this model follows), never against a shared database.
 
 List the tasks, then one compare-and-set UPDATE per available task, guarded on
 (realm_id, id, entity_version, grant_records_version); a task lost to a
