@@ -100,6 +100,8 @@ def test_delete_mode_deletes_every_unreferenced_file_and_the_empty_directories(
         # The namespace directory holding the neighbour stays.
         assert Path(split_uri(dropped.location)[1]).parent.is_dir()
     assert "unreferenced" in report.summary() and "deleted" in report.summary()
+    # What a purge reported done leaves is stated: here nothing.
+    assert report.left == 0 and report.summary().endswith("; the prefix is empty")
 
 
 def test_report_mode_lists_everything_and_deletes_nothing(
@@ -114,6 +116,9 @@ def test_report_mode_lists_everything_and_deletes_nothing(
     assert _left(warehouse, dropped.location) == dropped.unreferenced
     assert all(warehouse.exists(f) for f in dropped.neighbour_files)
     assert "would go" in report.summary()
+    # What is left under the prefix is stated, and is exactly what a listing finds.
+    assert report.left == len(_left(warehouse, dropped.location)) > 0
+    assert report.summary().endswith(f"; {report.left} object(s) left under it")
 
 
 def test_off_mode_and_a_realm_override_run_no_phase(

@@ -73,6 +73,7 @@ def test_sweep_once_deletes_unreferenced_files_and_says_so(
     report = root["unreferenced"]
     assert report["mode"] == "delete" and report["deleted"] == len(unreferenced)
     assert root["unreferenced_files"] == len(unreferenced) and root["unreferenced_kept_newer"] == 0
+    assert root["unreferenced_left"] == 0  # the prefix is empty, and --json says so
     assert report["refusal"] is None and report["directories_removed"] >= 1
     assert testing_tables.list_files(location) == set()
     assert all(local_warehouse.exists(f) for f in neighbour)
@@ -89,6 +90,7 @@ def test_sweep_once_reports_by_default_in_its_line(
     assert code == 0, out
     assert f"unreferenced under {location}: {len(unreferenced)} files" in out
     assert "would go, 0 kept as newer than the drop" in out
+    assert f"; {len(unreferenced)} object(s) left under it" in out
     assert testing_tables.list_files(location) == unreferenced
 
 

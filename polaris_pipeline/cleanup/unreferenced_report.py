@@ -59,6 +59,16 @@ class UnreferencedReport:
     def bytes(self) -> int | None:
         return self.bytes_deleted if self.deleting else self.would_bytes
 
+    @property
+    def left(self) -> int:
+        """Objects still under the prefix once the phase is over: what a deleting phase
+        kept or failed to delete, everything listed otherwise (the referenced plan's own
+        files excepted in a dry run). A purge Polaris or we reported done is only done
+        when this is 0 (issue 38: leaks hide behind reported success)."""
+        if self.deleting:
+            return self.kept_newer + self.refused_paths + self.failures
+        return self.listed - self.referenced
+
     def summary(self) -> str:
         """``unreferenced: N files, B bytes deleted / would go, K kept as newer than the drop``."""
         from_here = f" under {self.prefix}" if self.prefix else ""
@@ -76,4 +86,6 @@ class UnreferencedReport:
             text += f", {self.refused_paths} refused by the guard"
         if self.failures:
             text += f", {self.failures} failed"
+        left = self.left
+        text += "; the prefix is empty" if left == 0 else f"; {left} object(s) left under it"
         return text

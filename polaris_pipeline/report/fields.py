@@ -48,6 +48,13 @@ UNREFERENCED_FIELDS: tuple[OutcomeField, ...] = (
         "unreferenced kept as newer than the drop",
         "unreferenced_kept_newer",
     ),
+    # Objects still under the table's prefix after the phase (0: the prefix is empty).
+    OutcomeField(
+        "unreferenced_left",
+        "unreferenced_left",
+        "objects left under the table",
+        "unreferenced_left",
+    ),
 )
 # The metadata entry and JSON key holding the phase's whole report (its one line).
 UNREFERENCED = "unreferenced"

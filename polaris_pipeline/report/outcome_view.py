@@ -113,6 +113,10 @@ class OutcomeView:
     def unreferenced_kept_newer(self) -> int:
         return self.unreferenced.kept_newer if self.unreferenced else 0
 
+    @property
+    def unreferenced_left(self) -> int:
+        return self.unreferenced.left if self.unreferenced else 0
+
     def _number(self, field: OutcomeField) -> int:
         value = getattr(self, field.attr)
         return value if isinstance(value, int) else 0
