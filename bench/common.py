@@ -26,14 +26,11 @@ from importlib import metadata as importlib_metadata
 from typing import Any
 
 import psycopg
-from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from polaris_pipeline.tasks.model import TASK_TYPE_CODE, Prop
+from tests.support.postgres import PG_ADMIN_URL, database_url, throwaway_database
 
-PG_ADMIN_URL = os.environ.get(
-    "POLARIS_PIPELINE_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-)
 REALMS = ("POLARIS", "acme", "globex", "initech")
 
 ENTITY_COLUMNS = (
@@ -62,33 +59,12 @@ ENTITY_COLUMNS = (
 
 @contextmanager
 def temp_database(purpose: str) -> Iterator[str]:
-    """A PostgreSQL database made for one benchmark and dropped afterwards; yields its URL."""
-    name = f"pp_bench_{purpose}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    try:
-        yield url
-    finally:
-        admin.dispose()
-        _drop_database(name)
+    """A PostgreSQL database made for one benchmark and dropped afterwards; yields its URL.
 
-
-def _drop_database(name: str, attempts: int = 12) -> None:
-    """Drop a benchmark's database; a server restart meanwhile only delays it."""
-    for attempt in range(attempts):
-        admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-        try:
-            with admin.connect() as conn:
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            return
-        except Exception:
-            if attempt == attempts - 1:
-                raise
-            time.sleep(min(10, 2 * (attempt + 1)))
-        finally:
-            admin.dispose()
+    The tests' own throwaway databases (``tests/support/postgres.py``): one admin URL
+    variable and one drop rule for both."""
+    with throwaway_database(f"pp_bench_{purpose}") as name:
+        yield database_url(name)
 
 
 def libpq_dsn(url: str) -> str:

@@ -1,5 +1,6 @@
 """Throwaway databases on the test PostgreSQL server (127.0.0.1:5432 unless
-``POLARIS_PIPELINE_TEST_PG`` names another).
+``POLARIS_PIPELINE_TEST_PG`` names another), for the tests and the benchmarks alike
+(``bench/common.py``; its old ``POLARIS_PIPELINE_BENCH_PG`` still works, with a warning).
 
 Every database a test or fixture makes comes from :func:`throwaway_database`: its
 name carries the process id and a random part, so parallel pytest workers (and two
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -21,9 +23,25 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-PG_ADMIN_URL = os.environ.get(
-    "POLARIS_PIPELINE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-)
+ADMIN_URL_ENV = "POLARIS_PIPELINE_TEST_PG"
+_OLD_BENCH_ENV = "POLARIS_PIPELINE_BENCH_PG"
+
+
+def _admin_url() -> str:
+    url = os.environ.get(ADMIN_URL_ENV, "").strip()
+    old = os.environ.get(_OLD_BENCH_ENV, "").strip()
+    if old and not url:
+        warnings.warn(
+            f"{_OLD_BENCH_ENV} is deprecated: set {ADMIN_URL_ENV}, which the tests and the "
+            "benchmarks both read",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        url = old
+    return url or "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+
+
+PG_ADMIN_URL = _admin_url()
 # How long a drop keeps trying while the server restarts (a reliability scenario).
 _DROP_ATTEMPTS = 30
 
