@@ -28,6 +28,7 @@ DESCRIPTIONS = {
     "daemon_e2e": "through dagster-daemon: mixed backlog, 2,000-child table, queue, the floor",
     "pgbouncer_auth": "a new connection to Dagster's database: straight, through PgBouncer",
     "unreferenced": "a dropped table's unreferenced files on S3 (moto): listed, deleted; RSS",
+    "leaks": "leak report over 1M objects in 1,000 live tables, 5 leaked, vs a full listing",
 }
 
 

@@ -32,6 +32,7 @@ ORDER = (
     "sensor_tick",
     "dagster_e2e",
     "unreferenced",
+    "leaks",
 )
 
 
