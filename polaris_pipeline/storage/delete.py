@@ -59,6 +59,9 @@ class DeleteReport:
     # those of the table; their bytes are in ``bytes_freed`` too.
     sidecars: list[str] = field(default_factory=list)
     sidecar_bytes: int = 0
+    # The size of each deleted path (sidecars too) where the delete learnt it (a
+    # local lstat), for the deletion record; S3's DeleteObjects says none.
+    sizes: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -255,6 +258,7 @@ def _delete_local(resolver: StorageResolver, uri: str, path: str, report: Delete
         report.failed[uri] = _os_reason(resolver, e)
     else:
         report.deleted.append(uri)
+        report.sizes[uri] = st.st_size
         report._add_bytes(st.st_size)
 
 
@@ -301,6 +305,7 @@ def _delete_sidecar(
         report.failed[sidecar] = _os_reason(resolver, e)
     else:
         report.sidecars.append(sidecar)
+        report.sizes[sidecar] = st.st_size
         report.sidecar_bytes += st.st_size
         report._add_bytes(st.st_size)
 
