@@ -376,6 +376,8 @@ def existing_with_sizes(
             continue
         if size is None:
             result.missing += 1
+            if ctx.record is not None and not ctx.dry_run:
+                ctx.record.note_gone(uri)
         else:
             out[uri] = size
     return out

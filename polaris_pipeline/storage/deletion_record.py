@@ -102,6 +102,12 @@ class DeletionRecord:
         self._path = ""
         self._local: IO[str] | None = None
         self._buffer: list[str] = []  # object stores: everything, rewritten at each flush
+        # Paths found gone by a stat before any delete: written with the next chunk,
+        # or not at all when the attempt deletes nothing.
+        self._gone: list[dict[str, Any]] = []
+        # A path is said gone once per record: a lookup and the sidecar pass that
+        # follows it both find a missing local file.
+        self._said_gone: set[str] = set()
         self._totals = {result: 0 for result in RESULTS}
         self._bytes = 0
         self.closed = False
@@ -135,7 +141,8 @@ class DeletionRecord:
                     "run_id": h.run_id,
                     "started": self._started.isoformat().replace("+00:00", "Z"),
                 }
-            ]
+            ],
+            header=True,
         )
 
     def add_report(
@@ -154,10 +161,16 @@ class DeletionRecord:
         for uri in report.sidecars:
             lines.append(self._line(uri, DELETED, at, size=known.get(uri), sidecar=True))
         for uri in report.missing:
-            lines.append(self._line(uri, ALREADY_GONE, at))
+            if uri not in self._said_gone:
+                lines.append(self._line(uri, ALREADY_GONE, at))
         for uri, error in report.failed.items():
             lines.append(self._line(uri, FAILED, at, error=error))
         self._write(lines, redact)
+
+    def note_gone(self, uri: str) -> None:
+        """``uri`` was already gone when looked up; written with the next lines."""
+        if uri not in self._said_gone:
+            self._gone.append(self._line(uri, ALREADY_GONE, _now()))
 
     def add_refusals(
         self, refusals: Iterable[tuple[str, str]], redact: Callable[[str], str] | None = None
@@ -195,6 +208,8 @@ class DeletionRecord:
 
     def _line(self, uri: str, result: str, at: str, **extra: Any) -> dict[str, Any]:
         self._totals[result] += 1
+        if result == ALREADY_GONE:
+            self._said_gone.add(uri)
         if result == DELETED and isinstance(extra.get("size"), int):
             self._bytes += extra["size"]
         line: dict[str, Any] = {"record": "path", "path": uri, "result": result}
@@ -209,8 +224,14 @@ class DeletionRecord:
             raise StorageError(f"deletion record {self._shown()}: {e}") from None
 
     def _write(
-        self, lines: list[dict[str, Any]], redact: Callable[[str], str] | None = None
+        self,
+        lines: list[dict[str, Any]],
+        redact: Callable[[str], str] | None = None,
+        *,
+        header: bool = False,
     ) -> None:
+        if self._gone and not header:
+            lines, self._gone = [*self._gone, *lines], []
         if not lines:
             return
         text = "".join(self._encode(line, redact) for line in lines)
