@@ -19,16 +19,20 @@ from typing import Any
 import pytest
 from pyiceberg.table import Table
 
+from polaris_pipeline.cleanup.batch import run_batch_cleanup
+from polaris_pipeline.cleanup.context import CleanupContext
 from polaris_pipeline.dagster.definitions import build_defs, build_defs_from_env
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
-from polaris_pipeline.errors import StorageConfigError
+from polaris_pipeline.errors import LeaseLost, StorageConfigError
 from polaris_pipeline.execution.outcome import Status
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.settings import PipelineSettings, SettingsError
 from polaris_pipeline.storage.config import StorageConfig, StorageRule
+from polaris_pipeline.storage.deletion_record import DeletionRecord, RecordHeader
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.tasks.model import NewTask
+from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.cli import POLICY_FLAGS, run, url_of
 from tests.support.iceberg import Warehouse, drop_task_row, table_files
 from tests.support.s3 import MotoS3
@@ -147,7 +151,7 @@ def test_a_batch_records_deleted_refused_and_already_gone(store: Metastore, tmp_
     assert results[missing]["result"] == "already gone"
     refused = results[f"file://{kept_out}"]
     assert refused["result"] == "refused" and "outside" in refused["reason"]
-    assert record[-1]["bytes_deleted"] == 5
+    assert record[-1]["bytes_deleted"] == 5 and record[-1]["deleted_without_size"] == 0
 
 
 def test_an_unwritable_prefix_fails_the_attempt_before_any_delete(
@@ -345,3 +349,38 @@ def test_the_setting_reaches_the_cli_env_and_the_dagster_storage_resource(
     monkeypatch.setenv("POLARIS_PIPELINE_DELETION_RECORD", "file:///var/log/pp/")
     from_env = dict(build_defs_from_env().resources or {})
     assert from_env["storage"].get_deletion_record() == "file:///var/log/pp/"
+
+
+def test_a_lease_lost_midway_through_a_chunk_leaves_what_it_deleted_recorded(
+    tmp_path: Path,
+) -> None:
+    """The holder's check stops a chunk after two files: both are in the record."""
+    table = tmp_path / "wh" / "ns" / "t"
+    table.mkdir(parents=True)
+    files = [table / f"{i}.avro" for i in range(5)]
+    for f in files:
+        f.write_bytes(b"abc")
+    task = testing_tasks.task_row(
+        batch_task("r1", [f"file://{f}" for f in files], internal={"storageLocation": str(table)})
+    )
+    resolver = StorageResolver(StorageConfig())
+    header = RecordHeader("r1", task.id, task.name, "BATCH_FILE_CLEANUP", 1, "holder")
+    record = DeletionRecord(str(tmp_path / "audit"), resolver, header)
+    checks = iter(range(100))
+
+    def still_held() -> None:
+        if next(checks) == 2:
+            raise LeaseLost("lost")
+
+    ctx = CleanupContext(
+        task=task, resolver=resolver, config=StorageConfig(), still_held=still_held, record=record
+    )
+    with pytest.raises(LeaseLost):
+        run_batch_cleanup(ctx)
+    record.close("lease lost", "lost")
+
+    (lines,) = _local_records(tmp_path / "audit")
+    _assert_whole(lines, "lease lost")
+    deleted = {line["path"] for line in lines if line.get("result") == "deleted"}
+    assert deleted == {f"file://{f}" for f in files[:2]}
+    assert [f.exists() for f in files] == [False, False, True, True, True]

@@ -213,12 +213,13 @@ def delete_guarded(
     """
     return recorded(
         ctx,
-        lambda: bulk_delete(
+        lambda report: bulk_delete(
             ctx.resolver,
             uris,
             chunk_size=chunk_size,
             check=ctx.still_held,
             sidecar_check=guard.allows,
+            report=report,
         ),
         sizes,
     )
@@ -226,19 +227,24 @@ def delete_guarded(
 
 def recorded(
     ctx: CleanupContext,
-    delete: Callable[[], DeleteReport],
+    delete: Callable[[DeleteReport], DeleteReport],
     sizes: Mapping[str, int | None] | None = None,
 ) -> DeleteReport:
-    """Run ``delete`` between the deletion record's header and its paths.
+    """Run ``delete`` (filling the report it is given) between the deletion record's
+    header and its paths.
 
     The header first: a record that cannot be written stops the attempt before
-    anything is deleted, never a purge without its record.
+    anything is deleted, never a purge without its record. A delete stopped
+    midway (the lease lost) still has what it did recorded.
     """
+    report = DeleteReport()
     if ctx.record is None:
-        return delete()
+        return delete(report)
     ctx.record.open()
-    report = delete()
-    ctx.record.add_report(report, sizes, ctx.resolver.redact)
+    try:
+        delete(report)
+    finally:
+        ctx.record.add_report(report, sizes, ctx.resolver.redact)
     return report
 
 

@@ -187,11 +187,12 @@ def _delete(ctx: CleanupContext, report: UnreferencedReport, objects: list[Liste
     sizes = {o.uri: o.size for o in objects}
     result = recorded(
         ctx,
-        lambda: bulk_delete(
+        lambda report: bulk_delete(
             ctx.resolver,
             list(sizes),
             chunk_size=max(1, min(len(sizes), MAX_KEYS_PER_REQUEST)),
             check=ctx.still_held,
+            report=report,
         ),
         sizes,
     )

@@ -110,6 +110,7 @@ class DeletionRecord:
         self._said_gone: set[str] = set()
         self._totals = {result: 0 for result in RESULTS}
         self._bytes = 0
+        self._unsized = 0  # deleted paths whose size nobody said (S3)
         self.closed = False
 
     @property
@@ -194,7 +195,9 @@ class DeletionRecord:
                     "status": status,
                     "error": error,
                     "totals": dict(self._totals),
+                    # Of the deleted paths whose size is known; the others counted apart.
                     "bytes_deleted": self._bytes,
+                    "deleted_without_size": self._unsized,
                     "ended": _now(),
                 }
                 self._write([footer], redact)
@@ -210,8 +213,12 @@ class DeletionRecord:
         self._totals[result] += 1
         if result == ALREADY_GONE:
             self._said_gone.add(uri)
-        if result == DELETED and isinstance(extra.get("size"), int):
-            self._bytes += extra["size"]
+        if result == DELETED:
+            size = extra.get("size")
+            if isinstance(size, int):
+                self._bytes += size
+            else:
+                self._unsized += 1
         line: dict[str, Any] = {"record": "path", "path": uri, "result": result}
         line.update({k: v for k, v in extra.items() if v is not None})
         line["at"] = at
