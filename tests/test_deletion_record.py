@@ -384,3 +384,27 @@ def test_a_lease_lost_midway_through_a_chunk_leaves_what_it_deleted_recorded(
     deleted = {line["path"] for line in lines if line.get("result") == "deleted"}
     assert deleted == {f"file://{f}" for f in files[:2]}
     assert [f.exists() for f in files] == [False, False, True, True, True]
+
+
+def test_the_component_hands_the_prefix_to_the_storage_resource(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dagster.components.testing import create_defs_folder_sandbox
+
+    from polaris_pipeline.dagster import PolarisSweeper
+
+    monkeypatch.setenv("POLARIS_METASTORE_URL", "sqlite:////tmp/unused.db")
+    yaml = {
+        "type": "polaris_pipeline.dagster.PolarisSweeper",
+        "attributes": {
+            "metastore_url": "{{ env.POLARIS_METASTORE_URL }}",
+            "storage": {"deletion_record": "s3://audit/polaris-pipeline/"},
+        },
+    }
+    with create_defs_folder_sandbox() as sandbox:
+        defs_path = sandbox.scaffold_component(
+            component_cls=PolarisSweeper, defs_yaml_contents=yaml
+        )
+        with sandbox.load_component_and_build_defs(defs_path=defs_path) as (_, defs):
+            storage = dict(defs.resources or {})["storage"]
+    assert storage.get_deletion_record() == "s3://audit/polaris-pipeline/"
