@@ -38,6 +38,7 @@ from tests.support.iceberg import Warehouse, drop_task_row, table_files
 from tests.support.s3 import MotoS3
 from tests.support.table_metadata import content_files
 from tests.support.tasks import batch_task
+from tests.support.unreferenced import add_unreferenced, settle
 
 NAME = re.compile(r"^attempt-1-[A-Za-z0-9._-]+-\d{8}T\d{12}Z-[0-9a-f]{6}\.jsonl$")
 
@@ -408,3 +409,37 @@ def test_the_component_hands_the_prefix_to_the_storage_resource(
         with sandbox.load_component_and_build_defs(defs_path=defs_path) as (_, defs):
             storage = dict(defs.resources or {})["storage"]
     assert storage.get_deletion_record() == "s3://audit/polaris-pipeline/"
+
+
+def test_the_unreferenced_phase_records_the_files_it_deletes(
+    local_warehouse: Warehouse, store: Metastore, tmp_path: Path
+) -> None:
+    table = local_warehouse.build("t", appends=1)
+    unreferenced = add_unreferenced(table, local_warehouse.resolver)
+    settle()  # every file is older than the drop
+    oracle = table_files(table)
+    store.insert_tasks([_drop_task(table)])
+    audit = tmp_path / "audit"
+
+    with Runner(
+        store,
+        local_warehouse.config,
+        resolver=local_warehouse.resolver,
+        unreferenced="delete",
+        deletion_record=str(audit),
+    ) as runner:
+        outcomes = runner.sweep(["POLARIS"])
+
+    assert all(o.status is Status.DONE for o in outcomes), [o.error for o in outcomes]
+    records = _local_records(audit)
+    for record in records:
+        _assert_whole(record, "done")
+    results = _results(records)
+    assert unreferenced <= oracle and set(results) == oracle
+    for path in unreferenced:
+        assert [line["result"] for line in results[path]] == ["deleted"], results[path]
+    # The phase's record is the table's own (its task id), apart from its children's.
+    root = {o.lease.task_id for o in outcomes if o.result and o.result.unreferenced}
+    (root_id,) = root
+    (phase,) = [r for r in records if r[0]["task_id"] == root_id]
+    assert {line["path"] for line in phase[1:-1]} == unreferenced
