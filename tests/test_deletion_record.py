@@ -138,13 +138,14 @@ def test_a_batch_records_deleted_refused_and_already_gone(store: Metastore, tmp_
     store.insert_tasks([task])
     audit = tmp_path / "audit"
 
-    with Runner(store, deletion_record=str(audit)) as runner:
+    with Runner(store, deletion_record=str(audit), run_id="dagster-run-1") as runner:
         (outcome,) = runner.sweep(["r1"])
 
     assert outcome.status is Status.DEAD and outcome.permanent  # a guard refusal
     assert not present.exists() and kept_out.exists()
     (record,) = _local_records(audit)
     _assert_whole(record, "failed")
+    assert record[0]["run_id"] == "dagster-run-1" and record[0]["task_type"] == "BATCH_FILE_CLEANUP"
     assert record[-1]["error"] == outcome.error
     results = {path: lines[0] for path, lines in _results([record]).items()}
     assert results[f"file://{present}"]["result"] == "deleted"

@@ -399,6 +399,8 @@ class Runner:
         if task is None or report:
             if task is not None and children_done:
                 self._phase(lease, task, result, UnreferencedMode.REPORT)
+                # A report deletes nothing: its record was never opened, and goes.
+                self._close_record(lease, "done", result=result)
             outcome.result = result
             return outcome
         failed: TaskOutcome | None
