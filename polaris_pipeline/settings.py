@@ -31,6 +31,7 @@ from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.leaks.reclaim import MIN_AGE_FLOOR_DAYS
 from polaris_pipeline.metastore.connection import URL_ENV
 from polaris_pipeline.storage.config import CONFIG_ENV_VAR
+from polaris_pipeline.storage.uri import split_uri
 from polaris_pipeline.tasks.model import LeasePolicy, RealmOverride
 from polaris_pipeline.tasks.release import RELEASE_ENV, PolarisRelease
 from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
@@ -40,6 +41,7 @@ LEASE_TIMEOUT_ENV = "POLARIS_PIPELINE_LEASE_TIMEOUT_MS"
 GRACE_ENV = "POLARIS_PIPELINE_GRACE_MS"
 MAX_ATTEMPTS_ENV = "POLARIS_PIPELINE_MAX_ATTEMPTS"
 UNREFERENCED_ENV = "POLARIS_PIPELINE_UNREFERENCED"
+DELETION_RECORD_ENV = "POLARIS_PIPELINE_DELETION_RECORD"
 
 # The sweeper sensor's cadence and bounds, and the backlog check's threshold.
 DEFAULT_SWEEP_INTERVAL_S = 60.0
@@ -153,6 +155,19 @@ def _nonblank_cron(value: Any) -> None:
         raise ValueError("a schedule must be a cron expression")
 
 
+def _record_prefix(value: Any) -> None:
+    # Checked when read, not at the first delete: a typo would otherwise fail
+    # every attempt of a sweep, one by one.
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("the deletion record prefix must not be empty")
+    scheme, rest = split_uri(value.strip())
+    if not scheme or not rest.strip("/"):
+        raise ValueError(
+            "not an fsspec URI prefix or absolute path "
+            "(e.g. s3://audit/polaris-pipeline/ or file:///var/log/pp/)"
+        )
+
+
 def _realms_check(value: Any) -> None:
     if isinstance(value, str) or not all(isinstance(r, str) and r.strip() for r in value):
         raise ValueError("each realm must be a non-empty name")
@@ -200,6 +215,7 @@ _SPECS: dict[str, _Spec] = {
     "max_orphan_age_s": _Spec("POLARIS_PIPELINE_MAX_ORPHAN_AGE_S", None, _number, _orphan_age),
     "sweeper_autostart": _Spec("POLARIS_PIPELINE_SWEEPER_AUTOSTART", None, _boolean),
     "task_events": _Spec("POLARIS_PIPELINE_TASK_EVENTS", None, _boolean),
+    "deletion_record": _Spec(DELETION_RECORD_ENV, "--deletion-record", _text, _record_prefix),
     "unreferenced": _Spec(
         UNREFERENCED_ENV, "--unreferenced", UnreferencedMode.parse, UnreferencedMode.parse
     ),
@@ -270,6 +286,10 @@ class PipelineSettings:
     # Write Polaris's BEFORE/AFTER_ATTEMPT_TASK rows to its events table (schema v3+).
     # Off by default, as Polaris's own persistence listener is.
     task_events: bool = False
+    # An fsspec URI prefix (s3://audit/polaris-pipeline/, file:///var/log/pp/) under
+    # which every attempt that deletes anything writes the paths it deleted, one
+    # JSON Lines file per attempt (storage/deletion_record.py). None: no record.
+    deletion_record: str | None = None
     # What a dropped table's run does with the files its metadata no longer names:
     # off, report (list and record, delete nothing), delete. Realms may override it.
     unreferenced: UnreferencedMode = DEFAULT_UNREFERENCED_MODE

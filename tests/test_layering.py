@@ -74,6 +74,7 @@ STORAGE_LAYERS = (
     ("credentials.s3", "credentials.azure", "credentials.gcs"),
     ("resolve", "input_file"),
     ("delete", "listing"),
+    ("deletion_record",),  # the record of what a delete did
 )
 # Imports of the package inside a function of storage/, each on purpose.
 STORAGE_LAZY_IMPORTS = {

@@ -53,6 +53,7 @@ def test_every_variable_is_read() -> None:
         "POLARIS_PIPELINE_LEAK_MAX_BYTES": "1073741824",
         "POLARIS_PIPELINE_LEAK_CRON": "0 5 * * *",
         "POLARIS_PIPELINE_LEAK_MIN_AGE_DAYS": "30",
+        "POLARIS_PIPELINE_DELETION_RECORD": " s3://audit/polaris-pipeline/ ",
     }
     assert set(env) == {spec.env for spec in _SPECS.values()}
     s = PipelineSettings.from_env(env)
@@ -72,6 +73,7 @@ def test_every_variable_is_read() -> None:
     assert s.policy.for_realm("TEST").lease_timeout_ms == 1000
     assert s.policy.for_realm("POLARIS").lease_timeout_ms == 60000
     assert s.storage_config == "/etc/storage.yaml" and s.executor_prefix == "site-b"
+    assert s.deletion_record == "s3://audit/polaris-pipeline/"
     assert (s.sweep_interval_s, s.sweep_jitter) == (30.0, 0.5)
     assert (s.sweep_max_runs, s.sweep_max_pending_runs, s.max_orphan_age_s) == (10, 20, 120.0)
     assert s.sweeper_autostart is True

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
@@ -202,19 +202,50 @@ def delete_guarded(
     uris: Sequence[str],
     *,
     chunk_size: int = MAX_KEYS_PER_REQUEST,
+    sizes: Mapping[str, int | None] | None = None,
 ) -> DeleteReport:
     """``bulk_delete`` of already admitted ``uris``, with their checksum sidecars.
 
     Each local file's Hadoop sidecar (``.NAME.crc``) goes too when it exists and
-    the same guard admits it; nothing else is ever added.
+    the same guard admits it; nothing else is ever added. With a deletion record,
+    its header is written before the delete and the chunk's paths after it
+    (``sizes``, from a manifest or a stat, give the sizes S3 does not say).
     """
-    return bulk_delete(
-        ctx.resolver,
-        uris,
-        chunk_size=chunk_size,
-        check=ctx.still_held,
-        sidecar_check=guard.allows,
+    return recorded(
+        ctx,
+        lambda report: bulk_delete(
+            ctx.resolver,
+            uris,
+            chunk_size=chunk_size,
+            check=ctx.still_held,
+            sidecar_check=guard.allows,
+            report=report,
+        ),
+        sizes,
     )
+
+
+def recorded(
+    ctx: CleanupContext,
+    delete: Callable[[DeleteReport], DeleteReport],
+    sizes: Mapping[str, int | None] | None = None,
+) -> DeleteReport:
+    """Run ``delete`` (filling the report it is given) between the deletion record's
+    header and its paths.
+
+    The header first: a record that cannot be written stops the attempt before
+    anything is deleted, never a purge without its record. A delete stopped
+    midway (the lease lost) still has what it did recorded.
+    """
+    report = DeleteReport()
+    if ctx.record is None:
+        return delete(report)
+    ctx.record.open()
+    try:
+        delete(report)
+    finally:
+        ctx.record.add_report(report, sizes, ctx.resolver.redact)
+    return report
 
 
 def delete_leftover_sidecars(
@@ -263,7 +294,7 @@ def delete_one(
         list_dry_run_sidecars(result, guard)
     else:
         ctx.fence()
-        tally(result, delete_guarded(ctx, guard, [uri]), sizes)
+        tally(result, delete_guarded(ctx, guard, [uri], sizes=sizes), sizes)
     return result
 
 
@@ -322,7 +353,9 @@ def delete_chunked(
         # Again before every chunk: a table created at the path meanwhile stops the rest.
         guard.check_shared(ctx, result, chunk)
         ctx.fence()
-        report = delete_guarded(ctx, guard, chunk, chunk_size=min(chunk_size, MAX_KEYS_PER_REQUEST))
+        report = delete_guarded(
+            ctx, guard, chunk, chunk_size=min(chunk_size, MAX_KEYS_PER_REQUEST), sizes=sizes
+        )
         tally(result, report, sizes)
         done += len(chunk)
         if ctx.progress is not None:
@@ -349,6 +382,8 @@ def existing_with_sizes(
             continue
         if size is None:
             result.missing += 1
+            if ctx.record is not None and not ctx.dry_run:
+                ctx.record.note_gone(uri)
         else:
             out[uri] = size
     return out

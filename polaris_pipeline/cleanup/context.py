@@ -22,6 +22,7 @@ from polaris_pipeline.tasks.release import FIRST_RELEASE, PolarisRelease
 if TYPE_CHECKING:
     # Only a type here; importing the resolver brings in pyiceberg's file IO.
     from polaris_pipeline.metastore.overlap import LiveLocations
+    from polaris_pipeline.storage.deletion_record import DeletionRecord
     from polaris_pipeline.storage.resolve import StorageResolver
 
 # Polaris's TABLE_METADATA_CLEANUP_BATCH_SIZE default.
@@ -59,6 +60,10 @@ class CleanupContext:
     # (``cleanup/shared_location.py``). The runner always gives one; None (a handler
     # run on its own, in a test) skips that guard.
     live: LiveLocations | None = None
+    # The attempt's deletion record (``storage/deletion_record.py``), when the
+    # deployment keeps one: opened before the first delete, a chunk's paths added
+    # after it. None: no record (the default, and every dry run).
+    record: DeletionRecord | None = None
 
 
 @dataclass

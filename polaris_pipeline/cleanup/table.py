@@ -374,7 +374,7 @@ def run_table_cleanup(ctx: CleanupContext) -> CleanupResult:
         ctx.fence()
         present = existing_with_sizes(ctx, result, [plan.metadata_uri])
         if present:
-            tally(result, delete_guarded(ctx, guard, [plan.metadata_uri]), present)
+            tally(result, delete_guarded(ctx, guard, [plan.metadata_uri], sizes=present), present)
         return result
     if ctx.create_children is None:
         raise PolarisPipelineError(

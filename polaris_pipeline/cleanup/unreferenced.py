@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Set
 
-from polaris_pipeline.cleanup.common import Guard, recorded_roots
+from polaris_pipeline.cleanup.common import Guard, recorded, recorded_roots
 from polaris_pipeline.cleanup.context import CleanupContext
 from polaris_pipeline.cleanup.unreferenced_report import SAMPLE, UnreferencedReport
 from polaris_pipeline.errors import MetastoreError, PayloadError, StorageError
@@ -185,11 +185,16 @@ def _would_go(report: UnreferencedReport, objects: list[ListedObject], all_paths
 def _delete(ctx: CleanupContext, report: UnreferencedReport, objects: list[ListedObject]) -> None:
     ctx.fence()
     sizes = {o.uri: o.size for o in objects}
-    result = bulk_delete(
-        ctx.resolver,
-        list(sizes),
-        chunk_size=max(1, min(len(sizes), MAX_KEYS_PER_REQUEST)),
-        check=ctx.still_held,
+    result = recorded(
+        ctx,
+        lambda report: bulk_delete(
+            ctx.resolver,
+            list(sizes),
+            chunk_size=max(1, min(len(sizes), MAX_KEYS_PER_REQUEST)),
+            check=ctx.still_held,
+            report=report,
+        ),
+        sizes,
     )
     report.deleted += len(result.deleted)
     report.missing += len(result.missing)

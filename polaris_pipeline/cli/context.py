@@ -33,6 +33,7 @@ def settings_for(args: argparse.Namespace) -> PipelineSettings:
         polaris_version=getattr(args, "polaris_version", None),
         storage_config=getattr(args, "storage_config", None),
         unreferenced=getattr(args, "unreferenced", None),
+        deletion_record=getattr(args, "deletion_record", None),
         leak_min_age_days=getattr(args, "min_age_days", None),
     )
 

@@ -12,6 +12,7 @@ from typing import Any
 from polaris_pipeline.metastore import URL_ENV
 from polaris_pipeline.metastore.ddl import LATEST_SCHEMA_VERSION, MIN_SCHEMA_VERSION
 from polaris_pipeline.settings import (
+    DELETION_RECORD_ENV,
     GRACE_ENV,
     LEAK_MIN_AGE_ENV,
     LEASE_TIMEOUT_ENV,
@@ -132,6 +133,17 @@ def _add_unreferenced(p: argparse.ArgumentParser) -> None:
         help="what a dropped table's run does, last, with the files under its location that "
         "its metadata no longer names: off; report (list them, delete nothing); delete "
         f"(default: ${UNREFERENCED_ENV}, else {_DEFAULTS.unreferenced.value})",
+    )
+
+
+def _add_deletion_record(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--deletion-record",
+        metavar="URI",
+        help="fsspec URI prefix (s3://audit/pp/, file:///var/log/pp/) under which each "
+        "attempt that deletes anything writes every path it deleted, one JSON Lines file "
+        f"per attempt; reached through the storage config (default: ${DELETION_RECORD_ENV}, "
+        "else none)",
     )
 
 
@@ -263,6 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_task_ref(run)
     _add_storage_config(run)
     _add_unreferenced(run)
+    _add_deletion_record(run)
     _add_json(run, "the start decision, the outcome of every task and the summary")
 
     discard = tsub.add_parser(
@@ -308,6 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_policy(sweep)
     _add_storage_config(sweep)
     _add_unreferenced(sweep)
+    _add_deletion_record(sweep)
     sweep.add_argument(
         "--once",
         action="store_true",

@@ -37,6 +37,7 @@ def _runner(
         executor_id=make_executor_id(command, prefix) if prefix else None,
         progress=progress,
         write_task_events=settings.task_events,
+        deletion_record=settings.deletion_record,
     )
 
 

@@ -45,6 +45,13 @@ class StorageModel(dg.Model):
     allowed_prefixes: list[str] | None = Field(
         default=None, description="Inline: prefixes outside which nothing is deleted."
     )
+    deletion_record: str | None = Field(
+        default=None,
+        description=(
+            "URI prefix of the deletion record (s3://audit/pp/): every attempt that deletes "
+            "writes its paths there, one JSON Lines file each; null: none."
+        ),
+    )
 
 
 class SweepModel(dg.Model):

@@ -100,6 +100,26 @@ def sweeper_default_status(autostart: bool | None) -> DefaultSensorStatus:
     return DefaultSensorStatus.RUNNING if autostart else DefaultSensorStatus.STOPPED
 
 
+def _storage_with_record(
+    storage: PolarisStorageResource | None, deletion_record: str | None
+) -> PolarisStorageResource:
+    """The storage resource, carrying ``deletion_record`` when it is given."""
+    storage = storage or PolarisStorageResource()
+    if deletion_record is None or storage.deletion_record == deletion_record:
+        return storage
+    if storage.deletion_record is not None:
+        raise ValueError(
+            f"deletion_record {deletion_record!r} disagrees with the storage resource's "
+            f"{storage.deletion_record!r}: set it in one place"
+        )
+    return PolarisStorageResource(
+        config_path=storage.config_path,
+        locations=storage.locations,
+        allowed_prefixes=storage.allowed_prefixes,
+        deletion_record=deletion_record,
+    )
+
+
 def build_defs(
     *,
     metastore_url: str | EnvVar | None = None,
@@ -112,6 +132,7 @@ def build_defs(
     polaris_version: str | None = None,
     write_task_events: bool = False,
     unreferenced: UnreferencedMode | str = DEFAULT_UNREFERENCED_MODE,
+    deletion_record: str | None = None,
     executor_prefix: str | None = None,
     storage: PolarisStorageResource | None = None,
     sweeper: SweeperSettings | None = None,
@@ -134,7 +155,10 @@ def build_defs(
     (docs/polaris-releases.md); realms may override it. ``write_task_events``
     writes Polaris's task events (off by default, as in Polaris). ``unreferenced``
     (off, report, delete) is what a dropped table's run does, last, with the files
-    its metadata no longer names; realms may override it.
+    its metadata no longer names; realms may override it. ``deletion_record``
+    (an fsspec URI prefix) keeps a JSON Lines record of every path each attempt
+    deletes (``storage/deletion_record.py``); it is the storage resource's
+    setting, given here or there, not both differently. None: no record.
     ``executor`` chooses how the task job's steps run.
     ``sweeper_autostart``: see ``sweeper_default_status``. ``notify`` turns the
     alert sensors on (polaris_pipeline.dagster.alerts); ``alert_ui_url`` is the
@@ -189,7 +213,7 @@ def build_defs(
             **policy,
         ),
         # config_path unset: $POLARIS_PIPELINE_STORAGE_CONFIG, read when a run starts.
-        "storage": storage or PolarisStorageResource(),
+        "storage": _storage_with_record(storage, deletion_record),
         "sweeper": sweeper or SweeperSettings(),
         "backlog": backlog or BacklogSettings(),
         "retention": (retention or RetentionSettings()).validated(),
@@ -282,6 +306,7 @@ def build_defs_from_env(
         polaris_version=settings.polaris_version,
         write_task_events=settings.task_events,
         unreferenced=settings.unreferenced,
+        deletion_record=settings.deletion_record,
         executor_prefix=settings.executor_prefix,
         sweeper=SweeperSettings(
             interval_seconds=settings.sweep_interval_s,

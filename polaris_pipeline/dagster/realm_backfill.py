@@ -181,6 +181,7 @@ def sweep_realm(
         resolver=storage.get_resolver(),
         progress=tally.progress,
         write_task_events=metastore.write_task_events,
+        deletion_record=storage.get_deletion_record(),
     ) as runner:
         runner.sweep(
             [realm], batch_size=config.batch_size, max_tasks=config.max_tasks, on_outcome=tally

@@ -108,10 +108,11 @@ def open_step(
     try:
         config = storage.get_config()
         resolver = storage.get_resolver()
+        deletion_record = storage.get_deletion_record()
     except StorageConfigError as exc:
         # Not transient: recorded on the task (after leasing it) instead of retried.
         config_error = f"storage configuration: {exc}"
-        config, resolver = None, None
+        config, resolver, deletion_record = None, None, None
     busy = lineage_busy(context, intent)
     if busy is not None:
         context.log.warning(f"run {busy} of this run's lineage is still in progress: no adoption")
@@ -124,6 +125,7 @@ def open_step(
         # Long deletes show life in the step's log; every line is an event the run stores.
         progress=ProgressSink(context.log.info),
         write_task_events=metastore.write_task_events,
+        deletion_record=deletion_record,
     )
     try:
         yield TaskStep(runner, intent, busy is None, translator, config_error)

@@ -25,6 +25,7 @@ from polaris_pipeline.errors import (
     MetastoreError,
     PayloadError,
     PolarisPipelineError,
+    StorageError,
     is_permanent,
     one_line,
 )
@@ -36,6 +37,7 @@ from polaris_pipeline.metastore import CompleteOutcome, FailOutcome, Metastore, 
 from polaris_pipeline.metastore.overlap import LiveLocations
 from polaris_pipeline.metastore.release_probe import ReleaseProbe
 from polaris_pipeline.storage.config import StorageConfig
+from polaris_pipeline.storage.deletion_record import DeletionRecord, RecordHeader
 from polaris_pipeline.tasks.model import NewTask, TaskRow, TaskState
 from polaris_pipeline.tasks.ref import Lease
 from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
@@ -121,6 +123,7 @@ class Runner:
         write_task_events: bool = False,
         tracer_provider: Any | None = None,
         unreferenced: UnreferencedMode | str | None = None,
+        deletion_record: str | None = None,
     ) -> None:
         """``unreferenced``: what a dropped table's run does, last, with the files its
         metadata no longer names (``execution/unreferenced_phase.py``): the metastore
@@ -128,7 +131,10 @@ class Runner:
         ``write_task_events``: write Polaris's BEFORE/AFTER_ATTEMPT_TASK rows to the
         ``events`` table (schema v3+), off by default as Polaris's own listener is.
         ``tracer_provider``: OpenTelemetry's, else the global one (spans are no-ops
-        when none is configured or OpenTelemetry is not installed)."""
+        when none is configured or OpenTelemetry is not installed).
+        ``deletion_record``: an fsspec URI prefix under which every attempt that
+        deletes anything writes what it deleted (``storage/deletion_record.py``),
+        reached through the static storage config; None: no record."""
         self.metastore = metastore
         # The schema version and each realm's Polaris release, read once per Runner (one
         # sweep or run): they say which Polaris reads the rows we write.
@@ -148,6 +154,9 @@ class Runner:
         self.executor_id = executor_id or make_executor_id()
         self.run_id = run_id
         self.progress = progress
+        self.deletion_record = deletion_record
+        # (realm, task id) -> the open deletion record of its attempt (or phase).
+        self._records: dict[tuple[str, int], DeletionRecord] = {}
         self.unreferenced = (
             metastore.policy.unreferenced
             if unreferenced is None
@@ -313,6 +322,10 @@ class Runner:
         entity = phase_entity(mode, task, result)
         if entity is not None and children and mode is UnreferencedMode.DELETE:
             # Completed by finish_table once its children are done: the phase runs last.
+            # This attempt's own deletes end here; the phase writes a record of its own.
+            error = self._close_record(lease, "deferred", result=result)
+            if error is not None:
+                return self._fail(lease, task, error, result=result, children=children)
             return TaskOutcome(
                 lease,
                 Status.DONE,
@@ -336,6 +349,10 @@ class Runner:
     def _complete(
         self, lease: Lease, task: TaskRow, result: CleanupResult, children: list[Lease]
     ) -> TaskOutcome:
+        # The record is closed before the row goes: a completed task has a whole record.
+        error = self._close_record(lease, "done", result=result)
+        if error is not None:
+            return self._fail(lease, task, error, result=result, children=children)
         completed = self.metastore.complete(lease)
         if completed is CompleteOutcome.LEASE_LOST:
             return self._lost(lease, task.task_type_code, "before its result was written", children)
@@ -382,6 +399,8 @@ class Runner:
         if task is None or report:
             if task is not None and children_done:
                 self._phase(lease, task, result, UnreferencedMode.REPORT)
+                # A report deletes nothing: its record was never opened, and goes.
+                self._close_record(lease, "done", result=result)
             outcome.result = result
             return outcome
         failed: TaskOutcome | None
@@ -424,10 +443,47 @@ class Runner:
             live=LiveLocations(self.metastore.engine, self.schema_version()),
         )
         if lease is not None:
+            ctx.record = self._open_record(task, lease)
             ctx.fence = partial(self.fence, lease)
             ctx.still_held = partial(self.still_held, lease)
             ctx.progress = self._progress_for(lease)
         return ctx
+
+    def _open_record(self, task: TaskRow, lease: Lease) -> DeletionRecord | None:
+        """The attempt's deletion record (written from its first delete), when one is kept."""
+        if self.deletion_record is None:
+            return None
+        header = RecordHeader(
+            realm_id=task.realm_id,
+            task_id=task.id,
+            task_name=task.name,
+            task_type=_type_name(task),
+            attempt=lease.attempt,
+            executor_id=self.executor_id,
+            run_id=self.run_id,
+        )
+        record = DeletionRecord(self.deletion_record, self.resolver, header)
+        self._records[(lease.realm_id, lease.task_id)] = record
+        return record
+
+    def _close_record(
+        self,
+        lease: Lease,
+        status: str,
+        error: str | None = None,
+        result: CleanupResult | None = None,
+    ) -> str | None:
+        """Close the attempt's record (refusals, then totals); the error when it cannot."""
+        record = self._records.pop((lease.realm_id, lease.task_id), None)
+        if record is None:
+            return None
+        try:
+            if record.opened and result is not None and result.refused:
+                record.add_refusals((r.path, r.reason) for r in result.refused)
+            record.close(status, error)
+        except StorageError as exc:
+            return one_line(exc)
+        return None
 
     def _fail(
         self,
@@ -441,6 +497,9 @@ class Runner:
         record: bool = True,
     ) -> TaskOutcome:
         kids = children or []
+        closing = self._close_record(lease, "failed", error, result)
+        if closing is not None:
+            error = f"{error}; {closing}"
         if not record and not permanent:
             return TaskOutcome(
                 lease,
@@ -478,6 +537,7 @@ class Runner:
             f"lease on {lease.label} (attempt {lease.attempt}) lost {when}; "
             "stopped, nothing recorded"
         )
+        self._close_record(lease, "lease lost", message)
         log.warning(message)
         return TaskOutcome(
             lease, Status.LEASE_LOST, task_type, error=message, children=children or []
@@ -579,6 +639,14 @@ class Runner:
             except (PolarisPipelineError, OSError) as exc:
                 out.append((task, one_line(exc)))
         return out
+
+
+def _type_name(task: TaskRow) -> str | None:
+    """The task's type by Polaris's name (``BATCH_FILE_CLEANUP``), else its raw code."""
+    try:
+        return task.task_type().name
+    except (PayloadError, ValueError):
+        return task.task_type_code
 
 
 def _elapsed_clock() -> float:

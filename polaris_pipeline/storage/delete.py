@@ -59,6 +59,9 @@ class DeleteReport:
     # those of the table; their bytes are in ``bytes_freed`` too.
     sidecars: list[str] = field(default_factory=list)
     sidecar_bytes: int = 0
+    # The size of each deleted path (sidecars too) where the delete learnt it (a
+    # local lstat), for the deletion record; S3's DeleteObjects says none.
+    sizes: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -102,6 +105,7 @@ def bulk_delete(
     chunk_size: int = MAX_KEYS_PER_REQUEST,
     check: Callable[[], None] | None = None,
     sidecar_check: Callable[[str], bool] | None = None,
+    report: DeleteReport | None = None,
 ) -> DeleteReport:
     """Delete ``uris`` (literal paths, already admitted by a
     :class:`~polaris_pipeline.storage.guard.PathGuard`), returning the outcome of each.
@@ -112,12 +116,13 @@ def bulk_delete(
     ``sidecar_check(uri)`` (the caller's guard) admits a local file's checksum
     sidecar; without it none is touched. A sidecar is looked for whether its file
     was deleted or found missing: a crash between the two unlinks leaves only the
-    sidecar, and the retry must finish it.
+    sidecar, and the retry must finish it. ``report``, when given, is filled in
+    place: a caller whose ``check()`` raised still knows what was deleted before.
     """
     guard_step = check or (lambda: None)
     if not 1 <= chunk_size <= MAX_KEYS_PER_REQUEST:
         raise ValueError(f"chunk_size must be between 1 and {MAX_KEYS_PER_REQUEST}")
-    report = DeleteReport()
+    report = report if report is not None else DeleteReport()
     # Group by filesystem (and bucket, for S3), keeping first-seen order; the same
     # URI given twice is deleted once.
     groups: dict[tuple[int, str], tuple[AbstractFileSystem, list[tuple[str, str]]]] = {}
@@ -255,6 +260,7 @@ def _delete_local(resolver: StorageResolver, uri: str, path: str, report: Delete
         report.failed[uri] = _os_reason(resolver, e)
     else:
         report.deleted.append(uri)
+        report.sizes[uri] = st.st_size
         report._add_bytes(st.st_size)
 
 
@@ -301,6 +307,7 @@ def _delete_sidecar(
         report.failed[sidecar] = _os_reason(resolver, e)
     else:
         report.sidecars.append(sidecar)
+        report.sizes[sidecar] = st.st_size
         report.sidecar_bytes += st.st_size
         report._add_bytes(st.st_size)
 

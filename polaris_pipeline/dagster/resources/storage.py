@@ -20,6 +20,7 @@ from dagster import ConfigurableResource
 from pydantic import Field
 
 from polaris_pipeline.errors import StorageConfigError
+from polaris_pipeline.settings import PipelineSettings, SettingsError
 from polaris_pipeline.storage.config import CONFIG_ENV_VAR, StorageConfig
 
 if TYPE_CHECKING:
@@ -54,6 +55,14 @@ class PolarisStorageResource(ConfigurableResource):
     allowed_prefixes: list[str] | None = Field(
         default=None,
         description="Inline instead of a file: prefixes outside which nothing is deleted.",
+    )
+    deletion_record: str | None = Field(
+        default=None,
+        description=(
+            "fsspec URI prefix (s3://audit/polaris-pipeline/, file:///var/log/pp/) under which "
+            "every attempt that deletes anything writes the paths it deleted, one JSON Lines "
+            "file per attempt, reached through this storage config; null: no record."
+        ),
     )
 
     def _key(self) -> str:
@@ -90,6 +99,15 @@ class PolarisStorageResource(ConfigurableResource):
                 cached = (config, StorageResolver(config))
                 _cache[key] = cached
             return cached
+
+    def get_deletion_record(self) -> str | None:
+        """The deletion record's prefix, checked by the setting's own rule; None: off."""
+        if self.deletion_record is None:
+            return None
+        try:
+            return PipelineSettings(deletion_record=self.deletion_record).deletion_record
+        except SettingsError as exc:
+            raise StorageConfigError(f"storage resource: {exc}") from None
 
     def get_config(self) -> StorageConfig:
         return self._load()[0]
