@@ -73,14 +73,15 @@ def metastore_leaks(
     """The leak report of the catalogs of ``realms`` named ``catalogs`` (None: all),
     ownership judged against every realm and catalog of ``store``."""
     version = store.check_schema()
-    owners = RootOwners(LiveLocations(store.engine, version), store.list_tasks(None))
-    return find_leaks(
-        read_catalogs(store.engine, realms, catalogs),
-        owners,
-        resolver,
-        DropEvents(store.engine, version),
-        progress,
-    )
+    # One connection for the walk's check per directory (LiveLocations.held).
+    with LiveLocations(store.engine, version).held() as live:
+        return find_leaks(
+            read_catalogs(store.engine, realms, catalogs),
+            RootOwners(live, store.list_tasks(None)),
+            resolver,
+            DropEvents(store.engine, version),
+            progress,
+        )
 
 
 def find_leaks(

@@ -31,6 +31,7 @@ one's metadata file, wherever its own location says it is).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -240,6 +241,33 @@ class LiveLocations:
         self._catalog_hits: dict[Location, list[Overlap]] = {}
         # (realm, catalog id) -> the catalog's name, read with the first check.
         self._catalog_names: dict[tuple[str, int], str] | None = None
+        # The one connection of a ``held()`` block; None: a connection per check.
+        self._held: Connection | None = None
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[LiveLocations]:
+        """Every check inside the block on one connection: a walk asking once per
+        directory (the leak report) spent most of its time opening connections (a SQLite
+        engine keeps no pool). Each check still reads the rows as they are then."""
+        with self.engine.connect() as conn:
+            self._held = conn
+            try:
+                yield self
+            finally:
+                self._held = None
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[Connection]:
+        if self._held is not None:
+            try:
+                yield self._held
+            finally:
+                # End the read transaction the check began: the next check must see
+                # what is committed then (SQLite would keep this one's snapshot).
+                self._held.rollback()
+        else:
+            with self.engine.connect() as conn:
+                yield conn
 
     def overlaps(self, prefix: Location, limit: int = 5) -> list[Overlap]:
         """Up to ``limit`` live entities overlapping ``prefix``; empty when none does."""
@@ -265,7 +293,7 @@ class LiveLocations:
     def _first(self, hits: Callable[[Connection], Iterator[Overlap]], limit: int) -> list[Overlap]:
         found: list[Overlap] = []
         try:
-            with self.engine.connect() as conn:
+            with self._connection() as conn:
                 names = self._names(conn)
                 for hit in hits(conn):
                     found.append(dataclasses.replace(hit, catalog=names.get(_catalog_key(hit))))
@@ -285,7 +313,7 @@ class LiveLocations:
         columns = [c.realm_id, c.catalog_id, c.id, c.type_code, c.name, c.properties]
         tables = c.type_code == TABLE_LIKE_TYPE_CODE
         try:
-            with self.engine.connect() as conn:
+            with self._connection() as conn:
                 if self.indexed:
                     equal, _ = overlap_terms(prefix)
                     stmt = select(*columns, c.location_without_scheme).where(
