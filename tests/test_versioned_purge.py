@@ -12,14 +12,19 @@ from __future__ import annotations
 from typing import Any
 
 from polaris_pipeline.cleanup.context import CleanupResult
+from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
 from polaris_pipeline.dagster.tables import TableRef
 from polaris_pipeline.dagster.translator import PolarisTranslator
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
+from polaris_pipeline.execution.runner import Runner
+from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.outcome_view import OutcomeView, totals_json
 from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.tasks.ref import Lease
+from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.cleanup_sweep import assert_all_ok, sweep
 from tests.support.iceberg import Warehouse, drop_task_row, table_files
+from tests.support.unreferenced import add_unreferenced, settle
 
 KEPT = "kept by the bucket's versioning until its lifecycle expires them"
 
@@ -112,3 +117,41 @@ def test_an_unanswered_question_is_unknown_not_freed() -> None:
     totals = OutcomeTotals.of([view.outcome])
     assert "bytes kept or freed: unknown" in totals.line() and " B freed" not in totals.line()
     assert totals.metadata()["files kept or freed: unknown"] == 2
+
+
+def test_a_runner_sweep_with_unreferenced_files_on_a_versioned_bucket(
+    store: Metastore, s3_warehouse: Warehouse, moto_server: Any, s3_bucket: str
+) -> None:
+    """Through the Runner (one resolver, so one question per bucket): the table's
+    outcome and its unreferenced phase both say kept, and every version stays."""
+    moto_server.client().put_bucket_versioning(
+        Bucket=s3_bucket, VersioningConfiguration={"Status": "Enabled"}
+    )
+    table = s3_warehouse.build("t", appends=2)
+    unreferenced = add_unreferenced(table, s3_warehouse.resolver)
+    settle()
+    task = testing_tasks.drop_table_task(table)
+    versions = _versions(moto_server, s3_bucket)
+    store.insert_tasks([task])
+    with Runner(
+        store, s3_warehouse.config, resolver=s3_warehouse.resolver, unreferenced="delete"
+    ) as runner:
+        outcomes = runner.sweep(["POLARIS"])
+    assert all(o.status is Status.DONE for o in outcomes), [o.error for o in outcomes]
+    assert _versions(moto_server, s3_bucket) == versions
+    totals = OutcomeTotals.of(outcomes)
+    assert totals.files_retained == totals.files_deleted > 0 and totals.bytes_freed == 0
+    assert KEPT in totals.line()
+    [root] = [o for o in outcomes if o.lease.task_id == task.id]
+    assert root.result is not None and root.result.unreferenced is not None
+    report = root.result.unreferenced
+    assert report.deleted == len(unreferenced) == report.retained
+    assert report.bytes_deleted == 0 and report.bytes_retained
+    assert KEPT in report.summary()
+
+
+def test_the_unreferenced_line_says_kept_only_when_kept() -> None:
+    kept = UnreferencedReport("delete", deleted=2, retained=2, bytes_retained=10)
+    assert f"2 object(s) deleted; 10 B {KEPT}" in kept.summary()
+    freed = UnreferencedReport("delete", deleted=2, bytes_deleted=10)
+    assert "versioning" not in freed.summary() and "unknown" not in freed.summary()

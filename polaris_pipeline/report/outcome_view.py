@@ -28,10 +28,11 @@ from polaris_pipeline.report.formatting import (
     format_bytes,
     json_id,
     quoted_task_label,
+    retention_text,
     short_task_name,
     truncate,
 )
-from polaris_pipeline.report.totals import OutcomeTotals, retention_state, retention_text
+from polaris_pipeline.report.totals import OutcomeTotals, retention_state
 from polaris_pipeline.tasks.summary import PayloadSummary, summarize, task_type_name
 
 if TYPE_CHECKING:

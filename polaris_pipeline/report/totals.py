@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.report.fields import OUTCOME_FIELDS, RETENTION_FIELDS, SIZES_UNREPORTED
-from polaris_pipeline.report.formatting import format_bytes
+from polaris_pipeline.report.formatting import format_bytes, retention_text
 
 if TYPE_CHECKING:
     from polaris_pipeline.cleanup.context import CleanupResult
@@ -66,20 +66,6 @@ def retention_state(deleted: int, retained: int, unknown: int) -> str | None:
     freed = deleted - retained - unknown
     states = [s for s, n in (("freed", freed), ("kept", retained), ("unknown", unknown)) if n]
     return states[0] if len(states) == 1 else "mixed"
-
-
-def retention_text(retained: int, bytes_retained: int | None, unknown: int) -> str:
-    """The one wording of deleted files whose bytes were not freed; empty when none."""
-    parts: list[str] = []
-    if retained:
-        size = "their bytes" if bytes_retained is None else format_bytes(bytes_retained)
-        parts.append(
-            f"{retained} object(s) deleted; {size} kept by the bucket's versioning "
-            "until its lifecycle expires them"
-        )
-    if unknown:
-        parts.append(f"{unknown} object(s) deleted; bytes kept or freed: unknown")
-    return "; ".join(parts)
 
 
 def _int(value: Any) -> int:
