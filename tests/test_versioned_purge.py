@@ -17,7 +17,9 @@ from polaris_pipeline.dagster.tables import TableRef
 from polaris_pipeline.dagster.translator import PolarisTranslator
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.execution.runner import Runner
+from polaris_pipeline.leaks.reclaim import ReclaimReport
 from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.report.leaks_view import reclaim_json, reclaim_line
 from polaris_pipeline.report.outcome_view import OutcomeView, totals_json
 from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.tasks.ref import Lease
@@ -155,3 +157,10 @@ def test_the_unreferenced_line_says_kept_only_when_kept() -> None:
     assert f"2 object(s) deleted; 10 B {KEPT}" in kept.summary()
     freed = UnreferencedReport("delete", deleted=2, bytes_deleted=10)
     assert "versioning" not in freed.summary() and "unknown" not in freed.summary()
+
+
+def test_a_reclaimed_root_on_a_versioned_bucket_says_kept() -> None:
+    report = ReclaimReport("s3://b/t", 86_400_000, deleted=2, retained=2, bytes_retained=10)
+    assert f"2 object(s) deleted; 10 B {KEPT}" in reclaim_line(report)
+    assert reclaim_json(report)["retained"] == 2 and reclaim_json(report)["bytes_deleted"] == 0
+    assert "versioning" not in reclaim_line(ReclaimReport("s3://b/t", 86_400_000, deleted=2))
