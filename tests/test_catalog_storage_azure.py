@@ -14,6 +14,7 @@ from pyiceberg.table import Table
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.execution.runner import Status
 from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
 from polaris_pipeline.storage.credentials.azure import (
     AzureCredentials,
@@ -98,6 +99,11 @@ def test_table_purged_through_a_sas_and_the_neighbour_kept(
     remaining = azurite.names(container)
     assert not {n for n in remaining if n.startswith(_prefix(table))}
     assert neighbour in remaining
+    # A container SAS cannot read the account's blob service properties (soft delete):
+    # the deletes are reported as kept-or-freed unknown, never as freed.
+    totals = OutcomeTotals.of(outcomes)
+    assert totals.files_deleted and totals.retention_unknown == totals.files_deleted
+    assert "bytes kept or freed: unknown" in totals.line()
 
 
 def test_the_vended_sas_reaches_only_its_container(

@@ -16,6 +16,7 @@ import pytest
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.execution.runner import Status
 from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
 from polaris_pipeline.storage.credentials.gcs import EMULATOR_ENV, boundary_rules
 from polaris_pipeline.testing import tasks as testing_tasks
@@ -79,6 +80,10 @@ def test_table_purged_and_the_neighbour_kept(
     remaining = emulator.names(bucket)
     assert not {n for n in remaining if n.startswith(prefix)}
     assert neighbour in remaining
+    # fake-gcs-server checks no IAM: the downscoped token's buckets.get is answered
+    # (unversioned). On GCS it needs storage.buckets.get, else the report says unknown.
+    totals = OutcomeTotals.of(outcomes)
+    assert totals.files_deleted and totals.retention_unknown == totals.files_retained == 0
 
 
 def test_guard_refuses_on_gcs_what_it_refuses_on_s3(emulator: FakeGcs, store: Metastore) -> None:

@@ -21,6 +21,7 @@ from pyiceberg.table import Table
 from polaris_pipeline.errors import PayloadError, StorageError
 from polaris_pipeline.execution.runner import Runner, Status
 from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.storage.catalog_config import (
     STORAGE_CONFIG_KEY,
     AwsStorage,
@@ -286,6 +287,27 @@ def test_table_purged_with_assumed_role_and_no_storage_config(
     assert resources == {f"arn:aws:s3:::{bucket}/{prefix}/*", f"arn:aws:s3:::{bucket}"}
     listing = [s for s in policy["Statement"] if s["Action"] == ["s3:ListBucket"]]
     assert listing[0]["Condition"] == {"StringLike": {"s3:prefix": [f"{prefix}/*"]}}
+    # The scoped session may ask whether the bucket keeps deleted objects: it does not.
+    totals = OutcomeTotals.of(outcomes)
+    assert totals.files_deleted and totals.files_retained == totals.retention_unknown == 0
+
+
+def test_a_versioned_bucket_in_catalog_mode_is_reported_as_keeping(
+    moto_iam: MotoIam, recorder: StsRecorder, store: Metastore, tmp_path: Path
+) -> None:
+    bucket = moto_iam.new_bucket()
+    moto_iam.client().put_bucket_versioning(
+        Bucket=bucket, VersioningConfiguration={"Status": "Enabled"}
+    )
+    table = iam_s3_table(moto_iam, tmp_path, bucket, "t")
+    _drop(store, table, aws_storage_info(moto_iam, bucket, "purger"))
+
+    outcomes = _sweep(store, recorder)
+
+    assert [o.status for o in outcomes] == [Status.DONE] * len(outcomes)
+    totals = OutcomeTotals.of(outcomes)
+    assert totals.files_deleted and totals.files_retained == totals.files_deleted
+    assert "kept by the bucket's versioning" in totals.line()
 
 
 def test_denied_roles_fail_clearly_delete_nothing_and_the_sweep_goes_on(

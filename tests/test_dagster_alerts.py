@@ -17,6 +17,7 @@ from dagster import (
     DagsterRunStatus,
     DefaultSensorStatus,
     Failure,
+    Output,
     SensorResult,
     build_run_status_sensor_context,
     build_sensor_context,
@@ -209,6 +210,45 @@ def refuses() -> None:
 @job(tags={"polaris/realm": "POLARIS", "polaris/table": "sales.payments"})
 def failing_job() -> None:
     refuses()
+
+
+@op
+def deletes_on_a_versioned_bucket() -> Output[int]:
+    # A step's metadata as the task job writes it for files a versioned bucket kept.
+    meta = {"files deleted": 2, "files kept by versioning": 2, "bytes kept by versioning": 10}
+    return Output(2, metadata={**meta, "files kept or freed: unknown": 0, "status": "done"})
+
+
+@op
+def then_fails(deleted: int) -> None:
+    raise Failure(description="a later child failed")
+
+
+@job(tags={"polaris/realm": "POLARIS"})
+def kept_then_failing_job() -> None:
+    then_fails(deletes_on_a_versioned_bucket())
+
+
+def test_a_failed_run_alert_says_what_versioning_kept(instance: DagsterInstance) -> None:
+    result = kept_then_failing_job.execute_in_process(instance=instance, raise_on_error=False)
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None and run.status is DagsterRunStatus.FAILURE
+    [failure_event] = [e for e in result.all_events if e.event_type_value == "PIPELINE_FAILURE"]
+    sent: list[Alert] = []
+    sensor = build_polaris_failure_alert(sent.append)
+    context = build_run_status_sensor_context(
+        sensor_name=sensor.name,
+        dagster_instance=instance,
+        dagster_run=run,
+        dagster_event=failure_event,
+    ).for_run_failure()
+    sensor(context)
+    [alert] = sent
+    assert (
+        "before failing: 2 object(s) deleted; 10 B kept by the bucket's versioning "
+        "until its lifecycle expires them"
+    ) in alert.body
+    assert "freed" not in alert.body
 
 
 def test_run_failure_sensor_sends_the_failed_run(instance: DagsterInstance) -> None:

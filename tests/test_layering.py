@@ -68,6 +68,7 @@ def test_the_library_never_imports_the_repositorys_code_location() -> None:
 STORAGE_LAYERS = (
     ("uri", "redact"),  # the scheme table and the location rule; masking
     ("options",),  # which filesystem serves a scheme, which options it takes
+    ("retention_probe",),  # whether a bucket keeps what is deleted from it
     ("config", "catalog_config"),
     ("guard", "scope"),
     ("credentials.cache",),

@@ -118,7 +118,8 @@ def guide_blocks(markdown: str) -> list[Block]:
 
 def test_every_block_of_the_guide_is_run_or_marked_text() -> None:
     blocks = guide_blocks(GUIDE.read_text())
-    assert {b.lang for b in blocks} <= {"sh", "yaml", "text"}, {b.lang for b in blocks}
+    # json: documents the guide shows (the S3 lifecycle rule), checked on their own.
+    assert {b.lang for b in blocks} <= {"sh", "yaml", "text", "json"}, {b.lang for b in blocks}
     for block in blocks:
         if block.lang == "yaml":
             assert re.match(r"^# [\w.-]+\.yaml$", block.first), block
@@ -635,6 +636,20 @@ def _storage_env(moto: MotoS3) -> dict[str, str]:
         "GCS_SERVICE_ACCOUNT_JSON_PATH": "/nonexistent/service-account.json",
         "AZURE_STORAGE_KEY": "not-a-real-key",
     }
+
+
+def test_the_lifecycle_rule_of_the_guide_is_one_s3_accepts(
+    moto_server: MotoS3, s3_bucket: str
+) -> None:
+    """The guide's ``json`` block is the rule that reclaims what versioning keeps: S3
+    (moto) takes it as the bucket's lifecycle, and it expires noncurrent versions."""
+    [block] = [b for b in guide_blocks(GUIDE.read_text()) if b.lang == "json"]
+    rule = json.loads(block.code)
+    client = moto_server.client()
+    client.put_bucket_versioning(Bucket=s3_bucket, VersioningConfiguration={"Status": "Enabled"})
+    client.put_bucket_lifecycle_configuration(Bucket=s3_bucket, LifecycleConfiguration=rule)
+    [stored] = client.get_bucket_lifecycle_configuration(Bucket=s3_bucket)["Rules"]
+    assert stored["NoncurrentVersionExpiration"]["NoncurrentDays"] > 0
 
 
 # -- the guide, run ------------------------------------------------------------------------

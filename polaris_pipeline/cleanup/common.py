@@ -315,19 +315,30 @@ def tally(
     room = SAMPLE_SIZE - len(result.deleted_paths_sample)
     if room > 0:
         result.deleted_paths_sample.extend(report.deleted[:room])
+    # What a store keeps (versioning, soft delete) or would not say about is never freed.
+    result.retained += len(report.retained)
+    result.retention_unknown += len(report.retention_unknown)
+    not_freed = {*report.retained, *report.retention_unknown}
+    freed_uris = [u for u in report.deleted if u not in not_freed]
     freed: int | None
-    if (
-        report.deleted
-        and sizes is not None
-        and all(sizes.get(u) is not None for u in report.deleted)
-    ):
-        freed = sum(sizes[u] or 0 for u in report.deleted) + report.sidecar_bytes
+    if freed_uris and sizes is not None and all(sizes.get(u) is not None for u in freed_uris):
+        freed = sum(sizes[u] or 0 for u in freed_uris) + report.sidecar_bytes
     else:
         freed = report.bytes_freed
-    if freed is None or result.bytes_freed is None:
-        result.bytes_freed = None
-    else:
-        result.bytes_freed += freed
+    result.bytes_freed = _add(result.bytes_freed, freed)
+    kept: int | None = report.bytes_retained
+    if (
+        report.retained
+        and sizes is not None
+        and all(sizes.get(u) is not None for u in report.retained)
+    ):
+        kept = sum(sizes[u] or 0 for u in report.retained)
+    result.bytes_retained = _add(result.bytes_retained, kept)
+
+
+def _add(total: int | None, n: int | None) -> int | None:
+    """A byte count added up; None (a size not known) stays None."""
+    return None if total is None or n is None else total + n
 
 
 def delete_chunked(

@@ -75,6 +75,13 @@ class CleanupResult:
     sidecars_deleted: int = 0
     missing: int = 0
     bytes_freed: int | None = 0
+    # Files deleted on a store that keeps deleted objects (versioning, soft delete):
+    # in ``deleted``, their bytes never in ``bytes_freed`` but in ``bytes_retained``
+    # (None: some size was not known). ``retention_unknown``: deleted where the store
+    # would not say whether it keeps them (``storage/retention_probe.py``).
+    retained: int = 0
+    bytes_retained: int | None = 0
+    retention_unknown: int = 0
     failed: dict[str, str] = field(default_factory=dict)  # uri -> error
     refused: list[GuardRefusal] = field(default_factory=list)
     # The children created, by stage of the engine's plan (``stages.CHILD_STAGES``).

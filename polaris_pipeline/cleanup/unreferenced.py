@@ -201,10 +201,22 @@ def _delete(ctx: CleanupContext, report: UnreferencedReport, objects: list[Liste
     report.failures += len(result.failed)
     for uri, error in list(result.failed.items())[: max(0, SAMPLE - len(report.failed))]:
         report.failed[uri] = error
-    if report.bytes_deleted is not None:
-        known = [sizes.get(u) for u in result.deleted]
-        if any(size is None for size in known):
-            report.bytes_deleted = None
-        else:
-            report.bytes_deleted += sum(size or 0 for size in known)
+    # Bytes a store keeps (versioning, soft delete) or would not say about are not
+    # counted as deleted bytes: only the kept ones are counted, apart.
+    not_freed = {*result.retained, *result.retention_unknown}
+    report.retained += len(result.retained)
+    report.retention_unknown += len(result.retention_unknown)
+    report.bytes_deleted = _sum_sizes(
+        report.bytes_deleted, [sizes.get(u) for u in result.deleted if u not in not_freed]
+    )
+    report.bytes_retained = _sum_sizes(
+        report.bytes_retained, [sizes.get(u) for u in result.retained]
+    )
     report.add_paths(result.deleted)
+
+
+def _sum_sizes(total: int | None, sizes: list[int | None]) -> int | None:
+    """``total`` plus ``sizes``; None once any size (or the total) is not known."""
+    if total is None or any(size is None for size in sizes):
+        return None
+    return total + sum(size or 0 for size in sizes)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from polaris_pipeline.report.formatting import retention_text
+
 SAMPLE = 20  # paths kept per kind, for logs and the report
 
 
@@ -24,6 +26,11 @@ class UnreferencedReport:
     listed: int = 0
     deleted: int = 0
     bytes_deleted: int | None = 0
+    # Of ``deleted``: kept by the store's versioning or soft delete (their bytes in
+    # ``bytes_retained``, never in ``bytes_deleted``), or where it would not say.
+    retained: int = 0
+    bytes_retained: int | None = 0
+    retention_unknown: int = 0
     would_delete: int = 0
     would_bytes: int = 0
     missing: int = 0
@@ -86,6 +93,9 @@ class UnreferencedReport:
             text += f", {self.refused_paths} refused by the guard"
         if self.failures:
             text += f", {self.failures} failed"
+        if self.deleting and (self.retained or self.retention_unknown):
+            kept = retention_text(self.retained, self.bytes_retained, self.retention_unknown)
+            text += f"; {kept}"
         left = self.left
         text += "; the prefix is empty" if left == 0 else f"; {left} object(s) left under it"
         return text

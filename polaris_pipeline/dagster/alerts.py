@@ -43,6 +43,7 @@ from dagster._core.storage.asset_check_execution_record import AssetCheckExecuti
 
 from polaris_pipeline.dagster.backlog_report import ASSET_KEY, CHECK_NAMES
 from polaris_pipeline.dagster.contract import TAG_REALM, TAG_TABLE, TAG_TASK_ID, TAG_TASK_TYPE
+from polaris_pipeline.dagster.reporting import run_total
 
 log = logging.getLogger(__name__)
 
@@ -94,12 +95,17 @@ def run_failure_alert(
     tags: Mapping[str, str],
     error: str | None,
     ui_url: str | None = None,
+    kept: str = "",
 ) -> Alert:
-    """The alert of one failed run (pure: tested without a sensor)."""
+    """The alert of one failed run (pure: tested without a sensor). ``kept``: what the
+    run deleted on storage that keeps deleted objects (``OutcomeTotals.retention_text``),
+    so that nobody reads the deletes before the failure as space freed."""
     shown = [f"{k.split('/', 1)[1]}: {tags[k]}" for k in _TAGS_SHOWN if tags.get(k)]
     subject = tags.get(TAG_TABLE) or tags.get(TAG_REALM) or ""
     title = f"Dagster run of {job_name} failed" + (f" ({subject})" if subject else "")
     lines = [*shown, f"run: {run_id}", f"error: {(error or 'see the run log').strip()}"]
+    if kept:
+        lines.append(f"before failing: {kept}")
     return Alert(title, "\n".join(lines), run_id=run_id, url=_run_url(ui_url, run_id))
 
 
@@ -121,7 +127,13 @@ def build_polaris_failure_alert(
     )
     def _alert(context: RunFailureSensorContext) -> None:
         run = context.dagster_run
-        notify(run_failure_alert(run.job_name, run.run_id, run.tags, _run_error(context), ui_url))
+        # Empty unless the run deleted on storage that keeps deleted objects.
+        kept = run_total(context.instance, run.run_id).retention_text()
+        notify(
+            run_failure_alert(
+                run.job_name, run.run_id, run.tags, _run_error(context), ui_url, kept=kept
+            )
+        )
 
     return _alert
 

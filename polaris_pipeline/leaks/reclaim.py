@@ -63,6 +63,11 @@ class ReclaimReport:
     error: str | None = None  # a listing or the metastore failed half way
     deleted: int = 0
     bytes_deleted: int = 0
+    # Of ``deleted``: kept by the store's versioning or soft delete (their bytes in
+    # ``bytes_retained``, never in ``bytes_deleted``), or where it would not say.
+    retained: int = 0
+    bytes_retained: int = 0
+    retention_unknown: int = 0
     missing: int = 0
     kept_young: int = 0
     failures: int = 0
@@ -187,7 +192,11 @@ def _delete_pass(
         sizes = {o.uri: o.size for o in batch}
         result = bulk_delete(resolver, list(sizes))
         report.deleted += len(result.deleted)
-        report.bytes_deleted += sum(sizes.get(u) or 0 for u in result.deleted)
+        not_freed = {*result.retained, *result.retention_unknown}
+        report.bytes_deleted += sum(sizes.get(u) or 0 for u in result.deleted if u not in not_freed)
+        report.retained += len(result.retained)
+        report.bytes_retained += sum(sizes.get(u) or 0 for u in result.retained)
+        report.retention_unknown += len(result.retention_unknown)
         report.missing += len(result.missing)
         report.failures += len(result.failed)
         for uri, error in list(result.failed.items())[: max(0, SAMPLE - len(report.failed))]:

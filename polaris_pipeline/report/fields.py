@@ -32,6 +32,25 @@ OUTCOME_FIELDS: tuple[OutcomeField, ...] = (
 # Tasks whose storage reported no sizes: ``bytes freed`` is then a lower bound.
 SIZES_UNREPORTED = "tasks without sizes"
 
+# Files deleted on a store that keeps deleted objects (bucket versioning, soft
+# delete: ``storage/retention_probe.py``), on the same surfaces. Apart from
+# OUTCOME_FIELDS, and shown only when not zero, so that what unversioned storage
+# reports stays as it was. Their bytes are never in ``bytes_freed``.
+RETENTION_FIELDS: tuple[OutcomeField, ...] = (
+    OutcomeField("files_retained", "files_retained", "files kept by versioning", "files_retained"),
+    # Metadata: an int, the sizes known (a lower bound when some were not reported).
+    OutcomeField("bytes_retained", "bytes_retained", "bytes kept by versioning", "bytes_retained"),
+    OutcomeField(
+        "retention_unknown",
+        "retention_unknown",
+        "files kept or freed: unknown",
+        "retention_unknown",
+    ),
+)
+# The JSON key next to ``bytes_freed`` saying what became of deleted files' bytes:
+# ``freed``, ``kept``, ``unknown``, ``mixed``; null when nothing was deleted.
+RETENTION = "retention"
+
 # A dropped table's unreferenced files (``cleanup/unreferenced.py``), on the same
 # surfaces; apart from OUTCOME_FIELDS, whose five numbers every total adds up. Files
 # and bytes are what was deleted (``delete``) or would go (``report``, a dry run).

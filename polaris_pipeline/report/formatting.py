@@ -196,3 +196,17 @@ def add_json_times(doc: dict[str, Any], **times: int | None) -> None:
     for key, ms in times.items():
         doc[f"{key}_ms"] = ms
         doc[key] = iso_utc(ms)
+
+
+def retention_text(retained: int, bytes_retained: int | None, unknown: int) -> str:
+    """The one wording of deleted files whose bytes were not freed; empty when none."""
+    parts: list[str] = []
+    if retained:
+        size = "their bytes" if bytes_retained is None else format_bytes(bytes_retained)
+        parts.append(
+            f"{retained} object(s) deleted; {size} kept by the bucket's versioning "
+            "until its lifecycle expires them"
+        )
+    if unknown:
+        parts.append(f"{unknown} object(s) deleted; bytes kept or freed: unknown")
+    return "; ".join(parts)

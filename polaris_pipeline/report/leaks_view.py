@@ -15,6 +15,7 @@ from polaris_pipeline.report.formatting import (
     format_bytes,
     iso_utc_seconds,
     json_id,
+    retention_text,
 )
 
 
@@ -123,6 +124,10 @@ def reclaim_json(report: ReclaimReport) -> dict[str, Any]:
         "error": report.error,
         "deleted": report.deleted,
         "bytes_deleted": report.bytes_deleted,
+        # Deleted where the store keeps deleted objects (versioning), or would not say.
+        "retained": report.retained,
+        "bytes_retained": report.bytes_retained,
+        "retention_unknown": report.retention_unknown,
         "missing": report.missing,
         "kept_young": report.kept_young,
         "failures": report.failures,
@@ -137,6 +142,9 @@ def reclaim_line(report: ReclaimReport) -> str:
     if report.refusal is not None and not report.deleted:
         return f"refused to reclaim {report.root}: {report.refusal}"
     parts = [f"deleted {report.deleted} object(s), {format_bytes(report.bytes_deleted)}"]
+    kept = retention_text(report.retained, report.bytes_retained, report.retention_unknown)
+    if kept:  # never read as bytes given back
+        parts.append(kept)
     if report.kept_young:
         parts.append(
             f"kept {report.kept_young} younger than {report.min_age_ms / DAY_MS:g} day(s) "

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.report.fields import (
     OUTCOME_FIELDS,
+    RETENTION,
+    RETENTION_FIELDS,
     UNREFERENCED,
     UNREFERENCED_FIELDS,
     OutcomeField,
@@ -26,10 +28,11 @@ from polaris_pipeline.report.formatting import (
     format_bytes,
     json_id,
     quoted_task_label,
+    retention_text,
     short_task_name,
     truncate,
 )
-from polaris_pipeline.report.totals import OutcomeTotals
+from polaris_pipeline.report.totals import OutcomeTotals, retention_state
 from polaris_pipeline.tasks.summary import PayloadSummary, summarize, task_type_name
 
 if TYPE_CHECKING:
@@ -80,6 +83,33 @@ class OutcomeView:
         """Bytes freed; None when storage reported no sizes."""
         result = self.outcome.result
         return result.bytes_freed if result else 0
+
+    @property
+    def files_retained(self) -> int:
+        """Files deleted on a store that keeps deleted objects (versioning, soft delete)."""
+        result = self.outcome.result
+        return result.retained if result else 0
+
+    @property
+    def bytes_retained(self) -> int | None:
+        """Their bytes, kept by the store; None when storage reported no sizes."""
+        result = self.outcome.result
+        return result.bytes_retained if result else 0
+
+    @property
+    def retention_unknown(self) -> int:
+        """Files deleted where the store would not say whether it keeps them."""
+        result = self.outcome.result
+        return result.retention_unknown if result else 0
+
+    @property
+    def retention(self) -> str | None:
+        """``freed``, ``kept``, ``unknown`` or ``mixed``; None when nothing was deleted."""
+        return retention_state(self.files_deleted, self.files_retained, self.retention_unknown)
+
+    def retention_text(self) -> str:
+        """Deleted files whose bytes were not freed, in words; empty when none."""
+        return retention_text(self.files_retained, self.bytes_retained, self.retention_unknown)
 
     @property
     def refused(self) -> int:
@@ -136,8 +166,12 @@ class OutcomeView:
             rest.append(self.table)
         if outcome.result is not None:
             done = f"deleted {self.files_deleted}"
-            if self.files_deleted:
+            if self.files_deleted and self.retention in ("kept", "unknown"):
+                done += f" ({self.retention_text()})"
+            elif self.files_deleted:
                 done += f" ({format_bytes(self.bytes_freed)})"
+                if self.retention == "mixed":
+                    done += f"; {self.retention_text()}"
             if self.files_missing:
                 done += f", {self.files_missing} were gone"
             if outcome.children:
@@ -173,9 +207,16 @@ class OutcomeView:
         if outcome.result is None:
             return f"task {label} was already finished by another executor"
         where = table or self.table
+        # Bytes a store keeps are never called freed.
+        freed = (
+            f"{self.retention_text()}, "
+            if self.retention in ("kept", "unknown")
+            else f"{format_bytes(self.bytes_freed, exact=True)} freed, "
+            + (f"{self.retention_text()}, " if self.retention == "mixed" else "")
+        )
         return (
             f"{task} done: {self.files_deleted} file(s) deleted, "
-            f"{format_bytes(self.bytes_freed, exact=True)} freed, "
+            f"{freed}"
             f"{self.files_missing} already gone, {self.refused} refused by the guard, "
             f"{self.child_tasks} child task(s); lease {lease.executor_id} "
             f"attempt {lease.attempt}"
@@ -211,6 +252,9 @@ class OutcomeView:
         }
         # As storage reported them: bytes_freed is null when it reported no sizes.
         doc.update({f.json_key: getattr(self, f.attr) for f in OUTCOME_FIELDS if f.json_key})
+        # What became of the deleted files' bytes: freed, or kept by the store's versioning.
+        doc[RETENTION] = self.retention
+        doc.update({f.json_key: getattr(self, f.attr) for f in RETENTION_FIELDS if f.json_key})
         doc["children"] = [json_id(c.task_id) for c in outcome.children]
         doc[SHARED_LOCATION_KEY] = self.shared_location_override
         doc[UNREFERENCED] = unreferenced_json(self.unreferenced)
@@ -245,6 +289,8 @@ class OutcomeView:
             "attempt": lease.attempt,
         }
         doc.update({f.output_key: self._number(f) for f in OUTCOME_FIELDS if f.output_key})
+        if self.files_retained or self.retention_unknown:  # absent on unversioned storage
+            doc.update({f.output_key: self._number(f) for f in RETENTION_FIELDS if f.output_key})
         if self.unreferenced is not None:
             doc.update({f.output_key: self._number(f) for f in UNREFERENCED_FIELDS if f.output_key})
             doc[UNREFERENCED] = self.unreferenced.summary()
@@ -319,6 +365,13 @@ def totals_json(totals: OutcomeTotals) -> dict[str, Any]:
     for f in OUTCOME_FIELDS:
         if f.json_key:
             doc[f.json_key] = getattr(totals, f.attr)
+    doc[RETENTION] = retention_state(
+        totals.files_deleted, totals.files_retained, totals.retention_unknown
+    )
+    for f in RETENTION_FIELDS:
+        if f.json_key:  # bytes kept: null when storage did not report their sizes
+            attr = "bytes_retained_known" if f.attr == "bytes_retained" else f.attr
+            doc[f.json_key] = getattr(totals, attr)
     if totals.bytes_unknown:  # a lower bound is not a count a script may add up
         doc["bytes_freed"] = None
     return doc

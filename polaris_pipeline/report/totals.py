@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
-from polaris_pipeline.report.fields import OUTCOME_FIELDS, SIZES_UNREPORTED
-from polaris_pipeline.report.formatting import format_bytes
+from polaris_pipeline.report.fields import OUTCOME_FIELDS, RETENTION_FIELDS, SIZES_UNREPORTED
+from polaris_pipeline.report.formatting import format_bytes, retention_text
 
 if TYPE_CHECKING:
     from polaris_pipeline.cleanup.context import CleanupResult
@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 FILES_DELETED, FILES_MISSING, BYTES_FREED, REFUSED_PATHS, CHILD_TASKS = (
     f.label for f in OUTCOME_FIELDS
 )
+FILES_RETAINED, BYTES_RETAINED, RETENTION_UNKNOWN = (f.label for f in RETENTION_FIELDS)
+# Tasks whose kept files' sizes storage did not report: BYTES_RETAINED is a lower bound.
+RETAINED_SIZES_UNREPORTED = "tasks without sizes of kept files"
 STATUS = "status"  # a step that ran one task: its status
 BY_STATUS = "by status"  # the child tasks a step ran, by status
 PERMANENT = "permanent"  # a failed task's step: whether the failure is permanent
@@ -55,6 +58,16 @@ def format_counts(counts: Mapping[str, int]) -> str:
     return ", ".join(parts) or "none"
 
 
+def retention_state(deleted: int, retained: int, unknown: int) -> str | None:
+    """What became of deleted files' bytes: ``freed``, ``kept`` (versioning or soft
+    delete), ``unknown`` (the store would not say), ``mixed``; None: nothing deleted."""
+    if not deleted:
+        return None
+    freed = deleted - retained - unknown
+    states = [s for s, n in (("freed", freed), ("kept", retained), ("unknown", unknown)) if n]
+    return states[0] if len(states) == 1 else "mixed"
+
+
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
@@ -68,6 +81,11 @@ class OutcomeTotals:
     refused: int = 0
     bytes_freed: int = 0
     sizes_unreported: int = 0
+    # Deleted on a store that keeps deleted objects, or would not say (RETENTION_FIELDS).
+    files_retained: int = 0
+    bytes_retained: int = 0
+    retained_sizes_unreported: int = 0
+    retention_unknown: int = 0
     children_created: int = 0
     permanent: int = 0
     tasks: Counter[str] = field(default_factory=Counter)  # tasks by status
@@ -112,6 +130,12 @@ class OutcomeTotals:
             self.sizes_unreported += 1
         else:
             self.bytes_freed += result.bytes_freed
+        self.files_retained += result.retained
+        self.retention_unknown += result.retention_unknown
+        if result.bytes_retained is None:
+            self.retained_sizes_unreported += 1
+        else:
+            self.bytes_retained += result.bytes_retained
 
     def merge(self, other: OutcomeTotals) -> None:
         for f in fields(self):
@@ -133,6 +157,10 @@ class OutcomeTotals:
         # Before SIZES_UNREPORTED the task job wrote "unknown" for bytes freed.
         if freed is not None and not isinstance(freed, int) and SIZES_UNREPORTED not in metadata:
             self.sizes_unreported += 1
+        self.files_retained += _int(metadata.get(FILES_RETAINED))
+        self.bytes_retained += _int(metadata.get(BYTES_RETAINED))
+        self.retained_sizes_unreported += _int(metadata.get(RETAINED_SIZES_UNREPORTED))
+        self.retention_unknown += _int(metadata.get(RETENTION_UNKNOWN))
         self.permanent += int(metadata.get(PERMANENT) is True)
         by_status = metadata.get(BY_STATUS)
         if isinstance(by_status, Mapping):  # a group of child tasks
@@ -190,14 +218,33 @@ class OutcomeTotals:
             meta[BY_STATUS] = {s: n for s, n in self.children.items() if n}
         if self.sizes_unreported:
             meta[SIZES_UNREPORTED] = self.sizes_unreported
+        if self.files_retained or self.retention_unknown:  # absent on unversioned storage
+            meta.update({f.label: getattr(self, f.attr) for f in RETENTION_FIELDS})
+            if self.retained_sizes_unreported and self.files_retained:
+                meta[RETAINED_SIZES_UNREPORTED] = self.retained_sizes_unreported
         return meta
+
+    @property
+    def bytes_retained_known(self) -> int | None:
+        """Bytes kept by versioning; None when storage did not report their sizes."""
+        return None if self.retained_sizes_unreported else self.bytes_retained
+
+    def retention_text(self) -> str:
+        """Deleted files whose bytes were not freed, in words; empty when none."""
+        return retention_text(
+            self.files_retained, self.bytes_retained_known, self.retention_unknown
+        )
 
     def line(self) -> str:
         """The one line of a total, for the CLI, a run's tag, a log, an alert, the demo."""
         freed = format_bytes(self.bytes_freed) + (" or more" if self.bytes_unknown else "")
+        # Bytes a store keeps are never called freed; "freed" only for what was.
+        not_freed = self.files_retained + self.retention_unknown
+        bytes_part = f", {freed} freed" if not not_freed or self.files_deleted > not_freed else ""
+        kept = f"; {self.retention_text()}" if not_freed else ""
         return (
             f"{self.files_deleted} file(s) deleted, {self.files_missing} already gone, "
-            f"{self.refused} refused, {freed} freed; "
+            f"{self.refused} refused{bytes_part}{kept}; "
             f"children: {format_counts(self.children)}"
         )
 

@@ -13,10 +13,13 @@ expands ``*``, ``?`` and ``[...]``, so deleting ``a[1].parquet`` through it dele
   :func:`crc_sidecar`).
 - Other filesystems: ``fs.rm_file(path)`` per path.
 
-Versioned buckets are out of scope: on a bucket with versioning enabled S3 answers
-a delete by adding a delete marker, so the data stays (and keeps costing) until a
-lifecycle rule expires non-current versions. That is reported as deleted, as S3
-reports it.
+A store that keeps what is deleted (S3 versioning, Azure soft delete, GCS
+versioning or soft delete) answers a delete by hiding the object: its bytes stay
+until the store's own lifecycle expires them. Before the first delete in each
+bucket the resolver's :class:`~polaris_pipeline.storage.retention_probe.RetentionProbe`
+asks the store; objects deleted there are reported as ``retained`` (or
+``retention_unknown`` when the store would not say), never as bytes freed. Only
+the current version is ever deleted: no request names a version.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from fsspec.implementations.local import LocalFileSystem
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.storage.options import is_s3
 from polaris_pipeline.storage.resolve import StorageResolver
+from polaris_pipeline.storage.retention_probe import Retention
 from polaris_pipeline.storage.uri import split_uri
 
 MAX_KEYS_PER_REQUEST = 1000  # the S3 DeleteObjects limit
@@ -62,6 +66,13 @@ class DeleteReport:
     # The size of each deleted path (sidecars too) where the delete learnt it (a
     # local lstat), for the deletion record; S3's DeleteObjects says none.
     sizes: dict[str, int] = field(default_factory=dict)
+    # Deleted paths (also in ``deleted``) whose store keeps their bytes (versioning,
+    # soft delete), and those whose store would not say whether it does. Their bytes
+    # are never in ``bytes_freed``; ``bytes_retained`` is None when a kept object's
+    # size was not known.
+    retained: list[str] = field(default_factory=list)
+    retention_unknown: list[str] = field(default_factory=list)
+    bytes_retained: int | None = 0
 
     @property
     def ok(self) -> bool:
@@ -136,27 +147,53 @@ def bulk_delete(
         except StorageError as e:
             report.failed[uri] = str(e)
             continue
-        bucket = path.split("/", 1)[0] if is_s3(fs) else ""
+        # The bucket (S3, GCS) or container (Azure): where versioning is decided.
+        bucket = "" if isinstance(fs, LocalFileSystem) else path.split("/", 1)[0]
         groups.setdefault((id(fs), bucket), (fs, []))[1].append((uri, path))
 
     for (_, bucket), (fs, items) in groups.items():
-        for start in range(0, len(items), chunk_size):
-            chunk = items[start : start + chunk_size]
-            if is_s3(fs):
-                guard_step()
-                _delete_s3_chunk(resolver, fs, bucket, chunk, report)
-            elif isinstance(fs, LocalFileSystem):
-                for uri, path in chunk:
-                    guard_step()
-                    _delete_local(resolver, uri, path, report)
-                    # A file that could not be deleted keeps its checksum too.
-                    if sidecar_check is not None and uri not in report.failed:
-                        _delete_sidecar(resolver, uri, report, sidecar_check)
-            else:
-                for uri, path in chunk:
-                    guard_step()
-                    _delete_other(resolver, fs, uri, path, report)
+        # Asked before the bucket's first delete, once per bucket for the resolver.
+        retention = resolver.retention.retention(fs, bucket)
+        deleted_before, freed_before = len(report.deleted), report.bytes_freed
+        _delete_group(resolver, fs, bucket, items, report, chunk_size, guard_step, sidecar_check)
+        if retention is not Retention.FREED:
+            # Nothing here was freed: whatever sizes the deletes counted are kept bytes.
+            gone = report.deleted[deleted_before:]
+            kept = report.retained if retention is Retention.KEPT else report.retention_unknown
+            kept.extend(gone)
+            report.bytes_freed = freed_before
+            if gone and retention is Retention.KEPT:
+                report.bytes_retained = None
     return report
+
+
+def _delete_group(
+    resolver: StorageResolver,
+    fs: AbstractFileSystem,
+    bucket: str,
+    items: list[tuple[str, str]],
+    report: DeleteReport,
+    chunk_size: int,
+    guard_step: Callable[[], None],
+    sidecar_check: Callable[[str], bool] | None,
+) -> None:
+    """The deletes of one filesystem's bucket, chunk by chunk."""
+    for start in range(0, len(items), chunk_size):
+        chunk = items[start : start + chunk_size]
+        if is_s3(fs):
+            guard_step()
+            _delete_s3_chunk(resolver, fs, bucket, chunk, report)
+        elif isinstance(fs, LocalFileSystem):
+            for uri, path in chunk:
+                guard_step()
+                _delete_local(resolver, uri, path, report)
+                # A file that could not be deleted keeps its checksum too.
+                if sidecar_check is not None and uri not in report.failed:
+                    _delete_sidecar(resolver, uri, report, sidecar_check)
+        else:
+            for uri, path in chunk:
+                guard_step()
+                _delete_other(resolver, fs, uri, path, report)
 
 
 # -- S3 ------------------------------------------------------------------------------

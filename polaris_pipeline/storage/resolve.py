@@ -35,6 +35,7 @@ from polaris_pipeline.storage.credentials.gcs import GcsCredentials, gcs_emulato
 from polaris_pipeline.storage.credentials.s3 import StsCredentials, s3_options
 from polaris_pipeline.storage.options import filesystem_class
 from polaris_pipeline.storage.redact import maskable, redact
+from polaris_pipeline.storage.retention_probe import RetentionProbe
 from polaris_pipeline.storage.scope import task_scope
 from polaris_pipeline.storage.uri import location_within, split_uri
 from polaris_pipeline.tasks.model import TaskRow
@@ -76,6 +77,9 @@ class StorageResolver:
         # about a second. Bounded, oldest out, since every table brings its own.
         self._catalog_filesystems: dict[tuple[str, str], AbstractFileSystem] = {}
         self._max_filesystems: int | None = None
+        # Whether each bucket keeps deleted objects, asked once for this resolver's life
+        # and shared with the resolvers it makes per task.
+        self.retention = RetentionProbe()
 
     def for_task(self, task: TaskRow) -> StorageResolver:
         """The resolver for one task: catalog storage mode when the task carries
@@ -204,6 +208,7 @@ class CatalogStorageResolver(StorageResolver):
         self._filesystems = parent._catalog_filesystems
         self._lock = parent._lock
         self._max_filesystems = MAX_CATALOG_FILESYSTEMS
+        self.retention = parent.retention
         self.parent = parent
         self.storage = storage
         self.scope = scope

@@ -68,9 +68,10 @@ def session_policy(storage: AwsStorage, locations: Sequence[str]) -> dict[str, A
 
     Objects: GetObject/GetObjectVersion and DeleteObject under each location.
     Buckets: ListBucket with an ``s3:prefix`` condition per location, and
-    GetBucketLocation. KMS: Decrypt/DescribeKey on the keys the catalog names, so
-    SSE-KMS objects (manifests) can be read; nothing is written, so no key is
-    granted for encryption.
+    GetBucketLocation and GetBucketVersioning (which Polaris does not grant: it is
+    how a purge learns whether its deletes free anything). KMS: Decrypt/DescribeKey
+    on the keys the catalog names, so SSE-KMS objects (manifests) can be read;
+    nothing is written, so no key is granted for encryption.
     """
     arn = f"arn:{storage.partition}:s3:::"
     objects: list[str] = []
@@ -98,7 +99,13 @@ def session_policy(storage: AwsStorage, locations: Sequence[str]) -> dict[str, A
         )
     for bucket in list_prefixes:
         statements.append(
-            {"Effect": "Allow", "Action": ["s3:GetBucketLocation"], "Resource": [arn + bucket]}
+            {
+                "Effect": "Allow",
+                # GetBucketVersioning: whether a delete frees the bytes or the bucket
+                # keeps them (storage/retention_probe.py); read-only, bucket-level.
+                "Action": ["s3:GetBucketLocation", "s3:GetBucketVersioning"],
+                "Resource": [arn + bucket],
+            }
         )
     statements.append(
         {"Effect": "Allow", "Action": ["s3:GetObject", "s3:GetObjectVersion"], "Resource": objects}
