@@ -36,7 +36,13 @@ from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.scope import task_scope
 from polaris_pipeline.tasks.model import Prop
 from polaris_pipeline.testing import tasks as testing_tasks
-from tests.support.catalog_storage import aws_storage_info, iam_s3_table
+from tests.support.catalog_storage import (
+    aws_storage_info,
+    iam_s3_table,
+    polaris_catalog,
+    pre_1_7_view_task,
+)
+from tests.support.iceberg import recorded_drop_task, view_metadata
 from tests.support.s3 import MotoIam
 
 # -- decoding ------------------------------------------------------------------------
@@ -419,3 +425,88 @@ def test_credentials_are_cached_per_scope_and_refreshed_before_expiry(
     assert sts.get(storage, ["s3://b/t"]) is not first
     assert len(recorder.requests) == 3
     assert repr(first).count(first.access_key_id) == 0
+
+
+# -- tasks Polaris wrote without a storage configuration: the catalog's, looked up ----
+
+
+def _put_view(moto_iam: MotoIam, bucket: str, location: str) -> str:
+    uri, body = view_metadata(location)
+    moto_iam.client().put_object(Bucket=bucket, Key=uri.split(f"s3://{bucket}/", 1)[1], Body=body)
+    return uri
+
+
+def test_a_pre_1_7_view_task_is_purged_with_its_catalogs_storage_configuration(
+    moto_iam: MotoIam, recorder: StsRecorder, store: Metastore
+) -> None:
+    bucket = moto_iam.new_bucket()
+    location = f"s3://{bucket}/wh/ns/v"
+    older, current = _put_view(moto_iam, bucket, location), _put_view(moto_iam, bucket, location)
+    polaris_catalog(store, aws_storage_info(moto_iam, bucket, "purger"))
+    task = pre_1_7_view_task(current, location)
+    store.insert_tasks([task])
+
+    outcomes = _sweep(store, recorder)
+
+    assert [o.status for o in outcomes] == [Status.DONE], [o.error for o in outcomes]
+    assert store.get_task("POLARIS", task.id) is None
+    keys = moto_iam.keys(bucket)
+    assert current.split(f"s3://{bucket}/", 1)[1] not in keys
+    assert older.split(f"s3://{bucket}/", 1)[1] in keys  # only the current file, as 1.7 does
+    # The catalog's role, scoped to the view's recorded location.
+    [request] = recorder.requests
+    assert request["RoleArn"] == moto_iam.role_arn("purger")
+    resources = {r for s in json.loads(request["Policy"])["Statement"] for r in s["Resource"]}
+    assert f"arn:aws:s3:::{bucket}/wh/ns/v/*" in resources
+
+
+def test_a_table_task_without_storage_configuration_is_purged_with_its_catalogs(
+    moto_iam: MotoIam, recorder: StsRecorder, store: Metastore, tmp_path: Path
+) -> None:
+    bucket = moto_iam.new_bucket()
+    table = iam_s3_table(moto_iam, tmp_path, bucket, "t")
+    assert _keys_of(moto_iam, bucket, table)
+    polaris_catalog(store, aws_storage_info(moto_iam, bucket, "purger"))
+    task = recorded_drop_task(
+        table.metadata_location, entity_properties={"location": table.location()}
+    )
+    store.insert_tasks([task])
+
+    outcomes = _sweep(store, recorder)
+
+    assert len(outcomes) > 1  # the children reached the bucket too: they inherit it
+    assert all(o.status is Status.DONE for o in outcomes), [o.error for o in outcomes]
+    assert _keys_of(moto_iam, bucket, table) == set()
+    assert len(recorder.requests) == 1
+
+
+@pytest.mark.parametrize(
+    "case", ["no recorded location", "catalog of another realm", "outside allowedLocations"]
+)
+def test_a_view_task_the_catalog_cannot_reach_is_recorded_and_deletes_nothing(
+    moto_iam: MotoIam, recorder: StsRecorder, store: Metastore, case: str
+) -> None:
+    bucket = moto_iam.new_bucket()
+    location = f"s3://{bucket}/wh/ns/v"
+    current = _put_view(moto_iam, bucket, location)
+    before = moto_iam.keys(bucket)
+    allowed = f"s3://{bucket}/elsewhere" if case == "outside allowedLocations" else None
+    extra = {"allowedLocations": [allowed]} if allowed else {}
+    realm = "OTHER" if case == "catalog of another realm" else "POLARIS"
+    polaris_catalog(store, aws_storage_info(moto_iam, bucket, "purger", **extra), realm_id=realm)
+    task = pre_1_7_view_task(current, None if case == "no recorded location" else location)
+    store.insert_tasks([task])
+
+    _sweep(store, recorder)
+
+    row = store.get_task("POLARIS", task.id)
+    assert row is not None
+    expected = {
+        "no recorded location": "recorded no table location",
+        # Not this realm's catalog: the static config, which has no rule for the bucket.
+        "catalog of another realm": "cannot stat",
+        "outside allowedLocations": "outside the catalog's allowedLocations",
+    }[case]
+    assert expected in row.properties[Prop.ERROR]
+    assert recorder.requests == []
+    assert moto_iam.keys(bucket) == before

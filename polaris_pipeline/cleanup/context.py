@@ -56,6 +56,9 @@ class CleanupContext:
     # The Polaris release that reads the children we write (``tasks/release.py``):
     # their payloads take its shape. Unknown: 1.0, whose shape 1.0-1.6 read.
     release: PolarisRelease = FIRST_RELEASE
+    # The catalog's storage_configuration_info, looked up because the task carries
+    # none (``execution/task_storage.py``): a table hands it down to its children.
+    catalog_storage_info: str | None = None
 
 
 @dataclass

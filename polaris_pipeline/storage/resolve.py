@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from fsspec import AbstractFileSystem
@@ -77,17 +78,24 @@ class StorageResolver:
         self._catalog_filesystems: dict[tuple[str, str], AbstractFileSystem] = {}
         self._max_filesystems: int | None = None
 
-    def for_task(self, task: TaskRow) -> StorageResolver:
+    def for_task(
+        self, task: TaskRow, storage_properties: Mapping[str, str] | None = None
+    ) -> StorageResolver:
         """The resolver for one task: catalog storage mode when the task carries
         ``storage_configuration_info``, this resolver (the static config) otherwise.
+
+        ``storage_properties`` replaces the task's internal properties as the source
+        of its storage configuration and scope: the caller's lookup of the task's
+        catalog, for a task Polaris wrote without them (``execution/task_storage.py``).
 
         Raises PayloadError for a malformed configuration and StorageError when the
         task's location cannot be scoped (none, or outside ``allowedLocations``).
         """
-        storage = catalog_storage(task.internal_properties)
+        props = task.internal_properties if storage_properties is None else storage_properties
+        storage = catalog_storage(props)
         if storage is None:
             return self
-        return CatalogStorageResolver(self, storage, task_scope(storage, task.internal_properties))
+        return CatalogStorageResolver(self, storage, task_scope(storage, props))
 
     def _options(self, uri: str, protocol: str) -> dict[str, Any]:
         return self.config.options_for(uri)
@@ -209,8 +217,10 @@ class CatalogStorageResolver(StorageResolver):
         self.scope = scope
         self._session_secrets: list[str] = []
 
-    def for_task(self, task: TaskRow) -> StorageResolver:
-        return self.parent.for_task(task)
+    def for_task(
+        self, task: TaskRow, storage_properties: Mapping[str, str] | None = None
+    ) -> StorageResolver:
+        return self.parent.for_task(task, storage_properties)
 
     def filesystem(self, uri: str) -> tuple[AbstractFileSystem, str]:
         if self.config.rule_for(uri) is not None:
