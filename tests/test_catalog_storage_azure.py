@@ -22,7 +22,7 @@ from polaris_pipeline.storage.credentials.azure import (
     parse_location,
 )
 from polaris_pipeline.storage.resolve import StorageResolver
-from polaris_pipeline.tasks.model import TaskRow
+from polaris_pipeline.tasks.model import Prop, TaskRow
 from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.azurite import ACCOUNT, ACCOUNT_KEY, Azurite, azurite  # noqa: F401
 from tests.support.catalog_storage import (
@@ -31,8 +31,11 @@ from tests.support.catalog_storage import (
     azurite_table,
     catalog_sweep,
     guard_reasons,
+    polaris_catalog,
+    pre_1_7_view_task,
     sweep_batch_error,
 )
+from tests.support.iceberg import view_metadata
 from tests.support.tasks import batch_task
 
 
@@ -216,3 +219,38 @@ def test_wasb_gets_the_same_container_sas_and_guard(
     assert "guard refused 2 path(s)" in error
     assert azurite.names(mine) == {"wh/ns/t2/data/b.parquet"}
     assert azurite.names(other) == {"wh/ns/t/secret.parquet"}
+
+
+# -- a view task of Polaris 1.0-1.6: no storage configuration, its catalog's looked up --
+
+
+@pytest.mark.parametrize("allowed", ["wh", "elsewhere"])
+def test_a_pre_1_7_view_task_is_reached_through_its_catalogs_storage_configuration(
+    azurite: Azurite,  # noqa: F811
+    sweeper_key: None,
+    store: Metastore,
+    allowed: str,
+) -> None:
+    container = azurite.new_container()
+    location = azure_location(container, "wh/ns/v")
+    names = []
+    for _ in range(2):
+        uri, body = view_metadata(location)
+        azurite.put(container, parse_location(uri).path, body)
+        names.append(parse_location(uri).path)
+    older, current = names
+    polaris_catalog(store, azure_storage_info(container, azure_location(container, allowed)))
+    task = pre_1_7_view_task(azure_location(container, current), location)
+    store.insert_tasks([task])
+
+    outcomes = catalog_sweep(store)
+
+    if allowed == "wh":
+        assert [o.status for o in outcomes] == [Status.DONE], [o.error for o in outcomes]
+        assert azurite.names(container) == {older}  # only the current file, as 1.7 does
+    else:
+        # The catalog's allowedLocations bound the view, as they bound Polaris's tasks.
+        row = store.get_task("POLARIS", task.id)
+        assert row is not None
+        assert "outside the catalog's allowedLocations" in row.properties[Prop.ERROR]
+        assert azurite.names(container) == {older, current}

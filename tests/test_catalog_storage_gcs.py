@@ -8,6 +8,7 @@ exercised here: its access boundary is checked as data instead.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +20,19 @@ from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
 from polaris_pipeline.storage.credentials.gcs import EMULATOR_ENV, boundary_rules
+from polaris_pipeline.tasks.model import Prop
 from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.catalog_storage import (
     catalog_sweep,
     fake_gcs_table,
     gcs_storage_info,
     guard_reasons,
+    polaris_catalog,
+    pre_1_7_view_task,
     sweep_batch_error,
 )
 from tests.support.gcs import FakeGcs, fake_gcs  # noqa: F401
+from tests.support.iceberg import view_metadata
 
 
 @pytest.fixture
@@ -114,3 +119,34 @@ def test_a_gs_location_outside_allowed_locations_is_recorded(
     )
     assert "outside the catalog's allowedLocations" in error
     assert emulator.names(bucket) == {"elsewhere/t/data/a.parquet"}
+
+
+@pytest.mark.parametrize("allowed", ["wh", "elsewhere"])
+def test_a_pre_1_7_view_task_is_reached_through_its_catalogs_storage_configuration(
+    emulator: FakeGcs, store: Metastore, allowed: str
+) -> None:
+    bucket = emulator.new_bucket()
+    location = f"gs://{bucket}/wh/ns/v"
+    names = []
+    for _ in range(2):
+        uri, body = view_metadata(location)
+        names.append(uri.split(f"gs://{bucket}/", 1)[1])
+        emulator.put(bucket, names[-1], body)
+    older, current = names
+    info = json.loads(gcs_storage_info(bucket))
+    info["allowedLocations"] = [f"gs://{bucket}/{allowed}"]
+    polaris_catalog(store, json.dumps(info))
+    task = pre_1_7_view_task(f"gs://{bucket}/{current}", location)
+    store.insert_tasks([task])
+
+    outcomes = catalog_sweep(store)
+
+    if allowed == "wh":
+        assert [o.status for o in outcomes] == [Status.DONE], [o.error for o in outcomes]
+        assert emulator.names(bucket) == {older}  # only the current file, as 1.7 does
+    else:
+        # The catalog's allowedLocations bound the view, as they bound Polaris's tasks.
+        row = store.get_task("POLARIS", task.id)
+        assert row is not None
+        assert "outside the catalog's allowedLocations" in row.properties[Prop.ERROR]
+        assert emulator.names(bucket) == {older, current}

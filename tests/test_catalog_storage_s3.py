@@ -18,7 +18,7 @@ import botocore.session
 import pytest
 from pyiceberg.table import Table
 
-from polaris_pipeline.errors import PayloadError, StorageError
+from polaris_pipeline.errors import PayloadError, StorageConfigError, StorageError
 from polaris_pipeline.execution.runner import Runner, Status
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.totals import OutcomeTotals
@@ -37,7 +37,14 @@ from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.scope import task_scope
 from polaris_pipeline.tasks.model import Prop
 from polaris_pipeline.testing import tasks as testing_tasks
-from tests.support.catalog_storage import aws_storage_info, iam_s3_table
+from tests.support.catalog_storage import (
+    aws_storage_info,
+    iam_s3_table,
+    polaris_catalog,
+    pre_1_7_view_task,
+)
+from tests.support.iceberg import recorded_drop_task, view_metadata
+from tests.support.ports import free_port
 from tests.support.s3 import MotoIam
 
 # -- decoding ------------------------------------------------------------------------
@@ -441,3 +448,276 @@ def test_credentials_are_cached_per_scope_and_refreshed_before_expiry(
     assert sts.get(storage, ["s3://b/t"]) is not first
     assert len(recorder.requests) == 3
     assert repr(first).count(first.access_key_id) == 0
+
+
+# -- tasks Polaris wrote without a storage configuration: the catalog's, looked up ----
+
+
+def _put_view(moto_iam: MotoIam, bucket: str, location: str) -> str:
+    uri, body = view_metadata(location)
+    moto_iam.client().put_object(Bucket=bucket, Key=uri.split(f"s3://{bucket}/", 1)[1], Body=body)
+    return uri
+
+
+def test_a_pre_1_7_view_task_is_purged_with_its_catalogs_storage_configuration(
+    moto_iam: MotoIam, recorder: StsRecorder, store: Metastore
+) -> None:
+    bucket = moto_iam.new_bucket()
+    location = f"s3://{bucket}/wh/ns/v"
+    older, current = _put_view(moto_iam, bucket, location), _put_view(moto_iam, bucket, location)
+    polaris_catalog(store, aws_storage_info(moto_iam, bucket, "purger"))
+    task = pre_1_7_view_task(current, location)
+    store.insert_tasks([task])
+
+    outcomes = _sweep(store, recorder)
+
+    assert [o.status for o in outcomes] == [Status.DONE], [o.error for o in outcomes]
+    assert store.get_task("POLARIS", task.id) is None
+    keys = moto_iam.keys(bucket)
+    assert current.split(f"s3://{bucket}/", 1)[1] not in keys
+    assert older.split(f"s3://{bucket}/", 1)[1] in keys  # only the current file, as 1.7 does
+    # The catalog's role, scoped to the view's recorded location.
+    [request] = recorder.requests
+    assert request["RoleArn"] == moto_iam.role_arn("purger")
+    resources = {r for s in json.loads(request["Policy"])["Statement"] for r in s["Resource"]}
+    assert f"arn:aws:s3:::{bucket}/wh/ns/v/*" in resources
+
+
+def test_a_table_task_without_storage_configuration_is_purged_with_its_catalogs(
+    moto_iam: MotoIam, recorder: StsRecorder, store: Metastore, tmp_path: Path
+) -> None:
+    bucket = moto_iam.new_bucket()
+    table = iam_s3_table(moto_iam, tmp_path, bucket, "t")
+    assert _keys_of(moto_iam, bucket, table)
+    polaris_catalog(store, aws_storage_info(moto_iam, bucket, "purger"))
+    task = recorded_drop_task(
+        table.metadata_location, entity_properties={"location": table.location()}
+    )
+    store.insert_tasks([task])
+
+    outcomes = _sweep(store, recorder)
+
+    assert len(outcomes) > 1  # the children reached the bucket too: they inherit it
+    assert all(o.status is Status.DONE for o in outcomes), [o.error for o in outcomes]
+    assert _keys_of(moto_iam, bucket, table) == set()
+    assert len(recorder.requests) == 1
+
+
+@pytest.mark.parametrize(
+    "case", ["no recorded location", "catalog of another realm", "outside allowedLocations"]
+)
+def test_a_view_task_the_catalog_cannot_reach_is_recorded_and_deletes_nothing(
+    moto_iam: MotoIam, recorder: StsRecorder, store: Metastore, case: str
+) -> None:
+    bucket = moto_iam.new_bucket()
+    location = f"s3://{bucket}/wh/ns/v"
+    current = _put_view(moto_iam, bucket, location)
+    before = moto_iam.keys(bucket)
+    allowed = f"s3://{bucket}/elsewhere" if case == "outside allowedLocations" else None
+    extra = {"allowedLocations": [allowed]} if allowed else {}
+    realm = "OTHER" if case == "catalog of another realm" else "POLARIS"
+    polaris_catalog(store, aws_storage_info(moto_iam, bucket, "purger", **extra), realm_id=realm)
+    task = pre_1_7_view_task(current, None if case == "no recorded location" else location)
+    store.insert_tasks([task])
+
+    _sweep(store, recorder)
+
+    row = store.get_task("POLARIS", task.id)
+    assert row is not None
+    expected = {
+        "no recorded location": "recorded no table location",
+        # Not this realm's catalog: the static config, which has no rule for the bucket.
+        "catalog of another realm": "cannot stat",
+        "outside allowedLocations": "outside the catalog's allowedLocations",
+    }[case]
+    assert expected in row.properties[Prop.ERROR]
+    assert recorder.requests == []
+    assert moto_iam.keys(bucket) == before
+
+
+# -- which of the catalog's endpoints: endpointInternal (Polaris's) or endpoint ----------
+
+
+@pytest.mark.parametrize("choice", [None, "endpointInternal", "endpoint"])
+def test_the_catalog_endpoint_the_storage_config_chooses_is_the_one_reached(
+    moto_iam: MotoIam, recorder: StsRecorder, store: Metastore, tmp_path: Path, choice: str | None
+) -> None:
+    closed = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    reached, unreachable = moto_iam.endpoint_url, closed
+    if choice == "endpoint":
+        endpoints = {"endpoint": reached, "endpointInternal": unreachable}
+    else:  # unset: Polaris's own preference, endpointInternal
+        endpoints = {"endpoint": unreachable, "endpointInternal": reached}
+    bucket = moto_iam.new_bucket()
+    table = iam_s3_table(moto_iam, tmp_path, bucket, "t")
+    _drop(store, table, aws_storage_info(moto_iam, bucket, "purger", **endpoints))
+    config = StorageConfig.from_mapping({"catalog_s3_endpoint": choice} if choice else {})
+
+    outcomes = _sweep(store, recorder, config)
+
+    assert outcomes and all(o.status is Status.DONE for o in outcomes), [o.error for o in outcomes]
+    assert _keys_of(moto_iam, bucket, table) == set()
+
+
+def test_an_unknown_endpoint_choice_is_refused_naming_the_setting() -> None:
+    with pytest.raises(StorageConfigError, match="catalog_s3_endpoint must be one of"):
+        StorageConfig.from_mapping({"catalog_s3_endpoint": "internal"})
+
+
+# -- storageName: named credentials, never a silent fallback --------------------------
+
+
+def _named(**entries: Any) -> StorageConfig:
+    return StorageConfig.from_mapping({"storage_names": entries})
+
+
+def test_a_storage_name_signs_with_its_named_identity_and_not_the_default(
+    moto_iam: MotoIam,
+    store: Metastore,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="polaris_pipeline")
+    # The default chain holds keys moto does not know: only the named identity works.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAUNKNOWNDEFAULT00")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "unknown-default-secret")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("ANALYTICS_AWS_KEY", moto_iam.sweeper.key)
+    monkeypatch.setenv("ANALYTICS_AWS_SECRET", moto_iam.sweeper.secret)
+    recorder = StsRecorder()
+    bucket = moto_iam.new_bucket()
+    named = iam_s3_table(moto_iam, tmp_path, bucket, "named")
+    unnamed = iam_s3_table(moto_iam, tmp_path, bucket, "unnamed")
+    before = _keys_of(moto_iam, bucket, unnamed)
+    named_id = _drop(
+        store, named, aws_storage_info(moto_iam, bucket, "purger", storageName="analytics")
+    )
+    unnamed_id = _drop(store, unnamed, aws_storage_info(moto_iam, bucket, "purger"))
+    config = _named(
+        analytics={"key": {"env": "ANALYTICS_AWS_KEY"}, "secret": {"env": "ANALYTICS_AWS_SECRET"}}
+    )
+
+    _sweep(store, recorder, config)
+
+    assert store.get_task("POLARIS", named_id) is None
+    assert _keys_of(moto_iam, bucket, named) == set()
+    # The same role without a storageName goes through the default chain, and fails.
+    row = store.get_task("POLARIS", unnamed_id)
+    assert row is not None and "InvalidClientTokenId" in row.properties[Prop.ERROR]
+    assert _keys_of(moto_iam, bucket, unnamed) == before
+    assert moto_iam.sweeper.secret not in json.dumps(row.properties) + caplog.text
+    assert moto_iam.sweeper.secret not in repr(config)
+
+
+def test_an_unmapped_storage_name_fails_in_one_line_and_never_uses_the_default(
+    moto_iam: MotoIam, recorder: StsRecorder, store: Metastore, tmp_path: Path
+) -> None:
+    bucket = moto_iam.new_bucket()
+    table = iam_s3_table(moto_iam, tmp_path, bucket, "t")
+    before = _keys_of(moto_iam, bucket, table)
+    # The default identity could assume the role: it must not be used for the name.
+    task_id = _drop(
+        store, table, aws_storage_info(moto_iam, bucket, "purger", storageName="analytics")
+    )
+
+    _sweep(store, recorder, _named(other={"default_identity": True}))
+
+    row = store.get_task("POLARIS", task_id)
+    assert row is not None
+    error = row.properties[Prop.ERROR]
+    assert "storageName 'analytics'" in error and "add storage_names:" in error
+    assert "\n" not in error
+    assert recorder.requests == []
+    assert _keys_of(moto_iam, bucket, table) == before
+
+
+def test_a_storage_name_mapped_to_the_default_identity_uses_it(
+    moto_iam: MotoIam, recorder: StsRecorder, store: Metastore, tmp_path: Path
+) -> None:
+    bucket = moto_iam.new_bucket()
+    table = iam_s3_table(moto_iam, tmp_path, bucket, "t")
+    _drop(store, table, aws_storage_info(moto_iam, bucket, "purger", storageName="shared"))
+
+    outcomes = _sweep(store, recorder, _named(shared={"default_identity": True}))
+
+    assert outcomes and all(o.status is Status.DONE for o in outcomes), [o.error for o in outcomes]
+    assert len(recorder.requests) == 1
+
+
+def test_without_sts_the_named_identity_signs_the_requests_itself(
+    moto_iam: MotoIam,
+    recorder: StsRecorder,
+    store: Metastore,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The default identity (the sweeper user) may not touch buckets; the named one may.
+    monkeypatch.setenv("DIRECT_KEY", moto_iam.admin.key)
+    monkeypatch.setenv("DIRECT_SECRET", moto_iam.admin.secret)
+    bucket = moto_iam.new_bucket()
+    table = iam_s3_table(moto_iam, tmp_path, bucket, "t")
+    info = aws_storage_info(moto_iam, bucket, "purger", stsUnavailable=True, storageName="direct")
+    _drop(store, table, info)
+
+    config = _named(direct={"key": {"env": "DIRECT_KEY"}, "secret": {"env": "DIRECT_SECRET"}})
+    outcomes = _sweep(store, recorder, config)
+
+    assert outcomes and all(o.status is Status.DONE for o in outcomes), [o.error for o in outcomes]
+    assert recorder.requests == []
+    assert _keys_of(moto_iam, bucket, table) == set()
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"key": "AKIA1234"}, "needs both key and secret"),
+        ({}, "needs both key and secret"),
+        ({"default_identity": True, "key": "AKIA1234"}, "takes no key"),
+        ({"default_identity": "yes"}, "true or false"),
+        ({"profile": "p"}, "unknown key 'profile'"),
+        ({"key": "", "secret": "s"}, "key must be a non-empty string"),
+        (
+            {"key": {"env": "PP_NOT_SET_ANYWHERE"}, "secret": "s"},
+            "'PP_NOT_SET_ANYWHERE' is not set",
+        ),
+        ("analytics-key", "must be a mapping"),
+    ],
+)
+def test_a_malformed_storage_name_entry_is_refused_when_the_config_loads(
+    entry: Any, message: str
+) -> None:
+    with pytest.raises(StorageConfigError, match=message) as info:
+        _named(analytics=entry)
+    assert "storage_names" in str(info.value)
+    assert "AKIA1234" not in str(info.value)
+
+
+def test_named_keys_on_azure_storage_are_refused_naming_the_name() -> None:
+    azure = json.dumps(
+        {
+            "@type": "AzureStorageConfigurationInfo",
+            "allowedLocations": ["abfs://c@acct.dfs.core.windows.net/wh"],
+            "storageName": "lake",
+        }
+    )
+    task = testing_tasks.task_row(
+        testing_tasks.NewTask(
+            "POLARIS",
+            7,
+            "t",
+            {},
+            {
+                STORAGE_CONFIG_KEY: azure,
+                "storageLocation": "abfs://c@acct.dfs.core.windows.net/wh/t",
+            },
+        )
+    )
+    resolver = StorageResolver(_named(lake={"key": "AKIA1234", "secret": "s3cr3t-value"}))
+    with pytest.raises(StorageError, match=r"storage_names\.lake holds S3 keys"):
+        resolver.for_task(task)
+    with pytest.raises(StorageError, match="storageName 'lake'"):
+        StorageResolver().for_task(task)
+    named = StorageResolver(_named(lake={"default_identity": True})).for_task(task)
+    assert named is not None

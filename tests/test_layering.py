@@ -67,7 +67,7 @@ def test_the_library_never_imports_the_repositorys_code_location() -> None:
 # storage/ from the bottom up: a module imports only modules of its own layer or below.
 STORAGE_LAYERS = (
     ("uri", "redact"),  # the scheme table and the location rule; masking
-    ("options",),  # which filesystem serves a scheme, which options it takes
+    ("options", "named"),  # which filesystem serves a scheme, which options it takes; names
     ("retention_probe",),  # whether a bucket keeps what is deleted from it
     ("config", "catalog_config"),
     ("guard", "scope"),

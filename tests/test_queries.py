@@ -130,6 +130,8 @@ def _cases(
         "LIST_TASKS": (([REALM], 5), None, ids(orphan.id, held.id)),
         "GET_TASK": ((REALM, held.id), None, ids(held.id)),
         "TASK_PROPERTIES": ((REALM, orphan.id), None, rows(1)),
+        # A task's id is no catalog's: the statement reads catalog rows only.
+        "CATALOG_INTERNAL_PROPERTIES": ((REALM, orphan.id), None, rows(0)),
         "TASK_NAMES": (
             (REALM, [orphan.name, "no such task"]),
             None,

@@ -64,6 +64,9 @@ class CleanupContext:
     # deployment keeps one: opened before the first delete, a chunk's paths added
     # after it. None: no record (the default, and every dry run).
     record: DeletionRecord | None = None
+    # The catalog's storage_configuration_info, looked up because the task carries
+    # none (``execution/task_storage.py``): a table hands it down to its children.
+    catalog_storage_info: str | None = None
 
 
 @dataclass

@@ -65,6 +65,7 @@ from polaris_pipeline.cleanup.stages import (
 )
 from polaris_pipeline.cleanup.view import run_view_cleanup
 from polaris_pipeline.errors import PolarisPipelineError, StorageError, one_line
+from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
 from polaris_pipeline.tasks.manifest_codec import ManifestFileRef, manifest_ref_from_pyiceberg
 from polaris_pipeline.tasks.model import NewTask, TaskType
 from polaris_pipeline.tasks.payloads import (
@@ -326,11 +327,15 @@ def child_internal_properties(ctx: CleanupContext, roots: RecordedRoots) -> dict
     parent whose root came from the entity's ``location`` (Polaris wrote no
     ``storageLocation``) hands it down as ``storageLocation``, with the root
     properties the entity recorded. Everything handed down came from the catalog,
-    never from the metadata file. Extra keys are safe: Polaris reads a map.
+    never from the metadata file. Extra keys are safe: Polaris reads a map. A
+    storage configuration looked up from the catalog is handed down too: the
+    children have no entity to look it up by, and Polaris's own children carry it.
     """
     internal = dict(ctx.task.internal_properties)
     if not internal.get(STORAGE_LOCATION_KEY, "").strip():
         internal[STORAGE_LOCATION_KEY] = roots.location
+    if ctx.catalog_storage_info is not None:
+        internal.setdefault(STORAGE_CONFIG_KEY, ctx.catalog_storage_info)
     for key, value in roots.properties.items():
         internal.setdefault(key, value)
     return internal

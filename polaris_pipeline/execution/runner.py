@@ -32,6 +32,7 @@ from polaris_pipeline.errors import (
 from polaris_pipeline.execution.observer import AttemptObserver
 from polaris_pipeline.execution.outcome import ProgressFn, Status, TaskOutcome
 from polaris_pipeline.execution.start import StartDecision, decide_start
+from polaris_pipeline.execution.task_storage import task_storage
 from polaris_pipeline.execution.unreferenced_phase import mode_for, phase_entity, run_phase
 from polaris_pipeline.metastore import CompleteOutcome, FailOutcome, Metastore, new_entity_id
 from polaris_pipeline.metastore.overlap import LiveLocations
@@ -279,9 +280,9 @@ class Runner:
         ctx = self._context(task, lease)
         ctx.create_children = create_children
         try:
-            # The task's own storage_configuration_info may say how to reach its
-            # storage; a malformed one is a PayloadError, recorded below.
-            ctx.resolver = self.resolver.for_task(task)
+            # The task's own storage_configuration_info, else its catalog's, may say
+            # how to reach its storage; a malformed one is a PayloadError, recorded below.
+            self._reach_storage(ctx)
             result = run_cleanup(ctx)
         except LeaseLost:
             return self._lost(lease, task.task_type_code, "during the cleanup", children)
@@ -421,13 +422,20 @@ class Runner:
             return None
         ctx = self._context(task, lease)
         try:
-            ctx.resolver = self.resolver.for_task(task)
+            self._reach_storage(ctx)
         except (PolarisPipelineError, OSError) as exc:
             if mode is not UnreferencedMode.DELETE:
                 result.notes.append(f"unreferenced files not reported: {one_line(exc)}")
                 return None
             return self._fail(lease, task, one_line(exc), result=result)
         return self._unreferenced(lease, task, ctx, entity, result, True, mode)
+
+    def _reach_storage(self, ctx: CleanupContext) -> None:
+        """Give ``ctx`` the resolver for its task: the task's storage configuration,
+        else its catalog's, looked up (``execution/task_storage.py``)."""
+        storage = task_storage(ctx.task, self.metastore)
+        ctx.resolver = self.resolver.for_task(ctx.task, storage.properties)
+        ctx.catalog_storage_info = storage.from_catalog
 
     def _context(self, task: TaskRow, lease: Lease | None = None) -> CleanupContext:
         """The handler's context for ``task``; without a lease, a dry run's."""
@@ -611,9 +619,8 @@ class Runner:
 
     def plan(self, task: TaskRow) -> CleanupResult:
         """Dry run of one task: what would be deleted and refused; nothing leased or changed."""
-        resolver = self.resolver.for_task(task)
         ctx = self._context(task)
-        ctx.resolver = resolver
+        self._reach_storage(ctx)
         result = run_cleanup(ctx)
         mode = self.unreferenced_mode(task.realm_id)
         entity = phase_entity(mode, task, result)

@@ -45,9 +45,8 @@ from polaris_pipeline.errors import MetastoreError
 from polaris_pipeline.metastore.queries import ENTITY_REALMS
 from polaris_pipeline.metastore.schema import entities
 from polaris_pipeline.storage.uri import Location, parse_location
-from polaris_pipeline.tasks.model import TABLE_LIKE_TYPE_CODE
+from polaris_pipeline.tasks.model import CATALOG_TYPE_CODE, TABLE_LIKE_TYPE_CODE
 
-CATALOG_TYPE_CODE = 4
 NAMESPACE_TYPE_CODE = 6
 _KINDS = {CATALOG_TYPE_CODE: "catalog", NAMESPACE_TYPE_CODE: "namespace"}
 LOCATION_KEY = "location"

@@ -34,7 +34,14 @@ from polaris_pipeline.metastore import predicates
 from polaris_pipeline.metastore.connection import DB_NOW_MS
 from polaris_pipeline.metastore.rows import after_write
 from polaris_pipeline.metastore.schema import POLARIS_SCHEMA, entities, events
-from polaris_pipeline.tasks.model import CREATOR, TASK_TYPE_CODE, LeasePolicy, Prop, TaskRow
+from polaris_pipeline.tasks.model import (
+    CATALOG_TYPE_CODE,
+    CREATOR,
+    TASK_TYPE_CODE,
+    LeasePolicy,
+    Prop,
+    TaskRow,
+)
 
 POSTGRESQL = "postgresql"
 SQLITE = "sqlite"
@@ -187,6 +194,18 @@ def _task_properties(realm_id: str, task_id: int) -> Executable:
 
 
 TASK_PROPERTIES = _both("TASK_PROPERTIES", _task_properties)
+
+
+def _catalog_internal_properties(realm_id: str, catalog_id: int) -> Executable:
+    # A catalog's row: its id is the catalogId its tables and views record.
+    return select(entities.c.internal_properties).where(
+        entities.c.realm_id == realm_id,
+        entities.c.id == catalog_id,
+        entities.c.type_code == CATALOG_TYPE_CODE,
+    )
+
+
+CATALOG_INTERNAL_PROPERTIES = _both("CATALOG_INTERNAL_PROPERTIES", _catalog_internal_properties)
 
 
 def _task_names(realm_id: str, names: Sequence[str]) -> Executable:
@@ -513,6 +532,7 @@ ALL: tuple[Query[...], ...] = (
     LIST_TASKS,
     GET_TASK,
     TASK_PROPERTIES,
+    CATALOG_INTERNAL_PROPERTIES,
     TASK_NAMES,
     COUNT_TASKS,
     COUNT_BY_STATE,

@@ -46,7 +46,7 @@ from polaris_pipeline.metastore.transitions import (
     FailureRecord,
     HolderCas,
 )
-from polaris_pipeline.tasks.model import LeasePolicy, NewTask, TaskRow, TaskState
+from polaris_pipeline.tasks.model import LeasePolicy, NewTask, TaskRow, TaskState, parse_properties
 from polaris_pipeline.tasks.ref import Lease
 
 _CAS_RETRIES = 20
@@ -158,6 +158,17 @@ class Metastore:
     def _get(self, conn: Connection, realm_id: str, task_id: int) -> TaskRow | None:
         row = conn.execute(self._sql(queries.GET_TASK, realm_id, task_id)).first()
         return decode_row(row) if row is not None else None
+
+    def catalog_internal_properties(self, realm_id: str, catalog_id: int) -> dict[str, str] | None:
+        """The internal properties of catalog ``catalog_id`` of ``realm_id`` (where Polaris
+        keeps its ``storage_configuration_info``); None when no such catalog exists."""
+        with self._begin() as conn:
+            row = conn.execute(
+                self._sql(queries.CATALOG_INTERNAL_PROPERTIES, realm_id, catalog_id)
+            ).first()
+        if row is None:
+            return None
+        return parse_properties(row.internal_properties, column="the catalog's internal_properties")
 
     def batch_rows_of_polaris(self, realm_id: str, limit: int) -> list[tuple[int, str | None]]:
         """(id, ``data``) of up to ``limit`` BATCH tasks of ``realm_id`` Polaris wrote

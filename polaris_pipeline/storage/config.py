@@ -10,6 +10,8 @@ The file (YAML or JSON) looks like::
           secret: {env: WH_SECRET_KEY}
           client_kwargs: {region_name: us-east-1}
     allowed_prefixes: [s3://bucket/wh]
+    catalog_s3_endpoint: endpointInternal   # or endpoint
+    storage_names: {}                       # see storage.named
 
 Options are passed to the fsspec filesystem as keyword arguments, and an option
 the filesystem does not accept is refused when the file loads (the rule is in
@@ -30,11 +32,24 @@ from typing import Any
 import yaml
 
 from polaris_pipeline.errors import StorageConfigError
+from polaris_pipeline.storage.named import (
+    STORAGE_NAMES_KEY,
+    NamedIdentity,
+    parse_named_identities,
+    unmapped,
+)
 from polaris_pipeline.storage.options import check_options
 from polaris_pipeline.storage.redact import mask_options, secret_values
 from polaris_pipeline.storage.uri import location_within, normalize_uri, split_uri
 
 CONFIG_ENV_VAR = "POLARIS_PIPELINE_STORAGE_CONFIG"
+
+# Which S3 endpoint of a catalog's AwsStorageConfigurationInfo the sweeper uses.
+# Polaris's own file access prefers ``endpointInternal`` (the default: a sweeper
+# beside Polaris, in its network); ``endpoint`` is where clients outside reach S3.
+S3_ENDPOINT_INTERNAL = "endpointInternal"
+S3_ENDPOINT_CLIENT = "endpoint"
+S3_ENDPOINT_CHOICES = (S3_ENDPOINT_INTERNAL, S3_ENDPOINT_CLIENT)
 
 
 @dataclass(frozen=True, repr=False)
@@ -66,11 +81,30 @@ class StorageConfig:
 
     rules: tuple[StorageRule, ...] = ()
     allowed_prefixes: tuple[str, ...] = ()
+    catalog_s3_endpoint: str = S3_ENDPOINT_INTERNAL
+    # storageName -> the credentials that name signs with (``storage.named``).
+    storage_names: Mapping[str, NamedIdentity] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rules", tuple(self.rules))
         prefixes = tuple(_prefix(p, "allowed prefix") for p in self.allowed_prefixes)
         object.__setattr__(self, "allowed_prefixes", prefixes)
+        if self.catalog_s3_endpoint not in S3_ENDPOINT_CHOICES:
+            raise StorageConfigError(
+                f"catalog_s3_endpoint must be one of {', '.join(S3_ENDPOINT_CHOICES)}, "
+                f"not {str(self.catalog_s3_endpoint)[:40]!r}"
+            )
+        object.__setattr__(self, "storage_names", dict(self.storage_names))
+
+    def identity_for(self, storage_name: str | None, storage_type: str) -> NamedIdentity | None:
+        """The credentials a catalog's ``storageName`` signs with; None without a name
+        (the default identity, as Polaris's). An unmapped name raises StorageError."""
+        if storage_name is None:
+            return None
+        identity = self.storage_names.get(storage_name)
+        if identity is None:
+            raise unmapped(storage_name, storage_type)
+        return identity
 
     # -- lookups -------------------------------------------------------------------
 
@@ -93,6 +127,8 @@ class StorageConfig:
         out: list[str] = []
         for rule in self.rules:
             out.extend(secret_values(rule.options))
+        for identity in self.storage_names.values():
+            out.extend(identity.secrets())
         return out
 
     # -- construction --------------------------------------------------------------
@@ -104,7 +140,11 @@ class StorageConfig:
         """Build a config from parsed YAML/JSON, resolving ``{env: NAME}`` values."""
         if not isinstance(data, Mapping):
             raise StorageConfigError(f"{source}: top level must be a mapping")
-        _refuse_unknown(data, ("locations", "allowed_prefixes"), source)
+        _refuse_unknown(
+            data,
+            ("locations", "allowed_prefixes", "catalog_s3_endpoint", STORAGE_NAMES_KEY),
+            source,
+        )
         locations = data.get("locations") or []
         if not isinstance(locations, list):
             raise StorageConfigError(f"{source}: 'locations' must be a list")
@@ -130,8 +170,13 @@ class StorageConfig:
         allowed = data.get("allowed_prefixes") or []
         if not isinstance(allowed, list) or not all(isinstance(p, str) for p in allowed):
             raise StorageConfigError(f"{source}: 'allowed_prefixes' must be a list of strings")
+        endpoint = data.get("catalog_s3_endpoint", S3_ENDPOINT_INTERNAL)
+        named = parse_named_identities(
+            _resolve_env(data.get(STORAGE_NAMES_KEY), STORAGE_NAMES_KEY, source),
+            f"{source}: {STORAGE_NAMES_KEY}",
+        )
         try:
-            return cls(tuple(rules), tuple(allowed))
+            return cls(tuple(rules), tuple(allowed), endpoint, named)
         except StorageConfigError as e:
             raise StorageConfigError(f"{source}: {e}") from None
 
@@ -158,7 +203,11 @@ class StorageConfig:
         return cls.from_mapping(data, source=source)
 
     def __repr__(self) -> str:
-        return f"StorageConfig(rules={self.rules!r}, allowed_prefixes={self.allowed_prefixes!r})"
+        return (
+            f"StorageConfig(rules={self.rules!r}, allowed_prefixes={self.allowed_prefixes!r}, "
+            f"catalog_s3_endpoint={self.catalog_s3_endpoint!r}, "
+            f"storage_names={list(self.storage_names.values())!r})"
+        )
 
     __str__ = __repr__
 

@@ -9,8 +9,10 @@ instance roles).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from fsspec import AbstractFileSystem
@@ -25,7 +27,7 @@ from polaris_pipeline.storage.catalog_config import (
     GcsStorage,
     catalog_storage,
 )
-from polaris_pipeline.storage.config import StorageConfig
+from polaris_pipeline.storage.config import S3_ENDPOINT_CLIENT, StorageConfig
 from polaris_pipeline.storage.credentials.azure import (
     AzureCredentials,
     adlfs_options,
@@ -33,6 +35,7 @@ from polaris_pipeline.storage.credentials.azure import (
 )
 from polaris_pipeline.storage.credentials.gcs import GcsCredentials, gcs_emulator
 from polaris_pipeline.storage.credentials.s3 import StsCredentials, s3_options
+from polaris_pipeline.storage.named import STORAGE_NAMES_KEY, NamedIdentity
 from polaris_pipeline.storage.options import filesystem_class
 from polaris_pipeline.storage.redact import maskable, redact
 from polaris_pipeline.storage.retention_probe import RetentionProbe
@@ -81,17 +84,46 @@ class StorageResolver:
         # and shared with the resolvers it makes per task.
         self.retention = RetentionProbe()
 
-    def for_task(self, task: TaskRow) -> StorageResolver:
+    def for_task(
+        self, task: TaskRow, storage_properties: Mapping[str, str] | None = None
+    ) -> StorageResolver:
         """The resolver for one task: catalog storage mode when the task carries
         ``storage_configuration_info``, this resolver (the static config) otherwise.
+
+        ``storage_properties`` replaces the task's internal properties as the source
+        of its storage configuration and scope: the caller's lookup of the task's
+        catalog, for a task Polaris wrote without them (``execution/task_storage.py``).
 
         Raises PayloadError for a malformed configuration and StorageError when the
         task's location cannot be scoped (none, or outside ``allowedLocations``).
         """
-        storage = catalog_storage(task.internal_properties)
+        props = task.internal_properties if storage_properties is None else storage_properties
+        storage = catalog_storage(props)
         if storage is None:
             return self
-        return CatalogStorageResolver(self, storage, task_scope(storage, task.internal_properties))
+        if (
+            isinstance(storage, AwsStorage)
+            and self.config.catalog_s3_endpoint == S3_ENDPOINT_CLIENT
+        ):
+            # A sweeper outside Polaris's network reaches S3 where clients do.
+            storage = dataclasses.replace(storage, endpoint_internal=None)
+        identity = self._identity(storage)
+        return CatalogStorageResolver(self, storage, task_scope(storage, props), identity)
+
+    def _identity(self, storage: CatalogStorage) -> NamedIdentity | None:
+        """Who signs for ``storage``: the identity its ``storageName`` maps to, else None
+        (the default chain). Local files need no identity, so their name is ignored."""
+        if isinstance(storage, FileStorage):
+            return None
+        identity = self.config.identity_for(storage.storage_name, storage.storage_type)
+        keyed = identity is not None and not identity.default_identity
+        if keyed and not isinstance(storage, AwsStorage):
+            raise StorageError(
+                f"{STORAGE_NAMES_KEY}.{storage.storage_name} holds S3 keys, but the catalog's "
+                f"storage is {storage.storage_type}: map that storageName with "
+                "default_identity: true"
+            )
+        return identity
 
     def _options(self, uri: str, protocol: str) -> dict[str, Any]:
         return self.config.options_for(uri)
@@ -202,7 +234,11 @@ class CatalogStorageResolver(StorageResolver):
     """
 
     def __init__(
-        self, parent: StorageResolver, storage: CatalogStorage, scope: tuple[str, ...]
+        self,
+        parent: StorageResolver,
+        storage: CatalogStorage,
+        scope: tuple[str, ...],
+        identity: NamedIdentity | None = None,
     ) -> None:
         super().__init__(parent.config, sts=parent.sts, azure=parent.azure, gcs=parent.gcs)
         self._filesystems = parent._catalog_filesystems
@@ -212,10 +248,14 @@ class CatalogStorageResolver(StorageResolver):
         self.parent = parent
         self.storage = storage
         self.scope = scope
+        # The credentials the catalog's storageName maps to; None: the default chain.
+        self.identity = identity
         self._session_secrets: list[str] = []
 
-    def for_task(self, task: TaskRow) -> StorageResolver:
-        return self.parent.for_task(task)
+    def for_task(
+        self, task: TaskRow, storage_properties: Mapping[str, str] | None = None
+    ) -> StorageResolver:
+        return self.parent.for_task(task, storage_properties)
 
     def filesystem(self, uri: str) -> tuple[AbstractFileSystem, str]:
         if self.config.rule_for(uri) is not None:
@@ -227,10 +267,10 @@ class CatalogStorageResolver(StorageResolver):
         if isinstance(storage, FileStorage) and protocol == "file":
             return {}
         if isinstance(storage, AwsStorage) and protocol == "s3":
-            session = self.sts.get(storage, self.scope)
+            session = self.sts.get(storage, self.scope, self.identity)
             if session is not None:
                 self._session_secrets = session.secrets()
-            return s3_options(storage, session)
+            return s3_options(storage, session, self.identity)
         if isinstance(storage, AzureStorage) and protocol == "abfs":
             root = parse_location(self._scope_root(uri))
             sas = self.azure.sas_for(storage, root)

@@ -20,6 +20,8 @@ from polaris_pipeline.tasks.release import PolarisRelease
 from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
 
 TASK_TYPE_CODE = 8
+# The entity type of a catalog, whose internal properties hold its storage configuration.
+CATALOG_TYPE_CODE = 4
 TABLE_LIKE_TYPE_CODE = 7
 ICEBERG_VIEW_SUB_TYPE = 3
 

@@ -5,6 +5,9 @@
   with the cloud-independent ones asserted; the caller checks ``other``'s.
 - ``sweep_batch_error(store, root, paths, storage_info)``: a batch task naming
   ``paths`` under ``root``, swept; the error it recorded.
+- ``polaris_catalog(store, storage_info)``: the catalog row a task without its own
+  storage configuration is reached by; ``pre_1_7_view_task(metadata, location)``:
+  a view cleanup task as Polaris 1.0-1.6 write it (no internal properties).
 - Per cloud, a pyiceberg table written by the test's own admin credentials, and
   the ``storage_configuration_info`` Polaris would copy onto its tasks:
   ``iam_s3_table``/``aws_storage_info`` (moto with IAM), ``azurite_table``/
@@ -24,13 +27,17 @@ from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
 from polaris_pipeline.storage.guard import PathGuard
 from polaris_pipeline.storage.resolve import StorageResolver
-from polaris_pipeline.tasks.model import Prop
+from polaris_pipeline.tasks.model import CATALOG_TYPE_CODE, NewTask, Prop
 from polaris_pipeline.testing import tables as testing_tables
 from polaris_pipeline.testing.tables import S3Options
 from tests.support.azurite import ACCOUNT, Azurite
 from tests.support.gcs import FakeGcs
+from tests.support.iceberg import recorded_drop_task
 from tests.support.s3 import MotoIam
-from tests.support.tasks import batch_task
+from tests.support.tasks import batch_task, insert_row
+
+# The catalogId ``testing.tasks.dropped_entity`` records on every dropped entity.
+CATALOG_ID = 1
 
 
 def catalog_sweep(store: Metastore) -> Any:
@@ -63,6 +70,41 @@ def sweep_batch_error(store: Metastore, root: str, paths: list[str], storage_inf
     row = store.get_task("POLARIS", task.id)
     assert row is not None and Prop.ERROR in row.properties
     return row.properties[Prop.ERROR]
+
+
+def polaris_catalog(
+    store: Metastore, storage_info: str, *, realm_id: str = "POLARIS", catalog_id: int = CATALOG_ID
+) -> None:
+    """The catalog's row as Polaris keeps it: type CATALOG, its storage configuration
+    in its internal properties."""
+    insert_row(
+        store,
+        {
+            "realm_id": realm_id,
+            "catalog_id": 0,
+            "id": catalog_id,
+            "parent_id": 0,
+            "name": f"catalog_{catalog_id}",
+            "entity_version": 1,
+            "type_code": CATALOG_TYPE_CODE,
+            "sub_type_code": 0,
+            "create_timestamp": 1,
+            "drop_timestamp": 0,
+            "purge_timestamp": 0,
+            "to_purge_timestamp": 0,
+            "last_update_timestamp": 1,
+            "properties": {},
+            "internal_properties": {STORAGE_CONFIG_KEY: storage_info},
+            "grant_records_version": 1,
+        },
+    )
+
+
+def pre_1_7_view_task(metadata_uri: str, location: str | None) -> NewTask:
+    """A view's cleanup task as Polaris 1.0-1.6 write it: no internal properties at all;
+    only the dropped entity records its ``location`` (when given) and metadata file."""
+    recorded = {"location": location} if location is not None else None
+    return recorded_drop_task(metadata_uri, name="v", is_view=True, entity_properties=recorded)
 
 
 # -- S3 on moto with IAM enforced --------------------------------------------------------

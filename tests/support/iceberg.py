@@ -167,6 +167,16 @@ def write_view_metadata(
     location: str, io: FileIO, *, namespace: tuple[str, ...] = ("ns",), name: str = "v"
 ) -> str:
     """Write a minimal Iceberg view metadata file under ``location``; returns its path."""
+    path, body = view_metadata(location, namespace=namespace, name=name)
+    with io.new_output(path).create(overwrite=True) as out:
+        out.write(body)
+    return path
+
+
+def view_metadata(
+    location: str, *, namespace: tuple[str, ...] = ("ns",), name: str = "v"
+) -> tuple[str, bytes]:
+    """A minimal Iceberg view metadata file for ``location``: its path and its bytes."""
     path = f"{location.rstrip('/')}/metadata/00000-{uuid.uuid4()}.metadata.json"
     now = int(time.time() * 1000)
     doc = {
@@ -196,9 +206,7 @@ def write_view_metadata(
         ],
         "version-log": [{"version-id": 1, "timestamp-ms": now}],
     }
-    with io.new_output(path).create(overwrite=True) as out:
-        out.write(json.dumps(doc).encode())
-    return path
+    return path, json.dumps(doc).encode()
 
 
 @pytest.fixture

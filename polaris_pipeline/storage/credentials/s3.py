@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.storage.catalog_config import AwsStorage
 from polaris_pipeline.storage.credentials.cache import DEFAULT_REFRESH_MARGIN_S, RefreshingCache
+from polaris_pipeline.storage.named import NamedIdentity
 from polaris_pipeline.storage.redact import MASK, maskable, redact
 from polaris_pipeline.storage.uri import bucket_and_path
 
@@ -113,7 +114,8 @@ def session_policy(storage: AwsStorage, locations: Sequence[str]) -> dict[str, A
     return {"Version": "2012-10-17", "Statement": statements}
 
 
-_CacheKey = tuple[str, str, str, str, tuple[str, ...]]
+# (identity name, role, external id, STS endpoint, region, locations)
+_CacheKey = tuple[str, str, str, str, str, tuple[str, ...]]
 
 
 class StsCredentials:
@@ -137,28 +139,35 @@ class StsCredentials:
         self._cache: RefreshingCache[_CacheKey, AwsSession] = RefreshingCache(
             lambda s: s.expires_at, refresh_margin_s=refresh_margin_s, clock=clock
         )
-        self._clients: dict[tuple[str, str], Any] = {}
+        self._clients: dict[tuple[str, str, str], Any] = {}
         self._clients_lock = threading.Lock()
 
-    def get(self, storage: AwsStorage, locations: Sequence[str]) -> AwsSession | None:
-        """Credentials for ``locations``; None when the catalog says STS is unavailable
-        (then the sweeper's own identity reaches the bucket, as Polaris's does)."""
+    def get(
+        self,
+        storage: AwsStorage,
+        locations: Sequence[str],
+        identity: NamedIdentity | None = None,
+    ) -> AwsSession | None:
+        """Credentials for ``locations``, asked for by ``identity`` (the catalog's
+        ``storageName`` mapped; None: the default chain). None when the catalog says
+        STS is unavailable (then that identity reaches the bucket, as Polaris's does)."""
         if storage.sts_unavailable:
             return None
         if not storage.role_arn:
             raise StorageError("the catalog's S3 storage configuration names no roleARN")
         key: _CacheKey = (
+            _identity_name(identity),
             storage.role_arn,
             storage.external_id or "",
             storage.sts_url or "",
             storage.region or "",
             tuple(sorted(set(locations))),
         )
-        return self._cache.get(key, lambda: self._assume(storage, key[4]))
+        return self._cache.get(key, lambda: self._assume(storage, key[5], identity))
 
-    def _client(self, storage: AwsStorage) -> Any:
+    def _client(self, storage: AwsStorage, identity: NamedIdentity | None) -> Any:
         region = storage.region or "us-east-1"
-        client_key = (storage.sts_url or "", region)
+        client_key = (_identity_name(identity), storage.sts_url or "", region)
         with self._clients_lock:
             client = self._clients.get(client_key)
             if client is None:
@@ -173,11 +182,14 @@ class StsCredentials:
                     region_name=region,
                     endpoint_url=storage.sts_url,
                     config=Config(retries={"max_attempts": 3, "mode": "standard"}),
+                    **_client_credentials(identity),
                 )
                 self._clients[client_key] = client
             return client
 
-    def _assume(self, storage: AwsStorage, locations: tuple[str, ...]) -> AwsSession:
+    def _assume(
+        self, storage: AwsStorage, locations: tuple[str, ...], identity: NamedIdentity | None
+    ) -> AwsSession:
         request: dict[str, Any] = {
             "RoleArn": storage.role_arn,
             "RoleSessionName": SESSION_NAME,
@@ -190,7 +202,7 @@ class StsCredentials:
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            response = self._client(storage).assume_role(**request)
+            response = self._client(storage, identity).assume_role(**request)
         except ClientError as e:
             error = e.response.get("Error", {})
             code, message = error.get("Code", "error"), error.get("Message", "")
@@ -221,11 +233,29 @@ class StsCredentials:
         )
 
 
-def s3_options(storage: AwsStorage, session: AwsSession | None) -> dict[str, Any]:
+def _identity_name(identity: NamedIdentity | None) -> str:
+    # "" is the default chain; a mapped name is never empty.
+    return identity.name if identity is not None else ""
+
+
+def _client_credentials(identity: NamedIdentity | None) -> dict[str, Any]:
+    """botocore ``create_client`` keywords signing as ``identity``; none: the default chain."""
+    if identity is None or identity.default_identity:
+        return {}
+    return {
+        "aws_access_key_id": identity.key,
+        "aws_secret_access_key": identity.secret,
+        "aws_session_token": identity.token,
+    }
+
+
+def s3_options(
+    storage: AwsStorage, session: AwsSession | None, identity: NamedIdentity | None = None
+) -> dict[str, Any]:
     """s3fs keyword arguments for the catalog's endpoint, region and addressing style.
 
-    With no session the keys are left out, so botocore's default chain (the
-    sweeper's identity) signs the requests.
+    With no session (STS unavailable) the named identity's keys sign, else the keys
+    are left out, so botocore's default chain (the sweeper's identity) signs.
     """
     options: dict[str, Any] = {}
     if session is not None:
@@ -234,6 +264,10 @@ def s3_options(storage: AwsStorage, session: AwsSession | None) -> dict[str, Any
             secret=session.secret_access_key,
             token=session.session_token,
         )
+    elif identity is not None and not identity.default_identity:
+        options.update(key=identity.key, secret=identity.secret)
+        if identity.token:
+            options["token"] = identity.token
     if storage.s3_endpoint:
         options["endpoint_url"] = storage.s3_endpoint
     if storage.region:

@@ -1,0 +1,71 @@
+"""Where a task's storage configuration comes from: the task, else its catalog.
+
+Polaris copies its catalog's ``storage_configuration_info`` onto the cleanup tasks
+it writes, with ``storageLocation``. Some it writes without either: every view
+cleanup task of Polaris 1.0-1.6, and a table's when Polaris found no storage
+configuration at the drop. Those record only the dropped entity (in ``data``):
+its ``catalogId`` and its ``properties["location"]``. Polaris never runs them, so
+nothing but a sweeper ever reaches their files, and on a cloud store it needs the
+catalog's credentials to.
+
+For such an ENTITY_CLEANUP_SCHEDULER task this looks the catalog up in the
+metastore (the row of type CATALOG whose id is the entity's ``catalogId``, in the
+task's realm) and, when it holds a storage configuration, gives the resolver the
+task's internal properties plus that configuration and the recorded roots
+(``cleanup/common.py``'s ``recorded_roots``: the entity's ``location`` and root
+properties). Everything comes from the catalog's records, as Polaris's own tasks
+do; nothing from a file. A task without a recorded location, or whose catalog is
+gone or holds no configuration, is left as it is: the guard then refuses it, or
+the static storage config reaches it, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from polaris_pipeline.cleanup.common import recorded_roots
+from polaris_pipeline.errors import PolarisPipelineError
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
+from polaris_pipeline.storage.scope import STORAGE_LOCATION_KEY
+from polaris_pipeline.tasks.model import TaskRow, TaskType
+from polaris_pipeline.tasks.payloads import decode_dropped_entity
+
+
+@dataclass(frozen=True)
+class TaskStorage:
+    """What the resolver is given for one task, and what its children inherit."""
+
+    # The source of the task's storage configuration and credential scope.
+    properties: Mapping[str, str]
+    # The catalog's ``storage_configuration_info`` when it was looked up (the task
+    # carried none); table children are handed it, as Polaris's children carry it.
+    from_catalog: str | None = None
+
+
+def task_storage(task: TaskRow, metastore: Metastore) -> TaskStorage:
+    """The storage source of ``task``: its own internal properties, or its catalog's
+    configuration with its recorded roots (see the module docstring)."""
+    internal = task.internal_properties
+    unchanged = TaskStorage(internal)
+    if STORAGE_CONFIG_KEY in internal:
+        return unchanged
+    try:
+        if task.task_type() is not TaskType.ENTITY_CLEANUP_SCHEDULER:
+            return unchanged
+        entity = decode_dropped_entity(task.data())
+    except PolarisPipelineError:
+        # The handler decodes it again and records why it cannot.
+        return unchanged
+    roots = recorded_roots(task, entity)
+    if roots is None:
+        return unchanged
+    catalog = metastore.catalog_internal_properties(task.realm_id, entity.catalog_id)
+    info = (catalog or {}).get(STORAGE_CONFIG_KEY)
+    if info is None:
+        return unchanged
+    props = {**roots.properties, **internal, STORAGE_CONFIG_KEY: info}
+    if not props.get(STORAGE_LOCATION_KEY, "").strip():
+        props[STORAGE_LOCATION_KEY] = roots.location
+    return TaskStorage(props, info)
