@@ -1,13 +1,24 @@
 """This repository's code location: what ``workspace.yaml`` loads.
 
-Thin by design: everything comes from the library (``polaris_pipeline.dagster``),
-configured from the environment of the code server and of the runs. The
-variables (``POLARIS_METASTORE_URL``, ``POLARIS_PIPELINE_*``) are listed in
-docs/dagster.md; the URL is read through ``EnvVar``, so the UI shows the
-variable's name, never the URL.
+Composed from this location's own modules, one per kind: ``resources.location``
+(read from the environment: ``POLARIS_METASTORE_URL``, ``POLARIS_PIPELINE_*``,
+docs/dagster.md), ``jobs.location``, ``sensors.location`` and
+``assets.location``, each built from the library's pieces. The result is what
+``build_defs_from_env()`` gives (tests/test_code_location.py keeps them equal).
 """
 
-from polaris_pipeline.dagster import build_defs_from_env
+from assets.location import asset_checks, assets
+from jobs.location import jobs, schedules
+from polaris_pipeline.dagster.definitions import compose_defs
+from resources.location import resources
+from sensors.location import sensors
 
 # The only Definitions object at module scope: the code location.
-defs = build_defs_from_env()
+defs = compose_defs(
+    resources,
+    assets=assets,
+    asset_checks=asset_checks,
+    jobs=jobs,
+    schedules=schedules,
+    sensors=sensors,
+)

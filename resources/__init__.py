@@ -1,7 +1,7 @@
 """This code location's resources: the library's, nothing of its own.
 
-``definitions.py`` configures them from the environment through
-``polaris_pipeline.dagster.build_defs_from_env``.
+``resources.location`` configures them from the environment (the library's reading,
+``deployment_from_env``); ``definitions.py`` composes them with the rest.
 """
 
 from polaris_pipeline.dagster.resources import (

@@ -149,12 +149,12 @@ def test_sweep_deletes_batch_files_and_summarises(metastore: Metastore, tmp_path
     metastore.insert_tasks([outside])
     url = url_of(metastore)
 
-    code, out = run("sweep", "--metastore", url, "--once", "--dry-run", *POLICY_FLAGS)
+    code, out = run("sweep", "--metastore", url, "--dry-run", *POLICY_FLAGS)
     assert code == 0 and "nothing was changed" in out
     assert out.count("  delete  ") == 3 and "REFUSE" in out
     assert all(f.exists() for f in files)
 
-    code, out = run("sweep", "--metastore", url, "--once", "--json", *POLICY_FLAGS)
+    code, out = run("sweep", "--metastore", url, "--json", *POLICY_FLAGS)
     summary = json.loads(out)
     assert code == 1  # the refused task failed
     assert summary["done"] == 1 and summary["failed"] + summary["dead"] == 1
@@ -226,7 +226,7 @@ def test_cli_honours_realms_in_list_and_sweep(
     monkeypatch.setenv("POLARIS_PIPELINE_REALMS", "r1")
     assert set(states(url)) == {str(mine.id)}
     assert set(states(url, "--realm", "r2")) == {str(other.id)}
-    code, out = run("sweep", "--metastore", url, "--once", "--json")
+    code, out = run("sweep", "--metastore", url, "--json")
     assert code == 0, out
     assert [o["id"] for o in json.loads(out)["outcomes"]] == [str(mine.id)]
     # The other realm's task is untouched: the host is restricted to r1.
@@ -281,7 +281,7 @@ def test_a_bad_variable_is_one_line_and_exit_2(
             "(MongoDB) cannot be leased from outside: its tasks are binary objects with no row "
             "to compare-and-set, and its own loadTasks stores no lease",
         ),
-        (["sweep", "--once", "--metastore", "mongodb+srv://h/p"], "NoSQL persistence (MongoDB)"),
+        (["sweep", "--metastore", "mongodb+srv://h/p"], "NoSQL persistence (MongoDB)"),
         (
             ["tasks", "list", "--metastore", "postgresql://u:topsecret@127.0.0.1:1/db"],
             "metastore postgresql+psycopg://u:***@127.0.0.1:1/db",
@@ -306,7 +306,7 @@ def test_errors_are_one_line_without_traceback(
     [
         ["tasks", "list"],
         ["tasks", "show", "1"],
-        ["sweep", "--once", "--dry-run"],
+        ["sweep", "--dry-run"],
     ],
 )
 def test_read_only_commands_never_create_a_sqlite_file(
@@ -336,8 +336,8 @@ def test_read_only_commands_change_no_row(metastore: Metastore, tmp_path: Path) 
     for argv in (
         ["tasks", "list"],
         ["tasks", "show", str(task.id)],
-        ["sweep", "--once", "--dry-run"],
-        ["sweep", "--once", "--dry-run", "--json"],
+        ["sweep", "--dry-run"],
+        ["sweep", "--dry-run", "--json"],
     ):
         code, out = run(*argv, "--metastore", url)
         assert code == 0, (argv, out)
@@ -363,7 +363,7 @@ def test_a_dry_run_that_finds_nothing_says_why(metastore: Metastore) -> None:
     metastore.insert_tasks(
         [dataclasses.replace(role, properties={**role.properties, Prop.DATA: compact(entity)})]
     )
-    code, out = run("sweep", "--once", "--dry-run", "--metastore", url_of(metastore))
+    code, out = run("sweep", "--dry-run", "--metastore", url_of(metastore))
     assert code == 0
     assert "dry run: 0 task(s), 0 file(s) would be deleted; nothing was changed" in out
     reason = out.strip().splitlines()[-1]
@@ -372,7 +372,7 @@ def test_a_dry_run_that_finds_nothing_says_why(metastore: Metastore) -> None:
     assert "1 pending within grace (the first grace period ends in 4m" in reason
     assert "1 dead" in reason and reason.count("Z)") == 3
     assert "1 unhandled (never run; `tasks discard` removes them)" in reason
-    code, out = run("sweep", "--once", "--dry-run", "--json", "--metastore", url_of(metastore))
+    code, out = run("sweep", "--dry-run", "--json", "--metastore", url_of(metastore))
     doc = json.loads(out)
     # The two commands run a moment apart: the countdowns ("in 4m59s") may differ by a
     # second; every absolute time and every other word must not.
@@ -431,7 +431,7 @@ def test_sweep_says_which_failures_are_permanent(metastore: Metastore) -> None:
     broken = dataclasses.replace(broken, properties={**broken.properties, Prop.DATA: "{not json"})
     metastore.insert_tasks([broken])
 
-    code, out = run("sweep", "--once", "--metastore", url_of(metastore))
+    code, out = run("sweep", "--metastore", url_of(metastore))
     assert code != 0
     [line] = [ln for ln in out.splitlines() if str(broken.id) in ln]
     assert line.startswith("dead") and "permanent failure, not retried" in line
@@ -439,8 +439,37 @@ def test_sweep_says_which_failures_are_permanent(metastore: Metastore) -> None:
     again = batch_task("POLARIS", create_timestamp=old)
     again = dataclasses.replace(again, properties={**again.properties, Prop.DATA: "{not json"})
     metastore.insert_tasks([again])
-    code, out = run("sweep", "--once", "--json", "--metastore", url_of(metastore))
+    code, out = run("sweep", "--json", "--metastore", url_of(metastore))
     [doc] = [d for d in json.loads(out)["outcomes"] if d["id"] == str(again.id)]
     assert doc["status"] == "dead" and doc["permanent"] is True
     code, out = run("tasks", "show", str(again.id), "--metastore", url_of(metastore))
     assert code == 0 and "permanent: retrying cannot heal it" in out
+
+
+def test_sweep_once_is_a_deprecated_no_op(
+    metastore: Metastore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--once`` is still accepted (old scripts keep working): it warns on stderr, once, and
+    changes nothing else; ``sweep --help`` no longer offers it."""
+    task = _aged_task(metastore, "r1")
+    url = url_of(metastore)
+    warning = (
+        "polaris-pipeline: warning: --once is deprecated and does nothing: sweep always runs once"
+    )
+
+    for flags in (["--dry-run"], ["--dry-run", "--json"]):
+        capsys.readouterr()
+        without = run("sweep", *flags, "--metastore", url)
+        assert capsys.readouterr().err == ""
+        with_once = run("sweep", "--once", *flags, "--metastore", url)
+        assert capsys.readouterr().err.splitlines() == [warning]
+        assert with_once == without, flags
+        assert str(task.id) in without[1]
+
+    code, out = run("sweep", "--once", "--json", "--metastore", url)
+    assert code == 0 and [o["id"] for o in json.loads(out)["outcomes"]] == [str(task.id)]
+    assert str(task.id) not in states(url)  # done: the row is gone, as without --once
+
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    assert "--once" not in capsys.readouterr().out

@@ -104,12 +104,12 @@ def test_sweep_json_has_each_task_and_counts_roots_and_children_apart(
     metastore.insert_tasks([root])
     url = url_of(metastore)
 
-    plan = run_json("sweep", "--once", "--dry-run", "--metastore", url)
+    plan = run_json("sweep", "--dry-run", "--metastore", url)
     (planned,) = plan["tasks"]
     assert planned["id"] == str(root.id) and planned["table"] == "ns.payments"
     assert plan["nothing_available"] is None
 
-    doc = run_json("sweep", "--once", "--metastore", url)
+    doc = run_json("sweep", "--metastore", url)
     outcomes = doc["outcomes"]
     roots = [o for o in outcomes if o["role"] == "root"]
     children = [o for o in outcomes if o["role"] == "child"]

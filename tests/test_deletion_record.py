@@ -304,11 +304,11 @@ def test_the_cli_sweep_records_and_its_dry_run_writes_nothing(
     audit = tmp_path / "audit"
     common = ["--metastore", url_of(store), "--deletion-record", f"file://{audit}/", *POLICY_FLAGS]
 
-    code, out = run("sweep", "--once", "--dry-run", *common)
+    code, out = run("sweep", "--dry-run", *common)
     assert code == 0, out
     assert not audit.exists()  # a dry run writes no record
 
-    code, out = run("sweep", "--once", *common)
+    code, out = run("sweep", *common)
     assert code == 0, out
     records = _local_records(audit)
     assert records

@@ -8,7 +8,7 @@ Every check that compares locations uses it: the recorded root against the
 metadata file's ``location``, the path guard, ``allowedLocations``, the scope of
 vended credentials, the dry-run plan. Each is driven here on real pyiceberg
 tables (local, moto S3 with IAM, Azurite, fake-gcs-server), through the Runner,
-the CLI's ``sweep --once`` and the Dagster job; each equivalent pair is tried in
+the CLI's ``sweep`` and the Dagster job; each equivalent pair is tried in
 both directions, and each look-alike must be refused with its reason recorded.
 """
 
@@ -365,7 +365,7 @@ def test_sweep_once_deletes_a_batch_spelt_apart_from_its_root_and_refuses_look_a
     bad = batch_task("POLARIS", hostile, internal=internal, create_timestamp=old)
     store.insert_tasks([good, bad])
 
-    code, out = _cli("sweep", "--once", "--dry-run", "--json", "--metastore", url)
+    code, out = _cli("sweep", "--dry-run", "--json", "--metastore", url)
     assert code == 0, out
     plans = {d["id"]: d for d in json.loads(out)["tasks"]}
     assert plans[str(good.id)]["would_delete"] == listed_files
@@ -376,7 +376,7 @@ def test_sweep_once_deletes_a_batch_spelt_apart_from_its_root_and_refuses_look_a
         hostile[1]: f"outside the table location file://{root}",
     }
 
-    code, out = _cli("sweep", "--once", "--metastore", url)
+    code, out = _cli("sweep", "--metastore", url)
 
     assert not any(f.exists() for f in files) and sibling.exists(), out
     assert store.get_task("POLARIS", good.id) is None
@@ -401,7 +401,7 @@ def test_sweep_once_purges_the_table_of_issue_26(
     )
     store.insert_tasks([task])
 
-    code, out = _cli("sweep", "--once", "--metastore", store.url.render_as_string(False))
+    code, out = _cli("sweep", "--metastore", store.url.render_as_string(False))
 
     assert code == 0, out
     assert not any(wh.exists(f) for f in oracle)

@@ -62,7 +62,7 @@ def test_the_cli_shows_the_refusal_and_the_override_lets_the_purge_go_on(
     task_id, files = _shared(metastore, local_warehouse)
     url = url_of(metastore)
 
-    code, out = run("sweep", "--once", "--metastore", url, *POLICY_FLAGS, "--json")
+    code, out = run("sweep", "--metastore", url, *POLICY_FLAGS, "--json")
 
     assert code != 0, out
     [record] = json.loads(out)["outcomes"]
@@ -85,7 +85,7 @@ def test_the_cli_shows_the_refusal_and_the_override_lets_the_purge_go_on(
     code, out = run("tasks", "list", "--metastore", url, *POLICY_FLAGS, "--json")
     assert [t["shared_location_allowed"] for t in json.loads(out)] == [True]
 
-    code, out = run("sweep", "--once", "--metastore", url, *POLICY_FLAGS)
+    code, out = run("sweep", "--metastore", url, *POLICY_FLAGS)
 
     assert code == 0, out
     assert "shared-location guard overridden: overlap with live table-like 'registered'" in out
@@ -191,9 +191,7 @@ def test_the_dry_run_says_the_table_would_be_refused_and_changes_nothing(
 ) -> None:
     task_id, files = _shared(metastore, local_warehouse)
 
-    code, out = run(
-        "sweep", "--once", "--dry-run", "--json", "--metastore", url_of(metastore), *POLICY_FLAGS
-    )
+    code, out = run("sweep", "--dry-run", "--json", "--metastore", url_of(metastore), *POLICY_FLAGS)
 
     assert code == 0, out
     [doc] = json.loads(out)["tasks"]

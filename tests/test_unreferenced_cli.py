@@ -1,4 +1,4 @@
-"""``polaris-pipeline sweep --once --unreferenced MODE``: the line, the JSON, the dry run's plan."""
+"""``polaris-pipeline sweep --unreferenced MODE``: the line, the JSON, the dry run's plan."""
 
 from __future__ import annotations
 
@@ -56,7 +56,6 @@ def test_sweep_once_deletes_unreferenced_files_and_says_so(
 
     code, out = _cli(
         "sweep",
-        "--once",
         "--metastore",
         _url(metastore),
         "--grace-ms",
@@ -85,7 +84,7 @@ def test_sweep_once_reports_by_default_in_its_line(
 ) -> None:
     location, unreferenced, _ = _dropped(metastore, local_warehouse)
 
-    code, out = _cli("sweep", "--once", "--metastore", _url(metastore), "--grace-ms", "0")
+    code, out = _cli("sweep", "--metastore", _url(metastore), "--grace-ms", "0")
 
     assert code == 0, out
     assert f"unreferenced under {location}: {len(unreferenced)} files" in out
@@ -102,7 +101,6 @@ def test_a_refusal_names_the_overlapping_entity_and_the_task_completes(
 
     code, out = _cli(
         "sweep",
-        "--once",
         "--metastore",
         _url(metastore),
         "--grace-ms",
@@ -125,7 +123,6 @@ def test_the_dry_run_plan_lists_unreferenced_files_apart(
 
     code, out = _cli(
         "sweep",
-        "--once",
         "--dry-run",
         "--metastore",
         _url(metastore),
@@ -143,7 +140,6 @@ def test_the_dry_run_plan_lists_unreferenced_files_apart(
 
     code, out = _cli(
         "sweep",
-        "--once",
         "--dry-run",
         "--metastore",
         _url(metastore),
@@ -160,4 +156,4 @@ def test_the_dry_run_plan_lists_unreferenced_files_apart(
 
 def test_an_unknown_mode_is_refused(metastore: Metastore, tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
-        _cli("sweep", "--once", "--metastore", _url(metastore), "--unreferenced", "maybe")
+        _cli("sweep", "--metastore", _url(metastore), "--unreferenced", "maybe")

@@ -161,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Find and finish Apache Polaris cleanup tasks that Polaris left behind. "
         f"Every command takes --metastore URL (default ${URL_ENV}); see COMMAND --help.",
         epilog=_examples(
-            "polaris-pipeline sweep --metastore sqlite:///polaris.db --once",
+            "polaris-pipeline sweep --metastore sqlite:///polaris.db",
             "polaris-pipeline tasks list --metastore postgresql+psycopg://polaris@db/polaris",
         ),
     )
@@ -169,8 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
         "-v",
         "--verbose",
         action="store_true",
-        help="log what is done (leases, deletes, retries) to stderr, e.g. polaris-pipeline -v "
-        "sweep --once",
+        help="log what is done (leases, deletes, retries) to stderr, e.g. "
+        "polaris-pipeline -v sweep",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -311,9 +311,8 @@ def build_parser() -> argparse.ArgumentParser:
         "creates) until none remains; print one line per task and a summary. Exits 1 if "
         "any task failed.",
         epilog=_examples(
-            "polaris-pipeline sweep --metastore sqlite:///polaris.db --once --dry-run",
-            "polaris-pipeline sweep --metastore sqlite:///polaris.db "
-            "--storage-config storage.yaml --once",
+            "polaris-pipeline sweep --metastore sqlite:///polaris.db --dry-run",
+            "polaris-pipeline sweep --metastore sqlite:///polaris.db --storage-config storage.yaml",
         ),
     )
     _add_metastore(sweep)
@@ -322,12 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_storage_config(sweep)
     _add_unreferenced(sweep)
     _add_deletion_record(sweep)
-    sweep.add_argument(
-        "--once",
-        action="store_true",
-        help="sweep until nothing is available, then exit (the only mode: the "
-        "Dagster sensor is the long-running sweeper)",
-    )
+    # Deprecated: sweep always runs once (the Dagster sensor is the long-running sweeper).
+    # Still accepted so existing scripts keep working; hidden from --help; cmd_sweep warns.
+    sweep.add_argument("--once", action="store_true", help=argparse.SUPPRESS)
     sweep.add_argument(
         "--dry-run",
         action="store_true",

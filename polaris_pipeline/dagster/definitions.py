@@ -14,15 +14,20 @@ import dataclasses
 import os
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from dagster import (
+    AssetChecksDefinition,
+    AssetsDefinition,
     BetaWarning,
     DefaultSensorStatus,
     Definitions,
     EnvVar,
     ExecutorDefinition,
     FilesystemIOManager,
+    JobDefinition,
+    ScheduleDefinition,
+    SensorDefinition,
     in_process_executor,
 )
 
@@ -62,6 +67,12 @@ from polaris_pipeline.settings import PipelineSettings
 from polaris_pipeline.tasks.model import RealmOverride
 from polaris_pipeline.tasks.release import PolarisRelease
 from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
+
+if TYPE_CHECKING:
+    # An asset job (the leak report) before resolution; dagster exports no public name.
+    from dagster._core.definitions.unresolved_asset_job_definition import (
+        UnresolvedAssetJobDefinition,
+    )
 
 # How the task job's steps execute: all in the run's own process (the default: a
 # run is one task's worth of work), one process per step, or on Celery workers
@@ -169,6 +180,67 @@ def build_defs(
     ``leaks``: the leak report's threshold and catalogs (polaris_pipeline.dagster.leaks);
     its schedule stays STOPPED until started.
     """
+    resources = build_resources(
+        metastore_url=metastore_url,
+        realms=realms,
+        lease_timeout_ms=lease_timeout_ms,
+        grace_ms=grace_ms,
+        max_attempts=max_attempts,
+        metadata_batch_size=metadata_batch_size,
+        realm_overrides=realm_overrides,
+        polaris_version=polaris_version,
+        write_task_events=write_task_events,
+        unreferenced=unreferenced,
+        deletion_record=deletion_record,
+        executor_prefix=executor_prefix,
+        storage=storage,
+        sweeper=sweeper,
+        backlog=backlog,
+        retention=retention,
+        leaks=leaks,
+        io_manager=io_manager,
+    )
+    translator = translator or DEFAULT_TRANSLATOR
+    task_job, retention_job = build_task_jobs(executor, translator)
+    return compose_defs(
+        resources,
+        assets=[polaris_task_backlog, polaris_leaked_roots],
+        asset_checks=BACKLOG_CHECKS,
+        jobs=[task_job, polaris_realm_backfill_job, retention_job, polaris_leak_report_job],
+        schedules=build_schedules(retention_job, resources),
+        sensors=build_sensors(
+            task_job,
+            resources,
+            sweeper_autostart=sweeper_autostart,
+            notify=notify,
+            alert_ui_url=alert_ui_url,
+            translator=translator,
+        ),
+    )
+
+
+def build_resources(
+    *,
+    metastore_url: str | EnvVar | None = None,
+    realms: Sequence[str] | None = None,
+    lease_timeout_ms: int | None = None,
+    grace_ms: int | None = None,
+    max_attempts: int | None = None,
+    metadata_batch_size: int | None = None,
+    realm_overrides: Mapping[str, RealmOverride] | None = None,
+    polaris_version: str | None = None,
+    write_task_events: bool = False,
+    unreferenced: UnreferencedMode | str = DEFAULT_UNREFERENCED_MODE,
+    deletion_record: str | None = None,
+    executor_prefix: str | None = None,
+    storage: PolarisStorageResource | None = None,
+    sweeper: SweeperSettings | None = None,
+    backlog: BacklogSettings | None = None,
+    retention: RetentionSettings | None = None,
+    leaks: LeakSettings | None = None,
+    io_manager: FilesystemIOManager | None = None,
+) -> dict[str, Any]:
+    """The resources of ``build_defs`` by key (its arguments of the same names)."""
     policy: dict[str, Any] = {
         field: value
         for field, value in (
@@ -201,9 +273,6 @@ def build_defs(
             by_realm = {r: getattr(o, key) for r, o in realm_overrides.items() if getattr(o, key)}
             if by_realm:
                 policy[resource_field] = by_realm
-    translator = translator or DEFAULT_TRANSLATOR
-    task_job = build_polaris_task_job(executor_def=_task_executor(executor), translator=translator)
-    retention_job = build_run_retention_job(task_job.name, translator=translator)
     resources: dict[str, Any] = {
         "metastore": PolarisMetastoreResource(
             url=EnvVar(URL_ENV) if metastore_url is None else metastore_url,
@@ -221,31 +290,74 @@ def build_defs(
     }
     if io_manager is not None:
         resources["io_manager"] = io_manager
+    return resources
+
+
+def build_task_jobs(
+    executor: TaskExecutor | ExecutorDefinition | None, translator: PolarisTranslator
+) -> tuple[JobDefinition, JobDefinition]:
+    """The task job (its steps on ``executor``) and the retention job that prunes its runs."""
+    task_job = build_polaris_task_job(executor_def=_task_executor(executor), translator=translator)
+    return task_job, build_run_retention_job(task_job.name, translator=translator)
+
+
+def build_schedules(
+    retention_job: JobDefinition, resources: Mapping[str, Any]
+) -> list[ScheduleDefinition]:
+    """The run retention's and the leak report's schedules (both STOPPED until set up)."""
+    return [
+        build_run_retention_schedule(retention_job, resources["retention"]),
+        build_leak_report_schedule(resources["leaks"]),
+    ]
+
+
+def build_sensors(
+    task_job: JobDefinition,
+    resources: Mapping[str, Any],
+    *,
+    sweeper_autostart: bool | None,
+    notify: Notify | None,
+    alert_ui_url: str | None,
+    translator: PolarisTranslator,
+) -> list[SensorDefinition]:
+    """The sweeper (its cadence the ``sweeper`` resource's), its watch, the run report and
+    the alerts (none without ``notify``)."""
+    return [
+        build_polaris_task_sweeper(
+            task_job,
+            default_status=sweeper_default_status(sweeper_autostart),
+            cadence=resources["sweeper"],
+            backlog_resource=True,
+            translator=translator,
+        ),
+        build_sweeper_watch(),
+        build_run_report_sensor(task_job.name, translator=translator),
+        *alert_sensors(notify, alert_ui_url),
+    ]
+
+
+def compose_defs(
+    resources: Mapping[str, Any],
+    *,
+    assets: Sequence[AssetsDefinition],
+    asset_checks: Sequence[AssetChecksDefinition],
+    jobs: Sequence[JobDefinition | UnresolvedAssetJobDefinition],
+    schedules: Sequence[ScheduleDefinition],
+    sensors: Sequence[SensorDefinition],
+) -> Definitions:
+    """The pieces as one ``Definitions``, its repository already built (see
+    ``_resolve_quietly``)."""
     defs = Definitions(
-        assets=[polaris_task_backlog, polaris_leaked_roots],
-        asset_checks=BACKLOG_CHECKS,
-        jobs=[task_job, polaris_realm_backfill_job, retention_job, polaris_leak_report_job],
-        schedules=[
-            build_run_retention_schedule(retention_job, resources["retention"]),
-            build_leak_report_schedule(resources["leaks"]),
-        ],
-        sensors=[
-            build_polaris_task_sweeper(
-                task_job,
-                default_status=sweeper_default_status(sweeper_autostart),
-                cadence=resources["sweeper"],
-                backlog_resource=True,
-                translator=translator,
-            ),
-            build_sweeper_watch(),
-            build_run_report_sensor(task_job.name, translator=translator),
-            *alert_sensors(notify, alert_ui_url),
-        ],
+        assets=assets,
+        asset_checks=asset_checks,
+        jobs=jobs,
+        schedules=schedules,
+        sensors=sensors,
         # For jobs without an executor of their own (the one behind the UI's
         # Materialize and Execute buttons): a few small queries, not worth a
         # process each.
         executor=in_process_executor,
-        resources=resources,
+        resources=dict(resources),
     )
     _resolve_quietly(defs)
     return defs
@@ -288,6 +400,36 @@ def build_defs_from_env(
     the CLI reads too: docs/dagster.md); only the task executor is Dagster's own.
     ``translator``: as ``build_defs``'s (code, not a setting).
     """
+    return build_defs(**_defs_arguments_from_env(environ), translator=translator)
+
+
+# The arguments of build_defs that are not resources: how the pieces are built.
+_COMPOSITION_ARGUMENTS = ("executor", "sweeper_autostart", "notify", "alert_ui_url")
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvDeployment:
+    """What ``build_defs_from_env`` configures, before it is composed: the resources by key
+    and the arguments that choose how the jobs and sensors are built. A code location
+    that composes its own ``Definitions`` from the library's pieces starts here."""
+
+    resources: dict[str, Any]
+    executor: TaskExecutor | None
+    sweeper_autostart: bool | None
+    notify: Notify | None
+    alert_ui_url: str | None
+
+
+def deployment_from_env(environ: Mapping[str, str] | None = None) -> EnvDeployment:
+    """The resources and composition arguments ``build_defs_from_env`` would use."""
+    arguments = _defs_arguments_from_env(environ)
+    composition = {name: arguments.pop(name) for name in _COMPOSITION_ARGUMENTS}
+    return EnvDeployment(resources=build_resources(**arguments), **composition)
+
+
+def _defs_arguments_from_env(environ: Mapping[str, str] | None) -> dict[str, Any]:
+    """``build_defs``'s keyword arguments (all but the translator) from the environment:
+    the one place that reads it, for ``build_defs_from_env`` and ``deployment_from_env``."""
     env = os.environ if environ is None else environ
     settings = PipelineSettings.from_env(env)
     executor = env.get(TASK_EXECUTOR_ENV, "").strip() or None
@@ -296,31 +438,30 @@ def build_defs_from_env(
         from polaris_pipeline.dagster.celery import io_manager_from_env
 
         io_manager = io_manager_from_env(env)
-    return build_defs(
-        realms=settings.realm_list(),
-        lease_timeout_ms=settings.lease_timeout_ms,
-        grace_ms=settings.grace_ms,
-        max_attempts=settings.max_attempts,
-        metadata_batch_size=settings.metadata_batch_size,
-        realm_overrides=settings.realm_overrides,
-        polaris_version=settings.polaris_version,
-        write_task_events=settings.task_events,
-        unreferenced=settings.unreferenced,
-        deletion_record=settings.deletion_record,
-        executor_prefix=settings.executor_prefix,
-        sweeper=SweeperSettings(
+    return {
+        "realms": settings.realm_list(),
+        "lease_timeout_ms": settings.lease_timeout_ms,
+        "grace_ms": settings.grace_ms,
+        "max_attempts": settings.max_attempts,
+        "metadata_batch_size": settings.metadata_batch_size,
+        "realm_overrides": settings.realm_overrides,
+        "polaris_version": settings.polaris_version,
+        "write_task_events": settings.task_events,
+        "unreferenced": settings.unreferenced,
+        "deletion_record": settings.deletion_record,
+        "executor_prefix": settings.executor_prefix,
+        "sweeper": SweeperSettings(
             interval_seconds=settings.sweep_interval_s,
             jitter=settings.sweep_jitter,
             max_runs_per_tick=settings.sweep_max_runs,
             max_pending_runs=settings.sweep_max_pending_runs,
         ),
-        backlog=BacklogSettings(max_orphan_age_seconds=settings.max_orphan_age_s),
-        retention=RetentionSettings.from_settings(settings),
-        leaks=LeakSettings.from_settings(settings),
-        executor=executor,  # type: ignore[arg-type]  # checked by _task_executor
-        io_manager=io_manager,
-        sweeper_autostart=settings.sweeper_autostart,
-        notify=notifier_from_env(env),
-        alert_ui_url=ui_url_from_env(env),
-        translator=translator,
-    )
+        "backlog": BacklogSettings(max_orphan_age_seconds=settings.max_orphan_age_s),
+        "retention": RetentionSettings.from_settings(settings),
+        "leaks": LeakSettings.from_settings(settings),
+        "executor": executor,  # checked by _task_executor
+        "io_manager": io_manager,
+        "sweeper_autostart": settings.sweeper_autostart,
+        "notify": notifier_from_env(env),
+        "alert_ui_url": ui_url_from_env(env),
+    }

@@ -19,6 +19,9 @@ them), at most every ``report_interval_seconds`` of the ``backlog`` resource
 (``reported_ms`` in the cursor). It costs one ``count_by_state``, shared with the
 skip reason, and one read of the rows of orphaned, backing-off and dead tasks
 when there are some (``backlog_report.read_report``).
+
+What a tick decides from what it read (the queue's room, the runs to request,
+the lines to log) is ``sweep_plan``'s, pure; ``sweep_tick`` does the reading.
 """
 
 import json
@@ -49,15 +52,21 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from polaris_pipeline.dagster.backlog_report import BacklogSettings, backlog_events, read_report
 from polaris_pipeline.dagster.contract import (
-    TAG_REALM,
-    TAG_TASK_ID,
-    run_config_for,
     run_key,
-    run_task_ids,
 )
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
+from polaris_pipeline.dagster.sweep_plan import (
+    plan_sweep,
+    queue_full,
+    queue_limit,
+    rows_to_read,
+    waiting_tasks,
+)
+from polaris_pipeline.dagster.sweep_plan import (
+    run_request_for as run_request_for,  # its home before sweep_plan: still importable
+)
 from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR, PolarisTranslator
 from polaris_pipeline.errors import MetastoreError, PolarisPipelineError, one_line
@@ -66,8 +75,7 @@ from polaris_pipeline.metastore.release_probe import ReleaseProbe
 from polaris_pipeline.report.formatting import iso_utc
 from polaris_pipeline.report.nothing_available import no_orphans_reason
 from polaris_pipeline.tasks.model import TaskState
-from polaris_pipeline.tasks.orphans import CandidateRun, group_candidates
-from polaris_pipeline.tasks.summary import why_available
+from polaris_pipeline.tasks.orphans import CandidateRun
 
 SENSOR_NAME = "polaris_task_sweeper"
 # How often the daemon may evaluate the sensor. Evaluations before the cursor's
@@ -87,12 +95,6 @@ _WAITING_STATUSES = [
     DagsterRunStatus.NOT_STARTED,
     DagsterRunStatus.STARTING,
 ]
-
-# Rows read per run a tick may request: a table's orphaned children share one run,
-# so up to this many of them per run cap are read to gather them.
-ROWS_PER_RUN_SELECTED = 10
-# Tasks named one by one in a tick's log; the rest are counted.
-_LOGGED_TASKS = 20
 
 
 @dataclass(frozen=True)
@@ -297,34 +299,6 @@ def _unreachable(exc: BaseException) -> bool:
     return isinstance(exc, MetastoreError) and isinstance(exc.__cause__, OperationalError)
 
 
-def _waiting_tasks(runs: Iterable[DagsterRun]) -> set[tuple[str, int]]:
-    """(realm, task id) of the runs waiting to start: their task gets no second run."""
-    out: set[tuple[str, int]] = set()
-    for run in runs:
-        realm = run.tags.get(TAG_REALM)
-        if realm is None:
-            continue
-        # The task id tag, and every task of a run of orphaned children (its config).
-        ids = [run.tags.get(TAG_TASK_ID) or "", *run_task_ids(run.run_config)]
-        out.update((realm, int(task_id)) for task_id in ids if task_id.isdigit())
-    return out
-
-
-def run_request_for(
-    run: CandidateRun, translator: PolarisTranslator = DEFAULT_TRANSLATOR
-) -> RunRequest:
-    """The run of one task, or of the orphaned children of one purge."""
-    first = run.first
-    grouped = [t.id for t in run.tasks] if run.parent_name is not None else []
-    return RunRequest(
-        run_key=run_key(run),
-        run_config=run_config_for(
-            first.realm_id, first.id, entity_version=first.entity_version, task_ids=grouped
-        ),
-        tags=translator.request_tags(run),
-    )
-
-
 def sweep_tick(
     context: SensorEvaluationContext,
     metastore: PolarisMetastoreResource,
@@ -362,76 +336,56 @@ def sweep_tick(
     report = _BacklogReporter(context, metastore, backlog or BacklogSettings(), cursor, now)
     waiting = _waiting_runs(context, job_name)
     pending = len(waiting)
-    room = settings.max_pending_runs - pending
-    if room <= 0:
-        drain = _drain_note(context, job_name, pending)
+    cap = queue_limit(
+        pending,
+        settings,
+        job_name=job_name,
+        wait_s=wait_s,
+        # Read from the instance only when the queue is full: the note is for that reason.
+        drain=_drain_note(context, job_name, pending) if queue_full(pending, settings) else "",
+    )
+    if cap.skip_reason is not None:
         events = report.events()  # before the cursor: it records the report
         return SensorResult(
-            skip_reason=(
-                f"{pending} run(s) of {job_name} still waiting to start "
-                f"(max_pending_runs {settings.max_pending_runs}){drain}: "
-                "the run queue, not the metastore, is the bottleneck; selecting nothing until "
-                f"they start (a waiting run holds no lease); next sweep in {wait_s} s"
+            skip_reason=cap.skip_reason, cursor=report.cursor(later), asset_events=events
+        )
+    # Tasks of runs still waiting, and of runs started within a lease timeout (their
+    # steps may not have leased them yet: a group's children are leased step by step).
+    queued = waiting_tasks(
+        [*waiting, *_recently_started(context, job_name, metastore.lease_timeout_ms / 1000)]
+    )
+
+    store = metastore.get_metastore()
+    started = time.monotonic()
+    rows = store.select_available(rows_to_read(cap.runs, queued), metastore.realms)
+    plan = plan_sweep(
+        rows,
+        queued,
+        limit=cap.runs,
+        settings=settings,
+        parents_present=store.task_names_present,
+        pending=pending,
+        wait_s=wait_s,
+        elapsed_s=time.monotonic() - started,
+        translator=translator,
+    )
+    events = report.events()
+    if plan.idle_note is not None:
+        return SensorResult(
+            skip_reason=_idle_reason(
+                metastore, wait_s, limit_note=plan.idle_note, per_realm=report.counts
             ),
             cursor=report.cursor(later),
             asset_events=events,
         )
-    limit = min(settings.max_runs_per_tick, room)
-    # Tasks of runs still waiting, and of runs started within a lease timeout (their
-    # steps may not have leased them yet: a group's children are leased step by step).
-    queued = _waiting_tasks(
-        [*waiting, *_recently_started(context, job_name, metastore.lease_timeout_ms / 1000)]
-    )
-
-    started = time.monotonic()
-    # The cap counts runs, and orphaned children of one purge share a run: read
-    # enough rows that a table's whole set of orphans can become one run.
-    rows = metastore.get_metastore().select_available(
-        limit * ROWS_PER_RUN_SELECTED + len(queued), metastore.realms
-    )
-    elapsed = time.monotonic() - started
-    available = [t for t in rows if (t.realm_id, t.id) not in queued]
-    runs = group_candidates(available, metastore.get_metastore().task_names_present)[:limit]
-    candidates = [task for run in runs for task in run.tasks]
-    seen = {task.realm_id for task in candidates}
-    if not candidates:
-        note = f" ({pending} run(s) still waiting to start)" if pending else ""
-        if rows:
-            note = f" ({len(rows)} available task(s) already have a run waiting to start)"
-        events = report.events()
-        return SensorResult(
-            skip_reason=_idle_reason(metastore, wait_s, limit_note=note, per_realm=report.counts),
-            cursor=report.cursor(later),
-            asset_events=events,
-        )
-
-    # A full batch means more is waiting: sweep again at the next evaluation.
-    more = len(runs) >= settings.max_runs_per_tick or len(candidates) < len(available)
-    events = report.events()
-    context.log.info(
-        "available: "
-        + "; ".join(
-            f"{t.realm_id}/{t.id} (attempts so far {t.attempt_count}: {why_available(t)})"
-            for t in candidates[:_LOGGED_TASKS]
-        )
-        + (
-            f"; and {len(candidates) - _LOGGED_TASKS} more"
-            if len(candidates) > _LOGGED_TASKS
-            else ""
-        )
-    )
-    context.log.info(release_line(metastore.get_metastore(), sorted(seen)))
-    context.log.info(
-        f"selected {len(candidates)} available task(s) in {len(runs)} run(s) (orphaned "
-        f"children of one purge share a run) in {', '.join(sorted(seen))} in "
-        f"{elapsed:.2f} s (each run leases its task when it starts); "
-        + ("backlog: sweeping again at the next evaluation" if more else f"next in {wait_s} s")
-    )
+    context.log.info(plan.available_line)
+    context.log.info(release_line(store, plan.realms))
+    context.log.info(plan.selected_line)
     return SensorResult(
         run_requests=_relaunch_used_keys(
-            context, [(run, run_request_for(run, translator)) for run in runs], now
+            context, list(zip(plan.runs, plan.requests, strict=True)), now
         ),
-        cursor=report.cursor(now if more else later, backlog=more),
+        cursor=report.cursor(now if plan.more else later, backlog=plan.more),
         asset_events=events,
     )
 

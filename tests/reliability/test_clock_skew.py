@@ -92,7 +92,7 @@ def test_skewed_sweepers_neither_steal_nor_miss(
         f"lease timeout and grace {LEASE_MS // 1000} s"
     )
     scenario.fault = (
-        f"`polaris-pipeline sweep --once` run with its clock {SKEW_HOURS} h ahead (realm "
+        f"`polaris-pipeline sweep` run with its clock {SKEW_HOURS} h ahead (realm "
         f"'ahead') and {SKEW_HOURS} h behind (realm 'behind')"
     )
     try:
@@ -106,7 +106,6 @@ def test_skewed_sweepers_neither_steal_nor_miss(
                 extra["clock_skew_s"] = sign * SKEW_HOURS * 3600
             argv = [
                 "sweep",
-                "--once",
                 "--metastore",
                 rel_db.url,
                 "--realm",

@@ -226,7 +226,7 @@ def test_postgres_restart_mid_sweep(
     expected, _ = _seed(store, root, n)
     scenario.load = (
         f"{n} BATCH_FILE_CLEANUP tasks ({len(expected)} files); two loops of "
-        "`polaris-pipeline sweep --once` (the CLI, 10 ms per delete), each re-run as soon as "
+        "`polaris-pipeline sweep` (the CLI, 10 ms per delete), each re-run as soon as "
         "it exits, until no task is left"
     )
     scenario.fault = (
@@ -235,7 +235,6 @@ def test_postgres_restart_mid_sweep(
     )
     argv = [
         "sweep",
-        "--once",
         "--metastore",
         pg_role.url,
         "--lease-timeout-ms",

@@ -1,4 +1,4 @@
-"""Scenario 6: hostile and malformed tasks, end to end through ``polaris-pipeline sweep --once``.
+"""Scenario 6: hostile and malformed tasks, end to end through ``polaris-pipeline sweep``.
 
 Every hostile task sits between good tasks in one table; one CLI sweep runs them all
 over real files. Each hostile task must end with a clear one-line error recorded on
@@ -335,7 +335,7 @@ class Run:
 
 
 def sweep_once(workers: Workers, url: str, *extra: str, journal: bool = True) -> Run:
-    argv = ["sweep", "--once", "--metastore", url, "--grace-ms", "0", *extra]
+    argv = ["sweep", "--metastore", url, "--grace-ms", "0", *extra]
     started = time.monotonic()
     w = workers.start("cli", "cli", argv=argv, journal_deletes=journal)
     code = w.wait(400)
@@ -356,7 +356,7 @@ def hostile_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return url
 
 
-@pytest.mark.scenario(6, "Hostile and malformed input through `polaris-pipeline sweep --once`")
+@pytest.mark.scenario(6, "Hostile and malformed input through `polaris-pipeline sweep`")
 def test_hostile_tasks_fail_alone_and_delete_nothing_wrongly(
     hostile_url: str,
     workers: Workers,

@@ -150,18 +150,17 @@ def test_no_secret_in_cli_output_or_task_rows(
         return w
 
     config = ["--storage-config", str(s.config_path)]
-    cli("dry run", "sweep", "--once", "--dry-run", *config, *common)
-    cli("sweep", "sweep", "--once", *config, *common)
-    cli("verbose sweep", "-v", "sweep", "--once", *config, *common)
+    cli("dry run", "sweep", "--dry-run", *config, *common)
+    cli("sweep", "sweep", *config, *common)
+    cli("verbose sweep", "-v", "sweep", *config, *common)
     cli("tasks list", "tasks", "list", "--json", *common)
     left = [t.id for t in s.store.list_tasks()]
     failed = next(t for t in s.store.list_tasks() if t.name == "unreachable endpoint")
     cli("tasks show", "tasks", "show", str(failed.id), "--realm", "r", *common)
-    cli("config with a YAML error", "sweep", "--once", "--storage-config", str(broken), *common)
+    cli("config with a YAML error", "sweep", "--storage-config", str(broken), *common)
     cli(
         "config naming an unset variable",
         "sweep",
-        "--once",
         "--storage-config",
         str(unset),
         *common,

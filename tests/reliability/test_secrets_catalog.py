@@ -300,7 +300,7 @@ def test_no_vended_secret_in_rows_cli_logs_or_dagster_runs(
     w = world
     caplog.set_level(logging.DEBUG)
     scenario.load = LOAD
-    sweep = ["sweep", "--once", "--metastore", w.url, "--grace-ms", "0", "--max-attempts", "3"]
+    sweep = ["sweep", "--metastore", w.url, "--grace-ms", "0", "--max-attempts", "3"]
 
     # 1. The CLI, text (verbose): the Azure key configured is the wrong one.
     w.azure_key(WRONG_KEY)

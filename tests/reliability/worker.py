@@ -2,7 +2,7 @@
 
 What runs is the engine itself: ``polaris_pipeline.execution.runner.Runner`` with its
 handlers, heartbeat and fencing (mode ``runner``: ``Runner.sweep()`` in a loop),
-or the operator CLI's ``main`` (mode ``cli``: ``polaris-pipeline sweep --once``
+or the operator CLI's ``main`` (mode ``cli``: ``polaris-pipeline sweep``
 and friends), or a model of Polaris's own executor (mode ``polaris``: list-then-CAS
 leasing from ``tests/support/polaris_leaser.py``, then the task's files deleted and
 its row dropped, as Polaris does, without any fencing).
