@@ -29,8 +29,13 @@ from polaris_pipeline.storage.uri import normalize_uri, parse_location, split_ur
 from polaris_pipeline.testing import tables as testing_tables
 from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import Warehouse, write_view_metadata
-from tests.support.leaks import catalog_entity, drop_event, unlistable_directory
-from tests.support.unreferenced import NAMESPACE_TYPE_CODE, live_entity, write_object
+from tests.support.leaks import catalog_entity, drop_event
+from tests.support.unreferenced import (
+    NAMESPACE_TYPE_CODE,
+    live_entity,
+    unlistable_directory,
+    write_object,
+)
 
 
 @dataclass

@@ -10,7 +10,6 @@ through the ``Runner`` against a real metastore.
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from tests.support.unreferenced import (
     add_unreferenced,
     live_entity,
     settle,
+    unlistable_directory,
     write_object,
 )
 
@@ -385,29 +385,12 @@ def test_the_dry_run_lists_unreferenced_files_apart_from_referenced_ones(
 # -- a listing that fails half way -----------------------------------------------------
 
 
-def _unlistable_directory(parent: Path) -> Path:
-    """A directory under ``parent`` whose path is longer than PATH_MAX: listing it fails
-    (ENAMETOOLONG) even as root. Made one level at a time, relative to its parent."""
-    fd = os.open(parent, os.O_RDONLY)
-    try:
-        for _ in range(20):
-            name = "d" * 250
-            os.mkdir(name, dir_fd=fd)
-            inner = os.open(name, os.O_RDONLY, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-        os.close(os.open("kept.parquet", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
-    finally:
-        os.close(fd)
-    return parent / ("d" * 250)
-
-
 def test_a_listing_that_fails_half_way_fails_the_attempt_and_the_retry_finishes(
     store: Metastore, local_warehouse: Warehouse
 ) -> None:
     dropped = _drop(local_warehouse)
     table_dir = Path(split_uri(dropped.location)[1])
-    _unlistable_directory(table_dir / "data")
+    unlistable_directory(table_dir / "data")
     store.insert_tasks([dropped.task])
 
     with Runner(

@@ -5,7 +5,6 @@
   ``allowedLocations``, as Polaris writes a catalog.
 - ``drop_event(store, ...)``: the DROP_TABLE event Polaris's persistence listener
   records (schema v3+).
-- ``unlistable_directory(parent)``: a directory whose listing fails, even as root.
 """
 
 from __future__ import annotations
@@ -102,23 +101,6 @@ def drop_event(
                 additional_properties=properties or {},
             )
         )
-
-
-def unlistable_directory(parent: Path) -> Path:
-    """A directory under ``parent`` whose path is longer than PATH_MAX: listing it fails
-    (ENAMETOOLONG) even as root. Made one level at a time, relative to its parent."""
-    fd = os.open(parent, os.O_RDONLY)
-    try:
-        for _ in range(20):
-            name = "d" * 250
-            os.mkdir(name, dir_fd=fd)
-            inner = os.open(name, os.O_RDONLY, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-        os.close(os.open("kept.parquet", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
-    finally:
-        os.close(fd)
-    return parent / ("d" * 250)
 
 
 def age_local_files(directory: Path, days: float) -> None:

@@ -11,12 +11,15 @@
   where the schema has it).
 - ``settle()``: wait until storage's clock has moved past what was just written,
   so a task created now is newer than every file (S3 keeps whole seconds).
+- ``unlistable_directory(parent)``: a directory whose listing fails, even as root.
 """
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from pyiceberg.table import Table
@@ -116,3 +119,20 @@ def live_entity(
         row["location_without_scheme"] = _without_scheme(location)
     insert_row(store, row)
     return entity_id
+
+
+def unlistable_directory(parent: Path) -> Path:
+    """A directory under ``parent`` whose path is longer than PATH_MAX: listing it fails
+    (ENAMETOOLONG) even as root. Made one level at a time, relative to its parent."""
+    fd = os.open(parent, os.O_RDONLY)
+    try:
+        for _ in range(20):
+            name = "d" * 250
+            os.mkdir(name, dir_fd=fd)
+            inner = os.open(name, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        os.close(os.open("kept.parquet", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
+    finally:
+        os.close(fd)
+    return parent / ("d" * 250)
