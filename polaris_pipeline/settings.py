@@ -33,7 +33,12 @@ from polaris_pipeline.metastore.connection import URL_ENV
 from polaris_pipeline.storage.config import CONFIG_ENV_VAR
 from polaris_pipeline.storage.uri import split_uri
 from polaris_pipeline.tasks.model import LeasePolicy, RealmOverride
-from polaris_pipeline.tasks.release import RELEASE_ENV, PolarisRelease
+from polaris_pipeline.tasks.release import (
+    RELEASE_ENV,
+    PolarisRelease,
+    TaskEvents,
+    parse_task_events,
+)
 from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
 
 REALMS_ENV = "POLARIS_PIPELINE_REALMS"
@@ -214,7 +219,7 @@ _SPECS: dict[str, _Spec] = {
     ),
     "max_orphan_age_s": _Spec("POLARIS_PIPELINE_MAX_ORPHAN_AGE_S", None, _number, _orphan_age),
     "sweeper_autostart": _Spec("POLARIS_PIPELINE_SWEEPER_AUTOSTART", None, _boolean),
-    "task_events": _Spec("POLARIS_PIPELINE_TASK_EVENTS", None, _boolean),
+    "task_events": _Spec("POLARIS_PIPELINE_TASK_EVENTS", None, parse_task_events),
     "deletion_record": _Spec(DELETION_RECORD_ENV, "--deletion-record", _text, _record_prefix),
     "unreferenced": _Spec(
         UNREFERENCED_ENV, "--unreferenced", UnreferencedMode.parse, UnreferencedMode.parse
@@ -283,9 +288,10 @@ class PipelineSettings:
     # / `dg dev` (a development start pointed at a production metastore must not purge
     # by surprise); True or False: as said, wherever it runs.
     sweeper_autostart: bool | None = None
-    # Write Polaris's BEFORE/AFTER_ATTEMPT_TASK rows to its events table (schema v3+).
-    # Off by default, as Polaris's own persistence listener is.
-    task_events: bool = False
+    # Write Polaris's BEFORE/AFTER_ATTEMPT_TASK rows to its events table (schema v3+),
+    # where the realm's release writes them (1.6+); "always": for every release. Off
+    # by default, as Polaris's own persistence listener is.
+    task_events: TaskEvents = False
     # An fsspec URI prefix (s3://audit/polaris-pipeline/, file:///var/log/pp/) under
     # which every attempt that deletes anything writes the paths it deleted, one
     # JSON Lines file per attempt (storage/deletion_record.py). None: no record.

@@ -19,11 +19,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sqlalchemy import text
 
+from polaris_pipeline.dagster.definitions import build_defs_from_env
 from polaris_pipeline.execution.runner import Runner, Status
 from polaris_pipeline.execution.telemetry import AttemptSpan, AttemptTracer
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.events import event_catalog
+from polaris_pipeline.settings import PipelineSettings
 from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop
+from polaris_pipeline.tasks.release import parse_task_events
 from tests.support.tasks import batch_task
 
 EVENT_COLUMNS = (
@@ -242,6 +245,38 @@ def test_events_take_the_shape_of_the_configured_release(
     store.dispose()
 
 
+@pytest.mark.parametrize(("setting", "written"), [(True, 0), ("always", 2)])
+def test_always_writes_events_for_a_release_that_has_none(
+    metastore_url: str, tmp_path: Path, setting: bool | str, written: int
+) -> None:
+    """Polaris 1.4 persists no task events: none unless the setting says ``always``, when
+    the rows take the shape of the events table that is there (the sentinel below v5)."""
+    store = release_store(metastore_url, 4, "1.4")
+    task, _ = good_task(tmp_path)
+    store.insert_tasks([task])
+    _, outcomes = sweep(store, write_task_events=setting)
+    assert [o.status for o in outcomes] == [Status.DONE]
+    events = read_events(store)
+    assert len(events) == written
+    assert [e["catalog_id"] for e in events] == ["__realm__"] * written
+    store.dispose()
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [("true", True), ("YES", True), ("0", False), ("off", False), (" Always ", "always")],
+)
+def test_the_task_events_setting_reads_true_false_and_always(raw: str, value: object) -> None:
+    assert parse_task_events(raw) == value
+    assert PipelineSettings.from_env({"POLARIS_PIPELINE_TASK_EVENTS": raw}).task_events == value
+
+
+@pytest.mark.parametrize("raw", ["sometimes", "2", ""])
+def test_a_task_events_value_that_is_not_one_is_refused(raw: str) -> None:
+    with pytest.raises(ValueError, match="true, false or always"):
+        parse_task_events(raw)
+
+
 @pytest.mark.parametrize(("task_typed", "written"), [(True, True), (False, False)])
 def test_unset_the_release_is_inferred_for_events_too(
     metastore_url: str, tmp_path: Path, task_typed: bool, written: bool
@@ -401,3 +436,12 @@ def test_without_the_opentelemetry_package_nothing_breaks(
     assert [o.status for o in outcomes] == [Status.DONE]
     assert not any(f.exists() for f in files)
     assert [e["additional_properties"]["task_success"] for e in read_events(v5)[1:]] == ["true"]
+
+
+@pytest.mark.parametrize(("raw", "value"), [("true", True), ("always", "always"), ("no", False)])
+def test_the_deployment_hands_always_to_its_runs(raw: str, value: object) -> None:
+    """Dagster's config has no bool-or-word type: ``always`` travels as the metastore
+    resource's second flag, and its runs' Runner gets the setting back whole."""
+    defs = build_defs_from_env({"POLARIS_PIPELINE_TASK_EVENTS": raw})
+    resource = (defs.resources or {})["metastore"]
+    assert resource.task_events() == value

@@ -65,7 +65,7 @@ from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR, PolarisTrans
 from polaris_pipeline.metastore import URL_ENV
 from polaris_pipeline.settings import PipelineSettings
 from polaris_pipeline.tasks.model import RealmOverride
-from polaris_pipeline.tasks.release import PolarisRelease
+from polaris_pipeline.tasks.release import ALWAYS, PolarisRelease, TaskEvents, parse_task_events
 from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
 
 if TYPE_CHECKING:
@@ -141,7 +141,7 @@ def build_defs(
     metadata_batch_size: int | None = None,
     realm_overrides: Mapping[str, RealmOverride] | None = None,
     polaris_version: str | None = None,
-    write_task_events: bool = False,
+    write_task_events: TaskEvents = False,
     unreferenced: UnreferencedMode | str = DEFAULT_UNREFERENCED_MODE,
     deletion_record: str | None = None,
     executor_prefix: str | None = None,
@@ -229,7 +229,7 @@ def build_resources(
     metadata_batch_size: int | None = None,
     realm_overrides: Mapping[str, RealmOverride] | None = None,
     polaris_version: str | None = None,
-    write_task_events: bool = False,
+    write_task_events: TaskEvents = False,
     unreferenced: UnreferencedMode | str = DEFAULT_UNREFERENCED_MODE,
     deletion_record: str | None = None,
     executor_prefix: str | None = None,
@@ -277,7 +277,9 @@ def build_resources(
         "metastore": PolarisMetastoreResource(
             url=EnvVar(URL_ENV) if metastore_url is None else metastore_url,
             realms=list(realms) if realms else None,
-            write_task_events=write_task_events,
+            # The settings' "always" is the resource's second flag.
+            write_task_events=bool(write_task_events),
+            task_events_every_release=parse_task_events(write_task_events) == ALWAYS,
             unreferenced=UnreferencedMode.parse(unreferenced).value,
             **policy,
         ),

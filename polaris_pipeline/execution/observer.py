@@ -27,6 +27,7 @@ from polaris_pipeline.metastore.events import TaskEventWriter
 from polaris_pipeline.metastore.release_probe import ReleaseProbe
 from polaris_pipeline.tasks.model import TaskType
 from polaris_pipeline.tasks.ref import Lease
+from polaris_pipeline.tasks.release import TaskEvents
 
 
 def type_name(code: str | None) -> str | None:
@@ -54,7 +55,7 @@ class AttemptObserver:
         self,
         metastore: Metastore,
         *,
-        write_task_events: bool = False,
+        write_task_events: TaskEvents = False,
         tracer_provider: Any | None = None,
         releases: ReleaseProbe | None = None,
     ) -> None:

@@ -41,6 +41,7 @@ from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.deletion_record import DeletionRecord, RecordHeader
 from polaris_pipeline.tasks.model import NewTask, TaskRow, TaskState
 from polaris_pipeline.tasks.ref import Lease
+from polaris_pipeline.tasks.release import TaskEvents
 from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
 
 if TYPE_CHECKING:
@@ -121,7 +122,7 @@ class Runner:
         resolver: StorageResolver | None = None,
         heartbeat_interval_s: float | None = None,
         progress: ProgressFn | None = None,
-        write_task_events: bool = False,
+        write_task_events: TaskEvents = False,
         tracer_provider: Any | None = None,
         unreferenced: UnreferencedMode | str | None = None,
         deletion_record: str | None = None,
@@ -130,6 +131,8 @@ class Runner:
         metadata no longer names (``execution/unreferenced_phase.py``): the metastore
         policy's mode unless given here; realms' overrides in the policy beat either.
         ``write_task_events``: write Polaris's BEFORE/AFTER_ATTEMPT_TASK rows to the
+        events table where the realm's release writes them (``"always"``: whatever the
+        release),
         ``events`` table (schema v3+), off by default as Polaris's own listener is.
         ``tracer_provider``: OpenTelemetry's, else the global one (spans are no-ops
         when none is configured or OpenTelemetry is not installed).

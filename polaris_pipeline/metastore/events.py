@@ -22,7 +22,8 @@ Writing an event is best effort: a failure is logged and never reaches the
 attempt, and nothing is written to a database without an ``events`` table.
 
 The realm's Polaris release decides the rest (``tasks/release.py``): releases
-before 1.6 persist no task events, so none is written for them; 1.6 writes the
+before 1.6 persist no task events, so none is written for them unless the setting
+says ``always`` (an audit tool of the operator's own reads them); 1.6 writes the
 catalog ``__realm__`` on any schema, 1.7+ below v5 only. Every row has a fresh
 ``event_id``: 1.7's own rows of one task share one, which loses them.
 """
@@ -41,7 +42,12 @@ from polaris_pipeline.metastore.release_probe import ReleaseProbe
 from polaris_pipeline.metastore.schema import schema_name
 from polaris_pipeline.metastore.store import Metastore
 from polaris_pipeline.tasks.ref import Lease
-from polaris_pipeline.tasks.release import LEGACY_REALM_SCOPED_CATALOG_ID
+from polaris_pipeline.tasks.release import (
+    ALWAYS,
+    LEGACY_REALM_SCOPED_CATALOG_ID,
+    TaskEvents,
+    parse_task_events,
+)
 
 log = logging.getLogger("polaris_pipeline.events")
 
@@ -89,12 +95,15 @@ class TaskEventWriter:
         self,
         metastore: Metastore,
         *,
-        enabled: bool = False,
+        enabled: TaskEvents = False,
         releases: ReleaseProbe | None = None,
     ) -> None:
-        """``releases``: the probe of the sweep or run (one per writer when None)."""
+        """``enabled``: False, True (where the realm's release writes task events) or
+        ``"always"``. ``releases``: the probe of the sweep or run (one per writer when
+        None)."""
         self.metastore = metastore
-        self.enabled = enabled
+        self.enabled = bool(enabled)
+        self.any_release = parse_task_events(enabled) == ALWAYS
         self.releases = releases or ReleaseProbe(metastore)
         # None until probed: whether the database has an events table.
         self._has_table: bool | None = None
@@ -115,7 +124,7 @@ class TaskEventWriter:
             if not self._events_table():
                 return False
             resolved = self.releases.resolve(lease.realm_id)
-            if not resolved.release.writes_task_events:
+            if not (resolved.release.writes_task_events or self.any_release):
                 return False  # that Polaris has no task events: audit tools expect none
             catalog_id = resolved.release.event_catalog_id(resolved.schema_version)
             with self.metastore.engine.begin() as conn:

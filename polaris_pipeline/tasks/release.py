@@ -18,7 +18,7 @@ import json
 import re
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 RELEASE_ENV = "POLARIS_PIPELINE_POLARIS_VERSION"
 
@@ -232,3 +232,23 @@ def batch_evidence(rows: list[tuple[int, str | None]]) -> BatchEvidence:
         elif untyped is None:
             untyped = task_id
     return BatchEvidence(typed, untyped)
+
+
+# The task-events setting: off, on (as the realm's release writes them), or "always"
+# (on whatever the release, for releases before 1.6 too).
+ALWAYS: Literal["always"] = "always"
+TaskEvents = bool | Literal["always"]
+
+
+def parse_task_events(raw: object) -> TaskEvents:
+    """``true``/``false`` (and yes/no, on/off, 1/0) or ``always``; ValueError otherwise."""
+    if isinstance(raw, bool):
+        return raw
+    value = str(raw).strip().lower()
+    if value == ALWAYS:
+        return ALWAYS
+    if value in ("true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"task events must be true, false or {ALWAYS}, not {raw!r}")

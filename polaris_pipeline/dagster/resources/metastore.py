@@ -19,6 +19,7 @@ from polaris_pipeline.execution.runner import DEFAULT_EXECUTOR_PREFIX, make_exec
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.connection import resolve_url, safe_url
 from polaris_pipeline.tasks.model import LeasePolicy, RealmOverride
+from polaris_pipeline.tasks.release import ALWAYS, TaskEvents
 from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
 
 # The library's defaults, written once in LeasePolicy.
@@ -121,12 +122,30 @@ class PolarisMetastoreResource(ConfigurableResource):
     )
     write_task_events: bool = Field(
         default=False,
-        description="Write Polaris's BEFORE/AFTER_ATTEMPT_TASK rows to its events table.",
+        description=(
+            "Write Polaris's BEFORE/AFTER_ATTEMPT_TASK rows to its events table where the "
+            "realm's Polaris release writes them (1.6 and later)."
+        ),
+    )
+    # Dagster's config types have no bool-or-word union: the settings' "always" is
+    # this second flag here.
+    task_events_every_release: bool = Field(
+        default=False,
+        description=(
+            "With write_task_events: write them for every release, those before 1.6 too "
+            "(which persist none themselves)."
+        ),
     )
     executor_prefix: str = Field(
         default=DEFAULT_EXECUTOR_PREFIX,
         description="First part of the executor ids written to lastAttemptExecutorId.",
     )
+
+    def task_events(self) -> TaskEvents:
+        """The task-events setting these two fields spell (the Runner's argument)."""
+        if not self.write_task_events:
+            return False
+        return ALWAYS if self.task_events_every_release else True
 
     def policy(self) -> LeasePolicy:
         # A realm's text overrides are fields of their own (Dagster config has no
