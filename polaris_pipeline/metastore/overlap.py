@@ -353,7 +353,13 @@ class LiveLocations:
         if patterns is not None:
             text = cast(c.internal_properties, Text)
             stmt = stmt.where(or_(*(text.like(p, escape=_LIKE_ESCAPE) for p in patterns)))
-        for row in conn.execute(stmt.execution_options(yield_per=1000)):
+        else:
+            # Every table row: streamed. Narrowed by the patterns, the few rows are
+            # fetched at once instead: this runs before each chunk of deletes, and a
+            # server-side cursor whose connection dies mid-read (a killed backend) makes
+            # SQLAlchemy log a traceback when it closes it (reliability scenario 4).
+            stmt = stmt.execution_options(yield_per=1000)
+        for row in conn.execute(stmt):
             hit = _metadata_user(row, wanted)
             if hit is not None:
                 yield hit
