@@ -330,6 +330,29 @@ class Scenario:
         self.lost.update({k: int(v) for k, v in counts.items()})
 
 
+@dataclass
+class Run:
+    code: int
+    stdout: str
+    stderr: str
+    seconds: float
+    maxrss_kb: int
+    events: list[dict[str, Any]]
+
+
+def sweep_once(workers: Workers, url: str, *extra: str, journal: bool = True) -> Run:
+    """One `polaris-pipeline sweep` in a worker process, with no grace period."""
+    argv = ["sweep", "--metastore", url, "--grace-ms", "0", *extra]
+    started = time.monotonic()
+    w = workers.start("cli", "cli", argv=argv, journal_deletes=journal)
+    code = w.wait(400)
+    seconds = time.monotonic() - started
+    events = w.events()
+    exits = jr.of_kind(events, "exit")
+    rss = int(exits[-1]["maxrss_kb"]) if exits else -1
+    return Run(code, w.stdout(), w.stderr(), seconds, rss, events)
+
+
 def left_over(store: Metastore, limit: int = 8) -> str:
     """The tasks still in the table, with state, attempts and last error (for failures)."""
     now, rows = store.tasks_with_state()

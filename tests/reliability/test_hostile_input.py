@@ -31,13 +31,13 @@ from polaris_pipeline.tasks.payloads import (
 )
 from polaris_pipeline.testing import tables as testing_tables
 from polaris_pipeline.testing import tasks as testing_tasks
-from tests.reliability import journal as jr
 from tests.reliability.harness import (
     SIZES,
     RelDb,
     Scenario,
     Workers,
     list_tree,
+    sweep_once,
     touch_all,
 )
 from tests.support.iceberg import Warehouse, table_files
@@ -322,28 +322,6 @@ def build_hostile_set(store: Metastore, root: Path, wh: Warehouse) -> Hostile:
     good("good-sql-name", task_name=SQL_NAME)
     good("good-last")
     return h
-
-
-@dataclass
-class Run:
-    code: int
-    stdout: str
-    stderr: str
-    seconds: float
-    maxrss_kb: int
-    events: list[dict[str, Any]]
-
-
-def sweep_once(workers: Workers, url: str, *extra: str, journal: bool = True) -> Run:
-    argv = ["sweep", "--metastore", url, "--grace-ms", "0", *extra]
-    started = time.monotonic()
-    w = workers.start("cli", "cli", argv=argv, journal_deletes=journal)
-    code = w.wait(400)
-    seconds = time.monotonic() - started
-    events = w.events()
-    exits = jr.of_kind(events, "exit")
-    rss = int(exits[-1]["maxrss_kb"]) if exits else -1
-    return Run(code, w.stdout(), w.stderr(), seconds, rss, events)
 
 
 @pytest.fixture(params=["postgresql", "sqlite"])

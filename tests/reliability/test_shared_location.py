@@ -18,8 +18,7 @@ import pytest
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import TaskState
 from polaris_pipeline.testing import tasks as testing_tasks
-from tests.reliability.harness import RelDb, Scenario, Workers, list_tree
-from tests.reliability.test_hostile_input import sweep_once
+from tests.reliability.harness import RelDb, Scenario, Workers, list_tree, sweep_once
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.unreferenced import live_entity
 
