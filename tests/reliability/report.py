@@ -93,8 +93,9 @@ def result_text(record: dict[str, Any]) -> str:
 _SCRUB = [
     # Per-run names: temporary directories, databases, roles, buckets, process ids.
     (re.compile(r"/tmp/pytest-of-[^/\s]+/pytest-\d+/[^/\s'\"]+"), "<tmp>"),
-    # make test's short xdist base directory (mktemp /tmp/pp.XXXXXX), one folder a worker.
-    (re.compile(r"/tmp/pp\.[A-Za-z0-9]+/popen-gw\d+/[^/\s'\"]+"), "<tmp>"),
+    # make test's short xdist base directory (mktemp /tmp/pp.XXXXXX), one folder a worker;
+    # also where a recorded text was cut short inside it.
+    (re.compile(r"/tmp/pp\.[A-Za-z0-9]+(?:/popen-gw\d+/[^/\s'\"]+)?"), "<tmp>"),
     (re.compile(r"pp_rel_\d+_[0-9a-f]+"), "<database>"),
     (re.compile(r"pp_secret_[0-9a-f]+"), "<role>"),
     (re.compile(r"pp-test-[0-9a-f]{16}"), "<bucket>"),
