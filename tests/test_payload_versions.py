@@ -26,7 +26,6 @@ from polaris_pipeline.tasks.payloads import (
     BatchCleanupPayload,
     DroppedEntity,
     TableIdentifier,
-    batch_type_readable,
     decode_batch_cleanup,
     decode_manifest_cleanup,
     encode_batch_cleanup,
@@ -37,13 +36,6 @@ from tests.support.iceberg import Warehouse, drop_task_row, recorded_drop_task, 
 from tests.support.tasks import batch_task, set_schema_version
 
 # -- the batch payload's type, per schema version --------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("version", "readable"), [(None, False), (1, False), (4, False), (5, True), (6, True)]
-)
-def test_type_is_written_only_from_schema_v5(version: int | None, readable: bool) -> None:
-    assert batch_type_readable(version) is readable
 
 
 def test_a_payload_without_type_reads_as_table_metadata() -> None:

@@ -33,10 +33,6 @@ from polaris_pipeline.tasks.model import (
 
 BATCH_TYPE_TABLE_METADATA = "TABLE_METADATA"
 BATCH_TYPES = frozenset({BATCH_TYPE_TABLE_METADATA})
-# The schema version whose every owner (1.7+) reads ``type``. Only a lower bound: a
-# 1.7 server upgraded from 1.4 runs on v4 for ever. Whether ``type`` is written is
-# the release's rule (``tasks/release.py``); this stays for ``batch_type_readable``.
-BATCH_TYPE_SINCE_SCHEMA_VERSION = 5
 METADATA_LOCATION_KEY = "metadata-location"
 PARENT_NAMESPACE_KEY = "parent-namespace"
 # Iceberg's RESTUtil joins namespace levels with the URL-encoded unit separator.
@@ -347,16 +343,6 @@ def decode_batch_cleanup(data: str) -> BatchCleanupPayload:
     if normalised not in BATCH_TYPES:
         raise PayloadError(f"unknown batch type {batch_type[:40]!r}")
     return BatchCleanupPayload(table_id, paths, normalised)
-
-
-def batch_type_readable(schema_version: int | None) -> bool:
-    """Whether every Polaris that can own a metastore of ``schema_version`` reads ``type``.
-
-    The schema version only bounds the release from below, so False does not mean
-    the running Polaris refuses ``type`` (an upgraded 1.7 on v4 needs it): children
-    are written by ``PolarisRelease.batch_has_type`` instead.
-    """
-    return schema_version is not None and schema_version >= BATCH_TYPE_SINCE_SCHEMA_VERSION
 
 
 def encode_batch_cleanup(p: BatchCleanupPayload, *, with_type: bool = True) -> str:
