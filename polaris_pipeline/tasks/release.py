@@ -66,12 +66,6 @@ class PolarisRelease:
         """Polaris persists BEFORE/AFTER_ATTEMPT_TASK events (1.6.0 and later)."""
         return self >= TASK_EVENTS_SINCE
 
-    @property
-    def runs_view_tasks(self) -> bool:
-        """Polaris gives view tasks their storage and runs them (1.7+); before, every
-        view task is an orphan from birth (§4)."""
-        return self >= VIEW_TASKS_SINCE
-
     def event_catalog_id(self, schema_version: int | None) -> str | None:
         """The ``catalog_id`` of a realm-scoped event: NULL only for 1.7+ on schema v5+.
 
@@ -89,7 +83,6 @@ class PolarisRelease:
 FIRST_RELEASE = PolarisRelease(1, 0)
 BATCH_TYPE_SINCE = PolarisRelease(1, 7)
 TASK_EVENTS_SINCE = PolarisRelease(1, 6)
-VIEW_TASKS_SINCE = PolarisRelease(1, 7)
 NULL_EVENT_CATALOG_SINCE = PolarisRelease(1, 7)
 NULL_EVENT_CATALOG_SINCE_SCHEMA = 5
 # ModelEvent.LEGACY_REALM_SCOPED_CATALOG_ID: a realm-scoped event's catalog below v5.
