@@ -91,3 +91,18 @@ def one_line(exc: BaseException) -> str:
     "Type" alone for an empty message): how a failure is recorded and shown."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def first_error(exc: Exception) -> str:
+    """The first problem of a pydantic ``ValidationError`` as ``field: message``.
+
+    pydantic prefixes a validator's own message with "Value error, "; the rule's
+    words are the message, so the prefix goes.
+    """
+    problems: list[dict[str, object]] = getattr(exc, "errors", lambda: [])()
+    if not problems:
+        return str(exc)
+    first = problems[0]
+    message = str(first.get("msg", "")).removeprefix("Value error, ")
+    where = ".".join(str(part) for part in first.get("loc", ()))  # type: ignore[attr-defined]
+    return f"{where}: {message}" if where else message

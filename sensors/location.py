@@ -11,7 +11,6 @@ from resources.location import DEPLOYMENT, resources
 sensors: list[SensorDefinition] = build_sensors(
     task_job,
     resources,
-    sweeper_autostart=DEPLOYMENT.sweeper_autostart,
     notify=DEPLOYMENT.notify,
     alert_ui_url=DEPLOYMENT.alert_ui_url,
     translator=DEFAULT_TRANSLATOR,

@@ -21,6 +21,16 @@ from polaris_pipeline.metastore import URL_ENV, Metastore
 from tests.support.tasks import seed
 
 ATTRIBUTES: dict[str, Any] = {
+    "metastore": {
+        "url": "{{ env.POLARIS_METASTORE_URL }}",
+        "realms": ["POLARIS"],
+        "grace_ms": 0,
+    },
+    "sweeper": {"interval_seconds": 5, "jitter": 0.1, "max_runs_per_tick": 7},
+    "executor": "in_process",
+}
+# The same, as the flat keys of earlier releases spelt it.
+FLAT_ATTRIBUTES: dict[str, Any] = {
     "metastore_url": "{{ env.POLARIS_METASTORE_URL }}",
     "realms": ["POLARIS"],
     "grace_ms": 0,
@@ -48,7 +58,8 @@ def test_defs_yaml_gives_the_sweeper_the_jobs_and_the_checks(
         )
         with sandbox.load_component_and_build_defs(defs_path=defs_path) as (component, defs):
             assert isinstance(component, PolarisSweeper)
-            assert component.realms == ["POLARIS"]
+            assert component.metastore is not None
+            assert component.metastore.realms == ["POLARIS"]
             assert defs.resolve_job_def(JOB_NAME).executor_def.name == "in_process"
             check_keys = set(defs.resolve_asset_graph().asset_check_keys)
             assert {no_dead_tasks.check_key, no_stale_orphans.check_key} <= check_keys
@@ -124,9 +135,12 @@ def test_the_polaris_release_reaches_the_resource_and_the_sensor_logs_it(
     seed(metastore, "TEST", 1, create_timestamp=metastore.now_ms() - 60_000)
     attributes = {
         **ATTRIBUTES,
-        "realms": ["POLARIS", "TEST"],
-        "polaris_version": "1.7.0",
-        "realm_polaris_versions": {"TEST": "1.4.1"},
+        "metastore": {
+            **ATTRIBUTES["metastore"],
+            "realms": ["POLARIS", "TEST"],
+            "polaris_version": "1.7.0",
+            "realm_overrides": {"TEST": {"polaris_version": "1.4.1"}},
+        },
     }
     yaml = {**DEFS_YAML, "attributes": attributes}
     with create_defs_folder_sandbox() as sandbox:
@@ -154,7 +168,8 @@ def test_a_release_that_is_not_quoted_text_is_refused(
     value: object, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv(URL_ENV, f"sqlite:///{tmp_path / 'polaris.db'}")
-    bad = {**DEFS_YAML, "attributes": {**ATTRIBUTES, "polaris_version": value}}
+    metastore = {**ATTRIBUTES["metastore"], "polaris_version": value}
+    bad = {**DEFS_YAML, "attributes": {**ATTRIBUTES, "metastore": metastore}}
     with create_defs_folder_sandbox() as sandbox:
         defs_path = sandbox.scaffold_component(component_cls=PolarisSweeper, defs_yaml_contents=bad)
         with (
@@ -170,3 +185,126 @@ def test_a_release_that_is_not_quoted_text_is_refused(
     # YAML's 1.7 is a number (1.10 would be 1.1): refused as not a string.
     expected = "string" if isinstance(value, float) else "not a Polaris release"
     assert any("polaris_version" in t and expected in t for t in causes), causes
+
+
+def _load_resources(attributes: dict[str, Any]) -> dict[str, Any]:
+    yaml = {**DEFS_YAML, "attributes": attributes}
+    with create_defs_folder_sandbox() as sandbox:
+        defs_path = sandbox.scaffold_component(component_cls=PolarisSweeper, defs_yaml_contents=yaml)
+        with sandbox.load_component_and_build_defs(defs_path=defs_path) as (_, defs):
+            return dict(defs.resources or {})
+
+
+# A value other than the default for every field of every section: the component sets
+# each (the blocks are the resources), and a section's new field must be added here.
+EVERY_SETTING: dict[str, dict[str, Any]] = {
+    "metastore": {
+        "url": "sqlite:///every.db",
+        "realms": ["POLARIS", "TEST"],
+        "lease_timeout_ms": 60_000,
+        "grace_ms": 1_000,
+        "max_attempts": 3,
+        "metadata_batch_size": 4,
+        "polaris_version": "1.6",
+        "unreferenced": "delete",
+        "realm_overrides": {"TEST": {"lease_timeout_ms": 5_000, "unreferenced": "off"}},
+        "task_events": "always",
+        "executor_prefix": "site-b",
+    },
+    "storage": {
+        "config_path": None,
+        "locations": [{"prefix": "file:///wh", "options": {}}],
+        "allowed_prefixes": ["file:///wh"],
+        "deletion_record": "file:///var/log/pp/",
+    },
+    "sweeper": {
+        "interval_seconds": 5.0,
+        "jitter": 0.5,
+        "max_runs_per_tick": 7,
+        "max_pending_runs": 9,
+        "autostart": False,
+    },
+    "backlog": {
+        "max_orphan_age_seconds": 120.0,
+        "many_attempts": 2,
+        "freshness_intervals": 4.0,
+        "sample_size": 3,
+        "report_interval_seconds": 30.0,
+    },
+    "retention": {
+        "success_days": 14,
+        "failure_days": 90,
+        "batch_size": 50,
+        "dry_run": True,
+        "cron": "*/15 * * * *",
+    },
+    "leaks": {"max_bytes": 1024, "catalogs": ["wh"], "cron": "0 5 * * *", "min_age_days": 30.0},
+}
+
+
+def test_every_setting_of_every_section_is_a_key_of_its_block(tmp_path: Path) -> None:
+    from polaris_pipeline.settings import PipelineSettings
+
+    sections = PipelineSettings.model_fields
+    assert set(EVERY_SETTING) == set(sections)
+    for name, values in EVERY_SETTING.items():
+        section_type = sections[name].annotation
+        assert section_type is not None
+        assert set(values) == set(section_type.model_fields), name
+        defaults = section_type().model_dump() if name != "metastore" else {}
+        changed = {k for k, v in values.items() if defaults.get(k, object()) != v}
+        assert changed >= set(values) - {"config_path"}, name  # each value is not the default
+    resources = _load_resources({**EVERY_SETTING, "executor": "in_process"})
+    for name, values in EVERY_SETTING.items():
+        dumped = resources[name].model_dump()
+        if name == "metastore":
+            dumped["realm_overrides"] = {
+                realm: {k: v for k, v in o.items() if v is not None}
+                for realm, o in dumped["realm_overrides"].items()
+            }
+        assert dumped == values, name
+    # The resources built the policy the runs lease under.
+    policy = resources["metastore"].policy()
+    assert policy.for_realm("TEST").lease_timeout_ms == 5_000
+    assert policy.for_realm("TEST").unreferenced.value == "off"
+    assert policy.for_realm("POLARIS").unreferenced.value == "delete"
+
+
+def test_the_flat_keys_of_earlier_releases_still_work_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(URL_ENV, f"sqlite:///{tmp_path / 'polaris.db'}")
+    with pytest.warns(DeprecationWarning, match="metastore_url, realms, grace_ms"):
+        flat = _load_resources(FLAT_ATTRIBUTES)
+    nested = _load_resources(ATTRIBUTES)
+    for key in ("metastore", "sweeper"):
+        assert flat[key].model_dump() == nested[key].model_dump(), key
+    assert flat["metastore"].url == EnvVar(URL_ENV)
+
+
+@pytest.mark.parametrize(
+    ("block", "bad", "field"),
+    [
+        ("metastore", {"lease_timeout_ms": 0}, "lease_timeout_ms"),
+        ("metastore", {"realm_overrides": {"TEST": {"grace_ms": -1}}}, "grace_ms"),
+        ("metastore", {"task_events": "sometimes"}, "task_events"),
+        ("sweeper", {"jitter": 11}, "jitter"),
+        ("retention", {"success_days": 0}, "success_days"),
+        ("leaks", {"min_age_days": 0.5}, "min_age_days"),
+        ("storage", {"deletion_record": "relative/path"}, "deletion_record"),
+        ("storage", {"config_path": "/x.yaml", "allowed_prefixes": ["/x"]}, "either"),
+    ],
+)
+def test_a_bad_value_in_a_block_is_refused_naming_its_field(
+    block: str, bad: dict[str, Any], field: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(URL_ENV, f"sqlite:///{tmp_path / 'polaris.db'}")
+    attributes = {**ATTRIBUTES, block: {**ATTRIBUTES.get(block, {}), **bad}}
+    with pytest.raises(Exception) as error:
+        _load_resources(attributes)
+    causes = []
+    cause: BaseException | None = error.value
+    while cause is not None:
+        causes.append(str(cause))
+        cause = cause.__cause__ or cause.__context__
+    assert any(field in text for text in causes), causes

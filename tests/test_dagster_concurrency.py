@@ -119,7 +119,7 @@ def test_per_realm_cap_holds_under_a_burst(
     for name, value in dagster_pg_env.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("POLARIS_METASTORE_URL", metastore.url.render_as_string(False))
-    for name in ("POLARIS_PIPELINE_REALMS", "POLARIS_PIPELINE_SWEEP_MAX_PENDING_RUNS"):
+    for name in ("POLARIS_PIPELINE_REALMS", "POLARIS_PIPELINE_SWEEPER_MAX_PENDING_RUNS"):
         monkeypatch.delenv(name, raising=False)
     home = dagster_home_from_deploy(
         tmp_path,

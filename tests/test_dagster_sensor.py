@@ -589,12 +589,12 @@ def test_storage_resource_inline_or_file(tmp_path: Any, monkeypatch: pytest.Monk
 
 def test_sweeper_settings_from_env() -> None:
     defs = build_defs_from_env(
-        {"POLARIS_PIPELINE_SWEEP_INTERVAL_S": "30", "POLARIS_PIPELINE_SWEEP_MAX_RUNS": "50"}
+        {"POLARIS_PIPELINE_SWEEPER_INTERVAL_SECONDS": "30", "POLARIS_PIPELINE_SWEEPER_MAX_RUNS_PER_TICK": "50"}
     )
     settings = (defs.resources or {})["sweeper"]
     assert (settings.interval_seconds, settings.max_runs_per_tick, settings.jitter) == (30, 50, 0.2)
-    with pytest.raises(ValueError, match="POLARIS_PIPELINE_SWEEP_JITTER"):
-        build_defs_from_env({"POLARIS_PIPELINE_SWEEP_JITTER": "lots"})
+    with pytest.raises(ValueError, match="POLARIS_PIPELINE_SWEEPER_JITTER"):
+        build_defs_from_env({"POLARIS_PIPELINE_SWEEPER_JITTER": "lots"})
 
 
 # -- orphaned children of one purge: one run ------------------------------------------
@@ -708,7 +708,7 @@ def test_the_tick_cap_counts_runs_so_one_tables_orphans_are_one_run(
 
 def test_the_sensor_page_states_the_real_cadence() -> None:
     defs = build_defs_from_env(
-        {"POLARIS_PIPELINE_SWEEP_INTERVAL_S": "120", "POLARIS_PIPELINE_SWEEP_JITTER": "0.25"}
+        {"POLARIS_PIPELINE_SWEEPER_INTERVAL_SECONDS": "120", "POLARIS_PIPELINE_SWEEPER_JITTER": "0.25"}
     )
     description = defs.resolve_sensor_def(polaris_task_sweeper.name).description or ""
     assert "every 120 s plus up to 30 s of random jitter (25%)" in description

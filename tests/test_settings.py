@@ -1,17 +1,21 @@
-"""One settings object: every variable read, each default once, bad values named."""
+"""One settings schema: nested sections, every variable read, each default once, bad values
+named."""
 
 from __future__ import annotations
 
 import pytest
 
 from polaris_pipeline.settings import (
-    _SPECS,
+    DEPRECATED_VARIABLES,
+    ENV_VARIABLES,
     GRACE_ENV,
     LEASE_TIMEOUT_ENV,
     MAX_ATTEMPTS_ENV,
     REALMS_ENV,
+    MetastoreSection,
     PipelineSettings,
     SettingsError,
+    env_variable,
 )
 from polaris_pipeline.tasks.model import LeasePolicy, RealmOverride
 from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
@@ -20,9 +24,9 @@ from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
 def test_defaults_are_the_lease_policy_s() -> None:
     settings = PipelineSettings.from_env({})
     assert settings == PipelineSettings()
-    assert settings.policy == LeasePolicy()
-    assert settings.metastore_url is None and settings.realms is None
-    assert settings.storage_config is None and settings.executor_prefix is None
+    assert settings.metastore.policy() == LeasePolicy()
+    assert settings.metastore.url is None and settings.metastore.realms is None
+    assert settings.storage.config_path is None
 
 
 def test_every_variable_is_read() -> None:
@@ -37,12 +41,16 @@ def test_every_variable_is_read() -> None:
         "POLARIS_PIPELINE_POLARIS_VERSION": " 1.7.0 ",
         "POLARIS_PIPELINE_STORAGE_CONFIG": "/etc/storage.yaml",
         "POLARIS_PIPELINE_EXECUTOR_PREFIX": "site-b",
-        "POLARIS_PIPELINE_SWEEP_INTERVAL_S": "30",
-        "POLARIS_PIPELINE_SWEEP_JITTER": "0.5",
-        "POLARIS_PIPELINE_SWEEP_MAX_RUNS": "10",
-        "POLARIS_PIPELINE_SWEEP_MAX_PENDING_RUNS": "20",
-        "POLARIS_PIPELINE_MAX_ORPHAN_AGE_S": "120",
+        "POLARIS_PIPELINE_SWEEPER_INTERVAL_SECONDS": "30",
+        "POLARIS_PIPELINE_SWEEPER_JITTER": "0.5",
+        "POLARIS_PIPELINE_SWEEPER_MAX_RUNS_PER_TICK": "10",
+        "POLARIS_PIPELINE_SWEEPER_MAX_PENDING_RUNS": "20",
         "POLARIS_PIPELINE_SWEEPER_AUTOSTART": "True",
+        "POLARIS_PIPELINE_BACKLOG_MAX_ORPHAN_AGE_SECONDS": "120",
+        "POLARIS_PIPELINE_BACKLOG_MANY_ATTEMPTS": "4",
+        "POLARIS_PIPELINE_BACKLOG_FRESHNESS_INTERVALS": "5",
+        "POLARIS_PIPELINE_BACKLOG_SAMPLE_SIZE": "2",
+        "POLARIS_PIPELINE_BACKLOG_REPORT_INTERVAL_SECONDS": "15",
         "POLARIS_PIPELINE_TASK_EVENTS": "true",
         "POLARIS_PIPELINE_UNREFERENCED": "delete",
         "POLARIS_PIPELINE_RETENTION_SUCCESS_DAYS": "14",
@@ -51,15 +59,17 @@ def test_every_variable_is_read() -> None:
         "POLARIS_PIPELINE_RETENTION_DRY_RUN": "true",
         "POLARIS_PIPELINE_RETENTION_CRON": "*/15 * * * *",
         "POLARIS_PIPELINE_LEAK_MAX_BYTES": "1073741824",
+        "POLARIS_PIPELINE_LEAK_CATALOGS": "wh, lake",
         "POLARIS_PIPELINE_LEAK_CRON": "0 5 * * *",
         "POLARIS_PIPELINE_LEAK_MIN_AGE_DAYS": "30",
         "POLARIS_PIPELINE_DELETION_RECORD": " s3://audit/polaris-pipeline/ ",
     }
-    assert set(env) == {spec.env for spec in _SPECS.values()}
+    assert set(env) == set(ENV_VARIABLES.values())
     s = PipelineSettings.from_env(env)
-    assert s.metastore_url == "sqlite:////tmp/p.db"
-    assert s.realms == ("POLARIS", "TEST")  # trimmed, blanks and repeats dropped
-    assert s.policy == LeasePolicy(
+    m = s.metastore
+    assert m.url == "sqlite:////tmp/p.db"
+    assert m.realms == ["POLARIS", "TEST"]  # trimmed, blanks and repeats dropped
+    assert m.policy() == LeasePolicy(
         lease_timeout_ms=60000,
         grace_ms=0,
         max_attempts=3,
@@ -68,28 +78,65 @@ def test_every_variable_is_read() -> None:
         polaris_version="1.7",
         realm_overrides={"TEST": RealmOverride(lease_timeout_ms=1000)},
     )
-    assert s.polaris_version == "1.7"  # written as the release's own text
-    assert s.policy.for_realm("TEST").polaris_version == "1.7"
-    assert s.policy.for_realm("TEST").lease_timeout_ms == 1000
-    assert s.policy.for_realm("POLARIS").lease_timeout_ms == 60000
-    assert s.storage_config == "/etc/storage.yaml" and s.executor_prefix == "site-b"
-    assert s.deletion_record == "s3://audit/polaris-pipeline/"
-    assert (s.sweep_interval_s, s.sweep_jitter) == (30.0, 0.5)
-    assert (s.sweep_max_runs, s.sweep_max_pending_runs, s.max_orphan_age_s) == (10, 20, 120.0)
-    assert s.sweeper_autostart is True
-    assert s.task_events is True
-    assert s.unreferenced == "delete"
-    assert (s.retention_success_days, s.retention_failure_days) == (14, 90)
-    assert (s.retention_batch_size, s.retention_dry_run) == (250, True)
-    assert s.retention_cron == "*/15 * * * *"
-    assert (s.leak_max_bytes, s.leak_cron, s.leak_min_age_days) == (2**30, "0 5 * * *", 30.0)
+    assert m.polaris_version == "1.7"  # written as the release's own text
+    assert m.policy().for_realm("TEST").polaris_version == "1.7"
+    assert m.policy().for_realm("TEST").lease_timeout_ms == 1000
+    assert m.policy().for_realm("POLARIS").lease_timeout_ms == 60000
+    assert s.storage.config_path == "/etc/storage.yaml" and m.executor_prefix == "site-b"
+    assert s.storage.deletion_record == "s3://audit/polaris-pipeline/"
+    assert (s.sweeper.interval_seconds, s.sweeper.jitter) == (30.0, 0.5)
+    assert (s.sweeper.max_runs_per_tick, s.sweeper.max_pending_runs) == (10, 20)
+    assert s.sweeper.autostart is True
+    b = s.backlog
+    assert (b.max_orphan_age_seconds, b.many_attempts, b.freshness_intervals) == (120, 4, 5)
+    assert (b.sample_size, b.report_interval_seconds) == (2, 15)
+    assert m.task_events == "true" and m.events() is True
+    assert m.unreferenced == "delete"
+    r = s.retention
+    assert (r.success_days, r.failure_days, r.batch_size, r.dry_run) == (14, 90, 250, True)
+    assert r.cron == "*/15 * * * *"
+    leaks = s.leaks
+    assert (leaks.max_bytes, leaks.cron, leaks.min_age_days) == (2**30, "0 5 * * *", 30.0)
+    assert leaks.catalogs == ["wh", "lake"]
+
+
+def test_each_variable_is_spelt_from_its_section_and_field() -> None:
+    """One spelling per knob: the variable is the field's name under its section's prefix,
+    but for the three names older than the rule, which the field names itself."""
+    own = {
+        "POLARIS_METASTORE_URL",
+        "POLARIS_PIPELINE_STORAGE_CONFIG",
+        "POLARIS_PIPELINE_DELETION_RECORD",
+    }
+    for (section, field), name in ENV_VARIABLES.items():
+        if name in own:
+            continue
+        assert name.endswith("_" + field.upper()), (section, field, name)
+        assert env_variable(section, field) == name
+    # The inline storage rules are YAML or Python; the environment names the file.
+    assert env_variable("storage", "locations") is None
+
+
+@pytest.mark.parametrize(("old", "target"), sorted(DEPRECATED_VARIABLES.items()))
+def test_a_variable_of_an_earlier_release_still_works_with_a_warning(
+    old: str, target: tuple[str, str]
+) -> None:
+    section, field = target
+    with pytest.warns(
+        DeprecationWarning, match=f"{old} is deprecated: set {ENV_VARIABLES[target]}"
+    ):
+        s = PipelineSettings.from_env({old: "7"})
+    assert getattr(getattr(s, section), field) == 7
+    # The new name wins when both are set.
+    both = PipelineSettings.from_env({old: "7", ENV_VARIABLES[target]: "8"})
+    assert getattr(getattr(both, section), field) == 8
 
 
 def test_sweeper_autostart_is_a_boolean_or_unset() -> None:
-    assert PipelineSettings.from_env({}).sweeper_autostart is None
+    assert PipelineSettings.from_env({}).sweeper.autostart is None
     for raw, value in (("false", False), (" 0 ", False), ("yes", True), ("1", True)):
         settings = PipelineSettings.from_env({"POLARIS_PIPELINE_SWEEPER_AUTOSTART": raw})
-        assert settings.sweeper_autostart is value, raw
+        assert settings.sweeper.autostart is value, raw
     with pytest.raises(SettingsError, match="POLARIS_PIPELINE_SWEEPER_AUTOSTART='maybe'"):
         PipelineSettings.from_env({"POLARIS_PIPELINE_SWEEPER_AUTOSTART": "maybe"})
 
@@ -107,17 +154,21 @@ def test_blank_variables_mean_the_default() -> None:
         (GRACE_ENV, "-1", "POLARIS_PIPELINE_GRACE_MS='-1': grace period must not be negative"),
         (MAX_ATTEMPTS_ENV, "0", "POLARIS_PIPELINE_MAX_ATTEMPTS='0': max attempts must be"),
         (MAX_ATTEMPTS_ENV, "2.5", "POLARIS_PIPELINE_MAX_ATTEMPTS='2.5': not an integer"),
-        (REALMS_ENV, " , ,", "POLARIS_PIPELINE_REALMS=', ,': names no realm"),
-        ("POLARIS_PIPELINE_SWEEP_JITTER", "nan", "SWEEP_JITTER='nan': not a finite number"),
-        ("POLARIS_PIPELINE_SWEEP_JITTER", "11", "between 0 and 10"),
-        ("POLARIS_PIPELINE_SWEEP_MAX_RUNS", "0", "must be at least 1"),
-        ("POLARIS_PIPELINE_MAX_ORPHAN_AGE_S", "-5", "must be positive"),
+        (REALMS_ENV, " , ,", "POLARIS_PIPELINE_REALMS=', ,': names nothing"),
+        (
+            "POLARIS_PIPELINE_SWEEPER_JITTER",
+            "nan",
+            "SWEEPER_JITTER='nan': the jitter must be a finite number",
+        ),
+        ("POLARIS_PIPELINE_SWEEPER_JITTER", "11", "between 0 and 10"),
+        ("POLARIS_PIPELINE_SWEEPER_MAX_RUNS_PER_TICK", "0", "must be at least 1"),
+        ("POLARIS_PIPELINE_BACKLOG_MAX_ORPHAN_AGE_SECONDS", "-5", "must be positive"),
         ("POLARIS_PIPELINE_LEAK_MIN_AGE_DAYS", "0.5", "minimum age in days must be at least 1"),
         ("POLARIS_PIPELINE_LEAK_MAX_BYTES", "-1", "the leaked bytes must be at least 0"),
         ("POLARIS_PIPELINE_EXECUTOR_PREFIX", "a b", "must not contain white space"),
         ("POLARIS_PIPELINE_METADATA_BATCH_SIZE", "0", "metadata batch size must be at least 1"),
         ("POLARIS_PIPELINE_REALM_OVERRIDES", "{TEST: 1}", "REALM_OVERRIDES='{TEST: 1}': not JSON"),
-        ("POLARIS_PIPELINE_REALM_OVERRIDES", "[]", "not a JSON object of realm to overrides"),
+        ("POLARIS_PIPELINE_REALM_OVERRIDES", "[]", "not a JSON object"),
         (
             "POLARIS_PIPELINE_REALM_OVERRIDES",
             '{"TEST": {"lease_timeout": 5}}',
@@ -132,12 +183,12 @@ def test_blank_variables_mean_the_default() -> None:
         (
             "POLARIS_PIPELINE_REALM_OVERRIDES",
             '{"TEST": {"polaris_version": 1.7}}',
-            "realm 'TEST': polaris_version must be a release such as 1.7",
+            "realm 'TEST': polaris_version: polaris_version must be a release such as 1.7",
         ),
         (
             "POLARIS_PIPELINE_REALM_OVERRIDES",
             '{"TEST": {"polaris_version": "seven"}}',
-            "realm 'TEST': 'seven' is not a Polaris release",
+            "realm 'TEST': polaris_version: 'seven' is not a Polaris release",
         ),
     ],
 )
@@ -151,31 +202,53 @@ def test_a_bad_value_names_its_variable(name: str, raw: str, message: str) -> No
 def test_the_url_is_trimmed_and_kept_whole() -> None:
     # The URL is checked when the metastore is opened (its errors mask the password).
     s = PipelineSettings.from_env({"POLARIS_METASTORE_URL": "  postgresql://u:pw@h/db  "})
-    assert s.metastore_url == "postgresql://u:pw@h/db"
+    assert s.metastore.url == "postgresql://u:pw@h/db"
+
+
+def test_a_bad_url_is_named_without_its_value() -> None:
+    with pytest.raises(SettingsError) as err:
+        PipelineSettings.from_env(
+            {"POLARIS_METASTORE_URL": "postgresql://u:secret@h/db", GRACE_ENV: "-1"}
+        )
+    assert "secret" not in str(err.value)
+
+
+LABELS = {
+    ("metastore", "lease_timeout_ms"): "--lease-timeout-ms",
+    ("metastore", "realms"): "--realm",
+}
 
 
 def test_overrides_beat_the_environment_and_none_keeps_it() -> None:
     env = PipelineSettings.from_env({MAX_ATTEMPTS_ENV: "3", REALMS_ENV: "A", GRACE_ENV: "10"})
-    s = env.with_overrides(max_attempts=5, realms=["B", "B", "C"], grace_ms=None)
-    assert s.max_attempts == 5 and s.realms == ("B", "C") and s.grace_ms == 10
-    assert env.max_attempts == 3  # frozen: the original is unchanged
-    assert env.with_overrides() == env
+    s = env.with_overrides(
+        {"metastore": {"max_attempts": 5, "realms": ["B", "B", "C"], "grace_ms": None}}
+    )
+    m = s.metastore
+    assert m.max_attempts == 5 and m.realms == ["B", "C"] and m.grace_ms == 10
+    assert env.metastore.max_attempts == 3  # frozen: the original is unchanged
+    assert env.with_overrides({}) == env
 
 
 def test_a_bad_override_names_its_flag() -> None:
     with pytest.raises(SettingsError, match=r"--lease-timeout-ms 0: lease timeout must be"):
-        PipelineSettings().with_overrides(lease_timeout_ms=0)
+        PipelineSettings().with_overrides({"metastore": {"lease_timeout_ms": 0}}, LABELS)
     with pytest.raises(SettingsError, match=r"--realm '': each realm must be a non-empty name"):
-        PipelineSettings().with_overrides(realms=[""])
-    with pytest.raises(SettingsError, match=r"--polaris-version '1.7.x': .* not a Polaris release"):
-        PipelineSettings().with_overrides(polaris_version="1.7.x")
-    with pytest.raises(TypeError, match="unknown setting"):
-        PipelineSettings().with_overrides(lease_timeout=1)
+        PipelineSettings().with_overrides({"metastore": {"realms": [""]}}, LABELS)
+    with pytest.raises(SettingsError, match=r"metastore.polaris_version '1.7.x': .* not a Polaris"):
+        PipelineSettings().with_overrides({"metastore": {"polaris_version": "1.7.x"}})
+    with pytest.raises(SettingsError, match="lease_timeout"):
+        PipelineSettings().with_overrides({"metastore": {"lease_timeout": 1}})
 
 
-def test_direct_construction_is_validated_too() -> None:
-    with pytest.raises(SettingsError, match="max_attempts"):
-        PipelineSettings(max_attempts=0)
+def test_a_section_is_frozen_and_refuses_an_unknown_key() -> None:
+    with pytest.raises(ValueError, match="max attempts must be at least 1"):
+        MetastoreSection(max_attempts=0)
+    with pytest.raises(ValueError, match="Extra inputs are not permitted"):
+        MetastoreSection(max_attempt=3)  # type: ignore[call-arg]
+    section = MetastoreSection()
+    with pytest.raises(ValueError, match="frozen"):
+        section.max_attempts = 3  # type: ignore[misc]
 
 
 def test_the_code_location_takes_the_whole_policy_and_the_events_switch() -> None:
@@ -192,12 +265,31 @@ def test_the_code_location_takes_the_whole_policy_and_the_events_switch() -> Non
         "POLARIS_PIPELINE_TASK_EVENTS": "true",
         "POLARIS_PIPELINE_EXECUTOR_PREFIX": "site-b",
     }
-    metastore = (build_defs_from_env(env).resources or {})["metastore"]
+    resources = build_defs_from_env(env).resources or {}
+    metastore = resources["metastore"]
     assert metastore.executor_id("sensor").startswith("site-b:")
-    assert metastore.policy() == PipelineSettings.from_env(env).policy
+    assert metastore.policy() == PipelineSettings.from_env(env).metastore.policy()
     assert metastore.policy().for_realm("TEST").lease_timeout_ms == 1000
     assert metastore.policy().for_realm("TEST").polaris_version == "1.7"
     assert metastore.policy().for_realm("OTHER").polaris_version == "1.4.1"
-    assert metastore.write_task_events is True
+    assert metastore.events() is True
     default = (build_defs_from_env({}).resources or {})["metastore"]
-    assert default.policy() == LeasePolicy() and default.write_task_events is False
+    assert default.policy() == LeasePolicy() and default.events() is False
+
+
+def test_every_section_s_variables_reach_its_resource() -> None:
+    """Each resource of build_defs_from_env holds what its section read: the settings are
+    the resources' schema, not a copy of it."""
+    from polaris_pipeline.dagster.definitions import deployment_from_env
+
+    env = {
+        "POLARIS_PIPELINE_SWEEPER_JITTER": "0.5",
+        "POLARIS_PIPELINE_BACKLOG_SAMPLE_SIZE": "2",
+        "POLARIS_PIPELINE_RETENTION_SUCCESS_DAYS": "3",
+        "POLARIS_PIPELINE_LEAK_CATALOGS": "wh",
+        "POLARIS_PIPELINE_DELETION_RECORD": "file:///var/log/pp/",
+    }
+    settings = PipelineSettings.from_env(env)
+    resources = deployment_from_env(env).resources
+    for section in ("storage", "sweeper", "backlog", "retention", "leaks"):
+        assert resources[section].model_dump() == getattr(settings, section).model_dump()

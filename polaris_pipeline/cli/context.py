@@ -9,6 +9,7 @@ anything.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.metastore import Metastore
@@ -22,28 +23,36 @@ from polaris_pipeline.tasks.model import TaskRow
 EXIT_OK, EXIT_TASK_FAILED, EXIT_ERROR = 0, 1, 2
 
 
+# Each flag that overrides a setting: its argparse destination, its (section, field).
+_FLAGS: dict[str, tuple[str, str, str]] = {
+    "metastore": ("--metastore", "metastore", "url"),
+    "realms": ("--realm", "metastore", "realms"),
+    "lease_timeout_ms": ("--lease-timeout-ms", "metastore", "lease_timeout_ms"),
+    "grace_ms": ("--grace-ms", "metastore", "grace_ms"),
+    "max_attempts": ("--max-attempts", "metastore", "max_attempts"),
+    "polaris_version": ("--polaris-version", "metastore", "polaris_version"),
+    "unreferenced": ("--unreferenced", "metastore", "unreferenced"),
+    "storage_config": ("--storage-config", "storage", "config_path"),
+    "deletion_record": ("--deletion-record", "storage", "deletion_record"),
+    "min_age_days": ("--min-age-days", "leaks", "min_age_days"),
+}
+
+
 def settings_for(args: argparse.Namespace) -> PipelineSettings:
     """The environment's settings with this command's flags on top."""
-    return PipelineSettings.from_env().with_overrides(
-        metastore_url=getattr(args, "metastore", None),
-        realms=getattr(args, "realms", None),
-        lease_timeout_ms=getattr(args, "lease_timeout_ms", None),
-        grace_ms=getattr(args, "grace_ms", None),
-        max_attempts=getattr(args, "max_attempts", None),
-        polaris_version=getattr(args, "polaris_version", None),
-        storage_config=getattr(args, "storage_config", None),
-        unreferenced=getattr(args, "unreferenced", None),
-        deletion_record=getattr(args, "deletion_record", None),
-        leak_min_age_days=getattr(args, "min_age_days", None),
-    )
+    changes: dict[str, dict[str, Any]] = {}
+    for dest, (_, section, field) in _FLAGS.items():
+        changes.setdefault(section, {})[field] = getattr(args, dest, None)
+    labels = {(section, field): flag for flag, section, field in _FLAGS.values()}
+    return PipelineSettings.from_env().with_overrides(changes, labels)
 
 
 def open_metastore(settings: PipelineSettings, *, read_only: bool) -> Metastore:
     """The metastore; ``read_only`` for commands that must not create or change anything."""
     if not read_only:
-        return Metastore(settings.metastore_url, policy=settings.policy)
-    engine = make_engine(resolve_url(settings.metastore_url), read_only=True)
-    return Metastore(policy=settings.policy, engine=engine)
+        return Metastore(settings.metastore.url, policy=settings.metastore.policy())
+    engine = make_engine(resolve_url(settings.metastore.url), read_only=True)
+    return Metastore(policy=settings.metastore.policy(), engine=engine)
 
 
 def checked_metastore(settings: PipelineSettings, *, read_only: bool) -> Metastore:
@@ -55,8 +64,8 @@ def checked_metastore(settings: PipelineSettings, *, read_only: bool) -> Metasto
 
 def storage_config(settings: PipelineSettings) -> StorageConfig:
     """The storage config the settings name, else the default (fsspec's own options)."""
-    if settings.storage_config:
-        return StorageConfig.load(settings.storage_config)
+    if settings.storage.config_path:
+        return StorageConfig.load(settings.storage.config_path)
     return StorageConfig()
 
 

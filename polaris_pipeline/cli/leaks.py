@@ -38,7 +38,7 @@ def _reclaim(
     resolver: StorageResolver,
     out: TextIO,
 ) -> int:
-    min_age_ms = check_min_age_days(settings.leak_min_age_days)
+    min_age_ms = check_min_age_days(settings.leaks.min_age_days)
     report = reclaim_root(store, resolver, args.reclaim, min_age_ms=min_age_ms)
     if args.json:
         dump_json(reclaim_json(report), out)
@@ -70,7 +70,9 @@ def cmd_leaks(args: argparse.Namespace, out: TextIO) -> int:
     resolver = StorageResolver(storage_config(settings))
     if args.reclaim is not None:
         return _reclaim(args, settings, store, resolver, out)
-    report = metastore_leaks(store, resolver, realms=settings.realm_list(), catalogs=args.catalogs)
+    report = metastore_leaks(
+        store, resolver, realms=settings.metastore.realm_list(), catalogs=args.catalogs
+    )
     # A partial report exits 1 in either form: a script must not read it as whole.
     status = EXIT_TASK_FAILED if report.partial else EXIT_OK
     if args.json:

@@ -72,7 +72,7 @@ def task_json(
         "label": short_task_name(task.name),
         "state": state.value,
         "attempts": task.attempt_count,
-        "max_attempts": settings.max_attempts,
+        "max_attempts": settings.metastore.max_attempts,
         "executor": task.executor_id,
         "last_error": _last_error(task),
         "last_error_cause": _last_error_cause(task) or None,
@@ -86,7 +86,7 @@ def task_json(
         doc["polaris_release"] = release.to_json()
     add_json_times(
         doc,
-        available_at=available_at_ms(task, state, now_ms, settings.policy),
+        available_at=available_at_ms(task, state, now_ms, settings.metastore.policy()),
         next_attempt=task.next_attempt_ms,
         last_attempt_start=task.start_time_ms,
         last_attempt_end=task.end_time_ms,
@@ -127,7 +127,7 @@ LIST_COLUMNS = (
 def _next_text(task: TaskRow, state: TaskState, now: int, settings: PipelineSettings) -> str:
     if state is TaskState.ORPHANED:
         return "now"
-    return relative_time(available_at_ms(task, state, now, settings.policy), now)
+    return relative_time(available_at_ms(task, state, now, settings.metastore.policy()), now)
 
 
 def print_task_list(
@@ -192,13 +192,16 @@ def _show_pairs(
     if summary.problem:
         lines.append(("payload", f"cannot be decoded: {summary.problem}"))
     lines.append(
-        ("state", f"{state.value}, {task.attempt_count} of {settings.max_attempts} attempts")
+        (
+            "state",
+            f"{state.value}, {task.attempt_count} of {settings.metastore.max_attempts} attempts",
+        )
     )
 
     def when(ms: int | None) -> str:
         return f"{iso_utc(ms)} ({relative_time(ms, now)})"
 
-    available = available_at_ms(task, state, now, settings.policy)
+    available = available_at_ms(task, state, now, settings.metastore.policy())
     if state is not TaskState.ORPHANED and available is not None:
         lines.append(("available", when(available)))
     lines.append(("created", when(task.create_timestamp)))

@@ -100,7 +100,7 @@ def _add_policy(p: argparse.ArgumentParser) -> None:
         type=int,
         metavar="MS",
         help="lease period, as Polaris's POLARIS_TASK_TIMEOUT_MILLIS "
-        f"(default: ${LEASE_TIMEOUT_ENV}, else {_DEFAULTS.lease_timeout_ms})",
+        f"(default: ${LEASE_TIMEOUT_ENV}, else {_DEFAULTS.metastore.lease_timeout_ms})",
     )
     p.add_argument(
         "--grace-ms",
@@ -114,7 +114,7 @@ def _add_policy(p: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help=f"dead-letter a task after N attempts (default: ${MAX_ATTEMPTS_ENV}, "
-        f"else {_DEFAULTS.max_attempts})",
+        f"else {_DEFAULTS.metastore.max_attempts})",
     )
 
     p.add_argument(
@@ -132,7 +132,7 @@ def _add_unreferenced(p: argparse.ArgumentParser) -> None:
         choices=[mode.value for mode in UnreferencedMode],
         help="what a dropped table's run does, last, with the files under its location that "
         "its metadata no longer names: off; report (list them, delete nothing); delete "
-        f"(default: ${UNREFERENCED_ENV}, else {_DEFAULTS.unreferenced.value})",
+        f"(default: ${UNREFERENCED_ENV}, else {_DEFAULTS.metastore.unreferenced})",
     )
 
 
@@ -379,7 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         metavar="DAYS",
         help="with --reclaim: delete only objects last modified at least this many days ago, "
-        f"at least 1 (default: ${LEAK_MIN_AGE_ENV}, else {_DEFAULTS.leak_min_age_days:g})",
+        f"at least 1 (default: ${LEAK_MIN_AGE_ENV}, else {_DEFAULTS.leaks.min_age_days:g})",
     )
     _add_json(
         leaks, "the report (per catalog: roots, not-a-table directories, errors) or the reclaim"

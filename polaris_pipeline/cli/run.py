@@ -31,14 +31,14 @@ def _runner(
     settings: PipelineSettings, store: Metastore, command: str, progress: ProgressFn | None = None
 ) -> Runner:
     """The Runner of a command (a dry run's leases nothing: its executor id goes unused)."""
-    prefix = settings.executor_prefix
+    prefix = settings.metastore.executor_prefix
     return Runner(
         store,
         storage_config(settings),
-        executor_id=make_executor_id(command, prefix) if prefix else None,
+        executor_id=make_executor_id(command, prefix),
         progress=progress,
-        write_task_events=settings.task_events,
-        deletion_record=settings.deletion_record,
+        write_task_events=settings.metastore.events(),
+        deletion_record=settings.storage.deletion_record,
     )
 
 
@@ -50,7 +50,7 @@ def _nothing_available(store: Metastore, realms: list[str] | None) -> str:
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     settings = settings_for(args)
     store = checked_metastore(settings, read_only=False)
-    task = find_task(store, args.task_id, args.realm, settings.realm_list())
+    task = find_task(store, args.task_id, args.realm, settings.metastore.realm_list())
     report = OutcomeReport(out, as_json=args.json)
     with _runner(settings, store, "run", report.progress) as runner:
         # A fresh holder: nothing of its own to adopt.
@@ -78,7 +78,7 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
         # On stderr, so that stdout (and --json) is the same with or without the flag.
         print(f"polaris-pipeline: warning: {ONCE_DEPRECATED}", file=sys.stderr)
     settings = settings_for(args)
-    realms = settings.realm_list()
+    realms = settings.metastore.realm_list()
     if args.dry_run:
         return _dry_run(settings, realms, out, as_json=args.json)
     store = checked_metastore(settings, read_only=False)

@@ -44,7 +44,7 @@ def cmd_init(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
     settings = settings_for(args)
     store = checked_metastore(settings, read_only=True)
-    now, rows = store.tasks_with_state(settings.realm_list())
+    now, rows = store.tasks_with_state(settings.metastore.realm_list())
     if args.state:
         rows = [(t, s) for t, s in rows if s.value in args.state]
     if args.json:
@@ -61,7 +61,7 @@ def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     settings = settings_for(args)
     store = checked_metastore(settings, read_only=True)
-    task = find_task(store, args.task_id, args.realm, settings.realm_list())
+    task = find_task(store, args.task_id, args.realm, settings.metastore.realm_list())
     now = store.now_ms()
     state = task.state(now, store.policy)
     if args.json:
@@ -74,7 +74,7 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_requeue(args: argparse.Namespace, out: TextIO) -> int:
     settings = settings_for(args)
     store = checked_metastore(settings, read_only=False)
-    task = find_task(store, args.task_id, args.realm, settings.realm_list())
+    task = find_task(store, args.task_id, args.realm, settings.metastore.realm_list())
     allow = bool(args.allow_shared_location)
     state = store.requeue(task.realm_id, task.id, allow_shared_location=allow)
     override = "; the shared-location guard is overridden for it" if allow else ""
@@ -91,7 +91,7 @@ def cmd_discard(args: argparse.Namespace, out: TextIO) -> int:
     settings = settings_for(args)
     store = checked_metastore(settings, read_only=args.dry_run)
     results = store.discard_unhandled(
-        args.task_ids or None, settings.realm_list(), dry_run=args.dry_run
+        args.task_ids or None, settings.metastore.realm_list(), dry_run=args.dry_run
     )
     refused = print_discards(results, out, dry_run=args.dry_run)
     return EXIT_ERROR if refused else EXIT_OK

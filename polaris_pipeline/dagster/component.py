@@ -1,76 +1,44 @@
 """``PolarisSweeper``: the integration as a ``dg`` Component.
 
 A ``defs.yaml`` of a few lines gives a Dagster project the sweeper sensor, the
-task and backfill jobs, the backlog asset and its checks::
+task and backfill jobs, the backlog asset and its checks. Each block is one of the
+resources, resolved into the resource itself (dagster-sling's ``sling:`` block is
+the example), so every setting of ``build_defs`` is here, spelt as the resource
+spells it::
 
     type: polaris_pipeline.dagster.PolarisSweeper
     attributes:
-      metastore_url: "{{ env.POLARIS_METASTORE_URL }}"
-      realms: [POLARIS]
+      metastore:
+        url: "{{ env.POLARIS_METASTORE_URL }}"
+        realms: [POLARIS]
+        realm_overrides: {TEST: {lease_timeout_ms: 60000}}
       storage: {config_path: /etc/polaris-pipeline/storage.yaml}
-      sweep: {interval_seconds: 60, jitter: 0.2}
-      executor: in_process
+      sweeper: {interval_seconds: 60, jitter: 0.2}
       retention: {success_days: 14, failure_days: 90}
+      executor: in_process
 
-Every attribute left out keeps the library's default (``build_defs``).
+Every block or field left out keeps the library's default (``polaris_pipeline.settings``).
+The flat keys of earlier releases (``metastore_url``, ``realms``, ``sweep``, ...)
+still work, with a ``DeprecationWarning``.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Literal
+import warnings
+from typing import Annotated, Any, Literal
 
 import dagster as dg
 from pydantic import Field
 
+from polaris_pipeline.dagster.backlog_report import BacklogSettings
 from polaris_pipeline.dagster.definitions import build_defs
+from polaris_pipeline.dagster.leaks import LeakSettings
+from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
 from polaris_pipeline.dagster.retention import RetentionSettings
 from polaris_pipeline.dagster.translator import translator_from_path
-from polaris_pipeline.tasks.model import RealmOverride
-from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE
-
-
-class StorageModel(dg.Model):
-    """Where the sweeper finds filesystem options and allowed prefixes."""
-
-    config_path: str | None = Field(
-        default=None,
-        description="Storage config file; null reads $POLARIS_PIPELINE_STORAGE_CONFIG.",
-    )
-    locations: list[dict[str, Any]] | None = Field(
-        default=None, description="Inline: [{prefix: s3://bucket/wh, options: {...}}]."
-    )
-    allowed_prefixes: list[str] | None = Field(
-        default=None, description="Inline: prefixes outside which nothing is deleted."
-    )
-    deletion_record: str | None = Field(
-        default=None,
-        description=(
-            "URI prefix of the deletion record (s3://audit/pp/): every attempt that deletes "
-            "writes its paths there, one JSON Lines file each; null: none."
-        ),
-    )
-
-
-class SweepModel(dg.Model):
-    """The sweeper's cadence and bounds; unset fields keep the defaults."""
-
-    interval_seconds: float | None = None
-    jitter: float | None = None
-    max_runs_per_tick: int | None = None
-    max_pending_runs: int | None = None
-
-
-class RetentionModel(dg.Model):
-    """Run retention; unset fields keep the defaults, no age set keeps every run."""
-
-    success_days: int | None = Field(default=None, description="Days a success is kept.")
-    failure_days: int | None = Field(default=None, description="Days a failure is kept.")
-    batch_size: int | None = Field(default=None, description="Most runs deleted per tick.")
-    dry_run: bool | None = Field(default=None, description="List what would go, delete none.")
-    cron: str | None = Field(default=None, description="When the retention schedule ticks.")
 
 
 def _as_env_var(value: str) -> str | dg.EnvVar:
@@ -85,45 +53,60 @@ def _as_env_var(value: str) -> str | dg.EnvVar:
     return value
 
 
-def _set_fields(model: dg.Model | None) -> dict[str, Any]:
-    """The fields ``model`` sets: the others keep the library's defaults."""
-    return {k: v for k, v in (model.model_dump() if model else {}).items() if v is not None}
+def _templated(context: dg.ResolutionContext, value: Any) -> Any:
+    """``value`` with its ``{{ ... }}`` strings rendered, and nothing else touched: the
+    block was already read by its resource's model (``"1.7"`` must stay text)."""
+    if isinstance(value, str):
+        return context.resolve_value(value) if "{{" in value else value
+    if isinstance(value, dict):
+        return {k: _templated(context, v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_templated(context, v) for v in value]
+    return value
+
+
+def _block(resource_type: type[dg.ConfigurableResource]) -> Any:
+    """A block resolved into ``resource_type`` itself."""
+
+    def resolve(context: dg.ResolutionContext, block: Any) -> Any:
+        if block is None:
+            return None
+        return resource_type(**_templated(context, block.model_dump(exclude_unset=True)))
+
+    return dg.Resolver(resolve, model_field_type=resource_type | None)
+
+
+def _metastore(context: dg.ResolutionContext, block: Any) -> PolarisMetastoreResource | None:
+    if block is None:
+        return None
+    values = _templated(context, block.model_dump(exclude_unset=True))
+    return PolarisMetastoreResource(**{**values, "url": _as_env_var(values["url"])})
 
 
 class PolarisSweeper(dg.Component, dg.Model, dg.Resolvable):
     """Guaranteed execution of Apache Polaris cleanup tasks: sensor, jobs, backlog, checks."""
 
-    metastore_url: str = Field(
-        description='SQLAlchemy URL of the Polaris metastore: "{{ env.POLARIS_METASTORE_URL }}".'
+    metastore: Annotated[
+        PolarisMetastoreResource | None,
+        dg.Resolver(_metastore, model_field_type=PolarisMetastoreResource | None),
+    ] = Field(default=None, description="The metastore and its realms' task policy.")
+    storage: Annotated[PolarisStorageResource | None, _block(PolarisStorageResource)] = Field(
+        default=None, description="Filesystem options, allowed prefixes, deletion record."
     )
-    realms: list[str] | None = Field(default=None, description="Realms to sweep; null: all.")
-    lease_timeout_ms: int | None = Field(
-        default=None, description="Must equal Polaris's POLARIS_TASK_TIMEOUT_MILLIS."
+    sweeper: Annotated[SweeperSettings | None, _block(SweeperSettings)] = Field(
+        default=None, description="The sweeper's cadence, bounds and autostart."
     )
-    grace_ms: int | None = None
-    max_attempts: int | None = None
-    polaris_version: str | None = Field(
-        default=None,
-        description=(
-            "The Polaris release serving the metastore, e.g. '1.7' (quote it: YAML reads "
-            "1.7 as a number); null: inferred per realm (docs/polaris-releases.md)."
-        ),
+    backlog: Annotated[BacklogSettings | None, _block(BacklogSettings)] = Field(
+        default=None, description="The backlog checks' thresholds."
     )
-    realm_polaris_versions: dict[str, str] | None = Field(
-        default=None, description="Realm -> the Polaris release serving it."
+    retention: Annotated[RetentionSettings | None, _block(RetentionSettings)] = Field(
+        default=None, description="Run retention (opt-in: no job without an age)."
     )
-    unreferenced: Literal["off", "report", "delete"] | None = Field(
-        default=None,
-        description=(
-            "A dropped table's files its metadata no longer names: off, report (list, "
-            "delete nothing; null: this) or delete."
-        ),
+    leaks: Annotated[LeakSettings | None, _block(LeakSettings)] = Field(
+        default=None, description="The leak report's threshold, catalogs, schedule."
     )
-    storage: StorageModel | None = None
-    sweep: SweepModel | None = None
-    retention: RetentionModel | None = None
     executor: Literal["multiprocess", "in_process", "celery"] | None = Field(
-        default=None, description="How the task job's steps run; null: one process per step."
+        default=None, description="How the task job's steps run; null: in the run's process."
     )
     translator: str | None = Field(
         default=None,
@@ -132,25 +115,70 @@ class PolarisSweeper(dg.Component, dg.Model, dg.Resolvable):
             "my_pkg.module.MyTranslator; null: the library's."
         ),
     )
+    # The flat keys of earlier releases, folded into the blocks with a warning.
+    metastore_url: str | None = Field(default=None, description="Deprecated: metastore.url.")
+    realms: list[str] | None = Field(default=None, description="Deprecated: metastore.realms.")
+    lease_timeout_ms: int | None = Field(default=None, description="Deprecated: metastore.")
+    grace_ms: int | None = Field(default=None, description="Deprecated: metastore.")
+    max_attempts: int | None = Field(default=None, description="Deprecated: metastore.")
+    polaris_version: str | None = Field(default=None, description="Deprecated: metastore.")
+    realm_polaris_versions: dict[str, str] | None = Field(
+        default=None, description="Deprecated: metastore.realm_overrides.<realm>.polaris_version."
+    )
+    unreferenced: Literal["off", "report", "delete"] | None = Field(
+        default=None, description="Deprecated: metastore.unreferenced."
+    )
+    sweep: dict[str, Any] | None = Field(default=None, description="Deprecated: sweeper.")
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
-        storage = PolarisStorageResource(**(self.storage.model_dump() if self.storage else {}))
         return build_defs(
-            metastore_url=_as_env_var(self.metastore_url),
-            realms=self.realms,
-            lease_timeout_ms=self.lease_timeout_ms,
-            grace_ms=self.grace_ms,
-            max_attempts=self.max_attempts,
-            polaris_version=self.polaris_version,
-            realm_overrides={
-                realm: RealmOverride(polaris_version=version)
+            metastore=self._metastore_with_flat_keys(),
+            storage=self.storage,
+            sweeper=self._sweeper_with_flat_keys(),
+            backlog=self.backlog,
+            retention=self.retention,
+            leaks=self.leaks,
+            executor=self.executor,
+            translator=translator_from_path(self.translator) if self.translator else None,
+        )
+
+    def _metastore_with_flat_keys(self) -> PolarisMetastoreResource:
+        flat = {
+            "url": _as_env_var(self.metastore_url) if self.metastore_url else None,
+            "realms": self.realms,
+            "lease_timeout_ms": self.lease_timeout_ms,
+            "grace_ms": self.grace_ms,
+            "max_attempts": self.max_attempts,
+            "polaris_version": self.polaris_version,
+            "unreferenced": self.unreferenced,
+            "realm_overrides": {
+                realm: {"polaris_version": version}
                 for realm, version in (self.realm_polaris_versions or {}).items()
             }
             or None,
-            unreferenced=self.unreferenced or DEFAULT_UNREFERENCED_MODE,
-            storage=storage,
-            sweeper=SweeperSettings(**_set_fields(self.sweep)).validated(),
-            executor=self.executor,
-            retention=RetentionSettings(**_set_fields(self.retention)),
-            translator=translator_from_path(self.translator) if self.translator else None,
-        )
+        }
+        given = {k: v for k, v in flat.items() if v is not None}
+        if not given:
+            if self.metastore is None:
+                raise ValueError("PolarisSweeper: set metastore.url")
+            return self.metastore
+        _warn_flat(["metastore_url" if k == "url" else k for k in given], "metastore")
+        base = self.metastore.model_dump(exclude_unset=True) if self.metastore else {}
+        if self.metastore is not None:
+            base["url"] = self.metastore.url
+        return PolarisMetastoreResource(**{**base, **given})
+
+    def _sweeper_with_flat_keys(self) -> SweeperSettings | None:
+        if self.sweep is None:
+            return self.sweeper
+        _warn_flat(["sweep"], "sweeper")
+        base = self.sweeper.model_dump(exclude_unset=True) if self.sweeper else {}
+        return SweeperSettings(**{**base, **{k: v for k, v in self.sweep.items() if v is not None}})
+
+
+def _warn_flat(keys: list[str], block: str) -> None:
+    warnings.warn(
+        f"PolarisSweeper {', '.join(keys)}: deprecated; write them in the {block}: block",
+        DeprecationWarning,
+        stacklevel=3,
+    )

@@ -64,9 +64,7 @@ from polaris_pipeline.dagster.task_job import MULTIPROCESS_EXECUTOR, build_polar
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR, PolarisTranslator
 from polaris_pipeline.metastore import URL_ENV
 from polaris_pipeline.settings import PipelineSettings
-from polaris_pipeline.tasks.model import RealmOverride
-from polaris_pipeline.tasks.release import ALWAYS, PolarisRelease, TaskEvents, parse_task_events
-from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
+from polaris_pipeline.tasks.release import ALWAYS, PolarisRelease, parse_task_events
 
 if TYPE_CHECKING:
     # An asset job (the leak report) before resolution; dagster exports no public name.
@@ -111,94 +109,61 @@ def sweeper_default_status(autostart: bool | None) -> DefaultSensorStatus:
     return DefaultSensorStatus.RUNNING if autostart else DefaultSensorStatus.STOPPED
 
 
-def _storage_with_record(
-    storage: PolarisStorageResource | None, deletion_record: str | None
-) -> PolarisStorageResource:
-    """The storage resource, carrying ``deletion_record`` when it is given."""
-    storage = storage or PolarisStorageResource()
-    if deletion_record is None or storage.deletion_record == deletion_record:
-        return storage
-    if storage.deletion_record is not None:
-        raise ValueError(
-            f"deletion_record {deletion_record!r} disagrees with the storage resource's "
-            f"{storage.deletion_record!r}: set it in one place"
-        )
-    return PolarisStorageResource(
-        config_path=storage.config_path,
-        locations=storage.locations,
-        allowed_prefixes=storage.allowed_prefixes,
-        deletion_record=deletion_record,
-    )
+# build_defs's loose keyword arguments of earlier releases: the section each now sets.
+_DEPRECATED_ARGUMENTS = {
+    "metastore_url": ("metastore", "url"),
+    "realms": ("metastore", "realms"),
+    "lease_timeout_ms": ("metastore", "lease_timeout_ms"),
+    "grace_ms": ("metastore", "grace_ms"),
+    "max_attempts": ("metastore", "max_attempts"),
+    "metadata_batch_size": ("metastore", "metadata_batch_size"),
+    "realm_overrides": ("metastore", "realm_overrides"),
+    "polaris_version": ("metastore", "polaris_version"),
+    "write_task_events": ("metastore", "task_events"),
+    "unreferenced": ("metastore", "unreferenced"),
+    "executor_prefix": ("metastore", "executor_prefix"),
+    "deletion_record": ("storage", "deletion_record"),
+    "sweeper_autostart": ("sweeper", "autostart"),
+}
 
 
 def build_defs(
     *,
-    metastore_url: str | EnvVar | None = None,
-    realms: Sequence[str] | None = None,
-    lease_timeout_ms: int | None = None,
-    grace_ms: int | None = None,
-    max_attempts: int | None = None,
-    metadata_batch_size: int | None = None,
-    realm_overrides: Mapping[str, RealmOverride] | None = None,
-    polaris_version: str | None = None,
-    write_task_events: TaskEvents = False,
-    unreferenced: UnreferencedMode | str = DEFAULT_UNREFERENCED_MODE,
-    deletion_record: str | None = None,
-    executor_prefix: str | None = None,
+    metastore: PolarisMetastoreResource | None = None,
     storage: PolarisStorageResource | None = None,
     sweeper: SweeperSettings | None = None,
     backlog: BacklogSettings | None = None,
+    retention: RetentionSettings | None = None,
+    leaks: LeakSettings | None = None,
     executor: TaskExecutor | ExecutorDefinition | None = None,
     io_manager: FilesystemIOManager | None = None,
-    sweeper_autostart: bool | None = None,
     notify: Notify | None = None,
     alert_ui_url: str | None = None,
     translator: PolarisTranslator | None = None,
-    retention: RetentionSettings | None = None,
-    leaks: LeakSettings | None = None,
+    **deprecated: Any,
 ) -> Definitions:
     """The sweeper sensor, the task and backfill jobs, the backlog and its checks.
 
-    ``metastore_url`` should be an ``EnvVar`` so the UI shows the variable's
-    name, never the URL; None means ``EnvVar("POLARIS_METASTORE_URL")``.
-    Unset lease settings keep the library's defaults; ``polaris_version`` (``1.7``) is
-    the Polaris release that reads the rows we write, None: inferred per realm
-    (docs/polaris-releases.md); realms may override it. ``write_task_events``
-    writes Polaris's task events (off by default, as in Polaris). ``unreferenced``
-    (off, report, delete) is what a dropped table's run does, last, with the files
-    its metadata no longer names; realms may override it. ``deletion_record``
-    (an fsspec URI prefix) keeps a JSON Lines record of every path each attempt
-    deletes (``storage/deletion_record.py``); it is the storage resource's
-    setting, given here or there, not both differently. None: no record.
-    ``executor`` chooses how the task job's steps run.
-    ``sweeper_autostart``: see ``sweeper_default_status``. ``notify`` turns the
-    alert sensors on (polaris_pipeline.dagster.alerts); ``alert_ui_url`` is the
-    UI's base URL for the links in alerts. ``retention``: how long finished task
-    runs are kept (polaris_pipeline.dagster.retention); its schedule stays
-    STOPPED until an age is set. ``translator`` (a ``PolarisTranslator`` subclass)
+    Each setting is a field of one resource (``polaris_pipeline.settings``' sections):
+    ``metastore`` (None: ``url=EnvVar("POLARIS_METASTORE_URL")`` and the defaults,
+    the realms' task policy included), ``storage``, ``sweeper``, ``backlog``,
+    ``retention`` (its job and schedule only when an age is set), ``leaks``.
+    ``executor`` chooses how the task job's steps run. ``notify`` turns the alert
+    sensors on (polaris_pipeline.dagster.alerts); ``alert_ui_url`` is the UI's base
+    URL for the links in alerts. ``translator`` (a ``PolarisTranslator`` subclass)
     decides the runs' tags, the steps' metadata and the tables' asset keys and events.
-    ``leaks``: the leak report's threshold and catalogs (polaris_pipeline.dagster.leaks);
-    its schedule stays STOPPED until started.
+    The loose arguments of earlier releases (``metastore_url=``, ``realms=``, ...)
+    still work, with a ``DeprecationWarning``.
     """
     resources = build_resources(
-        metastore_url=metastore_url,
-        realms=realms,
-        lease_timeout_ms=lease_timeout_ms,
-        grace_ms=grace_ms,
-        max_attempts=max_attempts,
-        metadata_batch_size=metadata_batch_size,
-        realm_overrides=realm_overrides,
-        polaris_version=polaris_version,
-        write_task_events=write_task_events,
-        unreferenced=unreferenced,
-        deletion_record=deletion_record,
-        executor_prefix=executor_prefix,
+        metastore=metastore,
         storage=storage,
         sweeper=sweeper,
         backlog=backlog,
         retention=retention,
         leaks=leaks,
         io_manager=io_manager,
+        **deprecated,
     )
     translator = translator or DEFAULT_TRANSLATOR
     task_job, retention_job = build_task_jobs(executor, translator)
@@ -206,12 +171,17 @@ def build_defs(
         resources,
         assets=[polaris_task_backlog, polaris_leaked_roots],
         asset_checks=BACKLOG_CHECKS,
-        jobs=[task_job, polaris_realm_backfill_job, retention_job, polaris_leak_report_job],
+        jobs=[
+            task_job,
+            polaris_realm_backfill_job,
+            polaris_leak_report_job,
+            # Run retention is opt-in: no job without an age to keep runs for.
+            *([retention_job] if resources["retention"].enabled else []),
+        ],
         schedules=build_schedules(retention_job, resources),
         sensors=build_sensors(
             task_job,
             resources,
-            sweeper_autostart=sweeper_autostart,
             notify=notify,
             alert_ui_url=alert_ui_url,
             translator=translator,
@@ -221,78 +191,66 @@ def build_defs(
 
 def build_resources(
     *,
-    metastore_url: str | EnvVar | None = None,
-    realms: Sequence[str] | None = None,
-    lease_timeout_ms: int | None = None,
-    grace_ms: int | None = None,
-    max_attempts: int | None = None,
-    metadata_batch_size: int | None = None,
-    realm_overrides: Mapping[str, RealmOverride] | None = None,
-    polaris_version: str | None = None,
-    write_task_events: TaskEvents = False,
-    unreferenced: UnreferencedMode | str = DEFAULT_UNREFERENCED_MODE,
-    deletion_record: str | None = None,
-    executor_prefix: str | None = None,
+    metastore: PolarisMetastoreResource | None = None,
     storage: PolarisStorageResource | None = None,
     sweeper: SweeperSettings | None = None,
     backlog: BacklogSettings | None = None,
     retention: RetentionSettings | None = None,
     leaks: LeakSettings | None = None,
     io_manager: FilesystemIOManager | None = None,
+    **deprecated: Any,
 ) -> dict[str, Any]:
     """The resources of ``build_defs`` by key (its arguments of the same names)."""
-    policy: dict[str, Any] = {
-        field: value
-        for field, value in (
-            ("lease_timeout_ms", lease_timeout_ms),
-            ("grace_ms", grace_ms),
-            ("max_attempts", max_attempts),
-            ("metadata_batch_size", metadata_batch_size),
-            ("polaris_version", _release(polaris_version)),
-        )
-        if value is not None
-    }
-    if executor_prefix:
-        policy["executor_prefix"] = executor_prefix
-    if realm_overrides:
-        # A realm's text overrides (its unreferenced mode, its release) are fields of
-        # their own in the resource.
-        text_fields = {
-            "unreferenced": "realm_unreferenced",
-            "polaris_version": "realm_polaris_version",
-        }
-        policy["realm_overrides"] = {
-            realm: {
-                k: v
-                for k, v in dataclasses.asdict(o).items()
-                if v is not None and k not in text_fields
-            }
-            for realm, o in realm_overrides.items()
-        }
-        for key, resource_field in text_fields.items():
-            by_realm = {r: getattr(o, key) for r, o in realm_overrides.items() if getattr(o, key)}
-            if by_realm:
-                policy[resource_field] = by_realm
     resources: dict[str, Any] = {
-        "metastore": PolarisMetastoreResource(
-            url=EnvVar(URL_ENV) if metastore_url is None else metastore_url,
-            realms=list(realms) if realms else None,
-            # The settings' "always" is the resource's second flag.
-            write_task_events=bool(write_task_events),
-            task_events_every_release=parse_task_events(write_task_events) == ALWAYS,
-            unreferenced=UnreferencedMode.parse(unreferenced).value,
-            **policy,
-        ),
-        # config_path unset: $POLARIS_PIPELINE_STORAGE_CONFIG, read when a run starts.
-        "storage": _storage_with_record(storage, deletion_record),
+        "metastore": metastore or PolarisMetastoreResource(url=EnvVar(URL_ENV)),
+        "storage": storage or PolarisStorageResource(),
         "sweeper": sweeper or SweeperSettings(),
         "backlog": backlog or BacklogSettings(),
-        "retention": (retention or RetentionSettings()).validated(),
+        "retention": retention or RetentionSettings(),
         "leaks": leaks or LeakSettings(),
     }
+    if deprecated:
+        resources.update(_with_deprecated(resources, deprecated))
     if io_manager is not None:
         resources["io_manager"] = io_manager
     return resources
+
+
+def _with_deprecated(resources: Mapping[str, Any], arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The resources with the loose arguments of earlier releases set on them."""
+    unknown = sorted(set(arguments) - set(_DEPRECATED_ARGUMENTS))
+    if unknown:
+        raise TypeError(f"build_defs() got unexpected keyword argument(s) {', '.join(unknown)}")
+    warnings.warn(
+        f"build_defs({', '.join(sorted(arguments))}=...): deprecated; set them on the "
+        "resources (metastore=PolarisMetastoreResource(...), storage=..., sweeper=...)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    changes: dict[str, dict[str, Any]] = {}
+    for name, value in arguments.items():
+        if value is None:
+            continue
+        section, field = _DEPRECATED_ARGUMENTS[name]
+        if name == "write_task_events":
+            value = parse_task_events(value)
+            value = value if value == ALWAYS else str(bool(value)).lower()
+        changes.setdefault(section, {})[field] = value
+    rebuilt: dict[str, Any] = {}
+    for section, fields in changes.items():
+        current = resources[section]
+        values = current.model_dump()
+        for field, value in fields.items():
+            given = current.model_fields_set
+            if field in given and values[field] != value and field != "url":
+                raise ValueError(
+                    f"{field} {value!r} disagrees with the {section} resource's "
+                    f"{values[field]!r}: set it in one place"
+                )
+        if section == "metastore" and "url" not in fields:
+            fields["url"] = current.url
+        rebuilt[section] = type(current)(**{**values, **fields})
+    return rebuilt
 
 
 def build_task_jobs(
@@ -306,18 +264,18 @@ def build_task_jobs(
 def build_schedules(
     retention_job: JobDefinition, resources: Mapping[str, Any]
 ) -> list[ScheduleDefinition]:
-    """The run retention's and the leak report's schedules (both STOPPED until set up)."""
-    return [
-        build_run_retention_schedule(retention_job, resources["retention"]),
-        build_leak_report_schedule(resources["leaks"]),
-    ]
+    """The leak report's schedule (STOPPED until started), and the run retention's when an
+    age is set (opt-in: without one there is nothing to delete)."""
+    schedules = [build_leak_report_schedule(resources["leaks"])]
+    if resources["retention"].enabled:
+        schedules.append(build_run_retention_schedule(retention_job, resources["retention"]))
+    return schedules
 
 
 def build_sensors(
     task_job: JobDefinition,
     resources: Mapping[str, Any],
     *,
-    sweeper_autostart: bool | None,
     notify: Notify | None,
     alert_ui_url: str | None,
     translator: PolarisTranslator,
@@ -327,7 +285,7 @@ def build_sensors(
     return [
         build_polaris_task_sweeper(
             task_job,
-            default_status=sweeper_default_status(sweeper_autostart),
+            default_status=sweeper_default_status(resources["sweeper"].autostart),
             cadence=resources["sweeper"],
             backlog_resource=True,
             translator=translator,
@@ -393,22 +351,6 @@ def _resolve_quietly(defs: Definitions) -> None:
         defs.get_repository_def()
 
 
-def build_defs_from_env(
-    environ: Mapping[str, str] | None = None, *, translator: PolarisTranslator | None = None
-) -> Definitions:
-    """``build_defs`` configured from the environment, as the CLI is.
-
-    The engine's settings come from ``PipelineSettings.from_env`` (the variables
-    the CLI reads too: docs/dagster.md); only the task executor is Dagster's own.
-    ``translator``: as ``build_defs``'s (code, not a setting).
-    """
-    return build_defs(**_defs_arguments_from_env(environ), translator=translator)
-
-
-# The arguments of build_defs that are not resources: how the pieces are built.
-_COMPOSITION_ARGUMENTS = ("executor", "sweeper_autostart", "notify", "alert_ui_url")
-
-
 @dataclasses.dataclass(frozen=True)
 class EnvDeployment:
     """What ``build_defs_from_env`` configures, before it is composed: the resources by key
@@ -417,21 +359,20 @@ class EnvDeployment:
 
     resources: dict[str, Any]
     executor: TaskExecutor | None
-    sweeper_autostart: bool | None
     notify: Notify | None
     alert_ui_url: str | None
 
+    @property
+    def sweeper_autostart(self) -> bool | None:
+        """Deprecated: the ``sweeper`` resource's ``autostart``."""
+        autostart: bool | None = self.resources["sweeper"].autostart
+        return autostart
+
 
 def deployment_from_env(environ: Mapping[str, str] | None = None) -> EnvDeployment:
-    """The resources and composition arguments ``build_defs_from_env`` would use."""
-    arguments = _defs_arguments_from_env(environ)
-    composition = {name: arguments.pop(name) for name in _COMPOSITION_ARGUMENTS}
-    return EnvDeployment(resources=build_resources(**arguments), **composition)
-
-
-def _defs_arguments_from_env(environ: Mapping[str, str] | None) -> dict[str, Any]:
-    """``build_defs``'s keyword arguments (all but the translator) from the environment:
-    the one place that reads it, for ``build_defs_from_env`` and ``deployment_from_env``."""
+    """The resources and composition arguments ``build_defs_from_env`` uses: the one
+    reading of the environment, the engine's settings (``PipelineSettings.from_env``, the
+    variables the CLI reads too) turned into the resources they are sections of."""
     env = os.environ if environ is None else environ
     settings = PipelineSettings.from_env(env)
     executor = env.get(TASK_EXECUTOR_ENV, "").strip() or None
@@ -440,30 +381,43 @@ def _defs_arguments_from_env(environ: Mapping[str, str] | None) -> dict[str, Any
         from polaris_pipeline.dagster.celery import io_manager_from_env
 
         io_manager = io_manager_from_env(env)
-    return {
-        "realms": settings.realm_list(),
-        "lease_timeout_ms": settings.lease_timeout_ms,
-        "grace_ms": settings.grace_ms,
-        "max_attempts": settings.max_attempts,
-        "metadata_batch_size": settings.metadata_batch_size,
-        "realm_overrides": settings.realm_overrides,
-        "polaris_version": settings.polaris_version,
-        "write_task_events": settings.task_events,
-        "unreferenced": settings.unreferenced,
-        "deletion_record": settings.deletion_record,
-        "executor_prefix": settings.executor_prefix,
-        "sweeper": SweeperSettings(
-            interval_seconds=settings.sweep_interval_s,
-            jitter=settings.sweep_jitter,
-            max_runs_per_tick=settings.sweep_max_runs,
-            max_pending_runs=settings.sweep_max_pending_runs,
-        ),
-        "backlog": BacklogSettings(max_orphan_age_seconds=settings.max_orphan_age_s),
-        "retention": RetentionSettings.from_settings(settings),
-        "leaks": LeakSettings.from_settings(settings),
-        "executor": executor,  # checked by _task_executor
-        "io_manager": io_manager,
-        "sweeper_autostart": settings.sweeper_autostart,
-        "notify": notifier_from_env(env),
-        "alert_ui_url": ui_url_from_env(env),
-    }
+    resources = build_resources(
+        # The URL stays a reference to its variable: the UI shows the name, never the URL.
+        metastore=PolarisMetastoreResource.from_section(settings.metastore, EnvVar(URL_ENV)),
+        storage=PolarisStorageResource(**settings.storage.model_dump()),
+        sweeper=SweeperSettings(**settings.sweeper.model_dump()),
+        backlog=BacklogSettings(**settings.backlog.model_dump()),
+        retention=RetentionSettings(**settings.retention.model_dump()),
+        leaks=LeakSettings(**settings.leaks.model_dump()),
+        io_manager=io_manager,
+    )
+    return EnvDeployment(
+        resources=resources,
+        executor=executor,  # type: ignore[arg-type]  # checked by _task_executor
+        notify=notifier_from_env(env),
+        alert_ui_url=ui_url_from_env(env),
+    )
+
+
+def build_defs_from_env(
+    environ: Mapping[str, str] | None = None, *, translator: PolarisTranslator | None = None
+) -> Definitions:
+    """``build_defs`` configured from the environment, as the CLI is (docs/dagster.md).
+
+    ``translator``: as ``build_defs``'s (code, not a setting).
+    """
+    deployment = deployment_from_env(environ)
+    resources = deployment.resources
+    return build_defs(
+        metastore=resources["metastore"],
+        storage=resources["storage"],
+        sweeper=resources["sweeper"],
+        backlog=resources["backlog"],
+        retention=resources["retention"],
+        leaks=resources["leaks"],
+        io_manager=resources.get("io_manager"),
+        executor=deployment.executor,
+        notify=deployment.notify,
+        alert_ui_url=deployment.alert_ui_url,
+        translator=translator,
+    )

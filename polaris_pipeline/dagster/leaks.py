@@ -25,7 +25,6 @@ from dagster import (
     asset,
     define_asset_job,
 )
-from pydantic import Field
 
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
@@ -33,7 +32,7 @@ from polaris_pipeline.leaks.find import metastore_leaks
 from polaris_pipeline.leaks.model import LeakReport
 from polaris_pipeline.report.formatting import format_bytes
 from polaris_pipeline.report.leaks_view import catalog_heading, root_json
-from polaris_pipeline.settings import DEFAULT_LEAK_CRON, DEFAULT_LEAK_MAX_BYTES, PipelineSettings
+from polaris_pipeline.settings import LeakSection
 
 LEAKS_ASSET = "polaris_leaked_roots"
 LEAKS_CHECK = "leaked_bytes_below_threshold"
@@ -43,21 +42,8 @@ LEAKS_SCHEDULE = "polaris_leak_report_schedule"
 LARGEST_ROOTS = 20
 
 
-class LeakSettings(ConfigurableResource):
-    """The leak report's threshold, catalogs and schedule."""
-
-    max_bytes: int = Field(
-        default=DEFAULT_LEAK_MAX_BYTES,
-        description="The check warns when more bytes than this are leaked (0: any leak).",
-    )
-    catalogs: list[str] | None = Field(
-        default=None, description="Catalogs whose locations are walked; null: every catalog."
-    )
-    cron: str = Field(default=DEFAULT_LEAK_CRON, description="When the report's schedule ticks.")
-
-    @classmethod
-    def from_settings(cls, settings: PipelineSettings) -> "LeakSettings":
-        return cls(max_bytes=settings.leak_max_bytes, cron=settings.leak_cron)
+class LeakSettings(ConfigurableResource, LeakSection):
+    """The leak report's threshold, catalogs and schedule: ``LeakSection``'s fields."""
 
 
 def leak_metadata(report: LeakReport) -> dict[str, Any]:

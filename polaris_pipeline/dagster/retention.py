@@ -43,6 +43,7 @@ sure nothing is lost:
 
 # No ``from __future__ import annotations``: Dagster reads the op's config and
 # resource annotations as classes, not strings.
+import warnings
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -81,11 +82,7 @@ from polaris_pipeline.dagster.contract import JOB_NAME, PRIORITY_TAG, TAG_TOTAL
 from polaris_pipeline.dagster.reporting import REPORTED_STATUSES, report_run
 from polaris_pipeline.dagster.translator import PolarisTranslator
 from polaris_pipeline.errors import one_line
-from polaris_pipeline.settings import (
-    DEFAULT_RETENTION_BATCH_SIZE,
-    DEFAULT_RETENTION_CRON,
-    PipelineSettings,
-)
+from polaris_pipeline.settings import RetentionSection
 
 RETENTION_JOB_NAME = "polaris_run_retention_job"
 RETENTION_SCHEDULE_NAME = "polaris_run_retention"
@@ -109,50 +106,18 @@ RETENTION_RUN_TAGS = {PRIORITY_TAG: "10"}
 # Runs listed in the op's metadata (the counts are exact).
 _LISTED = 100
 
-# The fields of RetentionSettings, each ``retention_<name>`` in the engine's settings.
-_FIELDS = ("success_days", "failure_days", "batch_size", "dry_run", "cron")
 
-
-class RetentionSettings(ConfigurableResource):
-    """How long finished runs of the task job are kept, and how much goes per tick."""
-
-    success_days: int | None = Field(
-        default=None,
-        description="Days a successful run is kept after its last update; null: for ever.",
-    )
-    failure_days: int | None = Field(
-        default=None,
-        description=(
-            "Days a failed or canceled run is kept after its last update; null: for ever. "
-            "Keep it longer than success_days: failures are the runs one reads again."
-        ),
-    )
-    batch_size: int = Field(
-        default=DEFAULT_RETENTION_BATCH_SIZE,
-        description="Most runs deleted by one run of the retention job (one tick).",
-    )
-    dry_run: bool = Field(
-        default=False, description="Record what would be deleted; delete nothing."
-    )
-    cron: str = Field(
-        default=DEFAULT_RETENTION_CRON, description="When the retention schedule ticks."
-    )
-
-    @property
-    def enabled(self) -> bool:
-        """Whether an age is configured (the schedule then starts by itself)."""
-        return self.success_days is not None or self.failure_days is not None
+class RetentionSettings(ConfigurableResource, RetentionSection):
+    """How long finished runs of the task job are kept: ``RetentionSection``'s fields."""
 
     def validated(self) -> "RetentionSettings":
-        """These settings, checked by the engine's settings, which hold the rules (a
-        ``SettingsError``, a ``ValueError``, names the bad field)."""
-        PipelineSettings(**{f"retention_{name}": getattr(self, name) for name in _FIELDS})
+        """Deprecated: the section checks its fields when it is built."""
+        warnings.warn(
+            "RetentionSettings.validated is deprecated: the settings are checked when built",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self
-
-    @classmethod
-    def from_settings(cls, settings: PipelineSettings) -> "RetentionSettings":
-        """The retention fields of the engine's settings (the environment's)."""
-        return cls(**{name: getattr(settings, f"retention_{name}") for name in _FIELDS})
 
 
 @dataclass(frozen=True)
@@ -390,7 +355,7 @@ def build_run_retention_job(
     def _delete_old_runs(
         context: OpExecutionContext, config: RetentionRunConfig, retention: RetentionSettings
     ) -> None:
-        settings = retention.validated()
+        settings = retention
         if not settings.enabled:
             context.log.info("no retention age configured (success_days, failure_days): kept")
             return

@@ -316,7 +316,7 @@ def sweep_tick(
     ``translator``: the tags of the runs it requests (the task job's).
     """
     try:
-        settings = sweeper.validated()
+        settings = sweeper
     except ValueError as exc:
         return SkipReason(f"configuration error, nothing selected: sweeper settings: {exc}")
     now = int(time.time() * 1000) if now_ms is None else now_ms

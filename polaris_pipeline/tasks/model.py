@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from typing import Any
 
-from polaris_pipeline.errors import PayloadError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from polaris_pipeline.errors import PayloadError, first_error
 from polaris_pipeline.tasks.release import PolarisRelease
 from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
 
@@ -91,14 +93,19 @@ MAX_ERROR_LENGTH = 2000
 DEFAULT_METADATA_BATCH_SIZE = 10
 
 
-def _check_timing(lease_timeout_ms: int | None, grace_ms: int | None) -> None:
+def check_lease_timing(lease_timeout_ms: int | None, grace_ms: int | None) -> None:
     if lease_timeout_ms is not None and lease_timeout_ms <= 0:
         raise ValueError("lease timeout must be positive")
     if grace_ms is not None and grace_ms < 0:
         raise ValueError("grace period must not be negative")
 
 
-def _check_batch_size(size: int | None) -> None:
+def check_max_attempts(attempts: int) -> None:
+    if attempts < 1:
+        raise ValueError("max attempts must be at least 1")
+
+
+def check_batch_size(size: int | None) -> None:
     if size is not None and size < 1:
         raise ValueError("metadata batch size must be at least 1")
 
@@ -113,32 +120,49 @@ def _release_text(value: object) -> str:
 _TEXT_OVERRIDES = frozenset({"unreferenced", "polaris_version"})
 
 
-@dataclass(frozen=True)
-class RealmOverride:
+class RealmOverride(BaseModel):
     """One realm's own values; a field left None takes the global one.
 
     Polaris lets a realm override ``POLARIS_TASK_TIMEOUT_MILLIS`` and
     ``TABLE_METADATA_CLEANUP_BATCH_SIZE``; the grace period follows the lease
-    timeout unless set.
+    timeout unless set. A typed model: the settings, the ``metastore`` resource and
+    the component all nest this one (``realm_overrides``), each rule checked here.
     """
 
-    lease_timeout_ms: int | None = None
-    grace_ms: int | None = None
-    metadata_batch_size: int | None = None
-    # ``off``, ``report`` or ``delete``: the realm's own unreferenced mode.
-    unreferenced: str | None = None
-    # The Polaris release serving the realm (``1.7``): realms of one metastore may be
-    # served by different deployments. Kept as text, checked (``tasks/release.py``).
-    polaris_version: str | None = None
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
-    def __post_init__(self) -> None:
-        _check_timing(self.lease_timeout_ms, self.grace_ms)
-        _check_batch_size(self.metadata_batch_size)
-        if self.unreferenced is not None:
-            mode = UnreferencedMode.parse(self.unreferenced)
-            object.__setattr__(self, "unreferenced", mode.value)
-        if self.polaris_version is not None:
-            object.__setattr__(self, "polaris_version", _release_text(self.polaris_version))
+    lease_timeout_ms: int | None = Field(
+        default=None, description="The realm's POLARIS_TASK_TIMEOUT_MILLIS."
+    )
+    grace_ms: int | None = Field(
+        default=None, description="The realm's grace period; null: its lease timeout."
+    )
+    metadata_batch_size: int | None = Field(
+        default=None, description="The realm's TABLE_METADATA_CLEANUP_BATCH_SIZE."
+    )
+    unreferenced: str | None = Field(
+        default=None, description="The realm's own unreferenced mode: off, report or delete."
+    )
+    # Realms of one metastore may be served by different deployments.
+    polaris_version: str | None = Field(
+        default=None, description="The Polaris release serving the realm (1.7, 1.4.1)."
+    )
+
+    @field_validator("unreferenced")
+    @classmethod
+    def _mode(cls, value: str | None) -> str | None:
+        return None if value is None else UnreferencedMode.parse(value).value
+
+    @field_validator("polaris_version", mode="before")
+    @classmethod
+    def _release(cls, value: object) -> str | None:
+        return None if value is None else _release_text(value)
+
+    @model_validator(mode="after")
+    def _rules(self) -> RealmOverride:
+        check_lease_timing(self.lease_timeout_ms, self.grace_ms)
+        check_batch_size(self.metadata_batch_size)
+        return self
 
     @classmethod
     def from_json_obj(cls, value: object, *, realm: str = "?") -> RealmOverride:
@@ -147,21 +171,22 @@ class RealmOverride:
         Unknown keys and non-integer values are a ValueError naming the realm, so a
         typo in a setting is not silently the default.
         """
+        if isinstance(value, RealmOverride):
+            return value
         if not isinstance(value, Mapping):
             raise ValueError(f"realm {realm!r}: overrides must be a JSON object")
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(str(k) for k in value if k not in names)
+        unknown = sorted(str(k) for k in value if k not in cls.model_fields)
         if unknown:
             raise ValueError(f"realm {realm!r}: unknown override(s) {', '.join(unknown)}")
         for key, item in value.items():
             if key in _TEXT_OVERRIDES:
-                continue  # text, checked by __post_init__
+                continue  # text, checked by the validators
             if item is not None and (isinstance(item, bool) or not isinstance(item, int)):
                 raise ValueError(f"realm {realm!r}: {key} must be an integer")
         try:
             return cls(**{str(k): v for k, v in value.items()})
-        except ValueError as exc:
-            raise ValueError(f"realm {realm!r}: {exc}") from None
+        except ValidationError as exc:
+            raise ValueError(f"realm {realm!r}: {first_error(exc)}") from None
 
 
 @dataclass(frozen=True)
@@ -189,14 +214,13 @@ class LeasePolicy:
     realm_overrides: Mapping[str, RealmOverride] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
-        _check_timing(self.lease_timeout_ms, self.grace_ms)
+        check_lease_timing(self.lease_timeout_ms, self.grace_ms)
         if self.polaris_version is not None:
             object.__setattr__(self, "polaris_version", _release_text(self.polaris_version))
-        if self.max_attempts < 1:
-            raise ValueError("max attempts must be at least 1")
+        check_max_attempts(self.max_attempts)
         if self.backoff_base_ms < 0 or self.backoff_max_ms < self.backoff_base_ms:
             raise ValueError("backoff bounds must satisfy 0 <= base <= max")
-        _check_batch_size(self.metadata_batch_size)
+        check_batch_size(self.metadata_batch_size)
         object.__setattr__(self, "unreferenced", UnreferencedMode.parse(self.unreferenced))
         overrides = dict(self.realm_overrides)
         for realm, override in overrides.items():

@@ -103,7 +103,7 @@ def server(facts: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> I
         POLARIS_PIPELINE_MAX_ATTEMPTS=str(facts["max_attempts"]),
         POLARIS_PIPELINE_LEASE_TIMEOUT_MS=str(facts["lease_timeout_ms"]),
         # The first evaluation sweeps at once; none after it within the test.
-        POLARIS_PIPELINE_SWEEP_INTERVAL_S="3600",
+        POLARIS_PIPELINE_SWEEPER_INTERVAL_SECONDS="3600",
         # Under `dagster dev` the sweeper starts only when told to.
         POLARIS_PIPELINE_SWEEPER_AUTOSTART="true",
     )

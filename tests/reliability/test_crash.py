@@ -57,9 +57,9 @@ def _dagster_env(url: str, lease_ms: int) -> dict[str, str]:
         "POLARIS_PIPELINE_STORAGE_CONFIG": "",
         "POLARIS_PIPELINE_LEASE_TIMEOUT_MS": str(lease_ms),
         "POLARIS_PIPELINE_GRACE_MS": "0",
-        "POLARIS_PIPELINE_SWEEP_INTERVAL_S": "0",
-        "POLARIS_PIPELINE_SWEEP_JITTER": "0",
-        "POLARIS_PIPELINE_SWEEP_MAX_RUNS": "1",
+        "POLARIS_PIPELINE_SWEEPER_INTERVAL_SECONDS": "0",
+        "POLARIS_PIPELINE_SWEEPER_JITTER": "0",
+        "POLARIS_PIPELINE_SWEEPER_MAX_RUNS_PER_TICK": "1",
     }
 
 

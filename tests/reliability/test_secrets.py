@@ -226,7 +226,7 @@ def test_no_secret_in_dagster_runs(
         "POLARIS_PIPELINE_STORAGE_CONFIG": str(s.config_path),
         "POLARIS_PIPELINE_GRACE_MS": "0",
         "POLARIS_PIPELINE_MAX_ATTEMPTS": "1",
-        "POLARIS_PIPELINE_SWEEP_INTERVAL_S": "0",
+        "POLARIS_PIPELINE_SWEEPER_INTERVAL_SECONDS": "0",
     }
     scenario.load = LOAD
     scenario.fault = (

@@ -136,8 +136,8 @@ def daemon_env(config: DaemonConfig, home: Path) -> dict[str, str]:
             "POLARIS_METASTORE_URL": config.metastore_url,
             "POLARIS_PIPELINE_LEASE_TIMEOUT_MS": str(config.lease_timeout_ms),
             "POLARIS_PIPELINE_GRACE_MS": str(config.grace_ms),
-            "POLARIS_PIPELINE_SWEEP_INTERVAL_S": str(config.sweep_interval_s),
-            "POLARIS_PIPELINE_SWEEP_JITTER": str(config.sweep_jitter),
+            "POLARIS_PIPELINE_SWEEPER_INTERVAL_SECONDS": str(config.sweep_interval_s),
+            "POLARIS_PIPELINE_SWEEPER_JITTER": str(config.sweep_jitter),
             "PYTHONUNBUFFERED": "1",
         }
     )

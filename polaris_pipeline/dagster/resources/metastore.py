@@ -10,20 +10,17 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from typing import Any
 
-from dagster import ConfigurableResource
+from dagster import Config, ConfigurableResource, EnvVar
 from pydantic import Field
 
-from polaris_pipeline.execution.runner import DEFAULT_EXECUTOR_PREFIX, make_executor_id
+from polaris_pipeline.execution.runner import make_executor_id
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.connection import resolve_url, safe_url
+from polaris_pipeline.settings import MetastoreSection
 from polaris_pipeline.tasks.model import LeasePolicy, RealmOverride
-from polaris_pipeline.tasks.release import ALWAYS, TaskEvents
-from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
-
-# The library's defaults, written once in LeasePolicy.
-_DEFAULTS = LeasePolicy()
 
 _cache: dict[tuple[int, str, LeasePolicy], Metastore] = {}
 _cache_lock = threading.Lock()
@@ -54,124 +51,72 @@ def clear_metastore_cache() -> None:
         store.dispose()
 
 
-class PolarisMetastoreResource(ConfigurableResource):
+# The resource's fields of earlier releases, and the realm override each became.
+_RENAMED_REALM_FIELDS = {
+    "realm_unreferenced": "unreferenced",
+    "realm_polaris_version": "polaris_version",
+}
+
+
+def _renamed_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with the spellings of earlier releases replaced, with a warning."""
+    old = [k for k in (*_RENAMED_REALM_FIELDS, "write_task_events", "task_events_every_release")]
+    old = [k for k in old if k in values]
+    if not old:
+        return values
+    warnings.warn(
+        f"PolarisMetastoreResource {', '.join(old)}: deprecated; "
+        "use realm_overrides and task_events",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    values = dict(values)
+    overrides = {r: dict(_plain(o)) for r, o in (values.get("realm_overrides") or {}).items()}
+    for old_name, key in _RENAMED_REALM_FIELDS.items():
+        for realm, value in (values.pop(old_name, None) or {}).items():
+            overrides.setdefault(realm, {})[key] = value
+    if overrides:
+        values["realm_overrides"] = overrides
+    write = values.pop("write_task_events", None)
+    every = values.pop("task_events_every_release", None)
+    if write is not None:
+        values["task_events"] = ("always" if every else "true") if write else "false"
+    return values
+
+
+def _plain(override: Any) -> dict[str, Any]:
+    return (
+        override.model_dump(exclude_none=True) if isinstance(override, RealmOverride) else override
+    )
+
+
+class RealmOverrideConfig(Config, RealmOverride):
+    """A realm's own task policy in Dagster's config: ``RealmOverride`` with Dagster's base
+    (Dagster nests only its own config classes)."""
+
+
+class PolarisMetastoreResource(ConfigurableResource, MetastoreSection):
     """The Polaris metastore that holds the TASK entities, and how tasks are leased.
 
-    Set ``url`` with ``EnvVar("POLARIS_METASTORE_URL")``: the UI then shows the
-    variable's name, never the URL or its password.
+    Its fields are ``MetastoreSection``'s (the settings' metastore section). Set ``url``
+    with ``EnvVar("POLARIS_METASTORE_URL")``: the UI then shows the variable's name,
+    never the URL or its password.
     """
 
-    url: str = Field(
-        description=(
-            "SQLAlchemy URL of the Polaris metastore, e.g. "
-            "postgresql+psycopg://user:pass@host/polaris or sqlite:///polaris.db. "
-            "Pass it as EnvVar('POLARIS_METASTORE_URL') so the password stays out of the UI."
-        )
-    )
-    realms: list[str] | None = Field(
-        default=None, description="Realms to sweep; null sweeps every realm that has tasks."
-    )
-    lease_timeout_ms: int = Field(
-        default=_DEFAULTS.lease_timeout_ms,
-        description="Lease period; must equal Polaris's POLARIS_TASK_TIMEOUT_MILLIS.",
-    )
-    grace_ms: int | None = Field(
-        default=None,
-        description=(
-            "How old a never-leased task must be before the sweeper takes it (a Polaris "
-            "server may be running it in-process); null means the lease timeout."
-        ),
-    )
-    max_attempts: int = Field(
-        default=_DEFAULTS.max_attempts,
-        description="Attempts before a task is dead-lettered (then only requeue).",
-    )
-    metadata_batch_size: int = Field(
-        default=_DEFAULTS.metadata_batch_size,
-        description="Paths per metadata batch child; Polaris's TABLE_METADATA_CLEANUP_BATCH_SIZE.",
-    )
-    realm_overrides: dict[str, dict[str, int]] | None = Field(
-        default=None,
-        description=(
-            "Realm -> its own lease_timeout_ms, grace_ms, metadata_batch_size "
-            "(Polaris allows realm overrides of both)."
-        ),
-    )
-    realm_unreferenced: dict[str, str] | None = Field(
-        default=None,
-        description="Realm -> its own unreferenced mode (off, report, delete).",
-    )
-    polaris_version: str | None = Field(
-        default=None,
-        description=(
-            "The Polaris release serving the metastore (1.7, 1.4.1): the shape of the rows "
-            "we write (BATCH payload type, task events). Null: inferred per realm from the "
-            "rows Polaris wrote and the schema version (docs/polaris-releases.md)."
-        ),
-    )
-    realm_polaris_version: dict[str, str] | None = Field(
-        default=None,
-        description="Realm -> the Polaris release serving that realm.",
-    )
-    unreferenced: str = Field(
-        default=DEFAULT_UNREFERENCED_MODE.value,
-        description=(
-            "What a dropped table's run does, last, with the files under its location that "
-            "its metadata no longer names: off, report (list, delete nothing) or delete."
-        ),
-    )
-    write_task_events: bool = Field(
-        default=False,
-        description=(
-            "Write Polaris's BEFORE/AFTER_ATTEMPT_TASK rows to its events table where the "
-            "realm's Polaris release writes them (1.6 and later)."
-        ),
-    )
-    # Dagster's config types have no bool-or-word union: the settings' "always" is
-    # this second flag here.
-    task_events_every_release: bool = Field(
-        default=False,
-        description=(
-            "With write_task_events: write them for every release, those before 1.6 too "
-            "(which persist none themselves)."
-        ),
-    )
-    executor_prefix: str = Field(
-        default=DEFAULT_EXECUTOR_PREFIX,
-        description="First part of the executor ids written to lastAttemptExecutorId.",
+    url: str = Field(description=MetastoreSection.model_fields["url"].description)
+    # Dagster's own config class in place of the section's (a subclass of it).
+    realm_overrides: dict[str, RealmOverrideConfig] = Field(  # type: ignore[assignment]
+        default_factory=dict,
+        description=MetastoreSection.model_fields["realm_overrides"].description,
     )
 
-    def task_events(self) -> TaskEvents:
-        """The task-events setting these two fields spell (the Runner's argument)."""
-        if not self.write_task_events:
-            return False
-        return ALWAYS if self.task_events_every_release else True
+    def __init__(self, **values: Any) -> None:
+        super().__init__(**_renamed_fields(values))
 
-    def policy(self) -> LeasePolicy:
-        # A realm's text overrides are fields of their own (Dagster config has no
-        # mixed-type maps), merged here into its RealmOverride.
-        texts: dict[str, dict[str, str]] = {}
-        for key, by_realm in (
-            ("unreferenced", self.realm_unreferenced),
-            ("polaris_version", self.realm_polaris_version),
-        ):
-            for realm, value in (by_realm or {}).items():
-                texts.setdefault(realm, {})[key] = value
-        values: dict[str, dict[str, Any]] = {realm: {} for realm in texts}
-        values.update(self.realm_overrides or {})
-        overrides = {
-            realm: RealmOverride.from_json_obj({**v, **texts.get(realm, {})}, realm=realm)
-            for realm, v in values.items()
-        }
-        return LeasePolicy(
-            lease_timeout_ms=self.lease_timeout_ms,
-            grace_ms=self.grace_ms,
-            max_attempts=self.max_attempts,
-            metadata_batch_size=self.metadata_batch_size,
-            unreferenced=UnreferencedMode.parse(self.unreferenced),
-            polaris_version=self.polaris_version,
-            realm_overrides=overrides,
-        )
+    @classmethod
+    def from_section(cls, section: MetastoreSection, url: str | EnvVar) -> PolarisMetastoreResource:
+        """The resource of ``section``, its URL given as the UI should show it."""
+        return cls(**{**section.model_dump(exclude={"url"}), "url": url})
 
     def get_metastore(self) -> Metastore:
         """The shared Metastore of this process for this configuration."""

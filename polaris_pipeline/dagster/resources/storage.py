@@ -14,13 +14,11 @@ from __future__ import annotations
 import json
 import os
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dagster import ConfigurableResource
-from pydantic import Field
 
-from polaris_pipeline.errors import StorageConfigError
-from polaris_pipeline.settings import PipelineSettings, SettingsError
+from polaris_pipeline.settings import StorageSection
 from polaris_pipeline.storage.config import CONFIG_ENV_VAR, StorageConfig
 
 if TYPE_CHECKING:
@@ -35,43 +33,15 @@ def clear_storage_cache() -> None:
         _cache.clear()
 
 
-class PolarisStorageResource(ConfigurableResource):
-    """Filesystem options per location prefix, and the prefixes deletion is confined to."""
+class PolarisStorageResource(ConfigurableResource, StorageSection):
+    """Filesystem options per location prefix, and the prefixes deletion is confined to.
 
-    config_path: str | None = Field(
-        default=None,
-        description=(
-            "Storage config file (YAML or JSON); null reads $POLARIS_PIPELINE_STORAGE_CONFIG, "
-            "and with neither set, no rules apply (local files and the default credential chain)."
-        ),
-    )
-    locations: list[dict[str, Any]] | None = Field(
-        default=None,
-        description=(
-            "Inline instead of a file: [{prefix: s3://bucket/wh, options: {...}}]. "
-            "Write secrets as {env: NAME}."
-        ),
-    )
-    allowed_prefixes: list[str] | None = Field(
-        default=None,
-        description="Inline instead of a file: prefixes outside which nothing is deleted.",
-    )
-    deletion_record: str | None = Field(
-        default=None,
-        description=(
-            "fsspec URI prefix (s3://audit/polaris-pipeline/, file:///var/log/pp/) under which "
-            "every attempt that deletes anything writes the paths it deleted, one JSON Lines "
-            "file per attempt, reached through this storage config; null: no record."
-        ),
-    )
+    Its fields are ``StorageSection``'s; ``config_path`` unset reads
+    ``$POLARIS_PIPELINE_STORAGE_CONFIG`` when a run starts.
+    """
 
     def _key(self) -> str:
-        inline = self.locations is not None or self.allowed_prefixes is not None
-        if inline:
-            if self.config_path is not None:
-                raise StorageConfigError(
-                    "storage resource: set either config_path or locations/allowed_prefixes"
-                )
+        if self.locations is not None or self.allowed_prefixes is not None:
             body = {"locations": self.locations or [], "allowed_prefixes": self.allowed_prefixes}
             return "inline:" + json.dumps(body, sort_keys=True, default=repr)
         path = self.config_path or os.environ.get(CONFIG_ENV_VAR) or ""
@@ -101,13 +71,8 @@ class PolarisStorageResource(ConfigurableResource):
             return cached
 
     def get_deletion_record(self) -> str | None:
-        """The deletion record's prefix, checked by the setting's own rule; None: off."""
-        if self.deletion_record is None:
-            return None
-        try:
-            return PipelineSettings(deletion_record=self.deletion_record).deletion_record
-        except SettingsError as exc:
-            raise StorageConfigError(f"storage resource: {exc}") from None
+        """The deletion record's prefix (checked by the section); None: off."""
+        return self.deletion_record
 
     def get_config(self) -> StorageConfig:
         return self._load()[0]

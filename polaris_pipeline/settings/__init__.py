@@ -1,0 +1,51 @@
+"""Every setting of the engine, one typed schema of nested sections.
+
+The command line, ``build_defs``, the ``PolarisSweeper`` component and the
+environment all build these sections; the Dagster resources are the same models
+with Dagster's base added (``polaris_pipeline/dagster/resources``). Each field,
+default and rule is written once, in its section's module.
+"""
+
+from polaris_pipeline.settings.backlog import BacklogSection
+from polaris_pipeline.settings.leaks import LeakSection
+from polaris_pipeline.settings.metastore import DEFAULT_EXECUTOR_PREFIX, MetastoreSection
+from polaris_pipeline.settings.pipeline import (
+    DEPRECATED_VARIABLES,
+    ENV_VARIABLES,
+    PipelineSettings,
+    env_variable,
+)
+from polaris_pipeline.settings.retention import RetentionSection
+from polaris_pipeline.settings.section import Section, SettingsError
+from polaris_pipeline.settings.storage import DELETION_RECORD_ENV, StorageSection
+from polaris_pipeline.settings.sweeper import SweeperSection
+
+REALMS_ENV = ENV_VARIABLES[("metastore", "realms")]
+LEASE_TIMEOUT_ENV = ENV_VARIABLES[("metastore", "lease_timeout_ms")]
+GRACE_ENV = ENV_VARIABLES[("metastore", "grace_ms")]
+MAX_ATTEMPTS_ENV = ENV_VARIABLES[("metastore", "max_attempts")]
+UNREFERENCED_ENV = ENV_VARIABLES[("metastore", "unreferenced")]
+LEAK_MIN_AGE_ENV = ENV_VARIABLES[("leaks", "min_age_days")]
+
+__all__ = [
+    "DEFAULT_EXECUTOR_PREFIX",
+    "DELETION_RECORD_ENV",
+    "DEPRECATED_VARIABLES",
+    "ENV_VARIABLES",
+    "GRACE_ENV",
+    "LEAK_MIN_AGE_ENV",
+    "LEASE_TIMEOUT_ENV",
+    "MAX_ATTEMPTS_ENV",
+    "REALMS_ENV",
+    "UNREFERENCED_ENV",
+    "BacklogSection",
+    "LeakSection",
+    "MetastoreSection",
+    "PipelineSettings",
+    "RetentionSection",
+    "Section",
+    "SettingsError",
+    "StorageSection",
+    "SweeperSection",
+    "env_variable",
+]

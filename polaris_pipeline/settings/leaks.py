@@ -1,0 +1,48 @@
+"""The leaks section: the leak report's threshold, catalogs, schedule and reclaim age."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from polaris_pipeline.leaks.reclaim import MIN_AGE_FLOOR_DAYS
+from polaris_pipeline.settings.section import Section, at_least, finite, nonblank_cron
+
+
+class LeakSection(Section):
+    """The leak report's threshold, catalogs and schedule (off by default: it lists whole
+    catalogs), and the youngest object a reclaim deletes."""
+
+    max_bytes: int = Field(
+        default=0,
+        description="The check warns when more bytes than this are leaked (0: any leak).",
+    )
+    catalogs: list[str] | None = Field(
+        default=None, description="Catalogs whose locations are walked; null: every catalog."
+    )
+    cron: str = Field(default="0 4 * * 0", description="When the report's schedule ticks.")
+    # Below a day a reclaim could race a writer (a table being created at the root).
+    min_age_days: float = Field(
+        default=7.0,
+        description=(
+            f"A reclaim deletes only objects last modified at least this many days ago "
+            f"(at least {MIN_AGE_FLOOR_DAYS:g})."
+        ),
+    )
+
+    @field_validator("max_bytes")
+    @classmethod
+    def _bytes(cls, value: int) -> int:
+        at_least(value, 0, "the leaked bytes")
+        return value
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        return nonblank_cron(value)
+
+    @field_validator("min_age_days")
+    @classmethod
+    def _age(cls, value: float) -> float:
+        what = "a reclaim's minimum age in days"
+        at_least(finite(value, what), MIN_AGE_FLOOR_DAYS, what)
+        return value

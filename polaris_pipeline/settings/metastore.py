@@ -1,0 +1,195 @@
+"""The metastore section: where the tasks are, which realms, and each realm's task policy.
+
+``policy()`` resolves it into the ``LeasePolicy`` every ``Metastore`` and ``Runner``
+is built with, so no caller can leave a setting out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from polaris_pipeline.settings.section import Section
+from polaris_pipeline.tasks.model import (
+    LeasePolicy,
+    RealmOverride,
+    check_batch_size,
+    check_lease_timing,
+    check_max_attempts,
+)
+from polaris_pipeline.tasks.release import ALWAYS, PolarisRelease, TaskEvents, parse_task_events
+from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
+
+_POLICY = LeasePolicy()
+# The first part of the executor ids written to lastAttemptExecutorId.
+DEFAULT_EXECUTOR_PREFIX = "polaris-pipeline"
+
+
+class MetastoreSection(Section):
+    """The Polaris metastore that holds the TASK entities, and how tasks are leased."""
+
+    url: str | None = Field(
+        default=None,
+        description=(
+            "SQLAlchemy URL of the Polaris metastore, e.g. "
+            "postgresql+psycopg://user:pass@host/polaris or sqlite:///polaris.db. "
+            "In Dagster pass it as EnvVar('POLARIS_METASTORE_URL') so the password stays out "
+            "of the UI."
+        ),
+        json_schema_extra={"env": "POLARIS_METASTORE_URL"},
+    )
+    realms: list[str] | None = Field(
+        default=None, description="Realms to sweep; null sweeps every realm that has tasks."
+    )
+    lease_timeout_ms: int = Field(
+        default=_POLICY.lease_timeout_ms,
+        description="Lease period; must equal Polaris's POLARIS_TASK_TIMEOUT_MILLIS.",
+    )
+    grace_ms: int | None = Field(
+        default=_POLICY.grace_ms,
+        description=(
+            "How old a never-leased task must be before the sweeper takes it (a Polaris "
+            "server may be running it in-process); null means the lease timeout."
+        ),
+    )
+    max_attempts: int = Field(
+        default=_POLICY.max_attempts,
+        description="Attempts before a task is dead-lettered (then only requeue).",
+    )
+    metadata_batch_size: int = Field(
+        default=_POLICY.metadata_batch_size,
+        description="Paths per metadata batch child; Polaris's TABLE_METADATA_CLEANUP_BATCH_SIZE.",
+    )
+    polaris_version: str | None = Field(
+        default=_POLICY.polaris_version,
+        description=(
+            "The Polaris release serving the metastore (1.7, 1.4.1): the shape of the rows "
+            "we write (BATCH payload type, task events). Null: inferred per realm from the "
+            "rows Polaris wrote and the schema version (docs/polaris-releases.md)."
+        ),
+    )
+    unreferenced: Literal["off", "report", "delete"] = Field(
+        default=DEFAULT_UNREFERENCED_MODE.value,
+        description=(
+            "What a dropped table's run does, last, with the files under its location that "
+            "its metadata no longer names: off, report (list, delete nothing) or delete."
+        ),
+    )
+    realm_overrides: dict[str, RealmOverride] = Field(
+        default_factory=dict,
+        description=(
+            "Realm -> its own lease_timeout_ms, grace_ms, metadata_batch_size, unreferenced, "
+            "polaris_version (Polaris lets a realm override its task timeout and batch size)."
+        ),
+    )
+    task_events: Literal["false", "true", "always"] = Field(
+        default="false",
+        description=(
+            "Write Polaris's BEFORE/AFTER_ATTEMPT_TASK rows to its events table: true where "
+            "the realm's release writes them (1.6 and later), always for every release, "
+            "false (as Polaris's own listener) for none."
+        ),
+    )
+    executor_prefix: str = Field(
+        default=DEFAULT_EXECUTOR_PREFIX,
+        description="First part of the executor ids written to lastAttemptExecutorId.",
+    )
+
+    @field_validator("realms")
+    @classmethod
+    def _realms(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        realms = list(dict.fromkeys(r.strip() for r in value))
+        if not realms or not all(realms):
+            raise ValueError("each realm must be a non-empty name")
+        return realms
+
+    @field_validator("lease_timeout_ms", "grace_ms", "max_attempts", "metadata_batch_size")
+    @classmethod
+    def _policy_number(cls, value: int | None, info: ValidationInfo) -> int | None:
+        # One field at a time, so an error names its variable; the rules are the policy's.
+        if value is not None:
+            if info.field_name == "max_attempts":
+                check_max_attempts(value)
+            elif info.field_name == "metadata_batch_size":
+                check_batch_size(value)
+            elif info.field_name == "grace_ms":
+                check_lease_timing(None, value)
+            else:
+                check_lease_timing(value, None)
+        return value
+
+    @field_validator("polaris_version")
+    @classmethod
+    def _release(cls, value: str | None) -> str | None:
+        return None if value is None else PolarisRelease.normalise(value)
+
+    @field_validator("unreferenced", mode="before")
+    @classmethod
+    def _mode(cls, value: object) -> str:
+        return UnreferencedMode.parse(value).value
+
+    @field_validator("task_events", mode="before")
+    @classmethod
+    def _events(cls, value: object) -> str:
+        parsed = parse_task_events(value)
+        return ALWAYS if parsed == ALWAYS else str(bool(parsed)).lower()
+
+    @field_validator("realm_overrides", mode="before")
+    @classmethod
+    def _overrides(cls, value: object) -> object:
+        # Integers strictly (a quoted "60000" is a typo, not a number), errors naming
+        # the realm: RealmOverride's own reading. Plain mappings go on, so that a
+        # subclass's own override type (the Dagster resource's) is built from them.
+        if not isinstance(value, dict):
+            return value
+        return {
+            str(realm): RealmOverride.from_json_obj(_as_dict(o), realm=str(realm)).model_dump(
+                exclude_none=True
+            )
+            for realm, o in value.items()
+        }
+
+    @field_validator("executor_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the executor prefix must not be empty")
+        if any(c.isspace() for c in value):
+            raise ValueError("the executor prefix must not contain white space")
+        return value
+
+    @model_validator(mode="after")
+    def _policy_rules(self) -> MetastoreSection:
+        self.policy()  # LeasePolicy holds the rules that span fields
+        return self
+
+    def policy(self) -> LeasePolicy:
+        """The lease policy this section gives: every Metastore and Runner takes it."""
+        return LeasePolicy(
+            lease_timeout_ms=self.lease_timeout_ms,
+            grace_ms=self.grace_ms,
+            max_attempts=self.max_attempts,
+            metadata_batch_size=self.metadata_batch_size,
+            unreferenced=UnreferencedMode.parse(self.unreferenced),
+            polaris_version=self.polaris_version,
+            realm_overrides={
+                realm: RealmOverride(**_as_dict(o)) for realm, o in self.realm_overrides.items()
+            },
+        )
+
+    def events(self) -> TaskEvents:
+        """The task-events setting as the Runner takes it (False, True or "always")."""
+        return parse_task_events(self.task_events)
+
+    def realm_list(self) -> list[str] | None:
+        """``realms`` as the metastore's calls take it."""
+        return list(self.realms) if self.realms is not None else None
+
+
+def _as_dict(value: object) -> dict[str, Any]:
+    if isinstance(value, RealmOverride):
+        return value.model_dump(exclude_none=True)
+    return dict(value)  # type: ignore[call-overload]

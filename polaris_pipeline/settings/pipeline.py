@@ -1,0 +1,216 @@
+"""The whole configuration, its sections nested, read from the environment and from flags.
+
+Each variable is spelt from its field: ``POLARIS_PIPELINE_`` + the section's prefix +
+the field's name (``sweeper.interval_seconds`` is
+``POLARIS_PIPELINE_SWEEPER_INTERVAL_SECONDS``), unless the field names its own
+(``json_schema_extra={"env": ...}``: the metastore URL, the storage config) or none.
+The spellings of earlier releases keep working with a ``DeprecationWarning``.
+
+An unset or blank variable means the default. A bad value is a ``SettingsError``
+naming the variable (or the flag) and what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import typing
+import warnings
+from collections.abc import Mapping
+from types import NoneType, UnionType
+from typing import Any
+
+from pydantic import Field, ValidationError
+
+from polaris_pipeline.settings.backlog import BacklogSection
+from polaris_pipeline.settings.leaks import LeakSection
+from polaris_pipeline.settings.metastore import MetastoreSection
+from polaris_pipeline.settings.retention import RetentionSection
+from polaris_pipeline.settings.section import ENV_PREFIX, Section, SettingsError
+from polaris_pipeline.settings.storage import StorageSection
+from polaris_pipeline.settings.sweeper import SweeperSection
+
+
+class PipelineSettings(Section):
+    """What the engine, the CLI and the code location are configured with, by section."""
+
+    metastore: MetastoreSection = Field(default_factory=MetastoreSection)
+    storage: StorageSection = Field(default_factory=StorageSection)
+    sweeper: SweeperSection = Field(default_factory=SweeperSection)
+    backlog: BacklogSection = Field(default_factory=BacklogSection)
+    retention: RetentionSection = Field(default_factory=RetentionSection)
+    leaks: LeakSection = Field(default_factory=LeakSection)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> PipelineSettings:
+        """The defaults, with every variable of ``ENV_VARIABLES`` that is set and not blank."""
+        env = os.environ if environ is None else environ
+        sections: dict[str, Section] = {}
+        for section, section_type in _SECTIONS.items():
+            values: dict[str, Any] = {}
+            raws: dict[str, tuple[str, str]] = {}
+            for field, name in _fields(section):
+                found = _lookup(env, name, section, field)
+                if found is None:
+                    continue
+                variable, raw = found
+                try:
+                    values[field] = _parse(section_type.model_fields[field].annotation, raw)
+                except ValueError as exc:
+                    raise _named(variable, raw, field, str(exc)) from None
+                raws[field] = (variable, raw)
+            try:
+                sections[section] = section_type(**values)
+            except ValidationError as exc:
+                field = str(exc.errors()[0]["loc"][0]) if exc.errors()[0]["loc"] else ""
+                variable, raw = raws.get(field, (_section_variables(section), ""))
+                raise _named(variable, raw, field, _message(exc)) from None
+        return cls.model_validate(sections)
+
+    def with_overrides(
+        self,
+        changes: Mapping[str, Mapping[str, Any]],
+        labels: Mapping[tuple[str, str], str] | None = None,
+    ) -> PipelineSettings:
+        """These settings with each change that is not None (flags beat the environment).
+
+        ``changes``: section -> field -> value; ``labels`` names each (section, field)
+        as the user wrote it (a flag), for the error of a bad value.
+        """
+        sections: dict[str, Section] = {}
+        for section, fields in changes.items():
+            current: Section = getattr(self, section)
+            update = {k: v for k, v in fields.items() if v is not None}
+            if not update:
+                continue
+            try:
+                sections[section] = type(current)(**{**current.model_dump(), **update})
+            except ValidationError as exc:
+                field = str(exc.errors()[0]["loc"][0]) if exc.errors()[0]["loc"] else ""
+                label = (labels or {}).get((section, field), f"{section}.{field}")
+                value = update.get(field)
+                shown = ",".join(value) if isinstance(value, list | tuple) else value
+                raise SettingsError(f"{label} {shown!r}: {_message(exc)}") from None
+        return self.model_copy(update=sections)
+
+
+_SECTIONS: dict[str, type[Section]] = {
+    "metastore": MetastoreSection,
+    "storage": StorageSection,
+    "sweeper": SweeperSection,
+    "backlog": BacklogSection,
+    "retention": RetentionSection,
+    "leaks": LeakSection,
+}
+# The words a section's variables start with, after POLARIS_PIPELINE_.
+_ENV_SECTION = {
+    "metastore": "",
+    "storage": "STORAGE_",
+    "sweeper": "SWEEPER_",
+    "backlog": "BACKLOG_",
+    "retention": "RETENTION_",
+    "leaks": "LEAK_",
+}
+# Variables of earlier releases, spelt otherwise than their fields: read, with a warning.
+DEPRECATED_VARIABLES: dict[str, tuple[str, str]] = {
+    "POLARIS_PIPELINE_SWEEP_INTERVAL_S": ("sweeper", "interval_seconds"),
+    "POLARIS_PIPELINE_SWEEP_JITTER": ("sweeper", "jitter"),
+    "POLARIS_PIPELINE_SWEEP_MAX_RUNS": ("sweeper", "max_runs_per_tick"),
+    "POLARIS_PIPELINE_SWEEP_MAX_PENDING_RUNS": ("sweeper", "max_pending_runs"),
+    "POLARIS_PIPELINE_MAX_ORPHAN_AGE_S": ("backlog", "max_orphan_age_seconds"),
+}
+
+
+def env_variable(section: str, field: str) -> str | None:
+    """The variable that sets ``section.field``; None: none does."""
+    info = _SECTIONS[section].model_fields[field]
+    extra = info.json_schema_extra
+    if isinstance(extra, dict) and "env" in extra:
+        named = extra["env"]
+        return named if isinstance(named, str) else None
+    return f"{ENV_PREFIX}{_ENV_SECTION[section]}{field.upper()}"
+
+
+def _fields(section: str) -> list[tuple[str, str]]:
+    names = [(f, env_variable(section, f)) for f in _SECTIONS[section].model_fields]
+    return [(f, n) for f, n in names if n is not None]
+
+
+# Every variable the settings read, by (section, field).
+ENV_VARIABLES: dict[tuple[str, str], str] = {
+    (section, field): name for section in _SECTIONS for field, name in _fields(section)
+}
+
+
+def _lookup(env: Mapping[str, str], name: str, section: str, field: str) -> tuple[str, str] | None:
+    raw = env.get(name)
+    if raw is not None and raw.strip():
+        return name, raw
+    for old, target in DEPRECATED_VARIABLES.items():
+        if target == (section, field) and (env.get(old) or "").strip():
+            warnings.warn(f"{old} is deprecated: set {name}", DeprecationWarning, stacklevel=4)
+            return old, env[old]
+    return None
+
+
+def _parse(annotation: Any, raw: str) -> Any:
+    """``raw`` as the field's type wants it: the words of a variable are not JSON."""
+    kind = annotation
+    if isinstance(kind, UnionType) or typing.get_origin(kind) is typing.Union:
+        kinds = [k for k in typing.get_args(kind) if k is not NoneType]
+        kind = kinds[0]
+    origin = typing.get_origin(kind)
+    text = raw.strip()
+    if origin is list:
+        items = list(dict.fromkeys(item.strip() for item in text.split(",") if item.strip()))
+        if not items:
+            raise ValueError("names nothing (a comma-separated list, e.g. POLARIS,TEST)")
+        return items
+    if origin is dict:
+        try:
+            value = json.loads(text)
+        except ValueError:
+            raise ValueError('not JSON (e.g. {"TEST": {"lease_timeout_ms": 60000}})') from None
+        if not isinstance(value, dict):
+            raise ValueError("not a JSON object")
+        return value
+    if kind is bool:
+        return _boolean(text)
+    if kind is int:
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError("not an integer") from None
+    if kind is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise ValueError("not a number") from None
+    return text
+
+
+def _boolean(text: str) -> bool:
+    value = text.lower()
+    if value in ("true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off"):
+        return False
+    raise ValueError("not a boolean (true or false)")
+
+
+def _message(exc: ValidationError) -> str:
+    """The first problem, without the field the variable or flag already names."""
+    first = exc.errors()[0]
+    message = str(first["msg"]).removeprefix("Value error, ")
+    inner = ".".join(str(part) for part in first["loc"][1:])
+    return f"{inner}: {message}" if inner else message
+
+
+def _named(variable: str, raw: str, field: str, message: str) -> SettingsError:
+    # Name the variable; the URL's value may hold a password, the others not.
+    shown = "" if field == "url" or not raw else f"={raw.strip()!r}"
+    return SettingsError(f"{variable}{shown}: {message}")
+
+
+def _section_variables(section: str) -> str:
+    return " / ".join(name for _, name in _fields(section))

@@ -1,0 +1,58 @@
+"""What every section of the configuration shares: its model base and its checks.
+
+A section is a typed, frozen pydantic model (pyiceberg's models are the example).
+The Dagster resources are these sections with Dagster's base added, so each
+field, default and rule is declared once, here, and checked by pydantic wherever
+a section is built: from the environment, from flags, by ``build_defs`` or by the
+component's YAML.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from polaris_pipeline.errors import PolarisPipelineError
+from polaris_pipeline.storage.uri import split_uri
+
+# The prefix of every variable the package reads (but the metastore URL's).
+ENV_PREFIX = "POLARIS_PIPELINE_"
+
+
+class SettingsError(PolarisPipelineError, ValueError):
+    """A setting has a bad value; the message names its variable, flag or field."""
+
+
+class Section(BaseModel):
+    """One section of the configuration: frozen, and no key it does not know."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def finite(value: float, what: str) -> float:
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"{what} must be a finite number")
+    return value
+
+
+def at_least(value: float, bound: float, what: str) -> None:
+    if value < bound:
+        raise ValueError(f"{what} must be at least {bound:g}")
+
+
+def nonblank_cron(value: str) -> str:
+    # Dagster checks the expression itself when it builds the schedule.
+    if not value.strip():
+        raise ValueError("a schedule must be a cron expression")
+    return value.strip()
+
+
+def uri_prefix(value: str, what: str) -> str:
+    """``value`` as an fsspec URI prefix or absolute path, stripped; ValueError otherwise."""
+    text = value.strip()
+    scheme, rest = split_uri(text)
+    if not text or not scheme or not rest.strip("/"):
+        raise ValueError(
+            f"{what} is not an fsspec URI prefix or absolute path "
+            "(e.g. s3://audit/polaris-pipeline/ or file:///var/log/pp/)"
+        )
+    return text

@@ -1,0 +1,72 @@
+"""The storage section: where table files live, which prefixes may be deleted, the record.
+
+Either a storage config file (``config_path``, else no rules: local files and the
+default credential chain), or the same content inline (``locations``,
+``allowed_prefixes``). Secrets belong in the file or inline as ``{env: NAME}``,
+resolved when the config is loaded, so neither the UI nor the run config shows them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from polaris_pipeline.settings.section import Section, uri_prefix
+from polaris_pipeline.storage.config import CONFIG_ENV_VAR
+
+DELETION_RECORD_ENV = "POLARIS_PIPELINE_DELETION_RECORD"
+
+
+class StorageSection(Section):
+    """Filesystem options per location prefix, and the prefixes deletion is confined to."""
+
+    config_path: str | None = Field(
+        default=None,
+        description=(
+            "Storage config file (YAML or JSON); with none set, no rules apply (local files "
+            "and the default credential chain)."
+        ),
+        json_schema_extra={"env": CONFIG_ENV_VAR},
+    )
+    locations: list[dict[str, Any]] | None = Field(
+        default=None,
+        description=(
+            "Inline instead of a file: [{prefix: s3://bucket/wh, options: {...}}]. "
+            "Write secrets as {env: NAME}."
+        ),
+        json_schema_extra={"env": None},
+    )
+    allowed_prefixes: list[str] | None = Field(
+        default=None,
+        description="Inline instead of a file: prefixes outside which nothing is deleted.",
+        json_schema_extra={"env": None},
+    )
+    deletion_record: str | None = Field(
+        default=None,
+        description=(
+            "fsspec URI prefix (s3://audit/polaris-pipeline/, file:///var/log/pp/) under which "
+            "every attempt that deletes anything writes the paths it deleted, one JSON Lines "
+            "file per attempt, reached through this storage config; null: no record."
+        ),
+        json_schema_extra={"env": DELETION_RECORD_ENV},
+    )
+
+    @field_validator("config_path")
+    @classmethod
+    def _path(cls, value: str | None) -> str | None:
+        return value.strip() or None if value is not None else None
+
+    @field_validator("deletion_record")
+    @classmethod
+    def _record(cls, value: str | None) -> str | None:
+        # Checked when read, not at the first delete: a typo would otherwise fail
+        # every attempt of a sweep, one by one.
+        return None if value is None else uri_prefix(value, "the deletion record prefix")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> StorageSection:
+        inline = self.locations is not None or self.allowed_prefixes is not None
+        if inline and self.config_path is not None:
+            raise ValueError("set either config_path or locations/allowed_prefixes, not both")
+        return self
