@@ -23,8 +23,9 @@ task_job, retention_job = build_task_jobs(DEPLOYMENT.executor, DEFAULT_TRANSLATO
 jobs: list[JobDefinition | UnresolvedAssetJobDefinition] = [
     task_job,
     polaris_realm_backfill_job,
-    retention_job,
     polaris_leak_report_job,
+    # Run retention is opt-in: no job without an age to keep runs for.
+    *([retention_job] if resources["retention"].enabled else []),
 ]
 
 # The schedules read their settings (the retention age, the leak report's cron) from the

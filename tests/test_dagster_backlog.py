@@ -320,7 +320,12 @@ def test_settings_from_env() -> None:
         return (build_defs_from_env(env).resources or {})["backlog"]
 
     assert backlog_of({}).max_orphan_age_seconds == 3600
-    assert backlog_of({"POLARIS_PIPELINE_BACKLOG_MAX_ORPHAN_AGE_SECONDS": "900"}).max_orphan_age_seconds == 900
+    assert (
+        backlog_of(
+            {"POLARIS_PIPELINE_BACKLOG_MAX_ORPHAN_AGE_SECONDS": "900"}
+        ).max_orphan_age_seconds
+        == 900
+    )
     with pytest.raises(ValueError, match="POLARIS_PIPELINE_BACKLOG_MAX_ORPHAN_AGE_SECONDS"):
         backlog_of({"POLARIS_PIPELINE_BACKLOG_MAX_ORPHAN_AGE_SECONDS": "soon"})
 

@@ -190,7 +190,9 @@ def test_a_release_that_is_not_quoted_text_is_refused(
 def _load_resources(attributes: dict[str, Any]) -> dict[str, Any]:
     yaml = {**DEFS_YAML, "attributes": attributes}
     with create_defs_folder_sandbox() as sandbox:
-        defs_path = sandbox.scaffold_component(component_cls=PolarisSweeper, defs_yaml_contents=yaml)
+        defs_path = sandbox.scaffold_component(
+            component_cls=PolarisSweeper, defs_yaml_contents=yaml
+        )
         with sandbox.load_component_and_build_defs(defs_path=defs_path) as (_, defs):
             return dict(defs.resources or {})
 

@@ -32,7 +32,6 @@ from polaris_pipeline.dagster.resources import (
     SweeperSettings,
 )
 from polaris_pipeline.dagster.sweeper import SweepCursor, polaris_task_sweeper
-from polaris_pipeline.errors import StorageConfigError
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskState
 from tests.support.dagster import metastore_resource
@@ -58,12 +57,12 @@ def evaluate(
     *,
     cursor: str | None = None,
     sweeper: SweeperSettings | None = None,
+    storage: PolarisStorageResource | None = None,
 ) -> SensorResult | SkipReason:
-    with build_sensor_context(
-        instance=instance,
-        cursor=cursor,
-        resources={"metastore": metastore, "sweeper": sweeper or SweeperSettings()},
-    ) as context:
+    resources: dict[str, Any] = {"metastore": metastore, "sweeper": sweeper or SweeperSettings()}
+    if storage is not None:
+        resources["storage"] = storage
+    with build_sensor_context(instance=instance, cursor=cursor, resources=resources) as context:
         result = polaris_task_sweeper(context)
     assert isinstance(result, SensorResult | SkipReason)
     return result
@@ -271,8 +270,8 @@ def test_an_idle_sweep_reports_the_backlog_from_the_count_its_skip_reason_made(
         assert len(counts) == 1, counts
     # A configuration error reports nothing, and keeps when the last report was.
     cursor = SweepCursor(next_sweep_ms=0, reported_ms=12_345).dump()
-    broken = metastore_resource(metastore, lease_timeout_ms=-1)
-    failed = evaluate(broken, instance, cursor=cursor)
+    missing = PolarisStorageResource(config_path="/nonexistent/storage.yaml")
+    failed = evaluate(resource, instance, cursor=cursor, storage=missing)
     assert isinstance(failed, SensorResult) and failed.asset_events == []
     assert SweepCursor.parse(failed.cursor).reported_ms == 12_345
 
@@ -411,14 +410,11 @@ def test_configuration_errors_select_nothing_and_say_why(
     with build_sensor_context(instance=instance, resources=missing) as context:
         assert "StorageConfigError" in skip(polaris_task_sweeper(context))
 
-    bad_policy = {**resources, "storage": PolarisStorageResource()}
-    bad_policy["metastore"] = metastore_resource(metastore, lease_timeout_ms=0)
-    with build_sensor_context(instance=instance, resources=bad_policy) as context:
-        assert "lease timeout must be positive" in skip(polaris_task_sweeper(context))
-
-    bad_settings = {**resources, "sweeper": SweeperSettings(jitter=-1)}
-    with build_sensor_context(instance=instance, resources=bad_settings) as context:
-        assert "sweeper settings" in skip(polaris_task_sweeper(context))
+    # A bad policy or cadence is refused where the resource is built, before any tick.
+    with pytest.raises(ValueError, match="lease timeout must be positive"):
+        metastore_resource(metastore, lease_timeout_ms=0)
+    with pytest.raises(ValueError, match="the jitter is a fraction of the interval"):
+        SweeperSettings(jitter=-1)
 
     # Nothing was touched, and a good config selects the task.
     row = metastore.get_task("A", task.id)
@@ -583,13 +579,17 @@ def test_storage_resource_inline_or_file(tmp_path: Any, monkeypatch: pytest.Monk
     monkeypatch.setenv("POLARIS_PIPELINE_STORAGE_CONFIG", str(path))
     assert PolarisStorageResource().get_config().allowed_prefixes == ("file:///data/wh",)
 
-    with pytest.raises(StorageConfigError, match="either config_path or locations"):
-        PolarisStorageResource(config_path=str(path), allowed_prefixes=["s3://b"]).get_config()
+    # Refused where it is built: the two sources would disagree.
+    with pytest.raises(ValueError, match="either config_path or locations"):
+        PolarisStorageResource(config_path=str(path), allowed_prefixes=["s3://b"])
 
 
 def test_sweeper_settings_from_env() -> None:
     defs = build_defs_from_env(
-        {"POLARIS_PIPELINE_SWEEPER_INTERVAL_SECONDS": "30", "POLARIS_PIPELINE_SWEEPER_MAX_RUNS_PER_TICK": "50"}
+        {
+            "POLARIS_PIPELINE_SWEEPER_INTERVAL_SECONDS": "30",
+            "POLARIS_PIPELINE_SWEEPER_MAX_RUNS_PER_TICK": "50",
+        }
     )
     settings = (defs.resources or {})["sweeper"]
     assert (settings.interval_seconds, settings.max_runs_per_tick, settings.jitter) == (30, 50, 0.2)
@@ -708,7 +708,10 @@ def test_the_tick_cap_counts_runs_so_one_tables_orphans_are_one_run(
 
 def test_the_sensor_page_states_the_real_cadence() -> None:
     defs = build_defs_from_env(
-        {"POLARIS_PIPELINE_SWEEPER_INTERVAL_SECONDS": "120", "POLARIS_PIPELINE_SWEEPER_JITTER": "0.25"}
+        {
+            "POLARIS_PIPELINE_SWEEPER_INTERVAL_SECONDS": "120",
+            "POLARIS_PIPELINE_SWEEPER_JITTER": "0.25",
+        }
     )
     description = defs.resolve_sensor_def(polaris_task_sweeper.name).description or ""
     assert "every 120 s plus up to 30 s of random jitter (25%)" in description

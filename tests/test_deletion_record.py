@@ -7,6 +7,7 @@ a crash after the first chunk leaves that chunk recorded.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import subprocess
@@ -21,9 +22,10 @@ from pyiceberg.table import Table
 
 from polaris_pipeline.cleanup.batch import run_batch_cleanup
 from polaris_pipeline.cleanup.context import CleanupContext
+from polaris_pipeline.cli.context import settings_for
 from polaris_pipeline.dagster.definitions import build_defs, build_defs_from_env
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
-from polaris_pipeline.errors import LeaseLost, StorageConfigError
+from polaris_pipeline.errors import LeaseLost
 from polaris_pipeline.execution.outcome import Status
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore
@@ -325,13 +327,13 @@ def test_the_cli_sweep_records_and_its_dry_run_writes_nothing(
 def test_the_setting_reaches_the_cli_env_and_the_dagster_storage_resource(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    assert PipelineSettings().deletion_record is None  # off by default
+    assert PipelineSettings().storage.deletion_record is None  # off by default
     env = {"POLARIS_PIPELINE_DELETION_RECORD": "s3://audit/pp/"}
-    assert PipelineSettings.from_env(env).deletion_record == "s3://audit/pp/"
+    assert PipelineSettings.from_env(env).storage.deletion_record == "s3://audit/pp/"
     with pytest.raises(SettingsError, match="POLARIS_PIPELINE_DELETION_RECORD"):
         PipelineSettings.from_env({"POLARIS_PIPELINE_DELETION_RECORD": "relative/dir"})
     with pytest.raises(SettingsError, match="--deletion-record"):
-        PipelineSettings().with_overrides(deletion_record="audit")
+        settings_for(argparse.Namespace(deletion_record="audit"))
 
     resources = dict(build_defs(deletion_record="s3://audit/pp/").resources or {})
     assert resources["storage"].get_deletion_record() == "s3://audit/pp/"
@@ -345,8 +347,8 @@ def test_the_setting_reaches_the_cli_env_and_the_dagster_storage_resource(
         build_defs(
             storage=PolarisStorageResource(deletion_record="s3://a/"), deletion_record="s3://b/"
         )
-    with pytest.raises(StorageConfigError, match="deletion_record 'nowhere'"):
-        PolarisStorageResource(deletion_record="nowhere").get_deletion_record()
+    with pytest.raises(ValueError, match=r"deletion_record\n.*not an fsspec URI prefix"):
+        PolarisStorageResource(deletion_record="nowhere")
 
     monkeypatch.setenv("POLARIS_PIPELINE_DELETION_RECORD", "file:///var/log/pp/")
     from_env = dict(build_defs_from_env().resources or {})

@@ -268,7 +268,9 @@ def test_always_writes_events_for_a_release_that_has_none(
 )
 def test_the_task_events_setting_reads_true_false_and_always(raw: str, value: object) -> None:
     assert parse_task_events(raw) == value
-    assert PipelineSettings.from_env({"POLARIS_PIPELINE_TASK_EVENTS": raw}).task_events == value
+    assert (
+        PipelineSettings.from_env({"POLARIS_PIPELINE_TASK_EVENTS": raw}).metastore.events() == value
+    )
 
 
 @pytest.mark.parametrize("raw", ["sometimes", "2", ""])
@@ -440,8 +442,8 @@ def test_without_the_opentelemetry_package_nothing_breaks(
 
 @pytest.mark.parametrize(("raw", "value"), [("true", True), ("always", "always"), ("no", False)])
 def test_the_deployment_hands_always_to_its_runs(raw: str, value: object) -> None:
-    """Dagster's config has no bool-or-word type: ``always`` travels as the metastore
-    resource's second flag, and its runs' Runner gets the setting back whole."""
+    """``always`` travels as the metastore resource's ``task_events`` word, and its runs'
+    Runner gets the setting back whole."""
     defs = build_defs_from_env({"POLARIS_PIPELINE_TASK_EVENTS": raw})
     resource = (defs.resources or {})["metastore"]
-    assert resource.task_events() == value
+    assert resource.events() == value

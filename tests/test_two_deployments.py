@@ -80,9 +80,7 @@ def run_deployment(
     )
     storage = PolarisStorageResource(allowed_prefixes=[allowed_prefix])
     # A short jittered cadence; a full tick (a backlog) sweeps again at once.
-    sweeper = SweeperSettings(
-        interval_seconds=0.3, jitter=0.5, max_runs_per_tick=MAX_RUNS_PER_TICK
-    ).validated()
+    sweeper = SweeperSettings(interval_seconds=0.3, jitter=0.5, max_runs_per_tick=MAX_RUNS_PER_TICK)
     store = metastore.get_metastore()
     with DagsterInstance.from_config(str(home)) as instance:
         (home / "ready").touch()

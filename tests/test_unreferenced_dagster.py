@@ -101,7 +101,7 @@ def test_report_mode_is_the_default_and_deletes_nothing(
 def test_a_realm_override_turns_it_off(
     store: Metastore, local_warehouse: Warehouse, instance: DagsterInstance
 ) -> None:
-    overrides: dict[str, Any] = {"realm_unreferenced": {"POLARIS": "off"}}
+    overrides: dict[str, Any] = {"realm_overrides": {"POLARIS": {"unreferenced": "off"}}}
     table, _, unreferenced, result = _run(
         store, local_warehouse, instance, unreferenced="delete", **overrides
     )
@@ -133,7 +133,10 @@ def test_an_overlap_is_a_recorded_refusal_not_a_failure(
     [
         ({"unreferenced": "delete"}, True),
         ({"unreferenced": "report"}, False),
-        ({"unreferenced": "report", "realm_unreferenced": {"POLARIS": "delete"}}, True),
+        (
+            {"unreferenced": "report", "realm_overrides": {"POLARIS": {"unreferenced": "delete"}}},
+            True,
+        ),
     ],
     ids=["delete", "report", "realm-override-delete"],
 )
