@@ -1,0 +1,45 @@
+"""The backlog resource: thresholds of the backlog checks, and how often the sweeper
+reports them."""
+
+from __future__ import annotations
+
+from dagster import ConfigurableResource
+from pydantic import Field
+
+from polaris_pipeline.settings import DEFAULT_MAX_ORPHAN_AGE_S
+
+
+class BacklogSettings(ConfigurableResource):
+    """Thresholds of the backlog checks, and how often the sweeper reports them."""
+
+    max_orphan_age_seconds: float = Field(
+        default=DEFAULT_MAX_ORPHAN_AGE_S,
+        description=(
+            "An orphan (a task available to the sweepers) waiting longer than this fails the "
+            "no_stale_orphans check: the sweepers are not keeping up, or not running."
+        ),
+    )
+    many_attempts: int = Field(
+        default=3,
+        description=(
+            "A task backing off after this many attempts or more fails the no_failing_tasks "
+            "check (WARN): it keeps failing for a reason an operator should look at."
+        ),
+    )
+    freshness_intervals: float = Field(
+        default=3,
+        description=(
+            "The sweeper_is_sweeping check fails when the sweeper has not swept for this many "
+            "of its longest intervals (interval_seconds x (1 + jitter))."
+        ),
+    )
+    sample_size: int = Field(
+        default=5, description="How many tasks a failed check lists in its metadata."
+    )
+    report_interval_seconds: float = Field(
+        default=60,
+        description=(
+            "The sweeper reports the backlog (the asset's numbers and its checks) with a sweep "
+            "at most this often: a backlog sweeps at every evaluation, the report need not."
+        ),
+    )
