@@ -93,7 +93,7 @@ def _seed(url: str, n_tasks: int, n_entities: int) -> None:
 def run(quick: bool = False) -> BenchResult:
     from dagster import DagsterInstance
 
-    from polaris_pipeline.dagster.backlog_report import BacklogSettings
+    from polaris_pipeline.dagster.backlog import BacklogSettings
     from polaris_pipeline.dagster.resources import (
         PolarisMetastoreResource,
         SweeperSettings,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from polaris_pipeline.cleanup import dispatch
-from polaris_pipeline.cleanup.common import new_child
+from polaris_pipeline.cleanup.children import new_child
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
 from polaris_pipeline.cleanup.stages import (
     CHILD_STAGES,

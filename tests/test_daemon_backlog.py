@@ -13,15 +13,13 @@ from typing import Any
 import pytest
 from dagster import AssetCheckKey, AssetKey, AssetRecordsFilter
 
-from polaris_pipeline.dagster.backlog_report import (
-    ASSET_NAME,
+from polaris_pipeline.dagster.backlog.checks import (
     DEAD_CHECK,
     FAILING_CHECK,
     FRESHNESS_CHECK,
     ORPHAN_CHECK,
-    TOTAL_KEY,
-    realm_key,
 )
+from polaris_pipeline.dagster.backlog.report import ASSET_NAME, TOTAL_KEY, realm_key
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Prop
 from tests.support.daemon import DaemonHarness

@@ -41,14 +41,19 @@ from polaris_pipeline.dagster.alerts import (
 )
 from polaris_pipeline.dagster.backlog import (
     BACKLOG_CHECKS,
-    polaris_sweeper_watch,
+    WATCH_NAME,
+    BacklogSettings,
     polaris_task_backlog,
 )
-from polaris_pipeline.dagster.backlog_report import BacklogSettings
 from polaris_pipeline.dagster.resources import SweeperSettings
-from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
+from polaris_pipeline.dagster.sweeper import SENSOR_NAME
 from polaris_pipeline.metastore import Metastore
-from tests.support.dagster import alert_sensors_from_env, metastore_resource
+from tests.support.dagster import (
+    alert_sensors_from_env,
+    deployed_sensor,
+    metastore_resource,
+    sweeper_resources,
+)
 from tests.support.tasks import seed
 
 # -- real destinations on 127.0.0.1 ----------------------------------------------------
@@ -278,12 +283,8 @@ def test_check_alert_pages_once_when_a_check_starts_failing(
 ) -> None:
     def refresh() -> None:
         """A sweep and a watch tick, their check evaluations stored as the daemon stores them."""
-        resources = {
-            "metastore": metastore_resource(metastore),
-            "backlog": BacklogSettings(),
-            "sweeper": SweeperSettings(),
-        }
-        for sensor_def in (polaris_task_sweeper, polaris_sweeper_watch):
+        resources = sweeper_resources(metastore_resource(metastore))
+        for sensor_def in map(deployed_sensor, (SENSOR_NAME, WATCH_NAME)):
             with build_sensor_context(instance=instance, resources=resources) as context:
                 result = sensor_def(context)
             assert isinstance(result, SensorResult)

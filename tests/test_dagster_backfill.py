@@ -34,11 +34,11 @@ from polaris_pipeline.dagster.resources import (
     PolarisStorageResource,
     SweeperSettings,
 )
-from polaris_pipeline.dagster.sweeper import SweepCursor, polaris_task_sweeper
+from polaris_pipeline.dagster.sweeper import SENSOR_NAME, SweepCursor
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.formatting import iso_utc
 from polaris_pipeline.tasks.model import NewTask, Prop
-from tests.support.dagster import metastore_resource
+from tests.support.dagster import deployed_sensor, metastore_resource, sweeper_resources
 from tests.support.tasks import batch_task, seed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,9 +56,9 @@ def tick(
     with build_sensor_context(
         instance=instance,
         cursor=cursor,
-        resources={"metastore": metastore, "sweeper": SweeperSettings(interval_seconds=60)},
+        resources=sweeper_resources(metastore, SweeperSettings(interval_seconds=60)),
     ) as context:
-        result = polaris_task_sweeper(context)
+        result = deployed_sensor(SENSOR_NAME)(context)
     assert isinstance(result, SensorResult)
     return result
 

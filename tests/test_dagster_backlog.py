@@ -28,25 +28,27 @@ from dagster import (
 
 from polaris_pipeline.dagster.backlog import (
     BACKLOG_CHECKS,
-    polaris_sweeper_watch,
+    WATCH_NAME,
+    BacklogSettings,
     polaris_task_backlog,
 )
-from polaris_pipeline.dagster.backlog_report import (
-    ASSET_NAME,
+from polaris_pipeline.dagster.backlog.checks import (
     DEAD_CHECK,
     FAILING_CHECK,
     FRESHNESS_CHECK,
-    OLDEST_ORPHAN_KEY,
     ORPHAN_CHECK,
+)
+from polaris_pipeline.dagster.backlog.report import (
+    ASSET_NAME,
+    OLDEST_ORPHAN_KEY,
     TOTAL_KEY,
-    BacklogSettings,
     realm_key,
 )
 from polaris_pipeline.dagster.definitions import build_defs_from_env
 from polaris_pipeline.dagster.leaks import LEAKS_ASSET, LEAKS_SCHEDULE
 from polaris_pipeline.dagster.resources import SweeperSettings
 from polaris_pipeline.dagster.retention import RETENTION_JOB_NAME, RETENTION_SCHEDULE_NAME
-from polaris_pipeline.dagster.sweeper import SweepCursor, polaris_task_sweeper
+from polaris_pipeline.dagster.sweeper import SENSOR_NAME, SweepCursor
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import (
     LeasePolicy,
@@ -57,7 +59,7 @@ from polaris_pipeline.tasks.model import (
     TaskState,
 )
 from polaris_pipeline.tasks.summary import orphaned_since_ms
-from tests.support.dagster import metastore_resource
+from tests.support.dagster import deployed_sensor, metastore_resource, sweeper_resources
 from tests.support.tasks import batch_task, seed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -384,13 +386,13 @@ def sweep(store: Metastore, instance: DagsterInstance, cursor: str | None = None
     with build_sensor_context(
         instance=instance,
         cursor=cursor,
-        resources={
-            "metastore": metastore_resource(store),
-            "sweeper": SweeperSettings(interval_seconds=60),
-            "backlog": BacklogSettings(max_orphan_age_seconds=1800),
-        },
+        resources=sweeper_resources(
+            metastore_resource(store),
+            SweeperSettings(interval_seconds=60),
+            backlog=BacklogSettings(max_orphan_age_seconds=1800),
+        ),
     ) as context:
-        result = polaris_task_sweeper(context)
+        result = deployed_sensor(SENSOR_NAME)(context)
     assert isinstance(result, SensorResult)
     for event in result.asset_events:
         instance.report_runless_asset_event(event)
@@ -463,7 +465,7 @@ def test_the_watch_reports_the_sweepers_freshness(instance: DagsterInstance) -> 
         instance=instance,
         resources={"sweeper": SweeperSettings(), "backlog": BacklogSettings()},
     ) as context:
-        result = polaris_sweeper_watch(context)
+        result = deployed_sensor(WATCH_NAME)(context)
     assert isinstance(result, SensorResult) and not result.run_requests
     [evaluation] = result.asset_events
     assert isinstance(evaluation, AssetCheckEvaluation)

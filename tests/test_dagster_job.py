@@ -34,7 +34,7 @@ from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
     PolarisStorageResource,
 )
-from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
+from polaris_pipeline.dagster.sweeper import SENSOR_NAME
 from polaris_pipeline.dagster.task_job import (
     MULTIPROCESS_EXECUTOR,
     build_polaris_task_job,
@@ -700,7 +700,7 @@ def test_multiprocess_run_on_a_postgres_instance(
     with _postgres_instance(tmp_path / "dagster_home", dagster_pg_url) as instance:
         resources = dict(definitions.defs.resources or {})
         with build_sensor_context(instance=instance, resources=resources) as context:
-            result = polaris_task_sweeper(context)
+            result = definitions.defs.resolve_sensor_def(SENSOR_NAME)(context)
         assert isinstance(result, SensorResult)
         [request] = result.run_requests or []
         started = time.monotonic()

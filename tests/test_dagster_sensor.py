@@ -31,10 +31,10 @@ from polaris_pipeline.dagster.resources import (
     PolarisStorageResource,
     SweeperSettings,
 )
-from polaris_pipeline.dagster.sweeper import SweepCursor, polaris_task_sweeper
+from polaris_pipeline.dagster.sweeper import SENSOR_NAME, SweepCursor
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskState
-from tests.support.dagster import metastore_resource
+from tests.support.dagster import deployed_sensor, metastore_resource, sweeper_resources
 from tests.support.tasks import batch_task, purge_child, seed
 
 GRACE_MS = 30_000
@@ -59,11 +59,12 @@ def evaluate(
     sweeper: SweeperSettings | None = None,
     storage: PolarisStorageResource | None = None,
 ) -> SensorResult | SkipReason:
-    resources: dict[str, Any] = {"metastore": metastore, "sweeper": sweeper or SweeperSettings()}
-    if storage is not None:
-        resources["storage"] = storage
-    with build_sensor_context(instance=instance, cursor=cursor, resources=resources) as context:
-        result = polaris_task_sweeper(context)
+    with build_sensor_context(
+        instance=instance,
+        cursor=cursor,
+        resources=sweeper_resources(metastore, sweeper, storage=storage),
+    ) as context:
+        result = deployed_sensor(SENSOR_NAME)(context)
     assert isinstance(result, SensorResult | SkipReason)
     return result
 
@@ -396,19 +397,17 @@ def test_configuration_errors_select_nothing_and_say_why(
             assert not result.run_requests
         return reason.skip_message
 
-    resources = {
-        "metastore": metastore_resource(metastore),
-        "sweeper": SweeperSettings(),
-        "storage": PolarisStorageResource(config_path=str(typo)),
-    }
+    resources = sweeper_resources(
+        metastore_resource(metastore), storage=PolarisStorageResource(config_path=str(typo))
+    )
     with build_sensor_context(instance=instance, resources=resources) as context:
-        message = skip(polaris_task_sweeper(context))
+        message = skip(deployed_sensor(SENSOR_NAME)(context))
     assert message.startswith("configuration error, nothing selected (every run would fail): ")
     assert "StorageConfigError" in message and "secret-value" not in message
 
     missing = {**resources, "storage": PolarisStorageResource(config_path=str(tmp_path / "no"))}
     with build_sensor_context(instance=instance, resources=missing) as context:
-        assert "StorageConfigError" in skip(polaris_task_sweeper(context))
+        assert "StorageConfigError" in skip(deployed_sensor(SENSOR_NAME)(context))
 
     # A bad policy or cadence is refused where the resource is built, before any tick.
     with pytest.raises(ValueError, match="lease timeout must be positive"):
@@ -421,7 +420,7 @@ def test_configuration_errors_select_nothing_and_say_why(
     assert row is not None and row.executor_id is None
     good = {**resources, "storage": PolarisStorageResource()}
     with build_sensor_context(instance=instance, resources=good) as context:
-        result = polaris_task_sweeper(context)
+        result = deployed_sensor(SENSOR_NAME)(context)
     assert isinstance(result, SensorResult) and len(result.run_requests or []) == 1
 
 
@@ -437,13 +436,9 @@ def test_an_unreachable_metastore_is_not_a_configuration_error(
     instance: DagsterInstance, tmp_path: Any
 ) -> None:
     def skip_message(metastore: PolarisMetastoreResource) -> str:
-        resources = {
-            "metastore": metastore,
-            "sweeper": SweeperSettings(),
-            "storage": PolarisStorageResource(),
-        }
+        resources = sweeper_resources(metastore)
         with build_sensor_context(instance=instance, resources=resources) as context:
-            result = polaris_task_sweeper(context)
+            result = deployed_sensor(SENSOR_NAME)(context)
         assert isinstance(result, SensorResult) and not result.run_requests
         assert result.skip_reason is not None and result.skip_reason.skip_message is not None
         return result.skip_reason.skip_message
@@ -470,7 +465,7 @@ def test_the_deployed_sensor_requires_the_storage_resource() -> None:
     from polaris_pipeline.dagster.definitions import build_defs
 
     defs = build_defs(metastore_url="sqlite:///unused.db")
-    [sensor_def] = [s for s in defs.sensors or [] if s.name == polaris_task_sweeper.name]
+    [sensor_def] = [s for s in defs.sensors or [] if s.name == SENSOR_NAME]
     assert "storage" in sensor_def.required_resource_keys
 
 
@@ -530,7 +525,7 @@ def test_definitions_sensor_reads_the_url_from_the_environment(
 
     defs = definitions.defs
     assert defs.sensors is not None
-    [sweeper] = [s for s in defs.sensors if s.name == polaris_task_sweeper.name]
+    [sweeper] = [s for s in defs.sensors if s.name == SENSOR_NAME]
     # The resources exactly as the code location binds them (EnvVar unresolved until now).
     with build_sensor_context(instance=instance, resources=dict(defs.resources or {})) as context:
         result = sweeper(context)
@@ -713,7 +708,7 @@ def test_the_sensor_page_states_the_real_cadence() -> None:
             "POLARIS_PIPELINE_SWEEPER_JITTER": "0.25",
         }
     )
-    description = defs.resolve_sensor_def(polaris_task_sweeper.name).description or ""
+    description = defs.resolve_sensor_def(SENSOR_NAME).description or ""
     assert "every 120 s plus up to 30 s of random jitter (25%)" in description
     assert "(every 10 s)" in description  # the evaluation interval, named as such
 

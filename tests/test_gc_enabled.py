@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from polaris_pipeline.cleanup.common import gc_disabling_value, gc_enabled
+from polaris_pipeline.cleanup.gc_policy import gc_disabling_value, gc_enabled
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.tasks.manifest_codec import encode_manifest_file, manifest_ref_from_pyiceberg

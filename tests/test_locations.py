@@ -26,7 +26,7 @@ from pyiceberg.table import Table
 
 from polaris_pipeline.cli import main
 from polaris_pipeline.dagster.resources import PolarisStorageResource, SweeperSettings
-from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
+from polaris_pipeline.dagster.sweeper import SENSOR_NAME
 from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.execution.runner import Runner, Status, TaskOutcome
 from polaris_pipeline.metastore import Metastore
@@ -51,7 +51,7 @@ from tests.support.catalog_storage import (
     gcs_storage_info,
     iam_s3_table,
 )
-from tests.support.dagster import metastore_resource
+from tests.support.dagster import deployed_sensor, metastore_resource, sweeper_resources
 from tests.support.gcs import FakeGcs, fake_gcs  # noqa: F401
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.s3 import MotoIam
@@ -431,9 +431,11 @@ def test_dagster_job_purges_a_table_whose_storage_location_is_hadoop_s_spelling(
     with DagsterInstance.local_temp(str(home)) as instance:
         with build_sensor_context(
             instance=instance,
-            resources={"metastore": resource, "sweeper": SweeperSettings(interval_seconds=0)},
+            resources=sweeper_resources(
+                resource, SweeperSettings(interval_seconds=0), storage=storage
+            ),
         ) as context:
-            result = polaris_task_sweeper(context)
+            result = deployed_sensor(SENSOR_NAME)(context)
         assert isinstance(result, SensorResult)
         [request] = result.run_requests or []
         run = polaris_task_job.execute_in_process(

@@ -21,11 +21,12 @@ from polaris_pipeline.dagster.resources import (
     PolarisStorageResource,
     SweeperSettings,
 )
-from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
+from polaris_pipeline.dagster.sweeper import SENSOR_NAME
 from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask
 from polaris_pipeline.testing import tasks as testing_tasks
+from tests.support.dagster import deployed_sensor, sweeper_resources
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.tasks import batch_task
 
@@ -76,9 +77,11 @@ def _sweep_and_run(
     metastore = _resource(store)
     with build_sensor_context(
         instance=instance,
-        resources={"metastore": metastore, "sweeper": SweeperSettings(interval_seconds=0)},
+        resources=sweeper_resources(
+            metastore, SweeperSettings(interval_seconds=0), storage=storage
+        ),
     ) as context:
-        evaluation = polaris_task_sweeper(context)
+        evaluation = deployed_sensor(SENSOR_NAME)(context)
     assert isinstance(evaluation, SensorResult), evaluation
     [request] = evaluation.run_requests or []
     return polaris_task_job.execute_in_process(

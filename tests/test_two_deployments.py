@@ -72,8 +72,9 @@ def run_deployment(
         PolarisStorageResource,
         SweeperSettings,
     )
-    from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
+    from polaris_pipeline.dagster.sweeper import SENSOR_NAME
     from polaris_pipeline.dagster.task_job import polaris_task_job
+    from tests.support.dagster import deployed_sensor, sweeper_resources
 
     metastore = PolarisMetastoreResource(
         url=metastore_url, realms=[REALM], lease_timeout_ms=LEASE_TIMEOUT_MS, grace_ms=0
@@ -93,9 +94,9 @@ def run_deployment(
             with build_sensor_context(
                 instance=instance,
                 cursor=cursor,
-                resources={"metastore": metastore, "sweeper": sweeper},
+                resources=sweeper_resources(metastore, sweeper),
             ) as context:
-                result = polaris_task_sweeper(context)
+                result = deployed_sensor(SENSOR_NAME)(context)
             ticks += 1
             requests = []
             if isinstance(result, SensorResult):

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from polaris_pipeline.cleanup.common import (
-    Guard,
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.deleting import (
     dedupe,
     delete_chunked,
     delete_leftover_sidecars,
     existing_with_sizes,
     list_dry_run_sidecars,
 )
-from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.guard import Guard
 from polaris_pipeline.tasks.payloads import decode_batch_cleanup
 
 

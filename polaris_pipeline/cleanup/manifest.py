@@ -17,16 +17,15 @@ from typing import IO, Any, cast
 import fastavro
 from pyiceberg.io import InputFile
 
-from polaris_pipeline.cleanup.common import (
-    Guard,
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.deleting import (
     delete_chunked,
     delete_leftover_sidecars,
     delete_one,
     existing_with_sizes,
-    gc_disabling_value,
-    gc_kept_note,
 )
-from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.gc_policy import gc_disabling_value, gc_kept_note
+from polaris_pipeline.cleanup.guard import Guard
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.tasks.manifest_codec import ManifestFileRef
 from polaris_pipeline.tasks.payloads import decode_manifest_cleanup

@@ -41,21 +41,18 @@ from pyiceberg.manifest import read_manifest_list
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table.metadata import TableMetadata
 
-from polaris_pipeline.cleanup.common import (
-    STORAGE_LOCATION_KEY,
-    Guard,
-    RecordedRoots,
+from polaris_pipeline.cleanup.children import new_child
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.deleting import (
     dedupe,
     delete_guarded,
     existing_with_sizes,
-    gc_disabling_value,
-    gc_kept_note,
     list_dry_run_sidecars,
-    new_child,
-    tally,
 )
-from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.gc_policy import gc_disabling_value, gc_kept_note
+from polaris_pipeline.cleanup.guard import Guard
 from polaris_pipeline.cleanup.manifest import sweep_manifest_entries
+from polaris_pipeline.cleanup.roots import RecordedRoots
 from polaris_pipeline.cleanup.stages import (
     CURRENT_METADATA,
     MANIFESTS,
@@ -63,9 +60,11 @@ from polaris_pipeline.cleanup.stages import (
     Staged,
     in_plan_order,
 )
+from polaris_pipeline.cleanup.tally import tally
 from polaris_pipeline.cleanup.view import run_view_cleanup
 from polaris_pipeline.errors import PolarisPipelineError, StorageError, one_line
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
+from polaris_pipeline.storage.scope import STORAGE_LOCATION_KEY
 from polaris_pipeline.tasks.manifest_codec import ManifestFileRef, manifest_ref_from_pyiceberg
 from polaris_pipeline.tasks.model import NewTask, TaskType
 from polaris_pipeline.tasks.payloads import (

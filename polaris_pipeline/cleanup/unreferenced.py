@@ -36,8 +36,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Set
 
-from polaris_pipeline.cleanup.common import Guard, recorded, recorded_roots
 from polaris_pipeline.cleanup.context import CleanupContext
+from polaris_pipeline.cleanup.deleting import recorded
+from polaris_pipeline.cleanup.guard import Guard
+from polaris_pipeline.cleanup.roots import recorded_roots
 from polaris_pipeline.cleanup.unreferenced_report import SAMPLE, UnreferencedReport
 from polaris_pipeline.errors import MetastoreError, PayloadError, StorageError
 from polaris_pipeline.metastore.overlap import Overlap

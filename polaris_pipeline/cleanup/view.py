@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 
-from polaris_pipeline.cleanup.common import (
-    Guard,
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.deleting import (
     delete_leftover_sidecars,
     delete_one,
     existing_with_sizes,
 )
-from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.guard import Guard
 from polaris_pipeline.errors import GuardRefusal, StorageError
 from polaris_pipeline.tasks.payloads import (
     DroppedEntity,

@@ -41,7 +41,8 @@ from dagster import (
 )
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
-from polaris_pipeline.dagster.backlog_report import ASSET_KEY, CHECK_NAMES
+from polaris_pipeline.dagster.backlog.checks import CHECK_NAMES
+from polaris_pipeline.dagster.backlog.report import ASSET_KEY
 from polaris_pipeline.dagster.contract import TAG_REALM, TAG_TABLE, TAG_TASK_ID, TAG_TASK_TYPE
 from polaris_pipeline.dagster.reporting import run_total
 

@@ -31,7 +31,7 @@ from typing import Annotated, Any, Literal
 import dagster as dg
 from pydantic import Field
 
-from polaris_pipeline.dagster.backlog_report import BacklogSettings
+from polaris_pipeline.dagster.backlog import BacklogSettings
 from polaris_pipeline.dagster.definitions import build_defs
 from polaris_pipeline.dagster.leaks import LeakSettings
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource

@@ -39,10 +39,10 @@ from polaris_pipeline.dagster.alerts import (
 )
 from polaris_pipeline.dagster.backlog import (
     BACKLOG_CHECKS,
+    BacklogSettings,
     build_sweeper_watch,
     polaris_task_backlog,
 )
-from polaris_pipeline.dagster.backlog_report import BacklogSettings
 from polaris_pipeline.dagster.leaks import (
     LeakSettings,
     build_leak_report_schedule,

@@ -11,28 +11,24 @@ metastore spread out instead of hitting it together. A sweep that filled its
 per-tick cap sets the next sweep to now: the backlog drains one capped batch
 per evaluation, and each tick stays small and fast.
 
-Cursor: JSON ``{"next_sweep_ms": <epoch ms>, "backlog": <bool>, "reported_ms": <epoch ms>}``.
+Cursor: ``sweeper_state.SweepCursor`` (the next sweep's time, and when the backlog
+was last reported).
 
 Backlog report: a sweep also reports the ``polaris_task_backlog`` asset's numbers
-and its three metastore checks as the tick's asset events (the daemon stores
-them), at most every ``report_interval_seconds`` of the ``backlog`` resource
-(``reported_ms`` in the cursor). It costs one ``count_by_state``, shared with the
-skip reason, and one read of the rows of orphaned, backing-off and dead tasks
-when there are some (``backlog_report.read_report``).
+and its three metastore checks as the tick's asset events, when it is due
+(``backlog.sweep_report``, which owns the rule).
 
 What a tick decides from what it read (the queue's room, the runs to request,
 the lines to log) is ``sweep_plan``'s, pure; ``sweep_tick`` does the reading.
 """
 
-import json
 import math
 import random
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from dagster import (
     DagsterRun,
@@ -47,10 +43,13 @@ from dagster import (
     SkipReason,
     sensor,
 )
+
+# Dagster 1.13 exports no name for its run key tag: the one its own code uses.
 from dagster._core.storage.tags import RUN_KEY_TAG
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
-from polaris_pipeline.dagster.backlog_report import BacklogSettings, backlog_events, read_report
+from polaris_pipeline.dagster.backlog.settings import BacklogSettings
+from polaris_pipeline.dagster.backlog.sweep_report import BacklogReporter
 from polaris_pipeline.dagster.contract import (
     run_key,
 )
@@ -67,17 +66,16 @@ from polaris_pipeline.dagster.sweep_plan import (
 from polaris_pipeline.dagster.sweep_plan import (
     run_request_for as run_request_for,  # its home before sweep_plan: still importable
 )
+from polaris_pipeline.dagster.sweeper_state import SENSOR_NAME, SweepCursor
 from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR, PolarisTranslator
 from polaris_pipeline.errors import MetastoreError, PolarisPipelineError, one_line
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.release_probe import ReleaseProbe
-from polaris_pipeline.report.formatting import iso_utc
 from polaris_pipeline.report.nothing_available import no_orphans_reason
 from polaris_pipeline.tasks.model import TaskState
 from polaris_pipeline.tasks.orphans import CandidateRun
 
-SENSOR_NAME = "polaris_task_sweeper"
 # How often the daemon may evaluate the sensor. Evaluations before the cursor's
 # next sweep time cost nothing (no database access), so this can be short.
 MINIMUM_INTERVAL_SECONDS = 10
@@ -95,42 +93,6 @@ _WAITING_STATUSES = [
     DagsterRunStatus.NOT_STARTED,
     DagsterRunStatus.STARTING,
 ]
-
-
-@dataclass(frozen=True)
-class SweepCursor:
-    next_sweep_ms: int | None = None
-    backlog: bool = False
-    # When the backlog asset and its checks were last reported.
-    reported_ms: int | None = None
-
-    @classmethod
-    def parse(cls, raw: str | None) -> "SweepCursor":
-        """The stored cursor; anything unreadable counts as none (sweep now)."""
-        if not raw:
-            return cls()
-        try:
-            data = json.loads(raw)
-            next_ms = data.get("next_sweep_ms")
-            reported = data.get("reported_ms")
-            return cls(
-                next_sweep_ms=int(next_ms) if next_ms is not None else None,
-                backlog=bool(data.get("backlog", False)),
-                reported_ms=int(reported) if reported is not None else None,
-            )
-        except (ValueError, TypeError, AttributeError):
-            return cls()
-
-    def dump(self) -> str:
-        # The ISO time is for the people reading the sensor page; parse ignores it.
-        return json.dumps(
-            {
-                "next_sweep_ms": self.next_sweep_ms,
-                "next_sweep": iso_utc(self.next_sweep_ms) if self.next_sweep_ms else None,
-                "backlog": self.backlog,
-                "reported_ms": self.reported_ms,
-            }
-        )
 
 
 def cadence_text(settings: SweeperSettings, evaluation_interval_s: int) -> str:
@@ -333,7 +295,7 @@ def sweep_tick(
             skip_reason=problem.skip_reason(wait_s),
             cursor=SweepCursor(later, reported_ms=cursor.reported_ms).dump(),
         )
-    report = _BacklogReporter(context, metastore, backlog or BacklogSettings(), cursor, now)
+    report = BacklogReporter(context, metastore, backlog or BacklogSettings(), cursor, now)
     waiting = _waiting_runs(context, job_name)
     pending = len(waiting)
     cap = queue_limit(
@@ -388,57 +350,6 @@ def sweep_tick(
         cursor=report.cursor(now if plan.more else later, backlog=plan.more),
         asset_events=events,
     )
-
-
-class _BacklogReporter:
-    """The backlog report of one sweep, made once and only when it is due.
-
-    Due when ``report_interval_seconds`` passed since the cursor's last report.
-    A report that fails to read is logged and left for the next sweep: it must
-    never stop the sweep itself.
-    """
-
-    def __init__(
-        self,
-        context: SensorEvaluationContext,
-        metastore: PolarisMetastoreResource,
-        settings: BacklogSettings,
-        cursor: SweepCursor,
-        now_ms: int,
-    ) -> None:
-        self._context = context
-        self._metastore = metastore
-        self._settings = settings
-        self._now_ms = now_ms
-        self._reported_ms = cursor.reported_ms
-        last = cursor.reported_ms
-        self._due = last is None or now_ms - last >= settings.report_interval_seconds * 1000
-        self._events: list[Any] | None = None
-        self.counts: dict[str, Counter[TaskState]] | None = None
-
-    def events(self) -> list[Any]:
-        if self._events is not None:
-            return self._events
-        self._events = []
-        if not self._due:
-            return self._events
-        store = self._metastore.get_metastore()
-        try:
-            self.counts = store.count_by_state(self._metastore.realms)
-            backlog = read_report(store, self._metastore.realms, self.counts)
-        except Exception as exc:
-            self._context.log.warning(
-                f"backlog not reported ({type(exc).__name__}); trying again at the next sweep"
-            )
-            return self._events
-        self._events = backlog_events(
-            backlog, self._settings, description="reported by the sweeper sensor with a sweep"
-        )
-        self._reported_ms = self._now_ms
-        return self._events
-
-    def cursor(self, next_ms: int, *, backlog: bool = False) -> str:
-        return SweepCursor(next_ms, backlog=backlog, reported_ms=self._reported_ms).dump()
 
 
 def _relaunch_used_keys(
@@ -498,61 +409,90 @@ def build_polaris_task_sweeper(
     ``cadence``: the sweeper settings the sensor will run with, so that its
     description states the real cadence (the resource is only read at a tick).
 
-    ``check_storage`` makes the ``storage`` resource required, so every sweep checks
-    that the runs' storage config loads (``build_defs`` does); without it the
-    storage resource is checked only when the evaluation context has one.
+    ``check_storage`` gives the sensor the ``storage`` resource (required), so every
+    sweep checks that the runs' storage config loads (``build_defs`` does); without it
+    no sweep checks storage.
 
-    ``backlog_resource`` makes the ``backlog`` resource required, so the backlog checks
-    the sweeps report use its thresholds (``build_defs`` does); without it they use
-    the resource when the context has one, else the defaults.
+    ``backlog_resource`` gives it the ``backlog`` resource (required), so the backlog
+    checks the sweeps report use its thresholds (``build_defs`` does); without it they
+    use the defaults.
 
     ``translator``: the one the job was built with (``build_polaris_task_job``).
     """
-    keys = {
-        "metastore",
-        "sweeper",
-        *(["storage"] if check_storage else []),
-        *(["backlog"] if backlog_resource else []),
-    }
 
-    @sensor(
-        name=name,
-        job=job,
-        minimum_interval_seconds=minimum_interval_seconds,
-        default_status=default_status,
-        required_resource_keys=keys,
-        description=(
-            "Selects available Polaris cleanup tasks (never leased past the grace period, "
-            "lease expired, backoff over, or requeued) and requests one run of the task job "
-            "per task, which leases it when it starts. "
-            + cadence_text(cadence or SweeperSettings(), minimum_interval_seconds)
-        ),
-    )
-    def _sweeper(context: SensorEvaluationContext, **_keys: Any) -> SensorResult | SkipReason:
-        # Dagster passes the required resources as keywords when a test calls the
-        # sensor; the daemon does not: read them from the context either way.
-        try:
-            storage: PolarisStorageResource | None = context.resources.storage
-        except Exception:
-            storage = None
-        try:
-            backlog: BacklogSettings | None = context.resources.backlog
-        except Exception:
-            backlog = None
+    def tick(
+        context: SensorEvaluationContext,
+        metastore: PolarisMetastoreResource,
+        sweeper: SweeperSettings,
+        storage: PolarisStorageResource | None = None,
+        backlog: BacklogSettings | None = None,
+    ) -> SensorResult | SkipReason:
         return sweep_tick(
             context,
-            context.resources.metastore,
-            context.resources.sweeper,
+            metastore,
+            sweeper,
             storage,
             job_name=job.name,
             backlog=backlog,
             translator=translator,
         )
 
-    return _sweeper
+    # Dagster gives a sensor the resources its typed parameters name, and requires
+    # them: one signature per choice of the optional two.
+    def with_storage_and_backlog(
+        context: SensorEvaluationContext,
+        metastore: PolarisMetastoreResource,
+        sweeper: SweeperSettings,
+        storage: PolarisStorageResource,
+        backlog: BacklogSettings,
+    ) -> SensorResult | SkipReason:
+        return tick(context, metastore, sweeper, storage, backlog)
+
+    def with_storage(
+        context: SensorEvaluationContext,
+        metastore: PolarisMetastoreResource,
+        sweeper: SweeperSettings,
+        storage: PolarisStorageResource,
+    ) -> SensorResult | SkipReason:
+        return tick(context, metastore, sweeper, storage)
+
+    def with_backlog(
+        context: SensorEvaluationContext,
+        metastore: PolarisMetastoreResource,
+        sweeper: SweeperSettings,
+        backlog: BacklogSettings,
+    ) -> SensorResult | SkipReason:
+        return tick(context, metastore, sweeper, backlog=backlog)
+
+    def metastore_only(
+        context: SensorEvaluationContext,
+        metastore: PolarisMetastoreResource,
+        sweeper: SweeperSettings,
+    ) -> SensorResult | SkipReason:
+        return tick(context, metastore, sweeper)
+
+    variants: dict[tuple[bool, bool], Callable[..., SensorResult | SkipReason]] = {
+        (True, True): with_storage_and_backlog,
+        (True, False): with_storage,
+        (False, True): with_backlog,
+        (False, False): metastore_only,
+    }
+    evaluate = variants[(check_storage, backlog_resource)]
+    return sensor(
+        name=name,
+        job=job,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=default_status,
+        description=(
+            "Selects available Polaris cleanup tasks (never leased past the grace period, "
+            "lease expired, backoff over, or requeued) and requests one run of the task job "
+            "per task, which leases it when it starts. "
+            + cadence_text(cadence or SweeperSettings(), minimum_interval_seconds)
+        ),
+    )(evaluate)
 
 
 # Running by default: a sweeper that waits for someone to switch it on guarantees
 # nothing. Stopping it in the UI is remembered by the instance.
-# The module-level sensor (tests, the demo) checks storage only when given one.
+# The module-level sensor (the demo, benchmarks) checks no storage.
 polaris_task_sweeper = build_polaris_task_sweeper(check_storage=False)

@@ -3,7 +3,7 @@
 ``table_of(task)`` decodes it from the payload: ``namespace.table`` from the
 dropped entity, or a child's ``tableId``, and its catalog (through
 ``tasks.summary.summarize``, the CLI's own decoder); its location is the one the
-catalog recorded (``cleanup.common.recorded_roots``, the guard's), in one spelling.
+catalog recorded (``cleanup.roots.recorded_roots``, the guard's), in one spelling.
 A payload decoded only in part still names its table when the part that does is
 the ``tableId`` (a manifest cleanup whose manifest bytes are corrupt): a run is
 tagged with every part of its task that decodes.
@@ -17,7 +17,7 @@ from typing import Any
 
 from dagster import AssetKey
 
-from polaris_pipeline.cleanup.common import recorded_roots
+from polaris_pipeline.cleanup.roots import recorded_roots
 from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.storage.uri import normalize_uri
 from polaris_pipeline.tasks import payloads

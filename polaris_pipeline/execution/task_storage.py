@@ -12,7 +12,7 @@ For such an ENTITY_CLEANUP_SCHEDULER task this looks the catalog up in the
 metastore (the row of type CATALOG whose id is the entity's ``catalogId``, in the
 task's realm) and, when it holds a storage configuration, gives the resolver the
 task's internal properties plus that configuration and the recorded roots
-(``cleanup/common.py``'s ``recorded_roots``: the entity's ``location`` and root
+(``cleanup/roots.py``'s ``recorded_roots``: the entity's ``location`` and root
 properties). Everything comes from the catalog's records, as Polaris's own tasks
 do; nothing from a file. A task without a recorded location, or whose catalog is
 gone or holds no configuration, is left as it is: the guard then refuses it, or
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from polaris_pipeline.cleanup.common import recorded_roots
+from polaris_pipeline.cleanup.roots import recorded_roots
 from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY

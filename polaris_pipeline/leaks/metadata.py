@@ -16,7 +16,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from polaris_pipeline.cleanup.common import GC_ENABLED_KEY
+from polaris_pipeline.cleanup.gc_policy import GC_ENABLED_KEY
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.storage.listing import ListedObject
 from polaris_pipeline.storage.resolve import StorageResolver

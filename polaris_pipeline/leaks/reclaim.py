@@ -9,7 +9,7 @@ judged it, against the metastore as it is now:
 - no live table or view encloses it, no live entity overlaps it
   (``metastore/overlap.py``) and no task records its location;
 - its newest metadata is readable and does not turn ``gc.enabled`` off (Java's
-  ``parseBoolean``, ``cleanup/common.py``).
+  ``parseBoolean``, ``cleanup/gc_policy.py``).
 
 Then its objects are listed in pages and deleted with ``bulk_delete`` (literal
 paths, a result per key), only those last modified at least ``min_age_ms`` ago,
@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from polaris_pipeline.cleanup.common import gc_enabled
+from polaris_pipeline.cleanup.gc_policy import gc_enabled
 from polaris_pipeline.errors import MetastoreError, StorageError
 from polaris_pipeline.leaks.catalogs import read_catalogs
 from polaris_pipeline.leaks.find import walk_starts

@@ -10,7 +10,7 @@ Checks are lexical, by the location rule of ``storage.uri`` (no URL decoding),
 plus, for local files, symlink resolution of the parent directory.
 
 The roots must come from what the catalog recorded, never from a file the guard
-is about to judge: ``polaris_pipeline.cleanup.common.recorded_roots`` picks them
+is about to judge: ``polaris_pipeline.cleanup.roots.recorded_roots`` picks them
 (the task's ``storageLocation``, else the dropped entity's ``location``).
 """
 

@@ -293,7 +293,7 @@ def run_dagster(cfg: dict[str, Any], journal: Journal) -> int:
     import polaris_pipeline.dagster.task_job as task_job
     import polaris_pipeline.dagster.task_step as task_step
     from polaris_pipeline.dagster.contract import JOB_NAME
-    from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
+    from polaris_pipeline.dagster.sweeper import SENSOR_NAME
     from polaris_pipeline.metastore import Metastore
 
     # The task job's steps make their Runner in task_step.
@@ -301,6 +301,8 @@ def run_dagster(cfg: dict[str, Any], journal: Journal) -> int:
     defs = definitions.defs
     resources = dict(defs.resources or {})
     job = defs.get_job_def(JOB_NAME)
+    # The sweeper as the code location deploys it (storage and backlog resources included).
+    sweeper = defs.resolve_sensor_def(SENSOR_NAME)
     run_resources: dict[str, Any] | None = None
     if cfg.get("fast_retries"):
         from dagster import RetryPolicy
@@ -313,7 +315,7 @@ def run_dagster(cfg: dict[str, Any], journal: Journal) -> int:
     with DagsterInstance.local_temp(cfg["dagster_home"], overrides=NO_TELEMETRY) as instance:
         while True:
             with build_sensor_context(instance=instance, resources=resources) as context:
-                tick = polaris_task_sweeper(context)
+                tick = sweeper(context)
             requests = list(tick.run_requests or []) if isinstance(tick, SensorResult) else []
             for request in requests:
                 journal.write("dagster_request", tags=dict(request.tags))

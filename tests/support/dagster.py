@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import DagsterInstance, SensorDefinition
+from dagster import DagsterInstance, Definitions, SensorDefinition
 from sqlalchemy.engine import make_url
 
 from polaris_pipeline.dagster.alerts import alert_sensors, notifier_from_env, ui_url_from_env
+from polaris_pipeline.dagster.backlog import BacklogSettings
+from polaris_pipeline.dagster.definitions import build_defs
 from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
+    PolarisStorageResource,
+    SweeperSettings,
     clear_metastore_cache,
     clear_storage_cache,
 )
@@ -73,3 +78,30 @@ def metastore_resource(store: Metastore, **overrides: Any) -> PolarisMetastoreRe
 def alert_sensors_from_env(env: Mapping[str, str]) -> list[SensorDefinition]:
     """Both alert sensors as ``build_defs_from_env`` configures them from ``env``."""
     return alert_sensors(notifier_from_env(env), ui_url_from_env(env))
+
+
+@functools.cache
+def _deployed_defs() -> Definitions:
+    return build_defs()
+
+
+def deployed_sensor(name: str) -> SensorDefinition:
+    """The sensor ``name`` as ``build_defs`` deploys it, so that a test evaluates what a
+    deployment runs (its required resources included), not a sensor of its own making."""
+    return _deployed_defs().resolve_sensor_def(name)
+
+
+def sweeper_resources(
+    metastore: PolarisMetastoreResource,
+    sweeper: SweeperSettings | None = None,
+    *,
+    storage: PolarisStorageResource | None = None,
+    backlog: BacklogSettings | None = None,
+) -> dict[str, Any]:
+    """Every resource the deployed sweeper requires: those given, the rest at their defaults."""
+    return {
+        "metastore": metastore,
+        "sweeper": sweeper or SweeperSettings(),
+        "storage": storage or PolarisStorageResource(),
+        "backlog": backlog or BacklogSettings(),
+    }

@@ -12,10 +12,11 @@ from polaris_pipeline.dagster.resources import (
     PolarisStorageResource,
     SweeperSettings,
 )
-from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
+from polaris_pipeline.dagster.sweeper import SENSOR_NAME
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask
 from polaris_pipeline.testing import tasks as testing_tasks
+from tests.support.dagster import deployed_sensor, sweeper_resources
 from tests.support.iceberg import Warehouse
 
 # How long ago a dropped table's task was written: well past any grace period.
@@ -34,9 +35,9 @@ def sweep(metastore: PolarisMetastoreResource, instance: DagsterInstance) -> lis
     """One sensor tick; the run requests it made."""
     with build_sensor_context(
         instance=instance,
-        resources={"metastore": metastore, "sweeper": SweeperSettings(interval_seconds=0)},
+        resources=sweeper_resources(metastore, SweeperSettings(interval_seconds=0)),
     ) as context:
-        result = polaris_task_sweeper(context)
+        result = deployed_sensor(SENSOR_NAME)(context)
     if isinstance(result, SensorResult):
         return list(result.run_requests or [])
     return []
