@@ -12,6 +12,7 @@ from dagster import DagsterInstance, SensorDefinition
 from sqlalchemy.engine import make_url
 
 from polaris_pipeline.dagster.alerts import alert_sensors, notifier_from_env, ui_url_from_env
+from polaris_pipeline.dagster.realm_backfill import OP_NAME as REALM_BACKFILL_OP
 from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
     clear_metastore_cache,
@@ -108,3 +109,8 @@ def metastore_resource(store: Metastore, **overrides: Any) -> PolarisMetastoreRe
 def alert_sensors_from_env(env: Mapping[str, str]) -> list[SensorDefinition]:
     """Both alert sensors as ``build_defs_from_env`` configures them from ``env``."""
     return alert_sensors(notifier_from_env(env), ui_url_from_env(env))
+
+
+def realm_run_config(realm: str, **bounds: Any) -> dict[str, Any]:
+    """The backfill job's run config for ``realm`` (``bounds``: other RealmSweepConfig fields)."""
+    return {"ops": {REALM_BACKFILL_OP: {"config": {"realm": realm, **bounds}}}}
