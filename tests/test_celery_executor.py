@@ -32,6 +32,7 @@ from dagster import (
     DagsterEventType,
     DagsterInstance,
     DagsterRunStatus,
+    JobDefinition,
     SensorResult,
     build_sensor_context,
     execute_job,
@@ -217,12 +218,22 @@ def worker(celery_env: dict[str, str], tmp_path: Path) -> Iterator[Worker]:
 # -- the job variant -----------------------------------------------------------------
 
 
-def test_celery_job_is_the_task_job_with_another_executor() -> None:
-    celery_job = build_polaris_celery_task_job()
+def _shipped_celery_job() -> JobDefinition:
+    """The task job as the Celery code location (celery_definitions.py) builds it."""
+    from polaris_pipeline.dagster import TASK_EXECUTOR_ENV, build_defs_from_env
+
+    return build_defs_from_env({TASK_EXECUTOR_ENV: "celery"}).get_job_def(JOB_NAME)
+
+
+def _same_job_but_the_executor(celery_job: JobDefinition) -> None:
     assert celery_job.name == polaris_task_job.name == JOB_NAME
     assert celery_job.executor_def.name == "celery"
     assert polaris_task_job.executor_def.name == "in_process"  # one task's work: no fork per step
-    assert celery_job.graph is polaris_task_job.graph  # the same ops, not a copy
+    # The same ops (not copies), wired the same way.
+    ops = {d.name: d for d in polaris_task_job.graph.node_defs}
+    assert {d.name: d for d in celery_job.graph.node_defs} == ops
+    assert all(d is ops[d.name] for d in celery_job.graph.node_defs)
+    assert celery_job.graph.dependencies == polaris_task_job.graph.dependencies
     assert dict(celery_job.tags) == dict(polaris_task_job.tags)
     assert celery_job.tags["dagster/max_retries"] == "2"
     for node in (
@@ -235,6 +246,16 @@ def test_celery_job_is_the_task_job_with_another_executor() -> None:
         assert celery_job.get_retry_policy_for_handle(
             handle
         ) == polaris_task_job.get_retry_policy_for_handle(handle)
+
+
+def test_celery_job_is_the_task_job_with_another_executor() -> None:
+    _same_job_but_the_executor(_shipped_celery_job())
+
+
+def test_the_old_celery_job_builder_still_builds_it_but_warns() -> None:
+    with pytest.warns(DeprecationWarning, match="build_polaris_celery_task_job is deprecated"):
+        celery_job = build_polaris_celery_task_job()
+    _same_job_but_the_executor(celery_job)
 
 
 def test_executor_config_names_the_variables_never_their_values() -> None:

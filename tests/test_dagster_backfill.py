@@ -27,7 +27,6 @@ from polaris_pipeline.dagster.realm_backfill import (
     JOB_NAME,
     OP_NAME,
     polaris_realm_backfill_job,
-    realm_run_config,
 )
 from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
@@ -38,7 +37,12 @@ from polaris_pipeline.dagster.sweeper import SENSOR_NAME, SweepCursor
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.formatting import iso_utc
 from polaris_pipeline.tasks.model import NewTask, Prop
-from tests.support.dagster import deployed_sensor, metastore_resource, sweeper_resources
+from tests.support.dagster import (
+    deployed_sensor,
+    metastore_resource,
+    realm_run_config,
+    sweeper_resources,
+)
 from tests.support.tasks import batch_task, seed
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -59,7 +59,12 @@ from polaris_pipeline.tasks.model import (
     TaskState,
 )
 from polaris_pipeline.tasks.summary import orphaned_since_ms
-from tests.support.dagster import deployed_sensor, metastore_resource, sweeper_resources
+from tests.support.dagster import (
+    dagster_home,
+    deployed_sensor,
+    metastore_resource,
+    sweeper_resources,
+)
 from tests.support.tasks import batch_task, seed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -500,9 +505,7 @@ def test_cli_materializes_the_backlog_with_its_checks(metastore: Metastore, tmp_
     orphan(metastore, "A", 2 * HOUR_MS)
     dead(metastore, "A", "boom")
     seed(metastore, "B", 1)
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    home = dagster_home(tmp_path / "dagster_home")
     env = {k: v for k, v in os.environ.items() if not k.startswith("POLARIS_")}
     env.update(DAGSTER_HOME=str(home), POLARIS_METASTORE_URL=metastore.url.render_as_string(False))
     proc = subprocess.run(

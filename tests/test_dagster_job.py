@@ -43,15 +43,19 @@ from polaris_pipeline.dagster.task_job import (
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.tasks.model import NewTask, Prop
 from polaris_pipeline.testing import tables as testing_tables
-from tests.support.dagster import child_summaries, metastore_resource
+from tests.support.dagster import (
+    child_summaries,
+    dagster_postgres_url,
+    metastore_resource,
+    temp_instance,
+)
 from tests.support.iceberg import Warehouse, table_files
-from tests.support.postgres import database_url, throwaway_database
+from tests.support.postgres import throwaway_database
 from tests.support.table_metadata import content_files
 from tests.support.task_job import OLD_MS, drop, step_events, storage_resource, sweep
 from tests.support.tasks import batch_task, purge_child
 
 FAST_RETRIES = RetryPolicy(max_retries=2, delay=0.05)
-NO_TELEMETRY = {"telemetry": {"enabled": False}}
 
 
 # -- fixtures ----------------------------------------------------------------------
@@ -61,20 +65,7 @@ NO_TELEMETRY = {"telemetry": {"enabled": False}}
 def dagster_pg_url() -> Iterator[str]:
     """A PostgreSQL database for Dagster's own storage, created and dropped by this session."""
     with throwaway_database("pp_dagster") as name:
-        # dagster-postgres talks psycopg2; our metastore uses psycopg 3.
-        yield database_url(name, drivername="postgresql+psycopg2")
-
-
-def _sqlite_instance(home: Path) -> DagsterInstance:
-    home.mkdir(parents=True, exist_ok=True)
-    return DagsterInstance.local_temp(str(home), overrides=NO_TELEMETRY)
-
-
-def _postgres_instance(home: Path, url: str) -> DagsterInstance:
-    home.mkdir(parents=True, exist_ok=True)
-    return DagsterInstance.local_temp(
-        str(home), overrides={**NO_TELEMETRY, "storage": {"postgres": {"postgres_url": url}}}
-    )
+        yield dagster_postgres_url(name)
 
 
 @pytest.fixture(params=["sqlite-instance", "postgres-instance"])
@@ -82,16 +73,16 @@ def instance(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Dagster
     """A Dagster instance whose run and event storage is SQLite files, or PostgreSQL."""
     home = tmp_path / "dagster_home"
     if request.param == "sqlite-instance":
-        inst = _sqlite_instance(home)
+        inst = temp_instance(home)
     else:
-        inst = _postgres_instance(home, request.getfixturevalue("dagster_pg_url"))
+        inst = temp_instance(home, postgres_url=request.getfixturevalue("dagster_pg_url"))
     with inst:
         yield inst
 
 
 @pytest.fixture
 def sqlite_instance(tmp_path: Path) -> Iterator[DagsterInstance]:
-    with _sqlite_instance(tmp_path / "dagster_home") as inst:
+    with temp_instance(tmp_path / "dagster_home") as inst:
         yield inst
 
 
@@ -697,7 +688,7 @@ def test_multiprocess_run_on_a_postgres_instance(
     monkeypatch.delenv("POLARIS_PIPELINE_STORAGE_CONFIG", raising=False)
     import definitions
 
-    with _postgres_instance(tmp_path / "dagster_home", dagster_pg_url) as instance:
+    with temp_instance(tmp_path / "dagster_home", postgres_url=dagster_pg_url) as instance:
         resources = dict(definitions.defs.resources or {})
         with build_sensor_context(instance=instance, resources=resources) as context:
             result = definitions.defs.resolve_sensor_def(SENSOR_NAME)(context)

@@ -8,7 +8,6 @@ import socket
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -43,12 +42,6 @@ OLD_MS = 10 * 60_000
 
 # A real grace period, so "fresh" tasks exist.
 pytestmark = pytest.mark.lease_policy(grace_ms=GRACE_MS)
-
-
-@pytest.fixture
-def instance() -> Iterator[DagsterInstance]:
-    with DagsterInstance.ephemeral() as inst:
-        yield inst
 
 
 def evaluate(

@@ -197,10 +197,16 @@ def test_a_catalog_without_locations_is_named_and_skipped(
     metastore: Metastore, local_warehouse: Warehouse
 ) -> None:
     catalog_entity(metastore, "nowhere", None)
-    out = io.StringIO()
     url = str(metastore.engine.url.render_as_string(hide_password=False))
-    assert main(["leaks", "--metastore", url], out) == 0
-    assert "catalog 'nowhere' (realm POLARIS): skipped: no default-base-location" in out.getvalue()
+    text, out = io.StringIO(), io.StringIO()
+    assert main(["leaks", "--metastore", url], text) == 0
+    [line] = [line for line in text.getvalue().splitlines() if "'nowhere'" in line]
+    assert "skipped" in line
+    assert main(["leaks", "--metastore", url, "--json"], out) == 0
+    [catalog] = json.loads(out.getvalue())["catalogs"]
+    assert (catalog["realm"], catalog["catalog"]) == ("POLARIS", "nowhere")
+    assert catalog["skipped"].startswith("no default-base-location")
+    assert catalog["roots"] == [] and catalog["partial"] is False
 
 
 def test_listings_that_fail_half_way_report_what_they_saw_as_partial(

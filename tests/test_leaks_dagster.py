@@ -17,32 +17,31 @@ from tests.support.leaks import catalog_entity
 from tests.support.unreferenced import live_entity
 
 
-def _materialize(store: Metastore, max_bytes: int) -> Any:
-    with DagsterInstance.ephemeral() as instance:
-        result = materialize(
-            [polaris_leaked_roots],
-            instance=instance,
-            resources={
-                "metastore": metastore_resource(store),
-                "storage": PolarisStorageResource(),
-                "leaks": LeakSettings(max_bytes=max_bytes),
-            },
-        )
-        assert result.success
-        [materialization] = result.asset_materializations_for_node(polaris_leaked_roots.op.name)
-        [check] = result.get_asset_check_evaluations()
-        return {k: v.value for k, v in materialization.metadata.items()}, check
+def _materialize(store: Metastore, max_bytes: int, instance: DagsterInstance) -> Any:
+    result = materialize(
+        [polaris_leaked_roots],
+        instance=instance,
+        resources={
+            "metastore": metastore_resource(store),
+            "storage": PolarisStorageResource(),
+            "leaks": LeakSettings(max_bytes=max_bytes),
+        },
+    )
+    assert result.success
+    [materialization] = result.asset_materializations_for_node(polaris_leaked_roots.op.name)
+    [check] = result.get_asset_check_evaluations()
+    return {k: v.value for k, v in materialization.metadata.items()}, check
 
 
 @pytest.mark.parametrize("metastore_url", ["sqlite"], indirect=True)
 def test_the_asset_records_bytes_per_catalog_and_its_check_warns_above_the_threshold(
-    metastore: Metastore, local_warehouse: Warehouse
+    metastore: Metastore, local_warehouse: Warehouse, instance: DagsterInstance
 ) -> None:
     catalog_entity(metastore, "cat", local_warehouse.uri)
     live = local_warehouse.build("live", appends=1)
     live_entity(metastore, live.location(), name="live")
     dropped = local_warehouse.build("dropped", appends=1)
-    meta, check = _materialize(metastore, max_bytes=1)
+    meta, check = _materialize(metastore, 1, instance)
     assert meta["roots"] == 1 and meta["POLARIS/cat/roots"] == 1
     assert meta["POLARIS/cat/leaked_bytes"] == meta["leaked_bytes"] > 1
     assert "oldest_leak" in meta and meta["partial"] is False
@@ -51,7 +50,7 @@ def test_the_asset_records_bytes_per_catalog_and_its_check_warns_above_the_thres
     assert check.check_name == LEAKS_CHECK and not check.passed
     assert check.severity.value == "WARN"
 
-    _, under = _materialize(metastore, max_bytes=meta["leaked_bytes"])
+    _, under = _materialize(metastore, meta["leaked_bytes"], instance)
     assert under.passed
 
 

@@ -412,7 +412,7 @@ def test_sweep_once_purges_the_table_of_issue_26(
 
 
 def test_dagster_job_purges_a_table_whose_storage_location_is_hadoop_s_spelling(
-    local_warehouse: Warehouse, store: Metastore, tmp_path: Path
+    local_warehouse: Warehouse, store: Metastore, instance: DagsterInstance
 ) -> None:
     wh = local_warehouse
     table = wh.build("t", appends=2)
@@ -426,25 +426,20 @@ def test_dagster_job_purges_a_table_whose_storage_location_is_hadoop_s_spelling(
     store.insert_tasks([task])
     resource = metastore_resource(store)
     storage = PolarisStorageResource(allowed_prefixes=[f"file:{_path(wh.uri)}/"])
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    with DagsterInstance.local_temp(str(home)) as instance:
-        with build_sensor_context(
-            instance=instance,
-            resources=sweeper_resources(
-                resource, SweeperSettings(interval_seconds=0), storage=storage
-            ),
-        ) as context:
-            result = deployed_sensor(SENSOR_NAME)(context)
-        assert isinstance(result, SensorResult)
-        [request] = result.run_requests or []
-        run = polaris_task_job.execute_in_process(
-            run_config=request.run_config,
-            tags=request.tags,
-            instance=instance,
-            resources={"metastore": resource, "storage": storage},
-            raise_on_error=False,
-        )
+    with build_sensor_context(
+        instance=instance,
+        resources=sweeper_resources(resource, SweeperSettings(interval_seconds=0), storage=storage),
+    ) as context:
+        result = deployed_sensor(SENSOR_NAME)(context)
+    assert isinstance(result, SensorResult)
+    [request] = result.run_requests or []
+    run = polaris_task_job.execute_in_process(
+        run_config=request.run_config,
+        tags=request.tags,
+        instance=instance,
+        resources={"metastore": resource, "storage": storage},
+        raise_on_error=False,
+    )
 
     assert run.success
     assert not any(wh.exists(f) for f in oracle)

@@ -280,13 +280,6 @@ def test_decoder_reads_schema_as_modified_utf8() -> None:
     assert (ref.manifest_path, ref.added_snapshot_id, ref.content) == ("p", 5, 0)
 
 
-def test_malformed_modified_utf8_schema() -> None:
-    data = MAGIC + b"\x00\x02\xe2\x82" + b"\x00"
-    with pytest.raises(PayloadError) as exc:
-        decode_manifest_file(data)
-    assert "not modified UTF-8" in reason(exc)
-
-
 # ---------------------------------------------------------------------------
 # Older writers
 # ---------------------------------------------------------------------------
@@ -456,96 +449,79 @@ def test_manifest_ref_from_pyiceberg(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------
 
 
-def test_decode_empty_bytes() -> None:
-    with pytest.raises(PayloadError) as exc:
-        decode_manifest_file(b"")
-    assert "too short: 0 bytes" in reason(exc)
+def _older_bytes_with(*, field_type: dict[str, str], record: dict[str, Any]) -> bytes:
+    """An older writer's bytes whose schema gives fields other types (by name)."""
+    schema = older_schema()
+    for field in schema["fields"]:
+        field["type"] = field_type.get(field["name"], field["type"])
+    return assemble(schema, avro_datum(schema, record))
 
 
-def test_decode_wrong_magic_shows_hex() -> None:
-    data = b"\x4f\x62" + encode_manifest_file(MINIMAL_REF)[2:]
-    with pytest.raises(PayloadError) as exc:
-        decode_manifest_file(data)
-    assert "wrong magic bytes 0x4F 0x62" in reason(exc)
+def _older_bytes_without(field_id: int) -> bytes:
+    """An older writer's bytes whose schema and record lack the field ``field_id``."""
+    schema = older_schema()
+    [name] = [f["name"] for f in schema["fields"] if f["field-id"] == field_id]
+    schema["fields"] = [f for f in schema["fields"] if f["field-id"] != field_id]
+    record = {k: v for k, v in OLDER_RECORD.items() if k != name}
+    return assemble(schema, avro_datum(schema, record))
 
 
-def test_decode_schema_length_past_end() -> None:
-    data = MAGIC + b"\x01\x00" + b"{}"
-    with pytest.raises(PayloadError) as exc:
-        decode_manifest_file(data)
-    assert "schema length 256 runs past the end" in reason(exc)
-
-
-def test_decode_schema_not_json() -> None:
-    with pytest.raises(PayloadError) as exc:
-        decode_manifest_file(assemble("{not json", b""))
-    assert "schema is not JSON" in reason(exc)
-
-
-def test_decode_schema_not_a_record() -> None:
-    with pytest.raises(PayloadError) as exc:
-        decode_manifest_file(assemble('["null","string"]', b""))
-    assert "not an Avro record" in reason(exc)
-
-
-def test_decode_schema_without_manifest_path() -> None:
-    schema = {"type": "record", "name": "X", "fields": [{"name": "a", "type": "int"}]}
-    with pytest.raises(PayloadError) as exc:
-        decode_manifest_file(assemble(schema, b"\x02"))
-    assert "no manifest_path" in reason(exc)
-
-
-def test_decode_schema_not_valid_avro() -> None:
-    schema = {"type": "record", "name": "X", "fields": [{"name": "manifest_path", "type": "nope"}]}
-    with pytest.raises(PayloadError) as exc:
-        decode_manifest_file(assemble(schema, b"\x02a"))
-    assert "not a valid Avro schema" in reason(exc)
-
-
-def test_decode_garbage_datum() -> None:
-    schema, _ = split(encode_manifest_file(MINIMAL_REF))
+# Each case: the bytes, and the part of the reason that says what is wrong with them.
+MALFORMED_MANIFESTS: dict[str, tuple[bytes, str]] = {
+    "empty": (b"", "too short: 0 bytes"),
+    "wrong-magic-shows-hex": (
+        b"\x4f\x62" + encode_manifest_file(MINIMAL_REF)[2:],
+        "wrong magic bytes 0x4F 0x62",
+    ),
+    "schema-length-past-end": (MAGIC + b"\x01\x00" + b"{}", "schema length 256 runs past the end"),
+    "schema-not-modified-utf8": (MAGIC + b"\x00\x02\xe2\x82" + b"\x00", "not modified UTF-8"),
+    "schema-not-json": (assemble("{not json", b""), "schema is not JSON"),
+    "schema-not-a-record": (assemble('["null","string"]', b""), "not an Avro record"),
+    "schema-without-manifest-path": (
+        assemble(
+            {"type": "record", "name": "X", "fields": [{"name": "a", "type": "int"}]}, b"\x02"
+        ),
+        "no manifest_path",
+    ),
+    "schema-not-valid-avro": (
+        assemble(
+            {"type": "record", "name": "X", "fields": [{"name": "manifest_path", "type": "nope"}]},
+            b"\x02a",
+        ),
+        "not a valid Avro schema",
+    ),
     # manifest_path of 2 bytes that are not UTF-8, then nonsense
+    "garbage-datum": (
+        assemble(split(encode_manifest_file(MINIMAL_REF))[0], b"\x04\xff\xfe" + b"\x13" * 40),
+        "datum is not valid Avro",
+    ),
+    "truncated-datum": (encode_manifest_file(FULL_REF)[:-3], "datum is truncated"),
+    "trailing-bytes": (
+        encode_manifest_file(MINIMAL_REF) + b"\x00\x00",
+        "followed by 2 unexpected bytes",
+    ),
+    "field-of-wrong-type": (
+        _older_bytes_with(
+            field_type={"manifest_length": "string"},
+            record={**OLDER_RECORD, "manifest_length": "big"},
+        ),
+        "manifest_length is not an integer",
+    ),
+    "unknown-content": (
+        encode_manifest_file(ManifestFileRef(**{**MINIMAL_REF.__dict__, "content": 7})),
+        "content 7 is unknown",
+    ),
+    "missing-required-field": (_older_bytes_without(503), "no added_snapshot_id"),
+}
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"), MALFORMED_MANIFESTS.values(), ids=MALFORMED_MANIFESTS.keys()
+)
+def test_malformed_manifest_bytes_are_refused_saying_why(data: bytes, fragment: str) -> None:
     with pytest.raises(PayloadError) as exc:
-        decode_manifest_file(assemble(schema, b"\x04\xff\xfe" + b"\x13" * 40))
-    assert "datum is not valid Avro" in reason(exc)
-
-
-def test_decode_truncated_datum() -> None:
-    data = encode_manifest_file(FULL_REF)
-    with pytest.raises(PayloadError) as exc:
-        decode_manifest_file(data[:-3])
-    assert "datum is truncated" in reason(exc)
-
-
-def test_decode_datum_with_trailing_bytes() -> None:
-    with pytest.raises(PayloadError) as exc:
-        decode_manifest_file(encode_manifest_file(MINIMAL_REF) + b"\x00\x00")
-    assert "followed by 2 unexpected bytes" in reason(exc)
-
-
-def test_decode_datum_of_wrong_field_type() -> None:
-    schema = older_schema()
-    schema["fields"][1]["type"] = "string"  # manifest_length as a string
-    record = {**OLDER_RECORD, "manifest_length": "big"}
-    with pytest.raises(PayloadError) as exc:
-        decode_manifest_file(assemble(schema, avro_datum(schema, record)))
-    assert "manifest_length is not an integer" in reason(exc)
-
-
-def test_decode_unknown_content() -> None:
-    ref = ManifestFileRef(**{**MINIMAL_REF.__dict__, "content": 7})
-    with pytest.raises(PayloadError) as exc:
-        decode_manifest_file(encode_manifest_file(ref))
-    assert "content 7 is unknown" in reason(exc)
-
-
-def test_decode_missing_required_field() -> None:
-    schema = older_schema()
-    schema["fields"] = [f for f in schema["fields"] if f["field-id"] != 503]
-    record = {k: v for k, v in OLDER_RECORD.items() if k != "added_snapshot_id"}
-    with pytest.raises(PayloadError) as exc:
-        decode_manifest_file(assemble(schema, avro_datum(schema, record)))
-    assert "no added_snapshot_id" in reason(exc)
+        decode_manifest_file(data)
+    assert fragment in reason(exc)
 
 
 def test_encode_rejects_out_of_range_values() -> None:
@@ -649,43 +625,34 @@ def test_dropped_entity_lenient_on_fields_not_needed() -> None:
     assert e.properties == {}
 
 
-def test_dropped_entity_not_json() -> None:
+def _entity_with(**fields: Any) -> str:
+    """POLARIS_ENTITY_DATA with ``fields`` replaced (or, given as None, removed)."""
+    obj = {**json.loads(POLARIS_ENTITY_DATA), **fields}
+    return json.dumps({k: v for k, v in obj.items() if v is not None})
+
+
+# Each case: the ``data`` property, and the part of the reason that says what is wrong.
+MALFORMED_ENTITIES: dict[str, tuple[str, str]] = {
+    "not-json": ("{oops", "entity cleanup data is not JSON"),
+    "array": ("[1, 2]", "not a JSON object (found array)"),
+    "type-code-6": (_entity_with(typeCode=6), "typeCode is 6, not 7"),
+    "missing-id": (_entity_with(id=None), "has no id"),
+    "non-integer-id": (_entity_with(id="12"), "id is not an integer (found string)"),
+    "empty-name": (_entity_with(name=""), "name is missing"),
+    "internal-properties-not-json": (
+        _entity_with(internalProperties="{metadata-location"),
+        "internalProperties is not JSON",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"), MALFORMED_ENTITIES.values(), ids=MALFORMED_ENTITIES.keys()
+)
+def test_malformed_dropped_entity_is_refused_saying_why(data: str, fragment: str) -> None:
     with pytest.raises(PayloadError) as exc:
-        decode_dropped_entity("{oops")
-    assert "entity cleanup data is not JSON" in reason(exc)
-
-
-def test_dropped_entity_array() -> None:
-    with pytest.raises(PayloadError) as exc:
-        decode_dropped_entity("[1, 2]")
-    assert "not a JSON object (found array)" in reason(exc)
-
-
-def test_dropped_entity_type_code_6() -> None:
-    obj = {**json.loads(POLARIS_ENTITY_DATA), "typeCode": 6}
-    with pytest.raises(PayloadError) as exc:
-        decode_dropped_entity(json.dumps(obj))
-    assert "typeCode is 6, not 7" in reason(exc)
-
-
-def test_dropped_entity_missing_or_non_integer_id() -> None:
-    obj = json.loads(POLARIS_ENTITY_DATA)
-    del obj["id"]
-    with pytest.raises(PayloadError) as exc:
-        decode_dropped_entity(json.dumps(obj))
-    assert "has no id" in reason(exc)
-    obj["id"] = "12"
-    with pytest.raises(PayloadError) as exc:
-        decode_dropped_entity(json.dumps(obj))
-    assert "id is not an integer (found string)" in reason(exc)
-
-
-def test_dropped_entity_missing_name() -> None:
-    obj = json.loads(POLARIS_ENTITY_DATA)
-    obj["name"] = ""
-    with pytest.raises(PayloadError) as exc:
-        decode_dropped_entity(json.dumps(obj))
-    assert "name is missing" in reason(exc)
+        decode_dropped_entity(data)
+    assert fragment in reason(exc)
 
 
 def test_dropped_entity_missing_metadata_location() -> None:
@@ -695,13 +662,6 @@ def test_dropped_entity_missing_metadata_location() -> None:
     with pytest.raises(PayloadError) as exc:
         require_metadata_location(e)
     assert reason(exc).startswith("dropped table has no metadata-location")
-
-
-def test_dropped_entity_internal_properties_not_json() -> None:
-    obj = {**json.loads(POLARIS_ENTITY_DATA), "internalProperties": "{metadata-location"}
-    with pytest.raises(PayloadError) as exc:
-        decode_dropped_entity(json.dumps(obj))
-    assert "internalProperties is not JSON" in reason(exc)
 
 
 # ---------------------------------------------------------------------------
@@ -723,54 +683,48 @@ def test_manifest_cleanup_round_trip() -> None:
     assert decode_manifest_cleanup(data) == payload
 
 
-def test_manifest_cleanup_base64_garbage() -> None:
-    data = json.dumps({"tableId": {"namespace": [], "name": "t"}, "manifestFileData": "wC*="})
+def _manifest_cleanup_with(**fields: Any) -> str:
+    """manifest_payload() encoded, with ``fields`` replaced (or, given as None, removed)."""
+    obj = {**json.loads(encode_manifest_cleanup(manifest_payload())), **fields}
+    return json.dumps({k: v for k, v in obj.items() if v is not None})
+
+
+_NUL_PATH_REF = ManifestFileRef(**{**MINIMAL_REF.__dict__, "manifest_path": "s3://b/a\x00b"})
+
+# Each case: the ``data`` property, and the part of the reason that says what is wrong.
+MALFORMED_MANIFEST_CLEANUPS: dict[str, tuple[str, str]] = {
+    "base64-garbage": (
+        _manifest_cleanup_with(manifestFileData="wC*="),
+        "manifestFileData is not valid base64",
+    ),
+    # The reason names the property, then what the manifest codec found.
+    "bytes-not-a-manifest": (
+        _manifest_cleanup_with(manifestFileData="AAECAwQ="),
+        "manifestFileData: manifest data has wrong magic bytes 0x00 0x01",
+    ),
+    "not-json": ('{"tableId": ', "manifest cleanup data is not JSON"),
+    "json-array": ("[]", "not a JSON object (found array)"),
+    "missing-table-id": (_manifest_cleanup_with(tableId=None), "has no tableId"),
+    "missing-manifest-file-data": (
+        _manifest_cleanup_with(manifestFileData=None),
+        "has no manifestFileData",
+    ),
+    "nul-manifest-path": (
+        encode_manifest_cleanup(ManifestCleanupPayload(TableIdentifier((), "t"), _NUL_PATH_REF)),
+        "manifest_path contains a NUL",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    MALFORMED_MANIFEST_CLEANUPS.values(),
+    ids=MALFORMED_MANIFEST_CLEANUPS.keys(),
+)
+def test_malformed_manifest_cleanup_is_refused_saying_why(data: str, fragment: str) -> None:
     with pytest.raises(PayloadError) as exc:
         decode_manifest_cleanup(data)
-    assert "manifestFileData is not valid base64" in reason(exc)
-
-
-def test_manifest_cleanup_bytes_not_a_manifest() -> None:
-    data = json.dumps({"tableId": {"namespace": [], "name": "t"}, "manifestFileData": "AAECAwQ="})
-    with pytest.raises(PayloadError) as exc:
-        decode_manifest_cleanup(data)
-    assert reason(exc).startswith("manifestFileData: manifest data has wrong magic bytes 0x00 0x01")
-
-
-def test_manifest_cleanup_not_json() -> None:
-    with pytest.raises(PayloadError) as exc:
-        decode_manifest_cleanup('{"tableId": ')
-    assert "manifest cleanup data is not JSON" in reason(exc)
-
-
-def test_manifest_cleanup_json_array() -> None:
-    with pytest.raises(PayloadError) as exc:
-        decode_manifest_cleanup("[]")
-    assert "not a JSON object (found array)" in reason(exc)
-
-
-def test_manifest_cleanup_missing_table_id() -> None:
-    obj = json.loads(encode_manifest_cleanup(manifest_payload()))
-    del obj["tableId"]
-    with pytest.raises(PayloadError) as exc:
-        decode_manifest_cleanup(json.dumps(obj))
-    assert "has no tableId" in reason(exc)
-
-
-def test_manifest_cleanup_missing_manifest_file_data() -> None:
-    obj = json.loads(encode_manifest_cleanup(manifest_payload()))
-    del obj["manifestFileData"]
-    with pytest.raises(PayloadError) as exc:
-        decode_manifest_cleanup(json.dumps(obj))
-    assert "has no manifestFileData" in reason(exc)
-
-
-def test_manifest_cleanup_rejects_nul_manifest_path() -> None:
-    ref = ManifestFileRef(**{**MINIMAL_REF.__dict__, "manifest_path": "s3://b/a\x00b"})
-    data = encode_manifest_cleanup(ManifestCleanupPayload(TableIdentifier((), "t"), ref))
-    with pytest.raises(PayloadError) as exc:
-        decode_manifest_cleanup(data)
-    assert "manifest_path contains a NUL" in reason(exc)
+    assert fragment in reason(exc)
 
 
 # ---------------------------------------------------------------------------
@@ -805,27 +759,35 @@ def test_batch_cleanup_type_lower_case_or_missing() -> None:
     assert "unknown batch type 'DATA'" in reason(exc)
 
 
+def _batch_with(**fields: Any) -> str:
+    """BATCH encoded, with ``fields`` replaced (or, given as None, removed)."""
+    obj = {**json.loads(encode_batch_cleanup(BATCH)), **fields}
+    return json.dumps({k: v for k, v in obj.items() if v is not None})
+
+
+# Each case: the ``data`` property, and the whole reason (it names the bad element).
+MALFORMED_BATCHES: dict[str, tuple[str, str]] = {
+    "not-a-list": (_batch_with(batchFiles="s3://b/x"), "batchFiles is not a list (found string)"),
+    "non-string": (
+        _batch_with(batchFiles=["s3://b/x", 7]),
+        "batchFiles[1] is not a string (found number)",
+    ),
+    "nul": (
+        _batch_with(batchFiles=["s3://b/x", "s3://b/y", "s3://b/\x00z"]),
+        "batchFiles[2] contains a NUL character",
+    ),
+    "empty": (_batch_with(batchFiles=[""]), "batchFiles[0] is empty"),
+    "missing-table-id": (json.dumps({"batchFiles": []}), "batch cleanup data has no tableId"),
+}
+
+
 @pytest.mark.parametrize(
-    ("files", "message"),
-    [
-        ("s3://b/x", "batchFiles is not a list (found string)"),
-        (["s3://b/x", 7], "batchFiles[1] is not a string (found number)"),
-        (["s3://b/x", "s3://b/y", "s3://b/\x00z"], "batchFiles[2] contains a NUL character"),
-        ([""], "batchFiles[0] is empty"),
-    ],
-    ids=["not-a-list", "non-string", "nul", "empty"],
+    ("data", "message"), MALFORMED_BATCHES.values(), ids=MALFORMED_BATCHES.keys()
 )
-def test_batch_cleanup_bad_files(files: Any, message: str) -> None:
-    obj = {**json.loads(encode_batch_cleanup(BATCH)), "batchFiles": files}
+def test_malformed_batch_cleanup_is_refused_saying_why(data: str, message: str) -> None:
     with pytest.raises(PayloadError) as exc:
-        decode_batch_cleanup(json.dumps(obj))
+        decode_batch_cleanup(data)
     assert reason(exc) == message
-
-
-def test_batch_cleanup_missing_table_id() -> None:
-    with pytest.raises(PayloadError) as exc:
-        decode_batch_cleanup(json.dumps({"batchFiles": []}))
-    assert "has no tableId" in reason(exc)
 
 
 # ---------------------------------------------------------------------------

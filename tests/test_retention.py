@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from dagster import (
     AssetKey,
     AssetMaterialization,
@@ -48,7 +47,6 @@ from dagster._core.storage.runs.schema import RunTagsTable
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster.components.testing import create_defs_folder_sandbox
 from sqlalchemy import func, select
-from sqlalchemy.engine import make_url
 
 from polaris_pipeline.dagster import (
     PolarisSweeper,
@@ -79,8 +77,7 @@ from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.dagster.translator import PolarisTranslator
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.settings import PipelineSettings, SettingsError
-from tests.support.dagster import metastore_resource
-from tests.support.metastore import PG_ADMIN_URL
+from tests.support.dagster import dagster_postgres_url, metastore_resource, temp_instance
 from tests.support.runs import set_run_updated
 
 RETENTION = RetentionSettings(success_days=7, failure_days=30, batch_size=100)
@@ -124,17 +121,8 @@ RETENTION_JOB = build_run_retention_job()
 @pytest.fixture
 def pg_instance(dagster_pg_env: dict[str, str], tmp_path: Path) -> Iterator[DagsterInstance]:
     """A dagster-postgres instance on a database made for this test."""
-    url = make_url(PG_ADMIN_URL).set(
-        drivername="postgresql+psycopg2", database=dagster_pg_env["DAGSTER_PG_DB"]
-    )
-    home = tmp_path / "pg_home"
-    home.mkdir()
-    config = {
-        "storage": {"postgres": {"postgres_url": url.render_as_string(hide_password=False)}},
-        "telemetry": {"enabled": False},
-    }
-    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
-    with DagsterInstance.from_config(str(home)) as instance:
+    url = dagster_postgres_url(dagster_pg_env["DAGSTER_PG_DB"])
+    with temp_instance(tmp_path / "pg_home", postgres_url=url) as instance:
         yield instance
 
 
@@ -380,11 +368,8 @@ class UndeletableComputeLogs(NoOpComputeLogManager):
 
 
 def test_captured_logs_that_cannot_be_deleted_are_counted_not_fatal(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
     logs = {"module": __name__, "class": UndeletableComputeLogs.__name__, "config": {}}
-    overrides = {"telemetry": {"enabled": False}, "compute_logs": logs}
-    with DagsterInstance.local_temp(str(home), overrides=overrides) as instance:
+    with temp_instance(tmp_path / "home", overrides={"compute_logs": logs}) as instance:
         assert isinstance(instance.compute_log_manager, UndeletableComputeLogs)
         old = [finished(instance, 10), finished(instance, 12)]
 

@@ -41,6 +41,7 @@ from sqlalchemy import create_engine, delete
 
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.schema import entities
+from tests.support.dagster import dagster_home
 from tests.support.polaris_leaser import polaris_batch_files, polaris_load_tasks
 from tests.support.tasks import batch_task
 
@@ -279,9 +280,7 @@ def test_two_deployments_and_polaris_run_every_task_exactly_once(
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("DAGSTER_HOME", None)
     for name in DEPLOYMENTS:
-        home = tmp_path / name
-        home.mkdir()
-        (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+        home = dagster_home(tmp_path / name)
         homes.append(home)
         log = (tmp_path / f"{name}.log").open("wb")
         processes.append(

@@ -9,7 +9,7 @@ from dagster import AssetRecordsFilter, DagsterInstance
 from pyiceberg.table import Table
 
 from polaris_pipeline.dagster.contract import FINISH_STEP, run_config_for
-from polaris_pipeline.dagster.realm_backfill import polaris_realm_backfill_job, realm_run_config
+from polaris_pipeline.dagster.realm_backfill import polaris_realm_backfill_job
 from polaris_pipeline.dagster.reporting import report_run
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.task_job import polaris_task_job
@@ -18,7 +18,7 @@ from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Prop
 from polaris_pipeline.testing import tables as testing_tables
 from polaris_pipeline.testing import tasks as testing_tasks
-from tests.support.dagster import metastore_resource
+from tests.support.dagster import metastore_resource, realm_run_config
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.unreferenced import add_unreferenced, live_entity, settle
 

@@ -20,6 +20,7 @@ The Celery workers must use the same broker and queue: see
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -81,11 +82,20 @@ def build_celery_executor() -> ExecutorDefinition:
 def build_polaris_celery_task_job(
     job: JobDefinition = polaris_task_job, executor_def: ExecutorDefinition | None = None
 ) -> JobDefinition:
-    """``job`` (built by ``build_polaris_task_job``) with the Celery executor instead.
+    """Deprecated: ``job`` (built by ``build_polaris_task_job``) with the Celery executor.
 
-    Same name, graph, op retry policies, description and run tags: the sweeper,
-    the run keys and the UI see the same job.
+    The code location builds its Celery task job as
+    ``build_polaris_task_job(executor_def=build_celery_executor())`` (what
+    ``build_defs_from_env`` does with ``POLARIS_PIPELINE_TASK_EXECUTOR=celery``);
+    this name stays, with a DeprecationWarning, because docs/scale-out.md named it.
     """
+    warnings.warn(
+        "build_polaris_celery_task_job is deprecated: use "
+        "build_polaris_task_job(executor_def=build_celery_executor()), or "
+        "build_defs_from_env with POLARIS_PIPELINE_TASK_EXECUTOR=celery",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     return job.graph.to_job(
         name=job.name,
         description=job.description,

@@ -63,11 +63,6 @@ class RealmSweepConfig(Config):
     batch_size: int = Field(default=32, description="Tasks leased per lease statement.")
 
 
-def realm_run_config(realm: str, **bounds: Any) -> dict[str, Any]:
-    """The run config of a sweep of ``realm`` (``bounds``: the other RealmSweepConfig fields)."""
-    return {"ops": {OP_NAME: {"config": {"realm": realm, **bounds}}}}
-
-
 def check_realm(realm: str, known: list[str], deployment: list[str] | None) -> None:
     """Refuse a realm the metastore does not have, or this deployment does not sweep.
 

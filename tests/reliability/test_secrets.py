@@ -14,6 +14,7 @@ import yaml
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.testing import tasks as testing_tasks
 from tests.reliability.harness import PgRole, RelDb, Scenario, Worker, Workers, rel_policy
+from tests.support.dagster import temp_instance
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.s3 import MotoS3
 from tests.support.tasks import batch_task
@@ -213,7 +214,6 @@ def test_no_secret_in_dagster_runs(
     scenario: Scenario,
     s3_warehouse: Warehouse,
 ) -> None:
-    from dagster import DagsterInstance
     from dagster._serdes import serialize_value
 
     s = secret_setup
@@ -248,7 +248,7 @@ def test_no_secret_in_dagster_runs(
 
     leaks: list[str] = []
     searched = 0
-    with DagsterInstance.local_temp(str(home), overrides={"telemetry": {"enabled": False}}) as inst:
+    with temp_instance(home) as inst:
         runs = inst.get_runs()
         for run in runs:
             leaks += s.leaks_in(f"run {run.run_id} tags", json.dumps(run.tags))

@@ -61,7 +61,11 @@ from tests.support.catalog_storage import (
     gcs_storage_info,
     iam_s3_table,
 )
-from tests.support.dagster import _fresh_resource_caches, metastore_resource  # noqa: F401
+from tests.support.dagster import (  # noqa: F401
+    _fresh_resource_caches,
+    metastore_resource,
+    temp_instance,
+)
 from tests.support.gcs import FakeGcs, fake_gcs  # noqa: F401
 from tests.support.s3 import MotoIam, moto_iam  # noqa: F401
 
@@ -338,8 +342,6 @@ def test_no_vended_secret_in_rows_cli_logs_or_dagster_runs(
     # 3. Dagster: the sensor's requests, each run executed in process; the wrong key
     # is what the environment holds while the wrong-key task's run works.
     w.add_tasks("dagster", "s3", "s3 powerless", "azure", "azure wrong key", "gcs")
-    home = tmp_path / "dagster_home"
-    home.mkdir()
     storage = PolarisStorageResource(locations=[])
     metastore = metastore_resource(w.store, lease_timeout_ms=60_000, grace_ms=0)
     run_ids: list[str] = []
@@ -349,7 +351,7 @@ def test_no_vended_secret_in_rows_cli_logs_or_dagster_runs(
     job = build_polaris_task_job(
         retry_policy=RetryPolicy(max_retries=DEFAULT_RETRY_POLICY.max_retries, delay=0.05)
     )
-    with DagsterInstance.local_temp(str(home), overrides={"telemetry": {"enabled": False}}) as inst:
+    with temp_instance(tmp_path / "dagster_home") as inst:
         requests = _requests(w, inst)
         assert requests
         for request in requests:

@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from dagster import DagsterInstance, Definitions, SensorDefinition
 from sqlalchemy.engine import make_url
 
 from polaris_pipeline.dagster.alerts import alert_sensors, notifier_from_env, ui_url_from_env
 from polaris_pipeline.dagster.backlog import BacklogSettings
 from polaris_pipeline.dagster.definitions import build_defs
+from polaris_pipeline.dagster.realm_backfill import OP_NAME as REALM_BACKFILL_OP
 from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
     PolarisStorageResource,
@@ -22,7 +24,7 @@ from polaris_pipeline.dagster.resources import (
     clear_storage_cache,
 )
 from polaris_pipeline.metastore import Metastore
-from tests.support.postgres import PG_ADMIN_URL, throwaway_database
+from tests.support.postgres import PG_ADMIN_URL, database_url, throwaway_database
 
 
 @pytest.fixture(autouse=True)
@@ -33,12 +35,46 @@ def _fresh_resource_caches() -> Iterator[None]:
     clear_storage_cache()
 
 
+# Every instance a test makes reports nothing to Dagster's telemetry.
+NO_TELEMETRY: Mapping[str, Any] = {"telemetry": {"enabled": False}}
+
+
+def temp_instance(
+    home: Path,
+    *,
+    postgres_url: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> DagsterInstance:
+    """A real Dagster instance in DAGSTER_HOME ``home`` (made if missing), telemetry off.
+
+    Its run, event and schedule storage are SQLite files in ``home``, or the PostgreSQL
+    database at ``postgres_url`` (a psycopg2 URL, see ``dagster_postgres_url``);
+    ``overrides`` are further dagster.yaml sections (a compute log manager, say).
+    Use it as a context manager; the ``instance`` fixture is the common case.
+    """
+    home.mkdir(parents=True, exist_ok=True)
+    config: dict[str, Any] = {**NO_TELEMETRY, **(overrides or {})}
+    if postgres_url is not None:
+        config["storage"] = {"postgres": {"postgres_url": postgres_url}}
+    return DagsterInstance.local_temp(str(home), overrides=config)
+
+
+def dagster_postgres_url(database: str) -> str:
+    """The URL of ``database`` as dagster-postgres takes it (psycopg2; ours is psycopg 3)."""
+    return database_url(database, drivername="postgresql+psycopg2")
+
+
+def dagster_home(path: Path) -> Path:
+    """A DAGSTER_HOME for a ``dagster`` subprocess: ``path``, made, with telemetry off."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "dagster.yaml").write_text(yaml.safe_dump(dict(NO_TELEMETRY)))
+    return path
+
+
 @pytest.fixture
 def instance(tmp_path: Path) -> Iterator[DagsterInstance]:
     """A real Dagster instance on SQLite storage in a temporary DAGSTER_HOME."""
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    with DagsterInstance.local_temp(str(home), overrides={"telemetry": {"enabled": False}}) as inst:
+    with temp_instance(tmp_path / "dagster_home") as inst:
         yield inst
 
 
@@ -105,3 +141,8 @@ def sweeper_resources(
         "storage": storage or PolarisStorageResource(),
         "backlog": backlog or BacklogSettings(),
     }
+
+
+def realm_run_config(realm: str, **bounds: Any) -> dict[str, Any]:
+    """The backfill job's run config for ``realm`` (``bounds``: other RealmSweepConfig fields)."""
+    return {"ops": {REALM_BACKFILL_OP: {"config": {"realm": realm, **bounds}}}}
