@@ -76,7 +76,7 @@ GROUP = [
     ({"status": "done"}, FREED),
     ({"status": "already-done"}, None),
 ]
-REFS = [TaskRef("R", 11, "t11")]
+REFS = [TaskRef("R", 11, 1, name="t11")]
 TABLE = TableRef("R", ("ns",), "t", catalog_id=5)
 
 
@@ -209,7 +209,7 @@ def test_the_unreferenced_line_travels_in_the_record() -> None:
 # Exactly as 0.1.0's translator wrote them for ROOT, the GROUP of KEPT and FREED (and
 # one already done), DEAD, a failed group whose first failure was DEAD, a lease lost
 # and a skip.
-LEGACY_DONE = {
+LEGACY_DONE: dict[str, Any] = {
     "task": "R/1 't1'",
     "realm": "R",
     "task id": "1",
@@ -224,7 +224,7 @@ LEGACY_DONE = {
     "refused paths": 0,
     "child tasks": 2,
 }
-LEGACY_GROUP = {
+LEGACY_GROUP: dict[str, Any] = {
     "realm": "R",
     "lease executor": "exec",
     "files deleted": 7,
@@ -243,7 +243,7 @@ LEGACY_GROUP = {
          "files deleted": 0, "bytes freed": 0},
     ],
 }  # fmt: skip
-LEGACY_FAILED = {
+LEGACY_FAILED: dict[str, Any] = {
     "task": "R/13 't13'",
     "realm": "R",
     "task id": "13",
