@@ -26,6 +26,7 @@ from dagster import (
     op,
 )
 
+from polaris_pipeline.cleanup.context import CleanupResult
 from polaris_pipeline.dagster.alerts import (
     Alert,
     SmtpSettings,
@@ -47,7 +48,10 @@ from polaris_pipeline.dagster.backlog import (
 )
 from polaris_pipeline.dagster.resources import SweeperSettings
 from polaris_pipeline.dagster.sweeper import SENSOR_NAME
+from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
+from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.tasks.ref import Lease
 from tests.support.dagster import (
     alert_sensors_from_env,
     deployed_sensor,
@@ -220,8 +224,10 @@ def failing_job() -> None:
 @op
 def deletes_on_a_versioned_bucket() -> Output[int]:
     # A step's metadata as the task job writes it for files a versioned bucket kept.
-    meta = {"files deleted": 2, "files kept by versioning": 2, "bytes kept by versioning": 10}
-    return Output(2, metadata={**meta, "files kept or freed: unknown": 0, "status": "done"})
+    result = CleanupResult(deleted=2, bytes_freed=0, retained=2, bytes_retained=10)
+    lease = Lease("POLARIS", 7, "exec", 1, 1, 0, name="t7")
+    outcome = TaskOutcome(lease, Status.DONE, result=result)
+    return Output(2, metadata=DEFAULT_TRANSLATOR.done_metadata(outcome, None))
 
 
 @op

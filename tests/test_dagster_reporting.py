@@ -41,6 +41,7 @@ from polaris_pipeline.dagster.tables import TableRef, table_of
 from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
 from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.report.step_record import STEP_RECORD_KEY, read_step
 from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskRow, TaskType
 from polaris_pipeline.testing import tasks as testing_tasks
@@ -175,16 +176,31 @@ def test_a_location_is_a_url_unless_its_scheme_is_file() -> None:
     }
 
 
-def test_run_total_adds_up_root_and_child_groups() -> None:
+def test_run_total_adds_up_root_and_child_groups_of_older_releases() -> None:
     total = OutcomeTotals()
-    total.add_step({"status": "done", "files deleted": 0, "bytes freed": 0, "child tasks": 3})
-    total.add_step(
-        {"files deleted": 5, "files already gone": 1, "bytes freed": 500, "by status": {"done": 2}}
-    )
-    total.add_step(
-        {"files deleted": 1, "bytes freed": "unknown", "refused paths": 2, "by status": {"done": 1}}
-    )
-    total.add_step({"failed child tasks": 1, "child tasks done": 0}, failed=True)
+    for metadata, failed in (
+        ({"status": "done", "files deleted": 0, "bytes freed": 0, "child tasks": 3}, False),
+        (
+            {
+                "files deleted": 5,
+                "files already gone": 1,
+                "bytes freed": 500,
+                "by status": {"done": 2},
+            },
+            False,
+        ),
+        (
+            {
+                "files deleted": 1,
+                "bytes freed": "unknown",
+                "refused paths": 2,
+                "by status": {"done": 1},
+            },
+            False,
+        ),
+        ({"failed child tasks": 1, "child tasks done": 0}, True),
+    ):
+        total.merge(read_step(metadata, failed=failed).totals)
     assert (total.files_deleted, total.files_missing, total.refused) == (6, 1, 2)
     assert total.bytes_freed == 500 and total.bytes_unknown
     assert dict(total.children) == {"done": 3, "failed": 1} and total.children_total == 4
@@ -241,6 +257,13 @@ def test_a_purge_is_tagged_totalled_and_recorded_in_the_catalog(
 
     total = run_total(instance, result.run_id)
     assert total.files_deleted == deleted
+    # Every step that ran something (the task, each group, the table's finish) wrote its
+    # one record, and only one; a stage's gate ran nothing.
+    outputs = [e for e in result.all_events if e.is_successful_output]
+    recorded = [e.step_key for e in outputs if STEP_RECORD_KEY in e.step_output_data.metadata]
+    unrecorded = {e.step_key for e in outputs} - set(recorded)
+    assert len(recorded) == len(set(recorded)) > 2, recorded
+    assert all(key.startswith("release_") for key in unrecorded), unrecorded
     assert total.children["done"] == total.children_total > 0
     assert dict(total.tasks) == {"done": 1}
 

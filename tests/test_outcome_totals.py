@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import fields
+from typing import Any
+
+import pytest
+
 from polaris_pipeline.cleanup.context import CleanupResult
 from polaris_pipeline.errors import GuardRefusal
 from polaris_pipeline.execution.runner import Status, TaskOutcome
@@ -9,6 +15,7 @@ from polaris_pipeline.report.fields import SIZES_UNREPORTED
 from polaris_pipeline.report.totals import (
     BY_STATUS,
     CHILD_TASKS,
+    RECORD_NUMBERS,
     STATUS,
     OutcomeTotals,
     format_counts,
@@ -90,7 +97,7 @@ def test_counts_put_the_runners_statuses_first_and_in_words() -> None:
     assert format_counts({}) == "none"
 
 
-def test_metadata_reads_back_to_the_same_total() -> None:
+def test_the_display_labels_of_a_root_and_of_a_group() -> None:
     root = OutcomeTotals.of([outcome(1, children=(11, 12))])
     group = OutcomeTotals.of(
         [outcome(11, deleted=3, freed=30), outcome(12, missing=2, freed=None)], child=True
@@ -101,36 +108,44 @@ def test_metadata_reads_back_to_the_same_total() -> None:
     assert group_meta[BY_STATUS] == {"done": 2} and group_meta[CHILD_TASKS] == 2
     assert group_meta[SIZES_UNREPORTED] == 1
 
+
+def test_the_record_reads_back_to_the_same_total() -> None:
+    root = OutcomeTotals.of([outcome(1, children=(11, 12))])
+    group = OutcomeTotals.of(
+        [outcome(11, deleted=3, freed=30), outcome(12, missing=2, freed=None)], child=True
+    )
     run = OutcomeTotals()
-    run.add_step(root_meta)
-    run.add_step(group_meta)
+    for step in (root, group):
+        run.merge(OutcomeTotals.from_record(json.loads(json.dumps(step.to_record()))))
     expected = OutcomeTotals.of([outcome(1, children=(11, 12))])
     expected.merge(group)
     assert run == expected  # the same numbers, tasks and children
     assert run.line() == (
         "3 file(s) deleted, 2 already gone, 0 refused, 30 B or more freed; children: 2 done"
     )
+    sweep = a_sweep()
+    assert OutcomeTotals.from_record(sweep.to_record()) == sweep
 
 
-def test_reads_what_the_task_job_writes_today() -> None:
-    """Until the task job writes ``metadata``: ``unknown`` bytes, a failed group, a failure."""
-    run = OutcomeTotals()
-    run.add_step({"status": "done", "files deleted": 0, "bytes freed": "unknown"})
-    run.add_step(
-        {
-            "status": "failed",  # the first failed child's own metadata
-            "permanent": True,
-            "files deleted": 1,
-            "failed child tasks": 2,
-            "child tasks done": 3,
-        },
-        failed=True,
-    )
-    run.add_step({"start": "refused"}, failed=True)  # an operator's run that did not start
-    assert run.bytes_unknown and run.bytes_freed == 0
-    assert dict(run.tasks) == {"done": 1, "failed": 1}
-    assert dict(run.children) == {"failed": 2, "done": 3}
-    assert run.permanent == 1 and run.files_deleted == 1
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"files_deleted": -3, "tasks": {"done": 1}},
+        {"files_deleted": "3", "tasks": {"done": 1}},
+        {"files_deleted": True, "tasks": {"done": 1}},
+        {"tasks": {"done": 1, "failed": "2", "dead": -1}, "children": ["done"]},
+    ],
+)
+def test_a_record_number_that_is_not_a_count_reads_as_zero(record: dict[str, Any]) -> None:
+    totals = OutcomeTotals.from_record(record)
+    assert totals.files_deleted == 0 and dict(totals.tasks) == {"done": 1}
+    assert not totals.children
+
+
+def test_every_number_of_a_total_is_in_its_record() -> None:
+    """A number added to OutcomeTotals without a record name would be lost in a run's total."""
+    ints = {f.name for f in fields(OutcomeTotals) if f.type == "int"}
+    assert set(RECORD_NUMBERS) == ints
 
 
 def test_merge_adds_everything() -> None:

@@ -21,6 +21,7 @@ from polaris_pipeline.leaks.reclaim import ReclaimReport
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.leaks_view import reclaim_json, reclaim_line
 from polaris_pipeline.report.outcome_view import OutcomeView, totals_json
+from polaris_pipeline.report.step_record import read_step
 from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.tasks.ref import Lease
 from polaris_pipeline.testing import tasks as testing_tasks
@@ -94,9 +95,9 @@ def test_kept_bytes_on_every_surface() -> None:
     meta = view.metadata()
     assert meta["files kept by versioning"] == 3
     assert meta["tasks without sizes of kept files"] == 1
-    # A run's total reads a step's metadata back.
-    run = OutcomeTotals()
-    run.add_step(meta)
+    # A run's total reads a step's record back.
+    step = PolarisTranslator().done_metadata(view.outcome, None)
+    run = read_step({k: getattr(v, "value", v) for k, v in step.items()}).totals
     assert run.files_retained == 3 and run.bytes_retained_known is None
     assert KEPT in run.line() and "freed" not in run.line()
     assert view.output()["files_retained"] == 3

@@ -1,7 +1,8 @@
 """What a task run did, told the way an operator asks: by table, for the whole run.
 
 - ``run_total``: files deleted, already gone, refused, bytes freed and children by
-  status over every step of a run, read back from the steps' metadata into the
+  status over every step of a run, added up from each step's one structured entry
+  (``report/step_record.py``: machine field names, never a display label) into the
   engine's ``OutcomeTotals``, whose ``line`` is the run's total;
 - ``report_run``: writes that total into the run's ``polaris/total`` tag and
   records the purged table's ``AssetMaterialization`` (the translator's
@@ -37,7 +38,7 @@ from dagster._core.storage.dagster_run import DagsterRun
 from polaris_pipeline.dagster.contract import TAG_TOTAL
 from polaris_pipeline.dagster.tables import TABLE_REF_KEY, TableRef
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR, PolarisTranslator, tag_value
-from polaris_pipeline.report.fields import UNREFERENCED
+from polaris_pipeline.report.step_record import read_step
 from polaris_pipeline.report.totals import OutcomeTotals
 
 REPORT_SENSOR_NAME = "polaris_run_report"
@@ -72,10 +73,9 @@ def _read_run(
                 user = event.step_failure_data.user_failure_data
                 entries = user.metadata if user is not None else {}
             values = {k: v.value for k, v in entries.items()}
-            total.add_step(values, failed=event_type is DagsterEventType.STEP_FAILURE)
-            line = values.get(UNREFERENCED)
-            if isinstance(line, str):
-                unreferenced = line
+            step = read_step(values, failed=event_type is DagsterEventType.STEP_FAILURE)
+            total.merge(step.totals)
+            unreferenced = step.unreferenced or unreferenced
             table = table or TableRef.from_json(values.get(TABLE_REF_KEY))
     return total, unreferenced, table
 

@@ -29,6 +29,7 @@ from polaris_pipeline.dagster.translator import PolarisTranslator
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.report.fields import UNREFERENCED
 from polaris_pipeline.report.outcome_view import OutcomeView
+from polaris_pipeline.report.step_record import StepRecord
 from polaris_pipeline.tasks.model import TaskRow
 from polaris_pipeline.tasks.ref import Lease
 
@@ -42,10 +43,14 @@ def finish_input(outcome: TaskOutcome) -> dict[str, Any]:
 
 
 def finish_metadata(translator: PolarisTranslator, outcome: TaskOutcome) -> dict[str, Any]:
-    """The phase's numbers (no task status: the root step counted the table)."""
+    """The phase's numbers and its record: its line, no task status (the root step
+    counted the table)."""
+    view = OutcomeView(outcome)
+    line = view.unreferenced.summary() if view.unreferenced is not None else None
     return {
         **translator.lease_metadata(outcome.lease),
-        **OutcomeView(outcome).unreferenced_metadata(),
+        **view.unreferenced_metadata(),
+        **translator.step_record_metadata(StepRecord(unreferenced=line)),
     }
 
 

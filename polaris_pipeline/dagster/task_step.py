@@ -44,7 +44,6 @@ from polaris_pipeline.execution.start import StartAction, StartDecision
 from polaris_pipeline.report.formatting import iso_utc_seconds
 from polaris_pipeline.report.outcome_view import OutcomeView
 from polaris_pipeline.report.progress import ProgressSink
-from polaris_pipeline.report.totals import CHILDREN_DONE, FAILED_CHILDREN
 from polaris_pipeline.tasks.ref import TaskRef
 from polaris_pipeline.tasks.summary import task_type_name
 
@@ -160,7 +159,7 @@ def _refused(
     context.log.info(f"skipped: {decision.message}; nothing was done")
     if not child:
         add_tags(context, step.translator.outcome_tags(OUTCOME_SKIPPED))
-    return summary, {"status": "skipped", "message": decision.message}, None
+    return summary, step.translator.skipped_metadata(decision.message), None
 
 
 def _start_tags(step: TaskStep, decision: StartDecision) -> dict[str, str]:
@@ -212,7 +211,7 @@ def run_task(
         context.log.error(f"task {label} not run: {step.config_error} (recorded)")
         raise Failure(
             description=step.config_error,
-            metadata={**translator.lease_metadata(mine), "status": outcome.status.value},
+            metadata=translator.failure_metadata(outcome, context.run_id, step.config_error),
             allow_retries=False,
         )
     outcome = runner.execute(mine, record_failure=_is_last_attempt(context))
@@ -245,8 +244,7 @@ def run_task(
         if not child:
             add_tags(context, translator.outcome_tags(OUTCOME_LEASE_LOST))
         summary = {**view.output(), "message": message}
-        meta = {**translator.lease_metadata(mine), "status": "lease-lost", "message": message}
-        return summary, meta, None
+        return summary, translator.lease_lost_metadata(mine, message), None
 
     error = _first_line(outcome.error)
     if not outcome.recorded:
@@ -327,11 +325,7 @@ def run_child_group(
                 f"{len(failures)} of {len(refs)} child task(s) failed and were recorded; "
                 f"first: {first.description}"
             ),
-            metadata={
-                **(first.metadata or {}),
-                FAILED_CHILDREN: len(failures),
-                CHILDREN_DONE: len(done),
-            },
+            metadata=translator.group_failure_metadata(done, failures),
             allow_retries=False,
         )
     summaries = [summary for summary, _ in done]

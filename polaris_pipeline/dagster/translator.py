@@ -24,11 +24,11 @@ import importlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from dagster import AssetKey, AssetMaterialization, MetadataValue
+from dagster import AssetKey, AssetMaterialization, Failure, MetadataValue
 
 from polaris_pipeline.dagster import contract
 from polaris_pipeline.dagster.tables import ASSET_KEY_PREFIX, TABLE_REF_KEY, TableRef, table_of
-from polaris_pipeline.execution.outcome import TaskOutcome
+from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.report.fields import UNREFERENCED
 from polaris_pipeline.report.formatting import iso_utc_seconds, quoted_task_label
 from polaris_pipeline.report.outcome_view import (
@@ -36,7 +36,14 @@ from polaris_pipeline.report.outcome_view import (
     OutcomeView,
     per_task_metadata,
 )
-from polaris_pipeline.report.totals import PERMANENT, STATUS, OutcomeTotals
+from polaris_pipeline.report.step_record import STEP_RECORD_KEY, StepRecord
+from polaris_pipeline.report.totals import (
+    CHILDREN_DONE,
+    FAILED_CHILDREN,
+    PERMANENT,
+    STATUS,
+    OutcomeTotals,
+)
 from polaris_pipeline.storage.uri import split_uri
 from polaris_pipeline.tasks.model import TaskRow
 from polaris_pipeline.tasks.orphans import CandidateRun
@@ -215,6 +222,16 @@ class PolarisTranslator:
             "lease started": iso_utc_seconds(lease.start_time_ms) or "",
         }
 
+    def step_record_metadata(self, record: StepRecord) -> dict[str, MetadataValue]:
+        """A step's one structured entry (``STEP_RECORD_KEY``): what the run report reads
+        (``reporting.run_total``); every number beside it is display only."""
+        return {STEP_RECORD_KEY: MetadataValue.json(record.to_json())}
+
+    def _outcome_record(self, outcome: TaskOutcome) -> dict[str, MetadataValue]:
+        view = OutcomeView(outcome)
+        line = view.unreferenced.summary() if view.unreferenced is not None else None
+        return self.step_record_metadata(StepRecord(OutcomeTotals.of([outcome]), line))
+
     def done_metadata(self, outcome: TaskOutcome, task: TaskRow | None) -> dict[str, Any]:
         """A step's metadata for a task done: the table, the lease, the numbers."""
         result = outcome.result
@@ -224,11 +241,11 @@ class PolarisTranslator:
             **self.lease_metadata(outcome.lease),
             STATUS: outcome.status.value,
             "type": view.type_name,
+            **self._outcome_record(outcome),
         }
         if result is None:
             meta["note"] = "task row already gone: finished by another executor"
             return meta
-        # Read back by the run report (reporting.run_total): the keys are the totals'.
         meta.update(view.metadata())
         if result.deleted_paths_sample:
             meta["deleted paths (sample)"] = MetadataValue.json(list(result.deleted_paths_sample))
@@ -256,6 +273,7 @@ class PolarisTranslator:
             "error": outcome.error or error,
             PERMANENT: outcome.permanent,
             "dagster run id": MetadataValue.dagster_run(run_id),  # a link in the UI
+            **self._outcome_record(outcome),
         }
         if next_attempt is not None:
             meta["next attempt"] = next_attempt
@@ -273,6 +291,39 @@ class PolarisTranslator:
                 )
         return meta
 
+    def lease_lost_metadata(self, lease: Lease, message: str) -> dict[str, Any]:
+        """A step whose task was taken away mid-way: counted as lease lost, no numbers
+        (the current holder finishes it and claims its work)."""
+        totals = OutcomeTotals()
+        totals.add_status("lease-lost")
+        return {
+            **self.lease_metadata(lease),
+            STATUS: "lease-lost",
+            "message": message,
+            **self.step_record_metadata(StepRecord(totals)),
+        }
+
+    def skipped_metadata(self, message: str) -> dict[str, Any]:
+        """A sweeper's run that found its task taken or not due: skipped, nothing done."""
+        totals = OutcomeTotals()
+        totals.add_status("skipped")
+        return {
+            STATUS: "skipped",
+            "message": message,
+            **self.step_record_metadata(StepRecord(totals)),
+        }
+
+    def _group_totals(
+        self, done: Sequence[tuple[dict[str, Any], TaskOutcome | None]]
+    ) -> OutcomeTotals:
+        totals = OutcomeTotals()
+        for summary, outcome in done:
+            if outcome is not None:
+                totals.add(outcome, child=True)
+            else:  # found already done: a status, no outcome
+                totals.add_status(summary["status"], child=True)
+        return totals
+
     def group_metadata(
         self,
         refs: Sequence[TaskRef],
@@ -280,24 +331,43 @@ class PolarisTranslator:
         done: Sequence[tuple[dict[str, Any], TaskOutcome | None]],
     ) -> dict[str, Any]:
         """What a group step did, in total and per task (each child's attempt too)."""
-        totals = OutcomeTotals()
-        for summary, outcome in done:
-            if outcome is not None:
-                totals.add(outcome, child=True)
-            else:  # found already done: a status, no outcome
-                totals.add_status(summary["status"], child=True)
+        totals = self._group_totals(done)
         results = [o.result for _, o in done if o is not None and o.result is not None]
         sample = [p for r in results for p in r.deleted_paths_sample][:FAILURE_SAMPLE]
         meta: dict[str, Any] = {
             "realm": ", ".join(sorted({ref.realm_id for ref in refs})),
             "lease executor": executor_id,
-            # Read back by the run report (reporting.run_total): the keys are the totals'.
             **totals.metadata(),
             "tasks": MetadataValue.json([per_task_metadata(s) for s, _ in done]),
         }
         if sample:
             meta["deleted paths (sample)"] = MetadataValue.json(sample)
+        meta.update(self.step_record_metadata(StepRecord(totals)))
         return meta
+
+    def group_failure_metadata(
+        self,
+        done: Sequence[tuple[dict[str, Any], TaskOutcome | None]],
+        failures: Sequence[Failure],
+    ) -> dict[str, Any]:
+        """A group step some of whose child tasks failed (recorded): the first failure's
+        metadata, and the whole group's numbers, the failed children's included."""
+        totals = self._group_totals(done)
+        for failure in failures:
+            values = {k: getattr(v, "value", v) for k, v in (failure.metadata or {}).items()}
+            record = StepRecord.from_json(values.get(STEP_RECORD_KEY))
+            if record is not None:
+                totals.merge(record.totals.as_children())
+            else:  # failed before running (an operator's child that could not start)
+                totals.add_status(Status.FAILED.value, child=True)
+        first = {k: v for k, v in (failures[0].metadata or {}).items() if k != STEP_RECORD_KEY}
+        return {
+            **first,
+            FAILED_CHILDREN: len(failures),
+            CHILDREN_DONE: len(done),
+            **totals.metadata(),
+            **self.step_record_metadata(StepRecord(totals)),
+        }
 
 
 # The library's own choices, for callers given no translator.

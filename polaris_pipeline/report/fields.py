@@ -1,8 +1,9 @@
 """The numbers of an outcome, each named once per surface (CLI JSON key, Dagster metadata
 label, step output key): the leaf ``outcome_view`` and ``totals`` both read.
 
-The CLI's JSON keys and the metadata labels are public (scripts; the run report
-reads the labels back: ``OutcomeTotals.add_step``): never rename one.
+The CLI's JSON keys and the step output keys are public (scripts): never rename one.
+The metadata labels are for display only: a step's numbers are stored and read back
+under machine names (``step_record.py``), so a label may be reworded freely.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ class OutcomeField:
 
     attr: str  # the attribute of OutcomeView and of OutcomeTotals
     json_key: str | None  # the CLI's --json
-    label: str  # Dagster metadata of a step or a run
+    label: str  # Dagster metadata of a step or a run: display only, never read back
     output_key: str | None  # a task step's output value
 
 

@@ -1,10 +1,10 @@
 """What tasks did, added up: one total for a CLI sweep, a run, a backfill and the demo.
 
-``OutcomeTotals`` adds the Runner's ``TaskOutcome``s. It writes itself as the
-plain values a Dagster step's metadata carries and reads them back (``add_step``),
-under the labels of ``OUTCOME_FIELDS`` and the keys below. ``line`` and
-``tasks_text`` are the one wording of a total; ``format_counts`` the one wording
-of counts by status.
+``OutcomeTotals`` adds the Runner's ``TaskOutcome``s. It is stored as a record with
+machine field names (``to_record``, read back by ``from_record``: a step's record,
+``step_record.py``), and shown under the labels of ``OUTCOME_FIELDS`` and the keys
+below (``metadata``), which nothing reads back. ``line`` and ``tasks_text`` are the
+one wording of a total; ``format_counts`` the one wording of counts by status.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from polaris_pipeline.report.formatting import format_bytes, retention_text
 if TYPE_CHECKING:
     from polaris_pipeline.cleanup.context import CleanupResult
 
-# The metadata keys of a step (task job) or a run (report, backfill). The numbers'
-# labels are the outcome view's, in its order (SIZES_UNREPORTED: BYTES_FREED is then
-# a lower bound).
+# The display labels of a step (task job) or a run (report, backfill): for the UI only,
+# never read back. The numbers' labels are the outcome view's, in its order
+# (SIZES_UNREPORTED: BYTES_FREED is then a lower bound).
 FILES_DELETED, FILES_MISSING, BYTES_FREED, REFUSED_PATHS, CHILD_TASKS = (
     f.label for f in OUTCOME_FIELDS
 )
@@ -38,6 +38,22 @@ FAILED_CHILDREN = "failed child tasks"
 CHILDREN_DONE = "child tasks done"
 
 _FAILED = (Status.FAILED.value, Status.DEAD.value)
+
+# The numbers of a stored record (``to_record``), by their machine names: runs' event
+# logs keep them, so a name here is never renamed (tests/test_step_record.py pins them).
+RECORD_NUMBERS = (
+    "files_deleted",
+    "files_missing",
+    "refused",
+    "bytes_freed",
+    "sizes_unreported",
+    "files_retained",
+    "bytes_retained",
+    "retained_sizes_unreported",
+    "retention_unknown",
+    "children_created",
+    "permanent",
+)
 
 
 def status_word(status: str) -> str:
@@ -70,6 +86,13 @@ def retention_state(deleted: int, retained: int, unknown: int) -> str | None:
 
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _counts(value: Any) -> Counter[str]:
+    """Counts by status, as a record holds them; anything else counts nothing."""
+    if not isinstance(value, Mapping):
+        return Counter()
+    return Counter({str(s): n for s, n in value.items() if _int(n) > 0})
 
 
 @dataclass
@@ -145,37 +168,32 @@ class OutcomeTotals:
             else:  # the counters add up, the parents join
                 mine.update(theirs)
 
-    def add_step(self, metadata: Mapping[str, Any], *, failed: bool = False) -> None:
-        """One step's metadata (plain values), as ``metadata`` writes it; ``failed``: the
-        step failed (a step that failed before naming a status counts as a failed task)."""
-        self.files_deleted += _int(metadata.get(FILES_DELETED))
-        self.files_missing += _int(metadata.get(FILES_MISSING))
-        self.refused += _int(metadata.get(REFUSED_PATHS))
-        freed = metadata.get(BYTES_FREED)
-        self.bytes_freed += _int(freed)
-        self.sizes_unreported += _int(metadata.get(SIZES_UNREPORTED))
-        # Before SIZES_UNREPORTED the task job wrote "unknown" for bytes freed.
-        if freed is not None and not isinstance(freed, int) and SIZES_UNREPORTED not in metadata:
-            self.sizes_unreported += 1
-        self.files_retained += _int(metadata.get(FILES_RETAINED))
-        self.bytes_retained += _int(metadata.get(BYTES_RETAINED))
-        self.retained_sizes_unreported += _int(metadata.get(RETAINED_SIZES_UNREPORTED))
-        self.retention_unknown += _int(metadata.get(RETENTION_UNKNOWN))
-        self.permanent += int(metadata.get(PERMANENT) is True)
-        by_status = metadata.get(BY_STATUS)
-        if isinstance(by_status, Mapping):  # a group of child tasks
-            for status, count in by_status.items():
-                self.add_status(str(status), child=True, count=_int(count))
-        elif FAILED_CHILDREN in metadata:  # a group of child tasks that failed
-            done = _int(metadata.get(CHILDREN_DONE))
-            self.add_status(Status.DONE.value, child=True, count=done)
-        elif STATUS in metadata:  # a step that ran one task
-            self.add_status(str(metadata[STATUS]))
-            self.children_created += _int(metadata.get(CHILD_TASKS))
-        elif failed:
-            self.add_status(Status.FAILED.value)
-        failed_children = _int(metadata.get(FAILED_CHILDREN))
-        self.add_status(Status.FAILED.value, child=True, count=failed_children)
+    def as_children(self) -> OutcomeTotals:
+        """A copy whose tasks are counted as child tasks (a group's child, run as a task)."""
+        copy = OutcomeTotals()
+        copy.merge(self)
+        copy.children.update(copy.tasks)
+        copy.tasks = Counter()
+        return copy
+
+    # -------------------------------------------------------------- the record
+
+    def to_record(self) -> dict[str, Any]:
+        """The numbers and counts as plain JSON under machine names: what is stored."""
+        record: dict[str, Any] = {name: getattr(self, name) for name in RECORD_NUMBERS}
+        record["tasks"] = {s: n for s, n in self.tasks.items() if n}
+        record["children"] = {s: n for s, n in self.children.items() if n}
+        return record
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> OutcomeTotals:
+        """What ``to_record`` wrote; a number missing or not a count reads as 0."""
+        totals = cls()
+        for name in RECORD_NUMBERS:
+            setattr(totals, name, max(_int(record.get(name)), 0))
+        totals.tasks = _counts(record.get("tasks"))
+        totals.children = _counts(record.get("children"))
+        return totals
 
     # -------------------------------------------------------------- reading
 
@@ -212,7 +230,8 @@ class OutcomeTotals:
     # -------------------------------------------------------------- writing
 
     def metadata(self) -> dict[str, Any]:
-        """The numbers as plain metadata values, in the order a step's page shows them."""
+        """The numbers under their display labels, in the order a step's page shows them:
+        for the UI only (what is read back is ``to_record``)."""
         meta: dict[str, Any] = {f.label: getattr(self, f.attr) for f in OUTCOME_FIELDS}
         if self.children:
             meta[BY_STATUS] = {s: n for s, n in self.children.items() if n}

@@ -1,0 +1,70 @@
+"""What one step of a task run did, as one structured entry: what the run report reads.
+
+Every step of the task job that runs a task (or a group of child tasks) writes a
+``StepRecord`` under ``STEP_RECORD_KEY``: its ``OutcomeTotals`` under machine
+field names (``OutcomeTotals.to_record``) and its table's unreferenced line. The
+run report, the alerts and the demo add a run up from these (``read_step``). The
+labels beside them (``fields.py``) are derived from the same totals for the UI and
+are never read back: renaming one changes no total.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from polaris_pipeline.execution.outcome import Status
+from polaris_pipeline.report.legacy_step_metadata import legacy_step_totals
+from polaris_pipeline.report.totals import OutcomeTotals
+
+# The step metadata entry holding the record (a JSON value). Stored in runs' event
+# logs: never renamed.
+STEP_RECORD_KEY = "polaris/step"
+# Written into each record; a later change of its fields says so here.
+RECORD_VERSION = 1
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step's totals, and the line of its table's unreferenced phase (None: none ran)."""
+
+    totals: OutcomeTotals = field(default_factory=OutcomeTotals)
+    unreferenced: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": RECORD_VERSION,
+            "totals": self.totals.to_record(),
+            "unreferenced": self.unreferenced,
+        }
+
+    @classmethod
+    def from_json(cls, value: object) -> StepRecord | None:
+        """The record ``to_json`` wrote; None for anything else."""
+        if not isinstance(value, Mapping) or not isinstance(value.get("version"), int):
+            return None
+        totals = value.get("totals")
+        unreferenced = value.get("unreferenced")
+        return cls(
+            OutcomeTotals.from_record(totals if isinstance(totals, Mapping) else {}),
+            unreferenced if isinstance(unreferenced, str) else None,
+        )
+
+
+def read_step(metadata: Mapping[str, Any], *, failed: bool = False) -> StepRecord:
+    """One step's record from its metadata (plain values); ``failed``: the step failed.
+
+    A step of the previous release wrote labels only: read by the legacy reader. A
+    failed step whose record counts no task (it failed before running one: an
+    operator's run that could not start its task, an unexpected error) counts as
+    one failed task.
+    """
+    record = StepRecord.from_json(metadata.get(STEP_RECORD_KEY))
+    if record is None:
+        legacy = legacy_step_totals(metadata)
+        record = StepRecord(*legacy) if legacy is not None else StepRecord()
+    counted = record.totals.tasks.total() + record.totals.children.total()
+    if failed and not counted:
+        record.totals.add_status(Status.FAILED.value)
+    return record

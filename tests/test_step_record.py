@@ -1,0 +1,382 @@
+"""A step's one structured record: what a run's total is added up from.
+
+Each step of the task job writes its numbers under machine names
+(``report/step_record.py``); the display labels beside them are never read back,
+so renaming one changes no total. Steps written by release 0.1.0 (labels only)
+still total right through the legacy reader, given their metadata exactly as that
+release wrote it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+from dagster import (
+    AssetKey,
+    AssetRecordsFilter,
+    DagsterInstance,
+    Failure,
+    MetadataValue,
+    Output,
+    job,
+    op,
+)
+
+from polaris_pipeline.cleanup.context import CleanupResult
+from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
+from polaris_pipeline.dagster.contract import TAG_CATALOG, TAG_REALM, TAG_TABLE
+from polaris_pipeline.dagster.reporting import report_run
+from polaris_pipeline.dagster.tables import TableRef
+from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
+from polaris_pipeline.errors import GuardRefusal
+from polaris_pipeline.execution.outcome import Status, TaskOutcome
+from polaris_pipeline.report import outcome_view, totals
+from polaris_pipeline.report.step_record import STEP_RECORD_KEY, StepRecord, read_step
+from polaris_pipeline.report.totals import OutcomeTotals
+from polaris_pipeline.tasks.ref import Lease, TaskRef
+
+
+def lease(task_id: int) -> Lease:
+    return Lease("R", task_id, "exec", 1, 1, 0, name=f"t{task_id}")
+
+
+ROOT = TaskOutcome(
+    lease(1),
+    Status.DONE,
+    result=CleanupResult(deleted=2, missing=1, bytes_freed=20),
+    children=[lease(11), lease(12)],
+)
+KEPT = TaskOutcome(
+    lease(11),
+    Status.DONE,
+    result=CleanupResult(
+        deleted=3, bytes_freed=None, retained=2, bytes_retained=None, retention_unknown=1
+    ),
+)
+FREED = TaskOutcome(
+    lease(12),
+    Status.DONE,
+    result=CleanupResult(
+        deleted=4, missing=2, bytes_freed=400, refused=[GuardRefusal("/x", "outside")]
+    ),
+)
+DEAD = TaskOutcome(
+    lease(13),
+    Status.DEAD,
+    result=CleanupResult(deleted=1, bytes_freed=10, refused=[GuardRefusal("/y", "outside")]),
+    error="boom",
+    permanent=True,
+    recorded=True,
+)
+GROUP = [
+    ({"status": "done"}, KEPT),
+    ({"status": "done"}, FREED),
+    ({"status": "already-done"}, None),
+]
+REFS = [TaskRef("R", 11, 1, name="t11")]
+TABLE = TableRef("R", ("ns",), "t", catalog_id=5)
+
+
+def plain(meta: dict[str, Any]) -> dict[str, Any]:
+    """Metadata values as a run's event log gives them back (JSON in, JSON out)."""
+    return json.loads(json.dumps({k: getattr(v, "value", v) for k, v in meta.items()}))
+
+
+def step_total(meta: dict[str, Any], *, failed: bool = False) -> OutcomeTotals:
+    return read_step(plain(meta), failed=failed).totals
+
+
+def _expected_run() -> OutcomeTotals:
+    expected = OutcomeTotals.of([ROOT])
+    expected.merge(OutcomeTotals.of([KEPT, FREED], child=True))
+    expected.add_status("already-done", child=True)
+    return expected
+
+
+# -- the record ----------------------------------------------------------------------
+
+
+def test_each_step_writes_one_record_that_totals_it() -> None:
+    done = DEFAULT_TRANSLATOR.done_metadata(ROOT, None)
+    group = DEFAULT_TRANSLATOR.group_metadata(REFS, "exec", GROUP)
+    assert type(done[STEP_RECORD_KEY]).__name__ == "JsonMetadataValue"
+    run = step_total(done)
+    run.merge(step_total(group))
+    assert run == _expected_run()
+    failed = step_total(DEFAULT_TRANSLATOR.failure_metadata(DEAD, "run", "boom"), failed=True)
+    assert failed == OutcomeTotals.of([DEAD]) and dict(failed.tasks) == {"dead": 1}
+
+
+@pytest.fixture
+def renamed_labels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every number's display label reworded, as a later release may."""
+    for module in (totals, outcome_view):
+        for name in ("OUTCOME_FIELDS", "RETENTION_FIELDS"):
+            fields = getattr(module, name)
+            renamed = tuple(dataclasses.replace(f, label=f"{f.label} (renamed)") for f in fields)
+            monkeypatch.setattr(module, name, renamed)
+
+
+@pytest.mark.usefixtures("renamed_labels")
+def test_renaming_a_display_label_changes_no_total() -> None:
+    done = DEFAULT_TRANSLATOR.done_metadata(ROOT, None)
+    group = DEFAULT_TRANSLATOR.group_metadata(REFS, "exec", GROUP)
+    assert "files deleted (renamed)" in done and "files deleted" not in done
+    assert "files kept by versioning (renamed)" in group
+    run = step_total(done)
+    run.merge(step_total(group))
+    assert run == _expected_run()
+    assert run.files_deleted == 9 and run.files_retained == 2 and run.refused == 1
+
+
+def test_a_record_as_this_release_writes_it_reads_back() -> None:
+    """The stored form, spelled out: a renamed field name here is a data migration."""
+    record = {
+        "version": 1,
+        "totals": {
+            "files_deleted": 7,
+            "files_missing": 2,
+            "refused": 1,
+            "bytes_freed": 400,
+            "sizes_unreported": 1,
+            "files_retained": 2,
+            "bytes_retained": 0,
+            "retained_sizes_unreported": 1,
+            "retention_unknown": 1,
+            "children_created": 0,
+            "permanent": 0,
+            "tasks": {},
+            "children": {"done": 2, "already-done": 1},
+        },
+        "unreferenced": None,
+    }
+    group = DEFAULT_TRANSLATOR.group_metadata(REFS, "exec", GROUP)
+    assert plain(group)[STEP_RECORD_KEY] == record
+    step = read_step({STEP_RECORD_KEY: record})
+    expected = OutcomeTotals.of([KEPT, FREED], child=True)
+    expected.add_status("already-done", child=True)
+    assert step.totals == expected
+
+
+def test_a_record_wins_over_labels_beside_it() -> None:
+    """Labels beside a record are display: a step showing other numbers totals by its record."""
+    meta = {**plain(DEFAULT_TRANSLATOR.done_metadata(ROOT, None)), "files deleted": 999}
+    assert read_step(meta).totals.files_deleted == 2
+
+
+def test_a_failed_group_counts_every_childs_numbers() -> None:
+    """The children done before the failure and the failed one: all in the step's total."""
+    failure = Failure("boom", metadata=DEFAULT_TRANSLATOR.failure_metadata(DEAD, "run", "boom"))
+    meta = DEFAULT_TRANSLATOR.group_failure_metadata(GROUP, [failure, Failure("refused")])
+    step = step_total(meta, failed=True)
+    assert dict(step.children) == {"done": 2, "already-done": 1, "dead": 1, "failed": 1}
+    assert not step.tasks and step.permanent == 1
+    assert (step.files_deleted, step.refused) == (8, 2)
+    # Shown: the first failure and the counts, the group's numbers.
+    shown = plain(meta)
+    assert shown["error"] == "boom" and shown["failed child tasks"] == 2
+    assert shown["child tasks done"] == 3 and shown["files deleted"] == 8
+
+
+def test_lease_lost_and_skipped_steps_count_their_status_only() -> None:
+    lost = step_total(DEFAULT_TRANSLATOR.lease_lost_metadata(lease(1), "taken"))
+    skipped = step_total(DEFAULT_TRANSLATOR.skipped_metadata("not due"))
+    assert dict(lost.tasks) == {"lease-lost": 1} and lost.files_deleted == 0
+    assert dict(skipped.tasks) == {"skipped": 1}
+
+
+def test_a_failed_step_without_a_record_is_one_failed_task() -> None:
+    """An operator's run that could not start its task, or an unexpected error."""
+    assert dict(read_step({"start": "refused"}, failed=True).totals.tasks) == {"failed": 1}
+    assert not read_step({"note": "no child task"}).totals.tasks
+
+
+def test_the_unreferenced_line_travels_in_the_record() -> None:
+    report = UnreferencedReport("delete", deleted=2, bytes_deleted=20, listed=2)
+    table = TaskOutcome(lease(1), Status.DONE, result=CleanupResult(unreferenced=report))
+    step = read_step(plain(DEFAULT_TRANSLATOR.done_metadata(table, None)))
+    assert step.unreferenced == report.summary()
+    assert StepRecord.from_json(StepRecord(unreferenced="x").to_json()) == StepRecord(
+        unreferenced="x"
+    )
+
+
+# -- steps of release 0.1.0 (legacy_step_metadata.py) --------------------------------
+
+# Exactly as 0.1.0's translator wrote them for ROOT, the GROUP of KEPT and FREED (and
+# one already done), DEAD, a failed group whose first failure was DEAD, a lease lost
+# and a skip.
+LEGACY_DONE: dict[str, Any] = {
+    "task": "R/1 't1'",
+    "realm": "R",
+    "task id": "1",
+    "type": "?",
+    "lease executor": "exec",
+    "lease attempt": 1,
+    "lease started": "1970-01-01T00:00:00+00:00",
+    "status": "done",
+    "files deleted": 2,
+    "files already gone": 1,
+    "bytes freed": 20,
+    "refused paths": 0,
+    "child tasks": 2,
+}
+LEGACY_GROUP: dict[str, Any] = {
+    "realm": "R",
+    "lease executor": "exec",
+    "files deleted": 7,
+    "files already gone": 2,
+    "bytes freed": 400,
+    "refused paths": 1,
+    "child tasks": 3,
+    "by status": {"done": 2, "already-done": 1},
+    "tasks without sizes": 1,
+    "files kept by versioning": 2,
+    "bytes kept by versioning": 0,
+    "files kept or freed: unknown": 1,
+    "tasks without sizes of kept files": 1,
+    "tasks": [
+        {"task id": "11", "type": None, "status": "done", "lease attempt": None,
+         "files deleted": 0, "bytes freed": 0},
+    ],
+}  # fmt: skip
+LEGACY_FAILED: dict[str, Any] = {
+    "task": "R/13 't13'",
+    "realm": "R",
+    "task id": "13",
+    "type": "?",
+    "lease executor": "exec",
+    "lease attempt": 1,
+    "lease started": "1970-01-01T00:00:00+00:00",
+    "status": "dead",
+    "error": "boom",
+    "permanent": True,
+    "dagster run id": "runid",
+    "files deleted": 1,
+    "files already gone": 0,
+    "bytes freed": 10,
+    "refused paths": 1,
+    "child tasks": 0,
+    "refused paths (sample)": [{"path": "/y", "reason": "outside"}],
+}
+LEGACY_FAILED_GROUP = {**LEGACY_FAILED, "failed child tasks": 1, "child tasks done": 3}
+LEGACY_LEASE_LOST = {"task": "R/1 't1'", "status": "lease-lost", "message": "taken"}
+LEGACY_SKIPPED = {"status": "skipped", "message": "not due"}
+
+
+def test_steps_as_0_1_0_wrote_them_still_total_right() -> None:
+    run = OutcomeTotals()
+    run.merge(read_step(LEGACY_DONE).totals)
+    run.merge(read_step(LEGACY_GROUP).totals)
+    assert run == _expected_run()
+    dead = read_step(LEGACY_FAILED, failed=True).totals
+    assert dead == OutcomeTotals.of([DEAD])
+    group = read_step(LEGACY_FAILED_GROUP, failed=True).totals
+    # 0.1.0 kept the first failed child's numbers only, and its status was not the step's.
+    assert dict(group.children) == {"done": 3, "failed": 1} and not group.tasks
+    assert group.files_deleted == 1
+    assert dict(read_step(LEGACY_LEASE_LOST).totals.tasks) == {"lease-lost": 1}
+    assert dict(read_step(LEGACY_SKIPPED).totals.tasks) == {"skipped": 1}
+    # Older still: bytes freed was the word "unknown" before "tasks without sizes".
+    unknown = read_step({"status": "done", "files deleted": 0, "bytes freed": "unknown"})
+    assert unknown.totals.bytes_unknown and unknown.totals.bytes_freed == 0
+    line = read_step({"realm": "R", "unreferenced": "unreferenced: 2 files"}).unreferenced
+    assert line == "unreferenced: 2 files"
+
+
+@pytest.mark.usefixtures("renamed_labels")
+def test_renaming_a_display_label_still_reads_0_1_0_steps() -> None:
+    assert read_step(LEGACY_DONE).totals == OutcomeTotals.of([ROOT])
+
+
+# -- a run report -------------------------------------------------------------------
+
+
+@op
+def root_step() -> Output[int]:
+    meta = {
+        **DEFAULT_TRANSLATOR.table_metadata(TABLE),
+        **DEFAULT_TRANSLATOR.done_metadata(ROOT, None),
+    }
+    return Output(0, metadata=meta)
+
+
+@op
+def group_step(previous: int) -> Output[int]:
+    return Output(0, metadata=DEFAULT_TRANSLATOR.group_metadata(REFS, "exec", GROUP))
+
+
+@op
+def failed_group_step(previous: int) -> None:
+    failure = Failure("boom", metadata=DEFAULT_TRANSLATOR.failure_metadata(DEAD, "run", "boom"))
+    raise Failure(
+        "1 of 3 failed", metadata=DEFAULT_TRANSLATOR.group_failure_metadata(GROUP, [failure])
+    )
+
+
+@job
+def recorded_run() -> None:
+    failed_group_step(group_step(root_step()))
+
+
+@op
+def legacy_root() -> Output[int]:
+    return Output(0, metadata=LEGACY_DONE)
+
+
+@op
+def legacy_group(previous: int) -> Output[int]:
+    return Output(0, metadata=LEGACY_GROUP)
+
+
+@op
+def legacy_failed_group(previous: int) -> None:
+    raise Failure("1 of 4 failed", metadata=LEGACY_FAILED_GROUP)
+
+
+@job(tags={TAG_REALM: "R", TAG_TABLE: "ns.t", TAG_CATALOG: "5"})
+def legacy_run() -> None:
+    legacy_failed_group(legacy_group(legacy_root()))
+
+
+def _report(instance: DagsterInstance, job_def: Any) -> OutcomeTotals:
+    result = job_def.execute_in_process(instance=instance, raise_on_error=False)
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None
+    return report_run(instance, run)
+
+
+def _expected_recorded_run() -> OutcomeTotals:
+    expected = _expected_run()
+    expected.merge(OutcomeTotals.of([KEPT, FREED, DEAD], child=True))
+    expected.add_status("already-done", child=True)
+    return expected
+
+
+def test_a_run_report_from_structured_entries(instance: DagsterInstance) -> None:
+    total = _report(instance, recorded_run)
+    assert total == _expected_recorded_run()
+    assert dict(total.children) == {"done": 4, "already-done": 2, "dead": 1}
+    [record] = instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=AssetKey(["polaris", "R", "catalog_5", "ns", "t"])), limit=5
+    ).records
+    event = record.asset_materialization
+    assert event is not None and event.metadata["files deleted"] == MetadataValue.int(17)
+
+
+@pytest.mark.usefixtures("renamed_labels")
+def test_a_run_report_is_the_same_with_every_label_renamed(instance: DagsterInstance) -> None:
+    assert _report(instance, recorded_run) == _expected_recorded_run()
+
+
+def test_a_run_of_0_1_0_still_reports_right(instance: DagsterInstance) -> None:
+    total = _report(instance, legacy_run)
+    assert dict(total.tasks) == {"done": 1}
+    assert dict(total.children) == {"done": 5, "already-done": 1, "failed": 1}
+    assert (total.files_deleted, total.files_missing, total.refused) == (10, 3, 2)
+    assert total.bytes_freed == 430 and total.bytes_unknown and total.permanent == 1
+    key = AssetKey(["polaris", "R", "catalog_5", "ns", "t"])  # the table from its tags
+    assert instance.fetch_materializations(AssetRecordsFilter(asset_key=key), limit=5).records
