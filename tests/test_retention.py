@@ -73,6 +73,7 @@ from polaris_pipeline.dagster.retention import (
     apply_retention,
     build_run_retention_job,
     build_run_retention_schedule,
+    retention_definitions,
 )
 from polaris_pipeline.dagster.tables import TableRef
 from polaris_pipeline.dagster.task_job import polaris_task_job
@@ -486,6 +487,24 @@ def test_the_schedule_is_stopped_until_an_age_is_configured() -> None:
         success_days=14, failure_days=60, batch_size=50, dry_run=True
     )
     assert _schedule_status(build_defs_from_env({})) is DefaultScheduleStatus.STOPPED
+
+
+def test_no_retention_job_or_schedule_until_an_age_is_configured() -> None:
+    assert retention_definitions(RetentionSettings()) == ([], [])
+    assert retention_definitions(RetentionSettings(batch_size=10, dry_run=True)) == ([], [])
+    # A bad value fails even with retention off: the code location, not a later tick.
+    with pytest.raises(ValueError, match="batch_size"):
+        retention_definitions(RetentionSettings(batch_size=0))
+
+    [retention_job], [schedule] = retention_definitions(
+        RetentionSettings(failure_days=90, cron="*/5 * * * *"), "my_task_job"
+    )
+    assert retention_job.name == RETENTION_JOB_NAME and "my_task_job" in (
+        retention_job.description or ""
+    )
+    assert schedule.name == RETENTION_SCHEDULE_NAME and schedule.job_name == RETENTION_JOB_NAME
+    assert schedule.default_status is DefaultScheduleStatus.RUNNING
+    assert schedule.cron_schedule == "*/5 * * * *"
 
 
 def test_the_component_configures_the_retention() -> None:
