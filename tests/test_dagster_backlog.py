@@ -558,7 +558,8 @@ def test_the_code_location_loads_without_preview_or_beta_warnings(tmp_path: Path
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     sensors, checks = proc.stdout.split("] ")
-    assert "polaris_task_sweeper" in sensors and "polaris_run_failure_alert" in sensors
+    # No alert destination configured: no alert sensor (alerts are opt-in).
+    assert "polaris_task_sweeper" in sensors and "polaris_run_failure_alert" not in sensors
     assert int(checks) == 5  # the backlog's four and the leak report's one
 
 
