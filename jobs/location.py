@@ -7,9 +7,7 @@ from typing import TYPE_CHECKING
 
 from dagster import JobDefinition, ScheduleDefinition
 
-from polaris_pipeline.dagster.definitions import build_schedules, build_task_jobs
-from polaris_pipeline.dagster.leaks import polaris_leak_report_job
-from polaris_pipeline.dagster.realm_backfill import polaris_realm_backfill_job
+from polaris_pipeline.dagster.definitions import build_jobs_and_schedules, build_task_job
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
 from resources.location import DEPLOYMENT, resources
 
@@ -18,16 +16,10 @@ if TYPE_CHECKING:
         UnresolvedAssetJobDefinition,
     )
 
-task_job, retention_job = build_task_jobs(DEPLOYMENT.executor, DEFAULT_TRANSLATOR)
-
-jobs: list[JobDefinition | UnresolvedAssetJobDefinition] = [
-    task_job,
-    polaris_realm_backfill_job,
-    polaris_leak_report_job,
-    # Run retention is opt-in: no job without an age to keep runs for.
-    *([retention_job] if resources["retention"].enabled else []),
-]
+task_job = build_task_job(DEPLOYMENT.executor, DEFAULT_TRANSLATOR)
 
 # The schedules read their settings (the retention age, the leak report's cron) from the
-# resources, so the environment sets them in one place.
-schedules: list[ScheduleDefinition] = build_schedules(retention_job, resources)
+# resources, so the environment sets them in one place; run retention only when set.
+jobs: list[JobDefinition | UnresolvedAssetJobDefinition]
+schedules: list[ScheduleDefinition]
+jobs, schedules = build_jobs_and_schedules(task_job, resources, DEFAULT_TRANSLATOR)

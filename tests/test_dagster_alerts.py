@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from email import message_from_bytes
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from ipaddress import ip_address
+from pathlib import Path
 from typing import Any
 
 import pytest
 from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from dagster import (
     DagsterInstance,
     DagsterRunStatus,
@@ -33,6 +42,7 @@ from polaris_pipeline.dagster.alerts import (
     alert_sensors,
     build_polaris_check_alert,
     build_polaris_failure_alert,
+    build_polaris_failure_email,
     email_notifier,
     fan_out,
     notifier_from_env,
@@ -110,6 +120,82 @@ def smtp() -> Iterator[tuple[int, _Inbox]]:
     controller.start()
     try:
         yield port, inbox
+    finally:
+        controller.stop()
+
+
+# Dagster's e-mail sensor always starts TLS and logs in: a server that requires both,
+# its certificate (for 127.0.0.1) trusted through SSL_CERT_FILE, as an operator's CA is.
+_STARTTLS_ENV = {
+    "POLARIS_PIPELINE_ALERT_EMAIL_TO": "ops@example.com",
+    "POLARIS_PIPELINE_ALERT_EMAIL_FROM": "dagster@example.com",
+    "POLARIS_PIPELINE_ALERT_SMTP_HOST": "127.0.0.1",
+    "POLARIS_PIPELINE_ALERT_SMTP_STARTTLS": "true",
+    "POLARIS_PIPELINE_ALERT_SMTP_USER": "alerts",
+    "POLARIS_PIPELINE_ALERT_SMTP_PASSWORD": "s3cret",
+}
+
+
+def _self_signed_certificate(directory: Path) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.now(UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=1))
+        .not_valid_after(now + timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ip_address("127.0.0.1"))]), False
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "smtp.crt", directory / "smtp.key"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+@pytest.fixture
+def starttls_smtp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[int, _Inbox, list[tuple[str, str]]]]:
+    cert, key = _self_signed_certificate(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(cert, key)
+    logins: list[tuple[str, str]] = []
+
+    def authenticate(server: Any, session: Any, envelope: Any, mechanism: str, data: Any) -> Any:
+        logins.append((data.login.decode(), data.password.decode()))
+        return AuthResult(success=(data.login, data.password) == (b"alerts", b"s3cret"))
+
+    inbox = _Inbox()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    controller = Controller(
+        inbox,
+        hostname="127.0.0.1",
+        port=port,
+        tls_context=server_tls,
+        require_starttls=True,
+        authenticator=authenticate,
+        auth_required=True,
+    )
+    controller.start()
+    try:
+        yield port, inbox, logins
     finally:
         controller.stop()
 
@@ -197,15 +283,33 @@ def test_settings_from_env_refuse_bad_values_without_showing_secrets() -> None:
     assert "hunter2" not in repr(settings)
 
 
-def test_alert_sensors_are_stopped_until_configured(
+def test_no_alert_sensor_until_configured(webhook: tuple[str, list[dict[str, Any]]]) -> None:
+    assert alert_sensors(None) == []
+    assert alert_sensors_from_env({}) == []
+    on = alert_sensors_from_env({"POLARIS_PIPELINE_ALERT_WEBHOOK_URL": webhook[0]})
+    assert {s.name for s in on} == {"polaris_run_failure_alert", "polaris_check_failure_alert"}
+    assert all(s.default_status is DefaultSensorStatus.RUNNING for s in on)
+
+
+def test_email_over_starttls_with_a_login_is_dagsters_sensor(
     webhook: tuple[str, list[dict[str, Any]]],
 ) -> None:
-    off = alert_sensors(None)
-    assert {s.name for s in off} == {"polaris_run_failure_alert", "polaris_check_failure_alert"}
-    assert all(s.default_status is DefaultSensorStatus.STOPPED for s in off)
-    assert all("Not configured" in (s.description or "") for s in off)
-    on = alert_sensors_from_env({"POLARIS_PIPELINE_ALERT_WEBHOOK_URL": webhook[0]})
-    assert all(s.default_status is DefaultSensorStatus.RUNNING for s in on)
+    tls = {**_STARTTLS_ENV, "POLARIS_PIPELINE_ALERT_SMTP_PORT": "587"}
+    names = {s.name: s for s in alert_sensors_from_env(tls)}
+    # Run failures by Dagster's e-mail sensor; no sensor of ours with nothing to send.
+    assert set(names) == {"polaris_run_failure_email", "polaris_check_failure_alert"}
+    assert names["polaris_run_failure_email"].default_status is DefaultSensorStatus.RUNNING
+    both = alert_sensors_from_env({**tls, "POLARIS_PIPELINE_ALERT_WEBHOOK_URL": webhook[0]})
+    assert {s.name for s in both} == {
+        "polaris_run_failure_email",
+        "polaris_run_failure_alert",
+        "polaris_check_failure_alert",
+    }
+    # A plain relay (no TLS, no login) Dagster's sensor cannot use: ours sends it.
+    relay = alert_sensors_from_env({"POLARIS_PIPELINE_ALERT_EMAIL_TO": "ops@example.com"})
+    assert {s.name for s in relay} == {"polaris_run_failure_alert", "polaris_check_failure_alert"}
+    with pytest.raises(ValueError, match="STARTTLS"):
+        build_polaris_failure_email(SmtpSettings(to=("a@example.com",), starttls=True))
 
 
 # -- the sensors on real runs ----------------------------------------------------------
@@ -279,6 +383,41 @@ def test_run_failure_sensor_sends_the_failed_run(instance: DagsterInstance) -> N
     [alert] = sent
     assert alert.title == "Dagster run of failing_job failed (sales.payments)"
     assert "realm: POLARIS" in alert.body and alert.url == f"http://ui/runs/{run.run_id}"
+
+
+def test_dagsters_email_sensor_sends_the_failed_run_over_starttls(
+    instance: DagsterInstance, starttls_smtp: tuple[int, _Inbox, list[tuple[str, str]]]
+) -> None:
+    port, inbox, logins = starttls_smtp
+    env = {
+        **_STARTTLS_ENV,
+        "POLARIS_PIPELINE_ALERT_SMTP_PORT": str(port),
+        "POLARIS_PIPELINE_ALERT_UI_URL": "http://ui/",
+    }
+    [email] = [s for s in alert_sensors_from_env(env) if s.name == "polaris_run_failure_email"]
+    result = failing_job.execute_in_process(instance=instance, raise_on_error=False)
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None and run.status is DagsterRunStatus.FAILURE
+    [failure_event] = [e for e in result.all_events if e.event_type_value == "PIPELINE_FAILURE"]
+    context = build_run_status_sensor_context(
+        sensor_name=email.name,
+        dagster_instance=instance,
+        dagster_run=run,
+        dagster_event=failure_event,
+    ).for_run_failure()
+    email(context)
+
+    [(recipients, message)] = inbox.messages
+    assert recipients == ["ops@example.com"] and logins == [("alerts", "s3cret")]
+    assert message["Subject"] == "Dagster run of failing_job failed (sales.payments)"
+    body = message.get_payload()
+    assert "realm: POLARIS<br>" in body and "error: guard refused 1 path(s)" in body
+    assert f'href="http://ui/runs/{run.run_id}"' in body
+    # The check alerts, which no Dagster sensor sends, go through the same server.
+    notify = notifier_from_env(env)
+    assert notify is not None
+    notify(Alert("Polaris check no_dead_tasks failed (ERROR)", "2 dead"))
+    assert inbox.messages[-1][1]["Subject"] == "Polaris check no_dead_tasks failed (ERROR)"
 
 
 pytestmark = pytest.mark.lease_policy(max_attempts=1)

@@ -483,9 +483,11 @@ def test_the_watch_reports_the_sweepers_freshness(instance: DagsterInstance) -> 
 def test_nothing_is_partitioned_and_no_schedule_refreshes_the_backlog() -> None:
     assert polaris_task_backlog.partitions_def is None
     assert all(check.partitions_def is None for check in BACKLOG_CHECKS)
-    repo = build_defs_from_env({}).get_repository_def()
-    # The run retention's schedule, whose job materializes nothing, and the leak report's,
-    # which materializes only its own asset (stopped by default).
+    # The run retention's schedule (only with an age set), whose job materializes nothing,
+    # and the leak report's, which materializes only its own asset (stopped by default).
+    repo = build_defs_from_env(
+        {"POLARIS_PIPELINE_RETENTION_FAILURE_DAYS": "9"}
+    ).get_repository_def()
     schedules = {s.name: s for s in repo.schedule_defs}
     assert set(schedules) == {RETENTION_SCHEDULE_NAME, LEAKS_SCHEDULE}
     assert schedules[RETENTION_SCHEDULE_NAME].job_name == RETENTION_JOB_NAME
@@ -568,7 +570,8 @@ def test_the_code_location_loads_without_preview_or_beta_warnings(tmp_path: Path
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     sensors, checks = proc.stdout.split("] ")
-    assert "polaris_task_sweeper" in sensors and "polaris_run_failure_alert" in sensors
+    # No alert destination configured: no alert sensor (alerts are opt-in).
+    assert "polaris_task_sweeper" in sensors and "polaris_run_failure_alert" not in sensors
     assert int(checks) == 5  # the backlog's four and the leak report's one
 
 

@@ -444,14 +444,20 @@ def test_each_table_keeps_its_purges_and_every_asset_its_latest_state(
 # -- the schedule and the settings ---------------------------------------------------
 
 
-def _schedule_status(defs: Any) -> DefaultScheduleStatus:
+def _schedule_status(defs: Any) -> DefaultScheduleStatus | None:
+    """The retention schedule's default status; None: the deployment has no such schedule."""
+    names = {s.name for s in defs.get_repository_def().schedule_defs}
+    if RETENTION_SCHEDULE_NAME not in names:
+        return None
     return defs.resolve_schedule_def(RETENTION_SCHEDULE_NAME).default_status
 
 
-def test_the_schedule_is_stopped_until_an_age_is_configured() -> None:
+def test_no_retention_job_or_schedule_until_an_age_is_configured() -> None:
+    """Run retention is opt-in: a deployment without an age carries neither its job nor its
+    schedule; with one, the schedule runs by itself."""
     defs = build_defs()
-    assert defs.resolve_job_def(RETENTION_JOB_NAME) is not None
-    assert _schedule_status(defs) is DefaultScheduleStatus.STOPPED
+    assert RETENTION_JOB_NAME not in {j.name for j in defs.resolve_all_job_defs()}
+    assert _schedule_status(defs) is None
     assert dict(defs.resources or {})["retention"] == RetentionSettings()
 
     configured = build_defs(retention=RetentionSettings(failure_days=90, cron="*/5 * * * *"))
@@ -470,7 +476,7 @@ def test_the_schedule_is_stopped_until_an_age_is_configured() -> None:
     assert dict(from_env.resources or {})["retention"] == RetentionSettings(
         success_days=14, failure_days=60, batch_size=50, dry_run=True
     )
-    assert _schedule_status(build_defs_from_env({})) is DefaultScheduleStatus.STOPPED
+    assert _schedule_status(build_defs_from_env({})) is None
 
 
 def test_the_component_configures_the_retention() -> None:

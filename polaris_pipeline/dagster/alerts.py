@@ -1,54 +1,54 @@
-"""Alerts: a failed run, or a failed backlog check, sent to whoever must act.
+"""Alerts, off unless configured: a failed run, or a backlog check that starts failing.
 
-Two sensors share one ``notify(Alert)`` function:
+With no destination there is no alert sensor at all. With one (``notifier_from_env``:
+a webhook, e-mail, or both; or a ``notify`` of your own):
 
-- ``polaris_run_failure_alert`` (``build_polaris_failure_alert``): every failed
-  run of the code location's jobs, with its table, realm and task tags, the
-  error and a link to the run;
+- ``polaris_run_failure_email``: Dagster's own ``make_email_on_run_failure_sensor``
+  with our subject and body (table, realm, task, error, a link), for e-mail over
+  STARTTLS with a login, the only kind it sends (it always uses TLS and logs in);
+- ``polaris_run_failure_alert`` (``build_polaris_failure_alert``): every failed run
+  sent to ``notify(Alert)``: the webhook (Dagster has no incoming-webhook sensor;
+  dagster-slack's needs a bot token) and e-mail through a plain relay, which
+  Dagster's sensor cannot use;
 - ``polaris_check_failure_alert`` (``build_polaris_check_alert``): a backlog check
   (dead tasks, permanent failures, stale orphans, sweeper freshness) that starts
-  failing; a check that keeps failing pages once, not at every refresh.
+  failing, once, to every destination: Dagster OSS has no alert on asset checks.
 
-Both are off until configured: ``build_defs_from_env`` gives them a
-``notify`` built from the environment (a Slack incoming webhook, e-mail through
-SMTP, or both) and starts them RUNNING only when one is set. Without a
-destination they are STOPPED and say so in their description; starting one by
-hand then only logs. docs/dagster.md has the variables and a dagster-slack
-recipe for a ``notify`` of your own.
+docs/dagster.md has the variables and a dagster-slack recipe for a ``notify``.
 """
 
 from __future__ import annotations
 
+import html
 import json
-import logging
 import smtplib
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from email.message import EmailMessage
 
 from dagster import (
     AssetCheckKey,
     AssetKey,
+    DagsterEventType,
     DagsterInstance,
     DefaultSensorStatus,
     RunFailureSensorContext,
     SensorDefinition,
     SensorEvaluationContext,
     SkipReason,
+    make_email_on_run_failure_sensor,
     run_failure_sensor,
     sensor,
 )
-from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
 from polaris_pipeline.dagster.backlog.checks import CHECK_NAMES
 from polaris_pipeline.dagster.backlog.report import ASSET_KEY
 from polaris_pipeline.dagster.contract import TAG_REALM, TAG_TABLE, TAG_TASK_ID, TAG_TASK_TYPE
 from polaris_pipeline.dagster.reporting import run_total
 
-log = logging.getLogger(__name__)
-
 RUN_ALERT_NAME = "polaris_run_failure_alert"
+RUN_EMAIL_ALERT_NAME = "polaris_run_failure_email"
 CHECK_ALERT_NAME = "polaris_check_failure_alert"
 
 WEBHOOK_ENV = "POLARIS_PIPELINE_ALERT_WEBHOOK_URL"
@@ -110,6 +110,28 @@ def run_failure_alert(
     return Alert(title, "\n".join(lines), run_id=run_id, url=_run_url(ui_url, run_id))
 
 
+def _failed_run_alert(context: RunFailureSensorContext, ui_url: str | None) -> Alert:
+    """The alert of the run ``context`` reports, as both run-failure sensors send it."""
+    run = context.dagster_run
+    # Empty unless the run deleted on storage that keeps deleted objects.
+    kept = run_total(context.instance, run.run_id).retention_text()
+    return run_failure_alert(
+        run.job_name, run.run_id, run.tags, _run_error(context), ui_url, kept=kept
+    )
+
+
+def _run_error(context: RunFailureSensorContext) -> str | None:
+    """The first failed step's error (a task's own reason: what refused it, naming the
+    live table that shares its files); else the run's failure message."""
+    for event in context.get_step_failure_events():
+        error = getattr(event.event_specific_data, "error", None)
+        message = getattr(error, "message", None)
+        if isinstance(message, str) and message.strip():
+            # Dagster prefixes the exception's class ("dagster...Failure: ").
+            return message.strip().split(": ", 1)[-1] if "Failure: " in message else message
+    return context.failure_event.message if context.failure_event else None
+
+
 def build_polaris_failure_alert(
     notify: Notify,
     *,
@@ -127,28 +149,9 @@ def build_polaris_failure_alert(
         or "Sends every failed run of this code location (table, realm, error, link) on.",
     )
     def _alert(context: RunFailureSensorContext) -> None:
-        run = context.dagster_run
-        # Empty unless the run deleted on storage that keeps deleted objects.
-        kept = run_total(context.instance, run.run_id).retention_text()
-        notify(
-            run_failure_alert(
-                run.job_name, run.run_id, run.tags, _run_error(context), ui_url, kept=kept
-            )
-        )
+        notify(_failed_run_alert(context, ui_url))
 
     return _alert
-
-
-def _run_error(context: RunFailureSensorContext) -> str | None:
-    """The first failed step's error (a task's own reason: what refused it, naming the
-    live table that shares its files); else the run's failure message."""
-    for event in context.get_step_failure_events():
-        error = getattr(event.event_specific_data, "error", None)
-        message = getattr(error, "message", None)
-        if isinstance(message, str) and message.strip():
-            # Dagster prefixes the exception's class ("dagster...Failure: ").
-            return message.strip().split(": ", 1)[-1] if "Failure: " in message else message
-    return context.failure_event.message if context.failure_event else None
 
 
 @dataclass(frozen=True)
@@ -161,7 +164,6 @@ class CheckFailure:
 
 # Evaluations read per check and alert tick: more than arrive between two ticks.
 _CHECK_HISTORY = 50
-_DONE = (AssetCheckExecutionRecordStatus.SUCCEEDED, AssetCheckExecutionRecordStatus.FAILED)
 
 
 def newly_failed_checks(
@@ -174,39 +176,37 @@ def newly_failed_checks(
 
     The sweeper and its watch report the checks with no run, and a run (Execute,
     Materialize) may evaluate them too: both are records of the check's history.
+    A record without an evaluation (planned, or its step crashed) is skipped.
     Returns the failures, oldest first, and the newest record id seen (the cursor).
     """
     failures: list[tuple[int, CheckFailure]] = []
     newest = after_id
     for name in check_names:
-        key = AssetCheckKey(asset_key, name)
-        history = [
-            h
-            for h in instance.event_log_storage.get_asset_check_execution_history(
-                key, limit=_CHECK_HISTORY
-            )
-            if h.status in _DONE
-        ]
-        history.sort(key=lambda h: h.id)
-        for before, record in zip([None, *history], history, strict=False):
-            newest = max(newest, record.id)
-            if record.id <= after_id or record.status != AssetCheckExecutionRecordStatus.FAILED:
+        history = instance.event_log_storage.get_asset_check_execution_history(
+            AssetCheckKey(asset_key, name), limit=_CHECK_HISTORY
+        )
+        evaluated = sorted(
+            (
+                (h.id, h.run_id, e.dagster_event.asset_check_evaluation_data)
+                for h in history
+                if (e := h.event) is not None
+                and e.dagster_event is not None
+                and e.dagster_event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION
+            ),
+            key=lambda r: r[0],
+        )
+        for before, (record_id, run_id, evaluation) in zip(
+            [None, *evaluated], evaluated, strict=False
+        ):
+            newest = max(newest, record_id)
+            if record_id <= after_id or evaluation.passed:
                 continue
-            if before is not None and before.status == AssetCheckExecutionRecordStatus.FAILED:
+            if before is not None and not before[2].passed:
                 continue  # still failing: paged when it started
-            event = record.event.dagster_event if record.event else None
-            evaluation = event.asset_check_evaluation_data if event else None
-            failures.append(
-                (
-                    record.id,
-                    CheckFailure(
-                        name,
-                        evaluation.severity.value if evaluation else "ERROR",
-                        (evaluation.description if evaluation else None) or "",
-                        record.run_id or None,
-                    ),
-                )
+            failure = CheckFailure(
+                name, evaluation.severity.value, evaluation.description or "", run_id or None
             )
+            failures.append((record_id, failure))
     failures.sort(key=lambda f: f[0])
     return [f for _, f in failures], newest
 
@@ -296,9 +296,16 @@ class SmtpSettings:
     password: str | None = field(default=None, repr=False)  # never in a repr or a log
     starttls: bool = False
 
+    @property
+    def dagster_sends_run_failures(self) -> bool:
+        """Whether Dagster's e-mail sensor can send through this server: it always
+        starts TLS and logs in (``smtp_type`` SSL or STARTTLS, a user and password)."""
+        return self.starttls and bool(self.user) and self.password is not None
+
 
 def email_notifier(smtp: SmtpSettings) -> Notify:
-    """Sends each alert as one e-mail through ``smtp`` (smtplib)."""
+    """Sends each alert as one e-mail through ``smtp``: the check alerts (Dagster has no
+    sender for those) and run failures through a relay without TLS or login."""
 
     def notify(alert: Alert) -> None:
         message = EmailMessage()
@@ -314,6 +321,33 @@ def email_notifier(smtp: SmtpSettings) -> Notify:
             client.send_message(message)
 
     return notify
+
+
+def build_polaris_failure_email(smtp: SmtpSettings, ui_url: str | None = None) -> SensorDefinition:
+    """Dagster's ``make_email_on_run_failure_sensor`` (STARTTLS, a login) sending
+    ``run_failure_alert``'s subject and body; the link is Dagster's own."""
+    if not smtp.dagster_sends_run_failures:
+        raise ValueError("Dagster's e-mail sensor needs STARTTLS, a user and a password")
+
+    def body(context: RunFailureSensorContext) -> str:
+        # Dagster sends HTML: each line escaped, one per line.
+        alert = _failed_run_alert(context, None)
+        return "<br>".join(html.escape(line) for line in alert.body.splitlines())
+
+    return make_email_on_run_failure_sensor(
+        email_from=smtp.sender,
+        email_password=smtp.password or "",
+        email_to=list(smtp.to),
+        email_body_fn=body,
+        email_subject_fn=lambda context: _failed_run_alert(context, None).title,
+        smtp_host=smtp.host,
+        smtp_type="STARTTLS",
+        smtp_port=smtp.port,
+        smtp_user=smtp.user,
+        name=RUN_EMAIL_ALERT_NAME,
+        webserver_base_url=ui_url.rstrip("/") if ui_url else None,
+        default_status=DefaultSensorStatus.RUNNING,
+    )
 
 
 def fan_out(notifiers: Sequence[Notify]) -> Notify:
@@ -332,10 +366,21 @@ def fan_out(notifiers: Sequence[Notify]) -> Notify:
     return notify
 
 
-def _unconfigured(alert: Alert) -> None:
-    log.warning(
-        "alert not sent (no destination: set %s or %s): %s", WEBHOOK_ENV, EMAIL_TO_ENV, alert.title
-    )
+@dataclass(frozen=True)
+class Destinations:
+    """The destinations the environment configures; called, it is a ``Notify`` that sends
+    to each. ``alert_sensors`` leaves its e-mail of run failures to Dagster's sensor
+    where that can send it."""
+
+    webhook_url: str | None = field(default=None, repr=False)  # a secret: never shown
+    smtp: SmtpSettings | None = None
+
+    def __call__(self, alert: Alert) -> None:
+        notifiers = [
+            *([webhook_notifier(self.webhook_url)] if self.webhook_url else []),
+            *([email_notifier(self.smtp)] if self.smtp else []),
+        ]
+        (notifiers[0] if len(notifiers) == 1 else fan_out(notifiers))(alert)
 
 
 def _env(env: Mapping[str, str], name: str) -> str | None:
@@ -374,43 +419,28 @@ def smtp_from_env(env: Mapping[str, str]) -> SmtpSettings | None:
     )
 
 
-def notifier_from_env(env: Mapping[str, str]) -> Notify | None:
-    """The configured destinations as one ``notify``; None when none is configured."""
-    notifiers: list[Notify] = []
+def notifier_from_env(env: Mapping[str, str]) -> Destinations | None:
+    """The configured destinations (a ``Notify``); None when none is configured."""
     url = _env(env, WEBHOOK_ENV)
-    if url is not None:
-        if not url.startswith(("https://", "http://")):
-            raise ValueError(f"{WEBHOOK_ENV}: an http(s) URL")  # the URL is a secret: not shown
-        notifiers.append(webhook_notifier(url))
+    if url is not None and not url.startswith(("https://", "http://")):
+        raise ValueError(f"{WEBHOOK_ENV}: an http(s) URL")  # the URL is a secret: not shown
     smtp = smtp_from_env(env)
-    if smtp is not None:
-        notifiers.append(email_notifier(smtp))
-    if not notifiers:
-        return None
-    return notifiers[0] if len(notifiers) == 1 else fan_out(notifiers)
+    return Destinations(url, smtp) if url or smtp else None
 
 
 def alert_sensors(notify: Notify | None, ui_url: str | None = None) -> list[SensorDefinition]:
-    """Both alert sensors: RUNNING with ``notify``; STOPPED, and saying so, without."""
-    if notify is not None:
-        return [
-            build_polaris_failure_alert(notify, ui_url=ui_url),
-            build_polaris_check_alert(notify, ui_url=ui_url),
-        ]
-    off = (
-        f" Not configured: set {WEBHOOK_ENV} (a Slack incoming webhook) or {EMAIL_TO_ENV} "
-        "(and the SMTP variables) on the code location, or pass your own notify to "
-        "build_defs (docs/dagster.md); until then it is stopped and would only log."
-    )
-    return [
-        build_polaris_failure_alert(
-            _unconfigured,
-            default_status=DefaultSensorStatus.STOPPED,
-            description="Sends every failed run of this code location on." + off,
-        ),
-        build_polaris_check_alert(
-            _unconfigured,
-            default_status=DefaultSensorStatus.STOPPED,
-            description="Sends a backlog check that starts failing on." + off,
-        ),
-    ]
+    """The alert sensors for ``notify``, RUNNING; none without it (alerts are opt-in).
+
+    ``Destinations`` whose e-mail Dagster's sensor can send get that sensor for run
+    failures, and ours only for the webhook, if there is one.
+    """
+    if notify is None:
+        return []
+    sensors = [build_polaris_check_alert(notify, ui_url=ui_url)]
+    run_notify: Notify | None = notify
+    if isinstance(notify, Destinations) and notify.smtp and notify.smtp.dagster_sends_run_failures:
+        sensors.append(build_polaris_failure_email(notify.smtp, ui_url))
+        run_notify = replace(notify, smtp=None) if notify.webhook_url else None
+    if run_notify is not None:
+        sensors.append(build_polaris_failure_alert(run_notify, ui_url=ui_url))
+    return sensors

@@ -54,11 +54,7 @@ from polaris_pipeline.dagster.reporting import build_run_report_sensor
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
-from polaris_pipeline.dagster.retention import (
-    RetentionSettings,
-    build_run_retention_job,
-    build_run_retention_schedule,
-)
+from polaris_pipeline.dagster.retention import RetentionSettings, retention_definitions
 from polaris_pipeline.dagster.sweeper import build_polaris_task_sweeper
 from polaris_pipeline.dagster.task_job import MULTIPROCESS_EXECUTOR, build_polaris_task_job
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR, PolarisTranslator
@@ -67,7 +63,7 @@ from polaris_pipeline.settings import PipelineSettings
 from polaris_pipeline.tasks.release import ALWAYS, PolarisRelease, parse_task_events
 
 if TYPE_CHECKING:
-    # An asset job (the leak report) before resolution; dagster exports no public name.
+    # An asset job (the leak report) before resolution: Dagster 1.13 exports no public name.
     from dagster._core.definitions.unresolved_asset_job_definition import (
         UnresolvedAssetJobDefinition,
     )
@@ -103,9 +99,9 @@ def sweeper_default_status(autostart: bool | None) -> DefaultSensorStatus:
     status set in the UI is kept by the instance and beats this default.
     """
     if autostart is None:
-        from dagster._utils.env import using_dagster_dev
-
-        autostart = not using_dagster_dev()
+        # Set by `dagster dev` and `dg dev` for the processes they start; Dagster has no
+        # public API for it (its private using_dagster_dev reads the same variable).
+        autostart = not os.environ.get("DAGSTER_IS_DEV_CLI")
     return DefaultSensorStatus.RUNNING if autostart else DefaultSensorStatus.STOPPED
 
 
@@ -166,19 +162,14 @@ def build_defs(
         **deprecated,
     )
     translator = translator or DEFAULT_TRANSLATOR
-    task_job, retention_job = build_task_jobs(executor, translator)
+    task_job = build_task_job(executor, translator)
+    jobs, schedules = build_jobs_and_schedules(task_job, resources, translator)
     return compose_defs(
         resources,
         assets=[polaris_task_backlog, polaris_leaked_roots],
         asset_checks=BACKLOG_CHECKS,
-        jobs=[
-            task_job,
-            polaris_realm_backfill_job,
-            polaris_leak_report_job,
-            # Run retention is opt-in: no job without an age to keep runs for.
-            *([retention_job] if resources["retention"].enabled else []),
-        ],
-        schedules=build_schedules(retention_job, resources),
+        jobs=jobs,
+        schedules=schedules,
         sensors=build_sensors(
             task_job,
             resources,
@@ -253,23 +244,29 @@ def _with_deprecated(resources: Mapping[str, Any], arguments: Mapping[str, Any])
     return rebuilt
 
 
-def build_task_jobs(
+def build_task_job(
     executor: TaskExecutor | ExecutorDefinition | None, translator: PolarisTranslator
-) -> tuple[JobDefinition, JobDefinition]:
-    """The task job (its steps on ``executor``) and the retention job that prunes its runs."""
-    task_job = build_polaris_task_job(executor_def=_task_executor(executor), translator=translator)
-    return task_job, build_run_retention_job(task_job.name, translator=translator)
+) -> JobDefinition:
+    """The task job, its steps on ``executor``."""
+    return build_polaris_task_job(executor_def=_task_executor(executor), translator=translator)
 
 
-def build_schedules(
-    retention_job: JobDefinition, resources: Mapping[str, Any]
-) -> list[ScheduleDefinition]:
-    """The leak report's schedule (STOPPED until started), and the run retention's when an
-    age is set (opt-in: without one there is nothing to delete)."""
-    schedules = [build_leak_report_schedule(resources["leaks"])]
-    if resources["retention"].enabled:
-        schedules.append(build_run_retention_schedule(retention_job, resources["retention"]))
-    return schedules
+def build_jobs_and_schedules(
+    task_job: JobDefinition, resources: Mapping[str, Any], translator: PolarisTranslator
+) -> tuple[list[JobDefinition | UnresolvedAssetJobDefinition], list[ScheduleDefinition]]:
+    """Every job and schedule beside the task job's sensor: the realm backfill, the leak
+    report (its schedule STOPPED until started) and, only when an age is set, the run
+    retention (opt-in: without one there is nothing to delete)."""
+    retention_jobs, retention_schedules = retention_definitions(
+        resources["retention"], task_job.name, translator=translator
+    )
+    jobs: list[JobDefinition | UnresolvedAssetJobDefinition] = [
+        task_job,
+        polaris_realm_backfill_job,
+        polaris_leak_report_job,
+        *retention_jobs,
+    ]
+    return jobs, [build_leak_report_schedule(resources["leaks"]), *retention_schedules]
 
 
 def build_sensors(

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from dagster import (
     DagsterEventType,
     DagsterInstance,
+    DagsterRun,
     DagsterRunStatus,
     DefaultSensorStatus,
     RunsFilter,
@@ -33,7 +34,6 @@ from dagster import (
     SkipReason,
     sensor,
 )
-from dagster._core.storage.dagster_run import DagsterRun
 
 from polaris_pipeline.dagster.contract import TAG_TOTAL
 from polaris_pipeline.dagster.tables import TABLE_REF_KEY, TableRef

@@ -1,44 +1,26 @@
-"""``polaris_run_retention_job``: finished runs of the task job deleted after N days.
+"""Run retention, opt-in: finished runs of the task job deleted after N days.
 
 Dagster OSS keeps every run and its event log for ever (dagster-io/dagster#4100),
-and the sweeper makes one run per task. This job, on its own schedule
-(``polaris_run_retention``, STOPPED until a retention age is configured), deletes
-the finished runs of the task job that were last updated more than
+and the sweeper makes one run per task. ``retention_definitions`` gives the job
+``polaris_run_retention_job`` and its schedule ``polaris_run_retention`` only when
+a retention age is configured; a deployment without one carries neither.
+
+Each run of the job selects, with Dagster's ``get_run_records(RunsFilter(...))``,
+the finished runs of the task job (and its own) last updated more than
 ``success_days`` (SUCCESS) or ``failure_days`` (FAILURE, CANCELED) ago, oldest
-first, at most ``batch_size`` runs a tick, and its own finished runs past the
-same ages so that it adds no growth of its own. A run queued, starting, started
-or canceling is never selected, nor a run of any other job. ``dry_run`` records
-what would go and deletes nothing.
+first, at most ``batch_size`` a tick, and deletes each with
+``DagsterInstance.delete_run`` (its row, tags and events). A run queued,
+starting, started or canceling is never selected, nor a run of another job.
+``dry_run`` records what would go and deletes nothing. Its runs carry a
+``dagster/priority`` above the task runs' so that a backlog does not hold it back.
 
-Its runs carry a ``dagster/priority`` above the task runs': the run queue starts
-one before any task run waiting, so a backlog does not hold retention back.
-
-``DagsterInstance.delete_run`` removes the run's row (and its tags) and every
-event of the run: on PostgreSQL the ``event_logs`` rows; on SQLite the rows of
-the run's own event-log file and its copies in the index file. It leaves two
-things, which this job removes after it:
-
-- the run's captured logs (stdout and stderr of its steps), through the
-  instance's compute log manager (``delete_logs(prefix=[run_id])``: with the
-  local one, the run's directory under ``DAGSTER_HOME/storage``, where the
-  default filesystem IO manager keeps the run's step outputs too). A manager
-  that cannot delete (``NotImplementedError``, or any error) is counted and
-  named in the result, never a failed retention: the run is gone already;
-- on SQLite, the emptied event-log file of the run
-  (``SqliteEventLogStorage.path_for_shard``), that one file only.
-
-The tables' history stays. The per-table ``AssetMaterialization`` is recorded by
-``polaris_run_report`` as a runless event (no run id), which ``delete_run`` does
-not touch, so each table keeps every purge with its numbers and run status;
-only its "run" link ends at a deleted run. Before a run goes, this job makes
-sure nothing is lost:
-
-- a run the report sensor has not reported yet (no ``polaris/total`` tag: the
-  sensor stopped or behind) is reported first (``reporting.report_run``);
-- an asset materialization in the run's own event log that is still its asset's
-  latest is reported again as a runless event (same key, description and
-  metadata, plus where and when it was made), so the latest state of each asset
-  stays visible; older in-run ones go with their run.
+What ``delete_run`` leaves, this job removes after it: the run's captured logs
+(the compute log manager's ``delete_logs``; a manager that cannot is counted in
+the result, never a failed retention) and, on SQLite, the emptied per-run
+event-log file. What must outlive the run is recorded before it goes: a run the
+report sensor has not reported yet is reported (``reporting.report_run``), and an
+in-run materialization still its asset's latest is reported again as a runless
+event, so every table keeps its purges and every asset its latest state.
 """
 
 # No ``from __future__ import annotations``: Dagster reads the op's config and
@@ -72,6 +54,9 @@ from dagster import (
     op,
     schedule,
 )
+
+# Dagster exports no name for its SQLite event log, the one storage that leaves a
+# per-run file behind ``delete_run``.
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
     INDEX_SHARD_NAME,
     SqliteEventLogStorage,
@@ -388,7 +373,7 @@ def build_run_retention_job(
 def build_run_retention_schedule(
     retention_job: JobDefinition, settings: RetentionSettings
 ) -> ScheduleDefinition:
-    """Runs ``retention_job`` on ``settings.cron``; RUNNING only once an age is set.
+    """Runs ``retention_job`` on ``settings.cron``; RUNNING once an age is set.
 
     A status set in the UI is kept by the instance and beats this default. A tick
     while a retention run waits or runs is skipped.
@@ -401,10 +386,7 @@ def build_run_retention_schedule(
         default_status=(
             DefaultScheduleStatus.RUNNING if settings.enabled else DefaultScheduleStatus.STOPPED
         ),
-        description=(
-            f"Launches {retention_job.name}. Stopped until a retention age is configured "
-            "(POLARIS_PIPELINE_RETENTION_SUCCESS_DAYS / _FAILURE_DAYS)."
-        ),
+        description=f"Launches {retention_job.name} (a tick is skipped while one runs).",
     )
     def _tick(context: ScheduleEvaluationContext) -> RunRequest | SkipReason:
         busy = context.instance.get_runs_count(
@@ -415,3 +397,20 @@ def build_run_retention_schedule(
         return RunRequest()
 
     return _tick
+
+
+def retention_definitions(
+    settings: RetentionSettings,
+    task_job_name: str = JOB_NAME,
+    *,
+    translator: PolarisTranslator | None = None,
+) -> tuple[list[JobDefinition], list[ScheduleDefinition]]:
+    """The retention job and its RUNNING schedule once an age is set; neither without.
+
+    ``settings`` are checked first, so a bad value fails the code location even with
+    retention off. ``task_job_name`` and ``translator``: as ``build_run_retention_job``.
+    """
+    if not settings.enabled:
+        return [], []
+    retention_job = build_run_retention_job(task_job_name, translator=translator)
+    return [retention_job], [build_run_retention_schedule(retention_job, settings)]

@@ -549,17 +549,6 @@ def test_run_names_its_table_and_its_total_and_the_catalog_shows_the_purge(
 # -- alerts and freshness ------------------------------------------------------
 
 
-def test_alert_sensors_are_stopped_until_configured(page: Any) -> None:
-    _goto(page, "/locations/definitions/sensors/polaris_run_failure_alert")
-    expect(
-        page.get_by_text("Not configured: set POLARIS_PIPELINE_ALERT_WEBHOOK_URL").first
-    ).to_be_visible()
-    expect(page.get_by_role("checkbox").first).not_to_be_checked()
-    _shot(page, "17-alert-sensor-stopped")
-    _goto(page, "/locations/definitions/sensors/polaris_check_failure_alert")
-    expect(page.get_by_text("Sends a backlog check that starts failing on").first).to_be_visible()
-
-
 def test_backlog_has_a_sweeper_freshness_check(page: Any, facts: dict[str, Any]) -> None:
     checks = facts["backlog"]["checks"]
     assert set(checks) == {
