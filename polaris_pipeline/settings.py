@@ -254,6 +254,11 @@ _SPECS: dict[str, _Spec] = {
         _number,
         _at_least(MIN_AGE_FLOOR_DAYS, "a reclaim's minimum age in days"),
     ),
+    "leak_auto_reclaim_catalogs": _Spec(
+        "POLARIS_PIPELINE_LEAK_AUTO_RECLAIM_CATALOGS",
+        None,
+        lambda raw: tuple(dict.fromkeys(n.strip() for n in raw.split(",") if n.strip())),
+    ),
 }
 
 
@@ -311,6 +316,9 @@ class PipelineSettings:
     leak_cron: str = DEFAULT_LEAK_CRON
     # A reclaim deletes only objects last modified at least this many days ago.
     leak_min_age_days: float = DEFAULT_LEAK_MIN_AGE_DAYS
+    # Catalogs whose reported roots the scheduled leak report reclaims (comma-separated
+    # names). Empty: none, the report deletes nothing.
+    leak_auto_reclaim_catalogs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.realms is not None:

@@ -46,6 +46,7 @@ from polaris_pipeline.dagster.backlog_report import BacklogSettings
 from polaris_pipeline.dagster.leaks import (
     LeakSettings,
     build_leak_report_schedule,
+    polaris_leak_reclaim_job,
     polaris_leak_report_job,
     polaris_leaked_roots,
 )
@@ -206,7 +207,13 @@ def build_defs(
         resources,
         assets=[polaris_task_backlog, polaris_leaked_roots],
         asset_checks=BACKLOG_CHECKS,
-        jobs=[task_job, polaris_realm_backfill_job, retention_job, polaris_leak_report_job],
+        jobs=[
+            task_job,
+            polaris_realm_backfill_job,
+            retention_job,
+            polaris_leak_report_job,
+            polaris_leak_reclaim_job,
+        ],
         schedules=build_schedules(retention_job, resources),
         sensors=build_sensors(
             task_job,
