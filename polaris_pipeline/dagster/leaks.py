@@ -249,7 +249,7 @@ def polaris_leaked_roots(
             leaks.auto_reclaim_catalogs,
             min_age_ms=leaks.min_age_ms(),
             deletion_record=storage.get_deletion_record(),
-            run_id=context.run_id,
+            run_id=context.run.run_id,
         )
         _log_reclaims(context, reclaims)
         # The report above is what was found; these say what of it was given back.
