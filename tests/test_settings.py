@@ -53,6 +53,7 @@ def test_every_variable_is_read() -> None:
         "POLARIS_PIPELINE_LEAK_MAX_BYTES": "1073741824",
         "POLARIS_PIPELINE_LEAK_CRON": "0 5 * * *",
         "POLARIS_PIPELINE_LEAK_MIN_AGE_DAYS": "30",
+        "POLARIS_PIPELINE_LEAK_AUTO_RECLAIM_CATALOGS": " sales,,ops ",
         "POLARIS_PIPELINE_DELETION_RECORD": " s3://audit/polaris-pipeline/ ",
     }
     assert set(env) == {spec.env for spec in _SPECS.values()}
@@ -83,6 +84,7 @@ def test_every_variable_is_read() -> None:
     assert (s.retention_batch_size, s.retention_dry_run) == (250, True)
     assert s.retention_cron == "*/15 * * * *"
     assert (s.leak_max_bytes, s.leak_cron, s.leak_min_age_days) == (2**30, "0 5 * * *", 30.0)
+    assert s.leak_auto_reclaim_catalogs == ("sales", "ops")
 
 
 def test_sweeper_autostart_is_a_boolean_or_unset() -> None:
