@@ -1,5 +1,6 @@
 """This deployment's jobs (the task job on the executor the environment names, the realm
-backfill, the run retention and the leak report) and the schedules of the last two."""
+backfill, the run retention, the leak report and its reclaim) and the schedules of the
+retention and the leak report."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import TYPE_CHECKING
 from dagster import JobDefinition, ScheduleDefinition
 
 from polaris_pipeline.dagster.definitions import build_schedules, build_task_jobs
-from polaris_pipeline.dagster.leaks import polaris_leak_report_job
+from polaris_pipeline.dagster.leaks import polaris_leak_reclaim_job, polaris_leak_report_job
 from polaris_pipeline.dagster.realm_backfill import polaris_realm_backfill_job
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
 from resources.location import DEPLOYMENT, resources
@@ -25,6 +26,7 @@ jobs: list[JobDefinition | UnresolvedAssetJobDefinition] = [
     polaris_realm_backfill_job,
     retention_job,
     polaris_leak_report_job,
+    polaris_leak_reclaim_job,
 ]
 
 # The schedules read their settings (the retention age, the leak report's cron) from the
