@@ -1,5 +1,6 @@
 """This deployment's jobs (the task job on the executor the environment names, the realm
-backfill, the run retention and the leak report) and the schedules of the last two."""
+backfill, the run retention, the leak report and its reclaim) and the schedules of the
+retention and the leak report."""
 
 from __future__ import annotations
 

@@ -240,7 +240,13 @@ EVERY_SETTING: dict[str, dict[str, Any]] = {
         "dry_run": True,
         "cron": "*/15 * * * *",
     },
-    "leaks": {"max_bytes": 1024, "catalogs": ["wh"], "cron": "0 5 * * *", "min_age_days": 30.0},
+    "leaks": {
+        "max_bytes": 1024,
+        "catalogs": ["wh"],
+        "cron": "0 5 * * *",
+        "min_age_days": 30.0,
+        "auto_reclaim_catalogs": ["wh"],
+    },
 }
 
 

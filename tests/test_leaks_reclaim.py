@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyiceberg.table import Table
@@ -136,3 +137,82 @@ def test_the_cli_refuses_a_minimum_age_below_a_day_and_reclaims_with_json(
     again = io.StringIO()
     assert main(args, again) == 2  # nothing left to reclaim: no longer a table root
     assert "not a table root" in again.getvalue()
+
+
+def _record_lines(audit: Path) -> list[dict[str, Any]]:
+    [path] = sorted(audit.rglob("*.jsonl"))
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_reclaims_record_lists_exactly_the_paths_it_deleted_under_its_root_and_catalog(
+    metastore: Metastore, local_warehouse: Warehouse, tmp_path: Path
+) -> None:
+    catalog_id = catalog_entity(metastore, "cat", local_warehouse.uri)
+    dropped = _leaked(metastore, local_warehouse, "t")
+    expected = testing_tables.list_files(dropped.location())
+    audit = tmp_path / "audit"
+
+    report = reclaim_root(
+        metastore,
+        local_warehouse.resolver,
+        dropped.location(),
+        min_age_ms=WEEK_MS,
+        deletion_record=str(audit),
+        run_id="run-1",
+    )
+    assert report.ok and report.metadata_deleted
+    assert report.catalog is not None and report.catalog.name == "cat"
+    lines = _record_lines(audit)
+    header, footer = lines[0], lines[-1]
+    assert header["kind"] == "reclaim" and "task_id" not in header
+    where = (header["realm"], header["catalog"], header["catalog_id"])
+    assert where == ("POLARIS", "cat", catalog_id)
+    assert (header["root"], header["min_age_days"], header["run_id"]) == (
+        dropped.location(),
+        7,
+        "run-1",
+    )
+    paths = [line for line in lines if line["record"] == "path"]
+    assert {p["result"] for p in paths} == {"deleted"}
+    deleted = [normalize_uri(str(p["path"])) for p in paths]
+    assert len(deleted) == len(set(deleted)) == report.deleted
+    assert set(deleted) == {normalize_uri(u) for u in expected}
+    assert footer["status"] == "done" and footer["totals"]["deleted"] == report.deleted
+    assert report.record is not None and str(audit) in report.record
+    assert str(audit / "POLARIS" / "reclaims" / "cat") in str(sorted(audit.rglob("*.jsonl"))[0])
+
+
+def test_a_reclaim_whose_record_cannot_be_written_deletes_nothing(
+    metastore: Metastore, local_warehouse: Warehouse, tmp_path: Path
+) -> None:
+    catalog_entity(metastore, "cat", local_warehouse.uri)
+    dropped = _leaked(metastore, local_warehouse, "t")
+    before = testing_tables.list_files(dropped.location())
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the record's directory should be")
+    report = reclaim_root(
+        metastore,
+        local_warehouse.resolver,
+        dropped.location(),
+        min_age_ms=WEEK_MS,
+        deletion_record=f"file://{blocker}/audit/",
+    )
+    assert report.deleted == 0 and not report.ok
+    assert report.error is not None and "cannot write the deletion record" in report.error
+    assert testing_tables.list_files(dropped.location()) == before
+
+
+def test_nothing_old_enough_to_delete_writes_no_record(
+    metastore: Metastore, local_warehouse: Warehouse, tmp_path: Path
+) -> None:
+    catalog_entity(metastore, "cat", local_warehouse.uri)
+    young = local_warehouse.build("young", appends=1)  # written just now
+    report = reclaim_root(
+        metastore,
+        local_warehouse.resolver,
+        young.location(),
+        min_age_ms=WEEK_MS,
+        deletion_record=str(tmp_path / "audit"),
+    )
+    assert report.deleted == 0 and report.kept_young > 0 and report.record is None
+    assert not (tmp_path / "audit").exists()

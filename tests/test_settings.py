@@ -62,6 +62,7 @@ def test_every_variable_is_read() -> None:
         "POLARIS_PIPELINE_LEAK_CATALOGS": "wh, lake",
         "POLARIS_PIPELINE_LEAK_CRON": "0 5 * * *",
         "POLARIS_PIPELINE_LEAK_MIN_AGE_DAYS": "30",
+        "POLARIS_PIPELINE_LEAK_AUTO_RECLAIM_CATALOGS": " sales,,ops ",
         "POLARIS_PIPELINE_DELETION_RECORD": " s3://audit/polaris-pipeline/ ",
     }
     assert set(env) == set(ENV_VARIABLES.values())
@@ -97,7 +98,7 @@ def test_every_variable_is_read() -> None:
     assert r.cron == "*/15 * * * *"
     leaks = s.leaks
     assert (leaks.max_bytes, leaks.cron, leaks.min_age_days) == (2**30, "0 5 * * *", 30.0)
-    assert leaks.catalogs == ["wh", "lake"]
+    assert leaks.catalogs == ["wh", "lake"] and leaks.auto_reclaim_catalogs == ["sales", "ops"]
 
 
 def test_each_variable_is_spelt_from_its_section_and_field() -> None:

@@ -39,7 +39,13 @@ def _reclaim(
     out: TextIO,
 ) -> int:
     min_age_ms = check_min_age_days(settings.leaks.min_age_days)
-    report = reclaim_root(store, resolver, args.reclaim, min_age_ms=min_age_ms)
+    report = reclaim_root(
+        store,
+        resolver,
+        args.reclaim,
+        min_age_ms=min_age_ms,
+        deletion_record=settings.storage.deletion_record,
+    )
     if args.json:
         dump_json(reclaim_json(report), out)
     else:

@@ -46,6 +46,7 @@ from polaris_pipeline.dagster.backlog import (
 from polaris_pipeline.dagster.leaks import (
     LeakSettings,
     build_leak_report_schedule,
+    polaris_leak_reclaim_job,
     polaris_leak_report_job,
     polaris_leaked_roots,
 )
@@ -264,6 +265,7 @@ def build_jobs_and_schedules(
         task_job,
         polaris_realm_backfill_job,
         polaris_leak_report_job,
+        polaris_leak_reclaim_job,
         *retention_jobs,
     ]
     return jobs, [build_leak_report_schedule(resources["leaks"]), *retention_schedules]

@@ -16,6 +16,12 @@ paths, a result per key), only those last modified at least ``min_age_ms`` ago,
 the overlap checked again before each batch. Everything outside ``metadata/``
 goes first; the metadata last, and only when nothing else stayed (a young object,
 a failed delete): until then the root stays a table root that the report finds.
+
+With a deletion record prefix (``storage/deletion_record.py``) the paths go
+into a record of the reclaim (its header names the root and the catalog it lies
+under: the first in realm and name order, as the report attributes it), opened
+before the first delete: a record that cannot be written stops the reclaim
+before anything is deleted.
 """
 
 from __future__ import annotations
@@ -33,10 +39,12 @@ from polaris_pipeline.leaks.metadata import (
     holds_table_metadata,
     read_root_metadata,
 )
+from polaris_pipeline.leaks.model import CatalogRef
 from polaris_pipeline.leaks.owners import RootOwners
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import LiveLocations
-from polaris_pipeline.storage.delete import bulk_delete
+from polaris_pipeline.storage.delete import DeleteReport, bulk_delete
+from polaris_pipeline.storage.deletion_record import DeletionRecord, ReclaimHeader
 from polaris_pipeline.storage.listing import (
     ListedObject,
     list_directory,
@@ -74,6 +82,10 @@ class ReclaimReport:
     failed: dict[str, str] = field(default_factory=dict)  # a sample, credentials masked
     metadata_deleted: bool = False
     directories_removed: int = 0
+    # The catalog whose location holds the root, once judged.
+    catalog: CatalogRef | None = None
+    # The deletion record written (credentials masked), when one was.
+    record: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -89,18 +101,30 @@ def check_min_age_days(days: float) -> int:
     return int(days * DAY_MS)
 
 
+def holding_catalog(catalogs: list[CatalogRef], root: Location) -> CatalogRef | None:
+    """The first of ``catalogs`` with a walked location strictly above ``root``: the
+    catalog the report lists it under (catalogs in realm and name order)."""
+    for catalog in catalogs:
+        for start in walk_starts(catalog)[0]:
+            if parse_location(start, directory=True).contains(root, strictly=True):
+                return catalog
+    return None
+
+
 def _refusal(
-    store: Metastore, live: LiveLocations, resolver: StorageResolver, uri: str, root: Location
+    store: Metastore,
+    live: LiveLocations,
+    resolver: StorageResolver,
+    uri: str,
+    root: Location,
+    report: ReclaimReport,
 ) -> str | None:
-    """Why ``root`` may not be reclaimed now, or None (see the module docstring)."""
+    """Why ``root`` may not be reclaimed now, or None (see the module docstring); the
+    catalog holding it goes into ``report``."""
     if not root.segments:
         return "it is a bucket, container or filesystem root"
-    starts = [
-        parse_location(s, directory=True)
-        for c in read_catalogs(store.engine)
-        for s in walk_starts(c)[0]
-    ]
-    if not any(s.contains(root, strictly=True) for s in starts):
+    report.catalog = holding_catalog(read_catalogs(store.engine), root)
+    if report.catalog is None:
         return "it is under no catalog's default-base-location or allowedLocations"
     files = [
         e
@@ -134,9 +158,14 @@ def reclaim_root(
     *,
     min_age_ms: int,
     now_ms: int | None = None,
+    deletion_record: str | None = None,
+    run_id: str | None = None,
 ) -> ReclaimReport:
     """Delete the leaked root ``root_uri`` (see the module docstring). Raises ValueError
-    for a minimum age below a day; every other outcome is in the report."""
+    for a minimum age below a day; every other outcome is in the report.
+
+    ``deletion_record``: the prefix under which the deleted paths are recorded
+    (None: no record); ``run_id``: the Dagster run that reclaims, for the record."""
     check_min_age_days(min_age_ms / DAY_MS)
     report = ReclaimReport(root_uri, min_age_ms)
     try:
@@ -147,20 +176,62 @@ def reclaim_root(
     live = LiveLocations(store.engine, store.check_schema())
     cutoff = (now_ms if now_ms is not None else int(time.time() * 1000)) - min_age_ms
     metadata = parse_location(f"{root_uri.rstrip('/')}/{METADATA_DIRECTORY}", directory=True)
+    record: DeletionRecord | None = None
     try:
-        report.refusal = _refusal(store, live, resolver, root_uri, root)
+        report.refusal = _refusal(store, live, resolver, root_uri, root, report)
         if report.refusal is not None:
             return report
-        _delete_pass(report, live, resolver, root, cutoff, lambda loc: not metadata.contains(loc))
+        if deletion_record is not None and report.catalog is not None:
+            record = _open_record(deletion_record, resolver, report, run_id)
+        _delete_pass(
+            report, live, resolver, root, cutoff, lambda loc: not metadata.contains(loc), record
+        )
         if report.kept_young or report.failures or report.refusal:
             return report
-        _delete_pass(report, live, resolver, root, cutoff, metadata.contains)
+        _delete_pass(report, live, resolver, root, cutoff, metadata.contains, record)
         report.metadata_deleted = not (report.kept_young or report.failures or report.refusal)
     except (StorageError, MetastoreError) as e:
         report.error = str(e)
         return report
+    finally:
+        if record is not None:
+            _close_record(record, report)
     report.directories_removed = remove_empty_directories(root_uri)
     return report
+
+
+def _open_record(
+    prefix: str, resolver: StorageResolver, report: ReclaimReport, run_id: str | None
+) -> DeletionRecord:
+    """The reclaim's record (its header written at the first delete)."""
+    assert report.catalog is not None
+    header = ReclaimHeader(
+        realm_id=report.catalog.realm_id,
+        catalog=report.catalog.name,
+        catalog_id=report.catalog.catalog_id,
+        root=report.root,
+        min_age_days=report.min_age_ms / DAY_MS,
+        run_id=run_id,
+    )
+    return DeletionRecord(prefix, resolver, header)
+
+
+def _close_record(record: DeletionRecord, report: ReclaimReport) -> None:
+    """The footer: ``done``, or ``refused``/``failed`` and why; a footer that cannot be
+    written is the reclaim's error (what it deleted is recorded already)."""
+    if record.opened:
+        report.record = record.shown_uri
+    if report.ok:
+        status, why = "done", None
+    elif report.refusal is not None:
+        status, why = "refused", report.refusal
+    else:
+        status = "failed"
+        why = report.error or f"{report.failures} delete(s) failed"
+    try:
+        record.close(status, why)
+    except StorageError as e:
+        report.error = f"{report.error}; {e}" if report.error else str(e)
 
 
 def _delete_pass(
@@ -170,6 +241,7 @@ def _delete_pass(
     root: Location,
     cutoff_ms: int,
     selects: Callable[[Location], bool],
+    record: DeletionRecord | None,
 ) -> None:
     for page in list_prefix(resolver, report.root):
         batch: list[ListedObject] = []
@@ -190,7 +262,14 @@ def _delete_pass(
             report.refusal = found[0].describe()
             return
         sizes = {o.uri: o.size for o in batch}
-        result = bulk_delete(resolver, list(sizes))
+        result = DeleteReport()
+        if record is not None:
+            record.open()  # before the first delete: no delete without its record
+        try:
+            bulk_delete(resolver, list(sizes), report=result)
+        finally:
+            if record is not None:
+                record.add_report(result, sizes, resolver.redact)
         report.deleted += len(result.deleted)
         not_freed = {*result.retained, *result.retention_unknown}
         report.bytes_deleted += sum(sizes.get(u) or 0 for u in result.deleted if u not in not_freed)

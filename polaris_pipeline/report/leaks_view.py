@@ -116,8 +116,11 @@ def catalog_heading(leaks: CatalogLeaks) -> str:
 
 
 def reclaim_json(report: ReclaimReport) -> dict[str, Any]:
+    catalog = report.catalog
     return {
         "root": report.root,
+        "realm": catalog.realm_id if catalog is not None else None,
+        "catalog": catalog.name if catalog is not None else None,
         "min_age_days": report.min_age_ms / DAY_MS,
         "ok": report.ok,
         "refusal": report.refusal,
@@ -134,6 +137,7 @@ def reclaim_json(report: ReclaimReport) -> dict[str, Any]:
         "failed": report.failed,
         "metadata_deleted": report.metadata_deleted,
         "directories_removed": report.directories_removed,
+        "deletion_record": report.record,
     }
 
 
@@ -156,4 +160,6 @@ def reclaim_line(report: ReclaimReport) -> str:
         parts.append(f"stopped: {report.refusal}")
     if report.error is not None:
         parts.append(f"error: {report.error}")
+    if report.record is not None:
+        parts.append(f"recorded in {report.record}")
     return f"reclaim {report.root}: " + "; ".join(parts)

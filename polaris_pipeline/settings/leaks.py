@@ -29,6 +29,14 @@ class LeakSection(Section):
         ),
     )
 
+    auto_reclaim_catalogs: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Catalogs whose reported roots the scheduled report reclaims (those whose newest "
+            "object is older than min_age_days); empty: the report deletes nothing."
+        ),
+    )
+
     @field_validator("max_bytes")
     @classmethod
     def _bytes(cls, value: int) -> int:

@@ -4,7 +4,10 @@ Polaris keeps no trace of what a purge deleted and Dagster keeps only counts;
 proving a dropped table's data is gone, or finding what one attempt did, needs
 the paths. With the ``deletion_record`` setting (an fsspec URI prefix) each
 attempt that deletes anything writes
-``<prefix>/<realm>/<task id>/attempt-<n>-<executor>-<timestamp>.jsonl``:
+``<prefix>/<realm>/<task id>/attempt-<n>-<executor>-<timestamp>.jsonl``, and
+each reclaim of a leaked root (``leaks/reclaim.py``) that deletes anything
+``<prefix>/<realm>/reclaims/<catalog>/reclaim-<timestamp>.jsonl`` (its header
+says ``"kind": "reclaim"``, the root and the catalog, instead of a task):
 
 - a ``header`` line (task, attempt, executor id, Dagster run id, started),
   written and flushed before the first delete, so that a record that cannot be
@@ -85,15 +88,62 @@ class RecordHeader:
             f"{safe_name(self.executor_id)}-{stamp}-{secrets.token_hex(3)}.jsonl"
         )
 
+    def fields(self) -> dict[str, Any]:
+        """The header line's fields after ``record``."""
+        return {
+            "realm": self.realm_id,
+            "task_id": self.task_id,
+            "task_name": self.task_name,
+            "task_type": self.task_type,
+            "attempt": self.attempt,
+            "executor_id": self.executor_id,
+            "run_id": self.run_id,
+        }
+
+
+@dataclass(frozen=True)
+class ReclaimHeader:
+    """A reclaim of one leaked table root, not a task attempt: the record's first line."""
+
+    realm_id: str
+    catalog: str
+    catalog_id: int
+    root: str
+    min_age_days: float
+    run_id: str | None = None
+
+    def file_name(self, started: datetime) -> str:
+        """``<realm>/reclaims/<catalog>/reclaim-<timestamp>-<rand>.jsonl`` (a task id is a
+        number: ``reclaims`` never meets a task's directory)."""
+        stamp = started.strftime("%Y%m%dT%H%M%S%fZ")
+        return (
+            f"{safe_name(self.realm_id)}/reclaims/{safe_name(self.catalog)}/"
+            f"reclaim-{stamp}-{secrets.token_hex(3)}.jsonl"
+        )
+
+    def fields(self) -> dict[str, Any]:
+        """The header line's fields after ``record``."""
+        return {
+            "kind": "reclaim",
+            "realm": self.realm_id,
+            "catalog": self.catalog,
+            "catalog_id": self.catalog_id,
+            "root": self.root,
+            "min_age_days": self.min_age_days,
+            "run_id": self.run_id,
+        }
+
 
 class DeletionRecord:
-    """One attempt's record under ``prefix``, opened at its first delete.
+    """One attempt's (or reclaim's) record under ``prefix``, opened at its first delete.
 
     ``resolver`` reaches the prefix (the static storage config: the record is
     the deployment's, never reached with a task's scoped credentials).
     """
 
-    def __init__(self, prefix: str, resolver: StorageResolver, header: RecordHeader) -> None:
+    def __init__(
+        self, prefix: str, resolver: StorageResolver, header: RecordHeader | ReclaimHeader
+    ) -> None:
         self._resolver = resolver
         self.header = header
         self._started = datetime.now(UTC)
@@ -133,13 +183,7 @@ class DeletionRecord:
             [
                 {
                     "record": "header",
-                    "realm": h.realm_id,
-                    "task_id": h.task_id,
-                    "task_name": h.task_name,
-                    "task_type": h.task_type,
-                    "attempt": h.attempt,
-                    "executor_id": h.executor_id,
-                    "run_id": h.run_id,
+                    **h.fields(),
                     "started": self._started.isoformat().replace("+00:00", "Z"),
                 }
             ],
@@ -268,6 +312,11 @@ class DeletionRecord:
         # error from its filesystem: both resolvers mask what they know.
         text = self._resolver.redact(text)
         return (redact(text) if redact is not None else text) + "\n"
+
+    @property
+    def shown_uri(self) -> str:
+        """The record's URI, credentials masked."""
+        return self._shown()
 
     def _shown(self) -> str:
         return self._resolver.redact(self.uri)
