@@ -17,13 +17,11 @@ from polaris_pipeline.storage.delete import (
     present_crc_sidecar,
 )
 from polaris_pipeline.storage.guard import ROOT_PROPERTIES, PathGuard
-from polaris_pipeline.storage.scope import STORAGE_LOCATION_KEY
 from polaris_pipeline.storage.uri import same_location
+from polaris_pipeline.tasks.decoded import ENTITY_LOCATION_KEY, recorded_location
 from polaris_pipeline.tasks.model import PERMANENT_TRUE, NewTask, Prop, TaskRow, TaskType
 from polaris_pipeline.tasks.payloads import DroppedEntity, task_properties
 
-# Where Polaris records a table's (or view's) base location on the entity itself.
-ENTITY_LOCATION_KEY = "location"
 GC_ENABLED_KEY = "gc.enabled"
 SAMPLE_SIZE = 20
 
@@ -81,12 +79,10 @@ def recorded_roots(task: TaskRow, entity: DroppedEntity | None = None) -> Record
     it is what the catalog handed the task).
     """
     internal = task.internal_properties
-    location, source = internal.get(STORAGE_LOCATION_KEY, ""), "the task's storageLocation"
-    if not location.strip() and entity is not None:
-        location = entity.properties.get(ENTITY_LOCATION_KEY, "")
-        source = "the dropped entity's location property"
-    if not location.strip():
+    found = recorded_location(task, entity)
+    if found is None:
         return None
+    location, source = found
     props = {
         key: value
         for source_props in (entity.properties if entity is not None else {}, internal)

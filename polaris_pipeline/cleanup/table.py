@@ -42,7 +42,6 @@ from pyiceberg.serializers import FromInputFile
 from pyiceberg.table.metadata import TableMetadata
 
 from polaris_pipeline.cleanup.common import (
-    STORAGE_LOCATION_KEY,
     Guard,
     RecordedRoots,
     dedupe,
@@ -66,6 +65,7 @@ from polaris_pipeline.cleanup.stages import (
 from polaris_pipeline.cleanup.view import run_view_cleanup
 from polaris_pipeline.errors import PolarisPipelineError, StorageError, one_line
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
+from polaris_pipeline.storage.scope import STORAGE_LOCATION_KEY
 from polaris_pipeline.tasks.manifest_codec import ManifestFileRef, manifest_ref_from_pyiceberg
 from polaris_pipeline.tasks.model import NewTask, TaskType
 from polaris_pipeline.tasks.payloads import (
@@ -74,7 +74,6 @@ from polaris_pipeline.tasks.payloads import (
     ManifestCleanupPayload,
     TableIdentifier,
     batch_cleanup_task_name,
-    decode_dropped_entity,
     encode_batch_cleanup,
     encode_manifest_cleanup,
     manifest_cleanup_task_name,
@@ -352,7 +351,7 @@ def _batch_child(
 
 def run_table_cleanup(ctx: CleanupContext) -> CleanupResult:
     """Clean up a dropped table (or view): see the module docstring."""
-    entity = decode_dropped_entity(ctx.task.data())
+    entity = ctx.decoded.require(DroppedEntity)
     if entity.is_view:
         return run_view_cleanup(ctx, entity)
     result = CleanupResult()
