@@ -77,7 +77,7 @@ def test_table_of_a_dropped_table_and_of_its_children() -> None:
         "s3://bucket/wh/sales/payments",
     )
     assert ref.catalog_id is not None
-    assert ref.asset_key == AssetKey(
+    assert DEFAULT_TRANSLATOR.table_asset_key(ref) == AssetKey(
         ["polaris", "R1", f"catalog_{ref.catalog_id}", "sales", "payments"]
     )
 
@@ -85,7 +85,11 @@ def test_table_of_a_dropped_table_and_of_its_children() -> None:
     child = batch_task("R1", ["s3://bucket/wh/sales/payments/data/a.parquet"])
     child_ref = table_of(row(child))
     assert child_ref is not None and child_ref.catalog_id is None
-    assert child_ref.asset_key.path[:3] == ["polaris", "R1", "catalog_unknown"]
+    assert DEFAULT_TRANSLATOR.table_asset_key(child_ref).path[:3] == [
+        "polaris",
+        "R1",
+        "catalog_unknown",
+    ]
 
 
 def test_table_location_is_the_recorded_one_in_one_spelling() -> None:
@@ -128,8 +132,15 @@ def test_table_of_hostile_payloads_is_none_or_safe() -> None:
     # Names with dots, spaces and slashes: the label is exact, the key parts are safe.
     odd = TableRef("R", ("a b", "c/d"), "t.x", catalog_id=3)
     assert odd.label == "a b.c/d.t.x"
-    assert odd.asset_key.path == ["polaris", "R", "catalog_3", "a_b", "c_d", "t_x"]
-    assert TableRef("R", (), "", None).asset_key.path[-1] == "_"
+    assert DEFAULT_TRANSLATOR.table_asset_key(odd).path == [
+        "polaris",
+        "R",
+        "catalog_3",
+        "a_b",
+        "c_d",
+        "t_x",
+    ]
+    assert DEFAULT_TRANSLATOR.table_asset_key(TableRef("R", (), "", None)).path[-1] == "_"
 
 
 def test_tags_and_location_of_a_table() -> None:
@@ -347,7 +358,13 @@ def test_ref_from_hostile_tags(label: str) -> None:
         assert ref is None
     else:
         assert ref is not None and ref.catalog_id is None
-        assert ref.asset_key.path == ["polaris", "R", "catalog_unknown", "_", "_"]
+        assert DEFAULT_TRANSLATOR.table_asset_key(ref).path == [
+            "polaris",
+            "R",
+            "catalog_unknown",
+            "_",
+            "_",
+        ]
 
 
 def test_a_long_identifier_gets_its_own_asset_key(

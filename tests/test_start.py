@@ -3,8 +3,15 @@ metastore (PostgreSQL and SQLite); and ``select_available`` picks what the lease
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
 
+import pytest
+from sqlalchemy import event
+
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.execution import runner as runner_module
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.execution.start import StartAction
 from polaris_pipeline.metastore import Metastore
@@ -152,3 +159,69 @@ def test_start_messages_say_who_until_when_and_what_to_do(metastore: Metastore) 
         assert retry.message.startswith("operator retry: backing off task retried now")
     finally:
         runner.close()
+
+
+@contextmanager
+def task_row_reads(store: Metastore, task_id: int) -> Iterator[list[str]]:
+    """The SELECTs of ``entities`` naming ``task_id`` run while the block runs."""
+    reads: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        values = params.values() if isinstance(params, Mapping) else (params or ())
+        select = statement.lstrip().upper().startswith("SELECT")
+        if select and "entities" in statement and task_id in values:
+            reads.append(statement)
+
+    event.listen(store.engine, "before_cursor_execute", count)
+    try:
+        yield reads
+    finally:
+        event.remove(store.engine, "before_cursor_execute", count)
+
+
+@pytest.mark.parametrize("case", ["leased", "adopted", "operator-retry"])
+def test_a_run_start_reads_its_task_row_at_most_twice(
+    metastore: Metastore, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """From ``Runner.start`` to the handler: the start's read and the fence's, no more;
+    the handler is handed the task the start decoded."""
+    extra = {Prop.STATUS: "dead", Prop.ATTEMPT_COUNT: "2"} if case == "operator-retry" else None
+    task = insert(metastore, extra=extra)
+    runner = Runner(metastore, executor_id="me")
+    if case == "adopted":
+        assert runner.start("R", task.id).action is StartAction.LEASED
+    handed: list[CleanupContext] = []
+    reads_at_handler: list[int] = []
+
+    def handler(ctx: CleanupContext) -> CleanupResult:
+        handed.append(ctx)
+        reads_at_handler.append(len(reads))
+        return CleanupResult()
+
+    monkeypatch.setattr(runner_module, "run_cleanup", handler)
+    try:
+        with task_row_reads(metastore, task.id) as reads:
+            decision = runner.start("R", task.id, operator=case == "operator-retry")
+            assert decision.lease is not None, decision.message
+            assert decision.action.value == case
+            outcome = runner.execute(decision.lease, decoded=decision.decoded)
+    finally:
+        runner.close()
+    assert outcome.ok, outcome.error
+    assert reads_at_handler == [2], reads
+    assert handed[0].decoded is decision.decoded
+    assert decision.decoded is not None and decision.decoded.row.executor_id == "me"
+
+
+def test_without_its_decoded_task_execute_reads_the_row(metastore: Metastore) -> None:
+    """The sweep's leases carry no decoded task: execute reads and decodes the row itself."""
+    task = insert(metastore)
+    runner = Runner(metastore, executor_id="me")
+    try:
+        [lease] = runner.lease(1, ["R"])
+        with task_row_reads(metastore, task.id) as reads:
+            outcome = runner.execute(lease)
+    finally:
+        runner.close()
+    assert outcome.ok, outcome.error
+    assert len(reads) >= 2  # the row, the fence (and the completion's compare-and-set)

@@ -11,12 +11,12 @@ from polaris_pipeline.cleanup.deleting import (
     list_dry_run_sidecars,
 )
 from polaris_pipeline.cleanup.guard import Guard
-from polaris_pipeline.tasks.payloads import decode_batch_cleanup
+from polaris_pipeline.tasks.payloads import BatchCleanupPayload
 
 
 def run_batch_cleanup(ctx: CleanupContext) -> CleanupResult:
     """Guard every path, then delete those that exist; missing ones are counted."""
-    payload = decode_batch_cleanup(ctx.task.data())
+    payload = ctx.decoded.require(BatchCleanupPayload)
     result = CleanupResult()
     guard = Guard.build(ctx)
     admitted = [p for p in dedupe(payload.batch_files) if guard.admit(p, result)]

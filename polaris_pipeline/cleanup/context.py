@@ -9,13 +9,14 @@ own and keeps the lease rules in one place.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING
 
 from polaris_pipeline.cleanup.stages import Staged
 from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
 from polaris_pipeline.errors import GuardRefusal
 from polaris_pipeline.storage.config import StorageConfig
+from polaris_pipeline.tasks.decoded import DecodedTask
 from polaris_pipeline.tasks.model import NewTask, TaskRow
 from polaris_pipeline.tasks.release import FIRST_RELEASE, PolarisRelease
 
@@ -67,6 +68,18 @@ class CleanupContext:
     # The catalog's storage_configuration_info, looked up because the task carries
     # none (``execution/task_storage.py``): a table hands it down to its children.
     catalog_storage_info: str | None = None
+    # ``task`` decoded once, when the caller has it (the run start decoded it).
+    decoded_task: InitVar[DecodedTask | None] = None
+    # ``task`` decoded (its kind, payload, table): the handlers read it, never the row's
+    # ``data``. Decoded from ``task`` when not given.
+    decoded: DecodedTask = field(init=False)
+
+    def __post_init__(self, decoded_task: DecodedTask | None) -> None:
+        self.decoded = (
+            decoded_task
+            if decoded_task is not None and decoded_task.row is self.task
+            else DecodedTask.from_row(self.task)
+        )
 
 
 @dataclass

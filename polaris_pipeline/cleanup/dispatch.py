@@ -36,7 +36,7 @@ def run_cleanup(ctx: CleanupContext) -> CleanupResult:
     A payload that cannot be decoded raises PayloadError naming the task; the
     caller records it (retrying would not help).
     """
-    handler = handler_for(ctx.task.task_type())
+    handler = handler_for(ctx.decoded.require_kind())
     try:
         return handler(ctx)
     except PayloadError as e:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
-from polaris_pipeline.cleanup.roots import ENTITY_LOCATION_KEY, RecordedRoots, recorded_roots
+from polaris_pipeline.cleanup.roots import RecordedRoots, recorded_roots
 from polaris_pipeline.cleanup.shared_location import check_shared_location
 from polaris_pipeline.errors import GuardRefusal
 from polaris_pipeline.storage.guard import PathGuard
 from polaris_pipeline.storage.uri import same_location
+from polaris_pipeline.tasks.decoded import ENTITY_LOCATION_KEY
 from polaris_pipeline.tasks.payloads import DroppedEntity
 
 

@@ -28,7 +28,7 @@ from polaris_pipeline.cleanup.gc_policy import gc_disabling_value, gc_kept_note
 from polaris_pipeline.cleanup.guard import Guard
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.tasks.manifest_codec import ManifestFileRef
-from polaris_pipeline.tasks.payloads import decode_manifest_cleanup
+from polaris_pipeline.tasks.payloads import ManifestCleanupPayload
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def sweep_manifest_entries(
 
 def run_manifest_cleanup(ctx: CleanupContext) -> CleanupResult:
     """Delete the files a manifest names, then (if all went well) the manifest."""
-    payload = decode_manifest_cleanup(ctx.task.data())
+    payload = ctx.decoded.require(ManifestCleanupPayload)
     ref = payload.manifest
     result = CleanupResult()
     props = ctx.task.internal_properties

@@ -5,12 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from polaris_pipeline.storage.guard import ROOT_PROPERTIES
-from polaris_pipeline.storage.scope import STORAGE_LOCATION_KEY
+from polaris_pipeline.tasks.decoded import recorded_location
 from polaris_pipeline.tasks.model import TaskRow
 from polaris_pipeline.tasks.payloads import DroppedEntity
-
-# Where Polaris records a table's (or view's) base location on the entity itself.
-ENTITY_LOCATION_KEY = "location"
 
 
 @dataclass(frozen=True)
@@ -36,12 +33,10 @@ def recorded_roots(task: TaskRow, entity: DroppedEntity | None = None) -> Record
     it is what the catalog handed the task).
     """
     internal = task.internal_properties
-    location, source = internal.get(STORAGE_LOCATION_KEY, ""), "the task's storageLocation"
-    if not location.strip() and entity is not None:
-        location = entity.properties.get(ENTITY_LOCATION_KEY, "")
-        source = "the dropped entity's location property"
-    if not location.strip():
+    found = recorded_location(task, entity)
+    if found is None:
         return None
+    location, source = found
     props = {
         key: value
         for source_props in (entity.properties if entity is not None else {}, internal)

@@ -73,7 +73,6 @@ from polaris_pipeline.tasks.payloads import (
     ManifestCleanupPayload,
     TableIdentifier,
     batch_cleanup_task_name,
-    decode_dropped_entity,
     encode_batch_cleanup,
     encode_manifest_cleanup,
     manifest_cleanup_task_name,
@@ -351,7 +350,7 @@ def _batch_child(
 
 def run_table_cleanup(ctx: CleanupContext) -> CleanupResult:
     """Clean up a dropped table (or view): see the module docstring."""
-    entity = decode_dropped_entity(ctx.task.data())
+    entity = ctx.decoded.require(DroppedEntity)
     if entity.is_view:
         return run_view_cleanup(ctx, entity)
     result = CleanupResult()

@@ -21,7 +21,6 @@ from polaris_pipeline.cleanup.guard import Guard
 from polaris_pipeline.errors import GuardRefusal, StorageError
 from polaris_pipeline.tasks.payloads import (
     DroppedEntity,
-    decode_dropped_entity,
     require_metadata_location,
 )
 
@@ -43,7 +42,7 @@ def _read_view_metadata(ctx: CleanupContext, metadata_uri: str) -> object | None
 def run_view_cleanup(ctx: CleanupContext, entity: DroppedEntity | None = None) -> CleanupResult:
     """Delete the dropped view's metadata file, guarded; a missing file is done."""
     if entity is None:
-        entity = decode_dropped_entity(ctx.task.data())
+        entity = ctx.decoded.require(DroppedEntity)
     metadata_uri = require_metadata_location(entity)
     result = CleanupResult()
     guard = Guard.build(ctx, entity)

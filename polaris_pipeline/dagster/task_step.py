@@ -44,8 +44,8 @@ from polaris_pipeline.execution.start import StartAction, StartDecision
 from polaris_pipeline.report.formatting import iso_utc_seconds
 from polaris_pipeline.report.outcome_view import OutcomeView
 from polaris_pipeline.report.progress import ProgressSink
+from polaris_pipeline.tasks.decoded import task_type_name
 from polaris_pipeline.tasks.ref import TaskRef
-from polaris_pipeline.tasks.summary import task_type_name
 
 # (summary: the step's output; metadata; the outcome, None when nothing ran)
 TaskResult = tuple[dict[str, Any], dict[str, Any], TaskOutcome | None]
@@ -166,7 +166,7 @@ def _start_tags(step: TaskStep, decision: StartDecision) -> dict[str, str]:
     """The run's tags once its own task started: the lease, the table, how it started."""
     lease = decision.lease
     assert lease is not None
-    tags = step.translator.start_tags(lease, decision.task)
+    tags = step.translator.start_tags(lease, decision.decoded)
     if decision.action is StartAction.OPERATOR_RETRY:
         task = decision.task
         state = "dead" if task is not None and task.status == "dead" else "backing off"
@@ -214,11 +214,13 @@ def run_task(
             metadata=translator.failure_metadata(outcome, context.run_id, step.config_error),
             allow_retries=False,
         )
-    outcome = runner.execute(mine, record_failure=_is_last_attempt(context))
-    view = OutcomeView(outcome)
+    outcome = runner.execute(
+        mine, record_failure=_is_last_attempt(context), decoded=decision.decoded
+    )
+    view = OutcomeView(outcome, task=decision.decoded)
 
     if outcome.status is Status.DONE:
-        table = translator.table_of(decision.task) if decision.task is not None else None
+        table = translator.table_of(decision.decoded) if decision.decoded is not None else None
         context.log.info(view.log_line(table=table.label if table else None))
         result = outcome.result
         sample = result.deleted_paths_sample if result is not None else []
@@ -231,7 +233,7 @@ def run_task(
             context.log.info(f"deleted ({of}): " + ", ".join(sample))
         if not child:
             add_tags(context, translator.outcome_tags(OUTCOME_DONE))
-        return view.output(), translator.done_metadata(outcome, decision.task), outcome
+        return view.output(), translator.done_metadata(outcome, decision.decoded), outcome
 
     if outcome.status is Status.LEASE_LOST:
         # Taken away mid-way (this run stalled past its lease): the current holder
@@ -259,7 +261,7 @@ def run_task(
         context.run_id,
         error,
         next_attempt=next_attempt if outcome.next_attempt_ms is not None else None,
-        table=translator.table_of(decision.task) if decision.task is not None else None,
+        table=translator.table_of(decision.decoded) if decision.decoded is not None else None,
     )
     if outcome.status is Status.DEAD:
         tail = "dead-lettered after its last attempt; `polaris-pipeline tasks requeue` revives it"

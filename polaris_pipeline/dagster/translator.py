@@ -27,7 +27,13 @@ from typing import Any
 from dagster import AssetKey, AssetMaterialization, Failure, MetadataValue
 
 from polaris_pipeline.dagster import contract
-from polaris_pipeline.dagster.tables import ASSET_KEY_PREFIX, TABLE_REF_KEY, TableRef, table_of
+from polaris_pipeline.dagster.tables import (
+    ASSET_KEY_PREFIX,
+    TABLE_REF_KEY,
+    TableRef,
+    key_parts,
+    table_of,
+)
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.report.fields import UNREFERENCED
 from polaris_pipeline.report.formatting import iso_utc_seconds, quoted_task_label
@@ -45,10 +51,10 @@ from polaris_pipeline.report.totals import (
     OutcomeTotals,
 )
 from polaris_pipeline.storage.uri import split_uri
+from polaris_pipeline.tasks.decoded import DecodedTask, task_type_name
 from polaris_pipeline.tasks.model import TaskRow
 from polaris_pipeline.tasks.orphans import CandidateRun
 from polaris_pipeline.tasks.ref import Lease, TaskRef
-from polaris_pipeline.tasks.summary import task_type_name
 
 # Refused or failed paths listed in a failure's metadata (the counts are exact).
 FAILURE_SAMPLE = 20
@@ -72,13 +78,14 @@ class PolarisTranslator:
 
     # ------------------------------------------------------------ tables
 
-    def table_of(self, task: TaskRow) -> TableRef | None:
-        """The table ``task`` cleans up (every part of its payload that decodes)."""
+    def table_of(self, task: TaskRow | DecodedTask) -> TableRef | None:
+        """The table ``task`` cleans up (every part of its payload that decodes); a row is
+        decoded here, a ``DecodedTask`` is read as it is."""
         return table_of(task)
 
     def table_asset_key(self, ref: TableRef) -> AssetKey:
         """``[*asset_key_prefix, realm, "catalog_<id>", *namespace, table]``, parts made safe."""
-        return AssetKey([*self.asset_key_prefix, *ref.key_parts])
+        return AssetKey([*self.asset_key_prefix, *key_parts(ref)])
 
     def table_tags(self, ref: TableRef | None) -> dict[str, str]:
         """The tags a run of ``ref``'s task carries (none when the task names no table)."""
@@ -185,7 +192,7 @@ class PolarisTranslator:
             contract.TAG_EXECUTOR: lease.executor_id,
         }
 
-    def start_tags(self, lease: Lease, task: TaskRow | None) -> dict[str, str]:
+    def start_tags(self, lease: Lease, task: TaskRow | DecodedTask | None) -> dict[str, str]:
         """Tags a run adds once it started its task: the lease, and every part of the
         task's payload that decodes (its table)."""
         table = self.table_of(task) if task is not None else None
@@ -232,12 +239,15 @@ class PolarisTranslator:
         line = view.unreferenced.summary() if view.unreferenced is not None else None
         return self.step_record_metadata(StepRecord(OutcomeTotals.of([outcome]), line))
 
-    def done_metadata(self, outcome: TaskOutcome, task: TaskRow | None) -> dict[str, Any]:
+    def done_metadata(
+        self, outcome: TaskOutcome, task: TaskRow | DecodedTask | None
+    ) -> dict[str, Any]:
         """A step's metadata for a task done: the table, the lease, the numbers."""
         result = outcome.result
-        view = OutcomeView(outcome)
+        decoded = DecodedTask.of(task) if task is not None else None
+        view = OutcomeView(outcome, task=decoded)
         meta = {
-            **self.table_metadata(self.table_of(task) if task is not None else None),
+            **self.table_metadata(self.table_of(decoded) if decoded is not None else None),
             **self.lease_metadata(outcome.lease),
             STATUS: outcome.status.value,
             "type": view.type_name,

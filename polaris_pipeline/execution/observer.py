@@ -25,19 +25,9 @@ from polaris_pipeline.execution.telemetry import (
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.events import TaskEventWriter
 from polaris_pipeline.metastore.release_probe import ReleaseProbe
-from polaris_pipeline.tasks.model import TaskType
+from polaris_pipeline.tasks.decoded import polaris_type_name
 from polaris_pipeline.tasks.ref import Lease
 from polaris_pipeline.tasks.release import TaskEvents
-
-
-def type_name(code: str | None) -> str | None:
-    """Polaris's name of a taskType code; the raw code when it is not one of Polaris's."""
-    if code is None:
-        return None
-    try:
-        return TaskType(int(code)).name
-    except ValueError:
-        return code
 
 
 def attempt_succeeded(outcome: TaskOutcome) -> bool:
@@ -75,7 +65,7 @@ class AttemptObserver:
                 ATTR_REALM: lease.realm_id,
                 ATTR_TASK_ID: lease.task_id,
                 ATTR_ATTEMPT: lease.attempt,
-                ATTR_TYPE: type_name(task_type_code),
+                ATTR_TYPE: polaris_type_name(task_type_code),
                 ATTR_EXECUTOR: executor_id,
             }
         ) as span:

@@ -40,6 +40,7 @@ from polaris_pipeline.metastore.release_probe import ReleaseProbe
 from polaris_pipeline.settings.metastore import DEFAULT_EXECUTOR_PREFIX
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.deletion_record import DeletionRecord, RecordHeader
+from polaris_pipeline.tasks.decoded import DecodedTask, polaris_type_name
 from polaris_pipeline.tasks.model import NewTask, TaskRow, TaskState
 from polaris_pipeline.tasks.ref import Lease
 from polaris_pipeline.tasks.release import TaskEvents
@@ -241,18 +242,26 @@ class Runner:
 
     # ---------------------------------------------------------------- execute
 
-    def execute(self, lease: Lease, *, record_failure: bool = True) -> TaskOutcome:
+    def execute(
+        self, lease: Lease, *, record_failure: bool = True, decoded: DecodedTask | None = None
+    ) -> TaskOutcome:
         """Run one leased task to an outcome, which is written back to its row.
 
         With ``record_failure=False`` a transient failure is returned without
         being written, and the lease stays held, so that the caller (a Dagster
         op with a RetryPolicy) can retry within the same lease. Permanent
-        failures are always recorded.
+        failures are always recorded. ``decoded``: the task as its start leased it
+        (``StartDecision.decoded``), so that it is not read and decoded again.
         """
         if lease.executor_id != self.executor_id:
             raise ValueError("a lease granted to another executor is not this runner's to execute")
         self.heartbeat.watch(lease.realm_id)
-        task = self.metastore.get_task(lease.realm_id, lease.task_id)
+        task = (
+            decoded.row
+            if decoded is not None
+            and (decoded.row.realm_id, decoded.row.id) == (lease.realm_id, lease.task_id)
+            else self.metastore.get_task(lease.realm_id, lease.task_id)
+        )
         if task is None:
             # Finished by someone else after we leased it; success by Polaris's rules.
             return TaskOutcome(lease, Status.DONE, lease.task_type_code)
@@ -265,12 +274,14 @@ class Runner:
             lease,
             task.task_type_code,
             self.executor_id,
-            lambda: self._attempt(lease, task, record_failure),
+            lambda: self._attempt(lease, task, record_failure, decoded),
         )
         outcome.row = task
         return outcome
 
-    def _attempt(self, lease: Lease, task: TaskRow, record_failure: bool) -> TaskOutcome:
+    def _attempt(
+        self, lease: Lease, task: TaskRow, record_failure: bool, decoded: DecodedTask | None
+    ) -> TaskOutcome:
         children: list[Lease] = []
 
         def create_children(kids: Iterable[NewTask]) -> list[NewTask]:
@@ -278,7 +289,7 @@ class Runner:
             children.extend(self.metastore.insert_tasks(batch, holder=lease))
             return batch
 
-        ctx = self._context(task, lease)
+        ctx = self._context(task, lease, decoded)
         ctx.create_children = create_children
         try:
             # The task's own storage_configuration_info, else its catalog's, may say
@@ -321,7 +332,7 @@ class Runner:
                 record=record_failure or permanent,
             )
         mode = self.unreferenced_mode(task.realm_id)
-        entity = phase_entity(mode, task, result)
+        entity = phase_entity(mode, ctx.decoded, result)
         if entity is not None and children and mode is UnreferencedMode.DELETE:
             # Completed by finish_table once its children are done: the phase runs last.
             # This attempt's own deletes end here; the phase writes a record of its own.
@@ -434,14 +445,18 @@ class Runner:
     def _reach_storage(self, ctx: CleanupContext) -> None:
         """Give ``ctx`` the resolver for its task: the task's storage configuration,
         else its catalog's, looked up (``execution/task_storage.py``)."""
-        storage = task_storage(ctx.task, self.metastore)
+        storage = task_storage(ctx.decoded, self.metastore)
         ctx.resolver = self.resolver.for_task(ctx.task, storage.properties)
         ctx.catalog_storage_info = storage.from_catalog
 
-    def _context(self, task: TaskRow, lease: Lease | None = None) -> CleanupContext:
-        """The handler's context for ``task``; without a lease, a dry run's."""
+    def _context(
+        self, task: TaskRow, lease: Lease | None = None, decoded: DecodedTask | None = None
+    ) -> CleanupContext:
+        """The handler's context for ``task`` (``decoded``, when decoded already); without a
+        lease, a dry run's."""
         ctx = CleanupContext(
             task=task,
+            decoded_task=decoded,
             resolver=self.resolver,
             config=self.config,
             dry_run=lease is None,
@@ -466,7 +481,7 @@ class Runner:
             realm_id=task.realm_id,
             task_id=task.id,
             task_name=task.name,
-            task_type=_type_name(task),
+            task_type=polaris_type_name(task.task_type_code),
             attempt=lease.attempt,
             executor_id=self.executor_id,
             run_id=self.run_id,
@@ -647,14 +662,6 @@ class Runner:
             except (PolarisPipelineError, OSError) as exc:
                 out.append((task, one_line(exc)))
         return out
-
-
-def _type_name(task: TaskRow) -> str | None:
-    """The task's type by Polaris's name (``BATCH_FILE_CLEANUP``), else its raw code."""
-    try:
-        return task.task_type().name
-    except (PayloadError, ValueError):
-        return task.task_type_code
 
 
 def _elapsed_clock() -> float:

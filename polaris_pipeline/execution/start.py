@@ -20,6 +20,10 @@ The cases, in order:
   it in-process) or unhandled: refused, for operators too.
 
 A compare-and-set lost to a concurrent writer is re-read and judged again.
+The row is read once per round: the lease is written on the row as read (its
+version guards the write), and a started decision carries the row as the lease
+left it, decoded (``DecodedTask``), for the attempt: a run start reads its row
+once here, and once more for the fence before the work (``Runner.execute``).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from enum import StrEnum
 
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.formatting import iso_utc_seconds
+from polaris_pipeline.tasks.decoded import DecodedTask
 from polaris_pipeline.tasks.model import TaskRow, TaskState
 from polaris_pipeline.tasks.ref import Lease
 
@@ -49,7 +54,10 @@ class StartDecision:
     action: StartAction
     message: str
     lease: Lease | None = None
+    # The row as read when the decision was taken (before any lease was written).
     task: TaskRow | None = None
+    # A started task: its row as the lease left it, decoded once for the attempt.
+    decoded: DecodedTask | None = None
 
     @property
     def started(self) -> bool:
@@ -101,17 +109,19 @@ def decide_start(
                     f"{task.attempt_count}); the same attempt continues",
                     Lease.from_row(task),
                     task,
+                    DecodedTask.from_row(task),
                 )
             own = task.executor_id == executor_id
             return StartDecision(StartAction.HELD, _held_message(task, store, now, own), None, task)
         if state is TaskState.ORPHANED:
-            lease = store.lease_task(realm_id, task_id, executor_id)
-            if lease is not None:
+            leased = store.lease_row(task, executor_id)
+            if leased is not None:
                 return StartDecision(
                     StartAction.LEASED,
-                    f"task {task.label}: leased as attempt {lease.attempt}",
-                    lease,
+                    f"task {task.label}: leased as attempt {leased.attempt_count}",
+                    Lease.from_row(leased),
                     task,
+                    DecodedTask.from_row(leased),
                 )
             continue  # changed meanwhile: judge it again
         if state in (TaskState.BACKING_OFF, TaskState.DEAD):
@@ -128,15 +138,16 @@ def decide_start(
                     None,
                     task,
                 )
-            lease = store.lease_for_operator(realm_id, task_id, executor_id)
-            if lease is not None:
+            leased = store.lease_row_for_operator(task, executor_id)
+            if leased is not None:
                 return StartDecision(
                     StartAction.OPERATOR_RETRY,
                     f"operator retry: {what} task retried now ({task.label}, was attempt "
                     f"{task.attempt_count}, last error: {task.last_error or 'none'}); attempts "
                     "restart at 1",
-                    lease,
+                    Lease.from_row(leased),
                     task,
+                    DecodedTask.from_row(leased),
                 )
             continue
         if state is TaskState.PENDING:

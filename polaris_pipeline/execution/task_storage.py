@@ -25,12 +25,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from polaris_pipeline.cleanup.roots import recorded_roots
-from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
 from polaris_pipeline.storage.scope import STORAGE_LOCATION_KEY
-from polaris_pipeline.tasks.model import TaskRow, TaskType
-from polaris_pipeline.tasks.payloads import decode_dropped_entity
+from polaris_pipeline.tasks.decoded import DecodedTask
+from polaris_pipeline.tasks.model import TaskRow
 
 
 @dataclass(frozen=True)
@@ -44,24 +43,21 @@ class TaskStorage:
     from_catalog: str | None = None
 
 
-def task_storage(task: TaskRow, metastore: Metastore) -> TaskStorage:
+def task_storage(task: TaskRow | DecodedTask, metastore: Metastore) -> TaskStorage:
     """The storage source of ``task``: its own internal properties, or its catalog's
     configuration with its recorded roots (see the module docstring)."""
-    internal = task.internal_properties
+    decoded = DecodedTask.of(task)
+    row, entity = decoded.row, decoded.entity
+    internal = row.internal_properties
     unchanged = TaskStorage(internal)
-    if STORAGE_CONFIG_KEY in internal:
+    if STORAGE_CONFIG_KEY in internal or entity is None:
+        # Not a dropped entity's task, or one that did not decode: the handler
+        # records why it cannot run.
         return unchanged
-    try:
-        if task.task_type() is not TaskType.ENTITY_CLEANUP_SCHEDULER:
-            return unchanged
-        entity = decode_dropped_entity(task.data())
-    except PolarisPipelineError:
-        # The handler decodes it again and records why it cannot.
-        return unchanged
-    roots = recorded_roots(task, entity)
+    roots = recorded_roots(row, entity)
     if roots is None:
         return unchanged
-    catalog = metastore.catalog_internal_properties(task.realm_id, entity.catalog_id)
+    catalog = metastore.catalog_internal_properties(row.realm_id, entity.catalog_id)
     info = (catalog or {}).get(STORAGE_CONFIG_KEY)
     if info is None:
         return unchanged

@@ -17,12 +17,12 @@ from collections.abc import Set
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
 from polaris_pipeline.cleanup.unreferenced import run_unreferenced
 from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
-from polaris_pipeline.errors import PayloadError
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import LiveLocations
 from polaris_pipeline.storage.uri import normalize_uri
-from polaris_pipeline.tasks.model import LeasePolicy, TaskRow, TaskType
-from polaris_pipeline.tasks.payloads import DroppedEntity, decode_dropped_entity
+from polaris_pipeline.tasks.decoded import DecodedTask
+from polaris_pipeline.tasks.model import LeasePolicy, TaskRow
+from polaris_pipeline.tasks.payloads import DroppedEntity
 from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
 
 
@@ -33,20 +33,15 @@ def mode_for(policy: LeasePolicy, realm_id: str, default: UnreferencedMode) -> U
     return UnreferencedMode.parse(value) if value is not None else default
 
 
-def table_of(task: TaskRow) -> DroppedEntity | None:
+def table_of(task: TaskRow | DecodedTask) -> DroppedEntity | None:
     """The dropped table of an ENTITY_CLEANUP task; None for a view, a child, or a
     payload that does not decode (its own attempt records why)."""
-    if task.task_type_code != TaskType.ENTITY_CLEANUP_SCHEDULER.code:
-        return None
-    try:
-        entity = decode_dropped_entity(task.data())
-    except PayloadError:
-        return None
-    return None if entity.is_view else entity
+    entity = DecodedTask.of(task).entity
+    return None if entity is None or entity.is_view else entity
 
 
 def phase_entity(
-    mode: UnreferencedMode, task: TaskRow, result: CleanupResult | None
+    mode: UnreferencedMode, task: TaskRow | DecodedTask, result: CleanupResult | None
 ) -> DroppedEntity | None:
     """The table to run the phase for, or None when it does not apply."""
     if mode is UnreferencedMode.OFF or result is None or not result.ok:

@@ -280,9 +280,33 @@ class Metastore:
                 yield task
 
     def _cas_lease(self, task: TaskRow, executor_id: str) -> Lease | None:
+        # Re-checked on the database clock inside the write transaction.
+        written = self.lease_row(task, executor_id)
+        return Lease.from_row(written) if written is not None else None
+
+    def _cas_write(self, conn: Connection, task: TaskRow, props: dict[str, str], now: int) -> bool:
+        return conn.execute(self._sql(queries.CAS_WRITE, task, props, now)).rowcount == 1
+
+    def _write_leased_row(
+        self, conn: Connection, task: TaskRow, props: dict[str, str], now: int
+    ) -> TaskRow | None:
+        """Compare-and-set ``props``; the row as written, None if the CAS lost."""
+        if not self._cas_write(conn, task, props, now):
+            return None
+        return after_write(task, props, now)
+
+    def lease_task(self, realm_id: str, task_id: int, executor_id: str) -> Lease | None:
+        """Lease one named task if it is orphaned (e.g. a child a crashed run left behind)."""
+        task = self.get_task(realm_id, task_id)
+        if task is None:
+            return None
+        return self._cas_lease(task, executor_id)
+
+    def lease_row(self, task: TaskRow, executor_id: str) -> TaskRow | None:
+        """Lease ``task`` as read (its version guards the write) if it is orphaned, without
+        reading it again; the row as the lease left it, None if it was not leased."""
         with self._begin() as conn:
             now = self.now_ms(conn)
-            # Re-check on the database clock inside the write transaction.
             if task.state(now, self.policy) is not TaskState.ORPHANED:
                 return None
             props = task.properties
@@ -292,25 +316,7 @@ class Metastore:
                 ).scalar_one_or_none()
                 props = transitions.original_properties(raw_text(raw))
             leased = transitions.lease(props, executor_id=executor_id, now_ms=now)
-            return self._write_lease(conn, task, leased, now)
-
-    def _cas_write(self, conn: Connection, task: TaskRow, props: dict[str, str], now: int) -> bool:
-        return conn.execute(self._sql(queries.CAS_WRITE, task, props, now)).rowcount == 1
-
-    def _write_lease(
-        self, conn: Connection, task: TaskRow, props: dict[str, str], now: int
-    ) -> Lease | None:
-        """Compare-and-set ``props``; the lease the written row records, None if the CAS lost."""
-        if not self._cas_write(conn, task, props, now):
-            return None
-        return Lease.from_row(after_write(task, props, now))
-
-    def lease_task(self, realm_id: str, task_id: int, executor_id: str) -> Lease | None:
-        """Lease one named task if it is orphaned (e.g. a child a crashed run left behind)."""
-        task = self.get_task(realm_id, task_id)
-        if task is None:
-            return None
-        return self._cas_lease(task, executor_id)
+            return self._write_leased_row(conn, task, leased, now)
 
     def select_available(self, limit: int, realms: Iterable[str] | None = None) -> list[TaskRow]:
         """Up to ``limit`` tasks ``lease_available`` would lease now; writes nothing.
@@ -346,16 +352,23 @@ class Metastore:
         row changed meanwhile.
         """
         with self._begin() as conn:
-            now = self.now_ms(conn)
             task = self._get(conn, realm_id, task_id)
-            if task is None or task.properties_error:
-                return None
+        written = self.lease_row_for_operator(task, executor_id) if task is not None else None
+        return Lease.from_row(written) if written is not None else None
+
+    def lease_row_for_operator(self, task: TaskRow, executor_id: str) -> TaskRow | None:
+        """``lease_for_operator`` of ``task`` as read (its version guards the write), without
+        reading it again; the row as the lease left it."""
+        if task.properties_error:
+            return None
+        with self._begin() as conn:
+            now = self.now_ms(conn)
             if task.state(now, self.policy) not in (TaskState.BACKING_OFF, TaskState.DEAD):
                 return None
             props = transitions.lease_for_operator(
                 task.properties, executor_id=executor_id, now_ms=now
             )
-            return self._write_lease(conn, task, props, now)
+            return self._write_leased_row(conn, task, props, now)
 
     # --------------------------------------------------------- holder's moves
 

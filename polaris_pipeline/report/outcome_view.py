@@ -33,7 +33,8 @@ from polaris_pipeline.report.formatting import (
     truncate,
 )
 from polaris_pipeline.report.totals import OutcomeTotals, retention_state
-from polaris_pipeline.tasks.summary import PayloadSummary, summarize, task_type_name
+from polaris_pipeline.tasks.decoded import DecodedTask, task_type_name
+from polaris_pipeline.tasks.summary import PayloadSummary, summarize
 
 if TYPE_CHECKING:
     from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
@@ -41,18 +42,21 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class OutcomeView:
-    """A ``TaskOutcome`` as shown. ``parent_id``: the task that created it (None: a root)."""
+    """A ``TaskOutcome`` as shown. ``parent_id``: the task that created it (None: a root).
+    ``task``: the task as its attempt decoded it, when the caller has it (else the row
+    the attempt read is decoded here)."""
 
     outcome: TaskOutcome
     parent_id: int | None = None
+    task: DecodedTask | None = None
 
     # -------------------------------------------------------------- fields
 
     @cached_property
     def summary(self) -> PayloadSummary | None:
         """What the task was about (type, table), from the row its attempt read."""
-        row = self.outcome.row
-        return summarize(row) if row is not None else None
+        task = self.task if self.task is not None else self.outcome.row
+        return summarize(task) if task is not None else None
 
     @property
     def table(self) -> str | None:

@@ -40,6 +40,12 @@ class TaskType(IntEnum):
         """The code as the ``taskType`` property holds it (``"2"``): every value is a string."""
         return str(int(self))
 
+    @classmethod
+    def of_code(cls, code: str | None) -> TaskType | None:
+        """The type a ``taskType`` value names; None when absent or not one of Polaris's."""
+        number = _int_or_none(code)
+        return cls(number) if number is not None and number in cls._value2member_map_ else None
+
 
 class TaskState(StrEnum):
     PENDING = "pending"  # never leased, within the grace period: Polaris may be running it
@@ -441,10 +447,10 @@ class TaskRow:
             )
         if code is None:
             raise PayloadError("properties have no taskType", task=self.label)
-        number = _int_or_none(code)
-        if number is None or number not in TaskType._value2member_map_:
+        kind = TaskType.of_code(code)
+        if kind is None:
             raise PayloadError(f"unknown taskType {code[:40]!r}", task=self.label)
-        return TaskType(number)
+        return kind
 
     def data(self) -> str:
         """The raw ``data`` payload, or PayloadError naming the task."""

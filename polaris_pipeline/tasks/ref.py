@@ -1,4 +1,5 @@
-"""How a task is referred to: ``TaskRef`` (which task) and ``Lease`` (a claim on it).
+"""How a task is referred to: ``TaskRef`` (which task), ``Lease`` (a claim on it), and
+``TableRef`` (the dropped table it cleans up).
 
 Both are built from a row in one place each: ``TaskRef.from_row`` and
 ``Lease.from_row``, from a decoded ``TaskRow``; the PostgreSQL lease statement's
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from polaris_pipeline.tasks.model import TaskRow
+from polaris_pipeline.tasks.payloads import TableIdentifier
 
 
 def _label(realm_id: str, task_id: int, name: str) -> str:
@@ -181,3 +183,49 @@ class Lease:
             attempt=_int_field(data, "attempt"),
             start_time_ms=_int_field(data, "start_time_ms"),
         )
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """A dropped table, as a run and the catalog name it (``DecodedTask.table``)."""
+
+    realm: str
+    namespace: tuple[str, ...]
+    name: str
+    catalog_id: int | None = None
+    # The table's base location as the catalog recorded it (normalized), if it did.
+    location: str | None = None
+
+    @property
+    def label(self) -> str:
+        """``namespace.table``: Iceberg's own way of writing an identifier."""
+        return str(TableIdentifier(self.namespace, self.name))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "realm": self.realm,
+            "namespace": list(self.namespace),
+            "name": self.name,
+            "catalog_id": self.catalog_id,
+            "location": self.location,
+        }
+
+    @classmethod
+    def from_json(cls, value: object) -> TableRef | None:
+        """The ref ``to_json`` wrote; None for anything else (a step of an older
+        release, or metadata a user's code wrote under the same name)."""
+        if not isinstance(value, Mapping):
+            return None
+        realm, namespace, name = value.get("realm"), value.get("namespace"), value.get("name")
+        catalog_id, location = value.get("catalog_id"), value.get("location")
+        if not (isinstance(realm, str) and realm and isinstance(name, str) and name):
+            return None
+        if not isinstance(namespace, list) or not all(isinstance(p, str) for p in namespace):
+            return None
+        if catalog_id is not None and (
+            isinstance(catalog_id, bool) or not isinstance(catalog_id, int)
+        ):
+            return None
+        if location is not None and not isinstance(location, str):
+            return None
+        return cls(realm, tuple(namespace), name, catalog_id, location or None)

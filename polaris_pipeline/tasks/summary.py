@@ -9,25 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from polaris_pipeline.errors import PolarisPipelineError
-from polaris_pipeline.tasks import payloads
-from polaris_pipeline.tasks.model import STATUS_REQUEUED, LeasePolicy, TaskRow, TaskState, TaskType
-
-
-def task_type_name(code: str | None) -> str:
-    """A ``taskType`` code as shown to people: ``batch_file_cleanup``; ``?<code>`` when unknown.
-
-    The one naming of task types: the CLI, run tags, logs and metadata all use it.
-    """
-    try:
-        return TaskType(int(code or "")).name.lower()
-    except ValueError:
-        return f"?{(code or '')[:20]}"
-
-
-def type_name(task: TaskRow) -> str:
-    """``task_type_name`` of a task row."""
-    return task_type_name(task.task_type_code)
+from polaris_pipeline.tasks.decoded import DecodedTask
+from polaris_pipeline.tasks.model import STATUS_REQUEUED, LeasePolicy, TaskRow, TaskState
+from polaris_pipeline.tasks.payloads import BatchCleanupPayload, ManifestCleanupPayload
 
 
 @dataclass(frozen=True)
@@ -42,31 +26,25 @@ class PayloadSummary:
     problem: str | None = None  # why the payload could not be decoded
 
 
-def summarize(task: TaskRow) -> PayloadSummary:
-    """Decode ``task``'s payload far enough to say what it cleans up."""
-    kind = type_name(task)
-    try:
-        task_type = task.task_type()
-        data = task.data()
-        if task_type is TaskType.ENTITY_CLEANUP_SCHEDULER:
-            entity = payloads.decode_dropped_entity(data)
-            return PayloadSummary(
-                kind,
-                table=str(payloads.table_identifier(entity)),
-                metadata_location=entity.metadata_location,
-                entity_id=entity.id,
-                is_view=entity.is_view,
-            )
-        if task_type is TaskType.MANIFEST_FILE_CLEANUP:
-            manifest = payloads.decode_manifest_cleanup(data)
-            return PayloadSummary(
-                kind, table=str(manifest.table_id), manifest_path=manifest.manifest.manifest_path
-            )
-        batch = payloads.decode_batch_cleanup(data)
-        return PayloadSummary(kind, table=str(batch.table_id), batch_files=len(batch.batch_files))
-    except PolarisPipelineError as exc:
-        reason = getattr(exc, "reason", None) or str(exc)
-        return PayloadSummary(kind, problem=reason)
+def summarize(task: TaskRow | DecodedTask) -> PayloadSummary:
+    """What ``task`` cleans up, from its decoded payload (decoded here when given a row)."""
+    decoded = DecodedTask.of(task)
+    kind, payload, entity = decoded.type_name, decoded.payload, decoded.entity
+    if decoded.problem is not None or payload is None or decoded.identifier is None:
+        return PayloadSummary(kind, problem=decoded.problem)
+    table = str(decoded.identifier)
+    if entity is not None:
+        return PayloadSummary(
+            kind,
+            table=table,
+            metadata_location=entity.metadata_location,
+            entity_id=entity.id,
+            is_view=entity.is_view,
+        )
+    if isinstance(payload, ManifestCleanupPayload):
+        return PayloadSummary(kind, table=table, manifest_path=payload.manifest.manifest_path)
+    assert isinstance(payload, BatchCleanupPayload)
+    return PayloadSummary(kind, table=table, batch_files=len(payload.batch_files))
 
 
 def available_at_ms(

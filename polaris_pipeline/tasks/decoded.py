@@ -1,0 +1,192 @@
+"""A task decoded once from its row: its kind, its payload and its table.
+
+``DecodedTask.from_row`` is the one place a row's ``taskType`` and ``data`` are
+decoded, as procrastinate's ``Job.from_row`` builds a job: a frozen object,
+never edited, that travels from the run start to the handler, the run's tags
+and the report. Task types are named here too (``task_type_name``,
+``polaris_type_name``), for every surface.
+
+A payload that does not decode is kept as its ``PayloadError`` (naming the
+task): ``require_kind`` and the payload accessors raise it where the work needs
+them, so the attempt records the same clear error; views that only show a task
+read ``problem`` and every part that did decode (a child's ``tableId``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from polaris_pipeline.errors import PayloadError
+from polaris_pipeline.storage.scope import STORAGE_LOCATION_KEY
+from polaris_pipeline.storage.uri import normalize_uri
+from polaris_pipeline.tasks.model import TaskRow, TaskType
+from polaris_pipeline.tasks.payloads import (
+    BatchCleanupPayload,
+    DroppedEntity,
+    ManifestCleanupPayload,
+    TableIdentifier,
+    decode_batch_cleanup,
+    decode_child_table_id,
+    decode_dropped_entity,
+    decode_manifest_cleanup,
+    table_identifier,
+)
+from polaris_pipeline.tasks.ref import TableRef
+
+# Where Polaris records a table's (or view's) base location on the entity itself.
+ENTITY_LOCATION_KEY = "location"
+
+Payload = DroppedEntity | ManifestCleanupPayload | BatchCleanupPayload
+_P = TypeVar("_P", DroppedEntity, ManifestCleanupPayload, BatchCleanupPayload)
+
+# The decoder of each kind's ``data``: the one table of task types and payloads.
+_DECODERS: dict[TaskType, Callable[[str], Payload]] = {
+    TaskType.ENTITY_CLEANUP_SCHEDULER: decode_dropped_entity,
+    TaskType.MANIFEST_FILE_CLEANUP: decode_manifest_cleanup,
+    TaskType.BATCH_FILE_CLEANUP: decode_batch_cleanup,
+}
+_CHILD_KINDS = (TaskType.MANIFEST_FILE_CLEANUP, TaskType.BATCH_FILE_CLEANUP)
+
+
+def task_type_name(code: str | None) -> str:
+    """A ``taskType`` code as shown to people: ``batch_file_cleanup``; ``?<code>`` when unknown.
+
+    The CLI, run tags, logs and metadata all use it.
+    """
+    kind = TaskType.of_code(code)
+    return kind.name.lower() if kind is not None else f"?{(code or '')[:20]}"
+
+
+def polaris_type_name(code: str | None) -> str | None:
+    """Polaris's name of a ``taskType`` code (``BATCH_FILE_CLEANUP``), as its events and
+    spans carry it; the raw code when it is not one of Polaris's, None when absent."""
+    kind = TaskType.of_code(code)
+    return kind.name if kind is not None else code
+
+
+def recorded_location(task: TaskRow, entity: DroppedEntity | None) -> tuple[str, str] | None:
+    """The table location the catalog recorded, and which record it came from (for
+    messages); None when it recorded none.
+
+    The task's ``storageLocation``, else the dropped entity's ``location`` property;
+    blank values count as absent.
+    """
+    location = task.internal_properties.get(STORAGE_LOCATION_KEY, "")
+    if location.strip():
+        return location, "the task's storageLocation"
+    location = entity.properties.get(ENTITY_LOCATION_KEY, "") if entity is not None else ""
+    if location.strip():
+        return location, "the dropped entity's location property"
+    return None
+
+
+def _table(
+    task: TaskRow, identifier: TableIdentifier | None, entity: DroppedEntity | None
+) -> TableRef | None:
+    if identifier is None or (entity is not None and entity.is_view):
+        return None
+    found = recorded_location(task, entity)
+    return TableRef(
+        realm=task.realm_id,
+        namespace=identifier.namespace,
+        name=identifier.name,
+        catalog_id=(entity.catalog_id or None) if entity is not None else None,
+        location=normalize_uri(found[0]) if found else None,
+    )
+
+
+def _named(exc: PayloadError, task: TaskRow) -> PayloadError:
+    return exc if exc.task else exc.for_task(task.label)
+
+
+@dataclass(frozen=True)
+class DecodedTask:
+    """One task row decoded once: ``kind``, ``payload``, ``table``; never edited.
+
+    ``error``: why the kind or the payload did not decode (None: both did).
+    ``identifier``: the table (or view) the payload names, also when only a child's
+    ``tableId`` decoded. ``table``: the dropped table, None for a view or a payload
+    that names none.
+    """
+
+    row: TaskRow
+    kind: TaskType | None = None
+    payload: Payload | None = None
+    identifier: TableIdentifier | None = None
+    table: TableRef | None = None
+    error: PayloadError | None = None
+
+    @classmethod
+    def from_row(cls, row: TaskRow) -> DecodedTask:
+        """Decode ``row``'s kind and payload; never raises for a malformed payload."""
+        try:
+            kind = row.task_type()
+        except PayloadError as exc:
+            return cls(row, error=_named(exc, row))
+        try:
+            payload = _DECODERS[kind](row.data())
+        except PayloadError as exc:
+            identifier = _child_table_id(row) if kind in _CHILD_KINDS else None
+            return cls(row, kind, None, identifier, _table(row, identifier, None), _named(exc, row))
+        entity = payload if isinstance(payload, DroppedEntity) else None
+        identifier = (
+            table_identifier(payload) if isinstance(payload, DroppedEntity) else payload.table_id
+        )
+        return cls(row, kind, payload, identifier, _table(row, identifier, entity))
+
+    @classmethod
+    def of(cls, task: TaskRow | DecodedTask) -> DecodedTask:
+        """``task`` itself when already decoded, else decoded from its row."""
+        return task if isinstance(task, DecodedTask) else cls.from_row(task)
+
+    @property
+    def label(self) -> str:
+        return self.row.label
+
+    @property
+    def type_name(self) -> str:
+        """``task_type_name`` of the row's ``taskType``."""
+        return task_type_name(self.row.task_type_code)
+
+    @property
+    def problem(self) -> str | None:
+        """Why the task did not decode, without its label; None when it did."""
+        return self.error.reason if self.error is not None else None
+
+    @property
+    def entity(self) -> DroppedEntity | None:
+        """The dropped table or view of an ENTITY_CLEANUP task that decoded, else None."""
+        return self.payload if isinstance(self.payload, DroppedEntity) else None
+
+    @property
+    def is_view(self) -> bool:
+        return self.entity is not None and self.entity.is_view
+
+    def require_kind(self) -> TaskType:
+        """The task's kind, or the PayloadError (naming the task) that kept it unknown."""
+        if self.kind is None:
+            raise self._error()
+        return self.kind
+
+    def require(self, of_type: type[_P]) -> _P:
+        """The payload as ``of_type``, or the PayloadError naming the task."""
+        if isinstance(self.payload, of_type):
+            return self.payload
+        if self.error is not None:
+            raise self._error()
+        raise PayloadError(f"payload is not a {of_type.__name__}", task=self.label)
+
+    def _error(self) -> PayloadError:
+        # A fresh exception each time: one raised twice would grow its traceback.
+        assert self.error is not None
+        return PayloadError(self.error.reason, task=self.error.task)
+
+
+def _child_table_id(row: TaskRow) -> TableIdentifier | None:
+    """A child's ``tableId`` when the rest of its payload does not decode."""
+    try:
+        return decode_child_table_id(row.data())
+    except PayloadError:
+        return None
