@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from polaris_pipeline.execution.runner import DEFAULT_EXECUTOR_PREFIX
 from polaris_pipeline.settings.section import Section
 from polaris_pipeline.tasks.model import (
     LeasePolicy,
@@ -22,8 +23,6 @@ from polaris_pipeline.tasks.release import ALWAYS, PolarisRelease, TaskEvents, p
 from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
 
 _POLICY = LeasePolicy()
-# The first part of the executor ids written to lastAttemptExecutorId.
-DEFAULT_EXECUTOR_PREFIX = "polaris-pipeline"
 
 
 class MetastoreSection(Section):
