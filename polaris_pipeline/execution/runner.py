@@ -1,4 +1,5 @@
-"""Carrying one lease down the data path: load, fence, clean up, write the outcome.
+"""Carrying one lease down the data path: load, fence, clean up, write the outcome
+(``attempt_end.py``); then a table's children, stage by stage, and its last stage.
 
 The CLI sweep and every Dagster run use this same ``Runner``; Dagster adds
 scheduling, UI and retries around it, never a second implementation.
