@@ -90,8 +90,9 @@ def test_the_cli_line_and_the_log_line() -> None:
         "2.0 KiB (2048 bytes) freed, 1 already gone, 1 refused by the guard, "
         "2 child task(s); lease exec-1 attempt 2; table ns.t"
     )
-    failed = an_outcome(status=Status.DEAD)
-    failed.error = "task POLARIS/7 'entityCleanup_1': guard refused 1 path(s)"
+    failed = an_outcome(status=Status.DEAD).evolve(
+        error="task POLARIS/7 'entityCleanup_1': guard refused 1 path(s)"
+    )
     assert OutcomeView(failed).log_line().endswith(f" dead: {failed.error}")
     assert OutcomeView(failed).cause == "guard refused 1 path(s)"
 

@@ -3,6 +3,7 @@ metastore (PostgreSQL and SQLite); and ``select_available`` picks what the lease
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -134,6 +135,31 @@ def test_start_adopts_its_own_lease_and_refuses_a_busy_lineage(metastore: Metast
         busy = runner.start("R", task.id, may_adopt=False)
         assert busy.action is StartAction.HELD and busy.lease is None
         assert "an earlier run of this run's lineage that is still running" in busy.message
+    finally:
+        runner.close()
+
+
+def test_resume_keeps_a_handed_lease_while_it_holds_and_starts_the_task_otherwise(
+    metastore: Metastore,
+) -> None:
+    parent = insert(metastore)
+    runner = Runner(metastore, executor_id="lineage")
+    try:
+        held = runner.start("R", parent.id).lease
+        assert held is not None
+        [created] = metastore.insert_tasks([batch_task("R")], holder=held)
+        kept = runner.resume(created)
+        # The very lease the parent's attempt created: nothing derived again.
+        assert kept.action is StartAction.ADOPTED and kept.lease is created
+        busy = runner.resume(created, may_adopt=False)
+        assert busy.action is StartAction.HELD and busy.lease is None
+        # A lease that no longer holds the task (another attempt's): started as any task.
+        stale = dataclasses.replace(created, attempt=created.attempt + 5)
+        again = runner.resume(stale)
+        assert again.action is StartAction.ADOPTED and again.lease is not None
+        assert again.lease.attempt == created.attempt != stale.attempt
+        metastore.complete(created)
+        assert runner.resume(created).action is StartAction.GONE
     finally:
         runner.close()
 

@@ -19,6 +19,7 @@ from dagster import (
     DynamicOut,
     DynamicOutput,
     ExecutorDefinition,
+    Failure,
     In,
     Jitter,
     JobDefinition,
@@ -58,7 +59,6 @@ from polaris_pipeline.dagster.contract import (
 from polaris_pipeline.dagster.lineage import intent_of
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
-from polaris_pipeline.dagster.table_finish import finish_input, finish_table_step
 from polaris_pipeline.dagster.task_step import (
     add_tags,
     open_step,
@@ -67,7 +67,11 @@ from polaris_pipeline.dagster.task_step import (
 )
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR, PolarisTranslator
 from polaris_pipeline.errors import PolarisPipelineError
+from polaris_pipeline.execution.outcome import Status, TableFinish, TaskOutcome
 from polaris_pipeline.execution.runner import child_stages
+from polaris_pipeline.report.fields import UNREFERENCED
+from polaris_pipeline.report.outcome_view import OutcomeView
+from polaris_pipeline.report.step_record import StepRecord
 from polaris_pipeline.tasks.ref import TaskRef
 
 # Op retries: a transient failure (storage hiccup, lost connection) is retried
@@ -84,7 +88,8 @@ MULTIPROCESS_EXECUTOR = multiprocess_executor.configured(
     name="multiprocess",
 )
 
-# A group of child tasks handed from step to step: ``TaskRef.to_dict`` forms.
+# A group of child tasks handed from step to step: a table's children as the leases
+# its attempt created them under (``Lease.to_dict``), orphans as ``TaskRef.to_dict``.
 RefGroup = list[dict[str, Any]]
 T = TypeVar("T")
 
@@ -118,7 +123,10 @@ def _root_op(plan: tuple[ChildStage, ...], translator: PolarisTranslator) -> OpD
     out[FINISH_OUTPUT] = Out(
         dict,
         is_required=False,
-        description="A dropped table's lease, for its last step once its last stage is done.",
+        description=(
+            "A dropped table waiting for its children (``TableFinish.to_dict``), for its "
+            "last step once its last stage is done."
+        ),
     )
 
     @op(
@@ -147,10 +155,11 @@ def _root_op(plan: tuple[ChildStage, ...], translator: PolarisTranslator) -> OpD
         yield Output(summary, OUTCOME_OUTPUT, metadata=meta)
         if outcome is None or not outcome.children:
             return
-        if outcome.deferred:
-            yield Output(finish_input(outcome), FINISH_OUTPUT)
+        if outcome.finish is not None:
+            yield Output(outcome.finish.to_dict(), FINISH_OUTPUT)
+        # The children keep the leases the attempt created them under (``Runner.resume``).
         staged = [
-            (stage, [lease.ref.to_dict() for lease in leases])
+            (stage, [lease.to_dict() for lease in leases])
             for stage, leases in _in_job_plan(lambda: child_stages(outcome, plan))
         ]
         yield from _emit_stages(staged, config.children_per_step)
@@ -297,7 +306,14 @@ def _gate_op(plan: tuple[ChildStage, ...], stage: ChildStage) -> OpDefinition:
 
 
 def _finish_op(translator: PolarisTranslator) -> OpDefinition:
-    """``finish_polaris_table``: a dropped table's unreferenced files, then its row."""
+    """``finish_polaris_table``: a dropped table's last stage (``Runner.finish_table``).
+
+    Runs after every step of the last stage is done (Dagster skips it when one
+    failed). In ``delete`` mode the root left the row held, and this step completes
+    it or records the phase's failure (skipped, the row stays held until its lease
+    lapses and a sweeper's run retries the table); in ``report`` mode the root
+    completed the row as ever and this step only reports.
+    """
 
     @op(
         name=FINISH_STEP,
@@ -318,9 +334,36 @@ def _finish_op(translator: PolarisTranslator) -> OpDefinition:
         storage: PolarisStorageResource,
     ) -> Output[dict]:
         check_run_contract(context.dagster_run.tags)
-        return finish_table_step(context, table, metastore, storage, translator)
+        finish = TableFinish.from_dict(table)
+        with open_step(context, metastore, storage, finish.lease.realm_id, translator) as step:
+            final = step.runner.finish_table(finish, children_done=True)
+        return _finished(context, translator, final)
 
     return finish_table
+
+
+def _finished(
+    context: OpExecutionContext, translator: PolarisTranslator, final: TaskOutcome
+) -> Output[dict]:
+    """The table's last step told: the phase's numbers and line, never a task status
+    (the root step counted the table, so the run's total counts it once)."""
+    view = OutcomeView(final)
+    line = view.unreferenced.summary() if view.unreferenced is not None else None
+    summary = line or "no unreferenced phase"
+    meta = {
+        **translator.lease_metadata(final.lease),
+        **view.unreferenced_metadata(),
+        **translator.step_record_metadata(StepRecord(unreferenced=line)),
+    }
+    label = translator.task_label(final.lease)
+    if final.status is Status.DONE:
+        context.log.info(f"table task {label} finished: {summary}")
+        return Output({"status": final.status.value, UNREFERENCED: summary}, metadata=meta)
+    if final.status is Status.LEASE_LOST:
+        context.log.warning(f"{final.error}; the current holder finishes the table")
+        return Output({"status": final.status.value, "message": final.error}, metadata=meta)
+    context.log.error(f"table task {label} failed: {final.error}")
+    raise Failure(description=final.error, metadata=meta, allow_retries=False)
 
 
 @dataclass(frozen=True)

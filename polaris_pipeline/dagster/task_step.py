@@ -45,7 +45,7 @@ from polaris_pipeline.report.formatting import iso_utc_seconds
 from polaris_pipeline.report.outcome_view import OutcomeView
 from polaris_pipeline.report.progress import ProgressSink
 from polaris_pipeline.tasks.decoded import task_type_name
-from polaris_pipeline.tasks.ref import TaskRef
+from polaris_pipeline.tasks.ref import Lease, TaskRef
 
 # (summary: the step's output; metadata; the outcome, None when nothing ran)
 TaskResult = tuple[dict[str, Any], dict[str, Any], TaskOutcome | None]
@@ -177,17 +177,29 @@ def _start_tags(step: TaskStep, decision: StartDecision) -> dict[str, str]:
 
 
 def run_task(
-    context: OpExecutionContext, step: TaskStep, realm_id: str, task_id: int, *, child: bool = False
+    context: OpExecutionContext,
+    step: TaskStep,
+    realm_id: str,
+    task_id: int,
+    *,
+    child: bool = False,
+    held: Lease | None = None,
 ) -> TaskResult:
     """Start (``Runner.start``) and execute one task; returns (summary, metadata, outcome).
+
+    ``held``: the lease an earlier step handed over (a table's child), kept while
+    it holds the task (``Runner.resume``).
 
     Raises TransientTaskError for the op's RetryPolicy, or a non-retryable
     ``Failure`` once the failure is recorded in the task row (or the operator's
     run could not start its task).
     """
     runner, translator = step.runner, step.translator
-    decision = runner.start(
-        realm_id, task_id, operator=step.intent.operator, may_adopt=step.may_adopt
+    operator, may_adopt = step.intent.operator, step.may_adopt
+    decision = (
+        runner.resume(held, operator=operator, may_adopt=may_adopt)
+        if held is not None
+        else runner.start(realm_id, task_id, operator=operator, may_adopt=may_adopt)
     )
     mine = decision.lease
     if mine is None:
@@ -286,18 +298,20 @@ def run_child_group(
         note = "no child task in this stage: this step only lets the next stage start"
         context.log.info(note)
         return Output({"tasks": [], "deleted": 0, "bytes_freed": 0}, metadata={"note": note})
-    # Older runs handed lease dicts from step to step: TaskRef reads both.
+    # A table's children come with the leases they were created under; orphans (and
+    # the children of runs made before leases were handed on) as references.
     children = [TaskRef.from_dict(data) for data in refs]
+    leases = [_held(data) for data in refs]
     done: list[tuple[dict[str, Any], TaskOutcome | None]] = []
     transient: list[str] = []
     failures: list[Failure] = []
     with open_step(context, metastore, storage, children[0].realm_id, translator) as step:
-        for child in children:
+        for child, held in zip(children, leases, strict=True):
             # Every child is run even when one fails: one bad file must not hold
             # back the rest of the table. Finished children are gone on a retry.
             try:
                 summary, _meta, outcome = run_task(
-                    context, step, child.realm_id, child.task_id, child=True
+                    context, step, child.realm_id, child.task_id, child=True, held=held
                 )
             except TransientTaskError as exc:
                 transient.append(str(exc))
@@ -337,6 +351,11 @@ def run_child_group(
         "bytes_freed": sum(s.get("bytes_freed") or 0 for s in summaries),
     }
     return Output(group, metadata=translator.group_metadata(children, executor_id, done))
+
+
+def _held(data: Mapping[str, Any]) -> Lease | None:
+    """The lease a child's entry carries (``Lease.to_dict``), or None for a reference."""
+    return Lease.from_dict(data) if data.get("executor_id") is not None else None
 
 
 def _tag_group(

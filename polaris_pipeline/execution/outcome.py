@@ -3,17 +3,24 @@
 A leaf: the value types only, so that what reads outcomes (``report/``, the
 run-report sensor) loads no cleanup engine. The ``Runner`` (``runner.py``)
 makes them.
+
+A ``TaskOutcome`` is never edited: it is frozen, and a changed one is a new
+one (``evolve``). A table whose unreferenced phase runs after its children
+carries a ``TableFinish``: what its last stage (``Runner.finish_table``) needs,
+in a form one Dagster step can hand to another.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from polaris_pipeline.tasks.model import TaskRow
 from polaris_pipeline.tasks.ref import Lease
+from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
 
 if TYPE_CHECKING:
     from polaris_pipeline.cleanup.context import CleanupResult
@@ -26,14 +33,48 @@ class Status(StrEnum):
     LEASE_LOST = "lease-lost"  # someone else holds the task now; we stopped
 
 
-@dataclass
+# The keys of ``TableFinish.to_dict``: the ones the task job's runs have always carried.
+_LEASE, _MODE, _ROW = "lease", "mode", "row"
+
+
+@dataclass(frozen=True)
+class TableFinish:
+    """A table waiting for its children: what its last stage needs once they ran.
+
+    ``mode`` is the unreferenced mode its phase runs in: ``DELETE``, its row is
+    still held by ``lease`` until then; ``REPORT``, its attempt completed the row
+    (a report changes nothing) and the report is made from ``row``, the row the
+    attempt read.
+    """
+
+    lease: Lease
+    mode: UnreferencedMode
+    row: TaskRow | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-safe form a Dagster step hands the table's last step."""
+        row = dataclasses.asdict(self.row) if self.row is not None else None
+        return {_LEASE: self.lease.to_dict(), _MODE: self.mode.value, _ROW: row}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TableFinish:
+        """``to_dict``'s form back; ValueError when the lease or the mode is malformed."""
+        row = data.get(_ROW)
+        return cls(
+            Lease.from_dict(data[_LEASE]),
+            UnreferencedMode.parse(data[_MODE]),
+            TaskRow(**row) if row else None,
+        )
+
+
+@dataclass(frozen=True)
 class TaskOutcome:
     lease: Lease
     status: Status
     task_type: str | None = None
     error: str | None = None
     result: CleanupResult | None = None
-    children: list[Lease] = field(default_factory=list)
+    children: Sequence[Lease] = ()
     next_attempt_ms: int | None = None
     # The error will not go away by retrying at once (bad payload, guard refusal).
     permanent: bool = False
@@ -45,13 +86,17 @@ class TaskOutcome:
     # task's row is deleted, so what it was about (its table) is read from here.
     row: TaskRow | None = None
     # A table whose unreferenced phase runs once its children are done
-    # (``Runner.finish_table``): "delete", its row still held until then; "report", its
-    # row completed as ever (a report changes nothing). None: nothing runs after.
-    unreferenced_after: str | None = None
+    # (``Runner.finish_table``); None: nothing runs after.
+    finish: TableFinish | None = None
+
+    def evolve(self, **changes: Any) -> TaskOutcome:
+        """A new outcome: this one with ``changes`` (field names, as ``dataclasses.replace``)."""
+        return dataclasses.replace(self, **changes)
 
     @property
     def deferred(self) -> bool:
-        return self.unreferenced_after is not None
+        """The table waits for its children before its last stage (``finish``)."""
+        return self.finish is not None
 
     @property
     def ok(self) -> bool:

@@ -1,4 +1,5 @@
-"""Carrying one lease down the data path: load, fence, clean up, write the outcome.
+"""Carrying one lease down the data path: load, fence, clean up, write the outcome
+(``attempt_end.py``); then a table's children, stage by stage, and its last stage.
 
 The CLI sweep and every Dagster run use this same ``Runner``; Dagster adds
 scheduling, UI and retries around it, never a second implementation.
@@ -9,8 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
-import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -22,24 +21,25 @@ from polaris_pipeline.cleanup.dispatch import run_cleanup
 from polaris_pipeline.cleanup.stages import CHILD_STAGES, ChildStage, Staged, leases_in_stages
 from polaris_pipeline.errors import (
     LeaseLost,
-    MetastoreError,
     PayloadError,
     PolarisPipelineError,
-    StorageError,
     is_permanent,
     one_line,
 )
+from polaris_pipeline.execution.attempt_end import AttemptEnds
+from polaris_pipeline.execution.attempt_record import AttemptRecords, RecordStatus
+from polaris_pipeline.execution.fencing import LeaseDeadlines
+from polaris_pipeline.execution.heartbeat import Heartbeat
 from polaris_pipeline.execution.observer import AttemptObserver
-from polaris_pipeline.execution.outcome import ProgressFn, Status, TaskOutcome
-from polaris_pipeline.execution.start import StartDecision, decide_start
+from polaris_pipeline.execution.outcome import ProgressFn, Status, TableFinish, TaskOutcome
+from polaris_pipeline.execution.start import StartAction, StartDecision, decide_start
 from polaris_pipeline.execution.task_storage import task_storage
 from polaris_pipeline.execution.unreferenced_phase import mode_for, phase_entity, run_phase
-from polaris_pipeline.metastore import CompleteOutcome, FailOutcome, Metastore, new_entity_id
+from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.metastore.overlap import LiveLocations
 from polaris_pipeline.metastore.release_probe import ReleaseProbe
 from polaris_pipeline.storage.config import StorageConfig
-from polaris_pipeline.storage.deletion_record import DeletionRecord, RecordHeader
-from polaris_pipeline.tasks.decoded import DecodedTask, polaris_type_name
+from polaris_pipeline.tasks.decoded import DecodedTask
 from polaris_pipeline.tasks.model import NewTask, TaskRow, TaskState
 from polaris_pipeline.tasks.ref import Lease
 from polaris_pipeline.tasks.release import TaskEvents
@@ -66,49 +66,6 @@ def child_stages(outcome: TaskOutcome, plan: Sequence[ChildStage] = CHILD_STAGES
     """The children an attempt created, in the stages its handler put them in."""
     staged = outcome.result.child_stages if outcome.result is not None else []
     return leases_in_stages(staged, outcome.children, plan)
-
-
-class Heartbeat:
-    """Renews, in the background, every lease its executor holds in the given realms."""
-
-    def __init__(self, metastore: Metastore, executor_id: str, interval_s: float) -> None:
-        self._metastore = metastore
-        self._executor_id = executor_id
-        self._interval_s = interval_s
-        self._realms: set[str] = set()
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.failures = 0
-
-    def watch(self, realm_id: str) -> None:
-        with self._lock:
-            self._realms.add(realm_id)
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="lease-heartbeat", daemon=True)
-            self._thread.start()
-
-    def beat(self) -> None:
-        with self._lock:
-            realms = sorted(self._realms)
-        for realm in realms:
-            try:
-                self._metastore.renew_held_by(realm, self._executor_id)
-            except MetastoreError as exc:
-                # A missed beat is survivable: the lease lasts several intervals,
-                # and the fencing check catches a lease that really lapsed.
-                self.failures += 1
-                log.warning("lease heartbeat failed: %s", exc)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            self.beat()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
 
 
 class Runner:
@@ -161,8 +118,8 @@ class Runner:
         self.run_id = run_id
         self.progress = progress
         self.deletion_record = deletion_record
-        # (realm, task id) -> the open deletion record of its attempt (or phase).
-        self._records: dict[tuple[str, int], DeletionRecord] = {}
+        self._records = AttemptRecords(deletion_record, resolver)
+        self._ends = AttemptEnds(metastore, self._records, run_id)
         self.unreferenced = (
             metastore.policy.unreferenced
             if unreferenced is None
@@ -172,8 +129,7 @@ class Runner:
         interval = heartbeat_interval_s or metastore.policy.shortest_lease_timeout_ms / 5000
         self._heartbeat_interval_s = interval
         self.heartbeat = Heartbeat(metastore, self.executor_id, interval)
-        # (realm, task id) -> the elapsed-clock time until which the lease is guaranteed.
-        self._deadlines: dict[tuple[str, int], float] = {}
+        self._deadlines = LeaseDeadlines(metastore)
 
     def close(self) -> None:
         self.heartbeat.stop()
@@ -216,32 +172,33 @@ class Runner:
             self.heartbeat.watch(realm_id)
         return decision
 
+    def resume(
+        self, lease: Lease, *, operator: bool = False, may_adopt: bool = True
+    ) -> StartDecision:
+        """Carry on with ``lease``, handed over by an earlier step (a table's child).
+
+        The lease the table's attempt created is kept, not derived again: when it
+        still holds its task, the same attempt continues under it. Otherwise (it
+        lapsed, or an earlier try finished the task) the task is started as any
+        other (``start``).
+        """
+        if may_adopt and lease.executor_id == self.executor_id:
+            task = self.metastore.get_task(lease.realm_id, lease.task_id)
+            if task is not None and self.metastore.holds(lease):
+                self.heartbeat.watch(lease.realm_id)
+                message = (
+                    f"task {task.label}: kept the lease its parent created (attempt "
+                    f"{lease.attempt}); the same attempt continues"
+                )
+                return StartDecision(StartAction.ADOPTED, message, lease, task)
+        return self.start(lease.realm_id, lease.task_id, operator=operator, may_adopt=may_adopt)
+
     def record_failure(self, lease: Lease, error: str) -> TaskOutcome:
         """Record a failure found before the cleanup could start (a configuration error)."""
         task = self.metastore.get_task(lease.realm_id, lease.task_id)
         if task is None:
             return TaskOutcome(lease, Status.DONE, lease.task_type_code)
-        return self._fail(lease, task, error)
-
-    def fence(self, lease: Lease) -> None:
-        """Raise LeaseLost unless ``lease`` still holds its task (database clock).
-
-        Also notes until when the database guarantees the lease, so that
-        ``still_held`` can be asked before every single delete for free.
-        """
-        remaining = self.metastore.held_for_ms(lease)
-        if remaining is None:
-            self._deadlines.pop((lease.realm_id, lease.task_id), None)
-            raise LeaseLost(f"lease on {lease.label} (attempt {lease.attempt}) was lost")
-        # Keep a margin: a delete started just before the deadline must end before it.
-        usable_s = remaining / 1000 * 0.8
-        self._deadlines[(lease.realm_id, lease.task_id)] = _elapsed_clock() + usable_s
-
-    def still_held(self, lease: Lease) -> None:
-        """Raise LeaseLost if the lease may have lapsed: fence again once the noted period ended."""
-        deadline = self._deadlines.get((lease.realm_id, lease.task_id))
-        if deadline is None or _elapsed_clock() >= deadline:
-            self.fence(lease)
+        return self._ends.fail(lease, task, error)
 
     # ---------------------------------------------------------------- execute
 
@@ -269,9 +226,8 @@ class Runner:
             # Finished by someone else after we leased it; success by Polaris's rules.
             return TaskOutcome(lease, Status.DONE, lease.task_type_code)
         if not self.metastore.holds(lease):
-            lost = self._lost(lease, task.task_type_code, "before it started")
-            lost.started, lost.row = False, task
-            return lost
+            lost = self._ends.lost(lease, task.task_type_code, "before it started")
+            return lost.evolve(started=False, row=task)
         # The attempt proper: inside its span, between its Polaris events (when enabled).
         outcome = self.observer.observe(
             lease,
@@ -279,8 +235,7 @@ class Runner:
             self.executor_id,
             lambda: self._attempt(lease, task, record_failure, decoded),
         )
-        outcome.row = task
-        return outcome
+        return outcome.evolve(row=task)
 
     def _attempt(
         self, lease: Lease, task: TaskRow, record_failure: bool, decoded: DecodedTask | None
@@ -300,12 +255,12 @@ class Runner:
             self._reach_storage(ctx)
             result = run_cleanup(ctx)
         except LeaseLost:
-            return self._lost(lease, task.task_type_code, "during the cleanup", children)
+            return self._ends.lost(lease, task.task_type_code, "during the cleanup", children)
         except PayloadError as exc:
             message = exc.for_task(task.label).args[0]
-            return self._fail(lease, task, message, children=children, permanent=True)
+            return self._ends.fail(lease, task, message, children=children, permanent=True)
         except (PolarisPipelineError, OSError) as exc:
-            return self._fail(
+            return self._ends.fail(
                 lease,
                 task,
                 one_line(exc),
@@ -315,7 +270,7 @@ class Runner:
             )
         except Exception as exc:  # a bug or an unexpected library error: record it, keep sweeping
             log.error("task %s: unexpected error\n%s", task.label, traceback.format_exc())
-            return self._fail(
+            return self._ends.fail(
                 lease,
                 task,
                 f"unexpected {one_line(exc)}",
@@ -325,7 +280,7 @@ class Runner:
         if not result.ok:
             summary = result.error_summary() or "cleanup reported a failure"
             permanent = any(is_permanent(refusal) for refusal in result.refused)
-            return self._fail(
+            return self._ends.fail(
                 lease,
                 task,
                 summary,
@@ -336,45 +291,32 @@ class Runner:
             )
         mode = self.unreferenced_mode(task.realm_id)
         entity = phase_entity(mode, ctx.decoded, result)
-        if entity is not None and children and mode is UnreferencedMode.DELETE:
-            # Completed by finish_table once its children are done: the phase runs last.
-            # This attempt's own deletes end here; the phase writes a record of its own.
-            error = self._close_record(lease, "deferred", result=result)
-            if error is not None:
-                return self._fail(lease, task, error, result=result, children=children)
-            return TaskOutcome(
-                lease,
-                Status.DONE,
-                task.task_type_code,
-                result=result,
-                children=children,
-                unreferenced_after=mode.value,
-            )
         if entity is not None and children:
+            # The phase runs last, in the table's last stage (finish_table), once its
+            # children are done.
+            finish = TableFinish(lease, mode, task)
+            if mode is UnreferencedMode.DELETE:
+                # The row stays held until then. This attempt's own deletes end here;
+                # the phase writes a record of its own.
+                error = self._records.close(lease, RecordStatus.AWAITING_CHILDREN, result=result)
+                if error is not None:
+                    return self._ends.fail(lease, task, error, result=result, children=children)
+                return TaskOutcome(
+                    lease,
+                    Status.DONE,
+                    task.task_type_code,
+                    result=result,
+                    children=tuple(children),
+                    finish=finish,
+                )
             # A report deletes nothing: the row completes as ever, the report comes last.
-            done = self._complete(lease, task, result, children)
-            if done.ok:
-                done.unreferenced_after = mode.value
-            return done
+            done = self._ends.complete(lease, task, result, children)
+            return done.evolve(finish=finish) if done.ok else done
         if entity is not None:
             failed = self._unreferenced(lease, task, ctx, entity, result, record_failure, mode)
             if failed is not None:
                 return failed
-        return self._complete(lease, task, result, children)
-
-    def _complete(
-        self, lease: Lease, task: TaskRow, result: CleanupResult, children: list[Lease]
-    ) -> TaskOutcome:
-        # The record is closed before the row goes: a completed task has a whole record.
-        error = self._close_record(lease, "done", result=result)
-        if error is not None:
-            return self._fail(lease, task, error, result=result, children=children)
-        completed = self.metastore.complete(lease)
-        if completed is CompleteOutcome.LEASE_LOST:
-            return self._lost(lease, task.task_type_code, "before its result was written", children)
-        return TaskOutcome(
-            lease, Status.DONE, task.task_type_code, result=result, children=children
-        )
+        return self._ends.complete(lease, task, result, children)
 
     def unreferenced_mode(self, realm_id: str) -> UnreferencedMode:
         """The unreferenced mode ``realm_id`` runs under (its override, else the runner's)."""
@@ -394,40 +336,49 @@ class Runner:
         try:
             error = run_phase(ctx, entity, mode, self.metastore, self.schema_version(), result)
         except LeaseLost:
-            return self._lost(lease, task.task_type_code, "during its unreferenced files")
+            return self._ends.lost(lease, task.task_type_code, "during its unreferenced files")
         if error is None or mode is not UnreferencedMode.DELETE:
             return None  # a report that failed says so in itself; it changes nothing
         # The referenced purge stays done; the retry finds the metadata gone and
         # goes straight to this phase.
-        return self._fail(lease, task, error, result=result, record=record_failure)
+        return self._ends.fail(lease, task, error, result=result, record=record_failure)
 
-    def finish_table(self, outcome: TaskOutcome, *, children_done: bool) -> TaskOutcome:
-        """Finish a table (``outcome.deferred``) once its children ran.
+    # ------------------------------------------------------ a table's last stage
+
+    def finish_table(
+        self,
+        finish: TableFinish,
+        *,
+        children_done: bool,
+        result: CleanupResult | None = None,
+    ) -> TaskOutcome:
+        """A table's last stage, once its children ran: the CLI's and the task job's one path.
 
         ``delete``: with every child done, its unreferenced phase, then its row is
         completed; otherwise the row is failed (recorded, retried after a backoff)
         without the phase: a retry plans again from what is left. ``report``: its
         row was completed by its attempt; the report is made from the row it read.
+        ``result``: the attempt's, which the phase adds to; else the phase's alone.
         """
-        lease, result = outcome.lease, outcome.result or CleanupResult()
-        report = outcome.unreferenced_after == UnreferencedMode.REPORT.value
-        task = outcome.row if report else self.metastore.get_task(lease.realm_id, lease.task_id)
+        lease, result = finish.lease, result or CleanupResult()
+        row = finish.row
+        task_type = row.task_type_code if row is not None else lease.task_type_code
+        report = finish.mode is UnreferencedMode.REPORT
+        task = row if report else self.metastore.get_task(lease.realm_id, lease.task_id)
         if task is None or report:
             if task is not None and children_done:
                 self._phase(lease, task, result, UnreferencedMode.REPORT)
                 # A report deletes nothing: its record was never opened, and goes.
-                self._close_record(lease, "done", result=result)
-            outcome.result = result
-            return outcome
+                self._records.close(lease, RecordStatus.DONE, result=result)
+            return TaskOutcome(lease, Status.DONE, task_type, result=result, row=row)
         failed: TaskOutcome | None
         if not children_done:
             error = "unreferenced files not looked at: child task(s) of this table not done"
-            failed = self._fail(lease, task, error, result=result, children=outcome.children)
+            failed = self._ends.fail(lease, task, error, result=result)
         else:
             failed = self._phase(lease, task, result, self.unreferenced_mode(task.realm_id))
-        final = failed or self._complete(lease, task, result, outcome.children)
-        final.children, final.row = outcome.children, outcome.row or task
-        return final
+        final = failed or self._ends.complete(lease, task, result)
+        return final.evolve(row=row or task)
 
     def _phase(
         self, lease: Lease, task: TaskRow, result: CleanupResult, mode: UnreferencedMode
@@ -442,8 +393,10 @@ class Runner:
             if mode is not UnreferencedMode.DELETE:
                 result.notes.append(f"unreferenced files not reported: {one_line(exc)}")
                 return None
-            return self._fail(lease, task, one_line(exc), result=result)
+            return self._ends.fail(lease, task, one_line(exc), result=result)
         return self._unreferenced(lease, task, ctx, entity, result, True, mode)
+
+    # ----------------------------------------------------------- the context
 
     def _reach_storage(self, ctx: CleanupContext) -> None:
         """Give ``ctx`` the resolver for its task: the task's storage configuration,
@@ -470,105 +423,11 @@ class Runner:
             live=LiveLocations(self.metastore.engine, self.schema_version()),
         )
         if lease is not None:
-            ctx.record = self._open_record(task, lease)
-            ctx.fence = partial(self.fence, lease)
-            ctx.still_held = partial(self.still_held, lease)
+            ctx.record = self._records.open(task, lease, self.executor_id, self.run_id)
+            ctx.fence = partial(self._deadlines.fence, lease)
+            ctx.still_held = partial(self._deadlines.still_held, lease)
             ctx.progress = self._progress_for(lease)
         return ctx
-
-    def _open_record(self, task: TaskRow, lease: Lease) -> DeletionRecord | None:
-        """The attempt's deletion record (written from its first delete), when one is kept."""
-        if self.deletion_record is None:
-            return None
-        header = RecordHeader(
-            realm_id=task.realm_id,
-            task_id=task.id,
-            task_name=task.name,
-            task_type=polaris_type_name(task.task_type_code),
-            attempt=lease.attempt,
-            executor_id=self.executor_id,
-            run_id=self.run_id,
-        )
-        record = DeletionRecord(self.deletion_record, self.resolver, header)
-        self._records[(lease.realm_id, lease.task_id)] = record
-        return record
-
-    def _close_record(
-        self,
-        lease: Lease,
-        status: str,
-        error: str | None = None,
-        result: CleanupResult | None = None,
-    ) -> str | None:
-        """Close the attempt's record (refusals, then totals); the error when it cannot."""
-        record = self._records.pop((lease.realm_id, lease.task_id), None)
-        if record is None:
-            return None
-        try:
-            if record.opened and result is not None and result.refused:
-                record.add_refusals((r.path, r.reason) for r in result.refused)
-            record.close(status, error)
-        except StorageError as exc:
-            return one_line(exc)
-        return None
-
-    def _fail(
-        self,
-        lease: Lease,
-        task: TaskRow,
-        error: str,
-        *,
-        result: CleanupResult | None = None,
-        children: list[Lease] | None = None,
-        permanent: bool = False,
-        record: bool = True,
-    ) -> TaskOutcome:
-        kids = children or []
-        closing = self._close_record(lease, "failed", error, result)
-        if closing is not None:
-            error = f"{error}; {closing}"
-        if not record and not permanent:
-            return TaskOutcome(
-                lease,
-                Status.FAILED,
-                task.task_type_code,
-                error=error,
-                result=result,
-                children=kids,
-                recorded=False,
-            )
-        written = self.metastore.fail(lease, error, run_id=self.run_id, permanent=permanent)
-        if written.outcome is FailOutcome.LEASE_LOST:
-            return self._lost(lease, task.task_type_code, "before its failure was written", kids)
-        if written.outcome is FailOutcome.ALREADY_GONE:
-            return TaskOutcome(
-                lease, Status.DONE, task.task_type_code, result=result, children=kids
-            )
-        status = Status.DEAD if written.outcome is FailOutcome.DEAD else Status.FAILED
-        log.warning("task %s failed (attempt %d): %s", task.label, lease.attempt, error)
-        return TaskOutcome(
-            lease,
-            status,
-            task.task_type_code,
-            error=error,
-            result=result,
-            children=kids,
-            next_attempt_ms=written.next_attempt_ms,
-            permanent=permanent,
-        )
-
-    def _lost(
-        self, lease: Lease, task_type: str | None, when: str, children: list[Lease] | None = None
-    ) -> TaskOutcome:
-        message = (
-            f"lease on {lease.label} (attempt {lease.attempt}) lost {when}; "
-            "stopped, nothing recorded"
-        )
-        self._close_record(lease, "lease lost", message)
-        log.warning(message)
-        return TaskOutcome(
-            lease, Status.LEASE_LOST, task_type, error=message, children=children or []
-        )
 
     def _progress_for(self, lease: Lease) -> Callable[[int, int, str], None] | None:
         progress = self.progress
@@ -581,27 +440,31 @@ class Runner:
     def execute_tree(
         self, lease: Lease, on_outcome: Callable[[TaskOutcome], None] | None = None
     ) -> list[TaskOutcome]:
-        """Execute a task and then the children it created, stage by stage."""
-        outcomes: list[TaskOutcome] = []
-        queue = [lease]
-        told = 0  # outcomes handed to on_outcome, in order (a parent before its children)
-        while queue:
-            outcome = self.execute(queue.pop(0))
-            outcomes.append(outcome)
-            # One at a time, so each stage is done before the next one starts.
-            queue = [child for _, stage in child_stages(outcome) for child in stage] + queue
-            if on_outcome and not outcomes[0].deferred:
-                for told_outcome in outcomes[told:]:
-                    on_outcome(told_outcome)
-                told = len(outcomes)
-        if outcomes[0].deferred:
-            # A table waits for its children, then its unreferenced phase: its line and
-            # its children's are told once it is finished, the parent first.
-            done = all(o.status is Status.DONE for o in outcomes[1:])
-            outcomes[0] = self.finish_table(outcomes[0], children_done=done)
-            for told_outcome in outcomes:
-                if on_outcome:
-                    on_outcome(told_outcome)
+        """Execute a task, then the children it created, stage by stage, then (a table
+        waiting for them) its last stage, ``finish_table``.
+
+        ``on_outcome`` is told each outcome once it is final, a parent before its
+        children: a table's children are told after its last stage.
+        """
+        root = self.execute(lease)
+        tell = None if root.finish is not None else on_outcome
+        if tell is not None:
+            tell(root)
+        # One at a time, so each stage is done before the next one starts.
+        rest = [
+            outcome
+            for _, stage in child_stages(root)
+            for child in stage
+            for outcome in self.execute_tree(child, tell)
+        ]
+        if root.finish is None:
+            return [root, *rest]
+        done = all(outcome.ok for outcome in rest)
+        finished = self.finish_table(root.finish, children_done=done, result=root.result)
+        outcomes = [finished.evolve(children=root.children), *rest]
+        if on_outcome is not None:
+            for outcome in outcomes:
+                on_outcome(outcome)
         return outcomes
 
     def sweep(
@@ -665,15 +528,3 @@ class Runner:
             except (PolarisPipelineError, OSError) as exc:
                 out.append((task, one_line(exc)))
         return out
-
-
-def _elapsed_clock() -> float:
-    """Seconds on a clock that keeps running while the process or machine is suspended.
-
-    CLOCK_BOOTTIME counts a VM pause or a SIGSTOP; the lease period on the
-    database does too, so a resumed holder sees its deadline passed.
-    """
-    boottime = getattr(time, "CLOCK_BOOTTIME", None)
-    if boottime is not None:
-        return time.clock_gettime(boottime)
-    return time.monotonic()
