@@ -195,7 +195,11 @@ def _judge_root(
     add_totals(root, resolver)
     if drops is not None:
         event = drops.find(
-            leaks.catalog.realm_id, loc.segments[-1], meta.uuid, meta.last_updated_ms
+            leaks.catalog.realm_id,
+            leaks.catalog.name,
+            loc.segments,
+            meta.kind,
+            meta.last_updated_ms,
         )
         if event is not None:
             root.dropped_by, root.dropped_at_ms = event.principal, event.timestamp_ms
