@@ -29,6 +29,7 @@ from polaris_pipeline.errors import (
     is_permanent,
     one_line,
 )
+from polaris_pipeline.execution import leftover_check
 from polaris_pipeline.execution.observer import AttemptObserver
 from polaris_pipeline.execution.outcome import ProgressFn, Status, TaskOutcome
 from polaris_pipeline.execution.start import StartDecision, decide_start
@@ -268,7 +269,8 @@ class Runner:
             lambda: self._attempt(lease, task, record_failure),
         )
         outcome.row = task
-        return outcome
+        # Its row vanished while held: what is left under its location is said, not lost.
+        return leftover_check.after_attempt(self, outcome, task)
 
     def _attempt(self, lease: Lease, task: TaskRow, record_failure: bool) -> TaskOutcome:
         children: list[Lease] = []
@@ -404,6 +406,8 @@ class Runner:
                 # A report deletes nothing: its record was never opened, and goes.
                 self._close_record(lease, "done", result=result)
             outcome.result = result
+            if task is None:  # vanished while its children ran: what is left is said
+                return leftover_check.after_table_vanished(self, outcome)
             return outcome
         failed: TaskOutcome | None
         if not children_done:
