@@ -11,11 +11,14 @@ judged it, against the metastore as it is now:
 - its newest metadata is readable and does not turn ``gc.enabled`` off (Java's
   ``parseBoolean``, ``cleanup/gc_policy.py``).
 
-Then its objects are listed in pages and deleted with ``bulk_delete`` (literal
-paths, a result per key), only those last modified at least ``min_age_ms`` ago,
-the overlap checked again before each batch. Everything outside ``metadata/``
-goes first; the metadata last, and only when nothing else stayed (a young object,
-a failed delete): until then the root stays a table root that the report finds.
+Its storage is reached as the walk reached it: through the catalog's storage
+configuration, credentials made for the root alone, where the deployment's storage
+config has no rule for it (``catalogs.py``). Then its objects are listed in pages
+and deleted with ``bulk_delete`` (literal paths, a result per key), only those last
+modified at least ``min_age_ms`` ago, the overlap checked again before each batch.
+Everything outside ``metadata/`` goes first; the metadata last, and only when
+nothing else stayed (a young object, a failed delete): until then the root stays a
+table root that the report finds.
 """
 
 from __future__ import annotations
@@ -26,13 +29,14 @@ from dataclasses import dataclass, field
 
 from polaris_pipeline.cleanup.gc_policy import gc_enabled
 from polaris_pipeline.errors import MetastoreError, StorageError
-from polaris_pipeline.leaks.catalogs import read_catalogs
+from polaris_pipeline.leaks.catalogs import catalog_resolver, read_catalogs
 from polaris_pipeline.leaks.find import walk_starts
 from polaris_pipeline.leaks.metadata import (
     METADATA_DIRECTORY,
     holds_table_metadata,
     read_root_metadata,
 )
+from polaris_pipeline.leaks.model import CatalogRef
 from polaris_pipeline.leaks.owners import RootOwners
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import LiveLocations
@@ -89,18 +93,24 @@ def check_min_age_days(days: float) -> int:
     return int(days * DAY_MS)
 
 
+def catalog_of(catalogs: list[CatalogRef], root: Location) -> CatalogRef | None:
+    """The first catalog (realm and name order, as the walk) with a location strictly above
+    ``root``, if any."""
+    for catalog in catalogs:
+        for start in walk_starts(catalog)[0]:
+            if parse_location(start, directory=True).contains(root, strictly=True):
+                return catalog
+    return None
+
+
 def _refusal(
     store: Metastore, live: LiveLocations, resolver: StorageResolver, uri: str, root: Location
 ) -> str | None:
-    """Why ``root`` may not be reclaimed now, or None (see the module docstring)."""
+    """Why ``root`` may not be reclaimed now, or None (see the module docstring).
+    ``resolver`` reaches the root (its catalog's: ``reclaim_root``)."""
     if not root.segments:
         return "it is a bucket, container or filesystem root"
-    starts = [
-        parse_location(s, directory=True)
-        for c in read_catalogs(store.engine)
-        for s in walk_starts(c)[0]
-    ]
-    if not any(s.contains(root, strictly=True) for s in starts):
+    if catalog_of(read_catalogs(store.engine), root) is None:
         return "it is under no catalog's default-base-location or allowedLocations"
     files = [
         e
@@ -148,6 +158,9 @@ def reclaim_root(
     cutoff = (now_ms if now_ms is not None else int(time.time() * 1000)) - min_age_ms
     metadata = parse_location(f"{root_uri.rstrip('/')}/{METADATA_DIRECTORY}", directory=True)
     try:
+        catalog = catalog_of(read_catalogs(store.engine), root)
+        if catalog is not None:
+            resolver = catalog_resolver(resolver, catalog, [root_uri])
         report.refusal = _refusal(store, live, resolver, root_uri, root)
         if report.refusal is not None:
             return report

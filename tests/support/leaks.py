@@ -38,13 +38,17 @@ def catalog_entity(
     *,
     storage_type: str = "FILE",
     realm_id: str = "POLARIS",
+    storage_info: str | None = None,
 ) -> int:
-    """Insert a catalog row; returns its id."""
+    """Insert a catalog row; returns its id. ``storage_info``: its whole
+    ``storage_configuration_info`` document, instead of one made of ``allowed``."""
     now = int(time.time() * 1000)
     catalog_id = new_entity_id()
     props = {"default-base-location": base_location} if base_location else {}
     internal: dict[str, Any] = {}
-    if allowed or storage_type != "FILE":
+    if storage_info is not None:
+        internal["storage_configuration_info"] = storage_info
+    elif allowed or storage_type != "FILE":
         internal["storage_configuration_info"] = json.dumps(
             {
                 "@type": _STORAGE_TYPES[storage_type],
