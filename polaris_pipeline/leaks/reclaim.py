@@ -104,13 +104,18 @@ def catalog_of(catalogs: list[CatalogRef], root: Location) -> CatalogRef | None:
 
 
 def _refusal(
-    store: Metastore, live: LiveLocations, resolver: StorageResolver, uri: str, root: Location
+    store: Metastore,
+    live: LiveLocations,
+    resolver: StorageResolver,
+    uri: str,
+    root: Location,
+    catalog: CatalogRef | None,
 ) -> str | None:
     """Why ``root`` may not be reclaimed now, or None (see the module docstring).
-    ``resolver`` reaches the root (its catalog's: ``reclaim_root``)."""
+    ``catalog``: the one whose location holds it; ``resolver`` reaches it."""
     if not root.segments:
         return "it is a bucket, container or filesystem root"
-    if catalog_of(read_catalogs(store.engine), root) is None:
+    if catalog is None:
         return "it is under no catalog's default-base-location or allowedLocations"
     files = [
         e
@@ -161,7 +166,7 @@ def reclaim_root(
         catalog = catalog_of(read_catalogs(store.engine), root)
         if catalog is not None:
             resolver = catalog_resolver(resolver, catalog, [root_uri])
-        report.refusal = _refusal(store, live, resolver, root_uri, root)
+        report.refusal = _refusal(store, live, resolver, root_uri, root, catalog)
         if report.refusal is not None:
             return report
         _delete_pass(report, live, resolver, root, cutoff, lambda loc: not metadata.contains(loc))
