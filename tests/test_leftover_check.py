@@ -2,14 +2,14 @@
 and said, never deleted (``execution/leftover_check.py``).
 
 A real pyiceberg table is dropped and its task leased by a ``Runner`` against a real
-metastore. Its row is then deleted, as Polaris deletes a task it ran to its end or an
-operator's discard does: right before the attempt's fence (the lease's check finds no
-row), or while the table's children run (its row is gone when it is to be finished).
+metastore (PostgreSQL and SQLite). Its row is then deleted, as Polaris deletes a task
+it ran to its end or an operator's discard does: right before the attempt's fence (the
+lease's check finds no row), or while the table's children run (its row is gone when
+it is to be finished).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 from pyiceberg.table import Table
@@ -43,7 +43,7 @@ def _hand_to_another_holder(store: Metastore, task: NewTask) -> None:
     now = str(store.now_ms())
     props = {**row.properties, Prop.EXECUTOR: "another-holder", Prop.START_TIME: now}
     with store.engine.begin() as conn:
-        conn.execute(update(entities).where(_where(task)).values(properties=json.dumps(props)))
+        conn.execute(update(entities).where(_where(task)).values(properties=props))
 
 
 def _dropped(store: Metastore, wh: Warehouse) -> tuple[Table, NewTask]:
@@ -77,13 +77,13 @@ def _run_changing_the_row_at_first_fence(
 
 
 def test_a_row_gone_at_the_fence_reports_what_is_left_and_deletes_nothing(
-    store: Metastore, local_warehouse: Warehouse
+    metastore: Metastore, local_warehouse: Warehouse
 ) -> None:
-    table, task = _dropped(store, local_warehouse)
+    table, task = _dropped(metastore, local_warehouse)
     before = testing_tables.list_files(table.location())
 
     outcome = _run_changing_the_row_at_first_fence(
-        store, local_warehouse, lambda: _remove_row(store, task)
+        metastore, local_warehouse, lambda: _remove_row(metastore, task)
     )
 
     left = testing_tables.list_files(table.location())
@@ -98,19 +98,19 @@ def test_a_row_gone_at_the_fence_reports_what_is_left_and_deletes_nothing(
     assert report.summary().endswith(f"; {len(left)} object(s) left under it")
     view = OutcomeView(outcome)
     assert view.unreferenced_left == len(left) and view.json()["unreferenced_left"] == len(left)
-    assert store.list_tasks() == []  # no child was created for a row that is gone
+    assert metastore.list_tasks() == []  # no child was created for a row that is gone
 
 
 def test_a_live_table_at_the_location_refuses_the_listing(
-    store: Metastore, local_warehouse: Warehouse
+    metastore: Metastore, local_warehouse: Warehouse
 ) -> None:
-    table, task = _dropped(store, local_warehouse)
+    table, task = _dropped(metastore, local_warehouse)
 
     def recreate_and_remove() -> None:
-        live_entity(store, table.location(), name="t")  # re-created at the same location
-        _remove_row(store, task)
+        live_entity(metastore, table.location(), name="t")  # re-created at the same location
+        _remove_row(metastore, task)
 
-    outcome = _run_changing_the_row_at_first_fence(store, local_warehouse, recreate_and_remove)
+    outcome = _run_changing_the_row_at_first_fence(metastore, local_warehouse, recreate_and_remove)
 
     report = outcome.result.unreferenced if outcome.result else None
     assert report is not None and report.refusal is not None and report.listed == 0
@@ -118,12 +118,12 @@ def test_a_live_table_at_the_location_refuses_the_listing(
 
 
 def test_a_lease_lost_to_a_holder_who_still_holds_the_row_lists_nothing(
-    store: Metastore, local_warehouse: Warehouse
+    metastore: Metastore, local_warehouse: Warehouse
 ) -> None:
-    _, task = _dropped(store, local_warehouse)
+    _, task = _dropped(metastore, local_warehouse)
 
     outcome = _run_changing_the_row_at_first_fence(
-        store, local_warehouse, lambda: _hand_to_another_holder(store, task)
+        metastore, local_warehouse, lambda: _hand_to_another_holder(metastore, task)
     )
 
     assert outcome.status is Status.LEASE_LOST and outcome.result is None
@@ -131,20 +131,20 @@ def test_a_lease_lost_to_a_holder_who_still_holds_the_row_lists_nothing(
 
 
 def test_a_table_whose_row_vanished_while_its_children_ran_says_what_is_left(
-    store: Metastore, local_warehouse: Warehouse
+    metastore: Metastore, local_warehouse: Warehouse
 ) -> None:
-    table, task = _dropped(store, local_warehouse)
+    table, task = _dropped(metastore, local_warehouse)
     removed: list[bool] = []
 
     def progress(lease: Lease, done: int, total: int, what: str) -> None:
         if not removed and lease.task_id != task.id:  # a child deleted its first files
             removed.append(True)
-            _remove_row(store, task)
+            _remove_row(metastore, task)
 
     # ``delete``: the table's row stays held until its children are done, then its
     # unreferenced phase runs; the row gone, the phase never runs, the check does.
     with Runner(
-        store,
+        metastore,
         local_warehouse.config,
         resolver=local_warehouse.resolver,
         progress=progress,
