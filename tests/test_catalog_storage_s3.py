@@ -231,17 +231,6 @@ class StsRecorder:
 
 
 @pytest.fixture
-def sweeper_identity(moto_iam: MotoIam, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """The sweeper's default credential chain finds the base user in the environment."""
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", moto_iam.sweeper.key)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", moto_iam.sweeper.secret)
-    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-
-
-@pytest.fixture
 def recorder(sweeper_identity: None) -> StsRecorder:
     return StsRecorder()
 

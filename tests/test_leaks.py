@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from pyiceberg.table import Table
 
 from polaris_pipeline.cli.main import main
+from polaris_pipeline.leaks import drops as drops_module
 from polaris_pipeline.leaks.catalogs import read_catalogs
 from polaris_pipeline.leaks.drops import DropEvents
 from polaris_pipeline.leaks.find import find_leaks
@@ -69,7 +72,9 @@ def build_scene(store: Metastore, wh: Warehouse, *, base_location: str | None = 
     dropped = wh.build("dropped", appends=1)
     drop_event(
         store,
-        table="ns.dropped",
+        catalog="cat",
+        namespace=["ns"],
+        name="dropped",
         principal="alice",
         timestamp_ms=dropped.metadata.last_updated_ms + 1000,
     )
@@ -293,25 +298,69 @@ def test_catalogs_sharing_a_location_report_each_root_once(
     assert report.roots == 1
 
 
-def test_the_drop_event_is_matched_by_uuid_first_then_by_name_and_time(
+def test_the_drop_is_its_catalogs_first_after_drop_event_of_that_name_since_its_last_update(
     metastore: Metastore, local_warehouse: Warehouse
 ) -> None:
     catalog_entity(metastore, "cat", local_warehouse.uri)
-    by_uuid = local_warehouse.build("by_uuid", appends=1)
-    by_name = local_warehouse.build("by_name", appends=1)
-    updated = by_name.metadata.last_updated_ms
-    # An event of the same name from before the table's last update is another table's.
-    drop_event(metastore, table="ns.by_name", principal="old", timestamp_ms=updated - 10)
-    drop_event(metastore, table="ns.by_name", principal="bob", timestamp_ms=updated + 10)
-    drop_event(metastore, table="ns.by_uuid", principal="bob", timestamp_ms=updated + 20)
+    table = local_warehouse.build("t", appends=1)
+    updated = table.metadata.last_updated_ms
+    event = partial(drop_event, metastore, namespace=["ns"], name="t")
+    # A drop of that name before the table's last update was another table's.
+    event(catalog="cat", principal="old", timestamp_ms=updated - 10)
+    # BEFORE_DROP_TABLE is written before the drop is tried, also when it then fails.
+    event(catalog="cat", principal="mallory", timestamp_ms=updated + 5, phase="BEFORE")
+    # Another catalog's table of that name, and a view of that name.
+    event(catalog="other", principal="eve", timestamp_ms=updated + 6)
+    event(catalog="cat", principal="victor", timestamp_ms=updated + 7, kind="VIEW")
+    event(catalog="cat", principal="bob", timestamp_ms=updated + 10)
+    event(catalog="cat", principal="later", timestamp_ms=updated + 40)
+
+    root = _roots(report_of(metastore, local_warehouse))[normalize_uri(table.location())]
+
+    assert (root.dropped_by, root.dropped_at_ms) == ("bob", updated + 10)
+
+
+def test_a_view_root_takes_its_view_drop_never_a_table_drop_of_that_name(
+    metastore: Metastore, local_warehouse: Warehouse
+) -> None:
+    catalog_entity(metastore, "cat", local_warehouse.uri)
+    view_root = f"{local_warehouse.uri.rstrip('/')}/ns.db/v"
+    keep = local_warehouse.build("keep", appends=1)
+    live_entity(metastore, keep.location(), name="keep")
+    write_view_metadata(view_root, keep.io)
+    now = int(time.time() * 1000)
+    event = partial(drop_event, metastore, catalog="cat", namespace=["ns"], name="v")
+    event(principal="tina", timestamp_ms=now + 5, kind="TABLE")
+    event(principal="vera", timestamp_ms=now + 10, kind="VIEW")
+
+    root = _roots(report_of(metastore, local_warehouse))[normalize_uri(view_root)]
+
+    assert root.kind == "view" and root.dropped_by == "vera"
+
+
+def test_an_event_whose_namespace_is_the_roots_path_wins_over_one_of_the_name_only(
+    metastore: Metastore,
+) -> None:
+    # A default location is <base>/<namespace levels>/<name>: sales.eu.t is at .../sales/eu/t.
+    drop_event(metastore, catalog="cat", namespace=["hr"], name="t", principal="x", timestamp_ms=1)
     drop_event(
-        metastore,
-        table="ns.renamed",
-        principal="carol",
-        timestamp_ms=updated + 30,
-        properties={"table-uuid": str(by_uuid.metadata.table_uuid)},
+        metastore, catalog="cat", namespace=["sales", "eu"], name="t", principal="y", timestamp_ms=2
     )
-    roots = _roots(report_of(metastore, local_warehouse))
-    assert roots[normalize_uri(by_name.location())].dropped_by == "bob"
-    assert roots[normalize_uri(by_name.location())].dropped_at_ms == updated + 10
-    assert roots[normalize_uri(by_uuid.location())].dropped_by == "carol"
+    drops = DropEvents(metastore.engine, metastore.check_schema())
+
+    found = drops.find("POLARIS", "cat", ("wh", "sales", "eu", "t"), "table", None)
+    elsewhere = drops.find("POLARIS", "cat", ("wh", "custom", "t"), "table", None)
+
+    assert found is not None and found.principal == "y"
+    assert elsewhere is not None and elsewhere.principal == "x"  # the earliest, by name only
+
+
+def test_a_drop_event_reads_the_name_from_the_attributes_when_the_identifier_is_ambiguous() -> None:
+    # TableIdentifier.toString() joins with '.', so a name holding a dot is told apart only
+    # by the table_name attribute; additional_properties may come back as JSON text.
+    attrs = '{"catalog_name": "cat", "namespace": "a.b", "table_name": "t.v2"}'
+    from_attrs = drops_module.drop_event("AFTER_DROP_TABLE", "cat", "p", 1, "a.b.t.v2", attrs)
+    from_identifier = drops_module.drop_event("AFTER_DROP_TABLE", "cat", "p", 1, "a.b.t", {})
+
+    assert (from_attrs.name, from_attrs.namespace) == ("t.v2", ("a", "b"))
+    assert (from_identifier.name, from_identifier.namespace) == ("t", ("a", "b"))

@@ -450,17 +450,6 @@ def test_dagster_job_purges_a_table_whose_storage_location_is_hadoop_s_spelling(
 # -- end to end: S3 (moto with IAM), Azure (Azurite), GCS (fake-gcs-server) -------------
 
 
-@pytest.fixture
-def sweeper_identity(moto_iam: MotoIam, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """The sweeper's default credential chain finds moto's base user in the environment."""
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", moto_iam.sweeper.key)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", moto_iam.sweeper.secret)
-    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-
-
 def _s3a(uri: str) -> str:
     return "s3a://" + uri.removeprefix("s3://")
 

@@ -26,6 +26,7 @@ from polaris_pipeline.errors import (
     is_permanent,
     one_line,
 )
+from polaris_pipeline.execution import leftover_check
 from polaris_pipeline.execution.attempt_end import AttemptEnds
 from polaris_pipeline.execution.attempt_record import AttemptRecords, RecordStatus
 from polaris_pipeline.execution.fencing import LeaseDeadlines
@@ -235,7 +236,8 @@ class Runner:
             self.executor_id,
             lambda: self._attempt(lease, task, record_failure, decoded),
         )
-        return outcome.evolve(row=task)
+        # Its row vanished while held: what is left under its location is said, not lost.
+        return leftover_check.after_attempt(self, outcome.evolve(row=task), task)
 
     def _attempt(
         self, lease: Lease, task: TaskRow, record_failure: bool, decoded: DecodedTask | None
@@ -370,7 +372,10 @@ class Runner:
                 self._phase(lease, task, result, UnreferencedMode.REPORT)
                 # A report deletes nothing: its record was never opened, and goes.
                 self._records.close(lease, RecordStatus.DONE, result=result)
-            return TaskOutcome(lease, Status.DONE, task_type, result=result, row=row)
+            outcome = TaskOutcome(lease, Status.DONE, task_type, result=result, row=row)
+            if task is None:  # vanished while its children ran: what is left is said
+                return leftover_check.after_table_vanished(self, outcome)
+            return outcome
         failed: TaskOutcome | None
         if not children_done:
             error = "unreferenced files not looked at: child task(s) of this table not done"

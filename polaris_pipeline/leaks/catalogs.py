@@ -4,11 +4,17 @@ A catalog's tables live under its ``properties["default-base-location"]`` and
 the ``allowedLocations`` of its storage configuration (internal property
 ``storage_configuration_info``, decoded by ``storage/catalog_config.py``). A
 FILE catalog's ``*`` (anywhere local) names no place to list and is left out.
+
+Its locations are reached as its tables' tasks reach them (``catalog_resolver``):
+with the catalog's own storage configuration (role, endpoint, ``storageName``),
+credentials made for those locations only, except where the deployment's storage
+config has a rule of its own for a location (the explicit override, as for tasks).
+A catalog without a configuration is reached through the deployment's alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from sqlalchemy import Engine, select
 
@@ -16,7 +22,14 @@ from polaris_pipeline.errors import PayloadError
 from polaris_pipeline.leaks.model import CatalogRef
 from polaris_pipeline.metastore.overlap import CATALOG_BASE_LOCATION_KEY, CATALOG_TYPE_CODE
 from polaris_pipeline.metastore.schema import entities
-from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY, decode_storage_config
+from polaris_pipeline.storage.catalog_config import (
+    STORAGE_CONFIG_KEY,
+    CatalogStorage,
+    decode_storage_config,
+)
+from polaris_pipeline.storage.resolve import StorageResolver
+from polaris_pipeline.storage.scope import within_allowed
+from polaris_pipeline.storage.uri import normalize_uri
 from polaris_pipeline.tasks.model import parse_properties
 
 
@@ -26,6 +39,7 @@ def catalog_ref(
     """One catalog row as a :class:`CatalogRef`; a part that does not decode is its problem."""
     locations: list[str] = []
     problems: list[str] = []
+    storage: CatalogStorage | None = None
     try:
         base = parse_properties(properties, column="properties").get(CATALOG_BASE_LOCATION_KEY)
         if base and base.strip():
@@ -45,7 +59,25 @@ def catalog_ref(
         name,
         tuple(dict.fromkeys(locations)),
         "; ".join(problems) or None,
+        storage,
     )
+
+
+def catalog_resolver(
+    resolver: StorageResolver, catalog: CatalogRef, locations: Iterable[str]
+) -> StorageResolver:
+    """How ``locations`` of ``catalog`` are reached: through its storage configuration,
+    credentials scoped to those of them inside its ``allowedLocations`` (see the module
+    docstring); ``resolver`` itself without a configuration or such a location.
+
+    Raises StorageError when the configuration's ``storageName`` maps to an identity
+    that cannot sign for it.
+    """
+    storage = catalog.storage
+    if storage is None:
+        return resolver
+    scope = tuple(dict.fromkeys(normalize_uri(u) for u in locations if within_allowed(storage, u)))
+    return resolver.for_storage(storage, scope) if scope else resolver
 
 
 def read_catalogs(

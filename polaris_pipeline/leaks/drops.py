@@ -1,36 +1,94 @@
 """Best effort: who dropped a leaked root's table and when, from Polaris's ``events`` table.
 
-Polaris's persistence event listener (schema v3+, when enabled) records a drop as
-an event whose type names ``DROP_TABLE`` (or ``DROP_VIEW``), with the principal
-and the time. The event names the table, not its location, so a root is matched
-to an event by its table uuid when the event's properties carry it, else by the
-root's last path segment (a default location is ``<namespace>/<table name>``)
-being the identifier's last part, and the event not older than the root's
-newest metadata. No events table, no listener, no match: nothing is said.
+What Polaris writes, read from apache/polaris at the 1.6.0 and 1.7.0 release tags
+(``runtime/service/.../events/listeners/PolarisPersistenceEventListener.java``,
+``.../catalog/iceberg/IcebergRestCatalogEventServiceDelegator.java``,
+``.../events/EventAttributes.java``, ``.../events/PolarisEventType.java``,
+``persistence/relational-jdbc/src/main/resources/postgres/schema-v3.sql`` to ``-v5``,
+``persistence/relational-jdbc/.../models/ModelEvent.java``), when its persistence
+event listener is enabled:
+
+- a successful drop writes ``event_type`` ``AFTER_DROP_TABLE`` or ``AFTER_DROP_VIEW``
+  (the enum's name). ``BEFORE_DROP_*`` is written before the drop is tried, also for
+  a drop that then fails, so it proves nothing and is not read;
+- ``catalog_id`` holds the catalog's *name* (the ``catalog_name`` attribute), not its id;
+- ``resource_identifier`` is Iceberg's ``TableIdentifier.of(namespace, name)``
+  rendered: the namespace levels and the name joined by ``.``;
+- ``additional_properties`` is a JSON object of strings: the attributes by key
+  (``catalog_name``, ``namespace`` (levels joined by ``.``), ``table_name`` or
+  ``view_name``, and ``purge_requested`` for a table) plus OpenTelemetry keys.
+  A drop event carries no table metadata, so no table uuid to match by;
+- ``principal_name`` is the caller's principal (null without one); ``timestamp_ms``
+  when the event was made, after the drop.
+
+A root is matched to the drop events of its realm and catalog whose table (or view)
+name is the root's last path segment, made no earlier than the root's newest
+metadata says it was last updated (an earlier drop of that name was another
+table's). An event whose namespace levels are also the segments before it (a
+default location is ``<base>/<namespace levels>/<name>``) is preferred; of equals,
+the earliest. A table root takes only table drops, a view root only view drops.
+No events table, no listener, no match: nothing is said. Before 1.6 nothing is: the
+1.2-1.5 listener persisted only ``AFTER_CREATE_TABLE`` (with a ``table-uuid``) and
+``AFTER_CREATE_CATALOG`` (the same file at the 1.5.0 tag), never a drop.
 """
 
 from __future__ import annotations
 
 import json
-import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, or_, select
+from sqlalchemy import Engine, select
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from polaris_pipeline.metastore.ddl import EVENTS_SINCE_SCHEMA_VERSION
 from polaris_pipeline.metastore.schema import events
 
-_DROP_TYPES = ("%DROP_TABLE%", "%DROP_VIEW%")
-_IDENTIFIER_PARTS = re.compile(r"[.\x1f/]")
+DROP_TABLE_EVENT = "AFTER_DROP_TABLE"
+DROP_VIEW_EVENT = "AFTER_DROP_VIEW"
+# The leak walk's root kind (``leaks/metadata.py``) each event type can be.
+_KINDS = {DROP_TABLE_EVENT: ("table", "unknown"), DROP_VIEW_EVENT: ("view", "unknown")}
+_NAME_KEYS = {DROP_TABLE_EVENT: "table_name", DROP_VIEW_EVENT: "view_name"}
 
 
 @dataclass(frozen=True)
 class DropEvent:
     principal: str | None
     timestamp_ms: int
-    name: str  # the identifier's last part
-    text: str  # the event's properties as text, searched for a uuid
+    catalog: str | None
+    event_type: str
+    name: str  # the table's or view's name
+    namespace: tuple[str, ...]  # its namespace levels, as far as they could be told
+
+
+def _properties(raw: object) -> dict[str, object]:
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def drop_event(
+    event_type: str,
+    catalog: str | None,
+    principal: str | None,
+    timestamp_ms: int,
+    identifier: str,
+    properties: object,
+) -> DropEvent:
+    """One events row as a :class:`DropEvent`: the name and namespace from the
+    attributes Polaris stores, else from the rendered identifier."""
+    props = _properties(properties)
+    name = props.get(_NAME_KEYS.get(event_type, ""))
+    namespace = props.get("namespace")
+    if isinstance(name, str) and name:
+        levels = namespace.split(".") if isinstance(namespace, str) and namespace else []
+    else:
+        # ``ns1.ns2.name``: a name with a dot in it is told apart only by the attributes.
+        *levels, name = identifier.split(".")
+    return DropEvent(principal, timestamp_ms, catalog, event_type, name, tuple(levels))
 
 
 class DropEvents:
@@ -44,37 +102,54 @@ class DropEvents:
     def _read(self, realm_id: str) -> list[DropEvent]:
         c = events.c
         stmt = select(
-            c.principal_name, c.timestamp_ms, c.resource_identifier, c.additional_properties
-        ).where(c.realm_id == realm_id, or_(*(c.event_type.like(t) for t in _DROP_TYPES)))
+            c.event_type,
+            c.catalog_id,
+            c.principal_name,
+            c.timestamp_ms,
+            c.resource_identifier,
+            c.additional_properties,
+        ).where(c.realm_id == realm_id, c.event_type.in_(list(_KINDS)))
         try:
             with self.engine.connect() as conn:
                 rows = conn.execute(stmt.order_by(c.timestamp_ms)).all()
         except (OperationalError, DBAPIError):
             return []  # best effort: a missing or foreign events table says nothing
-        found = []
-        for r in rows:
-            props = r.additional_properties
-            text = props if isinstance(props, str) else json.dumps(props or {})
-            name = _IDENTIFIER_PARTS.split(str(r.resource_identifier or ""))[-1]
-            found.append(DropEvent(r.principal_name, int(r.timestamp_ms), name, text))
-        return found
+        return [
+            drop_event(
+                r.event_type,
+                r.catalog_id,
+                r.principal_name,
+                int(r.timestamp_ms),
+                str(r.resource_identifier or ""),
+                r.additional_properties,
+            )
+            for r in rows
+        ]
 
     def find(
-        self, realm_id: str, root_name: str, uuid: str | None, updated_ms: int | None
+        self,
+        realm_id: str,
+        catalog: str,
+        segments: Sequence[str],
+        kind: str,
+        updated_ms: int | None,
     ) -> DropEvent | None:
-        """The drop event of the root named ``root_name`` (its last segment), if any."""
-        if not self.available:
+        """The drop event of the root of ``kind`` at path ``segments`` in ``catalog``, if any."""
+        if not self.available or not segments:
             return None
         if realm_id not in self._by_realm:
             self._by_realm[realm_id] = self._read(realm_id)
-        candidates = self._by_realm[realm_id]
-        if uuid:
-            by_uuid = [e for e in candidates if uuid in e.text]
-            if by_uuid:
-                return by_uuid[-1]
-        by_name = [
+        name, before = segments[-1], tuple(segments[:-1])
+        candidates = [
             e
-            for e in candidates
-            if e.name == root_name and (updated_ms is None or e.timestamp_ms >= updated_ms)
+            for e in self._by_realm[realm_id]
+            if e.catalog == catalog
+            and e.name == name
+            and kind in _KINDS[e.event_type]
+            and (updated_ms is None or e.timestamp_ms >= updated_ms)
         ]
-        return by_name[0] if by_name else None
+        placed = [
+            e for e in candidates if e.namespace and before[-len(e.namespace) :] == e.namespace
+        ]
+        found = placed or candidates
+        return found[0] if found else None

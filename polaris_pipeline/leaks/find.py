@@ -9,7 +9,8 @@ entity overlaps it and no task names it, with its totals from a paged listing
 (``list_prefix``) and what its newest metadata says (``metadata.py``). A
 directory of loose files that is no table root is counted as "not a table".
 Memory holds one directory level and the directories still to visit, never a
-whole listing.
+whole listing. Each catalog's locations are reached through its own storage
+configuration, where the deployment's has no rule for them (``catalogs.py``).
 
 A listing that fails is recorded on the catalog (its report is then partial);
 what it gave before failing is still walked, and the walk goes on.
@@ -20,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from polaris_pipeline.errors import MetastoreError, StorageError
-from polaris_pipeline.leaks.catalogs import read_catalogs
+from polaris_pipeline.leaks.catalogs import catalog_resolver, read_catalogs
 from polaris_pipeline.leaks.drops import DropEvents
 from polaris_pipeline.leaks.metadata import METADATA_DIRECTORY, holds_table_metadata
 from polaris_pipeline.leaks.metadata import read_root_metadata as read_metadata
@@ -104,8 +105,13 @@ def find_leaks(
             leaks.errors.append(catalog.problem)
         starts, problems = walk_starts(catalog)
         leaks.errors += problems
+        try:
+            reach = catalog_resolver(resolver, catalog, starts)
+        except StorageError as e:
+            leaks.errors.append(f"its storage configuration cannot be used: {e}")
+            starts = []
         for start in starts:
-            _walk(leaks, start, owners, resolver, drops, progress, covered)
+            _walk(leaks, start, owners, reach, drops, progress, covered)
         # Catalogs may share locations: what one walked is reported under it alone.
         covered += [parse_location(s, directory=True) for s in starts]
     return report
@@ -195,7 +201,11 @@ def _judge_root(
     add_totals(root, resolver)
     if drops is not None:
         event = drops.find(
-            leaks.catalog.realm_id, loc.segments[-1], meta.uuid, meta.last_updated_ms
+            leaks.catalog.realm_id,
+            leaks.catalog.name,
+            loc.segments,
+            meta.kind,
+            meta.last_updated_ms,
         )
         if event is not None:
             root.dropped_by, root.dropped_at_ms = event.principal, event.timestamp_ms

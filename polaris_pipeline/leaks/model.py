@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from polaris_pipeline.storage.catalog_config import CatalogStorage
+
 # At most this many directories that are not table roots are kept per catalog (the
 # rest are counted): a bucket of other tools' data must not fill the report.
 NOT_A_TABLE_SAMPLE = 100
@@ -20,6 +22,8 @@ class CatalogRef:
     locations: tuple[str, ...]
     # Why the catalog cannot be walked (its storage configuration does not decode), if so.
     problem: str | None = None
+    # Its storage configuration, decoded: how its locations are reached (``catalogs.py``).
+    storage: CatalogStorage | None = None
 
 
 @dataclass

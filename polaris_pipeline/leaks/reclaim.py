@@ -11,11 +11,14 @@ judged it, against the metastore as it is now:
 - its newest metadata is readable and does not turn ``gc.enabled`` off (Java's
   ``parseBoolean``, ``cleanup/gc_policy.py``).
 
-Then its objects are listed in pages and deleted with ``bulk_delete`` (literal
-paths, a result per key), only those last modified at least ``min_age_ms`` ago,
-the overlap checked again before each batch. Everything outside ``metadata/``
-goes first; the metadata last, and only when nothing else stayed (a young object,
-a failed delete): until then the root stays a table root that the report finds.
+Its storage is reached as the walk reached it: through the catalog's storage
+configuration, credentials made for the root alone, where the deployment's storage
+config has no rule for it (``catalogs.py``). Then its objects are listed in pages
+and deleted with ``bulk_delete`` (literal paths, a result per key), only those last
+modified at least ``min_age_ms`` ago, the overlap checked again before each batch.
+Everything outside ``metadata/`` goes first; the metadata last, and only when
+nothing else stayed (a young object, a failed delete): until then the root stays a
+table root that the report finds.
 
 With a deletion record prefix (``storage/deletion_record.py``) the paths go
 into a record of the reclaim (its header names the root and the catalog it lies
@@ -32,7 +35,7 @@ from dataclasses import dataclass, field
 
 from polaris_pipeline.cleanup.gc_policy import gc_enabled
 from polaris_pipeline.errors import MetastoreError, StorageError
-from polaris_pipeline.leaks.catalogs import read_catalogs
+from polaris_pipeline.leaks.catalogs import catalog_resolver, read_catalogs
 from polaris_pipeline.leaks.find import walk_starts
 from polaris_pipeline.leaks.metadata import (
     METADATA_DIRECTORY,
@@ -117,14 +120,13 @@ def _refusal(
     resolver: StorageResolver,
     uri: str,
     root: Location,
-    report: ReclaimReport,
+    catalog: CatalogRef | None,
 ) -> str | None:
-    """Why ``root`` may not be reclaimed now, or None (see the module docstring); the
-    catalog holding it goes into ``report``."""
+    """Why ``root`` may not be reclaimed now, or None (see the module docstring).
+    ``catalog``: the one whose location holds it; ``resolver`` reaches it."""
     if not root.segments:
         return "it is a bucket, container or filesystem root"
-    report.catalog = holding_catalog(read_catalogs(store.engine), root)
-    if report.catalog is None:
+    if catalog is None:
         return "it is under no catalog's default-base-location or allowedLocations"
     files = [
         e
@@ -178,7 +180,11 @@ def reclaim_root(
     metadata = parse_location(f"{root_uri.rstrip('/')}/{METADATA_DIRECTORY}", directory=True)
     record: DeletionRecord | None = None
     try:
-        report.refusal = _refusal(store, live, resolver, root_uri, root, report)
+        catalog = holding_catalog(read_catalogs(store.engine), root)
+        report.catalog = catalog
+        if catalog is not None:
+            resolver = catalog_resolver(resolver, catalog, [root_uri])
+        report.refusal = _refusal(store, live, resolver, root_uri, root, catalog)
         if report.refusal is not None:
             return report
         if deletion_record is not None and report.catalog is not None:

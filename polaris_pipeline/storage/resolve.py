@@ -101,14 +101,24 @@ class StorageResolver:
         storage = catalog_storage(props)
         if storage is None:
             return self
+        return self.for_storage(storage, task_scope(storage, props))
+
+    def for_storage(self, storage: CatalogStorage, scope: tuple[str, ...]) -> StorageResolver:
+        """The resolver reaching ``scope`` with a catalog's ``storage`` configuration (its
+        role, endpoint, ``storageName``), credentials made for ``scope`` only; a URI under
+        a static storage rule still goes through that rule. A task's (``for_task``), or
+        the locations of a catalog the leak report walks.
+
+        Raises StorageError when the ``storageName`` maps to an identity that cannot sign
+        for that storage.
+        """
         if (
             isinstance(storage, AwsStorage)
             and self.config.catalog_s3_endpoint == S3_ENDPOINT_CLIENT
         ):
             # A sweeper outside Polaris's network reaches S3 where clients do.
             storage = dataclasses.replace(storage, endpoint_internal=None)
-        identity = self._identity(storage)
-        return CatalogStorageResolver(self, storage, task_scope(storage, props), identity)
+        return CatalogStorageResolver(self, storage, scope, self._identity(storage))
 
     def _identity(self, storage: CatalogStorage) -> NamedIdentity | None:
         """Who signs for ``storage``: the identity its ``storageName`` maps to, else None
@@ -256,6 +266,9 @@ class CatalogStorageResolver(StorageResolver):
         self, task: TaskRow, storage_properties: Mapping[str, str] | None = None
     ) -> StorageResolver:
         return self.parent.for_task(task, storage_properties)
+
+    def for_storage(self, storage: CatalogStorage, scope: tuple[str, ...]) -> StorageResolver:
+        return self.parent.for_storage(storage, scope)
 
     def filesystem(self, uri: str) -> tuple[AbstractFileSystem, str]:
         if self.config.rule_for(uri) is not None:

@@ -3,8 +3,8 @@
 - ``catalog_entity(store, name, base_location, allowed)``: a catalog row (type code 4)
   with ``default-base-location`` and a ``storage_configuration_info`` listing
   ``allowedLocations``, as Polaris writes a catalog.
-- ``drop_event(store, ...)``: the DROP_TABLE event Polaris's persistence listener
-  records (schema v3+).
+- ``drop_event(store, ...)``: a table's or view's drop event as Polaris 1.6+'s
+  persistence listener records it (schema v3+).
 """
 
 from __future__ import annotations
@@ -38,13 +38,17 @@ def catalog_entity(
     *,
     storage_type: str = "FILE",
     realm_id: str = "POLARIS",
+    storage_info: str | None = None,
 ) -> int:
-    """Insert a catalog row; returns its id."""
+    """Insert a catalog row; returns its id. ``storage_info``: its whole
+    ``storage_configuration_info`` document, instead of one made of ``allowed``."""
     now = int(time.time() * 1000)
     catalog_id = new_entity_id()
     props = {"default-base-location": base_location} if base_location else {}
     internal: dict[str, Any] = {}
-    if allowed or storage_type != "FILE":
+    if storage_info is not None:
+        internal["storage_configuration_info"] = storage_info
+    elif allowed or storage_type != "FILE":
         internal["storage_configuration_info"] = json.dumps(
             {
                 "@type": _STORAGE_TYPES[storage_type],
@@ -79,26 +83,41 @@ def catalog_entity(
 def drop_event(
     store: Metastore,
     *,
-    table: str,
-    principal: str,
+    catalog: str,
+    namespace: Sequence[str],
+    name: str,
+    principal: str | None,
     timestamp_ms: int,
+    kind: str = "TABLE",
+    phase: str = "AFTER",
     realm_id: str = "POLARIS",
-    properties: dict[str, str] | None = None,
 ) -> None:
-    """The AFTER_DROP_TABLE event of ``table`` (``ns.name``) by ``principal``."""
+    """The ``<phase>_DROP_<kind>`` row of ``namespace.name`` in ``catalog``, shaped as
+    Polaris 1.6/1.7's persistence listener writes it (``leaks/drops.py`` cites where):
+    the catalog's name in ``catalog_id``, ``TableIdentifier.toString()`` in
+    ``resource_identifier``, the attributes as strings in ``additional_properties``."""
+    attributes: dict[str, str] = {
+        "otel.trace_id": uuid.uuid4().hex,
+        "catalog_name": catalog,
+        "namespace": ".".join(namespace),
+    }
+    if kind == "TABLE":
+        attributes |= {"table_name": name, "purge_requested": "true"}
+    else:
+        attributes["view_name"] = name
     with store.engine.begin() as conn:
         conn.execute(
             events.insert().values(
                 realm_id=realm_id,
-                catalog_id=None,
+                catalog_id=catalog,
                 event_id=str(uuid.uuid4()),
                 request_id=None,
-                event_type="AFTER_DROP_TABLE",
+                event_type=f"{phase}_DROP_{kind}",
                 timestamp_ms=timestamp_ms,
                 principal_name=principal,
-                resource_type="TABLE",
-                resource_identifier=table,
-                additional_properties=properties or {},
+                resource_type=kind,
+                resource_identifier=".".join([*namespace, name]),
+                additional_properties=attributes,
             )
         )
 

@@ -11,6 +11,8 @@ parsing and error handling are the real ones.
   authorization enforced (see :class:`MotoIam`). Its own process because moto
   keeps the enforcement switch in a process-wide setting, which would lock the
   shared ``moto_server`` out too.
+- ``sweeper_identity`` (function): the default credential chain finds ``moto_iam``'s
+  base user (who may only assume roles) in the environment, and nothing else.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -295,3 +298,14 @@ def moto_iam() -> Iterator[MotoIam]:
     finally:
         stop_process(proc)
         shutil.rmtree(recording, ignore_errors=True)
+
+
+@pytest.fixture
+def sweeper_identity(moto_iam: MotoIam, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The sweeper's default credential chain finds moto's base user in the environment."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", moto_iam.sweeper.key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", moto_iam.sweeper.secret)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))

@@ -1,0 +1,111 @@
+"""What is left under a dropped table's location when its task row vanished while we held it.
+
+A holder finds its row gone when a fence or a compare-and-set of its lease finds no
+row: Polaris ran the task to its end (its row is deleted then), another holder
+finished it after our lease lapsed, or an operator discarded it. Either way nobody
+will run it again, and a row gone does not prove the files are (issue 38). So the
+holder does not just stop: it lists the dropped entity's recorded location as the
+unreferenced phase does in ``report`` mode (``cleanup/unreferenced.py``: the
+catalog's recorded location only, refused when a live entity overlaps it or it is
+a root or above an allowed location), reads only, deletes nothing, and the outcome
+carries that report (``the prefix is empty`` or ``N object(s) left under it``,
+``unreferenced_left``) on every surface the phase's report reaches.
+
+Only a table's or view's own ENTITY_CLEANUP task is checked: a child works under its
+table's location, which the table's own check lists. The listing is what is there
+when the loss is found; children this attempt created may still delete more. A row
+gone before the attempt read it (``Runner.execute`` found nothing) records no
+location to list.
+
+The ``Runner`` calls ``after_attempt`` when an attempt ends, and ``after_table_vanished``
+when a table whose unreferenced phase waited for its children finds its row gone.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from polaris_pipeline.cleanup.context import CleanupResult
+from polaris_pipeline.cleanup.unreferenced import run_unreferenced
+from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
+from polaris_pipeline.errors import LeaseLost, PayloadError, PolarisPipelineError, one_line
+from polaris_pipeline.execution.outcome import Status, TaskOutcome
+from polaris_pipeline.metastore.overlap import LiveLocations
+from polaris_pipeline.tasks.model import TaskRow, TaskType
+from polaris_pipeline.tasks.payloads import DroppedEntity, decode_dropped_entity
+from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
+
+if TYPE_CHECKING:
+    from polaris_pipeline.execution.runner import Runner
+
+log = logging.getLogger("polaris_pipeline.runner")
+
+ROW_GONE = (
+    "its row is gone (run to its end by Polaris or by the holder after us, or discarded); "
+    "what is left under its location was listed, nothing deleted"
+)
+
+
+def dropped_entity(task: TaskRow) -> DroppedEntity | None:
+    """The dropped table or view of an ENTITY_CLEANUP task; None for a child, or a
+    payload that does not decode."""
+    if task.task_type_code != TaskType.ENTITY_CLEANUP_SCHEDULER.code:
+        return None
+    try:
+        return decode_dropped_entity(task.data())
+    except PayloadError:
+        return None
+
+
+def _vanished(outcome: TaskOutcome) -> bool:
+    """An attempt that ended without finishing its row: its lease lost, or its failure
+    found no row to record on (``FailOutcome.ALREADY_GONE`` reads as done)."""
+    if outcome.status is Status.LEASE_LOST:
+        return True
+    result = outcome.result
+    return outcome.status is Status.DONE and result is not None and not result.ok
+
+
+def left_under(runner: Runner, task: TaskRow, entity: DroppedEntity) -> UnreferencedReport:
+    """What is under ``entity``'s recorded location now, listed and never deleted."""
+    ctx = runner._context(task)  # no lease: a dry run's context, which deletes nothing
+    try:
+        runner._reach_storage(ctx)
+    except (PolarisPipelineError, OSError) as exc:
+        return UnreferencedReport(
+            mode=UnreferencedMode.REPORT.value,
+            dry_run=True,
+            error=f"storage not reached: {one_line(exc)}",
+        )
+    live = LiveLocations(runner.metastore.engine, runner.schema_version())
+    try:
+        return run_unreferenced(ctx, entity, UnreferencedMode.REPORT, live.overlaps)
+    except LeaseLost as exc:  # a report fences nothing; never expected
+        return UnreferencedReport(mode=UnreferencedMode.REPORT.value, dry_run=True, error=str(exc))
+
+
+def _checked(runner: Runner, outcome: TaskOutcome, task: TaskRow) -> TaskOutcome:
+    entity = dropped_entity(task)
+    result = outcome.result
+    if entity is None or (result is not None and result.unreferenced is not None):
+        return outcome  # a child, or the phase already said what is left
+    if runner.metastore.get_task(task.realm_id, task.id) is not None:
+        return outcome  # lost to a holder who still holds it: the rest is theirs
+    report = left_under(runner, task, entity)
+    result = result if result is not None else CleanupResult()
+    result.unreferenced = report
+    error = f"{outcome.error}; {ROW_GONE}" if outcome.error else None
+    log.warning("task %s: %s: %s", task.label, ROW_GONE, report.summary())
+    return outcome.evolve(result=result, error=error, row=outcome.row or task)
+
+
+def after_attempt(runner: Runner, outcome: TaskOutcome, task: TaskRow) -> TaskOutcome:
+    """``outcome``, with what is left under its location when its row vanished
+    meanwhile; unchanged otherwise."""
+    return _checked(runner, outcome, task) if _vanished(outcome) else outcome
+
+
+def after_table_vanished(runner: Runner, outcome: TaskOutcome) -> TaskOutcome:
+    """A deferred table whose row was gone once its children ran: what is left."""
+    return _checked(runner, outcome, outcome.row) if outcome.row is not None else outcome
