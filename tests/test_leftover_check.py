@@ -61,7 +61,7 @@ def _run_changing_the_row_at_first_fence(
     """Lease the task and run it; ``change`` the row right before the attempt's first fence."""
     with Runner(store, wh.config, resolver=wh.resolver) as runner:
         [lease] = runner.lease(1, ["POLARIS"])
-        fence = runner.fence
+        fence = runner._deadlines.fence
         changed: list[bool] = []
 
         def changing_fence(held: Lease) -> None:
@@ -70,7 +70,7 @@ def _run_changing_the_row_at_first_fence(
                 change()
             fence(held)  # the real check, on the real metastore
 
-        runner.fence = changing_fence  # type: ignore[method-assign,assignment]
+        runner._deadlines.fence = changing_fence  # type: ignore[method-assign,assignment]
         outcome = runner.execute(lease)
     assert changed, "the attempt never fenced"
     return outcome

@@ -106,7 +106,9 @@ def test_a_realm_timeout_override_moves_its_default_grace(metastore: Metastore) 
 def test_renewal_uses_the_realms_timeout(metastore: Metastore) -> None:
     """A lease past A's timeout is not renewed by its old holder, while B's is."""
     policy = LeasePolicy(
-        lease_timeout_ms=60_000, grace_ms=0, realm_overrides={"A": RealmOverride(1_000)}
+        lease_timeout_ms=60_000,
+        grace_ms=0,
+        realm_overrides={"A": RealmOverride(lease_timeout_ms=1_000)},
     )
     store = _store(metastore, policy)
     _leased_ago(store, "A", 2_000)

@@ -249,7 +249,7 @@ def test_a_section_is_frozen_and_refuses_an_unknown_key() -> None:
         MetastoreSection(max_attempt=3)  # type: ignore[call-arg]
     section = MetastoreSection()
     with pytest.raises(ValueError, match="frozen"):
-        section.max_attempts = 3  # type: ignore[misc]
+        section.max_attempts = 3
 
 
 def test_the_code_location_takes_the_whole_policy_and_the_events_switch() -> None:

@@ -15,7 +15,9 @@ class LakeTranslator(PolarisTranslator):
 
     asset_key_prefix = ("lake", "purged")
 
-    def start_tags(self, lease: Lease, task: TaskRow | None) -> dict[str, str]:
+    # Written as a user of an earlier release wrote it: the task as a row (a DecodedTask
+    # reads the row's fields through).
+    def start_tags(self, lease: Lease, task: TaskRow | None) -> dict[str, str]:  # type: ignore[override]
         return {**super().start_tags(lease, task), TEAM_TAG: TEAM}
 
 
