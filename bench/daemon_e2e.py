@@ -183,10 +183,10 @@ def files_left(root: Path) -> int:
 @contextlib.contextmanager
 def _metastore() -> Iterator[tuple[str, Any]]:
     from polaris_pipeline.metastore import Metastore
-    from polaris_pipeline.tasks.model import LeasePolicy
+    from polaris_pipeline.tasks.model import TaskPolicy
 
     with temp_database("daemon_metastore") as url:
-        store = Metastore(url, policy=LeasePolicy(lease_timeout_ms=LEASE_MS, grace_ms=0))
+        store = Metastore(url, policy=TaskPolicy(lease_timeout_ms=LEASE_MS, grace_ms=0))
         store.init_schema()
         try:
             yield url, store

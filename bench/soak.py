@@ -58,7 +58,7 @@ from bench.soak_probe import (
 )
 from polaris_pipeline.dagster.contract import TAG_TOTAL
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.tasks.model import LeasePolicy, TaskState
+from polaris_pipeline.tasks.model import TaskPolicy, TaskState
 from tests.support.daemon import SENSOR_NAME, DaemonConfig, DaemonHarness
 from tests.support.polaris_writer import UNHANDLED_KINDS, Event, PolarisWriter, wait_until
 from tests.support.runs import set_run_updated
@@ -127,7 +127,7 @@ class Sampler:
         self.daemon = daemon
         self.pg = pg
         self.store = Metastore(
-            url, policy=LeasePolicy(lease_timeout_ms=cfg.lease_timeout_ms, grace_ms=cfg.grace_ms)
+            url, policy=TaskPolicy(lease_timeout_ms=cfg.lease_timeout_ms, grace_ms=cfg.grace_ms)
         )
         self.book = RunBook()
         self.backdated: dict[str, float] = {}
@@ -341,7 +341,7 @@ def run_soak(
     log: Any = print,
 ) -> dict[str, Any]:
     """Run one soak phase (see the module docstring); returns its results."""
-    policy = LeasePolicy(lease_timeout_ms=cfg.lease_timeout_ms, grace_ms=cfg.grace_ms)
+    policy = TaskPolicy(lease_timeout_ms=cfg.lease_timeout_ms, grace_ms=cfg.grace_ms)
     store = Metastore(metastore_url, policy=policy)
     store.init_schema()
     writer = PolarisWriter(store, work)

@@ -51,10 +51,10 @@ from polaris_pipeline.dagster.retention import RETENTION_JOB_NAME, RETENTION_SCH
 from polaris_pipeline.dagster.sweeper import SENSOR_NAME, SweepCursor
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import (
-    LeasePolicy,
     NewTask,
     Prop,
     RealmOverride,
+    TaskPolicy,
     TaskRow,
     TaskState,
 )
@@ -153,7 +153,7 @@ def backing_off(store: Metastore, realm: str) -> int:
 def dead(store: Metastore, realm: str, error: str) -> int:
     """Dead-lettered the way the engine does it: the last allowed attempt failed."""
     task = orphan(store, realm, HOUR_MS)
-    strict = Metastore(store.url.render_as_string(False), policy=LeasePolicy(max_attempts=1))
+    strict = Metastore(store.url.render_as_string(False), policy=TaskPolicy(max_attempts=1))
     try:
         lease = strict.lease_task(realm, task.id, "test-executor")
         assert lease is not None
@@ -353,7 +353,7 @@ def _row(
 
 
 def test_orphaned_since_follows_each_way_a_task_becomes_available() -> None:
-    policy = LeasePolicy(lease_timeout_ms=60_000, grace_ms=30_000)
+    policy = TaskPolicy(lease_timeout_ms=60_000, grace_ms=30_000)
     t0 = 1_000_000_000_000
     # Polaris's own task, never leased: after the grace period.
     assert orphaned_since_ms(_row(t0), policy) == t0 + 30_000
@@ -772,7 +772,7 @@ def test_the_sweeper_starts_by_itself_only_outside_dagster_dev(
 
 def test_orphaned_since_uses_the_tasks_realm_policy() -> None:
     """Realm A has its own grace and lease timeout; the global ones are not used for it."""
-    policy = LeasePolicy(
+    policy = TaskPolicy(
         lease_timeout_ms=60_000,
         grace_ms=30_000,
         realm_overrides={"A": RealmOverride(lease_timeout_ms=10_000, grace_ms=1_000)},

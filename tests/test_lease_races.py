@@ -6,7 +6,7 @@ import multiprocessing as mp
 from collections import Counter
 
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.tasks.model import LeasePolicy
+from polaris_pipeline.tasks.model import TaskPolicy
 from tests.support.polaris_leaser import polaris_load_tasks
 from tests.support.tasks import batch_task
 
@@ -16,7 +16,7 @@ LEASERS = 4
 
 
 def _our_leaser(url: str, name: str, start: mp.synchronize.Barrier, out: mp.Queue) -> None:
-    store = Metastore(url, policy=LeasePolicy(lease_timeout_ms=600_000, grace_ms=0))
+    store = Metastore(url, policy=TaskPolicy(lease_timeout_ms=600_000, grace_ms=0))
     start.wait()
     got: list[tuple[str, int, int, str]] = []
     idle = 0

@@ -11,7 +11,7 @@ from sqlalchemy import text, update
 from polaris_pipeline.errors import LeaseLost, MetastoreError, SchemaMismatchError
 from polaris_pipeline.metastore import CompleteOutcome, FailOutcome, Metastore
 from polaris_pipeline.metastore.schema import entities
-from polaris_pipeline.tasks.model import LeasePolicy, Prop, TaskState
+from polaris_pipeline.tasks.model import Prop, TaskPolicy, TaskState
 from tests.support.metastore import restart_lease
 from tests.support.tasks import batch_task, insert_raw_task, seed
 
@@ -86,7 +86,7 @@ CREATE TABLE {schema}entities (
 
 
 def test_schema_v1_without_location_column_works_end_to_end(metastore_url: str) -> None:
-    store = Metastore(metastore_url, policy=LeasePolicy(grace_ms=0))
+    store = Metastore(metastore_url, policy=TaskPolicy(grace_ms=0))
     pg = store.dialect == "postgresql"
     with store.engine.begin() as conn:
         if pg:
@@ -151,7 +151,7 @@ def test_lease_limit_and_realm_filter(metastore: Metastore) -> None:
 
 
 def test_grace_period_protects_fresh_polaris_tasks(metastore_url: str) -> None:
-    store = Metastore(metastore_url, policy=LeasePolicy(lease_timeout_ms=60_000))
+    store = Metastore(metastore_url, policy=TaskPolicy(lease_timeout_ms=60_000))
     store.init_schema()
     (fresh,) = seed(store, "r1", 1)
     now = store.now_ms()
@@ -278,7 +278,7 @@ def test_failure_records_result_and_backs_off(metastore: Metastore) -> None:
 
 
 def test_backoff_grows_exponentially_with_jitter() -> None:
-    policy = LeasePolicy(backoff_base_ms=1_000, backoff_max_ms=60_000)
+    policy = TaskPolicy(backoff_base_ms=1_000, backoff_max_ms=60_000)
     assert [policy.backoff_ms(a, 0.0) for a in (1, 2, 3)] == [500, 1_000, 2_000]
     assert [policy.backoff_ms(a, 0.999) for a in (1, 2, 3)] == [999, 1_999, 3_998]
     assert policy.backoff_ms(30, 0.999) <= 60_000
@@ -287,7 +287,7 @@ def test_backoff_grows_exponentially_with_jitter() -> None:
 def test_dead_letter_after_max_attempts_and_requeue(metastore_url: str) -> None:
     store = Metastore(
         metastore_url,
-        policy=LeasePolicy(grace_ms=0, max_attempts=3, backoff_base_ms=0, backoff_max_ms=0),
+        policy=TaskPolicy(grace_ms=0, max_attempts=3, backoff_base_ms=0, backoff_max_ms=0),
     )
     store.init_schema()
     (task,) = seed(store, "r1", 1)
@@ -313,7 +313,7 @@ def test_dead_letter_after_max_attempts_and_requeue(metastore_url: str) -> None:
 
 def test_task_leased_max_times_without_result_is_dead(metastore_url: str) -> None:
     """A task that kills its worker every time must not be retried forever."""
-    store = Metastore(metastore_url, policy=LeasePolicy(grace_ms=0, max_attempts=2))
+    store = Metastore(metastore_url, policy=TaskPolicy(grace_ms=0, max_attempts=2))
     store.init_schema()
     (task,) = seed(store, "r1", 1, extra={Prop.ATTEMPT_COUNT: "2"})
     row = store.get_task("r1", task.id)
@@ -392,7 +392,7 @@ def test_sql_state_rule_matches_python_rule(metastore: Metastore) -> None:
         seed(metastore, "zoo", 1, extra=extra, create_timestamp=now + 1_000_000)
         seed(metastore, "zoo", 1, extra=extra, create_timestamp=now - 10_000_000)
     strict = Metastore(
-        engine=metastore.engine, policy=LeasePolicy(lease_timeout_ms=timeout, grace_ms=500_000)
+        engine=metastore.engine, policy=TaskPolicy(lease_timeout_ms=timeout, grace_ms=500_000)
     )
     _, rows = strict.tasks_with_state(["zoo"])
     expected: dict[TaskState, int] = {}

@@ -16,8 +16,8 @@ from polaris_pipeline.metastore.connection import DB_NOW_MS
 from polaris_pipeline.metastore.schema import POLARIS_SCHEMA
 from polaris_pipeline.tasks.model import (
     CREATOR,
-    LeasePolicy,
     Prop,
+    TaskPolicy,
     TaskRow,
     TaskState,
     is_unhandled_cleanup,
@@ -216,7 +216,7 @@ def _zoo(store: Metastore, realm: str) -> None:
 def strict(metastore: Metastore) -> Metastore:
     """The test metastore with a grace period, so that 'pending' is reachable."""
     return Metastore(
-        engine=metastore.engine, policy=LeasePolicy(lease_timeout_ms=TIMEOUT, grace_ms=GRACE)
+        engine=metastore.engine, policy=TaskPolicy(lease_timeout_ms=TIMEOUT, grace_ms=GRACE)
     )
 
 
@@ -346,7 +346,7 @@ def test_python_unhandled_rule_matches_the_expectations() -> None:
         props = {Prop.TASK_TYPE: task_type, **({Prop.DATA: data} if data is not None else {})}
         row = TaskRow("r", 1, "n", 1, 1, 0, 0, properties=_as_read(props))
         assert row.unhandled is unhandled, (task_type, data)
-        assert (row.state(10**13, LeasePolicy()) is TaskState.UNHANDLED) is unhandled
+        assert (row.state(10**13, TaskPolicy()) is TaskState.UNHANDLED) is unhandled
 
 
 def _as_read(props: dict[str, Any]) -> dict[str, str]:

@@ -20,7 +20,7 @@ from polaris_pipeline.cleanup.context import CleanupContext
 from polaris_pipeline.cleanup.dispatch import run_cleanup
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop, RealmOverride, TaskType
+from polaris_pipeline.tasks.model import NewTask, Prop, RealmOverride, TaskPolicy, TaskType
 from polaris_pipeline.tasks.payloads import (
     BATCH_TYPE_TABLE_METADATA,
     BatchCleanupPayload,
@@ -147,7 +147,7 @@ def _polaris_batch_row(store: Metastore, realm: str, *, typed: bool, ours: bool 
 
 
 def _store(url: str, schema_version: int, **policy: object) -> Metastore:
-    store = Metastore(url, policy=LeasePolicy(lease_timeout_ms=60_000, grace_ms=0, **policy))  # type: ignore[arg-type]
+    store = Metastore(url, policy=TaskPolicy(lease_timeout_ms=60_000, grace_ms=0, **policy))  # type: ignore[arg-type]
     assert store.init_schema(schema_version) is True
     return store
 

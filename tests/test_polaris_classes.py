@@ -24,7 +24,7 @@ from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.resolve import StorageResolver
-from polaris_pipeline.tasks.model import LeasePolicy, TaskType
+from polaris_pipeline.tasks.model import TaskPolicy, TaskType
 from polaris_pipeline.testing import tables as testing_tables
 from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import Warehouse, recorded_drop_task
@@ -106,7 +106,7 @@ def scenario(release: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     table = warehouse.build("t", partitioned=True, with_statistics=True)
     with throwaway_database("pp_polaris_classes") as name:
         url = database_url(name)
-        store = Metastore(url, policy=LeasePolicy(lease_timeout_ms=60_000, grace_ms=0))
+        store = Metastore(url, policy=TaskPolicy(lease_timeout_ms=60_000, grace_ms=0))
         try:
             store.init_schema(SCHEMA_VERSION[release])
             parent = testing_tasks.drop_table_task(table)

@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection, CursorResult
 from polaris_pipeline.metastore import Metastore, queries
 from polaris_pipeline.metastore.queries import Query
 from polaris_pipeline.metastore.schema import events
-from polaris_pipeline.tasks.model import LeasePolicy, Prop, RealmOverride, TaskRow
+from polaris_pipeline.tasks.model import Prop, RealmOverride, TaskPolicy, TaskRow
 from tests.support.tasks import batch_task
 
 REALM = "r"
@@ -199,7 +199,7 @@ def test_the_registry_lists_every_statement_under_its_own_name() -> None:
 
 def test_a_statement_without_a_variant_refuses_to_build() -> None:
     with pytest.raises(ValueError, match="LEASE_BATCH has no sqlite variant"):
-        queries.LEASE_BATCH.build("sqlite", LeasePolicy())
+        queries.LEASE_BATCH.build("sqlite", TaskPolicy())
     with pytest.raises(ValueError, match="unsupported metastore dialect 'mysql'"):
         queries.NOW.build("mysql")
 

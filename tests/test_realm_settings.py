@@ -12,9 +12,9 @@ from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import (
     DEFAULT_METADATA_BATCH_SIZE,
-    LeasePolicy,
     Prop,
     RealmOverride,
+    TaskPolicy,
     TaskState,
 )
 from polaris_pipeline.tasks.payloads import decode_batch_cleanup
@@ -23,7 +23,7 @@ from tests.support.iceberg import Warehouse
 from tests.support.tasks import batch_task
 
 
-def _store(metastore: Metastore, policy: LeasePolicy) -> Metastore:
+def _store(metastore: Metastore, policy: TaskPolicy) -> Metastore:
     return Metastore(engine=metastore.engine, policy=policy)
 
 
@@ -44,7 +44,7 @@ def _states(store: Metastore) -> dict[int, TaskState]:
 
 
 def test_a_realm_with_a_short_lease_timeout_gets_its_tasks_back(metastore: Metastore) -> None:
-    policy = LeasePolicy(
+    policy = TaskPolicy(
         lease_timeout_ms=60_000,
         grace_ms=0,
         realm_overrides={"A": RealmOverride(lease_timeout_ms=1_000)},
@@ -63,14 +63,14 @@ def test_a_realm_with_a_short_lease_timeout_gets_its_tasks_back(metastore: Metas
 
 
 def test_without_overrides_both_realms_follow_the_global_timeout(metastore: Metastore) -> None:
-    store = _store(metastore, LeasePolicy(lease_timeout_ms=60_000, grace_ms=0))
+    store = _store(metastore, TaskPolicy(lease_timeout_ms=60_000, grace_ms=0))
     _leased_ago(store, "A", 2_000)
     _leased_ago(store, "B", 2_000)
     assert store.lease_available("sweeper", 10) == []
 
 
 def test_a_realm_with_a_short_grace_period(metastore: Metastore) -> None:
-    policy = LeasePolicy(
+    policy = TaskPolicy(
         lease_timeout_ms=60_000,
         grace_ms=500_000,
         realm_overrides={"A": RealmOverride(grace_ms=1_000)},
@@ -89,7 +89,7 @@ def test_a_realm_with_a_short_grace_period(metastore: Metastore) -> None:
 
 def test_a_realm_timeout_override_moves_its_default_grace(metastore: Metastore) -> None:
     """Grace unset: each realm's grace is its own lease timeout."""
-    policy = LeasePolicy(
+    policy = TaskPolicy(
         lease_timeout_ms=600_000, realm_overrides={"A": RealmOverride(lease_timeout_ms=1_000)}
     )
     store = _store(metastore, policy)
@@ -105,7 +105,7 @@ def test_a_realm_timeout_override_moves_its_default_grace(metastore: Metastore) 
 
 def test_renewal_uses_the_realms_timeout(metastore: Metastore) -> None:
     """A lease past A's timeout is not renewed by its old holder, while B's is."""
-    policy = LeasePolicy(
+    policy = TaskPolicy(
         lease_timeout_ms=60_000,
         grace_ms=0,
         realm_overrides={"A": RealmOverride(lease_timeout_ms=1_000)},
@@ -121,7 +121,7 @@ def test_metadata_batch_size_per_realm_reaches_the_cleanup(
     local_warehouse: Warehouse, metastore: Metastore
 ) -> None:
     wh = local_warehouse
-    policy = LeasePolicy(
+    policy = TaskPolicy(
         lease_timeout_ms=60_000,
         grace_ms=0,
         realm_overrides={"A": RealmOverride(metadata_batch_size=1)},
@@ -148,7 +148,7 @@ def test_metadata_batch_size_per_realm_reaches_the_cleanup(
 
 
 def test_policy_for_realm_resolution() -> None:
-    policy = LeasePolicy(
+    policy = TaskPolicy(
         lease_timeout_ms=300_000,
         grace_ms=None,
         metadata_batch_size=20,
@@ -167,7 +167,7 @@ def test_policy_for_realm_resolution() -> None:
     assert pickle.loads(pickle.dumps(policy)).for_realm("A") == a
     # The caller's mapping is copied: changing it later changes nothing.
     overrides = {"A": RealmOverride(lease_timeout_ms=5_000)}
-    frozen = LeasePolicy(realm_overrides=overrides)
+    frozen = TaskPolicy(realm_overrides=overrides)
     overrides["A"] = RealmOverride(lease_timeout_ms=9_000)
     assert frozen.for_realm("A").lease_timeout_ms == 5_000
 
@@ -196,4 +196,4 @@ def test_overrides_from_json() -> None:
     overrides = {realm: RealmOverride.from_json_obj(v, realm=realm) for realm, v in raw.items()}
     assert overrides == {"A": RealmOverride(lease_timeout_ms=1_000), "B": RealmOverride()}
     with pytest.raises(ValueError, match="RealmOverride"):
-        LeasePolicy(realm_overrides={"A": {"lease_timeout_ms": 1}})  # type: ignore[dict-item]
+        TaskPolicy(realm_overrides={"A": {"lease_timeout_ms": 1}})  # type: ignore[dict-item]

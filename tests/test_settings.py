@@ -17,14 +17,14 @@ from polaris_pipeline.settings import (
     SettingsError,
     env_variable,
 )
-from polaris_pipeline.tasks.model import LeasePolicy, RealmOverride
+from polaris_pipeline.tasks.model import RealmOverride, TaskPolicy
 from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
 
 
 def test_defaults_are_the_lease_policy_s() -> None:
     settings = PipelineSettings.from_env({})
     assert settings == PipelineSettings()
-    assert settings.metastore.policy() == LeasePolicy()
+    assert settings.metastore.policy() == TaskPolicy()
     assert settings.metastore.url is None and settings.metastore.realms is None
     assert settings.storage.config_path is None
 
@@ -70,7 +70,7 @@ def test_every_variable_is_read() -> None:
     m = s.metastore
     assert m.url == "sqlite:////tmp/p.db"
     assert m.realms == ["POLARIS", "TEST"]  # trimmed, blanks and repeats dropped
-    assert m.policy() == LeasePolicy(
+    assert m.policy() == TaskPolicy(
         lease_timeout_ms=60000,
         grace_ms=0,
         max_attempts=3,
@@ -275,7 +275,7 @@ def test_the_code_location_takes_the_whole_policy_and_the_events_switch() -> Non
     assert metastore.policy().for_realm("OTHER").polaris_version == "1.4.1"
     assert metastore.events() is True
     default = (build_defs_from_env({}).resources or {})["metastore"]
-    assert default.policy() == LeasePolicy() and default.events() is False
+    assert default.policy() == TaskPolicy() and default.events() is False
 
 
 def test_every_section_s_variables_reach_its_resource() -> None:
@@ -294,3 +294,12 @@ def test_every_section_s_variables_reach_its_resource() -> None:
     resources = deployment_from_env(env).resources
     for section in ("storage", "sweeper", "backlog", "retention", "leaks"):
         assert resources[section].model_dump() == getattr(settings, section).model_dump()
+
+
+def test_the_policy_s_earlier_name_still_imports_with_a_warning() -> None:
+    from polaris_pipeline.tasks import model
+    from polaris_pipeline.tasks.model import TaskPolicy
+
+    with pytest.warns(DeprecationWarning, match="LeasePolicy is deprecated: use TaskPolicy"):
+        old = model.LeasePolicy
+    assert old is TaskPolicy

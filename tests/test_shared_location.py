@@ -26,7 +26,7 @@ from polaris_pipeline.execution.runner import Runner, Status, TaskOutcome
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import LiveLocations
 from polaris_pipeline.storage.uri import parse_location, split_uri
-from polaris_pipeline.tasks.model import LeasePolicy, Prop, TaskType
+from polaris_pipeline.tasks.model import Prop, TaskPolicy, TaskType
 from polaris_pipeline.testing import tables as testing_tables
 from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import Warehouse, table_files
@@ -37,7 +37,7 @@ OTHER_REALM = "OTHER"
 
 @pytest.fixture(params=[1, 5], ids=["v1", "v5"])
 def guarded(
-    metastore_url: str, policy: LeasePolicy, request: pytest.FixtureRequest
+    metastore_url: str, policy: TaskPolicy, request: pytest.FixtureRequest
 ) -> Iterator[Metastore]:
     """A metastore of Polaris's schema v1 or v5, on PostgreSQL and on SQLite."""
     store = Metastore(metastore_url, policy=policy)

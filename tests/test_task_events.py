@@ -25,7 +25,7 @@ from polaris_pipeline.execution.telemetry import AttemptSpan, AttemptTracer
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.events import event_catalog
 from polaris_pipeline.settings import PipelineSettings
-from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop
+from polaris_pipeline.tasks.model import NewTask, Prop, TaskPolicy
 from polaris_pipeline.tasks.release import parse_task_events
 from tests.support.tasks import batch_task
 
@@ -36,7 +36,7 @@ EVENT_COLUMNS = (
 
 
 def open_store(url: str, version: int) -> Metastore:
-    store = Metastore(url, policy=LeasePolicy(lease_timeout_ms=60_000, grace_ms=0))
+    store = Metastore(url, policy=TaskPolicy(lease_timeout_ms=60_000, grace_ms=0))
     assert store.init_schema(version) is True
     return store
 
@@ -209,7 +209,7 @@ def untyped(task: NewTask) -> NewTask:
 
 
 def release_store(url: str, version: int, release: str | None) -> Metastore:
-    policy = LeasePolicy(lease_timeout_ms=60_000, grace_ms=0, polaris_version=release)
+    policy = TaskPolicy(lease_timeout_ms=60_000, grace_ms=0, polaris_version=release)
     store = Metastore(url, policy=policy)
     assert store.init_schema(version) is True
     return store

@@ -22,8 +22,8 @@ from polaris_pipeline.metastore.transitions import (
 from polaris_pipeline.tasks.model import (
     CREATOR,
     MAX_ERROR_LENGTH,
-    LeasePolicy,
     Prop,
+    TaskPolicy,
     TaskRow,
     TaskState,
 )
@@ -32,7 +32,7 @@ from tests.support.tasks import batch_task
 from tests.support.unhandled import polaris_cleanup_task
 
 NOW = 1_700_000_000_000
-POLICY = LeasePolicy(lease_timeout_ms=60_000, grace_ms=0, max_attempts=3)
+POLICY = TaskPolicy(lease_timeout_ms=60_000, grace_ms=0, max_attempts=3)
 BASE = {Prop.TASK_TYPE: "3", Prop.DATA: "{}"}
 
 # attemptCount values a hostile or broken writer may leave: each reads as 0.

@@ -25,7 +25,7 @@ from polaris_pipeline.metastore.overlap import LiveLocations, Overlap, escape_li
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.uri import Location, parse_location, split_uri
-from polaris_pipeline.tasks.model import LeasePolicy, NewTask, Prop, RealmOverride, TaskState
+from polaris_pipeline.tasks.model import NewTask, Prop, RealmOverride, TaskPolicy, TaskState
 from polaris_pipeline.tasks.payloads import decode_dropped_entity
 from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
 from polaris_pipeline.testing import tables as testing_tables
@@ -124,7 +124,7 @@ def test_report_mode_lists_everything_and_deletes_nothing(
 def test_off_mode_and_a_realm_override_run_no_phase(
     tmp_path: Path, local_warehouse: Warehouse
 ) -> None:
-    policy = LeasePolicy(
+    policy = TaskPolicy(
         lease_timeout_ms=60_000,
         grace_ms=0,
         realm_overrides={"POLARIS": RealmOverride(unreferenced="off")},
@@ -273,7 +273,7 @@ def test_schema_v1_reads_the_entities_location_property(
     tmp_path: Path, local_warehouse: Warehouse
 ) -> None:
     store = Metastore(
-        f"sqlite:///{tmp_path}/v1.db", policy=LeasePolicy(lease_timeout_ms=60_000, grace_ms=0)
+        f"sqlite:///{tmp_path}/v1.db", policy=TaskPolicy(lease_timeout_ms=60_000, grace_ms=0)
     )
     store.init_schema(1)
     dropped = _drop(local_warehouse)

@@ -21,12 +21,12 @@ from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import LiveLocations
 from polaris_pipeline.storage.uri import normalize_uri
 from polaris_pipeline.tasks.decoded import DecodedTask
-from polaris_pipeline.tasks.model import LeasePolicy, TaskRow
+from polaris_pipeline.tasks.model import TaskPolicy, TaskRow
 from polaris_pipeline.tasks.payloads import DroppedEntity
 from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
 
 
-def mode_for(policy: LeasePolicy, realm_id: str, default: UnreferencedMode) -> UnreferencedMode:
+def mode_for(policy: TaskPolicy, realm_id: str, default: UnreferencedMode) -> UnreferencedMode:
     """The mode one realm runs under: its override, else ``default``."""
     override = policy.realm_overrides.get(realm_id)
     value = getattr(override, "unreferenced", None) if override is not None else None

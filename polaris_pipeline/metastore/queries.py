@@ -38,8 +38,8 @@ from polaris_pipeline.tasks.model import (
     CATALOG_TYPE_CODE,
     CREATOR,
     TASK_TYPE_CODE,
-    LeasePolicy,
     Prop,
+    TaskPolicy,
     TaskRow,
 )
 
@@ -236,7 +236,7 @@ TASKS_BY_AGE = _both("TASKS_BY_AGE", _tasks_by_age)
 # ------------------------------------------------- the state rule in the database
 
 
-def policy_params(policy: LeasePolicy) -> dict[str, Any]:
+def policy_params(policy: TaskPolicy) -> dict[str, Any]:
     """The bind parameters of ``policy``, for COUNT_BY_STATE, SELECT_AVAILABLE and LEASE_BATCH."""
     params: dict[str, Any] = {
         "timeout": policy.lease_timeout_ms,
@@ -251,7 +251,7 @@ def policy_params(policy: LeasePolicy) -> dict[str, Any]:
     return params
 
 
-def _realm_timing(policy: LeasePolicy) -> tuple[str, str]:
+def _realm_timing(policy: TaskPolicy) -> tuple[str, str]:
     """The lease timeout and grace of row ``e`` as SQL, per realm.
 
     One CASE on realm_id over the realms with overrides (bound by
@@ -266,13 +266,13 @@ def _realm_timing(policy: LeasePolicy) -> tuple[str, str]:
     )
 
 
-def _state(policy: LeasePolicy, now: str) -> tuple[str, str]:
+def _state(policy: TaskPolicy, now: str) -> tuple[str, str]:
     """(the rule's state of row ``e`` at ``now``, its lease timeout), both as SQL."""
     timeout, grace = _realm_timing(policy)
     return predicates.state_case(now, timeout, grace, ":max_attempts"), timeout
 
 
-def _count_by_state(policy: LeasePolicy, in_realms: bool) -> Executable:
+def _count_by_state(policy: TaskPolicy, in_realms: bool) -> Executable:
     state, _ = _state(policy, ":now")
     realm_filter = "AND e.realm_id = ANY(:realms)" if in_realms else ""
     return text(
@@ -285,7 +285,7 @@ def _count_by_state(policy: LeasePolicy, in_realms: bool) -> Executable:
 COUNT_BY_STATE = Query("COUNT_BY_STATE", postgresql=_count_by_state, sqlite=None)
 
 
-def _select_available(policy: LeasePolicy) -> Executable:
+def _select_available(policy: TaskPolicy) -> Executable:
     clock = "c.now_ms"
     state, timeout = _state(policy, clock)
     columns = ", ".join(f"e.{column.name}" for column in TASK_COLUMNS)
@@ -303,7 +303,7 @@ LIMIT :limit
 SELECT_AVAILABLE = Query("SELECT_AVAILABLE", postgresql=_select_available, sqlite=None)
 
 
-def _lease_batch(policy: LeasePolicy) -> Executable:
+def _lease_batch(policy: TaskPolicy) -> Executable:
     now = "c.now_ms"
     state, timeout = _state(policy, now)
     attempts = predicates.attempts("t")

@@ -46,7 +46,7 @@ from polaris_pipeline.metastore.transitions import (
     FailureRecord,
     HolderCas,
 )
-from polaris_pipeline.tasks.model import LeasePolicy, NewTask, TaskRow, TaskState, parse_properties
+from polaris_pipeline.tasks.model import NewTask, TaskPolicy, TaskRow, TaskState, parse_properties
 from polaris_pipeline.tasks.ref import Lease
 
 _CAS_RETRIES = 20
@@ -62,11 +62,11 @@ class Metastore:
         self,
         url: str | None = None,
         *,
-        policy: LeasePolicy | None = None,
+        policy: TaskPolicy | None = None,
         engine: Engine | None = None,
     ) -> None:
         self.url = resolve_url(url) if engine is None else engine.url
-        self.policy = policy or LeasePolicy()
+        self.policy = policy or TaskPolicy()
         self.engine = (
             engine
             if engine is not None
@@ -232,7 +232,7 @@ class Metastore:
         return leases
 
     def _rule_rows(
-        self, query: Query[[LeasePolicy]], realms: list[str] | None, **params: Any
+        self, query: Query[[TaskPolicy]], realms: list[str] | None, **params: Any
     ) -> Sequence[Any]:
         """The rows of ``query`` (a statement of the state rule) in ``realms``.
 

@@ -23,8 +23,8 @@ from polaris_pipeline.tasks.model import (
     STATUS_DEAD,
     STATUS_FAILED,
     STATUS_REQUEUED,
-    LeasePolicy,
     Prop,
+    TaskPolicy,
     TaskRow,
     TaskState,
     attempt_count_of,
@@ -140,7 +140,7 @@ def fail(
     *,
     error: str,
     now_ms: int,
-    policy: LeasePolicy,
+    policy: TaskPolicy,
     unit_random: float,
     run_id: str | None = None,
     permanent: bool = False,
@@ -206,7 +206,7 @@ def lease_child(props: Mapping[str, str], *, executor_id: str, now_ms: int) -> P
     return out
 
 
-def holds(task: TaskRow | None, lease: Lease, now_ms: int, policy: LeasePolicy) -> bool:
+def holds(task: TaskRow | None, lease: Lease, now_ms: int, policy: TaskPolicy) -> bool:
     """Fencing: ``lease``'s holder and attempt still hold ``task`` at ``now_ms``."""
     return (
         task is not None
@@ -216,7 +216,7 @@ def holds(task: TaskRow | None, lease: Lease, now_ms: int, policy: LeasePolicy) 
     )
 
 
-def requeue_refusal(task: TaskRow, now_ms: int, policy: LeasePolicy) -> str | None:
+def requeue_refusal(task: TaskRow, now_ms: int, policy: TaskPolicy) -> str | None:
     """Why ``task`` may not be requeued now, or None when it may."""
     if task.properties_error:
         return f"task {task.label}: {task.properties_error}; fix the row by hand"

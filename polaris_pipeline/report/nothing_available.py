@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from polaris_pipeline.report.formatting import iso_utc, realms_text, relative_time
-from polaris_pipeline.tasks.model import LeasePolicy, TaskRow, TaskState
+from polaris_pipeline.tasks.model import TaskPolicy, TaskRow, TaskState
 from polaris_pipeline.tasks.summary import available_at_ms
 
 # How a count of tasks in each state is written.
@@ -58,7 +58,7 @@ def _count(state: TaskState, n: int) -> str:
 def nothing_available_reason(
     rows: list[tuple[TaskRow, TaskState]],
     now_ms: int,
-    policy: LeasePolicy,
+    policy: TaskPolicy,
     realms: list[str] | None,
 ) -> str:
     """Why a sweep finds nothing: how many tasks are in each state, and when the first frees."""

@@ -1,6 +1,6 @@
 """The metastore section: where the tasks are, which realms, and each realm's task policy.
 
-``policy()`` resolves it into the ``LeasePolicy`` every ``Metastore`` and ``Runner``
+``policy()`` resolves it into the ``TaskPolicy`` every ``Metastore`` and ``Runner``
 is built with, so no caller can leave a setting out.
 """
 
@@ -13,8 +13,8 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from polaris_pipeline.execution.runner import DEFAULT_EXECUTOR_PREFIX
 from polaris_pipeline.settings.section import Section
 from polaris_pipeline.tasks.model import (
-    LeasePolicy,
     RealmOverride,
+    TaskPolicy,
     check_batch_size,
     check_lease_timing,
     check_max_attempts,
@@ -22,7 +22,7 @@ from polaris_pipeline.tasks.model import (
 from polaris_pipeline.tasks.release import ALWAYS, PolarisRelease, TaskEvents, parse_task_events
 from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
 
-_POLICY = LeasePolicy()
+_POLICY = TaskPolicy()
 
 
 class MetastoreSection(Section):
@@ -162,12 +162,12 @@ class MetastoreSection(Section):
 
     @model_validator(mode="after")
     def _policy_rules(self) -> MetastoreSection:
-        self.policy()  # LeasePolicy holds the rules that span fields
+        self.policy()  # TaskPolicy holds the rules that span fields
         return self
 
-    def policy(self) -> LeasePolicy:
+    def policy(self) -> TaskPolicy:
         """The lease policy this section gives: every Metastore and Runner takes it."""
-        return LeasePolicy(
+        return TaskPolicy(
             lease_timeout_ms=self.lease_timeout_ms,
             grace_ms=self.grace_ms,
             max_attempts=self.max_attempts,

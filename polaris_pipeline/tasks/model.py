@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
@@ -196,12 +197,14 @@ class RealmOverride(BaseModel):
 
 
 @dataclass(frozen=True)
-class LeasePolicy:
-    """Timing rules of leasing. Defaults match Polaris where Polaris has one.
+class TaskPolicy:
+    """How the realms' tasks are run: leasing (timeout, grace, attempts, backoff), the
+    metadata batch size, the unreferenced mode and the Polaris release. Defaults match
+    Polaris where Polaris has one. (``LeasePolicy`` before: it outgrew leasing.)
 
-    ``realm_overrides`` gives realms their own lease timeout, grace period and
-    metadata batch size; ``for_realm`` resolves the policy one realm runs under.
-    The rule (``TaskRow.state``) and the lease statement both apply it per row.
+    ``realm_overrides`` gives realms their own values; ``for_realm`` resolves the
+    policy one realm runs under. The rule (``TaskRow.state``) and the lease
+    statement both apply it per row.
     """
 
     lease_timeout_ms: int = 300_000  # POLARIS_TASK_TIMEOUT_MILLIS
@@ -238,7 +241,7 @@ class LeasePolicy:
         resolved = {realm: self._resolve(o) for realm, o in overrides.items()}
         object.__setattr__(self, "_by_realm", resolved)
 
-    def _resolve(self, override: RealmOverride) -> LeasePolicy:
+    def _resolve(self, override: RealmOverride) -> TaskPolicy:
         timeout = override.lease_timeout_ms or self.lease_timeout_ms
         grace = override.grace_ms if override.grace_ms is not None else self.grace_ms
         return dataclasses.replace(
@@ -251,15 +254,15 @@ class LeasePolicy:
             realm_overrides={},
         )
 
-    def for_realm(self, realm_id: str) -> LeasePolicy:
+    def for_realm(self, realm_id: str) -> TaskPolicy:
         """The policy ``realm_id`` runs under: its overrides over the global values."""
-        by_realm: dict[str, LeasePolicy] = self.__dict__["_by_realm"]
+        by_realm: dict[str, TaskPolicy] = self.__dict__["_by_realm"]
         return by_realm.get(realm_id, self)
 
     @property
     def shortest_lease_timeout_ms(self) -> int:
         """The shortest lease timeout of any realm: heartbeats must beat within it."""
-        by_realm: dict[str, LeasePolicy] = self.__dict__["_by_realm"]
+        by_realm: dict[str, TaskPolicy] = self.__dict__["_by_realm"]
         return min([self.lease_timeout_ms, *(p.lease_timeout_ms for p in by_realm.values())])
 
     @property
@@ -471,7 +474,7 @@ class TaskRow:
         start, end = self.start_time_ms, self.end_time_ms
         return start is not None and end is not None and end >= start
 
-    def lease_held(self, now_ms: int, policy: LeasePolicy) -> bool:
+    def lease_held(self, now_ms: int, policy: TaskPolicy) -> bool:
         # Polaris's rule: a lease expires when it has no start time, or one older than
         # the realm's lease timeout.
         start = self.start_time_ms
@@ -482,7 +485,7 @@ class TaskRow:
             and not self.lease_released
         )
 
-    def state(self, now_ms: int, policy: LeasePolicy) -> TaskState:
+    def state(self, now_ms: int, policy: TaskPolicy) -> TaskState:
         """The state at ``now_ms`` (database clock) under the realm's policy.
 
         Mirrors ``metastore.predicates``. Unhandled comes first: it depends on the
@@ -540,3 +543,15 @@ def bounded_error(message: str) -> str:
     if len(text) <= MAX_ERROR_LENGTH:
         return text
     return text[: MAX_ERROR_LENGTH - 15] + "... [truncated]"
+
+
+def __getattr__(name: str) -> Any:
+    # The name of earlier releases, kept for a release.
+    if name == "LeasePolicy":
+        warnings.warn(
+            "polaris_pipeline.tasks.model.LeasePolicy is deprecated: use TaskPolicy",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return TaskPolicy
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

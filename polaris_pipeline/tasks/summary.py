@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from polaris_pipeline.tasks.decoded import DecodedTask
-from polaris_pipeline.tasks.model import STATUS_REQUEUED, LeasePolicy, TaskRow, TaskState
+from polaris_pipeline.tasks.model import STATUS_REQUEUED, TaskPolicy, TaskRow, TaskState
 from polaris_pipeline.tasks.payloads import BatchCleanupPayload, ManifestCleanupPayload
 
 
@@ -47,9 +47,7 @@ def summarize(task: TaskRow | DecodedTask) -> PayloadSummary:
     return PayloadSummary(kind, table=table, batch_files=len(payload.batch_files))
 
 
-def available_at_ms(
-    task: TaskRow, state: TaskState, now_ms: int, policy: LeasePolicy
-) -> int | None:
+def available_at_ms(task: TaskRow, state: TaskState, now_ms: int, policy: TaskPolicy) -> int | None:
     """When ``task`` is next available to a sweep (database clock); None: not by itself.
 
     Orphaned: now. Backing off: its next attempt time. Pending: when the grace period
@@ -80,7 +78,7 @@ def why_available(task: TaskRow) -> str:
     return "lease expired"
 
 
-def orphaned_since_ms(task: TaskRow, policy: LeasePolicy) -> int:
+def orphaned_since_ms(task: TaskRow, policy: TaskPolicy) -> int:
     """When an orphaned task became available to the sweepers (epoch ms, database clock).
 
     The latest of: its creation (plus the grace period when it was never

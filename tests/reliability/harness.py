@@ -25,7 +25,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.tasks.model import LeasePolicy
+from polaris_pipeline.tasks.model import TaskPolicy
 from tests.reliability import journal as jr
 
 REPO = Path(__file__).resolve().parents[2]
@@ -282,7 +282,7 @@ class PgRole:
         return sorted({self.password, quote(self.password, safe=""), quote_plus(self.password)})
 
 
-def rel_policy(**overrides: Any) -> LeasePolicy:
+def rel_policy(**overrides: Any) -> TaskPolicy:
     """Short timings for tests: 2 s leases, no grace, fast backoff."""
     values: dict[str, Any] = {
         "lease_timeout_ms": 2_000,
@@ -292,10 +292,10 @@ def rel_policy(**overrides: Any) -> LeasePolicy:
         "backoff_max_ms": 1_000,
     }
     values.update(overrides)
-    return LeasePolicy(**values)
+    return TaskPolicy(**values)
 
 
-def policy_dict(policy: LeasePolicy) -> dict[str, Any]:
+def policy_dict(policy: TaskPolicy) -> dict[str, Any]:
     return asdict(policy)
 
 

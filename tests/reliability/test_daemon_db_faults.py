@@ -21,7 +21,7 @@ import pytest
 from dagster import DagsterRunStatus
 
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.tasks.model import LeasePolicy
+from polaris_pipeline.tasks.model import TaskPolicy
 from tests.reliability import journal as jr
 from tests.reliability.harness import RelDb, Scenario
 from tests.support import private_postgres
@@ -256,7 +256,7 @@ def test_metastore_database_restarted_under_the_daemon(
     dead = [e for e in jr.of_kind(events, "outcome") if e.get("status") == "dead"]
     scenario.losses(tasks_dead_lettered=len(dead))
     assert not dead, dead[:3]
-    assert max(spent) < LeasePolicy().max_attempts, spent
+    assert max(spent) < TaskPolicy().max_attempts, spent
     scenario.check(
         "no task was dead-lettered: each finished within the default attempt budget, "
         "whether its run rode out the restart (op retries under the same lease) or failed "

@@ -32,7 +32,7 @@ from dagster import DagsterEventType, DagsterRunStatus, RunsFilter
 from dagster._core.scheduler.instigation import TickStatus
 
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.tasks.model import LeasePolicy, NewTask
+from polaris_pipeline.tasks.model import NewTask, TaskPolicy
 from tests.reliability import journal as jr
 from tests.reliability.harness import RelDb, Scenario
 from tests.support.daemon import TASK_JOB, deployed_instance
@@ -407,8 +407,8 @@ def test_object_storage_unreachable_mid_backlog(
 ) -> None:
     n = 10
     scale = TEST_OUTAGE_S / DEPLOYED_OUTAGE_S
-    defaults = LeasePolicy()
-    scaled = LeasePolicy(
+    defaults = TaskPolicy()
+    scaled = TaskPolicy(
         backoff_base_ms=int(defaults.backoff_base_ms * scale),
         backoff_max_ms=int(defaults.backoff_max_ms * scale),
     )
@@ -427,7 +427,7 @@ def test_object_storage_unreachable_mid_backlog(
         "scaled. With the defaults, a task failing every attempt from an outage's first "
         f"moment is dead-lettered no sooner than {survived_s:.0f} s "
         f"({survived_s / 60:.1f} min) later: the sum of the backoffs without jitter after "
-        f"its first {defaults.max_attempts - 1} failures (LeasePolicy.backoff_ms), so any "
+        f"its first {defaults.max_attempts - 1} failures (TaskPolicy.backoff_ms), so any "
         "shorter outage, two minutes included, leaves every task an attempt after it."
     )
     backlog = _s3_backlog(moto_server, s3_bucket, n, files_each=3)

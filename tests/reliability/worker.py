@@ -153,9 +153,9 @@ def journal_runner_class(journal: Journal) -> type:
 
 
 def _policy(cfg: dict[str, Any]) -> Any:
-    from polaris_pipeline.tasks.model import LeasePolicy
+    from polaris_pipeline.tasks.model import TaskPolicy
 
-    return LeasePolicy(**cfg.get("policy", {}))
+    return TaskPolicy(**cfg.get("policy", {}))
 
 
 def _storage(cfg: dict[str, Any]) -> Any:

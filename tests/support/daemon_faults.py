@@ -31,7 +31,7 @@ from typing import Any
 from dagster import DagsterEventType, DagsterRun, DagsterRunStatus
 
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.tasks.model import LeasePolicy, NewTask
+from polaris_pipeline.tasks.model import NewTask, TaskPolicy
 from tests.reliability import journal as jr
 from tests.reliability.faults import write_plan
 from tests.reliability.harness import Scenario, left_over
@@ -345,12 +345,12 @@ def abandoned_lineages(runs: Iterable[DagsterRun], events: Iterable[dict[str, An
     ]
 
 
-def outage_survived_ms(policy: LeasePolicy) -> int:
+def outage_survived_ms(policy: TaskPolicy) -> int:
     """The longest storage outage after which every task still has an attempt left.
 
     A task that fails every attempt from the outage's first moment is dead-lettered
     at its ``max_attempts``-th failure; before that it waits at least the backoff
-    without jitter after each earlier failure (``LeasePolicy.backoff_ms(k, 0)``).
+    without jitter after each earlier failure (``TaskPolicy.backoff_ms(k, 0)``).
     In-run op retries and the storage client's own retries only make it longer.
     """
     return sum(policy.backoff_ms(k, 0.0) for k in range(1, policy.max_attempts))

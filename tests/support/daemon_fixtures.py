@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.tasks.model import LeasePolicy, NewTask
+from polaris_pipeline.tasks.model import NewTask, TaskPolicy
 from tests.support.daemon import DaemonConfig, DaemonHarness
 from tests.support.metastore import _reset_pg_schema
 from tests.support.tasks import batch_task
@@ -36,7 +36,7 @@ def pg_url(pg_database: str) -> str:
 def metastore_for(url: str, lease_timeout_ms: int = LEASE_TIMEOUT_MS, **policy: Any) -> Metastore:
     """The test's own view of the metastore, with the daemon's lease policy."""
     return Metastore(
-        url, policy=LeasePolicy(lease_timeout_ms=lease_timeout_ms, grace_ms=0, **policy)
+        url, policy=TaskPolicy(lease_timeout_ms=lease_timeout_ms, grace_ms=0, **policy)
     )
 
 

@@ -9,7 +9,7 @@ worker, each step process) appends a ``begin`` line before each delete and an
 
 ``PP_REL_BACKOFF_BASE_MS`` / ``PP_REL_BACKOFF_MAX_MS`` scale the failure backoff
 down for a short test (the code location has no setting for it: the defaults of
-``LeasePolicy`` are what a deployment runs). ``faulty://`` is registered by
+``TaskPolicy`` are what a deployment runs). ``faulty://`` is registered by
 ``tests.support.daemon_location``, whose definitions this module serves.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import polaris_pipeline.dagster.resources.metastore as metastore_resource
 import polaris_pipeline.dagster.task_step as task_step
-from polaris_pipeline.tasks.model import LeasePolicy
+from polaris_pipeline.tasks.model import TaskPolicy
 from tests.reliability.journal import Journal
 from tests.reliability.worker import install_journal, journal_runner_class
 
@@ -38,13 +38,13 @@ if os.environ.get(BACKOFF_BASE_ENV):
     _base_ms = int(os.environ[BACKOFF_BASE_ENV])
     _max_ms = int(os.environ.get(BACKOFF_MAX_ENV) or _base_ms)
 
-    def _scaled_policy(**fields: Any) -> LeasePolicy:
+    def _scaled_policy(**fields: Any) -> TaskPolicy:
         return dataclasses.replace(
-            LeasePolicy(**fields), backoff_base_ms=_base_ms, backoff_max_ms=_max_ms
+            TaskPolicy(**fields), backoff_base_ms=_base_ms, backoff_max_ms=_max_ms
         )
 
-    # The resource builds its LeasePolicy by this name (resources/metastore.py).
-    metastore_resource.LeasePolicy = _scaled_policy  # type: ignore[misc,assignment]
+    # The resource builds its TaskPolicy by this name (resources/metastore.py).
+    metastore_resource.TaskPolicy = _scaled_policy  # type: ignore[misc,assignment]
 
 from tests.support.daemon_location import defs  # noqa: E402  # after the patches, which it must see
 

@@ -16,7 +16,7 @@ from sqlalchemy import create_engine, text
 
 from polaris_pipeline.metastore import Metastore, transitions
 from polaris_pipeline.metastore.rows import after_write
-from polaris_pipeline.tasks.model import LeasePolicy, TaskRow
+from polaris_pipeline.tasks.model import TaskPolicy, TaskRow
 from polaris_pipeline.tasks.ref import Lease
 from tests.support.postgres import PG_ADMIN_URL as PG_ADMIN_URL
 from tests.support.postgres import database_url, throwaway_database
@@ -49,18 +49,18 @@ def metastore_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
 
 
 @pytest.fixture
-def policy(request: pytest.FixtureRequest) -> LeasePolicy:
+def policy(request: pytest.FixtureRequest) -> TaskPolicy:
     """The lease policy of ``metastore``: a one-minute lease, no grace period. A module
-    or a test asks for another with ``@pytest.mark.lease_policy(**LeasePolicy fields)``."""
+    or a test asks for another with ``@pytest.mark.lease_policy(**TaskPolicy fields)``."""
     marker = request.node.get_closest_marker("lease_policy")
     fields: dict[str, Any] = {"lease_timeout_ms": 60_000, "grace_ms": 0}
     if marker is not None:
         fields.update(marker.kwargs)
-    return LeasePolicy(**fields)
+    return TaskPolicy(**fields)
 
 
 @pytest.fixture
-def metastore(metastore_url: str, policy: LeasePolicy) -> Iterator[Metastore]:
+def metastore(metastore_url: str, policy: TaskPolicy) -> Iterator[Metastore]:
     """A metastore with the Polaris schema created, on each backend in turn."""
     store = Metastore(metastore_url, policy=policy)
     store.init_schema()

@@ -11,7 +11,7 @@ from polaris_pipeline.metastore import Metastore, new_entity_id, queries
 from polaris_pipeline.metastore.schema import version as version_table
 from polaris_pipeline.tasks import payloads
 from polaris_pipeline.tasks.manifest_codec import ManifestFileRef
-from polaris_pipeline.tasks.model import TASK_TYPE_CODE, LeasePolicy, NewTask, Prop, TaskType
+from polaris_pipeline.tasks.model import TASK_TYPE_CODE, NewTask, Prop, TaskPolicy, TaskType
 
 # The tableId every hand-written payload here names.
 TABLE_ID = {"namespace": ["ns"], "name": "t"}
@@ -151,7 +151,7 @@ def sqlite_metastore(directory: Path) -> Metastore:
     """A fresh SQLite metastore in ``directory``: no grace period, a one-minute lease."""
     store = Metastore(
         f"sqlite:///{directory}/polaris.db",
-        policy=LeasePolicy(lease_timeout_ms=60_000, grace_ms=0),
+        policy=TaskPolicy(lease_timeout_ms=60_000, grace_ms=0),
     )
     store.init_schema()
     return store

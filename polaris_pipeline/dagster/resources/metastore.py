@@ -20,13 +20,13 @@ from polaris_pipeline.execution.runner import make_executor_id
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.connection import resolve_url, safe_url
 from polaris_pipeline.settings import MetastoreSection
-from polaris_pipeline.tasks.model import LeasePolicy, RealmOverride
+from polaris_pipeline.tasks.model import RealmOverride, TaskPolicy
 
-_cache: dict[tuple[int, str, LeasePolicy], Metastore] = {}
+_cache: dict[tuple[int, str, TaskPolicy], Metastore] = {}
 _cache_lock = threading.Lock()
 
 
-def cached_metastore(url: str, policy: LeasePolicy) -> Metastore:
+def cached_metastore(url: str, policy: TaskPolicy) -> Metastore:
     """The process's Metastore for ``url`` and ``policy``, created on first use.
 
     The process id is part of the key: a forked child must not share its
