@@ -6,6 +6,7 @@ ModelEvent write for BEFORE_ATTEMPT_TASK / AFTER_ATTEMPT_TASK, written out by ha
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import uuid
@@ -447,3 +448,20 @@ def test_the_deployment_hands_always_to_its_runs(raw: str, value: object) -> Non
     defs = build_defs_from_env({"POLARIS_PIPELINE_TASK_EVENTS": raw})
     resource = (defs.resources or {})["metastore"]
     assert resource.events() == value
+    assert resource.policy().task_events == value
+
+
+@pytest.mark.parametrize(("setting", "written"), [(True, True), (False, False)])
+def test_a_runner_built_without_the_switch_takes_it_from_the_policy(
+    v5: Metastore, tmp_path: Path, setting: bool, written: bool
+) -> None:
+    """No caller can leave the setting out: a Runner given only the metastore writes the
+    events its policy asks for (the CLI, the task job and the realm backfill build it so)."""
+    policy = dataclasses.replace(v5.policy, task_events=setting, grace_ms=0)
+    store = Metastore(engine=v5.engine, policy=policy)
+    task, files = good_task(tmp_path)
+    store.insert_tasks([task])
+    _, outcomes = sweep(store)
+    assert [o.status for o in outcomes] == [Status.DONE]
+    assert not any(f.exists() for f in files)
+    assert bool(read_events(store)[1:]) is written

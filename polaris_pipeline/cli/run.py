@@ -37,7 +37,6 @@ def _runner(
         storage_config(settings),
         executor_id=make_executor_id(command, prefix),
         progress=progress,
-        write_task_events=settings.metastore.events(),
         deletion_record=settings.storage.deletion_record,
     )
 

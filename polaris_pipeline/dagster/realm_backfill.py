@@ -175,7 +175,6 @@ def sweep_realm(
         run_id=context.run_id,
         resolver=storage.get_resolver(),
         progress=tally.progress,
-        write_task_events=metastore.events(),
         deletion_record=storage.get_deletion_record(),
     ) as runner:
         runner.sweep(

@@ -123,7 +123,6 @@ def open_step(
         resolver=resolver,
         # Long deletes show life in the step's log; every line is an event the run stores.
         progress=ProgressSink(context.log.info),
-        write_task_events=metastore.events(),
         deletion_record=deletion_record,
     )
     try:

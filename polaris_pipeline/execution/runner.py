@@ -82,7 +82,7 @@ class Runner:
         resolver: StorageResolver | None = None,
         heartbeat_interval_s: float | None = None,
         progress: ProgressFn | None = None,
-        write_task_events: TaskEvents = False,
+        write_task_events: TaskEvents | None = None,
         tracer_provider: Any | None = None,
         unreferenced: UnreferencedMode | str | None = None,
         deletion_record: str | None = None,
@@ -90,10 +90,9 @@ class Runner:
         """``unreferenced``: what a dropped table's run does, last, with the files its
         metadata no longer names (``execution/unreferenced_phase.py``): the metastore
         policy's mode unless given here; realms' overrides in the policy beat either.
-        ``write_task_events``: write Polaris's BEFORE/AFTER_ATTEMPT_TASK rows to the
-        events table where the realm's release writes them (``"always"``: whatever the
-        release),
-        ``events`` table (schema v3+), off by default as Polaris's own listener is.
+        ``write_task_events``: write Polaris's BEFORE/AFTER_ATTEMPT_TASK rows to its
+        ``events`` table (schema v3+) where the realm's release writes them (``"always"``:
+        whatever the release); the metastore policy's setting unless given here.
         ``tracer_provider``: OpenTelemetry's, else the global one (spans are no-ops
         when none is configured or OpenTelemetry is not installed).
         ``deletion_record``: an fsspec URI prefix under which every attempt that
@@ -105,7 +104,9 @@ class Runner:
         self.releases = ReleaseProbe(metastore)
         self.observer = AttemptObserver(
             metastore,
-            write_task_events=write_task_events,
+            write_task_events=(
+                metastore.policy.task_events if write_task_events is None else write_task_events
+            ),
             tracer_provider=tracer_provider,
             releases=self.releases,
         )

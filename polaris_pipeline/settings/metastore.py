@@ -174,6 +174,7 @@ class MetastoreSection(Section):
             metadata_batch_size=self.metadata_batch_size,
             unreferenced=UnreferencedMode.parse(self.unreferenced),
             polaris_version=self.polaris_version,
+            task_events=self.events(),
             realm_overrides={
                 realm: RealmOverride(**_as_dict(o)) for realm, o in self.realm_overrides.items()
             },

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from polaris_pipeline.errors import PayloadError, first_error
-from polaris_pipeline.tasks.release import PolarisRelease
+from polaris_pipeline.tasks.release import PolarisRelease, TaskEvents
 from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
 
 TASK_TYPE_CODE = 8
@@ -220,6 +220,9 @@ class TaskPolicy:
     # The Polaris release that reads the rows we write; None: inferred per realm
     # (``metastore/release_probe.py``). Text, as the settings write it.
     polaris_version: str | None = None
+    # Write Polaris's BEFORE/AFTER_ATTEMPT_TASK rows where the realm's release writes
+    # them (True), for every release ("always"), or not (False, as Polaris's default).
+    task_events: TaskEvents = False
     realm_overrides: Mapping[str, RealmOverride] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
