@@ -15,11 +15,14 @@ from collections.abc import Callable
 from pyiceberg.table import Table
 from sqlalchemy import ColumnElement, delete, update
 
+from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
 from polaris_pipeline.execution.leftover_check import ROW_GONE
 from polaris_pipeline.execution.runner import Runner, Status, TaskOutcome
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.schema import entities
+from polaris_pipeline.report.fields import UNREFERENCED
 from polaris_pipeline.report.outcome_view import OutcomeView
+from polaris_pipeline.report.step_record import STEP_RECORD_KEY
 from polaris_pipeline.tasks.model import NewTask, Prop
 from polaris_pipeline.tasks.ref import Lease
 from polaris_pipeline.testing import tables as testing_tables
@@ -99,6 +102,11 @@ def test_a_row_gone_at_the_fence_reports_what_is_left_and_deletes_nothing(
     view = OutcomeView(outcome)
     assert view.unreferenced_left == len(left) and view.json()["unreferenced_left"] == len(left)
     assert metastore.list_tasks() == []  # no child was created for a row that is gone
+    # The Dagster step says it too, in its structured record and beside the lease lost.
+    meta = DEFAULT_TRANSLATOR.lease_lost_metadata(outcome.lease, "lost", view)
+    record = meta[STEP_RECORD_KEY].value
+    assert record["unreferenced"] == report.summary()
+    assert meta[UNREFERENCED] == report.summary()
 
 
 def test_a_live_table_at_the_location_refuses_the_listing(

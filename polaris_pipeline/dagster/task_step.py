@@ -257,7 +257,7 @@ def run_task(
         if not child:
             add_tags(context, translator.outcome_tags(OUTCOME_LEASE_LOST))
         summary = {**view.output(), "message": message}
-        return summary, translator.lease_lost_metadata(mine, message), None
+        return summary, translator.lease_lost_metadata(mine, message, view), None
 
     error = _first_line(outcome.error)
     if not outcome.recorded:

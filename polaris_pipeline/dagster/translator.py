@@ -301,16 +301,23 @@ class PolarisTranslator:
                 )
         return meta
 
-    def lease_lost_metadata(self, lease: Lease, message: str) -> dict[str, Any]:
+    def lease_lost_metadata(
+        self, lease: Lease, message: str, view: OutcomeView | None = None
+    ) -> dict[str, Any]:
         """A step whose task was taken away mid-way: counted as lease lost, no numbers
-        (the current holder finishes it and claims its work)."""
+        (the current holder finishes it and claims its work); with ``view``, what is left
+        under the table's location when its row vanished meanwhile."""
         totals = OutcomeTotals()
         totals.add_status("lease-lost")
+        left = view.unreferenced if view is not None else None
         return {
             **self.lease_metadata(lease),
             STATUS: "lease-lost",
             "message": message,
-            **self.step_record_metadata(StepRecord(totals)),
+            **(view.unreferenced_metadata() if view is not None else {}),
+            **self.step_record_metadata(
+                StepRecord(totals, left.summary() if left is not None else None)
+            ),
         }
 
     def skipped_metadata(self, message: str) -> dict[str, Any]:
