@@ -240,6 +240,17 @@ EVERY_SETTING: dict[str, dict[str, Any]] = {
         "dry_run": True,
         "cron": "*/15 * * * *",
     },
+    "alerts": {
+        "webhook_url": "http://127.0.0.1:9/hook",
+        "email_to": ["ops@example.com"],
+        "email_from": "pp@example.com",
+        "smtp_host": "mail.example.com",
+        "smtp_port": 587,
+        "smtp_user": "pp",
+        "smtp_password": "not-shown",
+        "smtp_starttls": True,
+        "ui_url": "https://dagster.example.com",
+    },
     "leaks": {
         "max_bytes": 1024,
         "catalogs": ["wh"],
@@ -264,6 +275,8 @@ def test_every_setting_of_every_section_is_a_key_of_its_block(tmp_path: Path) ->
         assert changed >= set(values) - {"config_path"}, name  # each value is not the default
     resources = _load_resources({**EVERY_SETTING, "executor": "in_process"})
     for name, values in EVERY_SETTING.items():
+        if name == "alerts":
+            continue  # not a resource: the alert sensors, below
         dumped = resources[name].model_dump()
         if name == "metastore":
             dumped["realm_overrides"] = {
@@ -316,3 +329,24 @@ def test_a_bad_value_in_a_block_is_refused_naming_its_field(
         causes.append(str(cause))
         cause = cause.__cause__ or cause.__context__
     assert any(field in text for text in causes), causes
+
+
+def test_the_alerts_block_gives_the_alert_sensors_and_keeps_its_secrets(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from polaris_pipeline.dagster.alerts import CHECK_ALERT_NAME, RUN_ALERT_NAME
+
+    monkeypatch.setenv(URL_ENV, f"sqlite:///{tmp_path / 'polaris.db'}")
+    monkeypatch.setenv("HOOK_FOR_TEST", "https://hooks.example.com/T0/SECRET")
+
+    def sensors(attributes: dict[str, Any]) -> set[str]:
+        yaml = {**DEFS_YAML, "attributes": attributes}
+        with create_defs_folder_sandbox() as sandbox:
+            path = sandbox.scaffold_component(component_cls=PolarisSweeper, defs_yaml_contents=yaml)
+            with sandbox.load_component_and_build_defs(defs_path=path) as (component, defs):
+                assert "SECRET" not in repr(component)
+                return {s.name for s in defs.get_repository_def().sensor_defs}
+
+    alerts = {"webhook_url": "{{ env.HOOK_FOR_TEST }}", "ui_url": "https://dagster.example.com"}
+    assert {RUN_ALERT_NAME, CHECK_ALERT_NAME} <= sensors({**ATTRIBUTES, "alerts": alerts})
+    assert not {RUN_ALERT_NAME, CHECK_ALERT_NAME} & sensors(ATTRIBUTES)

@@ -64,6 +64,15 @@ def test_every_variable_is_read() -> None:
         "POLARIS_PIPELINE_LEAK_MIN_AGE_DAYS": "30",
         "POLARIS_PIPELINE_LEAK_AUTO_RECLAIM_CATALOGS": " sales,,ops ",
         "POLARIS_PIPELINE_DELETION_RECORD": " s3://audit/polaris-pipeline/ ",
+        "POLARIS_PIPELINE_ALERT_WEBHOOK_URL": "https://hooks.example.com/T0/SECRET",
+        "POLARIS_PIPELINE_ALERT_EMAIL_TO": "ops@example.com, oncall@example.com",
+        "POLARIS_PIPELINE_ALERT_EMAIL_FROM": "pp@example.com",
+        "POLARIS_PIPELINE_ALERT_SMTP_HOST": "mail.example.com",
+        "POLARIS_PIPELINE_ALERT_SMTP_PORT": "587",
+        "POLARIS_PIPELINE_ALERT_SMTP_USER": "pp",
+        "POLARIS_PIPELINE_ALERT_SMTP_PASSWORD": "hunter2",
+        "POLARIS_PIPELINE_ALERT_SMTP_STARTTLS": "yes",
+        "POLARIS_PIPELINE_ALERT_UI_URL": "https://dagster.example.com",
     }
     assert set(env) == set(ENV_VARIABLES.values())
     s = PipelineSettings.from_env(env)
@@ -77,6 +86,7 @@ def test_every_variable_is_read() -> None:
         metadata_batch_size=4,
         unreferenced=UnreferencedMode.DELETE,
         polaris_version="1.7",
+        task_events=True,
         realm_overrides={"TEST": RealmOverride(lease_timeout_ms=1000)},
     )
     assert m.polaris_version == "1.7"  # written as the release's own text
@@ -98,6 +108,14 @@ def test_every_variable_is_read() -> None:
     assert r.cron == "*/15 * * * *"
     leaks = s.leaks
     assert (leaks.max_bytes, leaks.cron, leaks.min_age_days) == (2**30, "0 5 * * *", 30.0)
+    a = s.alerts
+    assert a.email_to == ["ops@example.com", "oncall@example.com"] and a.smtp_port == 587
+    assert a.smtp_starttls is True  # "yes", as every boolean setting reads it
+    assert (a.email_from, a.smtp_host, a.smtp_user) == ("pp@example.com", "mail.example.com", "pp")
+    assert a.ui_url == "https://dagster.example.com" and a.configured
+    # The two secrets are read, and kept out of every repr.
+    assert a.webhook_url is not None and a.smtp_password == "hunter2"
+    assert "SECRET" not in repr(s) and "hunter2" not in repr(s)
     assert leaks.catalogs == ["wh", "lake"] and leaks.auto_reclaim_catalogs == ["sales", "ops"]
 
 
@@ -204,6 +222,12 @@ def test_the_url_is_trimmed_and_kept_whole() -> None:
     # The URL is checked when the metastore is opened (its errors mask the password).
     s = PipelineSettings.from_env({"POLARIS_METASTORE_URL": "  postgresql://u:pw@h/db  "})
     assert s.metastore.url == "postgresql://u:pw@h/db"
+
+
+def test_a_bad_secret_is_named_without_its_value() -> None:
+    with pytest.raises(SettingsError, match="POLARIS_PIPELINE_ALERT_WEBHOOK_URL: an http") as err:
+        PipelineSettings.from_env({"POLARIS_PIPELINE_ALERT_WEBHOOK_URL": "hooks/SECRET"})
+    assert "SECRET" not in str(err.value)
 
 
 def test_a_bad_url_is_named_without_its_value() -> None:

@@ -46,20 +46,13 @@ from polaris_pipeline.dagster.backlog.checks import CHECK_NAMES
 from polaris_pipeline.dagster.backlog.report import ASSET_KEY
 from polaris_pipeline.dagster.contract import TAG_REALM, TAG_TABLE, TAG_TASK_ID, TAG_TASK_TYPE
 from polaris_pipeline.dagster.reporting import run_total
+from polaris_pipeline.settings import AlertSection
+from polaris_pipeline.settings.pipeline import section_from_env
 
 RUN_ALERT_NAME = "polaris_run_failure_alert"
 RUN_EMAIL_ALERT_NAME = "polaris_run_failure_email"
 CHECK_ALERT_NAME = "polaris_check_failure_alert"
 
-WEBHOOK_ENV = "POLARIS_PIPELINE_ALERT_WEBHOOK_URL"
-EMAIL_TO_ENV = "POLARIS_PIPELINE_ALERT_EMAIL_TO"
-EMAIL_FROM_ENV = "POLARIS_PIPELINE_ALERT_EMAIL_FROM"
-SMTP_HOST_ENV = "POLARIS_PIPELINE_ALERT_SMTP_HOST"
-SMTP_PORT_ENV = "POLARIS_PIPELINE_ALERT_SMTP_PORT"
-SMTP_USER_ENV = "POLARIS_PIPELINE_ALERT_SMTP_USER"
-SMTP_PASSWORD_ENV = "POLARIS_PIPELINE_ALERT_SMTP_PASSWORD"
-SMTP_STARTTLS_ENV = "POLARIS_PIPELINE_ALERT_SMTP_STARTTLS"
-UI_URL_ENV = "POLARIS_PIPELINE_ALERT_UI_URL"
 
 # The tags of a task run an alert shows (the contract's), each as "<name>: <value>".
 _TAGS_SHOWN = (TAG_TABLE, TAG_REALM, TAG_TASK_ID, TAG_TASK_TYPE)
@@ -383,49 +376,47 @@ class Destinations:
         (notifiers[0] if len(notifiers) == 1 else fan_out(notifiers))(alert)
 
 
-def _env(env: Mapping[str, str], name: str) -> str | None:
-    value = env.get(name, "").strip()
-    return value or None
+def _section(env: Mapping[str, str]) -> AlertSection:
+    section = section_from_env("alerts", env)
+    assert isinstance(section, AlertSection)
+    return section
 
 
 def ui_url_from_env(env: Mapping[str, str]) -> str | None:
     """The Dagster UI address alerts link to (``POLARIS_PIPELINE_ALERT_UI_URL``), if set."""
-    return _env(env, UI_URL_ENV)
+    return _section(env).ui_url
+
+
+def smtp_of(section: AlertSection) -> SmtpSettings | None:
+    """The e-mail destination the alerts section sets; None without addresses."""
+    if section.email_to is None:
+        return None
+    return SmtpSettings(
+        to=tuple(section.email_to),
+        host=section.smtp_host,
+        port=section.smtp_port,
+        sender=section.email_from,
+        user=section.smtp_user,
+        password=section.smtp_password,
+        starttls=section.smtp_starttls,
+    )
+
+
+def destinations_of(section: AlertSection) -> Destinations | None:
+    """The destinations the alerts section sets (a ``Notify``); None when it sets none."""
+    if not section.configured:
+        return None
+    return Destinations(section.webhook_url, smtp_of(section))
 
 
 def smtp_from_env(env: Mapping[str, str]) -> SmtpSettings | None:
-    to = _env(env, EMAIL_TO_ENV)
-    if to is None:
-        return None
-    recipients = tuple(r.strip() for r in to.split(",") if r.strip())
-    if not recipients or not all("@" in r for r in recipients):
-        raise ValueError(f"{EMAIL_TO_ENV}: a comma-separated list of e-mail addresses")
-    raw_port = _env(env, SMTP_PORT_ENV) or "25"
-    try:
-        port = int(raw_port)
-    except ValueError:
-        raise ValueError(f"{SMTP_PORT_ENV}={raw_port!r}: not an integer") from None
-    starttls = (_env(env, SMTP_STARTTLS_ENV) or "false").lower()
-    if starttls not in ("true", "false"):
-        raise ValueError(f"{SMTP_STARTTLS_ENV}={starttls!r}: true or false")
-    return SmtpSettings(
-        to=recipients,
-        host=_env(env, SMTP_HOST_ENV) or "localhost",
-        port=port,
-        sender=_env(env, EMAIL_FROM_ENV) or "polaris-pipeline@localhost",
-        user=_env(env, SMTP_USER_ENV),
-        password=env.get(SMTP_PASSWORD_ENV) or None,
-        starttls=starttls == "true",
-    )
+    """``smtp_of`` the environment's alerts section (the settings' one reading of it)."""
+    return smtp_of(_section(env))
 
 
 def notifier_from_env(env: Mapping[str, str]) -> Destinations | None:
     """The configured destinations (a ``Notify``); None when none is configured."""
-    url = _env(env, WEBHOOK_ENV)
-    if url is not None and not url.startswith(("https://", "http://")):
-        raise ValueError(f"{WEBHOOK_ENV}: an http(s) URL")  # the URL is a secret: not shown
-    smtp = smtp_from_env(env)
-    return Destinations(url, smtp) if url or smtp else None
+    return destinations_of(_section(env))
 
 
 def alert_sensors(notify: Notify | None, ui_url: str | None = None) -> list[SensorDefinition]:

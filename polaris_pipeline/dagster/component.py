@@ -31,6 +31,7 @@ from typing import Annotated, Any, Literal
 import dagster as dg
 from pydantic import Field
 
+from polaris_pipeline.dagster.alerts import destinations_of
 from polaris_pipeline.dagster.backlog import BacklogSettings
 from polaris_pipeline.dagster.definitions import build_defs
 from polaris_pipeline.dagster.leaks import LeakSettings
@@ -39,6 +40,7 @@ from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
 from polaris_pipeline.dagster.retention import RetentionSettings
 from polaris_pipeline.dagster.translator import translator_from_path
+from polaris_pipeline.settings import AlertSection
 
 
 def _as_env_var(value: str) -> str | dg.EnvVar:
@@ -83,6 +85,10 @@ def _metastore(context: dg.ResolutionContext, block: Any) -> PolarisMetastoreRes
     return PolarisMetastoreResource(**{**values, "url": _as_env_var(values["url"])})
 
 
+def _alerts(context: dg.ResolutionContext, block: Any) -> AlertSection | None:
+    return None if block is None else AlertSection(**_templated(context, block))
+
+
 class PolarisSweeper(dg.Component, dg.Model, dg.Resolvable):
     """Guaranteed execution of Apache Polaris cleanup tasks: sensor, jobs, backlog, checks."""
 
@@ -104,6 +110,18 @@ class PolarisSweeper(dg.Component, dg.Model, dg.Resolvable):
     )
     leaks: Annotated[LeakSettings | None, _block(LeakSettings)] = Field(
         default=None, description="The leak report's threshold, catalogs, schedule."
+    )
+    # Read after its templates are rendered: a secret is written as one (its value is
+    # not a URL until then). Alerts are no resource: the section itself.
+    alerts: Annotated[
+        AlertSection | None,
+        dg.Resolver(_alerts, model_field_type=dict[str, Any] | None),
+    ] = Field(
+        default=None,
+        description=(
+            "Where failed runs and failing checks are sent (none: no alert sensor); write "
+            'the secrets as templates: webhook_url: "{{ env.SLACK_WEBHOOK }}".'
+        ),
     )
     executor: Literal["multiprocess", "in_process", "celery"] | None = Field(
         default=None, description="How the task job's steps run; null: in the run's process."
@@ -139,6 +157,8 @@ class PolarisSweeper(dg.Component, dg.Model, dg.Resolvable):
             retention=self.retention,
             leaks=self.leaks,
             executor=self.executor,
+            notify=destinations_of(self.alerts) if self.alerts else None,
+            alert_ui_url=self.alerts.ui_url if self.alerts else None,
             translator=translator_from_path(self.translator) if self.translator else None,
         )
 

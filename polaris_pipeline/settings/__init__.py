@@ -6,9 +6,10 @@ with Dagster's base added (``polaris_pipeline/dagster/resources``). Each field,
 default and rule is written once, in its section's module.
 """
 
+from polaris_pipeline.settings.alerts import AlertSection
 from polaris_pipeline.settings.backlog import BacklogSection
 from polaris_pipeline.settings.leaks import LeakSection
-from polaris_pipeline.settings.metastore import DEFAULT_EXECUTOR_PREFIX, MetastoreSection
+from polaris_pipeline.settings.metastore import MetastoreSection
 from polaris_pipeline.settings.pipeline import (
     DEPRECATED_VARIABLES,
     ENV_VARIABLES,
@@ -28,7 +29,6 @@ UNREFERENCED_ENV = ENV_VARIABLES[("metastore", "unreferenced")]
 LEAK_MIN_AGE_ENV = ENV_VARIABLES[("leaks", "min_age_days")]
 
 __all__ = [
-    "DEFAULT_EXECUTOR_PREFIX",
     "DELETION_RECORD_ENV",
     "DEPRECATED_VARIABLES",
     "ENV_VARIABLES",
@@ -38,6 +38,7 @@ __all__ = [
     "MAX_ATTEMPTS_ENV",
     "REALMS_ENV",
     "UNREFERENCED_ENV",
+    "AlertSection",
     "BacklogSection",
     "LeakSection",
     "MetastoreSection",

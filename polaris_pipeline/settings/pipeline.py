@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
+from polaris_pipeline.settings.alerts import AlertSection
 from polaris_pipeline.settings.backlog import BacklogSection
 from polaris_pipeline.settings.leaks import LeakSection
 from polaris_pipeline.settings.metastore import MetastoreSection
@@ -40,32 +41,13 @@ class PipelineSettings(Section):
     backlog: BacklogSection = Field(default_factory=BacklogSection)
     retention: RetentionSection = Field(default_factory=RetentionSection)
     leaks: LeakSection = Field(default_factory=LeakSection)
+    alerts: AlertSection = Field(default_factory=AlertSection)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> PipelineSettings:
         """The defaults, with every variable of ``ENV_VARIABLES`` that is set and not blank."""
         env = os.environ if environ is None else environ
-        sections: dict[str, Section] = {}
-        for section, section_type in _SECTIONS.items():
-            values: dict[str, Any] = {}
-            raws: dict[str, tuple[str, str]] = {}
-            for field, name in _fields(section):
-                found = _lookup(env, name, section, field)
-                if found is None:
-                    continue
-                variable, raw = found
-                try:
-                    values[field] = _parse(section_type.model_fields[field].annotation, raw)
-                except ValueError as exc:
-                    raise _named(variable, raw, field, str(exc)) from None
-                raws[field] = (variable, raw)
-            try:
-                sections[section] = section_type(**values)
-            except ValidationError as exc:
-                field = str(exc.errors()[0]["loc"][0]) if exc.errors()[0]["loc"] else ""
-                variable, raw = raws.get(field, (_section_variables(section), ""))
-                raise _named(variable, raw, field, _message(exc)) from None
-        return cls.model_validate(sections)
+        return cls.model_validate({name: section_from_env(name, env) for name in _SECTIONS})
 
     def with_overrides(
         self,
@@ -94,6 +76,31 @@ class PipelineSettings(Section):
         return self.model_copy(update=sections)
 
 
+def section_from_env(section: str, environ: Mapping[str, str] | None = None) -> Section:
+    """One section, read from the environment (``from_env``'s reading, for a front end
+    that needs only that section)."""
+    env = os.environ if environ is None else environ
+    section_type = _SECTIONS[section]
+    values: dict[str, Any] = {}
+    raws: dict[str, tuple[str, str]] = {}
+    for field, name in _fields(section):
+        found = _lookup(env, name, section, field)
+        if found is None:
+            continue
+        variable, raw = found
+        try:
+            values[field] = _parse(section_type.model_fields[field].annotation, raw)
+        except ValueError as exc:
+            raise _named(variable, raw, section, field, str(exc)) from None
+        raws[field] = (variable, raw)
+    try:
+        return section_type(**values)
+    except ValidationError as exc:
+        field = str(exc.errors()[0]["loc"][0]) if exc.errors()[0]["loc"] else ""
+        variable, raw = raws.get(field, (_section_variables(section), ""))
+        raise _named(variable, raw, section, field, _message(exc)) from None
+
+
 _SECTIONS: dict[str, type[Section]] = {
     "metastore": MetastoreSection,
     "storage": StorageSection,
@@ -101,6 +108,7 @@ _SECTIONS: dict[str, type[Section]] = {
     "backlog": BacklogSection,
     "retention": RetentionSection,
     "leaks": LeakSection,
+    "alerts": AlertSection,
 }
 # The words a section's variables start with, after POLARIS_PIPELINE_.
 _ENV_SECTION = {
@@ -110,6 +118,7 @@ _ENV_SECTION = {
     "backlog": "BACKLOG_",
     "retention": "RETENTION_",
     "leaks": "LEAK_",
+    "alerts": "ALERT_",
 }
 # Variables of earlier releases, spelt otherwise than their fields: read, with a warning.
 DEPRECATED_VARIABLES: dict[str, tuple[str, str]] = {
@@ -206,9 +215,12 @@ def _message(exc: ValidationError) -> str:
     return f"{inner}: {message}" if inner else message
 
 
-def _named(variable: str, raw: str, field: str, message: str) -> SettingsError:
-    # Name the variable; the URL's value may hold a password, the others not.
-    shown = "" if field == "url" or not raw else f"={raw.strip()!r}"
+def _named(variable: str, raw: str, section: str, field: str, message: str) -> SettingsError:
+    # Name the variable; a URL's value may hold a password, and a secret (a field kept out
+    # of the repr) is never shown.
+    info = _SECTIONS[section].model_fields.get(field)
+    secret = field == "url" or (info is not None and info.repr is False)
+    shown = "" if secret or not raw else f"={raw.strip()!r}"
     return SettingsError(f"{variable}{shown}: {message}")
 
 
