@@ -243,7 +243,7 @@ def test_cli_honours_realms_in_list_and_sweep(
             "-1",
             "POLARIS_PIPELINE_LEASE_TIMEOUT_MS='-1': lease",
         ),
-        ("POLARIS_PIPELINE_REALMS", ",", "POLARIS_PIPELINE_REALMS=',': names no realm"),
+        ("POLARIS_PIPELINE_REALMS", ",", "POLARIS_PIPELINE_REALMS=',': names nothing"),
     ],
 )
 def test_a_bad_variable_is_one_line_and_exit_2(

@@ -124,7 +124,7 @@ def test_a_refused_question_is_unknown_never_freed(moto_iam: MotoIam) -> None:
     resolver = StorageResolver(StorageConfig(rules=(StorageRule(f"s3://{bucket}", options),)))
     uri = f"s3://{bucket}/t/data/a.parquet"
     report = bulk_delete(resolver, [uri])
-    assert report.deleted == [uri] and report.failed == {}
+    assert report.deleted == [uri] and report.failed == {}, report.failed
     assert report.retention_unknown == [uri] and report.retained == []
     assert report.bytes_freed == 0
 

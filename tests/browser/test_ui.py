@@ -383,6 +383,8 @@ def test_run_page_shows_tags_what_was_deleted_and_the_lease(
             rf"task id\s*{orders['task_id']}\s*type\s*entity_cleanup_scheduler\s*"
             rf"lease executor\s*polaris-pipeline:run:{run['run_id']}\s*lease attempt\s*1\s*"
             r"lease started\s*20\d\d-\d\d-\d\dT[\d:]+\+00:00\s*status\s*done\s*"
+            # The step's structured record (what the run report reads), then the labels.
+            r"polaris/step\s*\[Show JSON\]\s*"
             r"files deleted\s*0\s*files already gone\s*0\s*bytes freed\s*0\s*"
             r"refused paths\s*0\s*child tasks\s*[1-9]\d*"
         )
