@@ -13,6 +13,7 @@ from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
 from resources.location import DEPLOYMENT, resources
 
 if TYPE_CHECKING:
+    # An asset job (the leak report) before resolution: Dagster 1.13 exports no public name.
     from dagster._core.definitions.unresolved_asset_job_definition import (
         UnresolvedAssetJobDefinition,
     )
