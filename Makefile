@@ -68,8 +68,8 @@ test: $(BIN)/.installed bytecode system services lint
 	if [ $$status -eq 0 ]; then rm -rf $$tmp; else echo "test files kept in $$tmp"; fi; \
 	exit $$status
 
-# The edit loop: everything but the daemon, browser, Spark/Java, operator-guide and
-# reliability tests (marker slow), in parallel.
+# The edit loop: everything but the tests marked slow (daemons, browser, Spark/Java, the
+# operator guide, reliability, and a few whole-process runs: pyproject.toml), in parallel.
 test-fast: $(BIN)/.installed bytecode emulators services
 	@tmp=$$(mktemp -d /tmp/pp.XXXXXX); \
 	$(PYTEST) $(PYTEST_PARALLEL) --basetemp=$$tmp -m "not slow"; status=$$?; \

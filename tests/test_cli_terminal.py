@@ -307,6 +307,7 @@ def _parsers(
     return out
 
 
+@pytest.mark.slow
 def test_every_option_of_every_command_has_help_and_every_command_an_example() -> None:
     parsers = _parsers(build_parser())
     # At least these (other commands are checked the same way below).

@@ -105,6 +105,7 @@ def _dg(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_dg_lists_the_component_and_checks_the_example_project(tmp_path: Path) -> None:
     env = {
         **os.environ,

@@ -661,6 +661,7 @@ def deployed_task_job() -> JobDefinition:
     return job
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("metastore_url", ["postgresql"], indirect=True)
 def test_multiprocess_run_on_a_postgres_instance(
     metastore: Metastore,

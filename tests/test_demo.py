@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from polaris_pipeline.metastore import Metastore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,6 +22,7 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 def test_demo_recovers_orphans_and_leaves_live_work_alone(tmp_path: Path) -> None:
     demo_dir = tmp_path / "demo"
     proc = subprocess.run(
@@ -73,6 +76,7 @@ def test_demo_recovers_orphans_and_leaves_live_work_alone(tmp_path: Path) -> Non
     assert (demo_dir / "dagster_home" / "history" / "runs.db").exists()
 
 
+@pytest.mark.slow
 def test_code_location_validates(tmp_path: Path) -> None:
     """``dagster definitions validate``: with and without the metastore URL set."""
     for extra in ({}, {"POLARIS_METASTORE_URL": f"sqlite:///{tmp_path}/polaris.db"}):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import multiprocessing as mp
 from collections import Counter
 
+import pytest
+
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import TaskPolicy
 from tests.support.polaris_leaser import polaris_load_tasks
@@ -46,6 +48,7 @@ def _polaris_leaser(url: str, start: mp.synchronize.Barrier, out: mp.Queue) -> N
     store.dispose()
 
 
+@pytest.mark.slow
 def test_four_leasers_and_a_polaris_leaser_never_double_lease(metastore: Metastore) -> None:
     for realm in REALMS:
         metastore.insert_tasks(

@@ -72,6 +72,7 @@ def _user_project(path: Path) -> None:
     (path / "user_defs.py").write_text(textwrap.dedent(USER_DEFS))
 
 
+@pytest.mark.slow
 def test_a_user_project_with_its_own_assets_jobs_resources_builds_definitions(
     wheel: Path, tmp_path: Path
 ) -> None:
