@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import dagster as dg
@@ -67,22 +68,23 @@ def _templated(context: dg.ResolutionContext, value: Any) -> Any:
     return value
 
 
-def _block(resource_type: type[dg.ConfigurableResource]) -> Any:
-    """A block resolved into ``resource_type`` itself."""
+def _block(
+    resource_type: type[dg.ConfigurableResource],
+    adapt: Callable[[dict[str, Any]], dict[str, Any]] = lambda values: values,
+) -> Any:
+    """A block resolved into ``resource_type`` itself, its rendered values ``adapt``-ed."""
 
     def resolve(context: dg.ResolutionContext, block: Any) -> Any:
         if block is None:
             return None
-        return resource_type(**_templated(context, block.model_dump(exclude_unset=True)))
+        values = _templated(context, block.model_dump(exclude_unset=True))
+        return resource_type(**adapt(values))
 
     return dg.Resolver(resolve, model_field_type=resource_type | None)
 
 
-def _metastore(context: dg.ResolutionContext, block: Any) -> PolarisMetastoreResource | None:
-    if block is None:
-        return None
-    values = _templated(context, block.model_dump(exclude_unset=True))
-    return PolarisMetastoreResource(**{**values, "url": _as_env_var(values["url"])})
+def _url_as_env_var(values: dict[str, Any]) -> dict[str, Any]:
+    return {**values, "url": _as_env_var(values["url"])}
 
 
 def _alerts(context: dg.ResolutionContext, block: Any) -> AlertSection | None:
@@ -93,8 +95,7 @@ class PolarisSweeper(dg.Component, dg.Model, dg.Resolvable):
     """Guaranteed execution of Apache Polaris cleanup tasks: sensor, jobs, backlog, checks."""
 
     metastore: Annotated[
-        PolarisMetastoreResource | None,
-        dg.Resolver(_metastore, model_field_type=PolarisMetastoreResource | None),
+        PolarisMetastoreResource | None, _block(PolarisMetastoreResource, _url_as_env_var)
     ] = Field(default=None, description="The metastore and its realms' task policy.")
     storage: Annotated[PolarisStorageResource | None, _block(PolarisStorageResource)] = Field(
         default=None, description="Filesystem options, allowed prefixes, deletion record."
@@ -183,9 +184,8 @@ class PolarisSweeper(dg.Component, dg.Model, dg.Resolvable):
                 raise ValueError("PolarisSweeper: set metastore.url")
             return self.metastore
         _warn_flat(["metastore_url" if k == "url" else k for k in given], "metastore")
+        # model_dump keeps an EnvVar URL as the EnvVar.
         base = self.metastore.model_dump(exclude_unset=True) if self.metastore else {}
-        if self.metastore is not None:
-            base["url"] = self.metastore.url
         return PolarisMetastoreResource(**{**base, **given})
 
     def _sweeper_with_flat_keys(self) -> SweeperSettings | None:

@@ -34,8 +34,7 @@ from dagster import (
 from polaris_pipeline.dagster.alerts import (
     Notify,
     alert_sensors,
-    notifier_from_env,
-    ui_url_from_env,
+    destinations_of,
 )
 from polaris_pipeline.dagster.backlog import (
     BACKLOG_CHECKS,
@@ -61,7 +60,6 @@ from polaris_pipeline.dagster.task_job import MULTIPROCESS_EXECUTOR, build_polar
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR, PolarisTranslator
 from polaris_pipeline.metastore import URL_ENV
 from polaris_pipeline.settings import PipelineSettings
-from polaris_pipeline.tasks.release import ALWAYS, PolarisRelease, parse_task_events
 
 if TYPE_CHECKING:
     # An asset job (the leak report) before resolution: Dagster 1.13 exports no public name.
@@ -221,27 +219,23 @@ def _with_deprecated(resources: Mapping[str, Any], arguments: Mapping[str, Any])
     )
     changes: dict[str, dict[str, Any]] = {}
     for name, value in arguments.items():
-        if value is None:
-            continue
-        section, field = _DEPRECATED_ARGUMENTS[name]
-        if name == "write_task_events":
-            value = parse_task_events(value)
-            value = value if value == ALWAYS else str(bool(value)).lower()
-        changes.setdefault(section, {})[field] = value
+        if value is not None:
+            section, field = _DEPRECATED_ARGUMENTS[name]
+            changes.setdefault(section, {})[field] = value
     rebuilt: dict[str, Any] = {}
     for section, fields in changes.items():
         current = resources[section]
-        values = current.model_dump()
-        for field, value in fields.items():
-            given = current.model_fields_set
-            if field in given and values[field] != value and field != "url":
+        # The section's validators read each value (write_task_events=True is "true"),
+        # so the comparison below is between values as the resource holds them.
+        new = type(current)(**{**current.model_dump(), **fields})
+        for field in fields:
+            old, value = getattr(current, field), getattr(new, field)
+            if field in current.model_fields_set and old != value and field != "url":
                 raise ValueError(
                     f"{field} {value!r} disagrees with the {section} resource's "
-                    f"{values[field]!r}: set it in one place"
+                    f"{old!r}: set it in one place"
                 )
-        if section == "metastore" and "url" not in fields:
-            fields["url"] = current.url
-        rebuilt[section] = type(current)(**{**values, **fields})
+        rebuilt[section] = new
     return rebuilt
 
 
@@ -322,16 +316,6 @@ def compose_defs(
     return defs
 
 
-def _release(value: str | None) -> str | None:
-    """``polaris_version`` checked now: a typo fails the code location, not a tick."""
-    if value is None:
-        return None
-    try:
-        return PolarisRelease.normalise(value)
-    except ValueError as exc:
-        raise ValueError(f"polaris_version: {exc}") from None
-
-
 def _resolve_quietly(defs: Definitions) -> None:
     """Build the repository now, without Dagster's own ``owners`` beta warning.
 
@@ -364,6 +348,11 @@ class EnvDeployment:
     @property
     def sweeper_autostart(self) -> bool | None:
         """Deprecated: the ``sweeper`` resource's ``autostart``."""
+        warnings.warn(
+            "EnvDeployment.sweeper_autostart is deprecated: read the sweeper resource's autostart",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         autostart: bool | None = self.resources["sweeper"].autostart
         return autostart
 
@@ -393,8 +382,9 @@ def deployment_from_env(environ: Mapping[str, str] | None = None) -> EnvDeployme
     return EnvDeployment(
         resources=resources,
         executor=executor,  # type: ignore[arg-type]  # checked by _task_executor
-        notify=notifier_from_env(env),
-        alert_ui_url=ui_url_from_env(env),
+        # The alerts section read above, not the environment once more.
+        notify=destinations_of(settings.alerts),
+        alert_ui_url=settings.alerts.ui_url,
     )
 
 

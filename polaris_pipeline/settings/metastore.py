@@ -6,9 +6,9 @@ is built with, so no caller can leave a setting out.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from polaris_pipeline.execution.runner import DEFAULT_EXECUTOR_PREFIX
 from polaris_pipeline.settings.section import Section
@@ -145,7 +145,7 @@ class MetastoreSection(Section):
         if not isinstance(value, dict):
             return value
         return {
-            str(realm): RealmOverride.from_json_obj(_as_dict(o), realm=str(realm)).model_dump(
+            str(realm): RealmOverride.from_json_obj(o, realm=str(realm)).model_dump(
                 exclude_none=True
             )
             for realm, o in value.items()
@@ -160,11 +160,6 @@ class MetastoreSection(Section):
             raise ValueError("the executor prefix must not contain white space")
         return value
 
-    @model_validator(mode="after")
-    def _policy_rules(self) -> MetastoreSection:
-        self.policy()  # TaskPolicy holds the rules that span fields
-        return self
-
     def policy(self) -> TaskPolicy:
         """The lease policy this section gives: every Metastore and Runner takes it."""
         return TaskPolicy(
@@ -176,7 +171,8 @@ class MetastoreSection(Section):
             polaris_version=self.polaris_version,
             task_events=self.events(),
             realm_overrides={
-                realm: RealmOverride(**_as_dict(o)) for realm, o in self.realm_overrides.items()
+                realm: RealmOverride(**RealmOverride.values_of(o))
+                for realm, o in self.realm_overrides.items()
             },
         )
 
@@ -187,9 +183,3 @@ class MetastoreSection(Section):
     def realm_list(self) -> list[str] | None:
         """``realms`` as the metastore's calls take it."""
         return list(self.realms) if self.realms is not None else None
-
-
-def _as_dict(value: object) -> dict[str, Any]:
-    if isinstance(value, RealmOverride):
-        return value.model_dump(exclude_none=True)
-    return dict(value)  # type: ignore[call-overload]

@@ -171,6 +171,13 @@ class RealmOverride(BaseModel):
         check_batch_size(self.metadata_batch_size)
         return self
 
+    @staticmethod
+    def values_of(value: RealmOverride | Mapping[str, Any]) -> dict[str, Any]:
+        """The fields a realm's override sets, from the model or from a plain mapping."""
+        if isinstance(value, RealmOverride):
+            return value.model_dump(exclude_none=True)
+        return dict(value)
+
     @classmethod
     def from_json_obj(cls, value: object, *, realm: str = "?") -> RealmOverride:
         """From ``{"lease_timeout_ms": .., "grace_ms": .., "metadata_batch_size": ..}``.

@@ -60,8 +60,8 @@ _RENAMED_REALM_FIELDS = {
 
 def _renamed_fields(values: dict[str, Any]) -> dict[str, Any]:
     """``values`` with the spellings of earlier releases replaced, with a warning."""
-    old = [k for k in (*_RENAMED_REALM_FIELDS, "write_task_events", "task_events_every_release")]
-    old = [k for k in old if k in values]
+    renamed = (*_RENAMED_REALM_FIELDS, "write_task_events", "task_events_every_release")
+    old = [k for k in renamed if k in values]
     if not old:
         return values
     warnings.warn(
@@ -71,7 +71,9 @@ def _renamed_fields(values: dict[str, Any]) -> dict[str, Any]:
         stacklevel=3,
     )
     values = dict(values)
-    overrides = {r: dict(_plain(o)) for r, o in (values.get("realm_overrides") or {}).items()}
+    overrides = {
+        r: RealmOverride.values_of(o) for r, o in (values.get("realm_overrides") or {}).items()
+    }
     for old_name, key in _RENAMED_REALM_FIELDS.items():
         for realm, value in (values.pop(old_name, None) or {}).items():
             overrides.setdefault(realm, {})[key] = value
@@ -82,12 +84,6 @@ def _renamed_fields(values: dict[str, Any]) -> dict[str, Any]:
     if write is not None:
         values["task_events"] = ("always" if every else "true") if write else "false"
     return values
-
-
-def _plain(override: Any) -> dict[str, Any]:
-    return (
-        override.model_dump(exclude_none=True) if isinstance(override, RealmOverride) else override
-    )
 
 
 class RealmOverrideConfig(Config, RealmOverride):
