@@ -18,6 +18,11 @@ PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadgroup
 # first and leaves the cache for the workers, and the processes the tests start
 # (code locations under tests/support, reliability workers) keep theirs too.
 PYTEST = PYTHONDONTWRITEBYTECODE= $(BIN)/pytest
+# The tests' files go to tmpfs where the machine has one. Dagster's SQLite run and event
+# storage commits, so syncs the disk, for every event a run stores: measured 2026-12-05,
+# two reporting tests took 17.5 to 21.7 s with their files under /tmp on this machine's
+# disk and 10.7 to 11.1 s under /dev/shm.
+TEST_TMP_ROOT ?= $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm || echo /tmp)
 
 .PHONY: demo test test-fast test-polaris lint bench services system emulators bytecode clean
 
@@ -62,17 +67,17 @@ emulators:
 # path, and an error naming a file under pytest-of-root/pytest-NNN/popen-gwN/ grew past
 # the length at which stored errors are abbreviated (tests/test_guard_roots.py).
 test: $(BIN)/.installed bytecode system services lint
-	@status=0; tmp=$$(mktemp -d /tmp/pp.XXXXXX); \
-	$(PYTEST) -m serial || status=$$?; \
-	$(PYTEST) $(PYTEST_PARALLEL) --basetemp=$$tmp -m "not serial" || status=$$?; \
+	@status=0; tmp=$$(mktemp -d $(TEST_TMP_ROOT)/pp.XXXXXX); \
+	$(PYTEST) -m serial --basetemp=$$tmp/s || status=$$?; \
+	$(PYTEST) $(PYTEST_PARALLEL) --basetemp=$$tmp/p -m "not serial" || status=$$?; \
 	if [ $$status -eq 0 ]; then rm -rf $$tmp; else echo "test files kept in $$tmp"; fi; \
 	exit $$status
 
 # The edit loop: everything but the tests marked slow (daemons, browser, Spark/Java, the
 # operator guide, reliability, and a few whole-process runs: pyproject.toml), in parallel.
 test-fast: $(BIN)/.installed bytecode emulators services
-	@tmp=$$(mktemp -d /tmp/pp.XXXXXX); \
-	$(PYTEST) $(PYTEST_PARALLEL) --basetemp=$$tmp -m "not slow"; status=$$?; \
+	@tmp=$$(mktemp -d $(TEST_TMP_ROOT)/pp.XXXXXX); \
+	$(PYTEST) $(PYTEST_PARALLEL) --basetemp=$$tmp/p -m "not slow"; status=$$?; \
 	if [ $$status -eq 0 ]; then rm -rf $$tmp; else echo "test files kept in $$tmp"; fi; \
 	exit $$status
 
