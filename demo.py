@@ -198,6 +198,7 @@ def sweep(demo: Demo, out: Any) -> None:
         SweeperSettings,
         build_defs,
     )
+    from polaris_pipeline.dagster.contract import JOB_NAME
     from polaris_pipeline.dagster.sweeper import SENSOR_NAME
 
     metastore = PolarisMetastoreResource(
@@ -211,9 +212,10 @@ def sweep(demo: Demo, out: Any) -> None:
     # The sensor and the job a deployment runs, with the demo's resources bound.
     defs = build_defs(metastore=metastore, storage=storage, sweeper=sweeper)
     sweeper_sensor = defs.resolve_sensor_def(SENSOR_NAME)
-    task_job = defs.resolve_job_def(sweeper_sensor.job_name)
+    task_job = defs.resolve_job_def(JOB_NAME)
+    resources = defs.resources or {}
     # Evaluated by hand, a sensor gets only the resources its context is given.
-    sensor_resources = {key: defs.resources[key] for key in sweeper_sensor.required_resource_keys}
+    sensor_resources = {key: resources[key] for key in sweeper_sensor.required_resource_keys}
     instance = _instance(demo)
     labels = {t.task_id: t.name for t in demo.tables if t.task_id is not None}
     labels[demo.malformed_task_id] = "malformed task"
