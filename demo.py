@@ -9,8 +9,9 @@ Runs on a fresh machine with nothing else installed or running. In ``.demo/``
    orphaned table cleanups (past the grace period, never run), one task a live
    Polaris server holds a lease on, one just dropped (within grace: Polaris may
    be running it right now), and one with a malformed payload;
-4. evaluates the ``polaris_task_sweeper`` sensor and executes each run it asks
-   for on a real Dagster instance, tick after tick until no run is requested;
+4. evaluates the ``polaris_task_sweeper`` sensor as ``build_defs`` deploys it and
+   executes each run it asks for (the task job of the same ``Definitions``) on a
+   real Dagster instance, tick after tick until no run is requested;
 5. reports what was recovered, what was dead-lettered, what was left alone,
    checks the files on disk, and prints how to open the Dagster UI on the data.
 
@@ -191,13 +192,14 @@ def _report_run(instance: Any, result: Any, label: str) -> RunReport:
 def sweep(demo: Demo, out: Any) -> None:
     from dagster import SensorResult, SkipReason, build_sensor_context
 
-    from polaris_pipeline.dagster.resources import (
+    from polaris_pipeline.dagster import (
         PolarisMetastoreResource,
         PolarisStorageResource,
         SweeperSettings,
+        build_defs,
     )
-    from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
-    from polaris_pipeline.dagster.task_job import polaris_task_job
+    from polaris_pipeline.dagster.contract import JOB_NAME
+    from polaris_pipeline.dagster.sweeper import SENSOR_NAME
 
     metastore = PolarisMetastoreResource(
         url=demo.metastore_url, lease_timeout_ms=LEASE_TIMEOUT_MS, grace_ms=GRACE_MS
@@ -207,6 +209,13 @@ def sweep(demo: Demo, out: Any) -> None:
     )
     # No wait between sweeps: the demo drives the ticks itself.
     sweeper = SweeperSettings(interval_seconds=0, jitter=0)
+    # The sensor and the job a deployment runs, with the demo's resources bound.
+    defs = build_defs(metastore=metastore, storage=storage, sweeper=sweeper)
+    sweeper_sensor = defs.resolve_sensor_def(SENSOR_NAME)
+    task_job = defs.resolve_job_def(JOB_NAME)
+    resources = defs.resources or {}
+    # Evaluated by hand, a sensor gets only the resources its context is given.
+    sensor_resources = {key: resources[key] for key in sweeper_sensor.required_resource_keys}
     instance = _instance(demo)
     labels = {t.task_id: t.name for t in demo.tables if t.task_id is not None}
     labels[demo.malformed_task_id] = "malformed task"
@@ -220,11 +229,11 @@ def sweep(demo: Demo, out: Any) -> None:
         with build_sensor_context(
             instance=instance,
             cursor=cursor,
-            resources={"metastore": metastore, "sweeper": sweeper},
+            resources=sensor_resources,
         ) as context:
             # The sensor logs its lease line to the console; this report says it instead.
             context.log.setLevel(logging.WARNING)
-            evaluation = polaris_task_sweeper(context)
+            evaluation = sweeper_sensor(context)
         assert isinstance(evaluation, SensorResult | SkipReason)
         if isinstance(evaluation, SkipReason):
             print(f"Sweeper tick {tick}: skipped: {evaluation.skip_message}", file=out)
@@ -239,11 +248,10 @@ def sweep(demo: Demo, out: Any) -> None:
         for request in requests:
             task_id = int(request.tags["polaris/task_id"])
             label = labels.get(task_id, f"task {task_id}")
-            result = polaris_task_job.execute_in_process(
+            result = task_job.execute_in_process(
                 run_config={**request.run_config, **quiet_loggers},
                 tags=request.tags,
                 instance=instance,
-                resources={"metastore": metastore, "storage": storage},
                 raise_on_error=False,
             )
             report = _report_run(instance, result, label)

@@ -1,10 +1,11 @@
 """The sweeper sensor's tick with a 10,000-task backlog on PostgreSQL.
 
 The metastore holds 10,000 orphaned tasks over 4 realms among 100,000 other
-entities. The sensor (``sensors.sweeper.polaris_task_sweeper``) is evaluated
-with ``build_sensor_context`` on a SQLite-backed Dagster instance, and each
-evaluation is timed whole (context, waiting-run count, selection, run
-requests, the backlog report). The sensor leases nothing (each run leases its
+entities. The sensor (``polaris_task_sweeper`` as ``build_defs`` deploys it, its
+storage check included) is evaluated with ``build_sensor_context`` on a
+SQLite-backed Dagster instance, and each evaluation is timed whole (context,
+waiting-run count, the configuration check, selection, run requests, the
+backlog report). The sensor leases nothing (each run leases its
 task when it starts), so ticks do not drain the backlog here:
 
 1. default settings (at most 200 runs per tick): a first tick, which also
@@ -24,6 +25,7 @@ import random
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,14 +61,33 @@ def _quiet_dagster() -> None:
     instigation_logger.create_console_logger = at_warning
 
 
-def _evaluate(instance: Any, resources: dict[str, Any], cursor: str | None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class DeployedSweeper:
+    """The sweeper sensor as ``build_defs`` deploys it, with the resources it requires."""
+
+    sensor: Any
+    resources: dict[str, Any]
+
+
+def _deployed_sweeper(metastore: Any, sweeper: Any) -> DeployedSweeper:
+    from polaris_pipeline.dagster import build_defs
+    from polaris_pipeline.dagster.sweeper import SENSOR_NAME
+
+    defs = build_defs(metastore=metastore, sweeper=sweeper)
+    sensor = defs.resolve_sensor_def(SENSOR_NAME)
+    resources = defs.resources or {}
+    # Evaluated by hand, a sensor gets only the resources its context is given.
+    return DeployedSweeper(sensor, {key: resources[key] for key in sensor.required_resource_keys})
+
+
+def _evaluate(instance: Any, sweeper: DeployedSweeper, cursor: str | None) -> dict[str, Any]:
     from dagster import SensorResult, SkipReason, build_sensor_context
 
-    from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
-
     t0 = time.perf_counter()
-    with build_sensor_context(instance=instance, resources=resources, cursor=cursor) as context:
-        result = polaris_task_sweeper(context)
+    with build_sensor_context(
+        instance=instance, resources=sweeper.resources, cursor=cursor
+    ) as context:
+        result = sweeper.sensor(context)
     seconds = time.perf_counter() - t0
     requests: list[Any] = []
     skip: str | None = None
@@ -93,7 +114,6 @@ def _seed(url: str, n_tasks: int, n_entities: int) -> None:
 def run(quick: bool = False) -> BenchResult:
     from dagster import DagsterInstance
 
-    from polaris_pipeline.dagster.backlog import BacklogSettings
     from polaris_pipeline.dagster.resources import (
         PolarisMetastoreResource,
         SweeperSettings,
@@ -128,15 +148,11 @@ def run(quick: bool = False) -> BenchResult:
             str(home), overrides={"telemetry": {"enabled": False}}
         ) as instance:
             # 1. default settings: the first tick reports the backlog, the rest select
-            resources = {
-                "metastore": metastore,
-                "sweeper": SweeperSettings(interval_seconds=0),
-                "backlog": BacklogSettings(),
-            }
+            capped = _deployed_sweeper(metastore, SweeperSettings(interval_seconds=0))
             cursor: str | None = None
             ticks: list[dict[str, Any]] = []
             for _ in range(TICKS):
-                tick = _evaluate(instance, resources, cursor)
+                tick = _evaluate(instance, capped, cursor)
                 cursor = tick["cursor"]
                 ticks.append(tick)
             runs["default"] = ticks
@@ -148,12 +164,10 @@ def run(quick: bool = False) -> BenchResult:
             )
 
             # 2. the whole backlog in one tick
-            uncapped = {
-                "metastore": metastore,
-                "sweeper": SweeperSettings(
-                    interval_seconds=0, max_runs_per_tick=n, max_pending_runs=n
-                ),
-            }
+            uncapped = _deployed_sweeper(
+                metastore,
+                SweeperSettings(interval_seconds=0, max_runs_per_tick=n, max_pending_runs=n),
+            )
             runs["uncapped"] = _evaluate(instance, uncapped, None)
             print(
                 f"  uncapped: {runs['uncapped']['requests']:,} run requests in "
@@ -165,7 +179,7 @@ def run(quick: bool = False) -> BenchResult:
             store = metastore.get_metastore()
             while store.lease_available("bench-elsewhere", 1_000):
                 pass
-            idle = [_evaluate(instance, resources, None) for _ in range(5)]
+            idle = [_evaluate(instance, capped, None) for _ in range(5)]
             runs["idle"] = idle
             print(
                 f"  idle: median {statistics.median(t['seconds'] for t in idle):.2f} s; "

@@ -122,6 +122,37 @@ _DEPRECATED_ARGUMENTS = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class DeploymentResources:
+    """A deployment's six resources as given (None: not given), each field named as its key.
+
+    The one statement of the resources a deployment has, their types and their
+    defaults (``by_key``): ``build_defs`` takes them as keyword arguments of the same
+    names and types (its public signature, kept equal to these fields by
+    tests/test_dagster_definitions.py) and hands them here; ``build_resources`` and
+    ``deployment_from_env`` build from here.
+    """
+
+    metastore: PolarisMetastoreResource | None = None
+    storage: PolarisStorageResource | None = None
+    sweeper: SweeperSettings | None = None
+    backlog: BacklogSettings | None = None
+    retention: RetentionSettings | None = None
+    leaks: LeakSettings | None = None
+
+    def by_key(self) -> dict[str, Any]:
+        """Every resource by its key, its default where none was given: the metastore at
+        ``EnvVar("POLARIS_METASTORE_URL")``, every other section at its defaults."""
+        return {
+            "metastore": self.metastore or PolarisMetastoreResource(url=EnvVar(URL_ENV)),
+            "storage": self.storage or PolarisStorageResource(),
+            "sweeper": self.sweeper or SweeperSettings(),
+            "backlog": self.backlog or BacklogSettings(),
+            "retention": self.retention or RetentionSettings(),
+            "leaks": self.leaks or LeakSettings(),
+        }
+
+
 def build_defs(
     *,
     metastore: PolarisMetastoreResource | None = None,
@@ -142,24 +173,42 @@ def build_defs(
     Each setting is a field of one resource (``polaris_pipeline.settings``' sections):
     ``metastore`` (None: ``url=EnvVar("POLARIS_METASTORE_URL")`` and the defaults,
     the realms' task policy included), ``storage``, ``sweeper``, ``backlog``,
-    ``retention`` (its job and schedule only when an age is set), ``leaks``.
-    ``executor`` chooses how the task job's steps run. ``notify`` turns the alert
-    sensors on (polaris_pipeline.dagster.alerts); ``alert_ui_url`` is the UI's base
-    URL for the links in alerts. ``translator`` (a ``PolarisTranslator`` subclass)
-    decides the runs' tags, the steps' metadata and the tables' asset keys and events.
-    The loose arguments of earlier releases (``metastore_url=``, ``realms=``, ...)
-    still work, with a ``DeprecationWarning``.
+    ``retention`` (its job and schedule only when an age is set), ``leaks``
+    (``DeploymentResources``). ``executor`` chooses how the task job's steps run.
+    ``notify`` turns the alert sensors on (polaris_pipeline.dagster.alerts);
+    ``alert_ui_url`` is the UI's base URL for the links in alerts. ``translator`` (a
+    ``PolarisTranslator`` subclass) decides the runs' tags, the steps' metadata and the
+    tables' asset keys and events. The loose arguments of earlier releases
+    (``metastore_url=``, ``realms=``, ...) still work, with a ``DeprecationWarning``.
     """
-    resources = build_resources(
+    # The six resource arguments are spelt out above for the signature users call and
+    # type-check against; what they are and default to is DeploymentResources'.
+    given = DeploymentResources(
         metastore=metastore,
         storage=storage,
         sweeper=sweeper,
         backlog=backlog,
         retention=retention,
         leaks=leaks,
-        io_manager=io_manager,
-        **deprecated,
     )
+    return _assemble(
+        build_resources(given, io_manager=io_manager, **deprecated),
+        executor=executor,
+        notify=notify,
+        alert_ui_url=alert_ui_url,
+        translator=translator,
+    )
+
+
+def _assemble(
+    resources: Mapping[str, Any],
+    *,
+    executor: TaskExecutor | ExecutorDefinition | None,
+    notify: Notify | None,
+    alert_ui_url: str | None,
+    translator: PolarisTranslator | None,
+) -> Definitions:
+    """``build_defs``' ``Definitions`` over resources already built (``build_resources``)."""
     translator = translator or DEFAULT_TRANSLATOR
     task_job = build_task_job(executor, translator)
     jobs, schedules = build_jobs_and_schedules(task_job, resources, translator)
@@ -180,25 +229,14 @@ def build_defs(
 
 
 def build_resources(
+    given: DeploymentResources | None = None,
     *,
-    metastore: PolarisMetastoreResource | None = None,
-    storage: PolarisStorageResource | None = None,
-    sweeper: SweeperSettings | None = None,
-    backlog: BacklogSettings | None = None,
-    retention: RetentionSettings | None = None,
-    leaks: LeakSettings | None = None,
     io_manager: FilesystemIOManager | None = None,
     **deprecated: Any,
 ) -> dict[str, Any]:
-    """The resources of ``build_defs`` by key (its arguments of the same names)."""
-    resources: dict[str, Any] = {
-        "metastore": metastore or PolarisMetastoreResource(url=EnvVar(URL_ENV)),
-        "storage": storage or PolarisStorageResource(),
-        "sweeper": sweeper or SweeperSettings(),
-        "backlog": backlog or BacklogSettings(),
-        "retention": retention or RetentionSettings(),
-        "leaks": leaks or LeakSettings(),
-    }
+    """The resources of ``build_defs`` by key: ``given``'s, each at its default where
+    none was given, with ``build_defs``' deprecated loose arguments set on them."""
+    resources = (given or DeploymentResources()).by_key()
     if deprecated:
         resources.update(_with_deprecated(resources, deprecated))
     if io_manager is not None:
@@ -215,7 +253,7 @@ def _with_deprecated(resources: Mapping[str, Any], arguments: Mapping[str, Any])
         f"build_defs({', '.join(sorted(arguments))}=...): deprecated; set them on the "
         "resources (metastore=PolarisMetastoreResource(...), storage=..., sweeper=...)",
         DeprecationWarning,
-        stacklevel=3,
+        stacklevel=4,  # the line that called build_defs (through build_resources)
     )
     changes: dict[str, dict[str, Any]] = {}
     for name, value in arguments.items():
@@ -369,7 +407,7 @@ def deployment_from_env(environ: Mapping[str, str] | None = None) -> EnvDeployme
         from polaris_pipeline.dagster.celery import io_manager_from_env
 
         io_manager = io_manager_from_env(env)
-    resources = build_resources(
+    given = DeploymentResources(
         # The URL stays a reference to its variable: the UI shows the name, never the URL.
         metastore=PolarisMetastoreResource.from_section(settings.metastore, EnvVar(URL_ENV)),
         storage=PolarisStorageResource(**settings.storage.model_dump()),
@@ -377,8 +415,8 @@ def deployment_from_env(environ: Mapping[str, str] | None = None) -> EnvDeployme
         backlog=BacklogSettings(**settings.backlog.model_dump()),
         retention=RetentionSettings(**settings.retention.model_dump()),
         leaks=LeakSettings(**settings.leaks.model_dump()),
-        io_manager=io_manager,
     )
+    resources = build_resources(given, io_manager=io_manager)
     return EnvDeployment(
         resources=resources,
         executor=executor,  # type: ignore[arg-type]  # checked by _task_executor
@@ -396,15 +434,8 @@ def build_defs_from_env(
     ``translator``: as ``build_defs``'s (code, not a setting).
     """
     deployment = deployment_from_env(environ)
-    resources = deployment.resources
-    return build_defs(
-        metastore=resources["metastore"],
-        storage=resources["storage"],
-        sweeper=resources["sweeper"],
-        backlog=resources["backlog"],
-        retention=resources["retention"],
-        leaks=resources["leaks"],
-        io_manager=resources.get("io_manager"),
+    return _assemble(
+        deployment.resources,
         executor=deployment.executor,
         notify=deployment.notify,
         alert_ui_url=deployment.alert_ui_url,

@@ -494,5 +494,12 @@ def build_polaris_task_sweeper(
 
 # Running by default: a sweeper that waits for someone to switch it on guarantees
 # nothing. Stopping it in the UI is remembered by the instance.
-# The module-level sensor (the demo, benchmarks) checks no storage.
 polaris_task_sweeper = build_polaris_task_sweeper(check_storage=False)
+"""Kept for users who import it (a public name); nothing in this package uses it.
+
+The sweeper of the default task job with only the ``metastore`` and ``sweeper``
+resources: no sweep checks the storage config, and the backlog checks it reports
+use the default thresholds. The sweeper a deployment runs is ``build_defs``'s
+(``build_defs(...).resolve_sensor_def(SENSOR_NAME)``, its required resources in
+the same ``Definitions``): evaluate that one to see what a deployment does.
+"""

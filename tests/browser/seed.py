@@ -48,10 +48,11 @@ def _dead_letter(demo: Any, instance: Any, facts: dict[str, Any]) -> None:
         PolarisStorageResource,
         SweeperSettings,
     )
-    from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
+    from polaris_pipeline.dagster.sweeper import SENSOR_NAME
     from polaris_pipeline.dagster.task_job import polaris_task_job
     from polaris_pipeline.metastore import Metastore
     from polaris_pipeline.tasks.model import NewTask, Prop
+    from tests.support.dagster import deployed_sensor, sweeper_resources
 
     store = Metastore(demo.metastore_url)
     now = store.now_ms()
@@ -84,11 +85,14 @@ def _dead_letter(demo: Any, instance: Any, facts: dict[str, Any]) -> None:
     metastore = PolarisMetastoreResource(
         url=demo.metastore_url, max_attempts=MAX_ATTEMPTS, lease_timeout_ms=LEASE_TIMEOUT_MS
     )
+    storage = PolarisStorageResource(allowed_prefixes=[warehouse])
     with build_sensor_context(
         instance=instance,
-        resources={"metastore": metastore, "sweeper": SweeperSettings(interval_seconds=0)},
+        resources=sweeper_resources(
+            metastore, SweeperSettings(interval_seconds=0), storage=storage
+        ),
     ) as context:
-        evaluation = polaris_task_sweeper(context)
+        evaluation = deployed_sensor(SENSOR_NAME)(context)
     assert isinstance(evaluation, SensorResult), evaluation
     requests = list(evaluation.run_requests or [])
     assert [r.tags["polaris/task_id"] for r in requests] == [str(task.id)], requests
@@ -99,10 +103,7 @@ def _dead_letter(demo: Any, instance: Any, facts: dict[str, Any]) -> None:
         },
         tags=requests[0].tags,
         instance=instance,
-        resources={
-            "metastore": metastore,
-            "storage": PolarisStorageResource(allowed_prefixes=[warehouse]),
-        },
+        resources={"metastore": metastore, "storage": storage},
         raise_on_error=False,
     )
     assert not result.success

@@ -45,7 +45,7 @@ from polaris_pipeline.cli import main
 from polaris_pipeline.cli.context import EXIT_TASK_FAILED
 from polaris_pipeline.dagster.contract import TAG_TASK_ID
 from polaris_pipeline.dagster.resources import PolarisStorageResource, SweeperSettings
-from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
+from polaris_pipeline.dagster.sweeper import SENSOR_NAME
 from polaris_pipeline.dagster.task_job import DEFAULT_RETRY_POLICY, build_polaris_task_job
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
@@ -63,7 +63,9 @@ from tests.support.catalog_storage import (
 )
 from tests.support.dagster import (  # noqa: F401
     _fresh_resource_caches,
+    deployed_sensor,
     metastore_resource,
+    sweeper_resources,
     temp_instance,
 )
 from tests.support.gcs import FakeGcs, fake_gcs  # noqa: F401
@@ -275,13 +277,16 @@ def world(
         store.dispose()
 
 
-def _requests(world: World, instance: DagsterInstance) -> list[RunRequest]:
+def _requests(
+    world: World, instance: DagsterInstance, storage: PolarisStorageResource
+) -> list[RunRequest]:
+    """The deployed sweeper's requests, its storage check on the runs' own ``storage``."""
     resource = metastore_resource(world.store, lease_timeout_ms=60_000, grace_ms=0)
     with build_sensor_context(
         instance=instance,
-        resources={"metastore": resource, "sweeper": SweeperSettings(interval_seconds=0)},
+        resources=sweeper_resources(resource, SweeperSettings(interval_seconds=0), storage=storage),
     ) as context:
-        result = polaris_task_sweeper(context)
+        result = deployed_sensor(SENSOR_NAME)(context)
     return list(result.run_requests or []) if isinstance(result, SensorResult) else []
 
 
@@ -352,7 +357,7 @@ def test_no_vended_secret_in_rows_cli_logs_or_dagster_runs(
         retry_policy=RetryPolicy(max_retries=DEFAULT_RETRY_POLICY.max_retries, delay=0.05)
     )
     with temp_instance(tmp_path / "dagster_home") as inst:
-        requests = _requests(w, inst)
+        requests = _requests(w, inst, storage)
         assert requests
         for request in requests:
             task_id = int(request.tags.get(TAG_TASK_ID, "0"))
