@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from polaris_pipeline.cli.output import OutcomeReport
+from polaris_pipeline.cli.output import OutcomeReport, plan_json
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
 from polaris_pipeline.execution.outcome import Status, TableFinish, TaskOutcome
 from polaris_pipeline.execution.runner import Runner
@@ -118,6 +118,20 @@ def test_a_table_s_last_step_decodes_the_row_it_is_handed_once(
     assert final.result is not None and final.result.unreferenced is not None
     assert final.result.unreferenced.deleted > 0
     assert store.get_task("POLARIS", table_id) is None
+
+
+def test_a_dry_run_decodes_each_task_once_for_its_plan_and_its_record(
+    store: Metastore, local_warehouse: Warehouse, decodings: Counter[tuple[str, int]]
+) -> None:
+    table_id = _dropped_table(store, local_warehouse)
+    with Runner(
+        store, local_warehouse.config, resolver=local_warehouse.resolver, unreferenced="report"
+    ) as runner:
+        docs = [plan_json(task, plan) for task, plan in runner.dry_run(["POLARIS"])]
+
+    [doc] = docs
+    assert doc["would_delete"] and doc["unreferenced"] is not None  # both plans made
+    assert decodings == Counter({("POLARIS", table_id): 1})
 
 
 def test_a_reread_row_keeps_its_decoding_unless_what_was_decoded_changed(

@@ -542,12 +542,14 @@ class Runner:
 
     def dry_run(
         self, realms: Iterable[str] | None = None
-    ) -> list[tuple[TaskRow, CleanupResult | str]]:
+    ) -> list[tuple[DecodedTask, CleanupResult | str]]:
+        """Each orphaned task, decoded once, with its plan (``plan``) or why it has none."""
         _, rows = self.metastore.tasks_with_state(realms)
-        out: list[tuple[TaskRow, CleanupResult | str]] = []
-        for task, state in rows:
+        out: list[tuple[DecodedTask, CleanupResult | str]] = []
+        for row, state in rows:
             if state is not TaskState.ORPHANED:
                 continue
+            task = DecodedTask.from_row(row)
             try:
                 out.append((task, self.plan(task)))
             except PayloadError as exc:
