@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from polaris_pipeline.execution.outcome import Status, TableFinish, TaskOutcome
+from polaris_pipeline.tasks.decoded import DecodedTask
 from polaris_pipeline.tasks.model import TaskRow
 from polaris_pipeline.tasks.ref import Lease
 from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
@@ -32,16 +33,23 @@ def test_an_outcome_is_never_edited_only_evolved() -> None:
 def test_a_table_finish_goes_to_the_last_step_and_back_whole(
     mode: UnreferencedMode, row: TaskRow | None
 ) -> None:
-    finish = TableFinish(LEASE, mode, row)
+    finish = TableFinish(LEASE, mode, DecodedTask.from_row(row) if row is not None else None)
     assert TaskOutcome(LEASE, Status.DONE, finish=finish).deferred
     assert not TaskOutcome(LEASE, Status.DONE).deferred
-    assert TableFinish.from_dict(finish.to_dict()) == finish
+    back = TableFinish.from_dict(finish.to_dict())
+    assert (back.lease, back.mode, back.row) == (LEASE, mode, row)
+    assert back.to_dict() == finish.to_dict()
+    # The last step decodes the row it is handed; the decoding itself never travels.
+    assert (back.task is None) == (row is None)
+    assert back.task is None or back.task.problem == "properties have no taskType"
 
 
 def test_the_finish_of_a_run_made_before_it_had_a_type_reads_the_same() -> None:
     # The root step's ``table`` output as runs already made carry it.
     data = {"lease": LEASE.to_dict(), "mode": "delete", "row": dataclasses.asdict(ROW)}
-    assert TableFinish.from_dict(data) == TableFinish(LEASE, UnreferencedMode.DELETE, ROW)
+    finish = TableFinish.from_dict(data)
+    assert (finish.lease, finish.mode, finish.row) == (LEASE, UnreferencedMode.DELETE, ROW)
+    assert finish.to_dict() == data
 
 
 @pytest.mark.parametrize(
@@ -53,6 +61,7 @@ def test_the_finish_of_a_run_made_before_it_had_a_type_reads_the_same() -> None:
     ],
 )
 def test_a_malformed_finish_is_refused_not_guessed(broken: dict[str, object]) -> None:
-    data = {**TableFinish(LEASE, UnreferencedMode.DELETE, ROW).to_dict(), **broken}
+    finish = TableFinish(LEASE, UnreferencedMode.DELETE, DecodedTask.from_row(ROW))
+    data = {**finish.to_dict(), **broken}
     with pytest.raises(ValueError):
         TableFinish.from_dict(data)

@@ -30,6 +30,7 @@ from polaris_pipeline.report.outcome_view import OutcomeView, totals_json, unref
 from polaris_pipeline.report.progress import ProgressSink
 from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.settings import PipelineSettings
+from polaris_pipeline.tasks.decoded import DecodedTask
 from polaris_pipeline.tasks.model import TaskRow, TaskState
 from polaris_pipeline.tasks.release import ResolvedRelease
 from polaris_pipeline.tasks.summary import available_at_ms, summarize
@@ -327,9 +328,10 @@ class OutcomeReport:
             print(f"  {self.totals.line()}", file=self._out)
 
 
-def plan_json(task: TaskRow, plan: CleanupResult | str) -> dict[str, Any]:
-    """A dry run's record of one task: what would be deleted and refused, or its error."""
-    summary = summarize(task)
+def plan_json(decoded: DecodedTask, plan: CleanupResult | str) -> dict[str, Any]:
+    """A dry run's record of one task (as the dry run decoded it): what would be
+    deleted and refused, or its error."""
+    task, summary = decoded.row, summarize(decoded)
     doc: dict[str, Any] = {
         "id": json_id(task.id),
         "realm": task.realm_id,

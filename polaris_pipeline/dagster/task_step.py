@@ -228,7 +228,7 @@ def run_task(
     outcome = runner.execute(
         mine, record_failure=_is_last_attempt(context), decoded=decision.decoded
     )
-    view = OutcomeView(outcome, task=decision.decoded)
+    view = OutcomeView(outcome)
 
     if outcome.status is Status.DONE:
         table = translator.table_of(decision.decoded) if decision.decoded is not None else None

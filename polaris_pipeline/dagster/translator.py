@@ -245,7 +245,7 @@ class PolarisTranslator:
         """A step's metadata for a task done: the table, the lease, the numbers."""
         result = outcome.result
         decoded = DecodedTask.of(task) if task is not None else None
-        view = OutcomeView(outcome, task=decoded)
+        view = OutcomeView(outcome)
         meta = {
             **self.table_metadata(self.table_of(decoded) if decoded is not None else None),
             **self.lease_metadata(outcome.lease),

@@ -18,7 +18,9 @@ gone before the attempt read it (``Runner.execute`` found nothing) records no
 location to list.
 
 The ``Runner`` calls ``after_attempt`` when an attempt ends, and ``after_table_vanished``
-when a table whose unreferenced phase waited for its children finds its row gone.
+when a table whose unreferenced phase waited for its children finds its row gone. Both
+read the task as the attempt decoded it (``TaskOutcome.task``), and list through the
+Runner's public dry-run context (``Runner.cleanup_context``, ``Runner.reach_storage``).
 """
 
 from __future__ import annotations
@@ -29,11 +31,11 @@ from typing import TYPE_CHECKING
 from polaris_pipeline.cleanup.context import CleanupResult
 from polaris_pipeline.cleanup.unreferenced import run_unreferenced
 from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
-from polaris_pipeline.errors import LeaseLost, PayloadError, PolarisPipelineError, one_line
+from polaris_pipeline.errors import LeaseLost, PolarisPipelineError, one_line
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.metastore.overlap import LiveLocations
-from polaris_pipeline.tasks.model import TaskRow, TaskType
-from polaris_pipeline.tasks.payloads import DroppedEntity, decode_dropped_entity
+from polaris_pipeline.tasks.decoded import DecodedTask
+from polaris_pipeline.tasks.payloads import DroppedEntity
 from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
 
 if TYPE_CHECKING:
@@ -47,17 +49,6 @@ ROW_GONE = (
 )
 
 
-def dropped_entity(task: TaskRow) -> DroppedEntity | None:
-    """The dropped table or view of an ENTITY_CLEANUP task; None for a child, or a
-    payload that does not decode."""
-    if task.task_type_code != TaskType.ENTITY_CLEANUP_SCHEDULER.code:
-        return None
-    try:
-        return decode_dropped_entity(task.data())
-    except PayloadError:
-        return None
-
-
 def _vanished(outcome: TaskOutcome) -> bool:
     """An attempt that ended without finishing its row: its lease lost, or its failure
     found no row to record on (``FailOutcome.ALREADY_GONE`` reads as done)."""
@@ -67,11 +58,11 @@ def _vanished(outcome: TaskOutcome) -> bool:
     return outcome.status is Status.DONE and result is not None and not result.ok
 
 
-def left_under(runner: Runner, task: TaskRow, entity: DroppedEntity) -> UnreferencedReport:
+def left_under(runner: Runner, task: DecodedTask, entity: DroppedEntity) -> UnreferencedReport:
     """What is under ``entity``'s recorded location now, listed and never deleted."""
-    ctx = runner._context(task)  # no lease: a dry run's context, which deletes nothing
+    ctx = runner.cleanup_context(task)  # no lease: a dry run's context, which deletes nothing
     try:
-        runner._reach_storage(ctx)
+        runner.reach_storage(ctx)
     except (PolarisPipelineError, OSError) as exc:
         return UnreferencedReport(
             mode=UnreferencedMode.REPORT.value,
@@ -85,27 +76,30 @@ def left_under(runner: Runner, task: TaskRow, entity: DroppedEntity) -> Unrefere
         return UnreferencedReport(mode=UnreferencedMode.REPORT.value, dry_run=True, error=str(exc))
 
 
-def _checked(runner: Runner, outcome: TaskOutcome, task: TaskRow) -> TaskOutcome:
-    entity = dropped_entity(task)
+def _checked(runner: Runner, outcome: TaskOutcome) -> TaskOutcome:
+    task = outcome.task
+    # The dropped table or view of an ENTITY_CLEANUP task; None for a child, a row
+    # gone before the attempt read it, or a payload that did not decode.
+    entity = task.entity if task is not None else None
     result = outcome.result
-    if entity is None or (result is not None and result.unreferenced is not None):
+    if task is None or entity is None or (result is not None and result.unreferenced is not None):
         return outcome  # a child, or the phase already said what is left
-    if runner.metastore.get_task(task.realm_id, task.id) is not None:
+    if runner.metastore.get_task(task.row.realm_id, task.row.id) is not None:
         return outcome  # lost to a holder who still holds it: the rest is theirs
     report = left_under(runner, task, entity)
     result = result if result is not None else CleanupResult()
     result.unreferenced = report
     error = f"{outcome.error}; {ROW_GONE}" if outcome.error else None
     log.warning("task %s: %s: %s", task.label, ROW_GONE, report.summary())
-    return outcome.evolve(result=result, error=error, row=outcome.row or task)
+    return outcome.evolve(result=result, error=error)
 
 
-def after_attempt(runner: Runner, outcome: TaskOutcome, task: TaskRow) -> TaskOutcome:
+def after_attempt(runner: Runner, outcome: TaskOutcome) -> TaskOutcome:
     """``outcome``, with what is left under its location when its row vanished
     meanwhile; unchanged otherwise."""
-    return _checked(runner, outcome, task) if _vanished(outcome) else outcome
+    return _checked(runner, outcome) if _vanished(outcome) else outcome
 
 
 def after_table_vanished(runner: Runner, outcome: TaskOutcome) -> TaskOutcome:
     """A deferred table whose row was gone once its children ran: what is left."""
-    return _checked(runner, outcome, outcome.row) if outcome.row is not None else outcome
+    return _checked(runner, outcome)

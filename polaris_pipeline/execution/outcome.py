@@ -8,6 +8,10 @@ A ``TaskOutcome`` is never edited: it is frozen, and a changed one is a new
 one (``evolve``). A table whose unreferenced phase runs after its children
 carries a ``TableFinish``: what its last stage (``Runner.finish_table``) needs,
 in a form one Dagster step can hand to another.
+
+Both carry the task as its attempt decoded it (``DecodedTask``, once, from the
+row the attempt read): what reads them (the views, a table's last stage, the
+leftover check) reads that, and never decodes the row again.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from polaris_pipeline.tasks.decoded import DecodedTask
 from polaris_pipeline.tasks.model import TaskRow
 from polaris_pipeline.tasks.ref import Lease
 from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
@@ -43,27 +48,34 @@ class TableFinish:
 
     ``mode`` is the unreferenced mode its phase runs in: ``DELETE``, its row is
     still held by ``lease`` until then; ``REPORT``, its attempt completed the row
-    (a report changes nothing) and the report is made from ``row``, the row the
-    attempt read.
+    (a report changes nothing) and the report is made from ``task``, the task as
+    the attempt read and decoded it.
     """
 
     lease: Lease
     mode: UnreferencedMode
-    row: TaskRow | None = None
+    task: DecodedTask | None = None
+
+    @property
+    def row(self) -> TaskRow | None:
+        """The row the attempt read (``task.row``)."""
+        return self.task.row if self.task is not None else None
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON-safe form a Dagster step hands the table's last step."""
+        """The JSON-safe form a Dagster step hands the table's last step: the row,
+        not its decoding, which the last step makes once from it (``from_dict``)."""
         row = dataclasses.asdict(self.row) if self.row is not None else None
         return {_LEASE: self.lease.to_dict(), _MODE: self.mode.value, _ROW: row}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TableFinish:
-        """``to_dict``'s form back; ValueError when the lease or the mode is malformed."""
+        """``to_dict``'s form back, its row decoded; ValueError when the lease or the
+        mode is malformed."""
         row = data.get(_ROW)
         return cls(
             Lease.from_dict(data[_LEASE]),
             UnreferencedMode.parse(data[_MODE]),
-            TaskRow(**row) if row else None,
+            DecodedTask.from_row(TaskRow(**row)) if row else None,
         )
 
 
@@ -82,9 +94,9 @@ class TaskOutcome:
     recorded: bool = True
     # False when the lease was found lost before anything was done.
     started: bool = True
-    # The task's row as the attempt read it (None: gone before it started). A finished
-    # task's row is deleted, so what it was about (its table) is read from here.
-    row: TaskRow | None = None
+    # The task as the attempt read and decoded it (None: gone before it started). A
+    # finished task's row is deleted, so what it was about (its table) is read from here.
+    task: DecodedTask | None = None
     # A table whose unreferenced phase runs once its children are done
     # (``Runner.finish_table``); None: nothing runs after.
     finish: TableFinish | None = None
@@ -92,6 +104,11 @@ class TaskOutcome:
     def evolve(self, **changes: Any) -> TaskOutcome:
         """A new outcome: this one with ``changes`` (field names, as ``dataclasses.replace``)."""
         return dataclasses.replace(self, **changes)
+
+    @property
+    def row(self) -> TaskRow | None:
+        """The task's row as the attempt read it (``task.row``)."""
+        return self.task.row if self.task is not None else None
 
     @property
     def deferred(self) -> bool:

@@ -214,35 +214,35 @@ class Runner:
         op with a RetryPolicy) can retry within the same lease. Permanent
         failures are always recorded. ``decoded``: the task as its start leased it
         (``StartDecision.decoded``), so that it is not read and decoded again.
+        Otherwise its row is read and decoded here, once: the outcome carries that
+        decoding (``TaskOutcome.task``) to whatever reads it.
         """
         if lease.executor_id != self.executor_id:
             raise ValueError("a lease granted to another executor is not this runner's to execute")
         self.heartbeat.watch(lease.realm_id)
-        task = (
-            decoded.row
-            if decoded is not None
-            and (decoded.row.realm_id, decoded.row.id) == (lease.realm_id, lease.task_id)
-            else self.metastore.get_task(lease.realm_id, lease.task_id)
+        given = decoded is not None and (decoded.row.realm_id, decoded.row.id) == (
+            lease.realm_id,
+            lease.task_id,
         )
+        task = decoded if given else self._read(lease)
         if task is None:
             # Finished by someone else after we leased it; success by Polaris's rules.
             return TaskOutcome(lease, Status.DONE, lease.task_type_code)
         if not self.metastore.holds(lease):
-            lost = self._ends.lost(lease, task.task_type_code, "before it started")
-            return lost.evolve(started=False, row=task)
+            lost = self._ends.lost(lease, task.row.task_type_code, "before it started")
+            return lost.evolve(started=False, task=task)
         # The attempt proper: inside its span, between its Polaris events (when enabled).
         outcome = self.observer.observe(
             lease,
-            task.task_type_code,
+            task.row.task_type_code,
             self.executor_id,
-            lambda: self._attempt(lease, task, record_failure, decoded),
+            lambda: self._attempt(lease, task, record_failure),
         )
         # Its row vanished while held: what is left under its location is said, not lost.
-        return leftover_check.after_attempt(self, outcome.evolve(row=task), task)
+        return leftover_check.after_attempt(self, outcome.evolve(task=task))
 
-    def _attempt(
-        self, lease: Lease, task: TaskRow, record_failure: bool, decoded: DecodedTask | None
-    ) -> TaskOutcome:
+    def _attempt(self, lease: Lease, decoded: DecodedTask, record_failure: bool) -> TaskOutcome:
+        task = decoded.row
         children: list[Lease] = []
 
         def create_children(kids: Iterable[NewTask]) -> list[NewTask]:
@@ -250,12 +250,12 @@ class Runner:
             children.extend(self.metastore.insert_tasks(batch, holder=lease))
             return batch
 
-        ctx = self._context(task, lease, decoded)
+        ctx = self.cleanup_context(decoded, lease)
         ctx.create_children = create_children
         try:
             # The task's own storage_configuration_info, else its catalog's, may say
             # how to reach its storage; a malformed one is a PayloadError, recorded below.
-            self._reach_storage(ctx)
+            self.reach_storage(ctx)
             result = run_cleanup(ctx)
         except LeaseLost:
             return self._ends.lost(lease, task.task_type_code, "during the cleanup", children)
@@ -293,11 +293,11 @@ class Runner:
                 record=record_failure or permanent,
             )
         mode = self.unreferenced_mode(task.realm_id)
-        entity = phase_entity(mode, ctx.decoded, result)
+        entity = phase_entity(mode, decoded, result)
         if entity is not None and children:
             # The phase runs last, in the table's last stage (finish_table), once its
             # children are done.
-            finish = TableFinish(lease, mode, task)
+            finish = TableFinish(lease, mode, decoded)
             if mode is UnreferencedMode.DELETE:
                 # The row stays held until then. This attempt's own deletes end here;
                 # the phase writes a record of its own.
@@ -360,76 +360,96 @@ class Runner:
         ``delete``: with every child done, its unreferenced phase, then its row is
         completed; otherwise the row is failed (recorded, retried after a backoff)
         without the phase: a retry plans again from what is left. ``report``: its
-        row was completed by its attempt; the report is made from the row it read.
+        row was completed by its attempt; the report is made from the task it read.
         ``result``: the attempt's, which the phase adds to; else the phase's alone.
+        The task is the one the attempt decoded (``finish.task``), never decoded again
+        here: in ``delete`` mode the row is re-read (still held?) and keeps that decoding
+        (``DecodedTask.reread``).
         """
-        lease, result = finish.lease, result or CleanupResult()
-        row = finish.row
-        task_type = row.task_type_code if row is not None else lease.task_type_code
+        lease, result, held = finish.lease, result or CleanupResult(), finish.task
+        task_type = held.row.task_type_code if held is not None else lease.task_type_code
         report = finish.mode is UnreferencedMode.REPORT
-        task = row if report else self.metastore.get_task(lease.realm_id, lease.task_id)
+        task = held if report else self._read(lease, held)
         if task is None or report:
             if task is not None and children_done:
                 self._phase(lease, task, result, UnreferencedMode.REPORT)
                 # A report deletes nothing: its record was never opened, and goes.
                 self._records.close(lease, RecordStatus.DONE, result=result)
-            outcome = TaskOutcome(lease, Status.DONE, task_type, result=result, row=row)
+            outcome = TaskOutcome(lease, Status.DONE, task_type, result=result, task=held)
             if task is None:  # vanished while its children ran: what is left is said
                 return leftover_check.after_table_vanished(self, outcome)
             return outcome
         failed: TaskOutcome | None
         if not children_done:
             error = "unreferenced files not looked at: child task(s) of this table not done"
-            failed = self._ends.fail(lease, task, error, result=result)
+            failed = self._ends.fail(lease, task.row, error, result=result)
         else:
-            failed = self._phase(lease, task, result, self.unreferenced_mode(task.realm_id))
-        final = failed or self._ends.complete(lease, task, result)
-        return final.evolve(row=row or task)
+            failed = self._phase(lease, task, result, self.unreferenced_mode(task.row.realm_id))
+        final = failed or self._ends.complete(lease, task.row, result)
+        return final.evolve(task=held or task)
 
     def _phase(
-        self, lease: Lease, task: TaskRow, result: CleanupResult, mode: UnreferencedMode
+        self, lease: Lease, task: DecodedTask, result: CleanupResult, mode: UnreferencedMode
     ) -> TaskOutcome | None:
         entity = phase_entity(mode, task, result)
         if entity is None:
             return None
-        ctx = self._context(task, lease)
+        ctx = self.cleanup_context(task, lease)
         try:
-            self._reach_storage(ctx)
+            self.reach_storage(ctx)
         except (PolarisPipelineError, OSError) as exc:
             if mode is not UnreferencedMode.DELETE:
                 result.notes.append(f"unreferenced files not reported: {one_line(exc)}")
                 return None
-            return self._ends.fail(lease, task, one_line(exc), result=result)
-        return self._unreferenced(lease, task, ctx, entity, result, True, mode)
+            return self._ends.fail(lease, task.row, one_line(exc), result=result)
+        return self._unreferenced(lease, task.row, ctx, entity, result, True, mode)
 
     # ----------------------------------------------------------- the context
 
-    def _reach_storage(self, ctx: CleanupContext) -> None:
+    def _read(self, lease: Lease, held: DecodedTask | None = None) -> DecodedTask | None:
+        """The leased task's row, read and decoded (None: gone); ``held``: its decoding
+        already made, kept when still valid (``DecodedTask.reread``)."""
+        row = self.metastore.get_task(lease.realm_id, lease.task_id)
+        if row is None:
+            return None
+        return held.reread(row) if held is not None else DecodedTask.from_row(row)
+
+    def reach_storage(self, ctx: CleanupContext) -> None:
         """Give ``ctx`` the resolver for its task: the task's storage configuration,
-        else its catalog's, looked up (``execution/task_storage.py``)."""
+        else its catalog's, looked up (``execution/task_storage.py``).
+
+        Raises PayloadError when the configuration is malformed, or the
+        ``PolarisPipelineError``/``OSError`` of a storage not reached: each caller
+        says what that means for its work (a failed attempt, a note in a report).
+        """
         storage = task_storage(ctx.decoded, self.metastore)
         ctx.resolver = self.resolver.for_task(ctx.task, storage.properties)
         ctx.catalog_storage_info = storage.from_catalog
 
-    def _context(
-        self, task: TaskRow, lease: Lease | None = None, decoded: DecodedTask | None = None
-    ) -> CleanupContext:
-        """The handler's context for ``task`` (``decoded``, when decoded already); without a
-        lease, a dry run's."""
+    def cleanup_context(self, task: DecodedTask, lease: Lease | None = None) -> CleanupContext:
+        """The handlers' context for ``task``, as decoded already (never decoded again).
+
+        With ``lease``: the attempt's, fenced by it, with its deletion record and
+        progress. Without: a dry run's, which deletes nothing (a plan, the leftover
+        check). Its storage is reached by ``reach_storage``, apart, so that each
+        caller handles a storage not reached its own way.
+        """
         ctx = CleanupContext(
-            task=task,
-            decoded_task=decoded,
+            task=task.row,
+            decoded_task=task,
             resolver=self.resolver,
             config=self.config,
             dry_run=lease is None,
             new_task_id=new_entity_id,
-            release=self.releases.release(task.realm_id),
-            metadata_batch_size=self.metastore.policy.for_realm(task.realm_id).metadata_batch_size,
+            release=self.releases.release(task.row.realm_id),
+            metadata_batch_size=self.metastore.policy.for_realm(
+                task.row.realm_id
+            ).metadata_batch_size,
             # Every handler's shared-location guard asks the whole metastore.
             live=LiveLocations(self.metastore.engine, self.schema_version()),
         )
         if lease is not None:
-            ctx.record = self._records.open(task, lease, self.executor_id, self.run_id)
+            ctx.record = self._records.open(task.row, lease, self.executor_id, self.run_id)
             ctx.fence = partial(self._deadlines.fence, lease)
             ctx.still_held = partial(self._deadlines.still_held, lease)
             ctx.progress = self._progress_for(lease)
@@ -505,13 +525,14 @@ class Runner:
         self.executor_id = make_executor_id()
         self.heartbeat = Heartbeat(self.metastore, self.executor_id, self._heartbeat_interval_s)
 
-    def plan(self, task: TaskRow) -> CleanupResult:
+    def plan(self, task: TaskRow | DecodedTask) -> CleanupResult:
         """Dry run of one task: what would be deleted and refused; nothing leased or changed."""
-        ctx = self._context(task)
-        self._reach_storage(ctx)
+        decoded = DecodedTask.of(task)
+        ctx = self.cleanup_context(decoded)
+        self.reach_storage(ctx)
         result = run_cleanup(ctx)
-        mode = self.unreferenced_mode(task.realm_id)
-        entity = phase_entity(mode, task, result)
+        mode = self.unreferenced_mode(decoded.row.realm_id)
+        entity = phase_entity(mode, decoded, result)
         if entity is not None:
             # What the referenced plan deletes is listed apart; an error is the plan's note.
             error = run_phase(ctx, entity, mode, self.metastore, self.schema_version(), result)
@@ -521,12 +542,14 @@ class Runner:
 
     def dry_run(
         self, realms: Iterable[str] | None = None
-    ) -> list[tuple[TaskRow, CleanupResult | str]]:
+    ) -> list[tuple[DecodedTask, CleanupResult | str]]:
+        """Each orphaned task, decoded once, with its plan (``plan``) or why it has none."""
         _, rows = self.metastore.tasks_with_state(realms)
-        out: list[tuple[TaskRow, CleanupResult | str]] = []
-        for task, state in rows:
+        out: list[tuple[DecodedTask, CleanupResult | str]] = []
+        for row, state in rows:
             if state is not TaskState.ORPHANED:
                 continue
+            task = DecodedTask.from_row(row)
             try:
                 out.append((task, self.plan(task)))
             except PayloadError as exc:

@@ -33,7 +33,7 @@ from polaris_pipeline.report.formatting import (
     truncate,
 )
 from polaris_pipeline.report.totals import OutcomeTotals, retention_state
-from polaris_pipeline.tasks.decoded import DecodedTask, task_type_name
+from polaris_pipeline.tasks.decoded import task_type_name
 from polaris_pipeline.tasks.summary import PayloadSummary, summarize
 
 if TYPE_CHECKING:
@@ -42,20 +42,17 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class OutcomeView:
-    """A ``TaskOutcome`` as shown. ``parent_id``: the task that created it (None: a root).
-    ``task``: the task as its attempt decoded it, when the caller has it (else the row
-    the attempt read is decoded here)."""
+    """A ``TaskOutcome`` as shown. ``parent_id``: the task that created it (None: a root)."""
 
     outcome: TaskOutcome
     parent_id: int | None = None
-    task: DecodedTask | None = None
 
     # -------------------------------------------------------------- fields
 
     @cached_property
     def summary(self) -> PayloadSummary | None:
-        """What the task was about (type, table), from the row its attempt read."""
-        task = self.task if self.task is not None else self.outcome.row
+        """What the task was about (type, table), as its attempt decoded it."""
+        task = self.outcome.task
         return summarize(task) if task is not None else None
 
     @property

@@ -14,6 +14,7 @@ read ``problem`` and every part that did decode (a child's ``tableId``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -21,7 +22,7 @@ from typing import Any, TypeVar
 from polaris_pipeline.errors import PayloadError
 from polaris_pipeline.storage.scope import STORAGE_LOCATION_KEY
 from polaris_pipeline.storage.uri import normalize_uri
-from polaris_pipeline.tasks.model import TaskRow, TaskType
+from polaris_pipeline.tasks.model import Prop, TaskRow, TaskType
 from polaris_pipeline.tasks.payloads import (
     BatchCleanupPayload,
     DroppedEntity,
@@ -141,6 +142,20 @@ class DecodedTask:
         """``task`` itself when already decoded, else decoded from its row."""
         return task if isinstance(task, DecodedTask) else cls.from_row(task)
 
+    def reread(self, row: TaskRow) -> DecodedTask:
+        """``row``, a later read of this task's row, decoded: this decoding kept (with
+        ``row``) when what it was decoded from is unchanged, else ``from_row(row)``.
+
+        A held row changes between reads only in what its holder writes (the lease,
+        the attempt), never in its kind or payload: a table's last stage re-reads its
+        row to know it still holds it, and need not decode it again.
+        """
+        if row is self.row:
+            return self
+        if _decoded_from(row) != _decoded_from(self.row):
+            return DecodedTask.from_row(row)
+        return dataclasses.replace(self, row=row)
+
     @property
     def label(self) -> str:
         return self.row.label
@@ -189,6 +204,21 @@ class DecodedTask:
         # A fresh exception each time: one raised twice would grow its traceback.
         assert self.error is not None
         return PayloadError(self.error.reason, task=self.error.task)
+
+
+def _decoded_from(row: TaskRow) -> tuple[object, ...]:
+    """What ``from_row`` reads of a row: the same values decode the same."""
+    props = row.properties
+    return (
+        row.realm_id,
+        row.id,
+        row.name,
+        row.properties_error,
+        props.get(Prop.TASK_TYPE),
+        props.get(Prop.DATA),
+        Prop.ORIGINAL in props,
+        row.internal_properties.get(STORAGE_LOCATION_KEY),
+    )
 
 
 def _child_table_id(row: TaskRow) -> TableIdentifier | None:
