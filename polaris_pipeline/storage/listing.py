@@ -189,26 +189,40 @@ def _s3_level(
 def _ls_level(
     resolver: StorageResolver, fs: AbstractFileSystem, directory_uri: str, base: str
 ) -> Iterator[ListedObject | SubDirectory]:
-    try:
-        entries = fs.ls(base, detail=True)
-    except FileNotFoundError:
-        return
-    except Exception as e:
-        raise StorageError(
-            f"listing {resolver.redact(base)} failed: {resolver.describe(e)}"
-        ) from None
-    finally:
-        fs.invalidate_cache(base)
-    for entry in entries:
-        name = str(entry.get("name", "")).rstrip("/")
-        if name == base or not name.startswith(base + "/"):
-            continue
-        rel = name[len(base) + 1 :]
+    for rel, entry in _entries(resolver, fs, base):
         if entry.get("type") == "directory":
             yield SubDirectory(_join(directory_uri, rel))
-            continue
-        mtime = next((entry[k] for k in _MTIME_KEYS if entry.get(k) is not None), None)
-        yield ListedObject(_join(directory_uri, rel), entry.get("size"), _ms(mtime))
+        else:
+            yield _listed(_join(directory_uri, rel), entry)
+
+
+def _entries(
+    resolver: StorageResolver, fs: AbstractFileSystem, directory: str
+) -> list[tuple[str, dict[str, Any]]]:
+    """(name relative to ``directory``, ``fs.ls`` entry) under it; none when it is gone."""
+    try:
+        entries = fs.ls(directory, detail=True)
+    except FileNotFoundError:
+        return []
+    except Exception as e:
+        raise StorageError(
+            f"listing {resolver.redact(directory)} failed: {resolver.describe(e)}"
+        ) from None
+    finally:
+        # The listing cache would otherwise keep every directory listed.
+        fs.invalidate_cache(directory)
+    under = []
+    for entry in entries:
+        name = str(entry.get("name", "")).rstrip("/")
+        if name == directory or not name.startswith(directory + "/"):
+            continue  # the directory itself (a marker object), or not under it
+        under.append((name[len(directory) + 1 :], entry))
+    return under
+
+
+def _listed(uri: str, entry: dict[str, Any]) -> ListedObject:
+    mtime = next((entry[k] for k in _MTIME_KEYS if entry.get(k) is not None), None)
+    return ListedObject(uri, entry.get("size"), _ms(mtime))
 
 
 def _ms(value: Any) -> int | None:
@@ -320,26 +334,11 @@ def _by_directory(
     while pending:
         relative = pending.pop()
         directory = f"{base}/{relative}" if relative else base
-        try:
-            entries = fs.ls(directory, detail=True)
-        except FileNotFoundError:
-            if not relative:
-                return
-            continue  # a common prefix gone since its parent was listed
-        except Exception as e:
-            raise StorageError(
-                f"listing {resolver.redact(directory)} failed: {resolver.describe(e)}"
-            ) from None
-        finally:
-            # The listing cache would otherwise keep every directory listed.
-            fs.invalidate_cache(directory)
-        for entry in entries:
-            name = str(entry.get("name", "")).rstrip("/")
-            if name == directory or not name.startswith(directory + "/"):
-                continue  # the directory itself (a marker object), or not under it
-            rel = name[len(base) + 1 :]
+        # A directory gone (the prefix, or a common prefix since its parent was
+        # listed) lists nothing.
+        for name, entry in _entries(resolver, fs, directory):
+            rel = f"{relative}/{name}" if relative else name
             if entry.get("type") == "directory":
                 pending.append(rel)
-                continue
-            mtime = next((entry[k] for k in _MTIME_KEYS if entry.get(k) is not None), None)
-            yield ListedObject(_join(prefix_uri, rel), entry.get("size"), _ms(mtime))
+            else:
+                yield _listed(_join(prefix_uri, rel), entry)
