@@ -153,24 +153,7 @@ def _s3_level(
 ) -> Iterator[ListedObject | SubDirectory]:
     bucket, _, key = base.partition("/")
     start = f"{key}/" if key else ""
-    token: str | None = None
-    while True:
-        args: dict[str, Any] = {
-            "Bucket": bucket,
-            "Prefix": start,
-            "Delimiter": "/",
-            "MaxKeys": page_size,
-        }
-        if token:
-            args["ContinuationToken"] = token
-        try:
-            response = fs.call_s3("list_objects_v2", **args)
-        except FileNotFoundError:
-            return
-        except Exception as e:
-            raise StorageError(
-                f"listing s3://{bucket}/{start} failed: {resolver.describe(e)}"
-            ) from None
+    for response in _s3_pages(resolver, fs, bucket, start, page_size, Delimiter="/"):
         for common in response.get("CommonPrefixes", []):
             name = common.get("Prefix", "")[len(start) :].strip("/")
             if name:
@@ -181,6 +164,27 @@ def _s3_level(
                 yield ListedObject(
                     _join(directory_uri, name), item.get("Size"), _ms(item.get("LastModified"))
                 )
+
+
+def _s3_pages(
+    resolver: StorageResolver, fs: Any, bucket: str, start: str, page_size: int, **more: str
+) -> Iterator[dict[str, Any]]:
+    """The ``list_objects_v2`` responses for keys under ``start``; none when the bucket
+    is gone (NoSuchBucket: nothing is left)."""
+    token: str | None = None
+    while True:
+        args: dict[str, Any] = {"Bucket": bucket, "Prefix": start, "MaxKeys": page_size, **more}
+        if token:
+            args["ContinuationToken"] = token
+        try:
+            response = fs.call_s3("list_objects_v2", **args)
+        except FileNotFoundError:
+            return
+        except Exception as e:
+            raise StorageError(
+                f"listing s3://{bucket}/{start} failed: {resolver.describe(e)}"
+            ) from None
+        yield response
         token = response.get("NextContinuationToken") if response.get("IsTruncated") else None
         if not token:
             return
@@ -297,19 +301,7 @@ def _s3(
     if not key:
         raise StorageError("refusing to list a whole bucket")
     start = key + "/"
-    token: str | None = None
-    while True:
-        args: dict[str, Any] = {"Bucket": bucket, "Prefix": start, "MaxKeys": page_size}
-        if token:
-            args["ContinuationToken"] = token
-        try:
-            response = fs.call_s3("list_objects_v2", **args)
-        except FileNotFoundError:
-            return  # NoSuchBucket: nothing is left
-        except Exception as e:
-            raise StorageError(
-                f"listing s3://{bucket}/{start} failed: {resolver.describe(e)}"
-            ) from None
+    for response in _s3_pages(resolver, fs, bucket, start, page_size):
         for item in response.get("Contents", []):
             name = item.get("Key", "")
             if not name.startswith(start) or name == start:
@@ -319,9 +311,6 @@ def _s3(
                 item.get("Size"),
                 _ms(item.get("LastModified")),
             )
-        token = response.get("NextContinuationToken") if response.get("IsTruncated") else None
-        if not token:
-            return
 
 
 # -- other stores --------------------------------------------------------------------
