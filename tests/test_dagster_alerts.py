@@ -45,10 +45,7 @@ from polaris_pipeline.dagster.alerts import (
     build_polaris_failure_email,
     email_notifier,
     fan_out,
-    notifier_from_env,
     run_failure_alert,
-    smtp_from_env,
-    ui_url_from_env,
 )
 from polaris_pipeline.dagster.backlog import (
     BACKLOG_CHECKS,
@@ -66,7 +63,10 @@ from tests.support.dagster import (
     alert_sensors_from_env,
     deployed_sensor,
     metastore_resource,
+    notifier_from_env,
+    smtp_from_env,
     sweeper_resources,
+    ui_url_from_env,
 )
 from tests.support.tasks import seed
 

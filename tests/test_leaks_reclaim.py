@@ -16,8 +16,9 @@ from pyiceberg.table import Table
 
 from polaris_pipeline.cli.main import main
 from polaris_pipeline.leaks.find import metastore_leaks
-from polaris_pipeline.leaks.reclaim import DAY_MS, reclaim_root
+from polaris_pipeline.leaks.reclaim import DAY_MS, check_min_age_days, reclaim_root
 from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.settings.leaks import LeakSection
 from polaris_pipeline.storage.uri import normalize_uri, split_uri
 from polaris_pipeline.testing import tables as testing_tables
 from polaris_pipeline.testing import tasks as testing_tasks
@@ -117,6 +118,24 @@ def test_what_may_not_be_reclaimed_is_refused_and_left_whole(
     stray = testing_tables.build_table(outside, ("ns", "stray"), appends=1)
     age_local_files(_path(stray.location()), days=10)
     assert "under no catalog" in _refusal(metastore, wh, stray.location())
+
+
+@pytest.mark.parametrize(
+    ("days", "message"),
+    [
+        (0.5, "a reclaim's minimum age in days must be at least 1, not 0.5"),
+        (float("nan"), "a reclaim's minimum age in days must be a finite number, not nan"),
+        (float("inf"), "a reclaim's minimum age in days must be a finite number, not inf"),
+    ],
+)
+def test_the_engine_and_the_leaks_section_refuse_a_minimum_age_by_one_rule(
+    days: float, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        check_min_age_days(days)
+    with pytest.raises(ValueError, match=message):
+        LeakSection(min_age_days=days)
+    assert check_min_age_days(1) == DAY_MS and LeakSection(min_age_days=1).min_age_days == 1
 
 
 def test_the_cli_refuses_a_minimum_age_below_a_day_and_reclaims_with_json(

@@ -20,6 +20,7 @@ from polaris_pipeline.metastore import Metastore, queries
 from polaris_pipeline.metastore.queries import Query
 from polaris_pipeline.metastore.schema import events
 from polaris_pipeline.tasks.model import Prop, RealmOverride, TaskPolicy, TaskRow
+from tests.support.metastore import ALL_QUERIES
 from tests.support.tasks import batch_task
 
 REALM = "r"
@@ -176,9 +177,9 @@ def _equal(got: Any, expected: Any) -> None:
 def test_every_statement_runs_on_each_backend(metastore: Metastore) -> None:
     orphan, held = _tasks(metastore)
     cases = _cases(metastore, orphan, held)
-    assert set(cases) == {query.name for query in queries.ALL}
+    assert set(cases) == {query.name for query in ALL_QUERIES}
     ran = []
-    for query in queries.ALL:
+    for query in ALL_QUERIES:
         if not query.runs_on(metastore.dialect):
             continue
         args, params, check = cases[query.name]
@@ -187,13 +188,13 @@ def test_every_statement_runs_on_each_backend(metastore: Metastore) -> None:
             tx.rollback()
         ran.append(query.name)
     expected_missing = {"COUNT_BY_STATE", "SELECT_AVAILABLE", "LEASE_BATCH"}
-    missing = {q.name for q in queries.ALL} - set(ran)
+    missing = {q.name for q in ALL_QUERIES} - set(ran)
     assert missing == (expected_missing if metastore.dialect == "sqlite" else set())
 
 
 def test_the_registry_lists_every_statement_under_its_own_name() -> None:
     defined = {name: value for name, value in vars(queries).items() if isinstance(value, Query)}
-    assert {id(q) for q in defined.values()} == {id(q) for q in queries.ALL}
+    assert {id(q) for q in defined.values()} == {id(q) for q in ALL_QUERIES}
     assert all(query.name == name for name, query in defined.items())
 
 

@@ -184,6 +184,8 @@ def test_blank_variables_mean_the_default() -> None:
         ("POLARIS_PIPELINE_BACKLOG_MAX_ORPHAN_AGE_SECONDS", "-5", "must be positive"),
         ("POLARIS_PIPELINE_LEAK_MIN_AGE_DAYS", "0.5", "minimum age in days must be at least 1"),
         ("POLARIS_PIPELINE_LEAK_MAX_BYTES", "-1", "the leaked bytes must be at least 0"),
+        ("POLARIS_PIPELINE_RETENTION_FAILURE_DAYS", "0", "days a run is kept must be at least 1"),
+        ("POLARIS_PIPELINE_RETENTION_BATCH_SIZE", "0", "runs deleted per tick must be at least 1"),
         ("POLARIS_PIPELINE_EXECUTOR_PREFIX", "a b", "must not contain white space"),
         ("POLARIS_PIPELINE_METADATA_BATCH_SIZE", "0", "metadata batch size must be at least 1"),
         ("POLARIS_PIPELINE_REALM_OVERRIDES", "{TEST: 1}", "REALM_OVERRIDES='{TEST: 1}': not JSON"),

@@ -21,7 +21,9 @@ from typing import Any
 
 import pytest
 from pyiceberg.table import Table
+from sqlalchemy import create_engine
 
+from polaris_pipeline.errors import MetastoreError
 from polaris_pipeline.execution.runner import Runner, Status, TaskOutcome
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import LiveLocations
@@ -345,3 +347,14 @@ def test_metadata_users_finds_a_live_table_over_a_file_in_any_spelling(
 
     assert hit.name == "registered" and "metadata-location" in hit.why
     assert none == []
+
+
+def test_a_database_error_in_an_overlap_check_is_a_metastore_error(tmp_path: Path) -> None:
+    """Each check (held connection or not) says the overlap check failed, never a raw
+    SQLAlchemy error: a database with no Polaris tables is one."""
+    live = LiveLocations(create_engine(f"sqlite:///{tmp_path / 'empty.db'}"), None)
+    prefix = parse_location("file:///wh/ns/t", directory=True)
+    with pytest.raises(MetastoreError, match="overlap check failed: no such table"):
+        live.overlaps(prefix)
+    with live.held(), pytest.raises(MetastoreError, match="overlap check failed: no such table"):
+        live.enclosing_table(prefix)

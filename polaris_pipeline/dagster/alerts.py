@@ -1,7 +1,7 @@
 """Alerts, off unless configured: a failed run, or a backlog check that starts failing.
 
-With no destination there is no alert sensor at all. With one (``notifier_from_env``:
-a webhook, e-mail, or both; or a ``notify`` of your own):
+With no destination there is no alert sensor at all. With one (``destinations_of``
+the alerts section: a webhook, e-mail, or both; or a ``notify`` of your own):
 
 - ``polaris_run_failure_email``: Dagster's own ``make_email_on_run_failure_sensor``
   with our subject and body (table, realm, task, error, a link), for e-mail over
@@ -47,7 +47,6 @@ from polaris_pipeline.dagster.backlog.report import ASSET_KEY
 from polaris_pipeline.dagster.contract import TAG_REALM, TAG_TABLE, TAG_TASK_ID, TAG_TASK_TYPE
 from polaris_pipeline.dagster.reporting import run_total
 from polaris_pipeline.settings import AlertSection
-from polaris_pipeline.settings.pipeline import section_from_env
 
 RUN_ALERT_NAME = "polaris_run_failure_alert"
 RUN_EMAIL_ALERT_NAME = "polaris_run_failure_email"
@@ -376,17 +375,6 @@ class Destinations:
         (notifiers[0] if len(notifiers) == 1 else fan_out(notifiers))(alert)
 
 
-def _section(env: Mapping[str, str]) -> AlertSection:
-    section = section_from_env("alerts", env)
-    assert isinstance(section, AlertSection)
-    return section
-
-
-def ui_url_from_env(env: Mapping[str, str]) -> str | None:
-    """The Dagster UI address alerts link to (``POLARIS_PIPELINE_ALERT_UI_URL``), if set."""
-    return _section(env).ui_url
-
-
 def smtp_of(section: AlertSection) -> SmtpSettings | None:
     """The e-mail destination the alerts section sets; None without addresses."""
     if section.email_to is None:
@@ -407,16 +395,6 @@ def destinations_of(section: AlertSection) -> Destinations | None:
     if not section.configured:
         return None
     return Destinations(section.webhook_url, smtp_of(section))
-
-
-def smtp_from_env(env: Mapping[str, str]) -> SmtpSettings | None:
-    """``smtp_of`` the environment's alerts section (the settings' one reading of it)."""
-    return smtp_of(_section(env))
-
-
-def notifier_from_env(env: Mapping[str, str]) -> Destinations | None:
-    """The configured destinations (a ``Notify``); None when none is configured."""
-    return destinations_of(_section(env))
 
 
 def alert_sensors(notify: Notify | None, ui_url: str | None = None) -> list[SensorDefinition]:

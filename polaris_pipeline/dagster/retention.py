@@ -212,7 +212,6 @@ def apply_retention(
     *,
     task_job_name: str = JOB_NAME,
     translator: PolarisTranslator | None = None,
-    now: datetime | None = None,
     dry_run: bool | None = None,
 ) -> RetentionResult:
     """Delete (or list) at most ``settings.batch_size`` old finished runs of ``job_names``.
@@ -221,7 +220,7 @@ def apply_retention(
     ``task_job_name`` keep their table's history (the module's docstring), recorded
     by ``translator`` (the task job's) for a run not reported yet.
     """
-    now = now or datetime.now(UTC)
+    now = datetime.now(UTC)
     dry = settings.dry_run if dry_run is None else dry_run
     result = RetentionResult(dry_run=dry)
     budget = settings.batch_size

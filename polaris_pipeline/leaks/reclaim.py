@@ -29,6 +29,7 @@ before anything is deleted.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -96,11 +97,13 @@ class ReclaimReport:
 
 
 def check_min_age_days(days: float) -> int:
-    """``days`` in milliseconds; ValueError below ``MIN_AGE_FLOOR_DAYS``."""
+    """``days`` in milliseconds; ValueError unless a finite number of at least
+    ``MIN_AGE_FLOOR_DAYS`` (the one rule: ``LeakSection.min_age_days`` calls this)."""
+    what = "a reclaim's minimum age in days"
+    if not math.isfinite(days):
+        raise ValueError(f"{what} must be a finite number, not {days:g}")
     if days < MIN_AGE_FLOOR_DAYS:
-        raise ValueError(
-            f"a reclaim's minimum age must be at least {MIN_AGE_FLOOR_DAYS:g} day(s), not {days:g}"
-        )
+        raise ValueError(f"{what} must be at least {MIN_AGE_FLOOR_DAYS:g}, not {days:g}")
     return int(days * DAY_MS)
 
 

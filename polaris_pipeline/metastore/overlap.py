@@ -257,16 +257,23 @@ class LiveLocations:
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[Connection]:
-        if self._held is not None:
-            try:
-                yield self._held
-            finally:
-                # End the read transaction the check began: the next check must see
-                # what is committed then (SQLite would keep this one's snapshot).
-                self._held.rollback()
-        else:
-            with self.engine.connect() as conn:
-                yield conn
+        """A check's connection; a database error in the check is a MetastoreError."""
+        try:
+            if self._held is not None:
+                try:
+                    yield self._held
+                finally:
+                    # End the read transaction the check began: the next check must see
+                    # what is committed then (SQLite would keep this one's snapshot).
+                    self._held.rollback()
+            else:
+                with self.engine.connect() as conn:
+                    yield conn
+        except (OperationalError, DBAPIError) as exc:
+            first = str(getattr(exc, "orig", exc)).strip().splitlines()
+            raise MetastoreError(
+                f"overlap check failed: {first[0] if first else type(exc).__name__}"
+            ) from exc
 
     def overlaps(self, prefix: Location, limit: int = 5) -> list[Overlap]:
         """Up to ``limit`` live entities overlapping ``prefix``; empty when none does."""
@@ -291,18 +298,12 @@ class LiveLocations:
 
     def _first(self, hits: Callable[[Connection], Iterator[Overlap]], limit: int) -> list[Overlap]:
         found: list[Overlap] = []
-        try:
-            with self._connection() as conn:
-                names = self._names(conn)
-                for hit in hits(conn):
-                    found.append(dataclasses.replace(hit, catalog=names.get(_catalog_key(hit))))
-                    if len(found) >= limit:
-                        break
-        except (OperationalError, DBAPIError) as exc:
-            first = str(getattr(exc, "orig", exc)).strip().splitlines()
-            raise MetastoreError(
-                f"overlap check failed: {first[0] if first else type(exc).__name__}"
-            ) from exc
+        with self._connection() as conn:
+            names = self._names(conn)
+            for hit in hits(conn):
+                found.append(dataclasses.replace(hit, catalog=names.get(_catalog_key(hit))))
+                if len(found) >= limit:
+                    break
         return found
 
     def enclosing_table(self, prefix: Location) -> Overlap | None:
@@ -311,26 +312,20 @@ class LiveLocations:
         c = entities.c
         columns = [c.realm_id, c.catalog_id, c.id, c.type_code, c.name, c.properties]
         tables = c.type_code == TABLE_LIKE_TYPE_CODE
-        try:
-            with self._connection() as conn:
-                if self.indexed:
-                    equal, _ = overlap_terms(prefix)
-                    stmt = select(*columns, c.location_without_scheme).where(
-                        and_(tables, c.location_without_scheme.in_(equal))
-                    )
-                    rows = self._judged(conn.execute(stmt), prefix, with_lws=True)
-                else:
-                    stmt = select(*columns).where(tables).execution_options(yield_per=1000)
-                    rows = self._judged(conn.execute(stmt), prefix)
-                for hit in rows:
-                    # At the prefix, or above it; one under it is not "enclosing".
-                    if hit.why != "it is at or under the prefix" or _at(hit, prefix):
-                        return hit
-        except (OperationalError, DBAPIError) as exc:
-            first = str(getattr(exc, "orig", exc)).strip().splitlines()
-            raise MetastoreError(
-                f"overlap check failed: {first[0] if first else type(exc).__name__}"
-            ) from exc
+        with self._connection() as conn:
+            if self.indexed:
+                equal, _ = overlap_terms(prefix)
+                stmt = select(*columns, c.location_without_scheme).where(
+                    and_(tables, c.location_without_scheme.in_(equal))
+                )
+                rows = self._judged(conn.execute(stmt), prefix, with_lws=True)
+            else:
+                stmt = select(*columns).where(tables).execution_options(yield_per=1000)
+                rows = self._judged(conn.execute(stmt), prefix)
+            for hit in rows:
+                # At the prefix, or above it; one under it is not "enclosing".
+                if hit.why != "it is at or under the prefix" or _at(hit, prefix):
+                    return hit
         return None
 
     def _names(self, conn: Connection) -> dict[tuple[str, int], str]:

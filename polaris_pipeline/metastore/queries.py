@@ -524,27 +524,3 @@ def _insert_event(now: str) -> Callable[[str, str | None, str, str, dict[str, st
 INSERT_EVENT = Query(
     "INSERT_EVENT", postgresql=_insert_event(_PG_NOW), sqlite=_insert_event(_SQLITE_NOW)
 )
-
-ALL: tuple[Query[...], ...] = (
-    NOW,
-    REALMS,
-    ENTITY_REALMS,
-    LIST_TASKS,
-    GET_TASK,
-    TASK_PROPERTIES,
-    CATALOG_INTERNAL_PROPERTIES,
-    TASK_NAMES,
-    COUNT_TASKS,
-    COUNT_BY_STATE,
-    TASKS_BY_AGE,
-    SELECT_AVAILABLE,
-    LEASE_BATCH,
-    CAS_WRITE,
-    RENEW_HELD_BY,
-    COMPLETE,
-    LIST_FOR_DISCARD,
-    DISCARD,
-    INSERT_TASKS,
-    BATCH_EVIDENCE,
-    INSERT_EVENT,
-)

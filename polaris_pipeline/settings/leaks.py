@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from polaris_pipeline.leaks.reclaim import MIN_AGE_FLOOR_DAYS
-from polaris_pipeline.settings.section import Section, at_least, finite, nonblank_cron
+from polaris_pipeline.leaks.reclaim import MIN_AGE_FLOOR_DAYS, check_min_age_days
+from polaris_pipeline.settings.section import Section, at_least, nonblank_cron
 
 
 class LeakSection(Section):
@@ -51,6 +51,5 @@ class LeakSection(Section):
     @field_validator("min_age_days")
     @classmethod
     def _age(cls, value: float) -> float:
-        what = "a reclaim's minimum age in days"
-        at_least(finite(value, what), MIN_AGE_FLOOR_DAYS, what)
+        check_min_age_days(value)
         return value

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from polaris_pipeline.settings.section import Section, nonblank_cron
+from polaris_pipeline.settings.section import Section, at_least, nonblank_cron
 
 
 class RetentionSection(Section):
@@ -32,15 +32,14 @@ class RetentionSection(Section):
     @field_validator("success_days", "failure_days")
     @classmethod
     def _days(cls, value: int | None) -> int | None:
-        if value is not None and value < 1:
-            raise ValueError("the days a run is kept must be at least 1")
+        if value is not None:
+            at_least(value, 1, "the days a run is kept")
         return value
 
     @field_validator("batch_size")
     @classmethod
     def _batch(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError("the runs deleted per tick must be at least 1")
+        at_least(value, 1, "the runs deleted per tick")
         return value
 
     @field_validator("cron")

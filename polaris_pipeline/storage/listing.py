@@ -153,24 +153,7 @@ def _s3_level(
 ) -> Iterator[ListedObject | SubDirectory]:
     bucket, _, key = base.partition("/")
     start = f"{key}/" if key else ""
-    token: str | None = None
-    while True:
-        args: dict[str, Any] = {
-            "Bucket": bucket,
-            "Prefix": start,
-            "Delimiter": "/",
-            "MaxKeys": page_size,
-        }
-        if token:
-            args["ContinuationToken"] = token
-        try:
-            response = fs.call_s3("list_objects_v2", **args)
-        except FileNotFoundError:
-            return
-        except Exception as e:
-            raise StorageError(
-                f"listing s3://{bucket}/{start} failed: {resolver.describe(e)}"
-            ) from None
+    for response in _s3_pages(resolver, fs, bucket, start, page_size, Delimiter="/"):
         for common in response.get("CommonPrefixes", []):
             name = common.get("Prefix", "")[len(start) :].strip("/")
             if name:
@@ -181,6 +164,27 @@ def _s3_level(
                 yield ListedObject(
                     _join(directory_uri, name), item.get("Size"), _ms(item.get("LastModified"))
                 )
+
+
+def _s3_pages(
+    resolver: StorageResolver, fs: Any, bucket: str, start: str, page_size: int, **more: str
+) -> Iterator[dict[str, Any]]:
+    """The ``list_objects_v2`` responses for keys under ``start``; none when the bucket
+    is gone (NoSuchBucket: nothing is left)."""
+    token: str | None = None
+    while True:
+        args: dict[str, Any] = {"Bucket": bucket, "Prefix": start, "MaxKeys": page_size, **more}
+        if token:
+            args["ContinuationToken"] = token
+        try:
+            response = fs.call_s3("list_objects_v2", **args)
+        except FileNotFoundError:
+            return
+        except Exception as e:
+            raise StorageError(
+                f"listing s3://{bucket}/{start} failed: {resolver.describe(e)}"
+            ) from None
+        yield response
         token = response.get("NextContinuationToken") if response.get("IsTruncated") else None
         if not token:
             return
@@ -189,26 +193,40 @@ def _s3_level(
 def _ls_level(
     resolver: StorageResolver, fs: AbstractFileSystem, directory_uri: str, base: str
 ) -> Iterator[ListedObject | SubDirectory]:
-    try:
-        entries = fs.ls(base, detail=True)
-    except FileNotFoundError:
-        return
-    except Exception as e:
-        raise StorageError(
-            f"listing {resolver.redact(base)} failed: {resolver.describe(e)}"
-        ) from None
-    finally:
-        fs.invalidate_cache(base)
-    for entry in entries:
-        name = str(entry.get("name", "")).rstrip("/")
-        if name == base or not name.startswith(base + "/"):
-            continue
-        rel = name[len(base) + 1 :]
+    for rel, entry in _entries(resolver, fs, base):
         if entry.get("type") == "directory":
             yield SubDirectory(_join(directory_uri, rel))
-            continue
-        mtime = next((entry[k] for k in _MTIME_KEYS if entry.get(k) is not None), None)
-        yield ListedObject(_join(directory_uri, rel), entry.get("size"), _ms(mtime))
+        else:
+            yield _listed(_join(directory_uri, rel), entry)
+
+
+def _entries(
+    resolver: StorageResolver, fs: AbstractFileSystem, directory: str
+) -> list[tuple[str, dict[str, Any]]]:
+    """(name relative to ``directory``, ``fs.ls`` entry) under it; none when it is gone."""
+    try:
+        entries = fs.ls(directory, detail=True)
+    except FileNotFoundError:
+        return []
+    except Exception as e:
+        raise StorageError(
+            f"listing {resolver.redact(directory)} failed: {resolver.describe(e)}"
+        ) from None
+    finally:
+        # The listing cache would otherwise keep every directory listed.
+        fs.invalidate_cache(directory)
+    under = []
+    for entry in entries:
+        name = str(entry.get("name", "")).rstrip("/")
+        if name == directory or not name.startswith(directory + "/"):
+            continue  # the directory itself (a marker object), or not under it
+        under.append((name[len(directory) + 1 :], entry))
+    return under
+
+
+def _listed(uri: str, entry: dict[str, Any]) -> ListedObject:
+    mtime = next((entry[k] for k in _MTIME_KEYS if entry.get(k) is not None), None)
+    return ListedObject(uri, entry.get("size"), _ms(mtime))
 
 
 def _ms(value: Any) -> int | None:
@@ -283,19 +301,7 @@ def _s3(
     if not key:
         raise StorageError("refusing to list a whole bucket")
     start = key + "/"
-    token: str | None = None
-    while True:
-        args: dict[str, Any] = {"Bucket": bucket, "Prefix": start, "MaxKeys": page_size}
-        if token:
-            args["ContinuationToken"] = token
-        try:
-            response = fs.call_s3("list_objects_v2", **args)
-        except FileNotFoundError:
-            return  # NoSuchBucket: nothing is left
-        except Exception as e:
-            raise StorageError(
-                f"listing s3://{bucket}/{start} failed: {resolver.describe(e)}"
-            ) from None
+    for response in _s3_pages(resolver, fs, bucket, start, page_size):
         for item in response.get("Contents", []):
             name = item.get("Key", "")
             if not name.startswith(start) or name == start:
@@ -305,9 +311,6 @@ def _s3(
                 item.get("Size"),
                 _ms(item.get("LastModified")),
             )
-        token = response.get("NextContinuationToken") if response.get("IsTruncated") else None
-        if not token:
-            return
 
 
 # -- other stores --------------------------------------------------------------------
@@ -320,26 +323,11 @@ def _by_directory(
     while pending:
         relative = pending.pop()
         directory = f"{base}/{relative}" if relative else base
-        try:
-            entries = fs.ls(directory, detail=True)
-        except FileNotFoundError:
-            if not relative:
-                return
-            continue  # a common prefix gone since its parent was listed
-        except Exception as e:
-            raise StorageError(
-                f"listing {resolver.redact(directory)} failed: {resolver.describe(e)}"
-            ) from None
-        finally:
-            # The listing cache would otherwise keep every directory listed.
-            fs.invalidate_cache(directory)
-        for entry in entries:
-            name = str(entry.get("name", "")).rstrip("/")
-            if name == directory or not name.startswith(directory + "/"):
-                continue  # the directory itself (a marker object), or not under it
-            rel = name[len(base) + 1 :]
+        # A directory gone (the prefix, or a common prefix since its parent was
+        # listed) lists nothing.
+        for name, entry in _entries(resolver, fs, directory):
+            rel = f"{relative}/{name}" if relative else name
             if entry.get("type") == "directory":
                 pending.append(rel)
-                continue
-            mtime = next((entry[k] for k in _MTIME_KEYS if entry.get(k) is not None), None)
-            yield ListedObject(_join(prefix_uri, rel), entry.get("size"), _ms(mtime))
+            else:
+                yield _listed(_join(prefix_uri, rel), entry)

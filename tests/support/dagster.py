@@ -12,7 +12,13 @@ import yaml
 from dagster import DagsterInstance, Definitions, SensorDefinition
 from sqlalchemy.engine import make_url
 
-from polaris_pipeline.dagster.alerts import alert_sensors, notifier_from_env, ui_url_from_env
+from polaris_pipeline.dagster.alerts import (
+    Destinations,
+    SmtpSettings,
+    alert_sensors,
+    destinations_of,
+    smtp_of,
+)
 from polaris_pipeline.dagster.backlog import BacklogSettings
 from polaris_pipeline.dagster.definitions import build_defs
 from polaris_pipeline.dagster.realm_backfill import OP_NAME as REALM_BACKFILL_OP
@@ -24,6 +30,8 @@ from polaris_pipeline.dagster.resources import (
     clear_storage_cache,
 )
 from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.settings import AlertSection
+from polaris_pipeline.settings.pipeline import section_from_env
 from tests.support.postgres import PG_ADMIN_URL, database_url, throwaway_database
 
 
@@ -109,6 +117,27 @@ def metastore_resource(store: Metastore, **overrides: Any) -> PolarisMetastoreRe
         **overrides,
     }
     return PolarisMetastoreResource(**values)
+
+
+def _alert_section(env: Mapping[str, str]) -> AlertSection:
+    section = section_from_env("alerts", env)
+    assert isinstance(section, AlertSection)
+    return section
+
+
+def ui_url_from_env(env: Mapping[str, str]) -> str | None:
+    """The Dagster UI address alerts link to (``POLARIS_PIPELINE_ALERT_UI_URL``), if set."""
+    return _alert_section(env).ui_url
+
+
+def smtp_from_env(env: Mapping[str, str]) -> SmtpSettings | None:
+    """``smtp_of`` the environment's alerts section (the settings' one reading of it)."""
+    return smtp_of(_alert_section(env))
+
+
+def notifier_from_env(env: Mapping[str, str]) -> Destinations | None:
+    """The configured destinations (a ``Notify``); None when none is configured."""
+    return destinations_of(_alert_section(env))
 
 
 def alert_sensors_from_env(env: Mapping[str, str]) -> list[SensorDefinition]:

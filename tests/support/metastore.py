@@ -14,13 +14,39 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from polaris_pipeline.metastore import Metastore, transitions
+from polaris_pipeline.metastore import Metastore, queries, transitions
+from polaris_pipeline.metastore.queries import Query
 from polaris_pipeline.metastore.rows import after_write
 from polaris_pipeline.tasks.model import TaskPolicy, TaskRow
 from polaris_pipeline.tasks.ref import Lease
 from tests.support.postgres import PG_ADMIN_URL as PG_ADMIN_URL
 from tests.support.postgres import database_url, throwaway_database
 from tests.support.tasks import sqlite_metastore
+
+# Every statement of metastore/queries.py (test_queries checks the list is whole).
+ALL_QUERIES: tuple[Query[...], ...] = (
+    queries.NOW,
+    queries.REALMS,
+    queries.ENTITY_REALMS,
+    queries.LIST_TASKS,
+    queries.GET_TASK,
+    queries.TASK_PROPERTIES,
+    queries.CATALOG_INTERNAL_PROPERTIES,
+    queries.TASK_NAMES,
+    queries.COUNT_TASKS,
+    queries.COUNT_BY_STATE,
+    queries.TASKS_BY_AGE,
+    queries.SELECT_AVAILABLE,
+    queries.LEASE_BATCH,
+    queries.CAS_WRITE,
+    queries.RENEW_HELD_BY,
+    queries.COMPLETE,
+    queries.LIST_FOR_DISCARD,
+    queries.DISCARD,
+    queries.INSERT_TASKS,
+    queries.BATCH_EVIDENCE,
+    queries.INSERT_EVENT,
+)
 
 
 @pytest.fixture(scope="session")
