@@ -548,3 +548,22 @@ def orphaned_task(
         internal_properties={"storageLocation": location},
         create_timestamp=created,
     )
+
+
+@dataclass(frozen=True)
+class DeployedSweeper:
+    """The sweeper sensor as ``build_defs`` deploys it, with the resources it requires."""
+
+    sensor: Any
+    resources: dict[str, Any]
+
+
+def deployed_sweeper(metastore: Any, sweeper: Any, storage: Any = None) -> DeployedSweeper:
+    from polaris_pipeline.dagster import build_defs
+    from polaris_pipeline.dagster.sweeper import SENSOR_NAME
+
+    defs = build_defs(metastore=metastore, sweeper=sweeper, storage=storage)
+    sensor = defs.resolve_sensor_def(SENSOR_NAME)
+    resources = defs.resources or {}
+    # Evaluated by hand, a sensor gets only the resources its context is given.
+    return DeployedSweeper(sensor, {key: resources[key] for key in sensor.required_resource_keys})

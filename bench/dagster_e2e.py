@@ -33,7 +33,14 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import make_url
 
-from bench.common import connection_lost, orphaned_task, temp_database, wait_for_database
+from bench.common import (
+    DeployedSweeper,
+    connection_lost,
+    deployed_sweeper,
+    orphaned_task,
+    temp_database,
+    wait_for_database,
+)
 from bench.report import BenchResult, Figure, fmt
 
 if TYPE_CHECKING:
@@ -275,14 +282,14 @@ def _quiet_dagster() -> None:
     instigation_logger.create_console_logger = at_warning
 
 
-def _tick(instance: Any, resources: dict[str, Any], cursor: str | None) -> tuple[list, Any, float]:
+def _tick(instance: Any, sweeper: DeployedSweeper, cursor: str | None) -> tuple[list, Any, float]:
     from dagster import SensorResult, build_sensor_context
 
-    from polaris_pipeline.dagster.sweeper import polaris_task_sweeper
-
     t0 = time.perf_counter()
-    with build_sensor_context(instance=instance, resources=resources, cursor=cursor) as context:
-        result = polaris_task_sweeper(context)
+    with build_sensor_context(
+        instance=instance, resources=sweeper.resources, cursor=cursor
+    ) as context:
+        result = sweeper.sensor(context)
     seconds = time.perf_counter() - t0
     if isinstance(result, SensorResult):
         return list(result.run_requests or []), result.cursor or cursor, seconds
@@ -304,14 +311,14 @@ def drive(store: Any, instance: Any, metastore: Any, storage: Any, *, label: str
     from polaris_pipeline.dagster.resources import SweeperSettings
     from polaris_pipeline.dagster.task_job import polaris_task_job
 
-    sensor_resources = {"metastore": metastore, "sweeper": SweeperSettings(interval_seconds=0)}
+    sweeper = deployed_sweeper(metastore, SweeperSettings(interval_seconds=0), storage)
     run_resources = {"metastore": metastore, "storage": storage}
     cursor: str | None = None
     ticks: list[dict[str, Any]] = []
     runs: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     while True:
-        requests, cursor, tick_s = _tick(instance, sensor_resources, cursor)
+        requests, cursor, tick_s = _tick(instance, sweeper, cursor)
         ticks.append({"seconds": tick_s, "requests": len(requests)})
         if not requests:
             if store.count_tasks() == 0:
@@ -384,11 +391,8 @@ def overhead(store: Any, instance: Any, metastore: Any, storage: Any, n: int) ->
         t_trivial.append(time.perf_counter() - t0)
 
     noop_tasks(n + 1)
-    requests, _, _ = _tick(
-        instance,
-        {"metastore": metastore, "sweeper": SweeperSettings(interval_seconds=0)},
-        None,
-    )
+    sweeper = deployed_sweeper(metastore, SweeperSettings(interval_seconds=0), storage)
+    requests, _, _ = _tick(instance, sweeper, None)
     run_resources = {"metastore": metastore, "storage": storage}
     _execute(polaris_task_job, requests[0], instance, run_resources)  # warm up
     t_ours = []

@@ -25,14 +25,15 @@ import random
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.common import (
     REALMS,
+    DeployedSweeper,
     batch_task_row,
     catalog_database,
+    deployed_sweeper,
     new_id,
     now_ms,
     seed_catalog,
@@ -59,25 +60,6 @@ def _quiet_dagster() -> None:
         return create_console_logger(name, logging.WARNING)
 
     instigation_logger.create_console_logger = at_warning
-
-
-@dataclass(frozen=True)
-class DeployedSweeper:
-    """The sweeper sensor as ``build_defs`` deploys it, with the resources it requires."""
-
-    sensor: Any
-    resources: dict[str, Any]
-
-
-def _deployed_sweeper(metastore: Any, sweeper: Any) -> DeployedSweeper:
-    from polaris_pipeline.dagster import build_defs
-    from polaris_pipeline.dagster.sweeper import SENSOR_NAME
-
-    defs = build_defs(metastore=metastore, sweeper=sweeper)
-    sensor = defs.resolve_sensor_def(SENSOR_NAME)
-    resources = defs.resources or {}
-    # Evaluated by hand, a sensor gets only the resources its context is given.
-    return DeployedSweeper(sensor, {key: resources[key] for key in sensor.required_resource_keys})
 
 
 def _evaluate(instance: Any, sweeper: DeployedSweeper, cursor: str | None) -> dict[str, Any]:
@@ -148,7 +130,7 @@ def run(quick: bool = False) -> BenchResult:
             str(home), overrides={"telemetry": {"enabled": False}}
         ) as instance:
             # 1. default settings: the first tick reports the backlog, the rest select
-            capped = _deployed_sweeper(metastore, SweeperSettings(interval_seconds=0))
+            capped = deployed_sweeper(metastore, SweeperSettings(interval_seconds=0))
             cursor: str | None = None
             ticks: list[dict[str, Any]] = []
             for _ in range(TICKS):
@@ -164,7 +146,7 @@ def run(quick: bool = False) -> BenchResult:
             )
 
             # 2. the whole backlog in one tick
-            uncapped = _deployed_sweeper(
+            uncapped = deployed_sweeper(
                 metastore,
                 SweeperSettings(interval_seconds=0, max_runs_per_tick=n, max_pending_runs=n),
             )
