@@ -128,3 +128,17 @@ def test_a_deprecated_argument_that_disagrees_with_its_resource_is_refused() -> 
 def test_an_unknown_keyword_argument_is_a_type_error() -> None:
     with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) realm$"):
         build_defs(realm="POLARIS")
+
+
+def test_build_resources_still_takes_the_resources_as_keywords_with_a_warning() -> None:
+    sweeper = SweeperSettings(interval_seconds=5)
+    with pytest.warns(DeprecationWarning, match=r"build_resources\(sweeper=\.\.\.\)") as seen:
+        resources = build_resources(sweeper=sweeper)
+    assert [Path(w.filename).resolve() for w in seen] == [Path(__file__).resolve()]
+    assert resources["sweeper"] is sweeper
+    assert resources["leaks"].model_dump() == LeakSettings().model_dump()
+    # The keyword wins over nothing given, and joins what DeploymentResources gave.
+    leaks = LeakSettings(min_age_days=30)
+    with pytest.warns(DeprecationWarning):
+        both = build_resources(DeploymentResources(leaks=leaks), sweeper=sweeper)
+    assert both["leaks"] is leaks and both["sweeper"] is sweeper

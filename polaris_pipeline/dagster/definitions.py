@@ -235,7 +235,21 @@ def build_resources(
     **deprecated: Any,
 ) -> dict[str, Any]:
     """The resources of ``build_defs`` by key: ``given``'s, each at its default where
-    none was given, with ``build_defs``' deprecated loose arguments set on them."""
+    none was given, with ``build_defs``' deprecated loose arguments set on them.
+
+    The resources as keyword arguments (``metastore=``, ...), as earlier releases took
+    them, still work, with a ``DeprecationWarning``.
+    """
+    as_keywords = {f.name for f in dataclasses.fields(DeploymentResources)} & set(deprecated)
+    if as_keywords:
+        warnings.warn(
+            f"build_resources({', '.join(sorted(as_keywords))}=...): deprecated; pass "
+            "build_resources(DeploymentResources(...))",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        loose = {name: deprecated.pop(name) for name in as_keywords}
+        given = dataclasses.replace(given or DeploymentResources(), **loose)
     resources = (given or DeploymentResources()).by_key()
     if deprecated:
         resources.update(_with_deprecated(resources, deprecated))
