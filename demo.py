@@ -244,7 +244,7 @@ def sweep(demo: Demo, out: Any) -> None:
             reason = evaluation.skip_reason.skip_message if evaluation.skip_reason else ""
             print(f"Sweeper tick {tick}: no run requested: {reason}", file=out)
             break
-        print(f"Sweeper tick {tick}: leased {len(requests)} task(s), one run each", file=out)
+        print(f"Sweeper tick {tick}: requested {len(requests)} run(s), one per task", file=out)
         for request in requests:
             task_id = int(request.tags["polaris/task_id"])
             label = labels.get(task_id, f"task {task_id}")
