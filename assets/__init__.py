@@ -1,13 +1,19 @@
-"""This code location's assets: the task backlog of every realm and its checks, and the
-leak report (table roots no live entity owns and no task names) with its check."""
+"""This code location's assets: ``assets.location`` lists them (the task backlog of every
+realm with its checks, and the leak report with its check) for ``definitions.py``.
 
-from polaris_pipeline.dagster.backlog import BACKLOG_CHECKS, BacklogSettings, polaris_task_backlog
-from polaris_pipeline.dagster.leaks import LeakSettings, polaris_leaked_roots
+The library names this package re-exported in earlier releases still import from here,
+with a ``DeprecationWarning`` naming the library module to import them from.
+"""
 
-__all__ = [
-    "BACKLOG_CHECKS",
-    "BacklogSettings",
-    "LeakSettings",
-    "polaris_leaked_roots",
-    "polaris_task_backlog",
-]
+from polaris_pipeline.deprecation import moved_names as _moved_names
+
+__getattr__ = _moved_names(
+    __name__,
+    {
+        "BACKLOG_CHECKS": "polaris_pipeline.dagster.backlog",
+        "BacklogSettings": "polaris_pipeline.dagster.backlog",
+        "polaris_task_backlog": "polaris_pipeline.dagster.backlog",
+        "LeakSettings": "polaris_pipeline.dagster.leaks",
+        "polaris_leaked_roots": "polaris_pipeline.dagster.leaks",
+    },
+)

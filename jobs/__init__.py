@@ -1,14 +1,21 @@
-"""Dagster jobs of the polaris-pipeline code location."""
+"""This code location's jobs: ``jobs.location`` builds them (the task job, the realm
+backfill, the leak report and reclaim, retention when configured) and their schedules
+for ``definitions.py``.
 
-from polaris_pipeline.dagster.contract import JOB_NAME, TaskRunConfig, run_config_for
-from polaris_pipeline.dagster.leaks import polaris_leak_report_job
-from polaris_pipeline.dagster.task_job import build_polaris_task_job, polaris_task_job
+The library names this package re-exported in earlier releases still import from here,
+with a ``DeprecationWarning`` naming the library module to import them from.
+"""
 
-__all__ = [
-    "JOB_NAME",
-    "TaskRunConfig",
-    "build_polaris_task_job",
-    "polaris_leak_report_job",
-    "polaris_task_job",
-    "run_config_for",
-]
+from polaris_pipeline.deprecation import moved_names as _moved_names
+
+__getattr__ = _moved_names(
+    __name__,
+    {
+        "JOB_NAME": "polaris_pipeline.dagster.contract",
+        "TaskRunConfig": "polaris_pipeline.dagster.contract",
+        "run_config_for": "polaris_pipeline.dagster.contract",
+        "polaris_leak_report_job": "polaris_pipeline.dagster.leaks",
+        "build_polaris_task_job": "polaris_pipeline.dagster.task_job",
+        "polaris_task_job": "polaris_pipeline.dagster.task_job",
+    },
+)

@@ -1,13 +1,17 @@
-"""This code location's resources: the library's, nothing of its own.
+"""This code location's resources: ``resources.location`` reads them from the environment
+(the library's reading, ``deployment_from_env``) for ``definitions.py``.
 
-``resources.location`` configures them from the environment (the library's reading,
-``deployment_from_env``); ``definitions.py`` composes them with the rest.
+The library names this package re-exported in earlier releases still import from here,
+with a ``DeprecationWarning`` naming the library module to import them from.
 """
 
-from polaris_pipeline.dagster.resources import (
-    PolarisMetastoreResource,
-    PolarisStorageResource,
-    SweeperSettings,
-)
+from polaris_pipeline.deprecation import moved_names as _moved_names
 
-__all__ = ["PolarisMetastoreResource", "PolarisStorageResource", "SweeperSettings"]
+__getattr__ = _moved_names(
+    __name__,
+    {
+        "PolarisMetastoreResource": "polaris_pipeline.dagster.resources",
+        "PolarisStorageResource": "polaris_pipeline.dagster.resources",
+        "SweeperSettings": "polaris_pipeline.dagster.resources",
+    },
+)

@@ -1,25 +1,24 @@
-"""This code location's sensors: the sweeper, its watch, the run report and the alerts."""
+"""This code location's sensors: ``sensors.location`` builds them (the sweeper that
+launches the task job, its watch, the run report and the alerts) for ``definitions.py``.
 
-from polaris_pipeline.dagster.alerts import build_polaris_check_alert, build_polaris_failure_alert
-from polaris_pipeline.dagster.backlog import build_sweeper_watch, polaris_sweeper_watch
-from polaris_pipeline.dagster.reporting import build_run_report_sensor
-from polaris_pipeline.dagster.sweeper import (
-    SENSOR_NAME,
-    SweepCursor,
-    build_polaris_task_sweeper,
-    polaris_task_sweeper,
-    sweep_tick,
+The library names this package re-exported in earlier releases still import from here,
+with a ``DeprecationWarning`` naming the library module to import them from.
+"""
+
+from polaris_pipeline.deprecation import moved_names as _moved_names
+
+__getattr__ = _moved_names(
+    __name__,
+    {
+        "SENSOR_NAME": "polaris_pipeline.dagster.sweeper",
+        "SweepCursor": "polaris_pipeline.dagster.sweeper",
+        "build_polaris_task_sweeper": "polaris_pipeline.dagster.sweeper",
+        "polaris_task_sweeper": "polaris_pipeline.dagster.sweeper",
+        "sweep_tick": "polaris_pipeline.dagster.sweeper",
+        "build_polaris_check_alert": "polaris_pipeline.dagster.alerts",
+        "build_polaris_failure_alert": "polaris_pipeline.dagster.alerts",
+        "build_run_report_sensor": "polaris_pipeline.dagster.reporting",
+        "build_sweeper_watch": "polaris_pipeline.dagster.backlog",
+        "polaris_sweeper_watch": "polaris_pipeline.dagster.backlog",
+    },
 )
-
-__all__ = [
-    "SENSOR_NAME",
-    "SweepCursor",
-    "build_polaris_check_alert",
-    "build_polaris_failure_alert",
-    "build_polaris_task_sweeper",
-    "build_run_report_sensor",
-    "build_sweeper_watch",
-    "polaris_sweeper_watch",
-    "polaris_task_sweeper",
-    "sweep_tick",
-]

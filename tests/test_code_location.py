@@ -95,3 +95,36 @@ def test_the_code_location_follows_the_environment(monkeypatch: pytest.MonkeyPat
     location = _shape(_location_defs(monkeypatch))
     assert location == _shape(build_defs_from_env())
     assert ("polaris_task_sweeper", DefaultSensorStatus.RUNNING) in location["sensors"]
+
+
+# The names each top-level package re-exported in earlier releases, and their library home.
+OLD_NAMES = [
+    ("sensors", "polaris_task_sweeper", "polaris_pipeline.dagster.sweeper"),
+    ("sensors", "build_run_report_sensor", "polaris_pipeline.dagster.reporting"),
+    ("sensors", "polaris_sweeper_watch", "polaris_pipeline.dagster.backlog"),
+    ("assets", "polaris_task_backlog", "polaris_pipeline.dagster.backlog"),
+    ("assets", "polaris_leaked_roots", "polaris_pipeline.dagster.leaks"),
+    ("jobs", "polaris_task_job", "polaris_pipeline.dagster.task_job"),
+    ("jobs", "run_config_for", "polaris_pipeline.dagster.contract"),
+    ("resources", "PolarisMetastoreResource", "polaris_pipeline.dagster.resources"),
+]
+
+
+@pytest.mark.parametrize(("package", "name", "home"), OLD_NAMES)
+def test_a_name_the_package_re_exported_still_imports_with_a_warning(
+    package: str, name: str, home: str
+) -> None:
+    module = importlib.import_module(package)
+    with pytest.warns(DeprecationWarning, match=rf"{package}\.{name} is deprecated: .* {home}$"):
+        value = getattr(module, name)
+    assert value is getattr(importlib.import_module(home), name)
+
+
+@pytest.mark.parametrize("package", ["assets", "jobs", "resources", "sensors"])
+def test_each_top_level_package_defines_nothing_but_its_location(package: str) -> None:
+    """No re-export list: the package holds ``location`` and the old names' redirect."""
+    module = importlib.import_module(package)
+    public = [n for n in vars(module) if not n.startswith("_")]
+    assert set(public) <= {"location"}  # location: once something imported it
+    with pytest.raises(AttributeError, match=f"module '{package}' has no attribute 'nothing'"):
+        module.nothing  # noqa: B018
