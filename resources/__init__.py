@@ -1,8 +1,7 @@
 """This code location's resources: ``resources.location`` reads them from the environment
 (the library's reading, ``deployment_from_env``) for ``definitions.py``.
 
-The library names this package re-exported in earlier releases still import from here,
-with a ``DeprecationWarning`` naming the library module to import them from.
+Its re-exports of earlier releases still import, with a ``DeprecationWarning``.
 """
 
 from polaris_pipeline.deprecation import moved_names as _moved_names
@@ -10,8 +9,10 @@ from polaris_pipeline.deprecation import moved_names as _moved_names
 __getattr__ = _moved_names(
     __name__,
     {
-        "PolarisMetastoreResource": "polaris_pipeline.dagster.resources",
-        "PolarisStorageResource": "polaris_pipeline.dagster.resources",
-        "SweeperSettings": "polaris_pipeline.dagster.resources",
+        "polaris_pipeline.dagster.resources": (
+            "PolarisMetastoreResource",
+            "PolarisStorageResource",
+            "SweeperSettings",
+        ),
     },
 )
