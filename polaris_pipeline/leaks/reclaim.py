@@ -29,11 +29,11 @@ before anything is deleted.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from polaris_pipeline.bounds import at_least, finite
 from polaris_pipeline.cleanup.gc_policy import gc_enabled
 from polaris_pipeline.errors import MetastoreError, StorageError
 from polaris_pipeline.leaks.catalogs import catalog_resolver, read_catalogs
@@ -100,10 +100,11 @@ def check_min_age_days(days: float) -> int:
     """``days`` in milliseconds; ValueError unless a finite number of at least
     ``MIN_AGE_FLOOR_DAYS`` (the one rule: ``LeakSection.min_age_days`` calls this)."""
     what = "a reclaim's minimum age in days"
-    if not math.isfinite(days):
-        raise ValueError(f"{what} must be a finite number, not {days:g}")
-    if days < MIN_AGE_FLOOR_DAYS:
-        raise ValueError(f"{what} must be at least {MIN_AGE_FLOOR_DAYS:g}, not {days:g}")
+    try:
+        at_least(finite(days, what), MIN_AGE_FLOOR_DAYS, what)
+    except ValueError as exc:
+        # Given as a number (a flag, a run's config): the message says which.
+        raise ValueError(f"{exc}, not {days:g}") from None
     return int(days * DAY_MS)
 
 

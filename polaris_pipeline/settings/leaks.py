@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
+from polaris_pipeline.bounds import at_least
 from polaris_pipeline.leaks.reclaim import MIN_AGE_FLOOR_DAYS, check_min_age_days
-from polaris_pipeline.settings.section import Section, at_least, nonblank_cron
+from polaris_pipeline.settings.section import Section, nonblank_cron
 
 
 class LeakSection(Section):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from polaris_pipeline.settings.section import Section, at_least, nonblank_cron
+from polaris_pipeline.bounds import at_least
+from polaris_pipeline.settings.section import Section, nonblank_cron
 
 
 class RetentionSection(Section):

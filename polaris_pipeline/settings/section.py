@@ -28,17 +28,6 @@ class Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-def finite(value: float, what: str) -> float:
-    if value != value or value in (float("inf"), float("-inf")):
-        raise ValueError(f"{what} must be a finite number")
-    return value
-
-
-def at_least(value: float, bound: float, what: str) -> None:
-    if value < bound:
-        raise ValueError(f"{what} must be at least {bound:g}")
-
-
 def nonblank_cron(value: str) -> str:
     # Dagster checks the expression itself when it builds the schedule.
     if not value.strip():

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from polaris_pipeline.settings.section import Section, at_least, finite
+from polaris_pipeline.bounds import at_least, finite
+from polaris_pipeline.settings.section import Section
 
 
 class SweeperSection(Section):
