@@ -104,15 +104,15 @@ def _quiet() -> None:
 
 
 def build_world(demo: Demo) -> None:
+    from builders import tables as built_tables
+    from builders import tasks as built_tasks
     from polaris_pipeline.metastore import Metastore, new_entity_id
     from polaris_pipeline.tasks.model import NewTask, Prop, TaskType
-    from polaris_pipeline.testing import tables as testing_tables
-    from polaris_pipeline.testing import tasks as testing_tasks
 
     store = Metastore(demo.metastore_url)
     store.init_schema()
-    warehouse = testing_tables.local_warehouse_uri(demo.warehouse)
-    catalog = testing_tables.open_catalog(warehouse, demo.root / "catalog.db", name="demo")
+    warehouse = built_tables.local_warehouse_uri(demo.warehouse)
+    catalog = built_tables.open_catalog(warehouse, demo.root / "catalog.db", name="demo")
 
     plans: list[tuple[str, str, dict[str, Any]]] = [
         ("orders", "orphaned", {"partitioned": True, "with_deletes": True}),
@@ -125,14 +125,14 @@ def build_world(demo: Demo) -> None:
     now = store.now_ms()
     tasks: list[NewTask] = []
     for name, role, kwargs in plans:
-        table = testing_tables.build_table(catalog, ("sales", name), **kwargs)
+        table = built_tables.build_table(catalog, ("sales", name), **kwargs)
         entry = DemoTable(f"sales.{name}", role, table.location())
-        entry.files_before = len(testing_tables.list_files(entry.location))
+        entry.files_before = len(built_tables.list_files(entry.location))
         demo.tables.append(entry)
         if role == "kept":
             continue
         created = now if role == "fresh" else now - ORPHAN_AGE_MS
-        task = testing_tasks.drop_table_task(table, realm_id=REALM, create_timestamp=created)
+        task = built_tasks.drop_table_task(table, realm_id=REALM, create_timestamp=created)
         if role == "live":
             # A Polaris server leased it a moment ago and is still running it.
             props = {
@@ -268,16 +268,16 @@ def sweep(demo: Demo, out: Any) -> None:
 
 
 def demo_tables_uri(path: Path) -> str:
-    from polaris_pipeline.testing.tables import local_warehouse_uri
+    from builders.tables import local_warehouse_uri
 
     return local_warehouse_uri(path)
 
 
 def report(demo: Demo, out: Any) -> bool:
+    from builders import tables as built_tables
     from polaris_pipeline.dagster.resources import clear_metastore_cache
     from polaris_pipeline.metastore import Metastore
     from polaris_pipeline.report.totals import OutcomeTotals
-    from polaris_pipeline.testing import tables as testing_tables
 
     clear_metastore_cache()
     store = Metastore(demo.metastore_url)
@@ -285,7 +285,7 @@ def report(demo: Demo, out: Any) -> bool:
     ok = True
 
     for table in demo.tables:
-        table.files_after = len(testing_tables.list_files(table.location))
+        table.files_after = len(built_tables.list_files(table.location))
 
     purged = [t for t in demo.tables if t.role == "orphaned"]
     succeeded = [r for r in demo.runs if r.success]

@@ -146,16 +146,16 @@ def orphaned_children(root: Path, table: str, n: int, created: int) -> list[Any]
 
 def seed_mixed(root: Path, store: Any, size: dict[str, int]) -> dict[str, int]:
     """The mixed backlog (see the module docstring); returns its counts."""
-    from polaris_pipeline.testing import tables as testing_tables
-    from polaris_pipeline.testing import tasks as testing_tasks
+    from builders import tables as built_tables
+    from builders import tasks as built_tasks
 
-    warehouse = testing_tables.local_warehouse_uri(root / "wh")
-    catalog = testing_tables.open_catalog(warehouse, root / "catalog.db", name="bench")
+    warehouse = built_tables.local_warehouse_uri(root / "wh")
+    catalog = built_tables.open_catalog(warehouse, root / "catalog.db", name="bench")
     created = store.now_ms() - OLD_MS
     tasks: list[Any] = []
     for i in range(size["dropped_tables"]):
-        table = testing_tables.build_table(catalog, ("ns", f"dropped_{i}"), appends=1)
-        tasks.append(testing_tasks.drop_table_task(table, realm_id=REALM, create_timestamp=created))
+        table = built_tables.build_table(catalog, ("ns", f"dropped_{i}"), appends=1)
+        tasks.append(built_tasks.drop_table_task(table, realm_id=REALM, create_timestamp=created))
     for i in range(size["orphan_tables"]):
         tasks += orphaned_children(root / "wh", f"orphans_{i}", size["children_each"], created)
     for i in range(size["batch"]):

@@ -94,8 +94,8 @@ def _fanout_table(catalog: Any, name: str, n_manifests: int, files_each: int) ->
     from pyiceberg.serializers import ToOutputFile
     from pyiceberg.typedef import Record
 
-    from polaris_pipeline.testing.tables import ARROW_SCHEMA, PARTITION_SPEC, TABLE_SCHEMA
-    from polaris_pipeline.testing.tasks import DropSpec
+    from builders.tables import ARROW_SCHEMA, PARTITION_SPEC, TABLE_SCHEMA
+    from builders.tasks import DropSpec
 
     with contextlib.suppress(NamespaceAlreadyExistsError):
         catalog.create_namespace(("ns",))
@@ -178,6 +178,8 @@ def _fanout_table(catalog: Any, name: str, n_manifests: int, files_each: int) ->
 def build_fixture(root: Path, store: Any, size: dict[str, int]) -> dict[str, Any]:
     """Files and the 1,000 orphaned tasks that clean them up; returns what was made."""
     from bench.manifests import write_with_pyiceberg
+    from builders import tables as built_tables
+    from builders import tasks as built_tasks
     from polaris_pipeline.tasks.model import TaskType
     from polaris_pipeline.tasks.payloads import (
         BatchCleanupPayload,
@@ -186,19 +188,17 @@ def build_fixture(root: Path, store: Any, size: dict[str, int]) -> dict[str, Any
         encode_batch_cleanup,
         encode_manifest_cleanup,
     )
-    from polaris_pipeline.testing import tables as testing_tables
-    from polaris_pipeline.testing import tasks as testing_tasks
 
-    warehouse = testing_tables.local_warehouse_uri(root / "wh")
-    catalog = testing_tables.open_catalog(warehouse, root / "catalog.db", name="bench")
+    warehouse = built_tables.local_warehouse_uri(root / "wh")
+    catalog = built_tables.open_catalog(warehouse, root / "catalog.db", name="bench")
     created = store.now_ms() - OLD_MS
     tasks: list[NewTask] = []
 
     spec = _fanout_table(catalog, "fanout", size["fanout_manifests"], 2)
-    tasks.append(testing_tasks.drop_task(spec, realm_id=REALM, create_timestamp=created))
+    tasks.append(built_tasks.drop_task(spec, realm_id=REALM, create_timestamp=created))
     for i in range(size["small_tables"]):
-        table = testing_tables.build_table(catalog, ("ns", f"small_{i}"), appends=1)
-        tasks.append(testing_tasks.drop_table_task(table, realm_id=REALM, create_timestamp=created))
+        table = built_tables.build_table(catalog, ("ns", f"small_{i}"), appends=1)
+        tasks.append(built_tasks.drop_table_task(table, realm_id=REALM, create_timestamp=created))
     remaining = size["tasks"] - len(tasks)
     n_manifest_tasks = remaining // 2
     n_batch_tasks = remaining - n_manifest_tasks

@@ -154,6 +154,7 @@ def _baseline(client: Any, bucket: str, keys: list[str]) -> dict[str, Any]:
 
 
 def _handler(server: MotoServer, bucket: str, uris: list[str], workdir: Path) -> dict[str, Any]:
+    from builders.tasks import task_row
     from polaris_pipeline.cleanup.context import CleanupContext
     from polaris_pipeline.cleanup.manifest import run_manifest_cleanup
     from polaris_pipeline.storage.config import StorageConfig, StorageRule
@@ -165,7 +166,6 @@ def _handler(server: MotoServer, bucket: str, uris: list[str], workdir: Path) ->
         encode_manifest_cleanup,
         task_properties,
     )
-    from polaris_pipeline.testing.tasks import task_row
 
     location = f"s3://{bucket}/wh/ns/t"
     local = str(workdir / "manifest.avro")

@@ -38,8 +38,8 @@ from pyiceberg.manifest import (
 from pyiceberg.typedef import Record
 from pyiceberg.utils.schema_conversion import AvroSchemaConversion
 
+from builders.tables import PARTITION_SPEC, TABLE_SCHEMA
 from polaris_pipeline.tasks.manifest_codec import ManifestFileRef
-from polaris_pipeline.testing.tables import PARTITION_SPEC, TABLE_SCHEMA
 
 CATEGORIES = ("a", "b", "c", "d")
 JAVA_SYNC_INTERVAL = 64_000  # Avro's DataFileConstants.DEFAULT_SYNC_INTERVAL

@@ -77,6 +77,7 @@ def child(mode: str, manifest: str, location: str, entries: int) -> dict[str, An
 
     import polaris_pipeline.cleanup.manifest as handler_module
     from bench.manifests import WrittenManifest
+    from builders.tasks import task_row
     from polaris_pipeline.cleanup.context import CleanupContext
     from polaris_pipeline.storage.config import StorageConfig
     from polaris_pipeline.storage.resolve import StorageResolver
@@ -87,7 +88,6 @@ def child(mode: str, manifest: str, location: str, entries: int) -> dict[str, An
         encode_manifest_cleanup,
         task_properties,
     )
-    from polaris_pipeline.testing.tasks import task_row
 
     uri = "file://" + manifest
     written = WrittenManifest(manifest, entries, os.path.getsize(manifest), 1)

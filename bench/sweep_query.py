@@ -96,7 +96,7 @@ def task_rows(n: int, mix: dict[str, float], rng: random.Random) -> list[tuple[A
     return rows
 
 
-def _reseed_tasks(url: str, tasks: list[tuple[Any, ...]]) -> None:
+def _rebuilt_tasks(url: str, tasks: list[tuple[Any, ...]]) -> None:
     with pg_connect(url) as conn:
         conn.execute("DELETE FROM polaris_schema.entities WHERE type_code = 8")
     vacuum_analyze(url)  # the freed space is reused: new tasks stay spread through the heap
@@ -370,7 +370,7 @@ def run(quick: bool = False) -> BenchResult:
         heap_pages, total_pages = table_pages(url)
         for mix_name, mix in mixes.items():
             _set_index(url, False)
-            _reseed_tasks(url, task_rows(size["tasks"], mix, rng))
+            _rebuilt_tasks(url, task_rows(size["tasks"], mix, rng))
             one = measure(url, size, mix_name)
             runs[mix_name] = one
             ticks = [t["tick_ms"] for t in one["ticks"]]

@@ -37,6 +37,7 @@ SCALE_ENV = "BENCH_UNREFERENCED_OBJECTS"
 
 
 def _phase(bucket: str, endpoint: str, location: str, mode: str, workdir: Path) -> dict[str, Any]:
+    from builders.tasks import DropSpec, drop_task, task_row
     from polaris_pipeline.cleanup.context import CleanupContext
     from polaris_pipeline.cleanup.unreferenced import run_unreferenced
     from polaris_pipeline.metastore import Metastore
@@ -46,7 +47,6 @@ def _phase(bucket: str, endpoint: str, location: str, mode: str, workdir: Path) 
     from polaris_pipeline.tasks.model import NewTask, TaskType
     from polaris_pipeline.tasks.payloads import decode_dropped_entity
     from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
-    from polaris_pipeline.testing.tasks import DropSpec, drop_task, task_row
 
     store = Metastore(f"sqlite:///{workdir}/{uuid.uuid4().hex[:6]}.db")
     store.init_schema()

@@ -11,6 +11,7 @@ import pytest
 from azure.core.exceptions import HttpResponseError
 from pyiceberg.table import Table
 
+from builders import tasks as built_tasks
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.execution.runner import Status
 from polaris_pipeline.metastore import Metastore
@@ -23,7 +24,6 @@ from polaris_pipeline.storage.credentials.azure import (
 )
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.tasks.model import Prop, TaskRow
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.azurite import ACCOUNT, ACCOUNT_KEY, Azurite, azurite  # noqa: F401
 from tests.support.catalog_storage import (
     azure_location,
@@ -90,7 +90,7 @@ def test_table_purged_through_a_sas_and_the_neighbour_kept(
     # Same container, a name that starts with the table's: must survive.
     neighbour = _prefix(table).rstrip("/") + "2/data/keep.parquet"
     azurite.put(container, neighbour, b"keep")
-    task = testing_tasks.drop_table_task(
+    task = built_tasks.drop_table_task(
         table, extra_internal_properties={STORAGE_CONFIG_KEY: azure_storage_info(container)}
     )
     store.insert_tasks([task])
@@ -154,7 +154,7 @@ def test_guard_refuses_on_azure_what_it_refuses_on_s3(
 
 def _task(storage_location: str, storage_info: str) -> TaskRow:
     internal = {"storageLocation": storage_location, STORAGE_CONFIG_KEY: storage_info}
-    return testing_tasks.task_row(batch_task("POLARIS", [], internal=internal))
+    return built_tasks.task_row(batch_task("POLARIS", [], internal=internal))
 
 
 @pytest.mark.parametrize("scheme", ["wasb", "wasbs"])

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from builders import tasks as built_tasks
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.execution.runner import Status
 from polaris_pipeline.metastore import Metastore
@@ -21,7 +22,6 @@ from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
 from polaris_pipeline.storage.credentials.gcs import EMULATOR_ENV, boundary_rules
 from polaris_pipeline.tasks.model import Prop
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.catalog_storage import (
     catalog_sweep,
     fake_gcs_table,
@@ -73,7 +73,7 @@ def test_table_purged_and_the_neighbour_kept(
     assert {n for n in emulator.names(bucket) if n.startswith(prefix)}
     neighbour = prefix.rstrip("/") + "2/data/keep.parquet"
     emulator.put(bucket, neighbour, b"keep")
-    task = testing_tasks.drop_table_task(
+    task = built_tasks.drop_table_task(
         table, extra_internal_properties={STORAGE_CONFIG_KEY: gcs_storage_info(bucket)}
     )
     store.insert_tasks([task])

@@ -18,6 +18,7 @@ import botocore.session
 import pytest
 from pyiceberg.table import Table
 
+from builders import tasks as built_tasks
 from polaris_pipeline.errors import PayloadError, StorageConfigError, StorageError
 from polaris_pipeline.execution.runner import Runner, Status
 from polaris_pipeline.metastore import Metastore
@@ -36,7 +37,6 @@ from polaris_pipeline.storage.credentials.s3 import StsCredentials, s3_options, 
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.scope import task_scope
 from polaris_pipeline.tasks.model import Prop
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.catalog_storage import (
     aws_storage_info,
     iam_s3_table,
@@ -236,7 +236,7 @@ def recorder(sweeper_identity: None) -> StsRecorder:
 
 
 def _drop(store: Metastore, table: Table, storage_info: str) -> int:
-    task = testing_tasks.drop_table_task(
+    task = built_tasks.drop_table_task(
         table, extra_internal_properties={STORAGE_CONFIG_KEY: storage_info}
     )
     store.insert_tasks([task])
@@ -691,8 +691,8 @@ def test_named_keys_on_azure_storage_are_refused_naming_the_name() -> None:
             "storageName": "lake",
         }
     )
-    task = testing_tasks.task_row(
-        testing_tasks.NewTask(
+    task = built_tasks.task_row(
+        built_tasks.NewTask(
             "POLARIS",
             7,
             "t",

@@ -42,6 +42,7 @@ from dagster._core.definitions.reconstruct import ReconstructableRepository
 from dagster._core.run_coordinator import QueuedRunCoordinator
 from sqlalchemy.engine import make_url
 
+from builders import tasks as built_tasks
 from polaris_pipeline.dagster.celery import (
     BACKEND_ENV,
     BROKER_ENV,
@@ -54,7 +55,6 @@ from polaris_pipeline.dagster.contract import FINISH_STEP, JOB_NAME
 from polaris_pipeline.dagster.sweeper import SENSOR_NAME
 from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.metastore import URL_ENV, Metastore
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import Warehouse, table_files
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -328,7 +328,7 @@ def test_table_cleanup_steps_run_in_the_celery_worker(
     victim_files = table_files(victim)
     assert victim_files and all(local_warehouse.exists(f) for f in victim_files)
     neighbour_files = sorted(table_files(neighbour))
-    task = testing_tasks.drop_table_task(
+    task = built_tasks.drop_table_task(
         victim, realm_id="POLARIS", create_timestamp=metastore.now_ms() - OLD_MS
     )
     metastore.insert_tasks([task])

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from builders import tasks as built_tasks
 from polaris_pipeline.cleanup import dispatch
 from polaris_pipeline.cleanup.children import new_child
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
@@ -26,7 +27,6 @@ from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.tasks import payloads
 from polaris_pipeline.tasks.model import NewTask, TaskType
 from polaris_pipeline.tasks.ref import Lease
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.handlers import replace_table_handler
 from tests.support.iceberg import Warehouse, drop_task_row
 from tests.support.tasks import dropped_entity_json
@@ -132,13 +132,13 @@ def _batch_row(files: list[str], *, with_type: bool = True) -> NewTask:
 def test_a_batch_child_runs_last_only_when_it_holds_one_metadata_file(
     files: list[str], with_type: bool, stage: ChildStage
 ) -> None:
-    assert orphan_stage(testing_tasks.task_row(_batch_row(files, with_type=with_type))) is stage
+    assert orphan_stage(built_tasks.task_row(_batch_row(files, with_type=with_type))) is stage
 
 
 def test_an_orphan_that_does_not_decode_runs_with_the_batches() -> None:
     row = _batch_row(["file:///wh/ns/t/metadata/00003-1f2e.metadata.json"])
     row.properties["data"] = '{"tableId": '
-    assert orphan_stage(testing_tasks.task_row(row)) is METADATA
+    assert orphan_stage(built_tasks.task_row(row)) is METADATA
 
 
 def test_an_orphans_stage_is_the_one_its_table_cleanup_gave_it(
@@ -164,7 +164,7 @@ def test_an_orphans_stage_is_the_one_its_table_cleanup_gave_it(
     assert result.ok and created == result.children
     assert all(children for _, children in result.child_stages)
     for stage, children in result.child_stages:
-        assert {orphan_stage(testing_tasks.task_row(c)) for c in children} == {stage}
+        assert {orphan_stage(built_tasks.task_row(c)) for c in children} == {stage}
 
 
 # -- the runner follows the stages -----------------------------------------------------

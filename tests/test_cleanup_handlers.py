@@ -22,6 +22,8 @@ from pyiceberg.manifest import ManifestContent, ManifestEntryStatus, read_manife
 from pyiceberg.table import Table
 from pyiceberg.table.statistics import StatisticsFile
 
+from builders import tables as built_tables
+from builders import tasks as built_tasks
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
 from polaris_pipeline.cleanup.dispatch import run_cleanup
 from polaris_pipeline.cleanup.manifest import iter_manifest_entries
@@ -42,8 +44,6 @@ from polaris_pipeline.tasks.payloads import (
     encode_dropped_entity,
 )
 from polaris_pipeline.tasks.release import PolarisRelease
-from polaris_pipeline.testing import tables as testing_tables
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.cleanup_sweep import assert_all_ok, sweep
 from tests.support.iceberg import Warehouse, drop_task_row, table_files, write_view_metadata
 from tests.support.table_metadata import content_files, delete_manifest_paths, entry_statuses
@@ -94,7 +94,7 @@ def batch_row(
             "type": "TABLE_METADATA",
         }
     )
-    return testing_tasks.task_row(
+    return built_tasks.task_row(
         NewTask(
             realm_id="POLARIS",
             id=new_entity_id(),
@@ -110,7 +110,7 @@ def batch_row(
 
 def test_sweep_deletes_exactly_the_table(warehouse: Warehouse) -> None:
     table = full_table(warehouse)
-    odd = testing_tables.add_data_file_named(table, "odd[1]*name.parquet")
+    odd = built_tables.add_data_file_named(table, "odd[1]*name.parquet")
     table = warehouse.catalog.load_table(table.name())
     neighbour = warehouse.build("t_neighbour", properties=CAPPED)
     oracle = table_files(table)
@@ -157,12 +157,12 @@ def test_current_metadata_file_goes_last(local_warehouse: Warehouse) -> None:
     assert wh.exists(table.metadata_location)
 
     for child in children[:-1]:
-        result, _ = run_one(wh, testing_tasks.task_row(child))
+        result, _ = run_one(wh, built_tasks.task_row(child))
         assert result.ok
         # Every other file may be gone by now; the metadata file is still there.
         assert wh.exists(table.metadata_location)
     assert (oracle & wh.files()) == {table.metadata_location}
-    result, _ = run_one(wh, testing_tasks.task_row(children[-1]))
+    result, _ = run_one(wh, built_tasks.task_row(children[-1]))
     assert result.ok and result.deleted == 1
     assert oracle.isdisjoint(wh.files())
 
@@ -171,7 +171,7 @@ def test_table_with_only_a_metadata_file_is_deleted_by_the_parent(
     local_warehouse: Warehouse,
 ) -> None:
     local_warehouse.catalog.create_namespace_if_not_exists("ns")
-    table = local_warehouse.catalog.create_table("ns.bare", schema=testing_tables.TABLE_SCHEMA)
+    table = local_warehouse.catalog.create_table("ns.bare", schema=built_tables.TABLE_SCHEMA)
     assert not table.metadata.snapshots and not table.metadata.metadata_log
     result, children = run_one(local_warehouse, drop_task_row(table))
     assert result.ok and not children and not result.child_stages
@@ -324,7 +324,7 @@ def test_gc_disabled_manifest_task_keeps_its_files(local_warehouse: Warehouse) -
             ).decode(),
         }
     )
-    task = testing_tasks.task_row(
+    task = built_tasks.task_row(
         NewTask(
             "POLARIS",
             7,
@@ -383,7 +383,7 @@ def test_dry_run_lists_exactly_the_oracle(warehouse: Warehouse) -> None:
     _, children = run_one(warehouse, drop_task_row(table))
     listed: set[str] = set()
     for child in children:
-        r, _ = run_one(warehouse, testing_tasks.task_row(child), dry_run=True)
+        r, _ = run_one(warehouse, built_tasks.task_row(child), dry_run=True)
         assert r.deleted == 0 and r.ok
         listed.update(r.would_delete)
     assert listed == oracle
@@ -655,7 +655,7 @@ def test_without_storage_location_the_metadata_file_is_not_a_root(
 def test_glob_characters_are_taken_literally(warehouse: Warehouse) -> None:
     wh = warehouse
     table = wh.build("t")
-    odd = testing_tables.add_data_file_named(table, "odd[1]*name.parquet")
+    odd = built_tables.add_data_file_named(table, "odd[1]*name.parquet")
     table = wh.catalog.load_table(table.name())
     # Files a glob expansion of the odd name would match; the table does not name them.
     bait = [odd.replace("odd[1]*name", n) for n in ("odd1name", "odd1-more-name")]
@@ -697,7 +697,7 @@ def test_failed_delete_keeps_the_manifest_until_a_retry_succeeds(
     wh = local_warehouse
     table = wh.build("t", appends=1)
     _, children = run_one(wh, drop_task_row(table))
-    manifest_task = testing_tasks.task_row(
+    manifest_task = built_tasks.task_row(
         next(c for c in children if c.properties["taskType"] == "2")
     )
     ref = decode_manifest_cleanup(manifest_task.data()).manifest
@@ -722,7 +722,7 @@ def test_manifest_chunks_fence_and_report_progress(local_warehouse: Warehouse) -
     _, children = run_one(wh, drop_task_row(table))
     # The largest manifest: the overwrite's, with ADDED and DELETED entries.
     best = max(
-        (testing_tasks.task_row(c) for c in children if c.properties["taskType"] == "2"),
+        (built_tasks.task_row(c) for c in children if c.properties["taskType"] == "2"),
         key=lambda t: len(
             list(
                 iter_manifest_entries(
@@ -769,8 +769,8 @@ def test_view_cleanup_deletes_only_the_metadata_file(warehouse: Warehouse) -> No
     io = wh.catalog._load_file_io(location=location)
     current = write_view_metadata(location, io)
     older = write_view_metadata(location, io)
-    spec = testing_tasks.DropSpec(("ns",), "v", current, location, is_view=True)
-    task = testing_tasks.task_row(testing_tasks.drop_task(spec))
+    spec = built_tasks.DropSpec(("ns",), "v", current, location, is_view=True)
+    task = built_tasks.task_row(built_tasks.drop_task(spec))
 
     result, children = run_one(wh, task)
 
@@ -783,7 +783,7 @@ def test_view_cleanup_deletes_only_the_metadata_file(warehouse: Warehouse) -> No
 def test_undecodable_payload_raises_payload_error_naming_the_task(
     local_warehouse: Warehouse,
 ) -> None:
-    task = testing_tasks.task_row(
+    task = built_tasks.task_row(
         NewTask("POLARIS", 42, "entityCleanup_9", {"taskType": "1", "data": "{nope"}, {})
     )
     with pytest.raises(PayloadError) as info:
@@ -792,7 +792,7 @@ def test_undecodable_payload_raises_payload_error_naming_the_task(
 
 
 def test_unknown_task_type_raises_payload_error(local_warehouse: Warehouse) -> None:
-    task = testing_tasks.task_row(NewTask("POLARIS", 43, "x", {"taskType": "9", "data": "{}"}, {}))
+    task = built_tasks.task_row(NewTask("POLARIS", 43, "x", {"taskType": "9", "data": "{}"}, {}))
     with pytest.raises(PayloadError, match="unknown taskType"):
         run_one(local_warehouse, task)
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
+from builders import tasks as built_tasks
 from polaris_pipeline.cli import main
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Prop
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import Warehouse
 from tests.support.tasks import batch_task
 
@@ -100,7 +100,7 @@ def test_sweep_json_has_each_task_and_counts_roots_and_children_apart(
     metastore: Metastore, local_warehouse: Warehouse
 ) -> None:
     table = local_warehouse.build("payments", appends=2)
-    root = testing_tasks.drop_table_task(table, create_timestamp=metastore.now_ms() - 600_000)
+    root = built_tasks.drop_table_task(table, create_timestamp=metastore.now_ms() - 600_000)
     metastore.insert_tasks([root])
     url = url_of(metastore)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from builders import tables as built_tables
+from builders import tasks as built_tasks
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Prop
-from polaris_pipeline.testing import tables as testing_tables
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.cli import POLICY_FLAGS, run, url_of
 from tests.support.iceberg import Warehouse
 from tests.support.tasks import batch_task
@@ -83,10 +83,10 @@ def test_a_task_within_the_grace_period_is_refused(metastore: Metastore, tmp_pat
 def test_a_dropped_table_runs_with_its_children_stage_by_stage(
     metastore: Metastore, local_warehouse: Warehouse, tmp_path: Path
 ) -> None:
-    table = testing_tables.build_table(local_warehouse.catalog, ("ns", "dropped"), appends=2)
+    table = built_tables.build_table(local_warehouse.catalog, ("ns", "dropped"), appends=2)
     files = [p for p in Path(table.location().removeprefix("file://")).rglob("*") if p.is_file()]
     assert files
-    task = testing_tasks.drop_table_task(
+    task = built_tasks.drop_table_task(
         table, realm_id="POLARIS", create_timestamp=metastore.now_ms() - OLD_MS
     )
     metastore.insert_tasks([task])

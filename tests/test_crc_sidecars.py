@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from pyiceberg.table import Table
 
+from builders import tasks as built_tasks
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.delete import bulk_delete, crc_sidecar
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.tasks.model import NewTask
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import Warehouse, drop_task_row, table_files, write_sidecars
 from tests.support.table_metadata import content_files
 from tests.support.tasks import batch_task
@@ -169,7 +169,7 @@ def test_dry_run_lists_the_sidecars_it_would_delete(
     before = wh.files()
 
     with Runner(store, wh.config, resolver=wh.resolver) as runner:
-        plan = runner.plan(testing_tasks.task_row(_polaris_drop_task(table)))
+        plan = runner.plan(built_tasks.task_row(_polaris_drop_task(table)))
 
     assert plan.ok, plan.error_summary()
     assert set(plan.would_delete) == oracle | sidecars

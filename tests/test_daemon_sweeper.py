@@ -356,18 +356,18 @@ def test_a_dropped_table_runs_its_children_stage_by_stage_in_one_run(
 ) -> None:
     """The task job's graph is built from the engine's stage plan: through a real run
     worker, every stage's steps start only after the stage before it ended."""
+    from builders import tables as built_tables
+    from builders import tasks as built_tasks
     from polaris_pipeline.cleanup.stages import CHILD_STAGES
-    from polaris_pipeline.testing import tables as testing_tables
-    from polaris_pipeline.testing import tasks as testing_tasks
 
-    catalog = testing_tables.open_catalog(
-        testing_tables.local_warehouse_uri(tmp_path / "wh"), tmp_path / "catalog.db", name="d"
+    catalog = built_tables.open_catalog(
+        built_tables.local_warehouse_uri(tmp_path / "wh"), tmp_path / "catalog.db", name="d"
     )
-    table = testing_tables.build_table(catalog, ("ns", "dropped"), appends=2)
+    table = built_tables.build_table(catalog, ("ns", "dropped"), appends=2)
     files = [p for p in Path(table.location().removeprefix("file://")).rglob("*") if p.is_file()]
     store = metastore_for(pg_url)
     store.insert_tasks(
-        [testing_tasks.drop_table_task(table, realm_id=REALM, create_timestamp=store.now_ms())]
+        [built_tasks.drop_table_task(table, realm_id=REALM, create_timestamp=store.now_ms())]
     )
     daemon = start_daemon(metastore_url=pg_url, lease_timeout_ms=30_000)
 

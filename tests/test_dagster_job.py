@@ -29,6 +29,7 @@ from dagster import (
     reconstructable,
 )
 
+from builders import tables as built_tables
 from polaris_pipeline.dagster.contract import run_config_for
 from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
@@ -42,7 +43,6 @@ from polaris_pipeline.dagster.task_job import (
 )
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.tasks.model import NewTask, Prop
-from polaris_pipeline.testing import tables as testing_tables
 from tests.support.dagster import (
     child_summaries,
     dagster_postgres_url,
@@ -678,11 +678,11 @@ def test_multiprocess_run_on_a_postgres_instance(
     neighbour = local_warehouse.build("neighbour", appends=1)
     neighbour_files = sorted(table_files(neighbour))
     victim = local_warehouse.catalog.create_table(
-        ("ns", "victim"), schema=testing_tables.TABLE_SCHEMA
+        ("ns", "victim"), schema=built_tables.TABLE_SCHEMA
     )
     victim.append(
         pa.table(
-            {"id": [1, 2], "category": ["a", "b"], "value": [1.0, 2.0]}, testing_tables.ARROW_SCHEMA
+            {"id": [1, 2], "category": ["a", "b"], "value": [1.0, 2.0]}, built_tables.ARROW_SCHEMA
         )
     )
     victim = local_warehouse.catalog.load_table(("ns", "victim"))
@@ -839,10 +839,10 @@ def test_a_table_purge_imports_no_pyiceberg_catalog_nor_pyarrow(tmp_path: Path) 
     import subprocess
     import sys
 
-    catalog = testing_tables.open_catalog(
-        testing_tables.local_warehouse_uri(tmp_path / "wh"), tmp_path / "catalog.db"
+    catalog = built_tables.open_catalog(
+        built_tables.local_warehouse_uri(tmp_path / "wh"), tmp_path / "catalog.db"
     )
-    table = testing_tables.build_table(catalog, ("ns", "dropped"), appends=2)
+    table = built_tables.build_table(catalog, ("ns", "dropped"), appends=2)
     content = content_files(table)
     store = Metastore(f"sqlite:///{tmp_path / 'm.db'}")
     store.init_schema()

@@ -23,6 +23,8 @@ from dagster import (
     build_sensor_context,
 )
 
+from builders import tasks as built_tasks
+from builders.tables import build_table
 from polaris_pipeline.dagster.contract import (
     TAG_CATALOG,
     TAG_LOCATION,
@@ -44,8 +46,6 @@ from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.step_record import STEP_RECORD_KEY, read_step
 from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskRow, TaskType
-from polaris_pipeline.testing import tasks as testing_tasks
-from polaris_pipeline.testing.tables import build_table
 from tests.support.dagster import metastore_resource
 from tests.support.iceberg import Warehouse, recorded_drop_task
 from tests.support.runs import finished_task_run, has_total
@@ -55,7 +55,7 @@ OLD_MS = 3_600_000
 
 
 def row(task: NewTask) -> TaskRow:
-    return testing_tasks.task_row(task)
+    return built_tasks.task_row(task)
 
 
 # -- the table of a task -----------------------------------------------------------
@@ -236,7 +236,7 @@ def purge(
     """Drop-with-purge a real table and run its task; (result, files it deleted)."""
     table = build_table(warehouse.catalog, (*namespace, name), appends=2)
     before = warehouse.files()
-    task = testing_tasks.drop_table_task(
+    task = built_tasks.drop_table_task(
         table, realm_id="POLARIS", create_timestamp=store.now_ms() - OLD_MS
     )
     store.insert_tasks([task])
@@ -394,7 +394,7 @@ def test_a_failed_run_names_its_table_from_its_steps_too(
 ) -> None:
     namespace, name = ("n" * 100, "m" * 100), "t" * 100
     table = build_table(local_warehouse.catalog, (*namespace, name), appends=1)
-    task = testing_tasks.drop_table_task(
+    task = built_tasks.drop_table_task(
         table, realm_id="POLARIS", create_timestamp=metastore.now_ms() - OLD_MS
     )
     metastore.insert_tasks([task])

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from dagster import DagsterInstance
 
+from builders import tasks as built_tasks
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
 from polaris_pipeline.cleanup.stages import (
     CHILD_STAGES,
@@ -24,7 +25,6 @@ from polaris_pipeline.cleanup.table import run_table_cleanup
 from polaris_pipeline.dagster.task_job import build_polaris_task_job, polaris_task_job
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.dagster import child_summaries, metastore_resource
 from tests.support.handlers import replace_table_handler
 from tests.support.iceberg import Warehouse, table_files
@@ -174,7 +174,7 @@ def test_orphans_run_in_the_stages_the_engine_gives_them(
     victim = local_warehouse.build("victim", partitioned=True, appends=2)
     content = content_files(victim)
     old = metastore.now_ms() - OLD_MS
-    parent = testing_tasks.drop_table_task(victim, realm_id="POLARIS", create_timestamp=old)
+    parent = built_tasks.drop_table_task(victim, realm_id="POLARIS", create_timestamp=old)
     created: list[NewTask] = []
 
     def create(children: Sequence[NewTask]) -> Sequence[NewTask]:
@@ -184,7 +184,7 @@ def test_orphans_run_in_the_stages_the_engine_gives_them(
     # The parent planned its children and is gone; its batches of metadata files are too.
     planned = run_table_cleanup(
         CleanupContext(
-            task=testing_tasks.task_row(parent),
+            task=built_tasks.task_row(parent),
             resolver=local_warehouse.resolver,
             config=local_warehouse.config,
             create_children=create,

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from builders import tasks as built_tasks
 from polaris_pipeline.cli.output import OutcomeReport, plan_json
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
 from polaris_pipeline.execution.outcome import Status, TableFinish, TaskOutcome
@@ -24,7 +25,6 @@ from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.outcome_view import OutcomeView
 from polaris_pipeline.tasks.decoded import DecodedTask
 from polaris_pipeline.tasks.model import Prop, TaskRow
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import Warehouse
 from tests.support.unreferenced import add_unreferenced, settle
 
@@ -49,7 +49,7 @@ def _dropped_table(store: Metastore, wh: Warehouse) -> int:
     table = wh.build("t", appends=3)
     add_unreferenced(table, wh.resolver)
     settle()  # every file is older than the drop
-    task = testing_tasks.drop_table_task(table)
+    task = built_tasks.drop_table_task(table)
     store.insert_tasks([task])
     return task.id
 

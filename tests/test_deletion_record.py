@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from pyiceberg.table import Table
 
+from builders import tasks as built_tasks
 from polaris_pipeline.cleanup.batch import run_batch_cleanup
 from polaris_pipeline.cleanup.context import CleanupContext
 from polaris_pipeline.cli.context import settings_for
@@ -34,7 +35,6 @@ from polaris_pipeline.storage.config import StorageConfig, StorageRule
 from polaris_pipeline.storage.deletion_record import DeletionRecord, RecordHeader
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.tasks.model import NewTask
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.cli import POLICY_FLAGS, run, url_of
 from tests.support.iceberg import Warehouse, drop_task_row, table_files
 from tests.support.s3 import MotoS3
@@ -364,7 +364,7 @@ def test_a_lease_lost_midway_through_a_chunk_leaves_what_it_deleted_recorded(
     files = [table / f"{i}.avro" for i in range(5)]
     for f in files:
         f.write_bytes(b"abc")
-    task = testing_tasks.task_row(
+    task = built_tasks.task_row(
         batch_task("r1", [f"file://{f}" for f in files], internal={"storageLocation": str(table)})
     )
     resolver = StorageResolver(StorageConfig())

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from builders import tasks as built_tasks
 from polaris_pipeline.storage.delete import is_crc_sidecar_name
 from polaris_pipeline.storage.uri import split_uri
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.cleanup_sweep import assert_all_ok, sweep
 from tests.support.iceberg import Warehouse
 from tests.support.java import WrittenTable, write_iceberg_tables
@@ -77,13 +77,13 @@ def test_sweep_purges_a_java_written_table_and_its_sidecars(
         assert any(n.endswith("-deletes.parquet") for n in names)
     assert len(sidecars) * 2 == len(before)  # one sidecar for every file
 
-    spec = testing_tasks.DropSpec(
+    spec = built_tasks.DropSpec(
         namespace=("db",),
         name=name,
         metadata_location=table.metadata_location,
         location=table.location,
     )
-    runs = sweep(local_warehouse, testing_tasks.task_row(testing_tasks.drop_task(spec)))
+    runs = sweep(local_warehouse, built_tasks.task_row(built_tasks.drop_task(spec)))
 
     assert_all_ok(runs)
     left = _files(table.location)

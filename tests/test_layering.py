@@ -1,14 +1,15 @@
 """The package's layers, as its imports draw them.
 
-The engine (everything under ``polaris_pipeline`` but ``dagster/`` and
-``testing/``) imports no Dagster, and nothing of the package imports the test and
-demo builders of ``polaris_pipeline.testing``; the integration library never
-imports this repository's own code location (``assets``, ``jobs``, ...).
+The engine (everything under ``polaris_pipeline`` but ``dagster/``) imports no
+Dagster; the package never imports the test and demo builders of the top-level
+``builders`` package, which is not installed, nor this repository's own code location
+(``assets``, ``jobs``, ...).
 """
 
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "polaris_pipeline"
@@ -40,28 +41,29 @@ def _top(name: str) -> str:
 def test_the_engine_imports_no_dagster() -> None:
     offenders = {
         str(path.relative_to(PACKAGE)): sorted(n for n in names if _top(n).startswith("dagster"))
-        for path, names in _modules("dagster", "testing").items()
+        for path, names in _modules("dagster").items()
     }
     assert {p: n for p, n in offenders.items() if n} == {}
     assert len(offenders) > 20  # the walk found the engine
 
 
-def test_nothing_of_the_package_imports_the_testing_builders() -> None:
+def test_the_package_never_imports_the_builders_or_the_code_location() -> None:
+    # Neither is installed: an import of one works in this checkout and nowhere else.
+    outside = CODE_LOCATION | {"builders"}
     offenders = {
-        str(path.relative_to(PACKAGE)): sorted(
-            n for n in names if n.startswith("polaris_pipeline.testing")
-        )
-        for path, names in _modules("testing").items()
-    }
-    assert {p: n for p, n in offenders.items() if n} == {}
-
-
-def test_the_library_never_imports_the_repositorys_code_location() -> None:
-    offenders = {
-        str(path.relative_to(PACKAGE)): sorted(n for n in names if _top(n) in CODE_LOCATION)
+        str(path.relative_to(PACKAGE)): sorted(n for n in names if _top(n) in outside)
         for path, names in _modules().items()
     }
     assert {p: n for p, n in offenders.items() if n} == {}
+    assert len(offenders) > 100  # the walk found the package
+
+
+def test_the_builders_are_not_in_the_installed_package() -> None:
+    pyproject = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
+    include = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert include == ["polaris_pipeline*"]
+    assert not (PACKAGE / "testing").exists()
+    assert (PACKAGE.parent / "builders" / "tables.py").is_file()
 
 
 # storage/ from the bottom up: a module imports only modules of its own layer or below.
@@ -144,7 +146,6 @@ PACKAGE_LAYERS = (
     ("report",),  # outcomes shown: view, totals, progress, "nothing available"
     ("settings",),  # every setting, for the two front ends
     ("cli", "dagster"),  # the two front ends; neither imports the other
-    ("testing",),  # the builders of tests and the demo, over the engine
 )
 # Imports that point up, each with why it is still there; the test insists each exists,
 # so fixing one means removing its entry.

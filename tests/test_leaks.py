@@ -19,6 +19,8 @@ from pathlib import Path
 
 from pyiceberg.table import Table
 
+from builders import tables as built_tables
+from builders import tasks as built_tasks
 from polaris_pipeline.cli.main import main
 from polaris_pipeline.leaks import drops as drops_module
 from polaris_pipeline.leaks.catalogs import read_catalogs
@@ -29,8 +31,6 @@ from polaris_pipeline.leaks.owners import RootOwners
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import LiveLocations
 from polaris_pipeline.storage.uri import normalize_uri, parse_location, split_uri
-from polaris_pipeline.testing import tables as testing_tables
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import Warehouse, write_view_metadata
 from tests.support.leaks import catalog_entity, drop_event
 from tests.support.unreferenced import (
@@ -79,7 +79,7 @@ def build_scene(store: Metastore, wh: Warehouse, *, base_location: str | None = 
         timestamp_ms=dropped.metadata.last_updated_ms + 1000,
     )
     pending = wh.build("pending", appends=1)
-    store.insert_tasks([testing_tasks.drop_table_task(pending)])
+    store.insert_tasks([built_tasks.drop_table_task(pending)])
     view_root = f"{ns}/v"
     view_file = write_view_metadata(view_root, dropped.io)
     view_uuid = json.loads(dropped.io.new_input(view_file).open().read())["view-uuid"]
@@ -88,7 +88,7 @@ def build_scene(store: Metastore, wh: Warehouse, *, base_location: str | None = 
     write_object(wh.resolver, f"{broken_root}/data/f.parquet", b"PAR1")
     raw_dir = f"{wh.uri.rstrip('/')}/raw"
     write_object(wh.resolver, f"{raw_dir}/export.csv", b"a,b\n1,2\n")
-    nested = testing_tables.build_table(wh.catalog, ("raw", "nested"), appends=1)
+    nested = built_tables.build_table(wh.catalog, ("raw", "nested"), appends=1)
     live_entity(store, nested.location(), name="nested", catalog_id=2)
     return Scene(
         wh,
@@ -133,7 +133,7 @@ def test_only_the_dropped_roots_are_reported_with_their_numbers(
         normalize_uri(scene.broken_root),
     }
     dropped = roots[dropped_uri]
-    files = testing_tables.list_files(scene.dropped.location())
+    files = built_tables.list_files(scene.dropped.location())
     assert dropped.kind == "table"
     assert dropped.objects == len(files)
     assert dropped.bytes == sum(Path(split_uri(f)[1]).stat().st_size for f in files)
@@ -219,7 +219,7 @@ def test_listings_that_fail_half_way_report_what_they_saw_as_partial(
 ) -> None:
     catalog_entity(metastore, "cat", local_warehouse.uri)
     dropped = local_warehouse.build("dropped", appends=1)
-    files = testing_tables.list_files(dropped.location())
+    files = built_tables.list_files(dropped.location())
     # Inside the dropped root (its totals fail) and beside it (the walk fails there).
     unlistable_directory(Path(split_uri(dropped.location())[1]) / "data")
     unlistable_directory(Path(split_uri(local_warehouse.uri)[1]))

@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 from pyiceberg.table import Table
 
+from builders import tables as built_tables
+from builders import tasks as built_tasks
 from polaris_pipeline.cli.main import main
 from polaris_pipeline.leaks.find import metastore_leaks
 from polaris_pipeline.leaks.reclaim import DAY_MS, check_min_age_days, reclaim_root
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.settings.leaks import LeakSection
 from polaris_pipeline.storage.uri import normalize_uri, split_uri
-from polaris_pipeline.testing import tables as testing_tables
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import Warehouse
 from tests.support.leaks import age_local_files, catalog_entity
 from tests.support.unreferenced import live_entity, write_object
@@ -52,8 +52,8 @@ def test_a_reclaimed_root_is_gone_and_its_neighbours_are_not(
     live_entity(metastore, live.location(), name="t_2")
     age_local_files(_path(live.location()), days=10)
     dropped = _leaked(metastore, local_warehouse, "t")
-    live_files = testing_tables.list_files(live.location())
-    expected = testing_tables.list_files(dropped.location())
+    live_files = built_tables.list_files(live.location())
+    expected = built_tables.list_files(dropped.location())
 
     report = reclaim_root(
         metastore, local_warehouse.resolver, dropped.location(), min_age_ms=WEEK_MS
@@ -62,7 +62,7 @@ def test_a_reclaimed_root_is_gone_and_its_neighbours_are_not(
     assert report.deleted == len(expected) and report.metadata_deleted
     assert report.bytes_deleted > 0
     assert not _path(dropped.location()).exists()  # empty directories removed too
-    assert testing_tables.list_files(live.location()) == live_files
+    assert built_tables.list_files(live.location()) == live_files
     assert _reported(metastore, local_warehouse) == set()
 
 
@@ -85,10 +85,10 @@ def test_objects_younger_than_the_minimum_age_and_the_metadata_stay(
 
 
 def _refusal(store: Metastore, wh: Warehouse, root: str) -> str:
-    before = testing_tables.list_files(root)
+    before = built_tables.list_files(root)
     report = reclaim_root(store, wh.resolver, root, min_age_ms=DAY_MS)
     assert report.refusal is not None and report.deleted == 0
-    assert testing_tables.list_files(root) == before
+    assert built_tables.list_files(root) == before
     return report.refusal
 
 
@@ -106,16 +106,16 @@ def test_what_may_not_be_reclaimed_is_refused_and_left_whole(
     assert "overlap with live table-like 'again'" in _refusal(metastore, wh, again.location())
 
     pending = _leaked(metastore, wh, "pending")
-    metastore.insert_tasks([testing_tasks.drop_table_task(pending)])
+    metastore.insert_tasks([built_tasks.drop_table_task(pending)])
     assert "a task still records the location" in _refusal(metastore, wh, pending.location())
 
     kept = _leaked(metastore, wh, "kept", properties={"gc.enabled": "FALSE "})
     assert "gc.enabled='FALSE '" in _refusal(metastore, wh, kept.location())
 
-    outside = testing_tables.open_catalog(
-        testing_tables.local_warehouse_uri(tmp_path / "elsewhere"), tmp_path / "other.db"
+    outside = built_tables.open_catalog(
+        built_tables.local_warehouse_uri(tmp_path / "elsewhere"), tmp_path / "other.db"
     )
-    stray = testing_tables.build_table(outside, ("ns", "stray"), appends=1)
+    stray = built_tables.build_table(outside, ("ns", "stray"), appends=1)
     age_local_files(_path(stray.location()), days=10)
     assert "under no catalog" in _refusal(metastore, wh, stray.location())
 
@@ -168,7 +168,7 @@ def test_a_reclaims_record_lists_exactly_the_paths_it_deleted_under_its_root_and
 ) -> None:
     catalog_id = catalog_entity(metastore, "cat", local_warehouse.uri)
     dropped = _leaked(metastore, local_warehouse, "t")
-    expected = testing_tables.list_files(dropped.location())
+    expected = built_tables.list_files(dropped.location())
     audit = tmp_path / "audit"
 
     report = reclaim_root(
@@ -206,7 +206,7 @@ def test_a_reclaim_whose_record_cannot_be_written_deletes_nothing(
 ) -> None:
     catalog_entity(metastore, "cat", local_warehouse.uri)
     dropped = _leaked(metastore, local_warehouse, "t")
-    before = testing_tables.list_files(dropped.location())
+    before = built_tables.list_files(dropped.location())
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("a file where the record's directory should be")
     report = reclaim_root(
@@ -218,7 +218,7 @@ def test_a_reclaim_whose_record_cannot_be_written_deletes_nothing(
     )
     assert report.deleted == 0 and not report.ok
     assert report.error is not None and "cannot write the deletion record" in report.error
-    assert testing_tables.list_files(dropped.location()) == before
+    assert built_tables.list_files(dropped.location()) == before
 
 
 def test_nothing_old_enough_to_delete_writes_no_record(

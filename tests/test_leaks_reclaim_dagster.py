@@ -20,6 +20,7 @@ from dagster import (
 )
 from pyiceberg.table import Table
 
+from builders import tables as built_tables
 from polaris_pipeline.dagster import LeakSettings, PolarisStorageResource, polaris_leaked_roots
 from polaris_pipeline.dagster.definitions import build_defs_from_env
 from polaris_pipeline.dagster.leaks import (
@@ -31,7 +32,6 @@ from polaris_pipeline.dagster.leaks import (
 )
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.uri import normalize_uri, split_uri
-from polaris_pipeline.testing import tables as testing_tables
 from tests.support.dagster import metastore_resource
 from tests.support.iceberg import Warehouse
 from tests.support.leaks import age_local_files, catalog_entity
@@ -85,7 +85,7 @@ def test_the_job_reclaims_a_reported_root_with_its_record_and_per_root_metadata(
 ) -> None:
     catalog_entity(metastore, "cat", local_warehouse.uri)
     dropped = _leaked(local_warehouse, "t")
-    expected = {normalize_uri(u) for u in testing_tables.list_files(dropped.location())}
+    expected = {normalize_uri(u) for u in built_tables.list_files(dropped.location())}
     audit = tmp_path / "audit"
 
     ok, meta = _reclaim(metastore, [dropped.location()], audit)
@@ -94,7 +94,7 @@ def test_the_job_reclaims_a_reported_root_with_its_record_and_per_root_metadata(
     [root] = meta["roots"]
     assert (root["root"], root["catalog"], root["ok"]) == (dropped.location(), "cat", True)
     assert root["metadata_deleted"] and root["bytes_deleted"] == meta["bytes_deleted"] > 0
-    assert not testing_tables.list_files(dropped.location())
+    assert not built_tables.list_files(dropped.location())
     [record] = sorted(audit.rglob("*.jsonl"))
     lines = [json.loads(line) for line in record.read_text().splitlines()]
     assert lines[0]["kind"] == "reclaim" and lines[0]["root"] == dropped.location()
@@ -114,7 +114,7 @@ def test_the_job_refuses_a_live_root_and_gc_disabled_and_keeps_young_objects(
     kept = _leaked(wh, "kept", properties={"gc.enabled": "false"})
     young = _leaked(wh, "young", days=2)  # older than a day, younger than the week
     roots = [again.location(), kept.location(), young.location()]
-    before = {r: testing_tables.list_files(r) for r in roots}
+    before = {r: built_tables.list_files(r) for r in roots}
 
     ok, meta = _reclaim(metastore, roots)
     assert not ok  # a refusal fails the run, after every root was judged
@@ -125,7 +125,7 @@ def test_the_job_refuses_a_live_root_and_gc_disabled_and_keeps_young_objects(
     assert by_root[young.location()]["refusal"] is None
     outside_metadata = [u for u in before[young.location()] if "/metadata/" not in u]
     assert by_root[young.location()]["kept_young"] == len(outside_metadata)  # metadata: last
-    assert {r: testing_tables.list_files(r) for r in roots} == before
+    assert {r: built_tables.list_files(r) for r in roots} == before
 
 
 @SQLITE
@@ -134,12 +134,12 @@ def test_the_job_refuses_a_minimum_age_below_a_day_before_anything(
 ) -> None:
     catalog_entity(metastore, "cat", local_warehouse.uri)
     dropped = _leaked(local_warehouse, "t")
-    before = testing_tables.list_files(dropped.location())
+    before = built_tables.list_files(dropped.location())
     ok, meta = _reclaim(metastore, [dropped.location()], min_age_days=0.5)
     assert not ok and meta == {}
-    assert testing_tables.list_files(dropped.location()) == before
+    assert built_tables.list_files(dropped.location()) == before
     ok, _ = _reclaim(metastore, [dropped.location()], min_age_days=1)
-    assert ok and not testing_tables.list_files(dropped.location())
+    assert ok and not built_tables.list_files(dropped.location())
 
 
 def _scheduled_report(store: Metastore, leaks: LeakSettings) -> dict[str, Any]:
@@ -164,10 +164,10 @@ def two_catalogs(
 ) -> tuple[Table, Table, Table]:
     """Catalog ``a`` (an old and a young leaked root) and ``b`` (an old one)."""
     catalog_entity(metastore, "a", local_warehouse.uri)
-    b_uri = testing_tables.local_warehouse_uri(tmp_path / "b")
+    b_uri = built_tables.local_warehouse_uri(tmp_path / "b")
     catalog_entity(metastore, "b", b_uri)
-    b_catalog = testing_tables.open_catalog(b_uri, tmp_path / "b.db")
-    b_old = testing_tables.build_table(b_catalog, ("ns", "b_old"), appends=1)
+    b_catalog = built_tables.open_catalog(b_uri, tmp_path / "b.db")
+    b_old = built_tables.build_table(b_catalog, ("ns", "b_old"), appends=1)
     age_local_files(Path(split_uri(b_old.location())[1]), days=10)
     return _leaked(local_warehouse, "a_old"), _leaked(local_warehouse, "a_young", days=2), b_old
 
@@ -177,11 +177,11 @@ def test_a_scheduled_report_deletes_nothing_when_auto_reclaim_is_off(
     metastore: Metastore, two_catalogs: tuple[Table, Table, Table]
 ) -> None:
     roots = [t.location() for t in two_catalogs]
-    before = {r: testing_tables.list_files(r) for r in roots}
+    before = {r: built_tables.list_files(r) for r in roots}
     meta = _scheduled_report(metastore, LeakSettings())
     assert meta["roots"] == 3
     assert not [k for k in meta if k.startswith("auto_reclaim/")]
-    assert {r: testing_tables.list_files(r) for r in roots} == before
+    assert {r: built_tables.list_files(r) for r in roots} == before
 
 
 @SQLITE
@@ -189,16 +189,16 @@ def test_auto_reclaim_on_for_a_catalog_reclaims_its_old_roots_and_no_other(
     metastore: Metastore, two_catalogs: tuple[Table, Table, Table]
 ) -> None:
     a_old, a_young, b_old = two_catalogs
-    young_files = testing_tables.list_files(a_young.location())
-    b_files = testing_tables.list_files(b_old.location())
+    young_files = built_tables.list_files(a_young.location())
+    b_files = built_tables.list_files(b_old.location())
     meta = _scheduled_report(metastore, LeakSettings(auto_reclaim_catalogs=["a"]))
     assert meta["roots"] == 3  # the report is what was found
     assert meta["auto_reclaim/reclaimed"] == 1 and meta["auto_reclaim/refused"] == 0
     [done] = meta["auto_reclaim/roots"]
     assert (done["root"], done["catalog"]) == (a_old.location(), "a")
-    assert not testing_tables.list_files(a_old.location())
-    assert testing_tables.list_files(a_young.location()) == young_files
-    assert testing_tables.list_files(b_old.location()) == b_files
+    assert not built_tables.list_files(a_old.location())
+    assert built_tables.list_files(a_young.location()) == young_files
+    assert built_tables.list_files(b_old.location()) == b_files
 
 
 @SQLITE
@@ -206,7 +206,7 @@ def test_a_report_launched_by_hand_does_not_auto_reclaim(
     metastore: Metastore, two_catalogs: tuple[Table, Table, Table]
 ) -> None:
     a_old = two_catalogs[0]
-    before = testing_tables.list_files(a_old.location())
+    before = built_tables.list_files(a_old.location())
     with DagsterInstance.ephemeral() as instance:
         result = materialize(
             [polaris_leaked_roots],
@@ -214,7 +214,7 @@ def test_a_report_launched_by_hand_does_not_auto_reclaim(
             resources=_resources(metastore, LeakSettings(auto_reclaim_catalogs=["a"])),
         )
         assert result.success
-    assert testing_tables.list_files(a_old.location()) == before
+    assert built_tables.list_files(a_old.location()) == before
 
 
 def test_the_job_is_in_the_code_location_and_auto_reclaim_reads_its_variable() -> None:

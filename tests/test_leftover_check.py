@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pyiceberg.table import Table
 from sqlalchemy import ColumnElement, delete, update
 
+from builders import tables as built_tables
+from builders import tasks as built_tasks
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
 from polaris_pipeline.execution.leftover_check import ROW_GONE
 from polaris_pipeline.execution.runner import Runner, Status, TaskOutcome
@@ -25,8 +27,6 @@ from polaris_pipeline.report.outcome_view import OutcomeView
 from polaris_pipeline.report.step_record import STEP_RECORD_KEY
 from polaris_pipeline.tasks.model import NewTask, Prop
 from polaris_pipeline.tasks.ref import Lease
-from polaris_pipeline.testing import tables as testing_tables
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import Warehouse
 from tests.support.unreferenced import add_unreferenced, live_entity, settle
 
@@ -53,7 +53,7 @@ def _dropped(store: Metastore, wh: Warehouse) -> tuple[Table, NewTask]:
     table = wh.build("t", appends=3)
     add_unreferenced(table, wh.resolver)
     settle()  # every file is older than the drop
-    task = testing_tasks.drop_table_task(table)
+    task = built_tasks.drop_table_task(table)
     store.insert_tasks([task])
     return table, task
 
@@ -83,13 +83,13 @@ def test_a_row_gone_at_the_fence_reports_what_is_left_and_deletes_nothing(
     metastore: Metastore, local_warehouse: Warehouse
 ) -> None:
     table, task = _dropped(metastore, local_warehouse)
-    before = testing_tables.list_files(table.location())
+    before = built_tables.list_files(table.location())
 
     outcome = _run_changing_the_row_at_first_fence(
         metastore, local_warehouse, lambda: _remove_row(metastore, task)
     )
 
-    left = testing_tables.list_files(table.location())
+    left = built_tables.list_files(table.location())
     assert outcome.status is Status.LEASE_LOST  # not done by us: the row went elsewhere
     assert outcome.error is not None and ROW_GONE in outcome.error
     assert outcome.result is not None and outcome.result.unreferenced is not None
@@ -162,7 +162,7 @@ def test_a_table_whose_row_vanished_while_its_children_ran_says_what_is_left(
 
     assert removed, "no child deleted anything"
     [root] = [o for o in outcomes if o.lease.task_id == task.id]
-    left = testing_tables.list_files(table.location())
+    left = built_tables.list_files(table.location())
     assert root.result is not None and root.result.unreferenced is not None
     report = root.result.unreferenced
     assert report.deleted == 0 and report.mode == "report"

@@ -24,6 +24,7 @@ import pytest
 from dagster import DagsterInstance, SensorResult, build_sensor_context
 from pyiceberg.table import Table
 
+from builders import tasks as built_tasks
 from polaris_pipeline.cli import main
 from polaris_pipeline.dagster.resources import PolarisStorageResource, SweeperSettings
 from polaris_pipeline.dagster.sweeper import SENSOR_NAME
@@ -40,7 +41,6 @@ from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.scope import task_scope
 from polaris_pipeline.storage.uri import location_within, same_location, split_uri
 from polaris_pipeline.tasks.model import NewTask
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.azurite import ACCOUNT, Azurite, azurite  # noqa: F401
 from tests.support.catalog_storage import (
     aws_storage_info,
@@ -217,7 +217,7 @@ def _declare(table: Table, location: str) -> None:
 
 def _drop(table: Table, recorded: str, **internal: str) -> NewTask:
     """Polaris's drop-with-purge task, its ``storageLocation`` spelt ``recorded``."""
-    return testing_tasks.drop_table_task(
+    return built_tasks.drop_table_task(
         table, extra_internal_properties={"storageLocation": recorded, **internal}
     )
 
@@ -394,7 +394,7 @@ def test_sweep_once_purges_the_table_of_issue_26(
     wh = local_warehouse
     table = wh.build("t", appends=2)
     oracle = table_files(table)
-    task = testing_tasks.drop_table_task(
+    task = built_tasks.drop_table_task(
         table,
         create_timestamp=store.now_ms() - OLD_MS,
         extra_internal_properties={"storageLocation": f"file:{_path(table.location())}"},
@@ -418,7 +418,7 @@ def test_dagster_job_purges_a_table_whose_storage_location_is_hadoop_s_spelling(
     table = wh.build("t", appends=2)
     neighbour = wh.build("t_2", appends=1)
     oracle, kept = table_files(table), table_files(neighbour)
-    task = testing_tasks.drop_table_task(
+    task = built_tasks.drop_table_task(
         table,
         create_timestamp=store.now_ms() - OLD_MS,
         extra_internal_properties={"storageLocation": f"file:{_path(table.location())}"},

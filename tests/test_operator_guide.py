@@ -50,11 +50,11 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
+from builders import tables as built_tables
+from builders import tasks as built_tasks
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.tasks.model import NewTask, Prop
-from polaris_pipeline.testing import tables as testing_tables
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import table_files
 from tests.support.leaks import catalog_entity
 from tests.support.metastore import PG_ADMIN_URL
@@ -325,12 +325,12 @@ def _put(moto: MotoS3, bucket: str, prefix: str, n: int) -> list[str]:
 def _seed(store: Metastore, moto: MotoS3, bucket: str, warehouse_dir: Path) -> World:
     """Polaris's leftovers: two orphans, a dead task, a live lease, a task within grace."""
     now = store.now_ms()
-    catalog = testing_tables.open_catalog(
-        testing_tables.local_warehouse_uri(warehouse_dir), warehouse_dir.parent / "catalog.db"
+    catalog = built_tables.open_catalog(
+        built_tables.local_warehouse_uri(warehouse_dir), warehouse_dir.parent / "catalog.db"
     )
-    table = testing_tables.build_table(catalog, ("sales", "orders"), partitioned=True, appends=2)
+    table = built_tables.build_table(catalog, ("sales", "orders"), partitioned=True, appends=2)
     files = {f for f in table_files(table) if Path(f.removeprefix("file://")).exists()}
-    dropped = testing_tasks.drop_table_task(table, realm_id=REALM, create_timestamp=now - OLD_MS)
+    dropped = built_tasks.drop_table_task(table, realm_id=REALM, create_timestamp=now - OLD_MS)
 
     warehouse = f"s3://{bucket}/warehouse/sales"
     events = _put(moto, bucket, "warehouse/sales/events", 3)
@@ -384,8 +384,8 @@ def _seed(store: Metastore, moto: MotoS3, bucket: str, warehouse_dir: Path) -> W
     fresh_task = batch("visits", kept[2:], create_timestamp=now)
     store.insert_tasks([dropped, events_task, dead_task, live_task, fresh_task])
     # The catalog these tables live in, and a table Polaris dropped whose task is gone.
-    catalog_entity(store, "lake", testing_tables.local_warehouse_uri(warehouse_dir))
-    leaked = testing_tables.build_table(catalog, ("sales", "returns"), appends=1)
+    catalog_entity(store, "lake", built_tables.local_warehouse_uri(warehouse_dir))
+    leaked = built_tables.build_table(catalog, ("sales", "returns"), appends=1)
     return World(
         store=store,
         moto=moto,

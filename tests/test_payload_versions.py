@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from builders.tasks import task_row
 from polaris_pipeline.cleanup.context import CleanupContext
 from polaris_pipeline.cleanup.dispatch import run_cleanup
 from polaris_pipeline.execution.runner import Runner
@@ -31,7 +32,6 @@ from polaris_pipeline.tasks.payloads import (
     encode_batch_cleanup,
     table_identifier,
 )
-from polaris_pipeline.testing.tasks import task_row
 from tests.support.iceberg import Warehouse, drop_task_row, recorded_drop_task, table_files
 from tests.support.tasks import batch_task, set_schema_version
 

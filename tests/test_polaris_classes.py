@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
+from builders import tables as built_tables
+from builders import tasks as built_tasks
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.tasks.model import TaskPolicy, TaskType
-from polaris_pipeline.testing import tables as testing_tables
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import Warehouse, recorded_drop_task
 from tests.support.polaris_classes import (
     POLARIS_TASK_TIMEOUT_MS,
@@ -99,8 +99,8 @@ def scenario(release: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         return
     harness = PolarisHarness(release, directory)
     tmp = tmp_path_factory.mktemp("polaris-classes")
-    uri = testing_tables.local_warehouse_uri(tmp / "wh")
-    catalog = testing_tables.open_catalog(uri, tmp / "catalog.db", name="local")
+    uri = built_tables.local_warehouse_uri(tmp / "wh")
+    catalog = built_tables.open_catalog(uri, tmp / "catalog.db", name="local")
     config = StorageConfig()
     warehouse = Warehouse("local", uri, catalog, config, StorageResolver(config))
     table = warehouse.build("t", partitioned=True, with_statistics=True)
@@ -109,7 +109,7 @@ def scenario(release: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         store = Metastore(url, policy=TaskPolicy(lease_timeout_ms=60_000, grace_ms=0))
         try:
             store.init_schema(SCHEMA_VERSION[release])
-            parent = testing_tasks.drop_table_task(table)
+            parent = built_tasks.drop_table_task(table)
             held = recorded_drop_task(f"{uri}/ns/held/metadata/0-a.metadata.json", name="held")
             failed = recorded_drop_task(f"{uri}/ns/gone/metadata/0-b.metadata.json", name="gone")
             store.insert_tasks([parent, held, failed])

@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 
+from builders.tasks import drop_table_task
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import (
@@ -18,7 +19,6 @@ from polaris_pipeline.tasks.model import (
     TaskState,
 )
 from polaris_pipeline.tasks.payloads import decode_batch_cleanup
-from polaris_pipeline.testing.tasks import drop_table_task
 from tests.support.iceberg import Warehouse
 from tests.support.tasks import batch_task
 

@@ -16,6 +16,7 @@ from urllib.parse import unquote, urlparse
 from dagster import DagsterInstance, SensorResult, build_sensor_context
 from dagster._core.events import DagsterEvent
 
+from builders import tasks as built_tasks
 from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
     PolarisStorageResource,
@@ -25,7 +26,6 @@ from polaris_pipeline.dagster.sweeper import SENSOR_NAME
 from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.dagster import deployed_sensor, sweeper_resources
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.tasks import batch_task
@@ -111,7 +111,7 @@ def test_every_done_step_says_task_realm_deletions_bytes_refusals_and_lease(
     victim = local_warehouse.build("victim", partitioned=True, with_deletes=True)
     existing = {f for f in table_files(victim) if local_warehouse.exists(f)}
     sizes = {f: _local(f).stat().st_size for f in existing}
-    task = testing_tasks.drop_table_task(
+    task = built_tasks.drop_table_task(
         victim, realm_id="POLARIS", create_timestamp=metastore.now_ms() - OLD_MS
     )
     metastore.insert_tasks([task])

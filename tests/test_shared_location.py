@@ -23,14 +23,14 @@ import pytest
 from pyiceberg.table import Table
 from sqlalchemy import create_engine
 
+from builders import tables as built_tables
+from builders import tasks as built_tasks
 from polaris_pipeline.errors import MetastoreError
 from polaris_pipeline.execution.runner import Runner, Status, TaskOutcome
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import LiveLocations
 from polaris_pipeline.storage.uri import parse_location, split_uri
 from polaris_pipeline.tasks.model import Prop, TaskPolicy, TaskType
-from polaris_pipeline.testing import tables as testing_tables
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.unreferenced import CATALOG_TYPE_CODE, NAMESPACE_TYPE_CODE, live_entity
 
@@ -64,7 +64,7 @@ class Dropped:
 def _drop(store: Metastore, wh: Warehouse, *, allow: bool = False) -> Dropped:
     table = wh.build("t", appends=2)
     sibling = wh.build("t_2", appends=1)
-    task = testing_tasks.drop_table_task(table)
+    task = built_tasks.drop_table_task(table)
     if allow:
         task.properties[Prop.ALLOW_SHARED_LOCATION] = "true"
     store.insert_tasks([task])
@@ -295,17 +295,17 @@ def test_a_view_sharing_a_live_views_location_is_refused(
     root = tmp_path / "wh" / "ns" / "v"
     (root / "metadata").mkdir(parents=True)
     metadata = root / "metadata" / "00001-v.metadata.json"
-    location = testing_tables.local_warehouse_uri(root)
+    location = built_tables.local_warehouse_uri(root)
     view = {"view-uuid": "u", "format-version": 1, "location": location}
     metadata.write_text(json.dumps(view), encoding="utf-8")
-    spec = testing_tasks.DropSpec(
+    spec = built_tasks.DropSpec(
         namespace=("ns",),
         name="v",
         metadata_location=metadata.as_uri(),
         location=location,
         is_view=True,
     )
-    task = testing_tasks.drop_task(spec)
+    task = built_tasks.drop_task(spec)
     metastore.insert_tasks([task])
     live_entity(metastore, location, name="live_view", realm_id=OTHER_REALM)
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from dagster import DagsterRunStatus
 
+from builders import tables as built_tables
+from builders import tasks as built_tasks
 from polaris_pipeline.storage.uri import split_uri
-from polaris_pipeline.testing import tables as testing_tables
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.daemon_fixtures import metastore_for, write_storage_config
 from tests.support.unreferenced import live_entity
 
@@ -19,12 +19,12 @@ from tests.support.unreferenced import live_entity
 def test_the_daemons_run_refuses_a_table_a_live_one_shares(
     tmp_path: Path, pg_url: str, start_daemon
 ) -> None:
-    wh = testing_tables.local_warehouse_uri(tmp_path / "wh")
-    catalog = testing_tables.open_catalog(wh, tmp_path / "catalog.db", name="daemon")
-    table = testing_tables.build_table(catalog, ("ns", "t"), appends=2)
-    files = testing_tables.list_files(table.location())
+    wh = built_tables.local_warehouse_uri(tmp_path / "wh")
+    catalog = built_tables.open_catalog(wh, tmp_path / "catalog.db", name="daemon")
+    table = built_tables.build_table(catalog, ("ns", "t"), appends=2)
+    files = built_tables.list_files(table.location())
     store = metastore_for(pg_url)
-    task = testing_tasks.drop_table_task(table)
+    task = built_tasks.drop_table_task(table)
     store.insert_tasks([task])
     # Registered in another realm over the same metadata file: the same files.
     live_entity(

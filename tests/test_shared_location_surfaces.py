@@ -15,6 +15,7 @@ from dagster import (
     build_run_status_sensor_context,
 )
 
+from builders import tasks as built_tasks
 from polaris_pipeline.dagster.alerts import Alert, build_polaris_failure_alert
 from polaris_pipeline.dagster.contract import run_config_for
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
@@ -22,7 +23,6 @@ from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.uri import split_uri
 from polaris_pipeline.tasks.model import Prop
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.cli import POLICY_FLAGS, run, url_of
 from tests.support.dagster import metastore_resource
 from tests.support.iceberg import Warehouse, table_files
@@ -39,7 +39,7 @@ def _shared(store: Metastore, wh: Warehouse) -> tuple[int, set[str]]:
     """A dropped table that a live table of realm OTHER was registered over; (task id,
     the files they share)."""
     table = wh.build("t", appends=2)
-    task = testing_tasks.drop_table_task(table)
+    task = built_tasks.drop_table_task(table)
     store.insert_tasks([task])
     live_entity(
         store,

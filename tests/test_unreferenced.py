@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from pyiceberg.table import Table
 
+from builders import tables as built_tables
+from builders import tasks as built_tasks
 from polaris_pipeline.cleanup.context import CleanupContext
 from polaris_pipeline.cleanup.unreferenced import prefix_refusal, run_unreferenced
 from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
@@ -28,8 +30,6 @@ from polaris_pipeline.storage.uri import Location, parse_location, split_uri
 from polaris_pipeline.tasks.model import NewTask, Prop, RealmOverride, TaskPolicy, TaskState
 from polaris_pipeline.tasks.payloads import decode_dropped_entity
 from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
-from polaris_pipeline.testing import tables as testing_tables
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.unreferenced import (
     NAMESPACE_TYPE_CODE,
@@ -58,7 +58,7 @@ def _drop(wh: Warehouse) -> Dropped:
     neighbour = wh.build("t_2", appends=1)
     unreferenced = add_unreferenced(table, wh.resolver)
     settle()  # every file is older than the drop
-    task = testing_tasks.drop_table_task(table)
+    task = built_tasks.drop_table_task(table)
     return Dropped(table, table_files(neighbour), unreferenced, task)
 
 
@@ -78,7 +78,7 @@ def _report(outcome: TaskOutcome) -> UnreferencedReport:
 
 
 def _left(wh: Warehouse, location: str) -> set[str]:
-    return testing_tables.list_files(location, s3=wh.s3)
+    return built_tables.list_files(location, s3=wh.s3)
 
 
 def test_delete_mode_deletes_every_unreferenced_file_and_the_empty_directories(
@@ -302,7 +302,7 @@ def test_a_catalog_whose_base_location_is_the_prefix_refuses(
 def _ctx(
     storage_location: str, config: StorageConfig | None = None, **internal: str
 ) -> CleanupContext:
-    task = testing_tasks.task_row(
+    task = built_tasks.task_row(
         NewTask(
             realm_id="POLARIS",
             id=1,
@@ -447,7 +447,7 @@ def test_with_nothing_unreferenced_the_empty_directories_still_go(
 ) -> None:
     table = local_warehouse.build("t", appends=1)
     neighbour = table_files(local_warehouse.build("t_2", appends=1))
-    task = testing_tasks.drop_table_task(table)
+    task = built_tasks.drop_table_task(table)
     dropped = Dropped(table, neighbour, set(), task)
 
     report = _report(_sweep(store, local_warehouse, dropped, "delete"))
@@ -465,7 +465,7 @@ def test_a_table_created_at_the_path_during_the_sweep_stops_the_next_batch(
     dropped = _drop(local_warehouse)
     _sweep(store, local_warehouse, dropped, "off")  # the referenced purge alone
     assert _left(local_warehouse, dropped.location) == dropped.unreferenced
-    task = testing_tasks.task_row(dropped.task)
+    task = built_tasks.task_row(dropped.task)
     ctx = CleanupContext(
         task=task,
         resolver=local_warehouse.resolver,
@@ -500,7 +500,7 @@ def test_a_symlinked_directory_is_unlinked_never_followed(
     link = Path(split_uri(dropped.location)[1]) / "data" / "linked"
     link.symlink_to(outside, target_is_directory=True)
     settle()
-    task = testing_tasks.drop_table_task(dropped.table)
+    task = built_tasks.drop_table_task(dropped.table)
 
     report = _report(
         _sweep(store, local_warehouse, dataclasses.replace(dropped, task=task), "delete")

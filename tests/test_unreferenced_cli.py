@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from builders import tables as built_tables
+from builders import tasks as built_tasks
 from polaris_pipeline.cli.main import main
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Prop
-from polaris_pipeline.testing import tables as testing_tables
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.unreferenced import add_unreferenced, live_entity, settle
 
@@ -42,7 +42,7 @@ def _dropped(
     neighbour = table_files(wh.build("t_2", appends=1))
     unreferenced = add_unreferenced(table, wh.resolver)
     settle()
-    task = testing_tasks.drop_table_task(table)
+    task = built_tasks.drop_table_task(table)
     if allow_shared_location:
         task.properties[Prop.ALLOW_SHARED_LOCATION] = "true"
     store.insert_tasks([task])
@@ -74,7 +74,7 @@ def test_sweep_once_deletes_unreferenced_files_and_says_so(
     assert root["unreferenced_files"] == len(unreferenced) and root["unreferenced_kept_newer"] == 0
     assert root["unreferenced_left"] == 0  # the prefix is empty, and --json says so
     assert report["refusal"] is None and report["directories_removed"] >= 1
-    assert testing_tables.list_files(location) == set()
+    assert built_tables.list_files(location) == set()
     assert all(local_warehouse.exists(f) for f in neighbour)
     assert metastore.list_tasks() == []
 
@@ -90,7 +90,7 @@ def test_sweep_once_reports_by_default_in_its_line(
     assert f"unreferenced under {location}: {len(unreferenced)} files" in out
     assert "would go, 0 kept as newer than the drop" in out
     assert f"; {len(unreferenced)} object(s) left under it" in out
-    assert testing_tables.list_files(location) == unreferenced
+    assert built_tables.list_files(location) == unreferenced
 
 
 def test_a_refusal_names_the_overlapping_entity_and_the_task_completes(
@@ -112,7 +112,7 @@ def test_a_refusal_names_the_overlapping_entity_and_the_task_completes(
     assert code == 0, out
     assert "refused, overlap with live table-like 'recreated'" in out
     assert "shared-location guard overridden: overlap with live table-like 'recreated'" in out
-    assert testing_tables.list_files(location) == unreferenced
+    assert built_tables.list_files(location) == unreferenced
     assert metastore.list_tasks() == []
 
 
@@ -136,7 +136,7 @@ def test_the_dry_run_plan_lists_unreferenced_files_apart(
     listed = {line.split()[-1] for line in out.splitlines() if line.startswith("  unreferenced  ")}
     deleted = {line.split()[-1] for line in out.splitlines() if line.startswith("  delete  ")}
     assert listed == unreferenced and not listed & deleted
-    assert testing_tables.list_files(location) >= unreferenced
+    assert built_tables.list_files(location) >= unreferenced
 
     code, out = _cli(
         "sweep",

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from pyiceberg.table import Table
 
+from builders import tasks as built_tasks
 from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
 from polaris_pipeline.execution.runner import Runner, Status
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
 from polaris_pipeline.storage.resolve import StorageResolver
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.azurite import Azurite, azurite  # noqa: F401
 from tests.support.catalog_storage import (
     azure_storage_info,
@@ -89,7 +89,7 @@ def _sweep(
     neighbour = f"{cloud.prefix}_2/data/keep.parquet"
     cloud.put(neighbour, b"keep")
     settle()
-    task = testing_tasks.drop_table_task(
+    task = built_tasks.drop_table_task(
         cloud.table, extra_internal_properties={STORAGE_CONFIG_KEY: cloud.storage_info}
     )
     store.insert_tasks([task])

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from dagster import DagsterRunStatus
 
+from builders import tables as built_tables
+from builders import tasks as built_tasks
 from polaris_pipeline.dagster.contract import FINISH_STEP
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.resolve import StorageResolver
-from polaris_pipeline.testing import tables as testing_tables
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.daemon_fixtures import metastore_for, write_storage_config
 from tests.support.unreferenced import add_unreferenced, settle
 
@@ -20,15 +20,15 @@ from tests.support.unreferenced import add_unreferenced, settle
 def test_the_daemons_run_deletes_the_unreferenced_files_last(
     tmp_path: Path, pg_url: str, start_daemon
 ) -> None:
-    wh = testing_tables.local_warehouse_uri(tmp_path / "wh")
-    catalog = testing_tables.open_catalog(wh, tmp_path / "catalog.db", name="daemon")
-    table = testing_tables.build_table(catalog, ("ns", "t"), appends=2)
-    neighbour = testing_tables.build_table(catalog, ("ns", "t_2"), appends=1)
-    keep = testing_tables.list_files(neighbour.location())
+    wh = built_tables.local_warehouse_uri(tmp_path / "wh")
+    catalog = built_tables.open_catalog(wh, tmp_path / "catalog.db", name="daemon")
+    table = built_tables.build_table(catalog, ("ns", "t"), appends=2)
+    neighbour = built_tables.build_table(catalog, ("ns", "t_2"), appends=1)
+    keep = built_tables.list_files(neighbour.location())
     unreferenced = add_unreferenced(table, StorageResolver(StorageConfig()))
     settle()
     store = metastore_for(pg_url)
-    task = testing_tasks.drop_table_task(table)
+    task = built_tasks.drop_table_task(table)
     store.insert_tasks([task])
     config = write_storage_config(tmp_path / "storage.yaml", [wh])
 
@@ -43,9 +43,9 @@ def test_the_daemons_run_deletes_the_unreferenced_files_last(
     [run] = daemon.wait_runs_finished(timeout_s=60)
 
     assert run.status is DagsterRunStatus.SUCCESS, daemon.diagnose()
-    assert testing_tables.list_files(table.location()) == set()
+    assert built_tables.list_files(table.location()) == set()
     assert not Path(table.location().removeprefix("file://")).exists()
-    assert testing_tables.list_files(neighbour.location()) == keep
+    assert built_tables.list_files(neighbour.location()) == keep
     meta = daemon.output_metadata(run.run_id, FINISH_STEP, "result")
     assert f"{len(unreferenced)} files" in str(meta.get("unreferenced")), meta
     store.dispose()

@@ -8,6 +8,8 @@ import pytest
 from dagster import AssetRecordsFilter, DagsterInstance
 from pyiceberg.table import Table
 
+from builders import tables as built_tables
+from builders import tasks as built_tasks
 from polaris_pipeline.dagster.contract import FINISH_STEP, run_config_for
 from polaris_pipeline.dagster.realm_backfill import polaris_realm_backfill_job
 from polaris_pipeline.dagster.reporting import report_run
@@ -16,8 +18,6 @@ from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Prop
-from polaris_pipeline.testing import tables as testing_tables
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.dagster import metastore_resource, realm_run_config
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.unreferenced import add_unreferenced, live_entity, settle
@@ -37,7 +37,7 @@ def _run(
     neighbour = table_files(wh.build("t_2", appends=1))
     unreferenced = add_unreferenced(table, wh.resolver)
     settle()
-    task = testing_tasks.drop_table_task(table)
+    task = built_tasks.drop_table_task(table)
     if allow_shared_location:
         task.properties[Prop.ALLOW_SHARED_LOCATION] = "true"
     store.insert_tasks([task])
@@ -64,7 +64,7 @@ def test_delete_mode_runs_last_and_the_tables_event_says_what_went(
     finished = result.output_for_node(FINISH_STEP)
     assert finished["status"] == "done"
     assert f"{len(unreferenced)} files" in finished["unreferenced"]
-    assert testing_tables.list_files(table.location()) == set()
+    assert built_tables.list_files(table.location()) == set()
     assert all(local_warehouse.exists(f) for f in neighbour)
     assert store.list_tasks() == []
     # The finish step comes after every child step.
@@ -94,7 +94,7 @@ def test_report_mode_is_the_default_and_deletes_nothing(
 
     assert result.success
     assert "would go" in result.output_for_node(FINISH_STEP)["unreferenced"]
-    assert testing_tables.list_files(table.location()) == unreferenced
+    assert built_tables.list_files(table.location()) == unreferenced
     assert store.list_tasks() == []
 
 
@@ -109,7 +109,7 @@ def test_a_realm_override_turns_it_off(
     assert result.success
     skipped = [e.step_key for e in result.all_events if e.event_type_value == "STEP_SKIPPED"]
     assert FINISH_STEP in skipped  # the root completed the table itself
-    assert testing_tables.list_files(table.location()) == unreferenced
+    assert built_tables.list_files(table.location()) == unreferenced
     assert store.list_tasks() == []
 
 
@@ -124,7 +124,7 @@ def test_an_overlap_is_a_recorded_refusal_not_a_failure(
     assert result.success
     line = result.output_for_node(FINISH_STEP)["unreferenced"]
     assert "refused, overlap with live table-like 'recreated'" in line
-    assert testing_tables.list_files(table.location()) >= unreferenced
+    assert built_tables.list_files(table.location()) >= unreferenced
     assert store.list_tasks() == []
 
 
@@ -153,7 +153,7 @@ def test_the_realm_backfill_runs_the_deployments_unreferenced_mode(
     table = wh.build("t", appends=2)
     unreferenced = add_unreferenced(table, wh.resolver)
     settle()
-    store.insert_tasks([testing_tasks.drop_table_task(table)])
+    store.insert_tasks([built_tasks.drop_table_task(table)])
 
     result = polaris_realm_backfill_job.execute_in_process(
         run_config=realm_run_config("POLARIS"),
@@ -167,5 +167,5 @@ def test_the_realm_backfill_runs_the_deployments_unreferenced_mode(
 
     assert result.success
     assert store.list_tasks() == []
-    left = testing_tables.list_files(table.location())
+    left = built_tables.list_files(table.location())
     assert left == (set() if deleted else unreferenced)

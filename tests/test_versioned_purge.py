@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from builders import tasks as built_tasks
 from polaris_pipeline.cleanup.context import CleanupResult
 from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
 from polaris_pipeline.dagster.tables import TableRef
@@ -24,7 +25,6 @@ from polaris_pipeline.report.outcome_view import OutcomeView, totals_json
 from polaris_pipeline.report.step_record import read_step
 from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.tasks.ref import Lease
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.cleanup_sweep import assert_all_ok, sweep
 from tests.support.iceberg import Warehouse, drop_task_row, table_files
 from tests.support.unreferenced import add_unreferenced, settle
@@ -133,7 +133,7 @@ def test_a_runner_sweep_with_unreferenced_files_on_a_versioned_bucket(
     table = s3_warehouse.build("t", appends=2)
     unreferenced = add_unreferenced(table, s3_warehouse.resolver)
     settle()
-    task = testing_tasks.drop_table_task(table)
+    task = built_tasks.drop_table_task(table)
     versions = _versions(moto_server, s3_bucket)
     store.insert_tasks([task])
     with Runner(

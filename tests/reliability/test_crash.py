@@ -10,9 +10,9 @@ from typing import Any, TypedDict
 
 import pytest
 
+from builders import tasks as built_tasks
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Prop
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.reliability import journal as jr
 from tests.reliability.harness import (
     SIZES,
@@ -85,7 +85,7 @@ def _crash_then_finish(
     assert table_files(neighbour) | table_files(other) <= keep
 
     store = Metastore(rel_db.url, policy=policy)
-    store.insert_tasks([testing_tasks.drop_table_task(table, create_timestamp=0)])
+    store.insert_tasks([built_tasks.drop_table_task(table, create_timestamp=0)])
     scenario.load = (
         f"one dropped pyiceberg table of {len(oracle)} files (partitioned, delete files, "
         f"statistics, capped metadata log, one manifest of {entries} data files); "

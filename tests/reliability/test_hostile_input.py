@@ -21,6 +21,8 @@ from typing import Any, TypedDict
 
 import pytest
 
+from builders import tables as built_tables
+from builders import tasks as built_tasks
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.tasks.manifest_codec import encode_manifest_file
 from polaris_pipeline.tasks.model import MAX_ERROR_LENGTH, NewTask, Prop
@@ -29,8 +31,6 @@ from polaris_pipeline.tasks.payloads import (
     TableIdentifier,
     encode_manifest_cleanup,
 )
-from polaris_pipeline.testing import tables as testing_tables
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.reliability.harness import (
     SIZES,
     RelDb,
@@ -225,7 +225,7 @@ def build_hostile_set(store: Metastore, root: Path, wh: Warehouse) -> Hostile:
     metadata_path = Path(cut.metadata_location.removeprefix("file://"))
     text = metadata_path.read_bytes()
     metadata_path.write_bytes(text[: len(text) // 2])
-    cut_task = testing_tasks.drop_table_task(cut, realm_id=REALM, create_timestamp=0)
+    cut_task = built_tasks.drop_table_task(cut, realm_id=REALM, create_timestamp=0)
     store.insert_tasks([cut_task])
     h.cases.append(
         Case(
@@ -239,10 +239,10 @@ def build_hostile_set(store: Metastore, root: Path, wh: Warehouse) -> Hostile:
     stray = wh.build("stray")
     foreign = outside / "foreign.parquet"
     foreign.parent.mkdir(parents=True, exist_ok=True)
-    testing_tables._write_parquet(stray.io, f"file://{foreign}", testing_tables._batch(0, 2))
+    built_tables._write_parquet(stray.io, f"file://{foreign}", built_tables._batch(0, 2))
     stray.add_files([f"file://{foreign}"])
     stray = wh.catalog.load_table(stray.name())
-    stray_task = testing_tasks.drop_table_task(stray, realm_id=REALM, create_timestamp=0)
+    stray_task = built_tasks.drop_table_task(stray, realm_id=REALM, create_timestamp=0)
     store.insert_tasks([stray_task])
     h.cases.append(
         Case("table whose manifest names a file outside it", REALM, stray_task.id, "done")

@@ -8,9 +8,9 @@ from typing import Any, TypedDict
 
 import pytest
 
+from builders import tasks as built_tasks
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Prop
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.reliability import journal as jr
 from tests.reliability.harness import (
     SIZES,
@@ -69,7 +69,7 @@ def test_paused_holder_deletes_nothing_more_and_writes_nothing(
     before = list_tree(root)
     assert table_files(neighbour) <= before - oracle
     store = Metastore(rel_db.url, policy=policy)
-    store.insert_tasks([testing_tasks.drop_table_task(table, create_timestamp=0)])
+    store.insert_tasks([built_tasks.drop_table_task(table, create_timestamp=0)])
     scenario.if_failed += [
         "Cause: the fence is checked once per delete chunk (`delete_chunked`, up to 1000 "
         "paths); inside a chunk `bulk_delete` deletes path after path without looking at "

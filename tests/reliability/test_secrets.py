@@ -11,8 +11,8 @@ from urllib.parse import quote
 import pytest
 import yaml
 
+from builders import tasks as built_tasks
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.reliability.harness import PgRole, RelDb, Scenario, Worker, Workers, rel_policy
 from tests.support.dagster import temp_instance
 from tests.support.iceberg import Warehouse, table_files
@@ -97,7 +97,7 @@ def secret_setup(
             "outside the location": f"s3://{s3_bucket}/wh/ns/t",
         },
     )
-    store.insert_tasks([testing_tasks.drop_table_task(table, realm_id="r", create_timestamp=0)])
+    store.insert_tasks([built_tasks.drop_table_task(table, realm_id="r", create_timestamp=0)])
     for name, loc in setup.failing.items():
         path = f"{loc}/metadata/x.avro" if name != "outside the location" else f"s3://{s3_bucket}/x"
         store.insert_tasks(

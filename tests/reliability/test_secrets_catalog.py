@@ -41,6 +41,7 @@ from dagster import (
 )
 from dagster._serdes import serialize_value
 
+from builders import tasks as built_tasks
 from polaris_pipeline.cli import main
 from polaris_pipeline.cli.context import EXIT_TASK_FAILED
 from polaris_pipeline.dagster.contract import TAG_TASK_ID
@@ -50,7 +51,6 @@ from polaris_pipeline.dagster.task_job import DEFAULT_RETRY_POLICY, build_polari
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
 from polaris_pipeline.storage.credentials.gcs import EMULATOR_ENV
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.reliability.harness import PgRole, RelDb, Scenario, rel_policy
 from tests.support.azurite import ACCOUNT, ACCOUNT_KEY, Azurite, azurite  # noqa: F401
 from tests.support.catalog_storage import (
@@ -123,7 +123,7 @@ class World:
         )
 
     def drop(self, label: str, table: Any, info: str, *, failing: bool = False) -> int:
-        task = testing_tasks.drop_table_task(
+        task = built_tasks.drop_table_task(
             table,
             realm_id=REALM,
             create_timestamp=0,

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from builders import tasks as built_tasks
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import TaskState
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.reliability.harness import RelDb, Scenario, Workers, list_tree, sweep_once
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.unreferenced import live_entity
@@ -51,9 +51,9 @@ def test_a_shared_location_is_refused_before_anything_is_deleted(
         name="same_place",
         catalog_id=OTHER_CATALOG,
     )
-    shared_task = testing_tasks.drop_table_task(shared)
-    other_task = testing_tasks.drop_table_task(other)
-    plain_task = testing_tasks.drop_table_task(plain)
+    shared_task = built_tasks.drop_table_task(shared)
+    other_task = built_tasks.drop_table_task(other)
+    plain_task = built_tasks.drop_table_task(plain)
     store.insert_tasks([shared_task, other_task, plain_task])
     kept = table_files(shared) | table_files(other)
     purged = table_files(plain)

@@ -10,9 +10,9 @@ from typing import Any, TypedDict
 
 import pytest
 
+from builders import tasks as built_tasks
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Prop, TaskRow
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.reliability import journal as jr
 from tests.reliability.faults import write_plan
 from tests.reliability.harness import (
@@ -127,7 +127,7 @@ def test_faulty_filesystem_retries_with_backoff_and_finishes(
     tasks.append(stall_task)
     expected.add(f"file://{stall}")
     store.insert_tasks(tasks)
-    store.insert_tasks([testing_tasks.drop_table_task(table, realm_id="r", create_timestamp=0)])
+    store.insert_tasks([built_tasks.drop_table_task(table, realm_id="r", create_timestamp=0)])
     before = list_tree(wh_root) | list_tree(root)
     keep = before - expected
     assert table_files(neighbour) <= keep
@@ -272,7 +272,7 @@ def test_s3_denied_keys_are_recorded_and_retried_until_allowed(
     before = s3_warehouse.files()
     keep = before - oracle
     assert table_files(neighbour) <= keep
-    store.insert_tasks([testing_tasks.drop_table_task(table, realm_id="r", create_timestamp=0)])
+    store.insert_tasks([built_tasks.drop_table_task(table, realm_id="r", create_timestamp=0)])
     prefix = table.location().removeprefix("s3://")
     client = moto_server.client()
     client.put_bucket_policy(

@@ -22,14 +22,14 @@ from typing import Any
 
 from pyiceberg.table import Table
 
+from builders import tables as built_tables
+from builders.tables import S3Options
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
 from polaris_pipeline.storage.guard import PathGuard
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.tasks.model import CATALOG_TYPE_CODE, NewTask, Prop
-from polaris_pipeline.testing import tables as testing_tables
-from polaris_pipeline.testing.tables import S3Options
 from tests.support.azurite import ACCOUNT, Azurite
 from tests.support.gcs import FakeGcs
 from tests.support.iceberg import recorded_drop_task
@@ -117,10 +117,10 @@ def iam_s3_table(moto_iam: MotoIam, tmp_path: Path, bucket: str, name: str) -> T
         secret_key=moto_iam.admin.secret,
         region=moto_iam.region,
     )
-    catalog = testing_tables.open_catalog(
+    catalog = built_tables.open_catalog(
         f"s3://{bucket}/wh", tmp_path / f"{name}.db", name=name, s3=s3
     )
-    return testing_tables.build_table(catalog, ("ns", name), appends=1)
+    return built_tables.build_table(catalog, ("ns", name), appends=1)
 
 
 def aws_storage_info(moto_iam: MotoIam, bucket: str, role: str, **extra: Any) -> str:
@@ -148,7 +148,7 @@ def azure_location(container: str, path: str = "wh") -> str:
 
 
 def azurite_table(azurite: Azurite, tmp_path: Path, container: str, name: str) -> Table:
-    catalog = testing_tables.open_catalog(
+    catalog = built_tables.open_catalog(
         azure_location(container),
         tmp_path / f"{name}.db",
         name=name,
@@ -158,7 +158,7 @@ def azurite_table(azurite: Azurite, tmp_path: Path, container: str, name: str) -
             "adls.account-name": ACCOUNT,
         },
     )
-    return testing_tables.build_table(catalog, ("ns", name), appends=1)
+    return built_tables.build_table(catalog, ("ns", name), appends=1)
 
 
 def azure_storage_info(container: str, allowed: str | None = None) -> str:
@@ -176,7 +176,7 @@ def azure_storage_info(container: str, allowed: str | None = None) -> str:
 
 
 def fake_gcs_table(gcs: FakeGcs, tmp_path: Path, bucket: str, name: str) -> Table:
-    catalog = testing_tables.open_catalog(
+    catalog = built_tables.open_catalog(
         f"gs://{bucket}/wh",
         tmp_path / f"{name}.db",
         name=name,
@@ -187,7 +187,7 @@ def fake_gcs_table(gcs: FakeGcs, tmp_path: Path, bucket: str, name: str) -> Tabl
             "gcs.project-id": "test",
         },
     )
-    return testing_tables.build_table(catalog, ("ns", name), appends=1)
+    return built_tables.build_table(catalog, ("ns", name), appends=1)
 
 
 def gcs_storage_info(bucket: str) -> str:

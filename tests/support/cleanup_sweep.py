@@ -11,11 +11,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from builders import tasks as built_tasks
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
 from polaris_pipeline.cleanup.dispatch import run_cleanup
 from polaris_pipeline.errors import LeaseLost
 from polaris_pipeline.tasks.model import NewTask, TaskRow
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.iceberg import Warehouse
 
 
@@ -34,7 +34,7 @@ def _inserter(
     def create(children: Sequence[NewTask]) -> Sequence[NewTask]:
         # Inserted durably first: a failure after this point keeps the children.
         created.extend(children)
-        queue.extend(testing_tasks.task_row(c) for c in children)
+        queue.extend(built_tasks.task_row(c) for c in children)
         if after_create is not None:
             after_create()
         return children

@@ -1,6 +1,6 @@
 """Iceberg fixtures: real tables written by pyiceberg, locally or on the moto S3 server.
 
-The builders themselves live in ``polaris_pipeline.testing`` (``tables``: tables,
+The builders themselves live in the top-level ``builders`` package (``tables``: tables,
 ``tasks``: the tasks that drop them; the demo uses them too); this module wraps them
 for tests.
 
@@ -35,6 +35,9 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.io import FileIO
 from pyiceberg.table import Table
 
+from builders import tables as built_tables
+from builders import tasks as built_tasks
+from builders.tables import S3Options, build_table
 from polaris_pipeline.metastore import new_entity_id
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.delete import crc_sidecar
@@ -42,9 +45,6 @@ from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.uri import split_uri
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskRow, TaskType
 from polaris_pipeline.tasks.payloads import encode_dropped_entity, entity_cleanup_task_name
-from polaris_pipeline.testing import tables as testing_tables
-from polaris_pipeline.testing import tasks as testing_tasks
-from polaris_pipeline.testing.tables import S3Options, build_table
 from tests.support.table_metadata import referenced_files
 
 __all__ = [
@@ -75,7 +75,7 @@ class Warehouse:
 
     def files(self) -> set[str]:
         """Every file under the warehouse (the catalog's sqlite file lives elsewhere)."""
-        return testing_tables.list_files(self.uri, s3=self.s3)
+        return built_tables.list_files(self.uri, s3=self.s3)
 
     def exists(self, uri: str) -> bool:
         return self.resolver.exists(uri)
@@ -97,16 +97,16 @@ def _s3_options_of(table: Table) -> S3Options | None:
 def table_files(table: Table) -> set[str]:
     """Every file of ``table``: named by its metadata, or lying under its location."""
     named = referenced_files(table)
-    listed = testing_tables.list_files(table.location(), s3=_s3_options_of(table))
+    listed = built_tables.list_files(table.location(), s3=_s3_options_of(table))
     return named | listed
 
 
 def drop_task_row(table: Table, **kwargs: Any) -> TaskRow:
     """The TaskRow of the cleanup task Polaris writes when ``table`` is dropped with purge.
 
-    Keywords go to :func:`polaris_pipeline.testing.tasks.drop_task`.
+    Keywords go to :func:`builders.tasks.drop_task`.
     """
-    return testing_tasks.task_row(testing_tasks.drop_table_task(table, **kwargs))
+    return built_tasks.task_row(built_tasks.drop_table_task(table, **kwargs))
 
 
 def recorded_drop_task(
@@ -129,7 +129,7 @@ def recorded_drop_task(
     as written (to write Java's form encoding by hand).
     """
     entity_id = new_entity_id()
-    entity = testing_tasks.dropped_entity(
+    entity = built_tasks.dropped_entity(
         entity_id=entity_id,
         name=name,
         namespace=namespace,
@@ -211,8 +211,8 @@ def view_metadata(
 
 @pytest.fixture
 def local_warehouse(tmp_path: Path) -> Warehouse:
-    uri = testing_tables.local_warehouse_uri(tmp_path / "wh")
-    catalog = testing_tables.open_catalog(uri, tmp_path / "catalog.db", name="local")
+    uri = built_tables.local_warehouse_uri(tmp_path / "wh")
+    catalog = built_tables.open_catalog(uri, tmp_path / "catalog.db", name="local")
     config = StorageConfig()
     return Warehouse("local", uri, catalog, config, StorageResolver(config))
 
@@ -226,7 +226,7 @@ def s3_warehouse(tmp_path: Path, moto_server: Any, s3_bucket: str) -> Warehouse:
         region=moto_server.region,
     )
     uri = f"s3://{s3_bucket}/wh"
-    catalog = testing_tables.open_catalog(uri, tmp_path / "catalog.db", name="s3", s3=s3)
+    catalog = built_tables.open_catalog(uri, tmp_path / "catalog.db", name="s3", s3=s3)
     config = moto_server.storage_config(s3_bucket)
     return Warehouse("s3", uri, catalog, config, StorageResolver(config), s3)
 

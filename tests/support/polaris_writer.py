@@ -48,6 +48,8 @@ from sqlalchemy import delete
 
 from bench.common import orphaned_task
 from bench.daemon_e2e import orphaned_children
+from builders import tables as built_tables
+from builders import tasks as built_tasks
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.metastore.schema import entities
 from polaris_pipeline.tasks.manifest_codec import manifest_ref_from_pyiceberg
@@ -61,8 +63,6 @@ from polaris_pipeline.tasks.payloads import (
     encode_manifest_cleanup,
     manifest_cleanup_task_name,
 )
-from polaris_pipeline.testing import tables as testing_tables
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.tasks import dropped_entity_json, manifest_task_data
 
 # One rotation of event kinds: 4 tables, 2 dying executors, 2 batch and 2 manifest
@@ -149,8 +149,8 @@ class PolarisWriter:
         self.realm = realm
         self.root = root
         self.warehouse = root / "wh"
-        self.catalog = testing_tables.open_catalog(
-            testing_tables.local_warehouse_uri(self.warehouse), root / "catalog.db", name="soak"
+        self.catalog = built_tables.open_catalog(
+            built_tables.local_warehouse_uri(self.warehouse), root / "catalog.db", name="soak"
         )
         self.events: list[Event] = []
         self._hostile_count = 0
@@ -167,7 +167,7 @@ class PolarisWriter:
 
     def _build(self, n: int) -> Any:
         # Shapes vary with n: partitioned, delete files, statistics, one or two appends.
-        return testing_tables.build_table(
+        return built_tables.build_table(
             self.catalog,
             ("ns", f"t{n:05d}"),
             partitioned=n % 3 == 0,
@@ -178,15 +178,15 @@ class PolarisWriter:
 
     def _table(self, n: int) -> Event:
         table = self._build(n)
-        files = sorted(testing_tables.list_files(table.location()))
-        task = testing_tasks.drop_table_task(table, realm_id=self.realm)
+        files = sorted(built_tables.list_files(table.location()))
+        task = built_tasks.drop_table_task(table, realm_id=self.realm)
         self.store.insert_tasks([task])
         return Event(n, "table", self.store.now_ms(), [task.id], task.name, files)
 
     def _dead_executor(self, n: int) -> Event:
         table = self._build(n)
-        files = sorted(testing_tables.list_files(table.location()))
-        parent = testing_tasks.drop_table_task(table, realm_id=self.realm)
+        files = sorted(built_tables.list_files(table.location()))
+        parent = built_tasks.drop_table_task(table, realm_id=self.realm)
         executor = f"polaris-soak-executor-{n}-{uuid.uuid4().hex[:8]}"
         children = self._polaris_children(table, parent.name)
         now = self.store.now_ms()
@@ -315,7 +315,7 @@ class PolarisWriter:
         table = f"m{n:05d}"
         tasks = orphaned_children(self.warehouse, table, 5, self.store.now_ms())
         self.store.insert_tasks(tasks)
-        files = sorted(testing_tables.list_files(f"file://{self.warehouse}/ns/{table}"))
+        files = sorted(built_tables.list_files(f"file://{self.warehouse}/ns/{table}"))
         prefix = tasks[0].name.split("_file://", 1)[0]
         return Event(n, "manifests", self.store.now_ms(), [t.id for t in tasks], prefix, files)
 

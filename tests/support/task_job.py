@@ -7,6 +7,7 @@ from typing import Any
 
 from dagster import DagsterInstance, RunRequest, SensorResult, build_sensor_context
 
+from builders import tasks as built_tasks
 from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
     PolarisStorageResource,
@@ -15,7 +16,6 @@ from polaris_pipeline.dagster.resources import (
 from polaris_pipeline.dagster.sweeper import SENSOR_NAME
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask
-from polaris_pipeline.testing import tasks as testing_tasks
 from tests.support.dagster import deployed_sensor, sweeper_resources
 from tests.support.iceberg import Warehouse
 
@@ -45,7 +45,7 @@ def sweep(metastore: PolarisMetastoreResource, instance: DagsterInstance) -> lis
 
 def drop(store: Metastore, table: Any, realm: str = "POLARIS") -> NewTask:
     """Polaris's drop-with-purge: the cleanup task, written long enough ago to be orphaned."""
-    task = testing_tasks.drop_table_task(
+    task = built_tasks.drop_table_task(
         table, realm_id=realm, create_timestamp=store.now_ms() - OLD_MS
     )
     store.insert_tasks([task])

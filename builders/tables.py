@@ -1,7 +1,7 @@
 """Build real Iceberg tables with pyiceberg, and list the files they hold.
 
 Used by the demo and by the tests (``tests/support/iceberg.py`` wraps these in
-fixtures); the Polaris TASK that drops such a table is ``testing/tasks.py``'s.
+fixtures); the Polaris TASK that drops such a table is ``builders/tasks.py``'s.
 Everything takes plain paths and URIs: a warehouse is a local directory
 (``file:///...``) or an ``s3://bucket/prefix`` with S3 options.
 

@@ -1,0 +1,8 @@
+"""Builders for the demo, the benches and the tests: Iceberg tables written with
+pyiceberg, and the Polaris TASK rows that drop them, built on the engine's own
+encoders.
+
+Not installed: ``polaris_pipeline`` never imports this package. It uses some of
+pyiceberg's private writers (delete manifests, partition statistics), so a
+pyiceberg upgrade may need it adjusted.
+"""
