@@ -296,7 +296,10 @@ def test_the_flat_keys_of_earlier_releases_still_work_with_a_warning(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv(URL_ENV, f"sqlite:///{tmp_path / 'polaris.db'}")
-    with pytest.warns(DeprecationWarning, match="metastore_url, realms, grace_ms"):
+    with (
+        pytest.warns(DeprecationWarning, match="metastore_url, realms, grace_ms"),
+        pytest.warns(DeprecationWarning, match="sweep: deprecated; write them in the sweeper"),
+    ):
         flat = _load_resources(FLAT_ATTRIBUTES)
     nested = _load_resources(ATTRIBUTES)
     for key in ("metastore", "sweeper"):

@@ -351,9 +351,7 @@ def test_a_translator_subclass_changes_the_asset_key_and_tags_through_build_defs
     metastore.insert_tasks([task])
     resource = metastore_resource(metastore)
     defs = build_defs(
-        metastore_url=resource.url,
-        lease_timeout_ms=resource.lease_timeout_ms,
-        grace_ms=resource.grace_ms,
+        metastore=resource,
         storage=PolarisStorageResource(allowed_prefixes=[f"file://{tmp_path}"]),
         translator=LakeTranslator(),
     )
@@ -408,7 +406,7 @@ def test_the_component_runs_its_tasks_through_the_translator_it_names(
     defs_yaml = {
         "type": "polaris_pipeline.dagster.PolarisSweeper",
         "attributes": {
-            "metastore_url": "{{ env.POLARIS_METASTORE_URL }}",
+            "metastore": {"url": "{{ env.POLARIS_METASTORE_URL }}"},
             "storage": {"allowed_prefixes": [f"file://{tmp_path}"]},
             "translator": "tests.support.translators.LakeTranslator",
         },

@@ -457,7 +457,7 @@ def test_an_unreachable_metastore_is_not_a_configuration_error(
 def test_the_deployed_sensor_requires_the_storage_resource() -> None:
     from polaris_pipeline.dagster.definitions import build_defs
 
-    defs = build_defs(metastore_url="sqlite:///unused.db")
+    defs = build_defs(metastore=PolarisMetastoreResource(url="sqlite:///unused.db"))
     [sensor_def] = [s for s in defs.sensors or [] if s.name == SENSOR_NAME]
     assert "storage" in sensor_def.required_resource_keys
 

@@ -483,7 +483,7 @@ def test_the_component_configures_the_retention() -> None:
     defs_yaml = {
         "type": "polaris_pipeline.dagster.PolarisSweeper",
         "attributes": {
-            "metastore_url": "sqlite:////tmp/never-opened.db",
+            "metastore": {"url": "sqlite:////tmp/never-opened.db"},
             "retention": {"success_days": 3, "failure_days": 21, "batch_size": 10},
         },
     }
