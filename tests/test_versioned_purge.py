@@ -13,6 +13,7 @@ from typing import Any
 
 from builders import tasks as built_tasks
 from polaris_pipeline.cleanup.context import CleanupResult
+from polaris_pipeline.cleanup.tally import tally
 from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
 from polaris_pipeline.dagster.tables import TableRef
 from polaris_pipeline.dagster.translator import PolarisTranslator
@@ -24,6 +25,7 @@ from polaris_pipeline.report.leaks_view import reclaim_json, reclaim_line
 from polaris_pipeline.report.outcome_view import OutcomeView, totals_json
 from polaris_pipeline.report.step_record import read_step
 from polaris_pipeline.report.totals import OutcomeTotals
+from polaris_pipeline.storage.delete import DeleteReport
 from polaris_pipeline.tasks.ref import Lease
 from tests.support.cleanup_sweep import assert_all_ok, sweep
 from tests.support.iceberg import Warehouse, drop_task_row, table_files
@@ -83,6 +85,21 @@ def test_purge_on_an_unversioned_bucket_still_says_freed(s3_warehouse: Warehouse
 def _outcome(**result: Any) -> TaskOutcome:
     lease = Lease("POLARIS", 7, "exec-1", 2, 1, 0, task_type_code="3", name="entityCleanup_1")
     return TaskOutcome(lease, Status.DONE, "3", result=CleanupResult(**result), error=None)
+
+
+def test_only_what_the_store_neither_keeps_nor_leaves_unsaid_is_freed() -> None:
+    a, b, c, d = (f"s3://wh/t/data/{n}.parquet" for n in "abcd")
+    report = DeleteReport(deleted=[a, b, c, d], retained=[b], retention_unknown=[c])
+    assert report.freed == [a, d]
+    result = CleanupResult()
+    tally(result, report, {a: 10, b: 20, c: 30, d: 40})
+    assert (result.deleted, result.retained, result.retention_unknown) == (4, 1, 1)
+    assert (result.bytes_freed, result.bytes_retained) == (50, 20)
+    # One size not known: the freed bytes are not known either, never a partial sum.
+    result = CleanupResult()
+    tally(result, DeleteReport(deleted=[a, d], bytes_freed=None), {a: 10, d: None})
+    assert result.bytes_freed is None
+    assert DeleteReport(deleted=[a], retained=[a]).freed == []
 
 
 def test_kept_bytes_on_every_surface() -> None:

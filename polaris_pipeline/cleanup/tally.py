@@ -27,11 +27,9 @@ def tally(
     room = SAMPLE_SIZE - len(result.deleted_paths_sample)
     if room > 0:
         result.deleted_paths_sample.extend(report.deleted[:room])
-    # What a store keeps (versioning, soft delete) or would not say about is never freed.
     result.retained += len(report.retained)
     result.retention_unknown += len(report.retention_unknown)
-    not_freed = {*report.retained, *report.retention_unknown}
-    freed_uris = [u for u in report.deleted if u not in not_freed]
+    freed_uris = report.freed
     freed: int | None
     if freed_uris and sizes is not None and all(sizes.get(u) is not None for u in freed_uris):
         freed = sum(sizes[u] or 0 for u in freed_uris) + report.sidecar_bytes

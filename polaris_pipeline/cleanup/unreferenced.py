@@ -203,14 +203,9 @@ def _delete(ctx: CleanupContext, report: UnreferencedReport, objects: list[Liste
     report.failures += len(result.failed)
     for uri, error in list(result.failed.items())[: max(0, SAMPLE - len(report.failed))]:
         report.failed[uri] = error
-    # Bytes a store keeps (versioning, soft delete) or would not say about are not
-    # counted as deleted bytes: only the kept ones are counted, apart.
-    not_freed = {*result.retained, *result.retention_unknown}
     report.retained += len(result.retained)
     report.retention_unknown += len(result.retention_unknown)
-    report.bytes_deleted = _sum_sizes(
-        report.bytes_deleted, [sizes.get(u) for u in result.deleted if u not in not_freed]
-    )
+    report.bytes_deleted = _sum_sizes(report.bytes_deleted, [sizes.get(u) for u in result.freed])
     report.bytes_retained = _sum_sizes(
         report.bytes_retained, [sizes.get(u) for u in result.retained]
     )

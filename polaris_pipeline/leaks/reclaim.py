@@ -281,8 +281,7 @@ def _delete_pass(
             if record is not None:
                 record.add_report(result, sizes, resolver.redact)
         report.deleted += len(result.deleted)
-        not_freed = {*result.retained, *result.retention_unknown}
-        report.bytes_deleted += sum(sizes.get(u) or 0 for u in result.deleted if u not in not_freed)
+        report.bytes_deleted += sum(sizes.get(u) or 0 for u in result.freed)
         report.retained += len(result.retained)
         report.bytes_retained += sum(sizes.get(u) or 0 for u in result.retained)
         report.retention_unknown += len(result.retention_unknown)

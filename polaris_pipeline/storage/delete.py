@@ -79,6 +79,13 @@ class DeleteReport:
         """No path failed (missing paths are fine: files are shared across snapshots)."""
         return not self.failed
 
+    @property
+    def freed(self) -> list[str]:
+        """The deleted paths whose bytes are freed: neither kept by their store nor on a
+        store that would not say whether it keeps them."""
+        not_freed = {*self.retained, *self.retention_unknown}
+        return [uri for uri in self.deleted if uri not in not_freed]
+
     def _add_bytes(self, n: int | None) -> None:
         if n is None or self.bytes_freed is None:
             self.bytes_freed = None
