@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from polaris_pipeline.cleanup.context import CleanupResult
+from polaris_pipeline.report.formatting import PATH_SAMPLE
 from polaris_pipeline.storage.delete import DeleteReport
-
-SAMPLE_SIZE = 20
 
 
 def tally(
@@ -24,7 +23,7 @@ def tally(
     result.sidecars_deleted += len(report.sidecars)
     result.missing += len(report.missing)
     result.failed.update(report.failed)
-    room = SAMPLE_SIZE - len(result.deleted_paths_sample)
+    room = PATH_SAMPLE - len(result.deleted_paths_sample)
     if room > 0:
         result.deleted_paths_sample.extend(report.deleted[:room])
     result.retained += len(report.retained)

@@ -40,9 +40,10 @@ from polaris_pipeline.cleanup.context import CleanupContext
 from polaris_pipeline.cleanup.deleting import recorded
 from polaris_pipeline.cleanup.guard import Guard
 from polaris_pipeline.cleanup.roots import recorded_roots
-from polaris_pipeline.cleanup.unreferenced_report import SAMPLE, UnreferencedReport
+from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
 from polaris_pipeline.errors import MetastoreError, PayloadError, StorageError
 from polaris_pipeline.metastore.overlap import Overlap
+from polaris_pipeline.report.formatting import PATH_SAMPLE
 from polaris_pipeline.storage.catalog_config import catalog_storage
 from polaris_pipeline.storage.delete import MAX_KEYS_PER_REQUEST, bulk_delete
 from polaris_pipeline.storage.listing import ListedObject, list_prefix, remove_empty_directories
@@ -143,7 +144,7 @@ def run_unreferenced(
 
 
 def _keep(report: UnreferencedReport, uri: str, why: str) -> None:
-    if len(report.kept_sample) < SAMPLE:
+    if len(report.kept_sample) < PATH_SAMPLE:
         report.kept_sample.append(f"{uri}: {why}")
 
 
@@ -181,7 +182,7 @@ def _candidates(
 def _would_go(report: UnreferencedReport, objects: list[ListedObject], all_paths: bool) -> None:
     report.would_delete += len(objects)
     report.would_bytes += sum(o.size or 0 for o in objects)
-    report.add_paths([o.uri for o in objects], PLAN_PATHS if all_paths else SAMPLE)
+    report.add_paths([o.uri for o in objects], PLAN_PATHS if all_paths else PATH_SAMPLE)
 
 
 def _delete(ctx: CleanupContext, report: UnreferencedReport, objects: list[ListedObject]) -> None:
@@ -201,7 +202,7 @@ def _delete(ctx: CleanupContext, report: UnreferencedReport, objects: list[Liste
     report.deleted += len(result.deleted)
     report.missing += len(result.missing)
     report.failures += len(result.failed)
-    for uri, error in list(result.failed.items())[: max(0, SAMPLE - len(report.failed))]:
+    for uri, error in list(result.failed.items())[: max(0, PATH_SAMPLE - len(report.failed))]:
         report.failed[uri] = error
     report.retained += len(result.retained)
     report.retention_unknown += len(result.retention_unknown)

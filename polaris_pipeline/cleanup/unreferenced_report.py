@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from polaris_pipeline.report.formatting import retention_text
-
-SAMPLE = 20  # paths kept per kind, for logs and the report
+from polaris_pipeline.report.formatting import PATH_SAMPLE, retention_text
 
 
 @dataclass
@@ -40,13 +38,13 @@ class UnreferencedReport:
     failures: int = 0  # deletes that failed; ``failed`` holds the first few
     failed: dict[str, str] = field(default_factory=dict)
     directories_removed: int = 0
-    # Paths that went (or, in report mode and a dry run, would go); the first SAMPLE
+    # Paths that went (or, in report mode and a dry run, would go); the first PATH_SAMPLE
     # only, unless the caller asked for all of them (a dry run's plan).
     paths: list[str] = field(default_factory=list)
     more_paths: int = 0
     kept_sample: list[str] = field(default_factory=list)  # "path: why"
 
-    def add_paths(self, paths: list[str], cap: int = SAMPLE) -> None:
+    def add_paths(self, paths: list[str], cap: int = PATH_SAMPLE) -> None:
         """Keep ``paths`` while ``paths`` holds fewer than ``cap``; count the rest."""
         room = max(0, cap - len(self.paths))
         self.paths.extend(paths[:room])

@@ -36,7 +36,7 @@ from polaris_pipeline.dagster.tables import (
 )
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.report.fields import UNREFERENCED
-from polaris_pipeline.report.formatting import iso_utc_seconds, quoted_task_label
+from polaris_pipeline.report.formatting import PATH_SAMPLE, iso_utc_seconds, quoted_task_label
 from polaris_pipeline.report.outcome_view import (
     SHARED_LOCATION_OVERRIDDEN,
     OutcomeView,
@@ -55,9 +55,6 @@ from polaris_pipeline.tasks.decoded import DecodedTask, task_type_name
 from polaris_pipeline.tasks.model import TaskRow
 from polaris_pipeline.tasks.orphans import CandidateRun
 from polaris_pipeline.tasks.ref import Lease, TaskRef
-
-# Refused or failed paths listed in a failure's metadata (the counts are exact).
-FAILURE_SAMPLE = 20
 
 
 def tag_value(text: str) -> str:
@@ -292,10 +289,10 @@ class PolarisTranslator:
             meta.update(OutcomeView(outcome).metadata())
             if result.refused:
                 meta["refused paths (sample)"] = MetadataValue.json(
-                    [{"path": r.path, "reason": r.reason} for r in result.refused[:FAILURE_SAMPLE]]
+                    [{"path": r.path, "reason": r.reason} for r in result.refused[:PATH_SAMPLE]]
                 )
             if result.failed:
-                failed = list(result.failed.items())[:FAILURE_SAMPLE]
+                failed = list(result.failed.items())[:PATH_SAMPLE]
                 meta["failed deletes (sample)"] = MetadataValue.json(
                     [{"path": u, "error": e} for u, e in failed]
                 )
@@ -350,7 +347,7 @@ class PolarisTranslator:
         """What a group step did, in total and per task (each child's attempt too)."""
         totals = self._group_totals(done)
         results = [o.result for _, o in done if o is not None and o.result is not None]
-        sample = [p for r in results for p in r.deleted_paths_sample][:FAILURE_SAMPLE]
+        sample = [p for r in results for p in r.deleted_paths_sample][:PATH_SAMPLE]
         meta: dict[str, Any] = {
             "realm": ", ".join(sorted({ref.realm_id for ref in refs})),
             "lease executor": executor_id,

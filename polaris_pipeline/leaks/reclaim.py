@@ -47,6 +47,7 @@ from polaris_pipeline.leaks.model import CatalogRef
 from polaris_pipeline.leaks.owners import RootOwners
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import LiveLocations
+from polaris_pipeline.report.formatting import PATH_SAMPLE
 from polaris_pipeline.storage.delete import DeleteReport, bulk_delete
 from polaris_pipeline.storage.deletion_record import DeletionRecord, ReclaimHeader
 from polaris_pipeline.storage.listing import (
@@ -62,7 +63,6 @@ DAY_MS = 86_400_000
 # A reclaim never deletes an object younger than a day: a writer may be creating a
 # table at the root right now, and a day is far beyond any commit's duration.
 MIN_AGE_FLOOR_DAYS = 1.0
-SAMPLE = 20
 
 
 @dataclass
@@ -287,5 +287,5 @@ def _delete_pass(
         report.retention_unknown += len(result.retention_unknown)
         report.missing += len(result.missing)
         report.failures += len(result.failed)
-        for uri, error in list(result.failed.items())[: max(0, SAMPLE - len(report.failed))]:
+        for uri, error in list(result.failed.items())[: max(0, PATH_SAMPLE - len(report.failed))]:
             report.failed[uri] = error

@@ -14,6 +14,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 ELLIPSIS = "…"
+# Paths a report keeps of each kind (deleted, failed, refused, kept) for its lines and
+# metadata; its counts stay exact.
+PATH_SAMPLE = 20
 # A name longer than this (and not one of Polaris's child shapes) is cut in the middle.
 MAX_NAME = 48
 
