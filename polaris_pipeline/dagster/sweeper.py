@@ -277,17 +277,13 @@ def sweep_tick(
     ``backlog``: the thresholds of the backlog checks it reports (defaults if None);
     ``translator``: the tags of the runs it requests (the task job's).
     """
-    try:
-        settings = sweeper
-    except ValueError as exc:
-        return SkipReason(f"configuration error, nothing selected: sweeper settings: {exc}")
     now = int(time.time() * 1000) if now_ms is None else now_ms
     cursor = SweepCursor.parse(context.cursor)
     if cursor.next_sweep_ms is not None and now < cursor.next_sweep_ms:
         wait_s = math.ceil((cursor.next_sweep_ms - now) / 1000)
         return SkipReason(f"next sweep in {wait_s} s (jittered)")
 
-    later = next_sweep_ms(now, settings)
+    later = next_sweep_ms(now, sweeper)
     wait_s = math.ceil((later - now) / 1000)
     problem = config_problem(metastore, storage)
     if problem is not None:
@@ -300,11 +296,11 @@ def sweep_tick(
     pending = len(waiting)
     cap = queue_limit(
         pending,
-        settings,
+        sweeper,
         job_name=job_name,
         wait_s=wait_s,
         # Read from the instance only when the queue is full: the note is for that reason.
-        drain=_drain_note(context, job_name, pending) if queue_full(pending, settings) else "",
+        drain=_drain_note(context, job_name, pending) if queue_full(pending, sweeper) else "",
     )
     if cap.skip_reason is not None:
         events = report.events()  # before the cursor: it records the report
@@ -324,7 +320,7 @@ def sweep_tick(
         rows,
         queued,
         limit=cap.runs,
-        settings=settings,
+        settings=sweeper,
         parents_present=store.task_names_present,
         pending=pending,
         wait_s=wait_s,
