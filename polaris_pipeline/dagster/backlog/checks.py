@@ -117,23 +117,21 @@ def evaluate_failing_check(
     meta.update(_per_realm(retrying, report.realms, "backing off after many attempts"))
     if not permanent and not retrying:
         return AssetCheckResult(passed=True, metadata=meta, severity=AssetCheckSeverity.WARN)
+    parts = []
     if permanent:
         meta["permanent (sample)"] = MetadataValue.json(
             [_task_entry(t) for t in permanent[:sample_size]]
         )
         meta.update(_last_runs(permanent[:sample_size]))
-    if retrying:
-        retrying.sort(key=lambda t: t.attempt_count, reverse=True)
-        meta["backing off (sample)"] = MetadataValue.json(
-            [_task_entry(t) for t in retrying[:sample_size]]
-        )
-    parts = []
-    if permanent:
         parts.append(
             f"{len(permanent)} task(s) failed permanently (retrying cannot heal them: fix the "
             "cause, then requeue)"
         )
     if retrying:
+        retrying.sort(key=lambda t: t.attempt_count, reverse=True)
+        meta["backing off (sample)"] = MetadataValue.json(
+            [_task_entry(t) for t in retrying[:sample_size]]
+        )
         parts.append(f"{len(retrying)} task(s) backing off after {many_attempts}+ attempts")
     return AssetCheckResult(
         passed=False,
