@@ -40,28 +40,24 @@ class PolarisStorageResource(ConfigurableResource, StorageSection):
     ``$POLARIS_PIPELINE_STORAGE_CONFIG`` when a run starts.
     """
 
-    def _key(self) -> str:
-        if self.locations is not None or self.allowed_prefixes is not None:
-            body = {"locations": self.locations or [], "allowed_prefixes": self.allowed_prefixes}
-            return "inline:" + json.dumps(body, sort_keys=True, default=repr)
-        path = self.config_path or os.environ.get(CONFIG_ENV_VAR) or ""
-        return "file:" + path
-
     def _load(self) -> tuple[StorageConfig, StorageResolver]:
-        key = (os.getpid(), self._key())
+        inline = self.locations is not None or self.allowed_prefixes is not None
+        body = {
+            "locations": list(self.locations or []),
+            "allowed_prefixes": list(self.allowed_prefixes or []),
+        }
+        path = self.config_path or os.environ.get(CONFIG_ENV_VAR) or None
+        # Cached per process and per what is loaded: the inline content, or the file's path.
+        source = json.dumps(body, sort_keys=True, default=repr) if inline else path or ""
+        key = (os.getpid(), ("inline:" if inline else "file:") + source)
         with _cache_lock:
             cached = _cache.get(key)
             if cached is None:
-                if key[1].startswith("inline:"):
-                    config = StorageConfig.from_mapping(
-                        {
-                            "locations": list(self.locations or []),
-                            "allowed_prefixes": list(self.allowed_prefixes or []),
-                        },
-                        source="storage resource",
-                    )
-                else:
-                    config = StorageConfig.load(key[1].removeprefix("file:") or None)
+                config = (
+                    StorageConfig.from_mapping(body, source="storage resource")
+                    if inline
+                    else StorageConfig.load(path)
+                )
                 # Imported here: the resolver brings in pyiceberg's file IO, which a
                 # sensor tick that only checks the config does not need.
                 from polaris_pipeline.storage.resolve import StorageResolver
