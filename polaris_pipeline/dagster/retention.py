@@ -339,13 +339,12 @@ def build_run_retention_job(
     def _delete_old_runs(
         context: OpExecutionContext, config: RetentionRunConfig, retention: RetentionSettings
     ) -> None:
-        settings = retention
-        if not settings.enabled:
+        if not retention.enabled:
             context.log.info("no retention age configured (success_days, failure_days): kept")
             return
         result = apply_retention(
             context.instance,
-            settings,
+            retention,
             (task_job_name, context.job_name),
             task_job_name=task_job_name,
             translator=translator,
