@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -89,12 +89,18 @@ def list_prefix(
     base = path.rstrip("/")
     if not base:
         raise StorageError("refusing to list a bucket or filesystem root")
+    objects: Iterator[ListedObject]
     if isinstance(fs, LocalFileSystem):
-        objects = _local(resolver, prefix_uri, base)
+        # A prefix that is a file is an error here, not an empty directory.
+        objects = _walk(
+            lambda uri, path: _local_level(resolver, uri, path, gone=FileNotFoundError),
+            prefix_uri,
+            base,
+        )
     elif is_s3(fs):
         objects = _s3(resolver, fs, prefix_uri, base, size)
     else:
-        objects = _by_directory(resolver, fs, prefix_uri, base)
+        objects = _walk(lambda uri, path: _ls_level(resolver, fs, uri, path), prefix_uri, base)
     page: list[ListedObject] = []
     try:
         for obj in objects:
@@ -128,9 +134,33 @@ def list_directory(
         yield from _ls_level(resolver, fs, directory_uri, base)
 
 
+def _walk(
+    level: Callable[[str, str], Iterator[ListedObject | SubDirectory]],
+    prefix_uri: str,
+    base: str,
+) -> Iterator[ListedObject]:
+    """Every object under ``base`` (the path of ``prefix_uri``), depth first, by the
+    one-level listings ``level(directory_uri, directory_path)`` gives."""
+    root = prefix_uri.rstrip("/")
+    pending = [root]  # directories still to list, as URIs under the prefix
+    while pending:
+        directory_uri = pending.pop()
+        for entry in level(directory_uri, base + directory_uri[len(root) :]):
+            if isinstance(entry, SubDirectory):
+                pending.append(entry.uri)
+            else:
+                yield entry
+
+
 def _local_level(
-    resolver: StorageResolver, directory_uri: str, base: str
+    resolver: StorageResolver,
+    directory_uri: str,
+    base: str,
+    *,
+    gone: type[OSError] | tuple[type[OSError], ...] = (FileNotFoundError, NotADirectoryError),
 ) -> Iterator[ListedObject | SubDirectory]:
+    """One ``os.scandir``, never following a symlink; nothing more once it raises ``gone``
+    (the directory went away)."""
     try:
         with os.scandir(base) as it:
             for entry in it:
@@ -140,7 +170,7 @@ def _local_level(
                     yield SubDirectory(uri)
                 elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
                     yield ListedObject(uri, st.st_size, st.st_mtime_ns // 1_000_000)
-    except (FileNotFoundError, NotADirectoryError):
+    except gone:
         return
     except OSError as e:
         raise StorageError(
@@ -161,9 +191,7 @@ def _s3_level(
         for item in response.get("Contents", []):
             name = item.get("Key", "")[len(start) :]
             if name and "/" not in name:  # not the directory's own marker object
-                yield ListedObject(
-                    _join(directory_uri, name), item.get("Size"), _ms(item.get("LastModified"))
-                )
+                yield _s3_object(_join(directory_uri, name), item)
 
 
 def _s3_pages(
@@ -188,6 +216,11 @@ def _s3_pages(
         token = response.get("NextContinuationToken") if response.get("IsTruncated") else None
         if not token:
             return
+
+
+def _s3_object(uri: str, item: dict[str, Any]) -> ListedObject:
+    """A ``Contents`` entry of a ``list_objects_v2`` response."""
+    return ListedObject(uri, item.get("Size"), _ms(item.get("LastModified")))
 
 
 def _ls_level(
@@ -247,32 +280,6 @@ def _ms(value: Any) -> int | None:
 # -- local files ---------------------------------------------------------------------
 
 
-def _local(resolver: StorageResolver, prefix_uri: str, base: str) -> Iterator[ListedObject]:
-    pending = [""]  # directories still to list, relative to the prefix
-    while pending:
-        relative = pending.pop()
-        directory = os.path.join(base, relative) if relative else base
-        try:
-            with os.scandir(directory) as it:
-                for entry in it:
-                    rel = f"{relative}/{entry.name}" if relative else entry.name
-                    st = entry.stat(follow_symlinks=False)
-                    if stat.S_ISDIR(st.st_mode):
-                        pending.append(rel)
-                    elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
-                        yield ListedObject(
-                            _join(prefix_uri, rel), st.st_size, st.st_mtime_ns // 1_000_000
-                        )
-        except FileNotFoundError:
-            if not relative:
-                return  # no prefix directory: nothing is left
-        except OSError as e:
-            raise StorageError(
-                f"listing {resolver.redact(directory)} failed: {type(e).__name__}: "
-                f"{e.strerror or e}"
-            ) from None
-
-
 def remove_empty_directories(prefix_uri: str) -> int:
     """Remove the empty directories under a local prefix, bottom up, then the prefix
     itself when empty; returns how many. Never follows a symlink; a directory that
@@ -306,28 +313,4 @@ def _s3(
             name = item.get("Key", "")
             if not name.startswith(start) or name == start:
                 continue  # a "directory" marker of the prefix itself
-            yield ListedObject(
-                _join(prefix_uri, name[len(start) :]),
-                item.get("Size"),
-                _ms(item.get("LastModified")),
-            )
-
-
-# -- other stores --------------------------------------------------------------------
-
-
-def _by_directory(
-    resolver: StorageResolver, fs: AbstractFileSystem, prefix_uri: str, base: str
-) -> Iterator[ListedObject]:
-    pending = [""]
-    while pending:
-        relative = pending.pop()
-        directory = f"{base}/{relative}" if relative else base
-        # A directory gone (the prefix, or a common prefix since its parent was
-        # listed) lists nothing.
-        for name, entry in _entries(resolver, fs, directory):
-            rel = f"{relative}/{name}" if relative else name
-            if entry.get("type") == "directory":
-                pending.append(rel)
-            else:
-                yield _listed(_join(prefix_uri, rel), entry)
+            yield _s3_object(_join(prefix_uri, name[len(start) :]), item)
