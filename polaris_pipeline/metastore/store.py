@@ -344,21 +344,15 @@ class Metastore:
             rows = conn.execute(self._sql(queries.TASK_NAMES, realm_id, wanted))
             return {row.name for row in rows}
 
-    def lease_for_operator(self, realm_id: str, task_id: int, executor_id: str) -> Lease | None:
-        """An operator's "run it now": requeue and lease a backing-off or dead task, one CAS.
+    def lease_row_for_operator(self, task: TaskRow, executor_id: str) -> TaskRow | None:
+        """An operator's "run it now": requeue and lease ``task`` as read, backing off or
+        dead, in one CAS (its version guards the write), without reading it again; the row
+        as the lease left it.
 
         None unless the task is backing off or dead (an available task takes
-        ``lease_task``; a held, pending or unhandled one is not taken) or when the
+        ``lease_row``; a held, pending or unhandled one is not taken) or when the
         row changed meanwhile.
         """
-        with self._begin() as conn:
-            task = self._get(conn, realm_id, task_id)
-        written = self.lease_row_for_operator(task, executor_id) if task is not None else None
-        return Lease.from_row(written) if written is not None else None
-
-    def lease_row_for_operator(self, task: TaskRow, executor_id: str) -> TaskRow | None:
-        """``lease_for_operator`` of ``task`` as read (its version guards the write), without
-        reading it again; the row as the lease left it."""
         if task.properties_error:
             return None
         with self._begin() as conn:
