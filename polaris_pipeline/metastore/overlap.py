@@ -60,6 +60,13 @@ _LIKE_ESCAPE = "\\"
 _AZURE_ENDPOINTS = ("dfs.core.windows.net", "blob.core.windows.net")
 
 
+# The columns ``judge`` reads of each entity row (and ``location_without_scheme``,
+# where the statement selects it).
+_JUDGED = tuple(
+    entities.c[k] for k in ("realm_id", "catalog_id", "id", "type_code", "name", "properties")
+)
+
+
 @dataclass(frozen=True)
 class Overlap:
     """A live entity that owns (or may own) files under the prefix."""
@@ -309,20 +316,14 @@ class LiveLocations:
     def enclosing_table(self, prefix: Location) -> Overlap | None:
         """A live table or view at ``prefix`` or above it (the prefix is its files), else
         None: the part of the rule a walk prunes by, without reading what lies under it."""
-        c = entities.c
-        columns = [c.realm_id, c.catalog_id, c.id, c.type_code, c.name, c.properties]
-        tables = c.type_code == TABLE_LIKE_TYPE_CODE
+        tables = entities.c.type_code == TABLE_LIKE_TYPE_CODE
+        if self.indexed:
+            lws = entities.c.location_without_scheme
+            stmt = select(*_JUDGED, lws).where(tables, lws.in_(overlap_terms(prefix)[0]))
+        else:
+            stmt = select(*_JUDGED).where(tables).execution_options(yield_per=1000)
         with self._connection() as conn:
-            if self.indexed:
-                equal, _ = overlap_terms(prefix)
-                stmt = select(*columns, c.location_without_scheme).where(
-                    and_(tables, c.location_without_scheme.in_(equal))
-                )
-                rows = self._judged(conn.execute(stmt), prefix, with_lws=True)
-            else:
-                stmt = select(*columns).where(tables).execution_options(yield_per=1000)
-                rows = self._judged(conn.execute(stmt), prefix)
-            for hit in rows:
+            for hit in self._judged(conn.execute(stmt), prefix):
                 # At the prefix, or above it; one under it is not "enclosing".
                 if hit.why != "it is at or under the prefix" or _at(hit, prefix):
                     return hit
@@ -361,16 +362,15 @@ class LiveLocations:
 
     def _candidates(self, conn: Connection, prefix: Location) -> Iterator[Overlap]:
         c = entities.c
-        columns = [c.realm_id, c.catalog_id, c.id, c.type_code, c.name, c.properties]
         if prefix not in self._catalog_hits:
             # Catalogs are few; their base location is only in their properties.
-            catalogs = select(*columns).where(c.type_code == CATALOG_TYPE_CODE)
+            catalogs = select(*_JUDGED).where(c.type_code == CATALOG_TYPE_CODE)
             self._catalog_hits[prefix] = list(self._judged(conn.execute(catalogs), prefix))
         yield from self._catalog_hits[prefix]
         owners = c.type_code.in_([NAMESPACE_TYPE_CODE, TABLE_LIKE_TYPE_CODE])
         if not self.indexed:
             # Schema v1: no location column, every table's and namespace's properties.
-            stmt = select(*columns).where(owners).execution_options(yield_per=1000)
+            stmt = select(*_JUDGED).where(owners).execution_options(yield_per=1000)
             yield from self._judged(conn.execute(stmt), prefix)
             return
         equal, like = overlap_terms(prefix)
@@ -379,13 +379,11 @@ class LiveLocations:
         realms = [r for (r,) in conn.execute(ENTITY_REALMS.build(conn.dialect.name))]
         for realm in realms:
             # One realm at a time, so that the index (led by realm_id) serves each.
-            stmt = select(*columns, lws).where(and_(c.realm_id == realm, owners, matches))
-            yield from self._judged(conn.execute(stmt), prefix, with_lws=True)
+            stmt = select(*_JUDGED, lws).where(and_(c.realm_id == realm, owners, matches))
+            yield from self._judged(conn.execute(stmt), prefix)
 
     @staticmethod
-    def _judged(
-        rows: Iterable[Any], prefix: Location, *, with_lws: bool = False
-    ) -> Iterator[Overlap]:
+    def _judged(rows: Iterable[Any], prefix: Location) -> Iterator[Overlap]:
         for row in rows:
             hit = judge(
                 prefix,
@@ -395,7 +393,7 @@ class LiveLocations:
                 type_code=int(row.type_code),
                 name=row.name,
                 properties=row.properties,
-                location_without_scheme=row.location_without_scheme if with_lws else None,
+                location_without_scheme=getattr(row, "location_without_scheme", None),
             )
             if hit is not None:
                 yield hit
