@@ -221,12 +221,14 @@ class Metastore:
         realm_list = list(realms) if realms is not None else None
         if not queries.LEASE_BATCH.runs_on(self.dialect):
             return self._lease_per_row(executor_id, limit, realm_list)
-        leases, odd = self._lease_batch(executor_id, limit, realm_list)
-        # Orphans whose properties are not a JSON object: the statement found
-        # them in the same scan; each takes Polaris's compare-and-set, which
-        # keeps the undecodable original (they are rare: hostile or broken rows).
-        for realm_id, task_id in odd:
-            lease = self.lease_task(realm_id, task_id, executor_id)
+        rows = self._rule_rows(queries.LEASE_BATCH, realm_list, executor=executor_id, limit=limit)
+        leases = [Lease.from_leased_columns(row, executor_id) for row in rows if row[0]]
+        # The orphans it picked but did not lease, their properties not a JSON object:
+        # the statement found them in the same scan; each takes Polaris's
+        # compare-and-set, which keeps the undecodable original (they are rare:
+        # hostile or broken rows).
+        for row in rows:
+            lease = None if row[0] else self.lease_task(row[1], int(row[2]), executor_id)
             if lease is not None:
                 leases.append(lease)
         return leases
@@ -244,16 +246,6 @@ class Metastore:
             # Naming the realms lets the scan use Polaris's unique index.
             params["realms"] = self._realms(conn) if realms is None else realms
             return conn.execute(statement, params).all() if params["realms"] else []
-
-    def _lease_batch(
-        self, executor_id: str, limit: int, realms: list[str] | None
-    ) -> tuple[list[Lease], list[tuple[str, int]]]:
-        """``LEASE_BATCH``: the leases, and the (realm, id) of the orphans it picked but
-        did not lease because their properties are not a JSON object."""
-        rows = self._rule_rows(queries.LEASE_BATCH, realms, executor=executor_id, limit=limit)
-        leases = [Lease.from_leased_columns(row, executor_id) for row in rows if row[0]]
-        odd = [(row[1], int(row[2])) for row in rows if not row[0]]
-        return leases, odd
 
     def _lease_per_row(self, executor_id: str, limit: int, realms: list[str] | None) -> list[Lease]:
         """List, then one compare-and-set per task: Polaris's own algorithm.
