@@ -95,9 +95,7 @@ class PathGuard:
             raise GuardRefusal("", "no table location")
         self._allowed = tuple(_parse_root(p, "allowed prefix") for p in allowed_prefixes)
         self._all_roots = all_roots
-        self._roots = tuple(
-            r for r in all_roots if not self._allowed or self._in_allowed(r, strictly=False)
-        )
+        self._roots = tuple(r for r in all_roots if not self._allowed or self._in_allowed(r))
         self.roots: tuple[str, ...] = tuple(str(r) for r in self._roots)
         self.location = location or str(all_roots[0])
         self._real_roots: tuple[Location, ...] | None = None
@@ -131,7 +129,7 @@ class PathGuard:
             raise GuardRefusal(uri, "table location is outside the allowed prefixes")
         if not any(r.contains(loc, strictly=True) for r in self._roots):
             raise GuardRefusal(uri, self._why_outside(loc))
-        if self._allowed and not self._in_allowed(loc, strictly=False):
+        if self._allowed and not self._in_allowed(loc):
             raise GuardRefusal(uri, "outside the allowed prefixes")
         if loc.scheme == "file":
             self._check_local(uri, loc)
@@ -149,8 +147,8 @@ class PathGuard:
                 admitted.append(uri)
         return admitted, refused
 
-    def _in_allowed(self, loc: Location, *, strictly: bool) -> bool:
-        return any(p.contains(loc, strictly=strictly) for p in self._allowed)
+    def _in_allowed(self, loc: Location) -> bool:
+        return any(p.contains(loc) for p in self._allowed)
 
     def _why_outside(self, loc: Location) -> str:
         if not any(r.scheme == loc.scheme for r in self._roots):
