@@ -230,7 +230,8 @@ def _ls_level(
         if entry.get("type") == "directory":
             yield SubDirectory(_join(directory_uri, rel))
         else:
-            yield _listed(_join(directory_uri, rel), entry)
+            mtime = next((entry[k] for k in _MTIME_KEYS if entry.get(k) is not None), None)
+            yield ListedObject(_join(directory_uri, rel), entry.get("size"), _ms(mtime))
 
 
 def _entries(
@@ -255,11 +256,6 @@ def _entries(
             continue  # the directory itself (a marker object), or not under it
         under.append((name[len(directory) + 1 :], entry))
     return under
-
-
-def _listed(uri: str, entry: dict[str, Any]) -> ListedObject:
-    mtime = next((entry[k] for k in _MTIME_KEYS if entry.get(k) is not None), None)
-    return ListedObject(uri, entry.get("size"), _ms(mtime))
 
 
 def _ms(value: Any) -> int | None:
