@@ -144,11 +144,7 @@ def bulk_delete(
     # Group by filesystem (and bucket, for S3), keeping first-seen order; the same
     # URI given twice is deleted once.
     groups: dict[tuple[int, str], tuple[AbstractFileSystem, list[tuple[str, str]]]] = {}
-    seen: set[str] = set()
-    for uri in uris:
-        if uri in seen:
-            continue
-        seen.add(uri)
+    for uri in dict.fromkeys(uris):
         try:
             fs, path = resolver.filesystem(uri)
         except StorageError as e:
