@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Text, and_, cast, or_, select
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError
 
 from polaris_pipeline.errors import MetastoreError
 from polaris_pipeline.metastore.queries import ENTITY_REALMS
@@ -276,7 +276,7 @@ class LiveLocations:
             else:
                 with self.engine.connect() as conn:
                     yield conn
-        except (OperationalError, DBAPIError) as exc:
+        except DBAPIError as exc:
             first = str(getattr(exc, "orig", exc)).strip().splitlines()
             raise MetastoreError(
                 f"overlap check failed: {first[0] if first else type(exc).__name__}"

@@ -24,7 +24,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import Engine, Executable
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from polaris_pipeline.errors import LeaseLost, MetastoreError
 from polaris_pipeline.metastore import queries, transitions
@@ -94,7 +94,7 @@ class Metastore:
         try:
             with self.engine.begin() as conn:
                 yield conn
-        except (OperationalError, DBAPIError) as exc:
+        except DBAPIError as exc:
             if isinstance(exc, IntegrityError):
                 raise
             raise MetastoreError(self._describe(exc)) from exc
