@@ -226,36 +226,28 @@ def _s3_object(uri: str, item: dict[str, Any]) -> ListedObject:
 def _ls_level(
     resolver: StorageResolver, fs: AbstractFileSystem, directory_uri: str, base: str
 ) -> Iterator[ListedObject | SubDirectory]:
-    for rel, entry in _entries(resolver, fs, base):
-        if entry.get("type") == "directory":
-            yield SubDirectory(_join(directory_uri, rel))
-        else:
-            mtime = next((entry[k] for k in _MTIME_KEYS if entry.get(k) is not None), None)
-            yield ListedObject(_join(directory_uri, rel), entry.get("size"), _ms(mtime))
-
-
-def _entries(
-    resolver: StorageResolver, fs: AbstractFileSystem, directory: str
-) -> list[tuple[str, dict[str, Any]]]:
-    """(name relative to ``directory``, ``fs.ls`` entry) under it; none when it is gone."""
+    """One ``fs.ls`` of the directory ``base``; nothing when it is gone."""
     try:
-        entries = fs.ls(directory, detail=True)
+        entries = fs.ls(base, detail=True)
     except FileNotFoundError:
-        return []
+        return
     except Exception as e:
         raise StorageError(
-            f"listing {resolver.redact(directory)} failed: {resolver.describe(e)}"
+            f"listing {resolver.redact(base)} failed: {resolver.describe(e)}"
         ) from None
     finally:
         # The listing cache would otherwise keep every directory listed.
-        fs.invalidate_cache(directory)
-    under = []
+        fs.invalidate_cache(base)
     for entry in entries:
         name = str(entry.get("name", "")).rstrip("/")
-        if name == directory or not name.startswith(directory + "/"):
+        if name == base or not name.startswith(base + "/"):
             continue  # the directory itself (a marker object), or not under it
-        under.append((name[len(directory) + 1 :], entry))
-    return under
+        uri = _join(directory_uri, name[len(base) + 1 :])
+        if entry.get("type") == "directory":
+            yield SubDirectory(uri)
+        else:
+            mtime = next((entry[k] for k in _MTIME_KEYS if entry.get(k) is not None), None)
+            yield ListedObject(uri, entry.get("size"), _ms(mtime))
 
 
 def _ms(value: Any) -> int | None:
