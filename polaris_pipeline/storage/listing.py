@@ -63,10 +63,6 @@ class SubDirectory:
 
     uri: str
 
-    @property
-    def name(self) -> str:
-        return self.uri.rstrip("/").rsplit("/", 1)[-1]
-
 
 def _join(prefix_uri: str, relative: str) -> str:
     return f"{prefix_uri.rstrip('/')}/{relative}"
