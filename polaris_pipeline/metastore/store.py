@@ -404,9 +404,7 @@ class Metastore:
 
     def holds(self, lease: Lease) -> bool:
         """Fencing check: does ``lease`` still hold its task, by the database clock?"""
-        with self._begin() as conn:
-            task = self._get(conn, lease.realm_id, lease.task_id)
-            return transitions.holds(task, lease, self.now_ms(conn), self.policy)
+        return self.held_for_ms(lease) is not None
 
     def renew_held_by(self, realm_id: str, executor_id: str) -> int:
         """Heartbeat for everything one executor holds in a realm, in one statement.
