@@ -194,10 +194,6 @@ def _at(hit: Overlap, prefix: Location) -> bool:
         return True  # a malformed location is refused, never guessed
 
 
-def _catalog_key(hit: Overlap) -> tuple[str, int]:
-    return hit.realm_id, hit.catalog_id
-
-
 def _path_patterns(roots: list[Location]) -> list[str] | None:
     """LIKE patterns on the internal properties' text that every spelling of a file
     under ``roots`` matches (its path, without scheme or authority); None when no
@@ -308,7 +304,9 @@ class LiveLocations:
         with self._connection() as conn:
             names = self._names(conn)
             for hit in hits(conn):
-                found.append(dataclasses.replace(hit, catalog=names.get(_catalog_key(hit))))
+                found.append(
+                    dataclasses.replace(hit, catalog=names.get((hit.realm_id, hit.catalog_id)))
+                )
                 if len(found) >= limit:
                     break
         return found
