@@ -28,6 +28,7 @@ readable record there too.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -95,15 +96,7 @@ class RecordHeader:
 
     def fields(self) -> dict[str, Any]:
         """The header line's fields after ``record``."""
-        return {
-            "realm": self.realm_id,
-            "task_id": self.task_id,
-            "task_name": self.task_name,
-            "task_type": self.task_type,
-            "attempt": self.attempt,
-            "executor_id": self.executor_id,
-            "run_id": self.run_id,
-        }
+        return _header_fields(self)
 
 
 @dataclass(frozen=True)
@@ -127,15 +120,13 @@ class ReclaimHeader:
 
     def fields(self) -> dict[str, Any]:
         """The header line's fields after ``record``."""
-        return {
-            "kind": "reclaim",
-            "realm": self.realm_id,
-            "catalog": self.catalog,
-            "catalog_id": self.catalog_id,
-            "root": self.root,
-            "min_age_days": self.min_age_days,
-            "run_id": self.run_id,
-        }
+        return {"kind": "reclaim", **_header_fields(self)}
+
+
+def _header_fields(header: RecordHeader | ReclaimHeader) -> dict[str, Any]:
+    """Every field of ``header`` in its order, ``realm_id`` written as ``realm``."""
+    fields = dataclasses.asdict(header)
+    return {"realm": fields.pop("realm_id"), **fields}
 
 
 class DeletionRecord:
