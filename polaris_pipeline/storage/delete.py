@@ -159,7 +159,21 @@ def bulk_delete(
         # Asked before the bucket's first delete, once per bucket for the resolver.
         retention = resolver.retention.retention(fs, bucket)
         deleted_before, freed_before = len(report.deleted), report.bytes_freed
-        _delete_group(resolver, fs, bucket, items, report, chunk_size, guard_step, sidecar_check)
+        if is_s3(fs):
+            for start in range(0, len(items), chunk_size):
+                guard_step()
+                _delete_s3_chunk(resolver, fs, bucket, items[start : start + chunk_size], report)
+        elif isinstance(fs, LocalFileSystem):
+            for uri, path in items:
+                guard_step()
+                _delete_local(resolver, uri, path, report)
+                # A file that could not be deleted keeps its checksum too.
+                if sidecar_check is not None and uri not in report.failed:
+                    _delete_sidecar(resolver, uri, report, sidecar_check)
+        else:
+            for uri, path in items:
+                guard_step()
+                _delete_other(resolver, fs, uri, path, report)
         if retention is not Retention.FREED:
             # Nothing here was freed: whatever sizes the deletes counted are kept bytes.
             gone = report.deleted[deleted_before:]
@@ -169,35 +183,6 @@ def bulk_delete(
             if gone and retention is Retention.KEPT:
                 report.bytes_retained = None
     return report
-
-
-def _delete_group(
-    resolver: StorageResolver,
-    fs: AbstractFileSystem,
-    bucket: str,
-    items: list[tuple[str, str]],
-    report: DeleteReport,
-    chunk_size: int,
-    guard_step: Callable[[], None],
-    sidecar_check: Callable[[str], bool] | None,
-) -> None:
-    """The deletes of one filesystem's bucket, chunk by chunk."""
-    for start in range(0, len(items), chunk_size):
-        chunk = items[start : start + chunk_size]
-        if is_s3(fs):
-            guard_step()
-            _delete_s3_chunk(resolver, fs, bucket, chunk, report)
-        elif isinstance(fs, LocalFileSystem):
-            for uri, path in chunk:
-                guard_step()
-                _delete_local(resolver, uri, path, report)
-                # A file that could not be deleted keeps its checksum too.
-                if sidecar_check is not None and uri not in report.failed:
-                    _delete_sidecar(resolver, uri, report, sidecar_check)
-        else:
-            for uri, path in chunk:
-                guard_step()
-                _delete_other(resolver, fs, uri, path, report)
 
 
 # -- S3 ------------------------------------------------------------------------------
