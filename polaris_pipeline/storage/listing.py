@@ -94,7 +94,10 @@ def list_prefix(
             base,
         )
     elif is_s3(fs):
-        objects = _s3(resolver, fs, prefix_uri, base, size)
+        if "/" not in base:
+            raise StorageError("refusing to list a whole bucket")
+        listed = _s3_level(resolver, fs, prefix_uri, base, size, recursive=True)
+        objects = (obj for obj in listed if isinstance(obj, ListedObject))
     else:
         objects = _walk(lambda uri, path: _ls_level(resolver, fs, uri, path), prefix_uri, base)
     page: list[ListedObject] = []
@@ -175,18 +178,29 @@ def _local_level(
 
 
 def _s3_level(
-    resolver: StorageResolver, fs: Any, directory_uri: str, base: str, page_size: int
+    resolver: StorageResolver,
+    fs: Any,
+    directory_uri: str,
+    base: str,
+    page_size: int,
+    *,
+    recursive: bool = False,
 ) -> Iterator[ListedObject | SubDirectory]:
+    """The keys directly under the directory ``base`` and its common prefixes, or with
+    ``recursive`` every key under it (one flat listing, no common prefixes)."""
     bucket, _, key = base.partition("/")
     start = f"{key}/" if key else ""
-    for response in _s3_pages(resolver, fs, bucket, start, page_size, Delimiter="/"):
+    delimiter = {} if recursive else {"Delimiter": "/"}
+    for response in _s3_pages(resolver, fs, bucket, start, page_size, **delimiter):
         for common in response.get("CommonPrefixes", []):
             name = common.get("Prefix", "")[len(start) :].strip("/")
             if name:
                 yield SubDirectory(_join(directory_uri, name))
         for item in response.get("Contents", []):
-            name = item.get("Key", "")[len(start) :]
-            if name and "/" not in name:  # not the directory's own marker object
+            full = item.get("Key", "")
+            name = full[len(start) :]
+            # Not the directory's own marker object, nor (one level) a deeper key.
+            if full.startswith(start) and name and (recursive or "/" not in name):
                 yield _s3_object(_join(directory_uri, name), item)
 
 
@@ -280,21 +294,3 @@ def remove_empty_directories(prefix_uri: str) -> int:
             continue
         removed += 1
     return removed
-
-
-# -- S3 ------------------------------------------------------------------------------
-
-
-def _s3(
-    resolver: StorageResolver, fs: Any, prefix_uri: str, base: str, page_size: int
-) -> Iterator[ListedObject]:
-    bucket, _, key = base.partition("/")
-    if not key:
-        raise StorageError("refusing to list a whole bucket")
-    start = key + "/"
-    for response in _s3_pages(resolver, fs, bucket, start, page_size):
-        for item in response.get("Contents", []):
-            name = item.get("Key", "")
-            if not name.startswith(start) or name == start:
-                continue  # a "directory" marker of the prefix itself
-            yield _s3_object(_join(prefix_uri, name[len(start) :]), item)
