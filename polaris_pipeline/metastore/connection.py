@@ -35,7 +35,8 @@ DB_NOW_MS = {
 }
 
 
-def resolve_url(url: str | None) -> URL:
+def resolve_url(url: str | URL | None) -> URL:
+    """``url`` (else ``$POLARIS_METASTORE_URL``) as a metastore URL, or one MetastoreError."""
     raw = url or os.environ.get(URL_ENV)
     if not raw:
         raise MetastoreError(f"no metastore URL: pass --metastore or set {URL_ENV}")
@@ -96,11 +97,10 @@ def make_engine(
     transaction (a paused VM, a partition) is ended by the server after this
     long, so its row locks cannot keep other sweepers and Polaris off the tasks.
     """
-    parsed = url if isinstance(url, URL) else resolve_url(url)
+    parsed = resolve_url(url)
     backend = parsed.get_backend_name()
     options: dict[str, Any] = {}
     if backend == "sqlite":
-        _check_sqlite_url(parsed)
         options["connect_args"] = {"timeout": 60}
         options["poolclass"] = NullPool
         if read_only:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Text, and_, cast, or_, select
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError
 
 from polaris_pipeline.errors import MetastoreError
 from polaris_pipeline.metastore.queries import ENTITY_REALMS
@@ -58,6 +58,13 @@ LOCATION_COLUMN_SINCE = 2
 _LIKE_ESCAPE = "\\"
 # Azure's two endpoints name one account: an entity may be written with either.
 _AZURE_ENDPOINTS = ("dfs.core.windows.net", "blob.core.windows.net")
+
+
+# The columns ``judge`` reads of each entity row (and ``location_without_scheme``,
+# where the statement selects it).
+_JUDGED = tuple(
+    entities.c[k] for k in ("realm_id", "catalog_id", "id", "type_code", "name", "properties")
+)
 
 
 @dataclass(frozen=True)
@@ -187,10 +194,6 @@ def _at(hit: Overlap, prefix: Location) -> bool:
         return True  # a malformed location is refused, never guessed
 
 
-def _catalog_key(hit: Overlap) -> tuple[str, int]:
-    return hit.realm_id, hit.catalog_id
-
-
 def _path_patterns(roots: list[Location]) -> list[str] | None:
     """LIKE patterns on the internal properties' text that every spelling of a file
     under ``roots`` matches (its path, without scheme or authority); None when no
@@ -269,7 +272,7 @@ class LiveLocations:
             else:
                 with self.engine.connect() as conn:
                     yield conn
-        except (OperationalError, DBAPIError) as exc:
+        except DBAPIError as exc:
             first = str(getattr(exc, "orig", exc)).strip().splitlines()
             raise MetastoreError(
                 f"overlap check failed: {first[0] if first else type(exc).__name__}"
@@ -301,7 +304,9 @@ class LiveLocations:
         with self._connection() as conn:
             names = self._names(conn)
             for hit in hits(conn):
-                found.append(dataclasses.replace(hit, catalog=names.get(_catalog_key(hit))))
+                found.append(
+                    dataclasses.replace(hit, catalog=names.get((hit.realm_id, hit.catalog_id)))
+                )
                 if len(found) >= limit:
                     break
         return found
@@ -309,20 +314,14 @@ class LiveLocations:
     def enclosing_table(self, prefix: Location) -> Overlap | None:
         """A live table or view at ``prefix`` or above it (the prefix is its files), else
         None: the part of the rule a walk prunes by, without reading what lies under it."""
-        c = entities.c
-        columns = [c.realm_id, c.catalog_id, c.id, c.type_code, c.name, c.properties]
-        tables = c.type_code == TABLE_LIKE_TYPE_CODE
+        tables = entities.c.type_code == TABLE_LIKE_TYPE_CODE
+        if self.indexed:
+            lws = entities.c.location_without_scheme
+            stmt = select(*_JUDGED, lws).where(tables, lws.in_(overlap_terms(prefix)[0]))
+        else:
+            stmt = select(*_JUDGED).where(tables).execution_options(yield_per=1000)
         with self._connection() as conn:
-            if self.indexed:
-                equal, _ = overlap_terms(prefix)
-                stmt = select(*columns, c.location_without_scheme).where(
-                    and_(tables, c.location_without_scheme.in_(equal))
-                )
-                rows = self._judged(conn.execute(stmt), prefix, with_lws=True)
-            else:
-                stmt = select(*columns).where(tables).execution_options(yield_per=1000)
-                rows = self._judged(conn.execute(stmt), prefix)
-            for hit in rows:
+            for hit in self._judged(conn.execute(stmt), prefix):
                 # At the prefix, or above it; one under it is not "enclosing".
                 if hit.why != "it is at or under the prefix" or _at(hit, prefix):
                     return hit
@@ -361,16 +360,15 @@ class LiveLocations:
 
     def _candidates(self, conn: Connection, prefix: Location) -> Iterator[Overlap]:
         c = entities.c
-        columns = [c.realm_id, c.catalog_id, c.id, c.type_code, c.name, c.properties]
         if prefix not in self._catalog_hits:
             # Catalogs are few; their base location is only in their properties.
-            catalogs = select(*columns).where(c.type_code == CATALOG_TYPE_CODE)
+            catalogs = select(*_JUDGED).where(c.type_code == CATALOG_TYPE_CODE)
             self._catalog_hits[prefix] = list(self._judged(conn.execute(catalogs), prefix))
         yield from self._catalog_hits[prefix]
         owners = c.type_code.in_([NAMESPACE_TYPE_CODE, TABLE_LIKE_TYPE_CODE])
         if not self.indexed:
             # Schema v1: no location column, every table's and namespace's properties.
-            stmt = select(*columns).where(owners).execution_options(yield_per=1000)
+            stmt = select(*_JUDGED).where(owners).execution_options(yield_per=1000)
             yield from self._judged(conn.execute(stmt), prefix)
             return
         equal, like = overlap_terms(prefix)
@@ -379,13 +377,11 @@ class LiveLocations:
         realms = [r for (r,) in conn.execute(ENTITY_REALMS.build(conn.dialect.name))]
         for realm in realms:
             # One realm at a time, so that the index (led by realm_id) serves each.
-            stmt = select(*columns, lws).where(and_(c.realm_id == realm, owners, matches))
-            yield from self._judged(conn.execute(stmt), prefix, with_lws=True)
+            stmt = select(*_JUDGED, lws).where(and_(c.realm_id == realm, owners, matches))
+            yield from self._judged(conn.execute(stmt), prefix)
 
     @staticmethod
-    def _judged(
-        rows: Iterable[Any], prefix: Location, *, with_lws: bool = False
-    ) -> Iterator[Overlap]:
+    def _judged(rows: Iterable[Any], prefix: Location) -> Iterator[Overlap]:
         for row in rows:
             hit = judge(
                 prefix,
@@ -395,7 +391,7 @@ class LiveLocations:
                 type_code=int(row.type_code),
                 name=row.name,
                 properties=row.properties,
-                location_without_scheme=row.location_without_scheme if with_lws else None,
+                location_without_scheme=getattr(row, "location_without_scheme", None),
             )
             if hit is not None:
                 yield hit

@@ -251,24 +251,18 @@ def policy_params(policy: TaskPolicy) -> dict[str, Any]:
     return params
 
 
-def _realm_timing(policy: TaskPolicy) -> tuple[str, str]:
-    """The lease timeout and grace of row ``e`` as SQL, per realm.
+def _state(policy: TaskPolicy, now: str) -> tuple[str, str]:
+    """(the rule's state of row ``e`` at ``now``, its lease timeout), both as SQL.
 
-    One CASE on realm_id over the realms with overrides (bound by
-    ``policy_params``, never spliced); with none, plain ``:timeout`` and ``:grace``.
+    The lease timeout and grace are per realm: one CASE on realm_id over the realms
+    with overrides (bound by ``policy_params``, never spliced); with none, plain
+    ``:timeout`` and ``:grace``.
     """
     realms = range(len(policy.realm_overrides))
-    return (
-        predicates.per_realm(
-            ":timeout", [(f":ovr_realm_{i}", f":ovr_timeout_{i}") for i in realms]
-        ),
-        predicates.per_realm(":grace", [(f":ovr_realm_{i}", f":ovr_grace_{i}") for i in realms]),
+    timeout = predicates.per_realm(
+        ":timeout", [(f":ovr_realm_{i}", f":ovr_timeout_{i}") for i in realms]
     )
-
-
-def _state(policy: TaskPolicy, now: str) -> tuple[str, str]:
-    """(the rule's state of row ``e`` at ``now``, its lease timeout), both as SQL."""
-    timeout, grace = _realm_timing(policy)
+    grace = predicates.per_realm(":grace", [(f":ovr_realm_{i}", f":ovr_grace_{i}") for i in realms])
     return predicates.state_case(now, timeout, grace, ":max_attempts"), timeout
 
 

@@ -24,7 +24,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import Engine, Executable
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from polaris_pipeline.errors import LeaseLost, MetastoreError
 from polaris_pipeline.metastore import queries, transitions
@@ -94,7 +94,7 @@ class Metastore:
         try:
             with self.engine.begin() as conn:
                 yield conn
-        except (OperationalError, DBAPIError) as exc:
+        except DBAPIError as exc:
             if isinstance(exc, IntegrityError):
                 raise
             raise MetastoreError(self._describe(exc)) from exc
@@ -221,12 +221,14 @@ class Metastore:
         realm_list = list(realms) if realms is not None else None
         if not queries.LEASE_BATCH.runs_on(self.dialect):
             return self._lease_per_row(executor_id, limit, realm_list)
-        leases, odd = self._lease_batch(executor_id, limit, realm_list)
-        # Orphans whose properties are not a JSON object: the statement found
-        # them in the same scan; each takes Polaris's compare-and-set, which
-        # keeps the undecodable original (they are rare: hostile or broken rows).
-        for realm_id, task_id in odd:
-            lease = self.lease_task(realm_id, task_id, executor_id)
+        rows = self._rule_rows(queries.LEASE_BATCH, realm_list, executor=executor_id, limit=limit)
+        leases = [Lease.from_leased_columns(row, executor_id) for row in rows if row[0]]
+        # The orphans it picked but did not lease, their properties not a JSON object:
+        # the statement found them in the same scan; each takes Polaris's
+        # compare-and-set, which keeps the undecodable original (they are rare:
+        # hostile or broken rows).
+        for row in rows:
+            lease = None if row[0] else self.lease_task(row[1], int(row[2]), executor_id)
             if lease is not None:
                 leases.append(lease)
         return leases
@@ -244,16 +246,6 @@ class Metastore:
             # Naming the realms lets the scan use Polaris's unique index.
             params["realms"] = self._realms(conn) if realms is None else realms
             return conn.execute(statement, params).all() if params["realms"] else []
-
-    def _lease_batch(
-        self, executor_id: str, limit: int, realms: list[str] | None
-    ) -> tuple[list[Lease], list[tuple[str, int]]]:
-        """``LEASE_BATCH``: the leases, and the (realm, id) of the orphans it picked but
-        did not lease because their properties are not a JSON object."""
-        rows = self._rule_rows(queries.LEASE_BATCH, realms, executor=executor_id, limit=limit)
-        leases = [Lease.from_leased_columns(row, executor_id) for row in rows if row[0]]
-        odd = [(row[1], int(row[2])) for row in rows if not row[0]]
-        return leases, odd
 
     def _lease_per_row(self, executor_id: str, limit: int, realms: list[str] | None) -> list[Lease]:
         """List, then one compare-and-set per task: Polaris's own algorithm.
@@ -344,21 +336,15 @@ class Metastore:
             rows = conn.execute(self._sql(queries.TASK_NAMES, realm_id, wanted))
             return {row.name for row in rows}
 
-    def lease_for_operator(self, realm_id: str, task_id: int, executor_id: str) -> Lease | None:
-        """An operator's "run it now": requeue and lease a backing-off or dead task, one CAS.
+    def lease_row_for_operator(self, task: TaskRow, executor_id: str) -> TaskRow | None:
+        """An operator's "run it now": requeue and lease ``task`` as read, backing off or
+        dead, in one CAS (its version guards the write), without reading it again; the row
+        as the lease left it.
 
         None unless the task is backing off or dead (an available task takes
-        ``lease_task``; a held, pending or unhandled one is not taken) or when the
+        ``lease_row``; a held, pending or unhandled one is not taken) or when the
         row changed meanwhile.
         """
-        with self._begin() as conn:
-            task = self._get(conn, realm_id, task_id)
-        written = self.lease_row_for_operator(task, executor_id) if task is not None else None
-        return Lease.from_row(written) if written is not None else None
-
-    def lease_row_for_operator(self, task: TaskRow, executor_id: str) -> TaskRow | None:
-        """``lease_for_operator`` of ``task`` as read (its version guards the write), without
-        reading it again; the row as the lease left it."""
         if task.properties_error:
             return None
         with self._begin() as conn:
@@ -418,9 +404,7 @@ class Metastore:
 
     def holds(self, lease: Lease) -> bool:
         """Fencing check: does ``lease`` still hold its task, by the database clock?"""
-        with self._begin() as conn:
-            task = self._get(conn, lease.realm_id, lease.task_id)
-            return transitions.holds(task, lease, self.now_ms(conn), self.policy)
+        return self.held_for_ms(lease) is not None
 
     def renew_held_by(self, realm_id: str, executor_id: str) -> int:
         """Heartbeat for everything one executor holds in a realm, in one statement.

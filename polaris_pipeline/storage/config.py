@@ -66,9 +66,6 @@ class StorageRule:
             raise StorageConfigError(f"storage rule {self.prefix!r}: options must be a mapping")
         object.__setattr__(self, "prefix", _prefix(self.prefix, "storage rule: prefix"))
 
-    def matches(self, uri: str) -> bool:
-        return location_within(uri, self.prefix)
-
     def __repr__(self) -> str:
         return f"StorageRule(prefix={self.prefix!r}, options={mask_options(self.options)!r})"
 
@@ -110,11 +107,8 @@ class StorageConfig:
 
     def rule_for(self, uri: str) -> StorageRule | None:
         """The rule with the longest prefix containing ``uri``, if any."""
-        best: StorageRule | None = None
-        for rule in self.rules:
-            if rule.matches(uri) and (best is None or len(rule.prefix) > len(best.prefix)):
-                best = rule
-        return best
+        matching = [rule for rule in self.rules if location_within(uri, rule.prefix)]
+        return max(matching, key=lambda rule: len(rule.prefix), default=None)
 
     def options_for(self, uri: str) -> dict[str, Any]:
         """A deep copy of the options for ``uri``: filesystems may mutate what they

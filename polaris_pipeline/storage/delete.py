@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,11 +145,7 @@ def bulk_delete(
     # Group by filesystem (and bucket, for S3), keeping first-seen order; the same
     # URI given twice is deleted once.
     groups: dict[tuple[int, str], tuple[AbstractFileSystem, list[tuple[str, str]]]] = {}
-    seen: set[str] = set()
-    for uri in uris:
-        if uri in seen:
-            continue
-        seen.add(uri)
+    for uri in dict.fromkeys(uris):
         try:
             fs, path = resolver.filesystem(uri)
         except StorageError as e:
@@ -162,7 +159,21 @@ def bulk_delete(
         # Asked before the bucket's first delete, once per bucket for the resolver.
         retention = resolver.retention.retention(fs, bucket)
         deleted_before, freed_before = len(report.deleted), report.bytes_freed
-        _delete_group(resolver, fs, bucket, items, report, chunk_size, guard_step, sidecar_check)
+        if is_s3(fs):
+            for start in range(0, len(items), chunk_size):
+                guard_step()
+                _delete_s3_chunk(resolver, fs, bucket, items[start : start + chunk_size], report)
+        elif isinstance(fs, LocalFileSystem):
+            for uri, path in items:
+                guard_step()
+                _delete_local(resolver, uri, path, report)
+                # A file that could not be deleted keeps its checksum too.
+                if sidecar_check is not None and uri not in report.failed:
+                    _delete_sidecar(resolver, uri, report, sidecar_check)
+        else:
+            for uri, path in items:
+                guard_step()
+                _delete_other(resolver, fs, uri, path, report)
         if retention is not Retention.FREED:
             # Nothing here was freed: whatever sizes the deletes counted are kept bytes.
             gone = report.deleted[deleted_before:]
@@ -172,35 +183,6 @@ def bulk_delete(
             if gone and retention is Retention.KEPT:
                 report.bytes_retained = None
     return report
-
-
-def _delete_group(
-    resolver: StorageResolver,
-    fs: AbstractFileSystem,
-    bucket: str,
-    items: list[tuple[str, str]],
-    report: DeleteReport,
-    chunk_size: int,
-    guard_step: Callable[[], None],
-    sidecar_check: Callable[[str], bool] | None,
-) -> None:
-    """The deletes of one filesystem's bucket, chunk by chunk."""
-    for start in range(0, len(items), chunk_size):
-        chunk = items[start : start + chunk_size]
-        if is_s3(fs):
-            guard_step()
-            _delete_s3_chunk(resolver, fs, bucket, chunk, report)
-        elif isinstance(fs, LocalFileSystem):
-            for uri, path in chunk:
-                guard_step()
-                _delete_local(resolver, uri, path, report)
-                # A file that could not be deleted keeps its checksum too.
-                if sidecar_check is not None and uri not in report.failed:
-                    _delete_sidecar(resolver, uri, report, sidecar_check)
-        else:
-            for uri, path in chunk:
-                guard_step()
-                _delete_other(resolver, fs, uri, path, report)
 
 
 # -- S3 ------------------------------------------------------------------------------
@@ -284,28 +266,43 @@ def _delete_s3_chunk(
 
 def _delete_local(resolver: StorageResolver, uri: str, path: str, report: DeleteReport) -> None:
     try:
-        st = os.lstat(path)
+        if _unlink(resolver, uri, path, report, regular_only=False) is not None:
+            report.deleted.append(uri)
     except FileNotFoundError:
         report.missing.append(uri)
-        return
+
+
+def _unlink(
+    resolver: StorageResolver, uri: str, path: str, report: DeleteReport, *, regular_only: bool
+) -> int | None:
+    """Unlink the local ``path`` (``uri`` in ``report``) after an lstat; its size, counted
+    in ``report``. None when it failed (in ``report.failed``: a directory too) or, with
+    ``regular_only``, is anything but a regular file (left alone). FileNotFoundError
+    when it is gone."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise
     except OSError as e:
         report.failed[uri] = _os_reason(resolver, e)
-        return
+        return None
+    if regular_only and not stat.S_ISREG(st.st_mode):
+        return None
     if stat.S_ISDIR(st.st_mode):
         report.failed[uri] = "is a directory (directories are never deleted)"
-        return
+        return None
     report.requests += 1
     try:
         # unlink removes a symlink itself, never its target.
         os.unlink(path)
     except FileNotFoundError:
-        report.missing.append(uri)
+        raise
     except OSError as e:
         report.failed[uri] = _os_reason(resolver, e)
-    else:
-        report.deleted.append(uri)
-        report.sizes[uri] = st.st_size
-        report._add_bytes(st.st_size)
+        return None
+    report.sizes[uri] = st.st_size
+    report._add_bytes(st.st_size)
+    return st.st_size
 
 
 def present_crc_sidecar(uri: str) -> str | None:
@@ -332,28 +329,12 @@ def _delete_sidecar(
     sidecar = present_crc_sidecar(uri)
     if sidecar is None or not sidecar_check(sidecar):
         return
-    _, path = split_uri(sidecar)
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    except OSError as e:
-        report.failed[sidecar] = _os_reason(resolver, e)
-        return
-    if not stat.S_ISREG(st.st_mode):
-        return  # replaced since it was looked up: not ours to delete
-    report.requests += 1
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return
-    except OSError as e:
-        report.failed[sidecar] = _os_reason(resolver, e)
-    else:
-        report.sidecars.append(sidecar)
-        report.sizes[sidecar] = st.st_size
-        report.sidecar_bytes += st.st_size
-        report._add_bytes(st.st_size)
+    # Only a regular file: one replaced since it was looked up is not ours to delete.
+    with suppress(FileNotFoundError):
+        size = _unlink(resolver, sidecar, split_uri(sidecar)[1], report, regular_only=True)
+        if size is not None:
+            report.sidecars.append(sidecar)
+            report.sidecar_bytes += size
 
 
 def _os_reason(resolver: StorageResolver, e: OSError) -> str:

@@ -28,6 +28,7 @@ readable record there too.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -64,6 +65,12 @@ def safe_name(text: str) -> str:
     return _UNSAFE.sub("_", text).strip("._") or "_"
 
 
+def _unique_stamp(started: datetime) -> str:
+    """``<timestamp>-<rand>`` of a record's file name: when it started, and a random
+    part keeping apart two records started in the same microsecond."""
+    return f"{started.strftime('%Y%m%dT%H%M%S%fZ')}-{secrets.token_hex(3)}"
+
+
 @dataclass(frozen=True)
 class RecordHeader:
     """Who is deleting what: the record's first line."""
@@ -82,23 +89,14 @@ class RecordHeader:
         The random part keeps two records of one attempt apart (a table's attempt
         and its unreferenced phase, when both delete within the same microsecond).
         """
-        stamp = started.strftime("%Y%m%dT%H%M%S%fZ")
         return (
             f"{safe_name(self.realm_id)}/{self.task_id}/attempt-{self.attempt}-"
-            f"{safe_name(self.executor_id)}-{stamp}-{secrets.token_hex(3)}.jsonl"
+            f"{safe_name(self.executor_id)}-{_unique_stamp(started)}.jsonl"
         )
 
     def fields(self) -> dict[str, Any]:
         """The header line's fields after ``record``."""
-        return {
-            "realm": self.realm_id,
-            "task_id": self.task_id,
-            "task_name": self.task_name,
-            "task_type": self.task_type,
-            "attempt": self.attempt,
-            "executor_id": self.executor_id,
-            "run_id": self.run_id,
-        }
+        return _header_fields(self)
 
 
 @dataclass(frozen=True)
@@ -115,23 +113,20 @@ class ReclaimHeader:
     def file_name(self, started: datetime) -> str:
         """``<realm>/reclaims/<catalog>/reclaim-<timestamp>-<rand>.jsonl`` (a task id is a
         number: ``reclaims`` never meets a task's directory)."""
-        stamp = started.strftime("%Y%m%dT%H%M%S%fZ")
         return (
             f"{safe_name(self.realm_id)}/reclaims/{safe_name(self.catalog)}/"
-            f"reclaim-{stamp}-{secrets.token_hex(3)}.jsonl"
+            f"reclaim-{_unique_stamp(started)}.jsonl"
         )
 
     def fields(self) -> dict[str, Any]:
         """The header line's fields after ``record``."""
-        return {
-            "kind": "reclaim",
-            "realm": self.realm_id,
-            "catalog": self.catalog,
-            "catalog_id": self.catalog_id,
-            "root": self.root,
-            "min_age_days": self.min_age_days,
-            "run_id": self.run_id,
-        }
+        return {"kind": "reclaim", **_header_fields(self)}
+
+
+def _header_fields(header: RecordHeader | ReclaimHeader) -> dict[str, Any]:
+    """Every field of ``header`` in its order, ``realm_id`` written as ``realm``."""
+    fields = dataclasses.asdict(header)
+    return {"realm": fields.pop("realm_id"), **fields}
 
 
 class DeletionRecord:
@@ -175,15 +170,16 @@ class DeletionRecord:
         if self._fs is not None:
             return
         if self.closed:
-            raise StorageError(f"deletion record {self._shown()} is already closed")
-        fs, path = self._filesystem()
-        self._fs, self._path = fs, path
-        h = self.header
+            raise StorageError(f"deletion record {self.shown_uri} is already closed")
+        try:
+            self._fs, self._path = self._resolver.filesystem(self.uri)
+        except StorageError as e:
+            raise StorageError(f"deletion record {self.shown_uri}: {e}") from None
         self._write(
             [
                 {
                     "record": "header",
-                    **h.fields(),
+                    **self.header.fields(),
                     "started": self._started.isoformat().replace("+00:00", "Z"),
                 }
             ],
@@ -268,12 +264,6 @@ class DeletionRecord:
         line["at"] = at
         return line
 
-    def _filesystem(self) -> tuple[AbstractFileSystem, str]:
-        try:
-            return self._resolver.filesystem(self.uri)
-        except StorageError as e:
-            raise StorageError(f"deletion record {self._shown()}: {e}") from None
-
     def _write(
         self,
         lines: list[dict[str, Any]],
@@ -302,7 +292,7 @@ class DeletionRecord:
                 fs.pipe_file(self._path, "".join(self._buffer).encode("utf-8"))
         except Exception as e:
             raise StorageError(
-                f"cannot write the deletion record {self._shown()}: "
+                f"cannot write the deletion record {self.shown_uri}: "
                 f"{self._resolver.describe(e)}; nothing more is deleted without it"
             ) from None
 
@@ -316,7 +306,4 @@ class DeletionRecord:
     @property
     def shown_uri(self) -> str:
         """The record's URI, credentials masked."""
-        return self._shown()
-
-    def _shown(self) -> str:
         return self._resolver.redact(self.uri)

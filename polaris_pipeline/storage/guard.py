@@ -60,11 +60,6 @@ def _parse(uri: str, *, root: bool = False) -> Location:
     return loc
 
 
-def _resolve(loc: Location) -> Location:
-    """The local ``loc`` with every symlink resolved."""
-    return _parse(os.path.realpath(loc.path), root=True)
-
-
 def _parse_root(uri: str, what: str) -> Location:
     try:
         return _parse(uri, root=True)
@@ -100,12 +95,9 @@ class PathGuard:
             raise GuardRefusal("", "no table location")
         self._allowed = tuple(_parse_root(p, "allowed prefix") for p in allowed_prefixes)
         self._all_roots = all_roots
-        self._roots = tuple(
-            r for r in all_roots if not self._allowed or self._in_allowed(r, strictly=False)
-        )
+        self._roots = tuple(r for r in all_roots if not self._allowed or self._in_allowed(r))
         self.roots: tuple[str, ...] = tuple(str(r) for r in self._roots)
         self.location = location or str(all_roots[0])
-        self._real: dict[Location, Location] = {}
         self._real_roots: tuple[Location, ...] | None = None
         self._real_dirs: dict[tuple[str, ...], tuple[str, ...]] = {}
 
@@ -137,7 +129,7 @@ class PathGuard:
             raise GuardRefusal(uri, "table location is outside the allowed prefixes")
         if not any(r.contains(loc, strictly=True) for r in self._roots):
             raise GuardRefusal(uri, self._why_outside(loc))
-        if self._allowed and not self._in_allowed(loc, strictly=False):
+        if self._allowed and not self._in_allowed(loc):
             raise GuardRefusal(uri, "outside the allowed prefixes")
         if loc.scheme == "file":
             self._check_local(uri, loc)
@@ -155,8 +147,8 @@ class PathGuard:
                 admitted.append(uri)
         return admitted, refused
 
-    def _in_allowed(self, loc: Location, *, strictly: bool) -> bool:
-        return any(p.contains(loc, strictly=strictly) for p in self._allowed)
+    def _in_allowed(self, loc: Location) -> bool:
+        return any(p.contains(loc) for p in self._allowed)
 
     def _why_outside(self, loc: Location) -> str:
         if not any(r.scheme == loc.scheme for r in self._roots):
@@ -174,14 +166,7 @@ class PathGuard:
         # the parent really is. The file itself may be a symlink; unlinking it removes
         # the link, not its target, so it is not resolved. That is also why the
         # resolved parent can be cached per directory: the name is joined unresolved.
-        parent, name = loc.segments[:-1], loc.segments[-1]
-        real_parent = self._real_dirs.get(parent)
-        if real_parent is None:
-            if len(self._real_dirs) >= _MAX_CACHED_DIRS:
-                self._real_dirs.clear()
-            real_parent = _resolve(Location("file", "", parent)).segments
-            self._real_dirs[parent] = real_parent
-        real_loc = Location("file", "", (*real_parent, name))
+        real_loc = Location("file", "", (*self._real_dir(loc.segments[:-1]), loc.segments[-1]))
         if self._real_roots is None:
             # A root that resolves to "/" admits nothing rather than everything.
             self._real_roots = tuple(rr for rr in map(self._realpath, self._roots) if rr.segments)
@@ -193,13 +178,18 @@ class PathGuard:
             raise GuardRefusal(uri, f"resolves outside the allowed prefixes (to {real_loc.path})")
 
     def _realpath(self, loc: Location) -> Location:
-        """``loc`` with local symlinks resolved (cached: one guard serves one task)."""
-        if loc.scheme != "file":
-            return loc
-        real = self._real.get(loc)
+        """``loc`` with local symlinks resolved."""
+        return Location("file", "", self._real_dir(loc.segments)) if loc.scheme == "file" else loc
+
+    def _real_dir(self, segments: tuple[str, ...]) -> tuple[str, ...]:
+        """The local directory ``segments`` with every symlink resolved (cached: one guard
+        serves one task)."""
+        real = self._real_dirs.get(segments)
         if real is None:
-            real = _resolve(loc)
-            self._real[loc] = real
+            if len(self._real_dirs) >= _MAX_CACHED_DIRS:
+                self._real_dirs.clear()
+            real = _parse(os.path.realpath("/" + "/".join(segments)), root=True).segments
+            self._real_dirs[segments] = real
         return real
 
     def __repr__(self) -> str:

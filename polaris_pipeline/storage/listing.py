@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -63,10 +63,6 @@ class SubDirectory:
 
     uri: str
 
-    @property
-    def name(self) -> str:
-        return self.uri.rstrip("/").rsplit("/", 1)[-1]
-
 
 def _join(prefix_uri: str, relative: str) -> str:
     return f"{prefix_uri.rstrip('/')}/{relative}"
@@ -89,12 +85,21 @@ def list_prefix(
     base = path.rstrip("/")
     if not base:
         raise StorageError("refusing to list a bucket or filesystem root")
+    objects: Iterator[ListedObject]
     if isinstance(fs, LocalFileSystem):
-        objects = _local(resolver, prefix_uri, base)
+        # A prefix that is a file is an error here, not an empty directory.
+        objects = _walk(
+            lambda uri, path: _local_level(resolver, uri, path, gone=FileNotFoundError),
+            prefix_uri,
+            base,
+        )
     elif is_s3(fs):
-        objects = _s3(resolver, fs, prefix_uri, base, size)
+        if "/" not in base:
+            raise StorageError("refusing to list a whole bucket")
+        listed = _s3_level(resolver, fs, prefix_uri, base, size, recursive=True)
+        objects = (obj for obj in listed if isinstance(obj, ListedObject))
     else:
-        objects = _by_directory(resolver, fs, prefix_uri, base)
+        objects = _walk(lambda uri, path: _ls_level(resolver, fs, uri, path), prefix_uri, base)
     page: list[ListedObject] = []
     try:
         for obj in objects:
@@ -128,9 +133,33 @@ def list_directory(
         yield from _ls_level(resolver, fs, directory_uri, base)
 
 
+def _walk(
+    level: Callable[[str, str], Iterator[ListedObject | SubDirectory]],
+    prefix_uri: str,
+    base: str,
+) -> Iterator[ListedObject]:
+    """Every object under ``base`` (the path of ``prefix_uri``), depth first, by the
+    one-level listings ``level(directory_uri, directory_path)`` gives."""
+    root = prefix_uri.rstrip("/")
+    pending = [root]  # directories still to list, as URIs under the prefix
+    while pending:
+        directory_uri = pending.pop()
+        for entry in level(directory_uri, base + directory_uri[len(root) :]):
+            if isinstance(entry, SubDirectory):
+                pending.append(entry.uri)
+            else:
+                yield entry
+
+
 def _local_level(
-    resolver: StorageResolver, directory_uri: str, base: str
+    resolver: StorageResolver,
+    directory_uri: str,
+    base: str,
+    *,
+    gone: type[OSError] | tuple[type[OSError], ...] = (FileNotFoundError, NotADirectoryError),
 ) -> Iterator[ListedObject | SubDirectory]:
+    """One ``os.scandir``, never following a symlink; nothing more once it raises ``gone``
+    (the directory went away)."""
     try:
         with os.scandir(base) as it:
             for entry in it:
@@ -140,7 +169,7 @@ def _local_level(
                     yield SubDirectory(uri)
                 elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
                     yield ListedObject(uri, st.st_size, st.st_mtime_ns // 1_000_000)
-    except (FileNotFoundError, NotADirectoryError):
+    except gone:
         return
     except OSError as e:
         raise StorageError(
@@ -149,21 +178,30 @@ def _local_level(
 
 
 def _s3_level(
-    resolver: StorageResolver, fs: Any, directory_uri: str, base: str, page_size: int
+    resolver: StorageResolver,
+    fs: Any,
+    directory_uri: str,
+    base: str,
+    page_size: int,
+    *,
+    recursive: bool = False,
 ) -> Iterator[ListedObject | SubDirectory]:
+    """The keys directly under the directory ``base`` and its common prefixes, or with
+    ``recursive`` every key under it (one flat listing, no common prefixes)."""
     bucket, _, key = base.partition("/")
     start = f"{key}/" if key else ""
-    for response in _s3_pages(resolver, fs, bucket, start, page_size, Delimiter="/"):
+    delimiter = {} if recursive else {"Delimiter": "/"}
+    for response in _s3_pages(resolver, fs, bucket, start, page_size, **delimiter):
         for common in response.get("CommonPrefixes", []):
             name = common.get("Prefix", "")[len(start) :].strip("/")
             if name:
                 yield SubDirectory(_join(directory_uri, name))
         for item in response.get("Contents", []):
-            name = item.get("Key", "")[len(start) :]
-            if name and "/" not in name:  # not the directory's own marker object
-                yield ListedObject(
-                    _join(directory_uri, name), item.get("Size"), _ms(item.get("LastModified"))
-                )
+            full = item.get("Key", "")
+            name = full[len(start) :]
+            # Not the directory's own marker object, nor (one level) a deeper key.
+            if full.startswith(start) and name and (recursive or "/" not in name):
+                yield _s3_object(_join(directory_uri, name), item)
 
 
 def _s3_pages(
@@ -190,43 +228,36 @@ def _s3_pages(
             return
 
 
+def _s3_object(uri: str, item: dict[str, Any]) -> ListedObject:
+    """A ``Contents`` entry of a ``list_objects_v2`` response."""
+    return ListedObject(uri, item.get("Size"), _ms(item.get("LastModified")))
+
+
 def _ls_level(
     resolver: StorageResolver, fs: AbstractFileSystem, directory_uri: str, base: str
 ) -> Iterator[ListedObject | SubDirectory]:
-    for rel, entry in _entries(resolver, fs, base):
-        if entry.get("type") == "directory":
-            yield SubDirectory(_join(directory_uri, rel))
-        else:
-            yield _listed(_join(directory_uri, rel), entry)
-
-
-def _entries(
-    resolver: StorageResolver, fs: AbstractFileSystem, directory: str
-) -> list[tuple[str, dict[str, Any]]]:
-    """(name relative to ``directory``, ``fs.ls`` entry) under it; none when it is gone."""
+    """One ``fs.ls`` of the directory ``base``; nothing when it is gone."""
     try:
-        entries = fs.ls(directory, detail=True)
+        entries = fs.ls(base, detail=True)
     except FileNotFoundError:
-        return []
+        return
     except Exception as e:
         raise StorageError(
-            f"listing {resolver.redact(directory)} failed: {resolver.describe(e)}"
+            f"listing {resolver.redact(base)} failed: {resolver.describe(e)}"
         ) from None
     finally:
         # The listing cache would otherwise keep every directory listed.
-        fs.invalidate_cache(directory)
-    under = []
+        fs.invalidate_cache(base)
     for entry in entries:
         name = str(entry.get("name", "")).rstrip("/")
-        if name == directory or not name.startswith(directory + "/"):
+        if name == base or not name.startswith(base + "/"):
             continue  # the directory itself (a marker object), or not under it
-        under.append((name[len(directory) + 1 :], entry))
-    return under
-
-
-def _listed(uri: str, entry: dict[str, Any]) -> ListedObject:
-    mtime = next((entry[k] for k in _MTIME_KEYS if entry.get(k) is not None), None)
-    return ListedObject(uri, entry.get("size"), _ms(mtime))
+        uri = _join(directory_uri, name[len(base) + 1 :])
+        if entry.get("type") == "directory":
+            yield SubDirectory(uri)
+        else:
+            mtime = next((entry[k] for k in _MTIME_KEYS if entry.get(k) is not None), None)
+            yield ListedObject(uri, entry.get("size"), _ms(mtime))
 
 
 def _ms(value: Any) -> int | None:
@@ -247,32 +278,6 @@ def _ms(value: Any) -> int | None:
 # -- local files ---------------------------------------------------------------------
 
 
-def _local(resolver: StorageResolver, prefix_uri: str, base: str) -> Iterator[ListedObject]:
-    pending = [""]  # directories still to list, relative to the prefix
-    while pending:
-        relative = pending.pop()
-        directory = os.path.join(base, relative) if relative else base
-        try:
-            with os.scandir(directory) as it:
-                for entry in it:
-                    rel = f"{relative}/{entry.name}" if relative else entry.name
-                    st = entry.stat(follow_symlinks=False)
-                    if stat.S_ISDIR(st.st_mode):
-                        pending.append(rel)
-                    elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
-                        yield ListedObject(
-                            _join(prefix_uri, rel), st.st_size, st.st_mtime_ns // 1_000_000
-                        )
-        except FileNotFoundError:
-            if not relative:
-                return  # no prefix directory: nothing is left
-        except OSError as e:
-            raise StorageError(
-                f"listing {resolver.redact(directory)} failed: {type(e).__name__}: "
-                f"{e.strerror or e}"
-            ) from None
-
-
 def remove_empty_directories(prefix_uri: str) -> int:
     """Remove the empty directories under a local prefix, bottom up, then the prefix
     itself when empty; returns how many. Never follows a symlink; a directory that
@@ -289,45 +294,3 @@ def remove_empty_directories(prefix_uri: str) -> int:
             continue
         removed += 1
     return removed
-
-
-# -- S3 ------------------------------------------------------------------------------
-
-
-def _s3(
-    resolver: StorageResolver, fs: Any, prefix_uri: str, base: str, page_size: int
-) -> Iterator[ListedObject]:
-    bucket, _, key = base.partition("/")
-    if not key:
-        raise StorageError("refusing to list a whole bucket")
-    start = key + "/"
-    for response in _s3_pages(resolver, fs, bucket, start, page_size):
-        for item in response.get("Contents", []):
-            name = item.get("Key", "")
-            if not name.startswith(start) or name == start:
-                continue  # a "directory" marker of the prefix itself
-            yield ListedObject(
-                _join(prefix_uri, name[len(start) :]),
-                item.get("Size"),
-                _ms(item.get("LastModified")),
-            )
-
-
-# -- other stores --------------------------------------------------------------------
-
-
-def _by_directory(
-    resolver: StorageResolver, fs: AbstractFileSystem, prefix_uri: str, base: str
-) -> Iterator[ListedObject]:
-    pending = [""]
-    while pending:
-        relative = pending.pop()
-        directory = f"{base}/{relative}" if relative else base
-        # A directory gone (the prefix, or a common prefix since its parent was
-        # listed) lists nothing.
-        for name, entry in _entries(resolver, fs, directory):
-            rel = f"{relative}/{name}" if relative else name
-            if entry.get("type") == "directory":
-                pending.append(rel)
-            else:
-                yield _listed(_join(prefix_uri, rel), entry)

@@ -86,8 +86,7 @@ def _identity(name: str, entry: Any, at: str) -> NamedIdentity:
         if text is not None and (not isinstance(text, str) or not text):
             # Names the key, never the value.
             raise StorageConfigError(f"{at}.{key} must be a non-empty string")
-    keyed = texts["key"] is not None or texts["secret"] is not None
-    if default and (keyed or texts["token"] is not None):
+    if default and any(text is not None for text in texts.values()):
         raise StorageConfigError(f"{at}: default_identity: true takes no key, secret or token")
     if not default and not (texts["key"] and texts["secret"]):
         raise StorageConfigError(f"{at} needs both key and secret, or default_identity: true")

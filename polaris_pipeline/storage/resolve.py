@@ -83,12 +83,14 @@ class StorageResolver:
         # Whether each bucket keeps deleted objects, asked once for this resolver's life
         # and shared with the resolvers it makes per task.
         self.retention = RetentionProbe()
+        # The resolver of the static config alone: this one, or a task resolver's parent.
+        self.static: StorageResolver = self
 
     def for_task(
         self, task: TaskRow, storage_properties: Mapping[str, str] | None = None
     ) -> StorageResolver:
         """The resolver for one task: catalog storage mode when the task carries
-        ``storage_configuration_info``, this resolver (the static config) otherwise.
+        ``storage_configuration_info``, the static config's resolver otherwise.
 
         ``storage_properties`` replaces the task's internal properties as the source
         of its storage configuration and scope: the caller's lookup of the task's
@@ -100,7 +102,7 @@ class StorageResolver:
         props = task.internal_properties if storage_properties is None else storage_properties
         storage = catalog_storage(props)
         if storage is None:
-            return self
+            return self.static
         return self.for_storage(storage, task_scope(storage, props))
 
     def for_storage(self, storage: CatalogStorage, scope: tuple[str, ...]) -> StorageResolver:
@@ -118,7 +120,7 @@ class StorageResolver:
         ):
             # A sweeper outside Polaris's network reaches S3 where clients do.
             storage = dataclasses.replace(storage, endpoint_internal=None)
-        return CatalogStorageResolver(self, storage, scope, self._identity(storage))
+        return CatalogStorageResolver(self.static, storage, scope, self._identity(storage))
 
     def _identity(self, storage: CatalogStorage) -> NamedIdentity | None:
         """Who signs for ``storage``: the identity its ``storageName`` maps to, else None
@@ -255,24 +257,16 @@ class CatalogStorageResolver(StorageResolver):
         self._lock = parent._lock
         self._max_filesystems = MAX_CATALOG_FILESYSTEMS
         self.retention = parent.retention
-        self.parent = parent
+        self.static = parent
         self.storage = storage
         self.scope = scope
         # The credentials the catalog's storageName maps to; None: the default chain.
         self.identity = identity
         self._session_secrets: list[str] = []
 
-    def for_task(
-        self, task: TaskRow, storage_properties: Mapping[str, str] | None = None
-    ) -> StorageResolver:
-        return self.parent.for_task(task, storage_properties)
-
-    def for_storage(self, storage: CatalogStorage, scope: tuple[str, ...]) -> StorageResolver:
-        return self.parent.for_storage(storage, scope)
-
     def filesystem(self, uri: str) -> tuple[AbstractFileSystem, str]:
         if self.config.rule_for(uri) is not None:
-            return self.parent.filesystem(uri)
+            return self.static.filesystem(uri)
         return super().filesystem(uri)
 
     def _options(self, uri: str, protocol: str) -> dict[str, Any]:

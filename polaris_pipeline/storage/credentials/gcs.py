@@ -30,12 +30,6 @@ _SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 MAX_BOUNDARY_RULES = 10
 
 
-def _bucket_and_prefix(location: str) -> tuple[str, str]:
-    bucket, path = bucket_and_path(location, "gs", "GCS")
-    # A trailing slash, so that "t/" does not also admit a sibling "t2/...".
-    return bucket, f"{path}/" if path else ""
-
-
 def _cel(value: str) -> str:
     """``value`` as the inside of a single-quoted CEL string literal."""
     return value.replace("\\", "\\\\").replace("'", "\\'")
@@ -47,8 +41,9 @@ def boundary_rules(locations: Sequence[str]) -> list[dict[str, Any]]:
     the role Polaris grants for writes: GCS has no delete-only role)."""
     prefixes: dict[str, list[str]] = {}
     for location in locations:
-        bucket, prefix = _bucket_and_prefix(location)
-        prefixes.setdefault(bucket, []).append(prefix)
+        bucket, path = bucket_and_path(location, "gs", "GCS")
+        # A trailing slash, so that "t/" does not also admit a sibling "t2/...".
+        prefixes.setdefault(bucket, []).append(f"{path}/" if path else "")
     rules: list[dict[str, Any]] = []
     for bucket, paths in prefixes.items():
         objects = [

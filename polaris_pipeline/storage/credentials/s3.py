@@ -203,24 +203,16 @@ class StsCredentials:
 
         try:
             response = self._client(storage, identity).assume_role(**request)
-        except ClientError as e:
-            error = e.response.get("Error", {})
-            code, message = error.get("Code", "error"), error.get("Message", "")
-            raise StorageError(
-                redact(
-                    f"STS AssumeRole on {storage.role_arn} failed: {code}: {message}".rstrip(": "),
-                    hidden,
-                )
-            ) from None
-        except BotoCoreError as e:
-            # No credentials, no endpoint, a timeout: botocore's text names no secret,
-            # but it is masked all the same.
-            raise StorageError(
-                redact(
-                    f"STS AssumeRole on {storage.role_arn} failed: {type(e).__name__}: {e}",
-                    hidden,
-                )
-            ) from None
+        except (ClientError, BotoCoreError) as e:
+            if isinstance(e, ClientError):
+                error = e.response.get("Error", {})
+                why = f"{error.get('Code', 'error')}: {error.get('Message', '')}"
+            else:
+                # No credentials, no endpoint, a timeout: botocore's text names no secret,
+                # but it is masked all the same.
+                why = f"{type(e).__name__}: {e}"
+            failed = f"STS AssumeRole on {storage.role_arn} failed: {why}"
+            raise StorageError(redact(failed.rstrip(": "), hidden)) from None
         creds = response["Credentials"]
         expiration = creds.get("Expiration")
         expires_at = (
