@@ -40,7 +40,7 @@ from polaris_pipeline.storage.guard import PathGuard
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.scope import task_scope
 from polaris_pipeline.storage.uri import location_within, same_location, split_uri
-from polaris_pipeline.tasks.model import NewTask
+from polaris_pipeline.tasks.model import NewTask, bounded_error
 from tests.support.azurite import ACCOUNT, Azurite, azurite  # noqa: F401
 from tests.support.catalog_storage import (
     aws_storage_info,
@@ -236,7 +236,7 @@ def _assert_refused(store: Metastore, task: NewTask, outcome: TaskOutcome, words
     assert outcome.status in (Status.FAILED, Status.DEAD) and outcome.permanent, outcome
     assert outcome.error is not None and words in outcome.error, outcome.error
     row = store.get_task(task.realm_id, task.id)
-    assert row is not None and row.last_error == outcome.error
+    assert row is not None and row.last_error == bounded_error(outcome.error)
 
 
 @pytest.mark.parametrize(("recorded", "declared"), LOCAL_PAIRS, ids=LOCAL_IDS)
@@ -334,7 +334,7 @@ def _assert_refused_or_failed(
 ) -> None:
     assert not outcome.ok and outcome.error is not None and words in outcome.error, outcome
     row = store.get_task(task.realm_id, task.id)
-    assert row is not None and row.last_error == outcome.error
+    assert row is not None and row.last_error == bounded_error(outcome.error)
 
 
 # -- end to end: the CLI ----------------------------------------------------------------

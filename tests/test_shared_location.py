@@ -30,7 +30,7 @@ from polaris_pipeline.execution.runner import Runner, Status, TaskOutcome
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import LiveLocations
 from polaris_pipeline.storage.uri import parse_location, split_uri
-from polaris_pipeline.tasks.model import Prop, TaskPolicy, TaskType
+from polaris_pipeline.tasks.model import Prop, TaskPolicy, TaskType, bounded_error
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.unreferenced import CATALOG_TYPE_CODE, NAMESPACE_TYPE_CODE, live_entity
 
@@ -89,7 +89,7 @@ def _assert_refused(store: Metastore, dropped: Dropped, outcomes: list[TaskOutco
     assert root.error is not None and "SharedLocationRefusal" in root.error
     row = store.get_task("POLARIS", dropped.task_id)
     assert row is not None and row.status == "dead" and row.failure_permanent
-    assert row.last_error == root.error
+    assert root.error is not None and row.last_error == bounded_error(root.error)
     assert [t.id for t in store.list_tasks()] == [dropped.task_id]
     missing = {f for f in dropped.files if not Path(split_uri(f)[1]).exists()}
     assert missing == set(), "a file of the live table was deleted"
