@@ -89,7 +89,7 @@ def _assert_refused(store: Metastore, dropped: Dropped, outcomes: list[TaskOutco
     assert root.error is not None and "SharedLocationRefusal" in root.error
     row = store.get_task("POLARIS", dropped.task_id)
     assert row is not None and row.status == "dead" and row.failure_permanent
-    assert root.error is not None and row.last_error == bounded_error(root.error)
+    assert row.last_error == bounded_error(root.error)
     assert [t.id for t in store.list_tasks()] == [dropped.task_id]
     missing = {f for f in dropped.files if not Path(split_uri(f)[1]).exists()}
     assert missing == set(), "a file of the live table was deleted"
