@@ -21,6 +21,7 @@ from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.leaks.reclaim import ReclaimReport
 from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.report.formatting import PATH_SAMPLE
 from polaris_pipeline.report.leaks_view import reclaim_json, reclaim_line
 from polaris_pipeline.report.outcome_view import OutcomeView, totals_json
 from polaris_pipeline.report.step_record import read_step
@@ -100,6 +101,15 @@ def test_only_what_the_store_neither_keeps_nor_leaves_unsaid_is_freed() -> None:
     tally(result, DeleteReport(deleted=[a, d], bytes_freed=None), {a: 10, d: None})
     assert result.bytes_freed is None
     assert DeleteReport(deleted=[a], retained=[a]).freed == []
+
+
+def test_a_failure_sample_stops_at_the_sample_size() -> None:
+    failed = {f"s3://wh/t/data/{n}.parquet": "AccessDenied" for n in range(PATH_SAMPLE + 5)}
+    sample = {"s3://wh/t/data/first.parquet": "SlowDown"}
+    DeleteReport(failed=failed).sample_failed_into(sample)
+    assert len(sample) == PATH_SAMPLE and sample["s3://wh/t/data/first.parquet"] == "SlowDown"
+    DeleteReport(failed={"s3://wh/t/data/late.parquet": "AccessDenied"}).sample_failed_into(sample)
+    assert len(sample) == PATH_SAMPLE  # full: nothing more is kept
 
 
 def test_kept_bytes_on_every_surface() -> None:

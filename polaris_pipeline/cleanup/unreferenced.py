@@ -202,8 +202,7 @@ def _delete(ctx: CleanupContext, report: UnreferencedReport, objects: list[Liste
     report.deleted += len(result.deleted)
     report.missing += len(result.missing)
     report.failures += len(result.failed)
-    for uri, error in list(result.failed.items())[: max(0, PATH_SAMPLE - len(report.failed))]:
-        report.failed[uri] = error
+    result.sample_failed_into(report.failed)
     report.retained += len(result.retained)
     report.retention_unknown += len(result.retention_unknown)
     report.bytes_deleted = _sum_sizes(report.bytes_deleted, [sizes.get(u) for u in result.freed])

@@ -47,7 +47,6 @@ from polaris_pipeline.leaks.model import CatalogRef
 from polaris_pipeline.leaks.owners import RootOwners
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import LiveLocations
-from polaris_pipeline.report.formatting import PATH_SAMPLE
 from polaris_pipeline.storage.delete import DeleteReport, bulk_delete
 from polaris_pipeline.storage.deletion_record import DeletionRecord, ReclaimHeader
 from polaris_pipeline.storage.listing import (
@@ -287,5 +286,4 @@ def _delete_pass(
         report.retention_unknown += len(result.retention_unknown)
         report.missing += len(result.missing)
         report.failures += len(result.failed)
-        for uri, error in list(result.failed.items())[: max(0, PATH_SAMPLE - len(report.failed))]:
-            report.failed[uri] = error
+        result.sample_failed_into(report.failed)

@@ -36,6 +36,7 @@ from fsspec.asyn import AsyncFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
 from polaris_pipeline.errors import StorageError
+from polaris_pipeline.report.formatting import PATH_SAMPLE
 from polaris_pipeline.storage.options import is_s3
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.retention_probe import Retention
@@ -86,6 +87,12 @@ class DeleteReport:
         store that would not say whether it keeps them."""
         not_freed = {*self.retained, *self.retention_unknown}
         return [uri for uri in self.deleted if uri not in not_freed]
+
+    def sample_failed_into(self, sample: dict[str, str]) -> None:
+        """Add this delete's failures to ``sample`` while it holds fewer than
+        ``PATH_SAMPLE`` (the caller counts them all)."""
+        room = max(0, PATH_SAMPLE - len(sample))
+        sample.update(list(self.failed.items())[:room])
 
     def _add_bytes(self, n: int | None) -> None:
         if n is None or self.bytes_freed is None:
