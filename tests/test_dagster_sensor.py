@@ -23,7 +23,7 @@ from dagster import (
     build_sensor_context,
 )
 
-from polaris_pipeline.dagster.contract import JOB_NAME, TaskRunConfig
+from polaris_pipeline.dagster.contract import JOB_NAME, TaskRunConfig, run_config_for
 from polaris_pipeline.dagster.definitions import build_defs_from_env
 from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
@@ -31,9 +31,11 @@ from polaris_pipeline.dagster.resources import (
     SweeperSettings,
 )
 from polaris_pipeline.dagster.sweeper import SENSOR_NAME, SweepCursor
+from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskState
 from tests.support.dagster import deployed_sensor, metastore_resource, sweeper_resources
+from tests.support.runs import set_run_started
 from tests.support.tasks import batch_task, purge_child, seed
 
 GRACE_MS = 30_000
@@ -731,6 +733,37 @@ def test_why_each_selected_task_is_available(metastore: Metastore) -> None:
     assert reasons[expired.id] == "lease expired"
     assert reasons[backoff.id] == "backoff over"
     assert reasons[requeued.id] == "requeued by an operator"
+
+
+def test_a_key_of_a_run_started_past_the_lease_that_holds_nothing_is_asked_for_again(
+    metastore: Metastore, instance: DagsterInstance
+) -> None:
+    """A run whose worker died after it started but before it leased stays "started"
+    (the default run launcher cannot tell run monitoring it died) and keeps its key:
+    once its start is older than the lease timeout, the sweeper asks again under a new
+    key, and not before."""
+    [task] = old_tasks(metastore, "A", 1)
+    resource = metastore_resource(metastore)
+    [first] = evaluate(resource, instance).run_requests or []  # type: ignore[union-attr]
+    zombie = instance.create_run_for_job(
+        job_def=polaris_task_job,
+        run_config=run_config_for("A", task.id),
+        status=DagsterRunStatus.STARTED,
+        tags={**first.tags, "dagster/run_key": first.run_key or ""},
+    )
+    set_run_started(instance, zombie.run_id, time.time())
+    recent = evaluate(resource, instance)
+    # Still its run: nothing asked, or the same key, which Dagster drops.
+    assert isinstance(recent, SkipReason) or all(
+        r.run_key == first.run_key for r in recent.run_requests or []
+    )
+
+    set_run_started(instance, zombie.run_id, time.time() - resource.lease_timeout_ms / 1000 - 5)
+    [again] = evaluate(resource, instance).run_requests or []  # type: ignore[union-attr]
+    assert (again.run_key or "").startswith(f"{first.run_key}:again:")
+    assert again.tags["polaris/task_id"] == str(task.id)
+    row = metastore.get_task("A", task.id)
+    assert row is not None and row.attempt_count == 0 and row.executor_id is None
 
 
 def test_a_key_a_finished_run_used_without_writing_the_task_is_asked_for_again(

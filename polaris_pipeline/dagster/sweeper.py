@@ -35,6 +35,7 @@ from dagster import (
     DagsterRunStatus,
     DefaultSensorStatus,
     JobDefinition,
+    RunRecord,
     RunRequest,
     RunsFilter,
     SensorDefinition,
@@ -341,7 +342,10 @@ def sweep_tick(
     context.log.info(plan.selected_line)
     return SensorResult(
         run_requests=_relaunch_used_keys(
-            context, list(zip(plan.runs, plan.requests, strict=True)), now
+            context,
+            list(zip(plan.runs, plan.requests, strict=True)),
+            now,
+            started_within_s=metastore.lease_timeout_ms / 1000,
         ),
         cursor=report.cursor(now if plan.more else later, backlog=plan.more),
         asset_events=events,
@@ -349,29 +353,45 @@ def sweep_tick(
 
 
 def _relaunch_used_keys(
-    context: SensorEvaluationContext, requests: list[tuple[CandidateRun, RunRequest]], now_ms: int
+    context: SensorEvaluationContext,
+    requests: list[tuple[CandidateRun, RunRequest]],
+    now_ms: int,
+    *,
+    started_within_s: float,
 ) -> list[RunRequest]:
-    """``requests``, with a fresh key for each whose key a finished run already used.
+    """``requests``, with a fresh key for each whose key a run that holds nothing used.
 
     Dagster silently drops a request whose run key it has seen. A key repeats only
-    when its run ended without writing the row (it died before leasing, its retries
-    used up): waiting and recently started runs were filtered out above, and every
-    lease bumps the version in the key. Asking again under a new key keeps the
-    promise of eventual execution, and the log says so.
+    when its run left the row unwritten: it ended before leasing (its retries used
+    up), or it is still "started" longer than ``started_within_s`` after its start,
+    which ``_recently_started`` no longer counts either (its worker died: with the
+    default run launcher, run monitoring never marks such a run failed). Waiting and
+    recently started runs were filtered out above, and every lease bumps the version
+    in the key. Asking again under a new key keeps the promise of eventual execution,
+    the lease's compare-and-set keeps two runs off one task, and the log says so.
     """
     keys = [r.run_key for _, r in requests if r.run_key]
     if not keys:
         return [r for _, r in requests]
     try:
-        runs = context.instance.get_runs(RunsFilter(tags={RUN_KEY_TAG: keys}), limit=len(keys) * 4)
+        records = context.instance.get_run_records(
+            RunsFilter(tags={RUN_KEY_TAG: keys}), limit=len(keys) * 4
+        )
     except Exception:  # a context without an instance (unit tests): nothing is known
         return [r for _, r in requests]
+    since = time.time() - started_within_s
+
+    def in_progress(record: RunRecord) -> bool:
+        run = record.dagster_run
+        stale = run.status is DagsterRunStatus.STARTED and (record.start_time or since) < since
+        return not run.is_finished and not stale
+
     # A key of a run still in progress stays: Dagster dropping it is right.
-    busy = {run.tags.get(RUN_KEY_TAG) for run in runs if not run.is_finished}
+    busy = {r.dagster_run.tags.get(RUN_KEY_TAG) for r in records if in_progress(r)}
     used = {
-        run.tags.get(RUN_KEY_TAG): run.run_id
-        for run in runs
-        if run.is_finished and run.tags.get(RUN_KEY_TAG) not in busy
+        r.dagster_run.tags.get(RUN_KEY_TAG): r.dagster_run.run_id
+        for r in records
+        if r.dagster_run.tags.get(RUN_KEY_TAG) not in busy
     }
     out: list[RunRequest] = []
     for run, request in requests:
@@ -381,9 +401,9 @@ def _relaunch_used_keys(
             continue
         key = run_key(run, again_at_ms=now_ms)
         context.log.warning(
-            f"run key {request.run_key} was used by run {earlier}, which ended without "
-            f"writing the task (it died before leasing it?): Dagster would drop the "
-            f"request; requesting it again as {key}"
+            f"run key {request.run_key} was used by run {earlier}, which ended, or is "
+            f"'started' past the lease timeout, without writing the task (its worker died "
+            f"before leasing it?): Dagster would drop the request; requesting it again as {key}"
         )
         out.append(request.with_replaced_attrs(run_key=key))
     return out

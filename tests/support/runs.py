@@ -26,6 +26,14 @@ def set_run_updated(instance: DagsterInstance, run_id: str, when: datetime) -> N
         )
 
 
+def set_run_started(instance: DagsterInstance, run_id: str, when_s: float) -> None:
+    """Set the run's start time to ``when_s`` (seconds since the epoch)."""
+    with instance.run_storage.connect() as conn:  # type: ignore[attr-defined]
+        conn.execute(
+            RunsTable.update().where(RunsTable.c.run_id == run_id).values(start_time=when_s)
+        )
+
+
 def finished_task_run(instance: DagsterInstance, updated: datetime | None = None) -> str:
     """A SUCCESS run of the task job that never executed (nothing to total), last
     updated now or at ``updated``; returns its id."""
