@@ -68,8 +68,9 @@ class DaemonConfig:
     # The code location module, importable from the repository root.
     module: str = "definitions"
     run_retries: int = 2
-    # Run monitoring with intervals of seconds, so that tests see a dead worker at
-    # once; False keeps deploy/dagster.yaml's (the benchmark: what operators run).
+    # Run monitoring with intervals of seconds, so that tests see a run that never
+    # started at once (a started run's dead worker is not seen by the default
+    # launcher); False keeps deploy/dagster.yaml's (the benchmark: what operators run).
     fast_monitoring: bool = True
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
