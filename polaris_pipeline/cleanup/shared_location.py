@@ -1,8 +1,9 @@
 """The shared-location guard of the referenced purge: no live entity may use the files.
 
 A dropped table's (or view's) files are deleted only while no live table or view
-shares them: one in any realm or catalog at, above or under the task's recorded
-location (Polaris's overlap rule, ``metastore/overlap.py``; a namespace or catalog
+shares them: one in any realm or catalog at, above or under any of the task's
+recorded roots (its location, and its ``write.data.path``-style roots, which the
+path guard admits deletes under too; Polaris's overlap rule, ``metastore/overlap.py``; a namespace or catalog
 above it is where tables live and does not count), nor one whose
 ``metadata-location`` is a file about to be deleted (a table registered over the
 dropped one's metadata file). Checked before a table plans its children or a
@@ -57,15 +58,20 @@ def check_shared_location(
     of ``files`` (see the module docstring); with the task's override, note it instead.
 
     ``location``: the task's recorded table location; ``roots``: every recorded root
-    (the location and ``write.data.path``-style roots), where ``files`` lie.
+    (the location and ``write.data.path``-style roots), where ``files`` lie: each is
+    looked up, as the path guard admits deletes under each.
     MetastoreError (the check could not be made) propagates: a transient failure.
     """
     live = ctx.live
     if live is None:
         return
     found: list[Overlap] = []
-    for prefix in _locations([location]):
-        found += live.overlaps(prefix)
+    seen: set[tuple[str, int]] = set()
+    for prefix in dict.fromkeys(_locations([location, *roots])):
+        for hit in live.overlaps(prefix):
+            if (hit.realm_id, hit.entity_id) not in seen:
+                seen.add((hit.realm_id, hit.entity_id))
+                found.append(hit)
     if files:
         found += live.metadata_users(_locations(roots), files)
     if not found:

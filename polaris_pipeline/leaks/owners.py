@@ -56,6 +56,11 @@ class RootOwners:
         found = self.live.overlaps(root, limit=1)
         return found[0] if found else None
 
+    def live_writer(self, root: Location) -> Overlap | None:
+        """A live table writing files at, above or under ``root`` by a write path."""
+        found = self.live.write_path_users(root, limit=1)
+        return found[0] if found else None
+
     def task_naming(self, root: Location) -> Location | None:
         """The location of a task at, above or under ``root``, if any."""
         for loc in self.task_locations:

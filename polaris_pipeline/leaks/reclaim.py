@@ -6,8 +6,13 @@ judged it, against the metastore as it is now:
 - it lies under a catalog's base or allowed location, and is not a bucket root;
 - it is a table root (its ``metadata/`` holds Iceberg metadata): a directory of
   other data is never reclaimed;
+- it is spelt by the one rule of ``storage.uri.checked_location`` (no ``..``, ``.``
+  or empty segment: the filesystem would resolve them, the checks compare text);
+  a local root reached through a symlink is judged at its real location too;
 - no live table or view encloses it, no live entity overlaps it
-  (``metastore/overlap.py``) and no task records its location;
+  (``metastore/overlap.py``), no live table's ``write.data.path`` or
+  ``write.metadata.path`` lies at, above or under it, and no task records its
+  location;
 - its newest metadata is readable and does not turn ``gc.enabled`` off (Java's
   ``parseBoolean``, ``cleanup/gc_policy.py``).
 
@@ -29,6 +34,7 @@ before anything is deleted.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,7 +62,7 @@ from polaris_pipeline.storage.listing import (
     remove_empty_directories,
 )
 from polaris_pipeline.storage.resolve import StorageResolver
-from polaris_pipeline.storage.uri import Location, parse_location
+from polaris_pipeline.storage.uri import Location, checked_location, parse_location
 
 DAY_MS = 86_400_000
 # A reclaim never deletes an object younger than a day: a writer may be creating a
@@ -139,21 +145,40 @@ def _refusal(
     if not holds_table_metadata(files):
         return "it is not a table root (no Iceberg metadata under metadata/)"
     owners = RootOwners(live, store.list_tasks(None))
-    enclosing = owners.inside_live_table(root)
-    if enclosing is not None:
-        return enclosing.describe()
-    owner = owners.live_owner(root)
-    if owner is not None:
-        return owner.describe()
-    task = owners.task_naming(root)
-    if task is not None:
-        return f"a task still records the location {task} (the sweeper's, not a leak)"
+    for spelling in judged_locations(root):
+        found = _live_owner(owners, spelling)
+        if found is not None:
+            return found
+        task = owners.task_naming(spelling)
+        if task is not None:
+            return f"a task still records the location {task} (the sweeper's, not a leak)"
     meta = read_root_metadata(resolver, files)
     if meta.error is not None:
         return f"its newest metadata cannot tell gc.enabled: {meta.error}"
     if meta.gc_enabled is not None and not gc_enabled(meta.gc_enabled):
         return f"its newest metadata says gc.enabled={meta.gc_enabled!r}: its files are kept"
     return None
+
+
+def judged_locations(root: Location) -> list[Location]:
+    """``root``, and for a local root reached through a symlink its real location too:
+    the deletes land there, so the live entities are looked for at both."""
+    if root.scheme != "file":
+        return [root]
+    real = os.path.realpath(root.path)
+    if real == root.path:
+        return [root]
+    return [root, parse_location(real, directory=True)]
+
+
+def _live_owner(owners: RootOwners, root: Location) -> str | None:
+    """Why a live entity owns ``root`` (it encloses it, overlaps it, or writes its files
+    there by a write path), or None."""
+    for hit in (owners.inside_live_table(root), owners.live_owner(root)):
+        if hit is not None:
+            return hit.describe()
+    writer = owners.live_writer(root)
+    return writer.describe() if writer is not None else None
 
 
 def reclaim_root(
@@ -174,13 +199,13 @@ def reclaim_root(
     check_min_age_days(min_age_ms / DAY_MS)
     report = ReclaimReport(root_uri, min_age_ms)
     try:
-        root = parse_location(root_uri, directory=True)
+        root = checked_location(root_uri, directory=True)
     except ValueError as e:
-        report.refusal = f"{root_uri!r} is not a location ({e})"
+        report.refusal = f"{root_uri!r} is not a location that may be reclaimed ({e})"
         return report
     live = LiveLocations(store.engine, store.check_schema())
     cutoff = (now_ms if now_ms is not None else int(time.time() * 1000)) - min_age_ms
-    metadata = parse_location(f"{root_uri.rstrip('/')}/{METADATA_DIRECTORY}", directory=True)
+    metadata = Location(root.scheme, root.store, (*root.segments, METADATA_DIRECTORY))
     record: DeletionRecord | None = None
     try:
         catalog = holding_catalog(read_catalogs(store.engine), root)
@@ -264,12 +289,13 @@ def _delete_pass(
         if not batch:
             continue
         # Again right before the batch: a table created at the root meanwhile stops it.
-        found = live.overlaps(root, limit=1) or [
-            hit for hit in [live.enclosing_table(root)] if hit is not None
-        ]
-        if found:
-            report.refusal = found[0].describe()
-            return
+        for spelling in judged_locations(root):
+            found = live.overlaps(spelling, limit=1) or [
+                hit for hit in [live.enclosing_table(spelling)] if hit is not None
+            ]
+            if found:
+                report.refusal = found[0].describe()
+                return
         sizes = {o.uri: o.size for o in batch}
         result = DeleteReport()
         if record is not None:

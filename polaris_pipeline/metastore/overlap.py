@@ -44,6 +44,7 @@ from sqlalchemy.exc import DBAPIError
 from polaris_pipeline.errors import MetastoreError
 from polaris_pipeline.metastore.queries import ENTITY_REALMS
 from polaris_pipeline.metastore.schema import entities
+from polaris_pipeline.storage.guard import ROOT_PROPERTIES
 from polaris_pipeline.storage.uri import Location, parse_location
 from polaris_pipeline.tasks.model import CATALOG_TYPE_CODE, TABLE_LIKE_TYPE_CODE
 
@@ -395,3 +396,42 @@ class LiveLocations:
             )
             if hit is not None:
                 yield hit
+
+    def write_path_users(self, prefix: Location, limit: int = 5) -> list[Overlap]:
+        """Up to ``limit`` live tables or views whose ``write.data.path``-style root
+        (``ROOT_PROPERTIES``) lies at, above or under ``prefix``: their files are there
+        whatever their location says. No column holds these properties, so every table
+        row naming one is read: for the operator's reclaim, not for every purge."""
+        c = entities.c
+        stmt = (
+            select(*_JUDGED)
+            .where(
+                c.type_code == TABLE_LIKE_TYPE_CODE,
+                cast(c.properties, Text).like("%write.%path%"),
+            )
+            .execution_options(yield_per=1000)
+        )
+        return self._first(lambda conn: _write_root_hits(conn.execute(stmt), prefix), limit)
+
+
+def _write_root_hits(rows: Iterable[Any], prefix: Location) -> Iterator[Overlap]:
+    for row in rows:
+        props = _properties(row.properties)
+        if props is None:
+            continue  # judged by ``overlaps`` (its properties do not decode)
+        for key in ROOT_PROPERTIES:
+            raw = props.get(key)
+            if not isinstance(raw, str) or not raw.strip():
+                continue
+            hit = Overlap(
+                row.realm_id, int(row.catalog_id), int(row.id), "table-like", row.name, raw, ""
+            )
+            try:
+                loc = parse_location(raw, directory=True)
+            except ValueError as e:
+                yield dataclasses.replace(hit, why=f"its {key} is malformed ({e})")
+                continue
+            if prefix.contains(loc):
+                yield dataclasses.replace(hit, why=f"its {key} is at or under the prefix")
+            elif loc.contains(prefix):
+                yield dataclasses.replace(hit, why=f"the prefix lies inside its {key}")

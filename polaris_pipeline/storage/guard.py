@@ -17,15 +17,15 @@ is about to judge: ``polaris_pipeline.cleanup.roots.recorded_roots`` picks them
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping
 
 from polaris_pipeline.errors import GuardRefusal
 from polaris_pipeline.storage.config import StorageConfig
-from polaris_pipeline.storage.uri import BUCKET_SCHEMES, Location, parse_location
+from polaris_pipeline.storage.uri import BUCKET_SCHEMES, Location, checked_location
 
-# Table properties that place files outside the table location. The last two are
-# the older names Iceberg still honours.
+# Table properties that place files outside the table location (the live-entity
+# checks of ``metastore/overlap.py`` read the same list). The last two are the older
+# names Iceberg still honours.
 ROOT_PROPERTIES = (
     "write.data.path",
     "write.metadata.path",
@@ -33,31 +33,15 @@ ROOT_PROPERTIES = (
     "write.folder-storage.path",
 )
 
-# C0 and C1 controls and DEL: one regex search instead of a Python test per character.
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_TRICK_SEGMENTS = {"..": "'..' segment", ".": "'.' segment", "": "empty segment ('//')"}
-
 # Resolved parent directories kept per guard. Bounded so that a manifest naming
 # a million directories does not grow memory; at the bound the cache is emptied.
 _MAX_CACHED_DIRS = 4096
 
 
 def _parse(uri: str, *, root: bool = False) -> Location:
-    """``uri`` as a Location (``root``: a directory); refuse tricks.
-
-    Raises a bare reason (str in a ValueError) so callers can word the refusal.
-    """
-    if "\x00" in uri:
-        raise ValueError("NUL byte")
-    if _CONTROL_RE.search(uri):
-        raise ValueError("control character")
-    loc = parse_location(uri, directory=root)
-    if loc.scheme != "file" and not loc.authority:
-        raise ValueError("no bucket or host")
-    if not _TRICK_SEGMENTS.keys().isdisjoint(loc.segments):
-        # Report the first offending segment, in path order.
-        raise ValueError(next(_TRICK_SEGMENTS[s] for s in loc.segments if s in _TRICK_SEGMENTS))
-    return loc
+    """``uri`` as a Location (``root``: a directory) by the one rule of
+    ``storage.uri.checked_location``; its ValueError carries the reason."""
+    return checked_location(uri, directory=root)
 
 
 def _parse_root(uri: str, what: str) -> Location:

@@ -137,13 +137,47 @@ def parse_location(uri: str, *, directory: bool = False) -> Location:
     else:
         authority, _, path = rest.partition("/")
     store = authority
-    if scheme == "abfs" and "@" in authority:
-        with suppress(ValueError):  # else compared as written
-            container, account, _ = azure_parts(authority)
-            store = f"{container}@{account}"
+    if scheme == "abfs":
+        # Azure's account (a DNS name) and container names know no case.
+        store = authority.lower()
+        if "@" in store:
+            with suppress(ValueError):  # else compared as written
+                container, account, _ = azure_parts(store)
+                store = f"{container}@{account}"
     if directory:
         path = path.rstrip("/")
     return Location(scheme, store, tuple(path.split("/")) if path else (), authority)
+
+
+# C0 and C1 controls and DEL: one regex search instead of a Python test per character.
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# A dot, slash or backslash percent-encoded: a client or store that decodes once reads
+# another path than the text (``%2e%2e`` as ``..``, ``a%2fb`` as ``a/b``).
+_ENCODED_RE = re.compile(r"%(2e|2f|5c)", re.IGNORECASE)
+_TRICK_SEGMENTS = {"..": "'..' segment", ".": "'.' segment", "": "empty segment ('//')"}
+
+
+def checked_location(uri: str, *, directory: bool = False) -> Location:
+    """``uri`` as a Location that checking and deleting read alike, ValueError(reason)
+    otherwise: a NUL or control character, a backslash, a percent-encoded dot, slash
+    or backslash, a ``.``, ``..`` or empty segment, an object store without a bucket.
+    ``directory``: as :func:`parse_location` (trailing slashes do not count)."""
+    if "\x00" in uri:
+        raise ValueError("NUL byte")
+    if _CONTROL_RE.search(uri):
+        raise ValueError("control character")
+    if "\\" in uri:
+        raise ValueError("backslash (some stores read it as '/')")
+    encoded = _ENCODED_RE.search(uri)
+    if encoded:
+        raise ValueError(f"percent-encoded {encoded.group(0)!r} (a store may decode it)")
+    loc = parse_location(uri, directory=directory)
+    if loc.scheme != "file" and not loc.authority:
+        raise ValueError("no bucket or host")
+    if not _TRICK_SEGMENTS.keys().isdisjoint(loc.segments):
+        # The first offending segment, in path order.
+        raise ValueError(next(_TRICK_SEGMENTS[s] for s in loc.segments if s in _TRICK_SEGMENTS))
+    return loc
 
 
 def _directory(uri: str) -> Location | None:
