@@ -3,8 +3,9 @@
 A dropped table's (or view's) files are deleted only while no live table or view
 shares them: one in any realm or catalog at, above or under any of the task's
 recorded roots (its location, and its ``write.data.path``-style roots, which the
-path guard admits deletes under too; Polaris's overlap rule, ``metastore/overlap.py``; a namespace or catalog
-above it is where tables live and does not count), nor one whose
+path guard admits deletes under too; Polaris's overlap rule,
+``metastore/overlap.py``; a namespace or catalog above it is where tables live and
+does not count), nor one whose
 ``metadata-location`` is a file about to be deleted (a table registered over the
 dropped one's metadata file). Checked before a table plans its children or a
 view deletes its file, and again before each chunk of deletes of every task,
