@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from dagster import (
-    DagsterEventType,
     DagsterInstance,
     build_schedule_context,
     materialize,
@@ -21,20 +20,22 @@ from dagster import (
 from pyiceberg.table import Table
 
 from builders import tables as built_tables
-from polaris_pipeline.dagster import LeakSettings, PolarisStorageResource, polaris_leaked_roots
+from polaris_pipeline.dagster import LeakSettings, polaris_leaked_roots
 from polaris_pipeline.dagster.definitions import build_defs_from_env
 from polaris_pipeline.dagster.leaks import (
     LEAKS_ASSET,
     RECLAIM_JOB,
-    RECLAIM_OP,
     build_leak_report_schedule,
-    polaris_leak_reclaim_job,
 )
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.uri import normalize_uri, split_uri
-from tests.support.dagster import metastore_resource
 from tests.support.iceberg import Warehouse
-from tests.support.leaks import age_local_files, catalog_entity
+from tests.support.leaks import (
+    age_local_files,
+    catalog_entity,
+    reclaim_job,
+    reclaim_resources,
+)
 from tests.support.unreferenced import live_entity
 
 SQLITE = pytest.mark.parametrize("metastore_url", ["sqlite"], indirect=True)
@@ -46,39 +47,6 @@ def _leaked(wh: Warehouse, name: str, *, days: float = 10, **kwargs: Any) -> Tab
     return table
 
 
-def _resources(store: Metastore, leaks: LeakSettings, record: Path | None = None) -> dict[str, Any]:
-    return {
-        "metastore": metastore_resource(store),
-        "storage": PolarisStorageResource(deletion_record=str(record) if record else None),
-        "leaks": leaks,
-    }
-
-
-def _reclaim(
-    store: Metastore, roots: list[str], record: Path | None = None, **config: Any
-) -> tuple[bool, dict[str, Any]]:
-    """Launch the reclaim job as the Launchpad does; its success and its observation's metadata."""
-    with DagsterInstance.ephemeral() as instance:
-        result = polaris_leak_reclaim_job.execute_in_process(
-            run_config={"ops": {RECLAIM_OP: {"config": {"roots": roots, **config}}}},
-            resources=_resources(store, LeakSettings(), record),
-            instance=instance,
-            raise_on_error=False,
-        )
-        # As the asset's page reads it: from the instance's event log.
-        observations = [
-            e.dagster_event.asset_observation_data.asset_observation
-            for e in instance.all_logs(result.run_id, of_type=DagsterEventType.ASSET_OBSERVATION)
-            if e.dagster_event is not None
-        ]
-        meta = {}
-        if observations:
-            [observation] = observations
-            assert observation.asset_key.to_user_string() == LEAKS_ASSET
-            meta = {k: v.value for k, v in observation.metadata.items()}
-        return result.success, meta
-
-
 @SQLITE
 def test_the_job_reclaims_a_reported_root_with_its_record_and_per_root_metadata(
     metastore: Metastore, local_warehouse: Warehouse, tmp_path: Path
@@ -88,7 +56,7 @@ def test_the_job_reclaims_a_reported_root_with_its_record_and_per_root_metadata(
     expected = {normalize_uri(u) for u in built_tables.list_files(dropped.location())}
     audit = tmp_path / "audit"
 
-    ok, meta = _reclaim(metastore, [dropped.location()], audit)
+    ok, meta = reclaim_job(metastore, [dropped.location()], audit)
     assert ok
     assert (meta["reclaimed"], meta["refused"], meta["deleted"]) == (1, 0, len(expected))
     [root] = meta["roots"]
@@ -116,7 +84,7 @@ def test_the_job_refuses_a_live_root_and_gc_disabled_and_keeps_young_objects(
     roots = [again.location(), kept.location(), young.location()]
     before = {r: built_tables.list_files(r) for r in roots}
 
-    ok, meta = _reclaim(metastore, roots)
+    ok, meta = reclaim_job(metastore, roots)
     assert not ok  # a refusal fails the run, after every root was judged
     assert (meta["refused"], meta["deleted"], meta["reclaimed"]) == (2, 0, 0)
     by_root = {r["root"]: r for r in meta["roots"]}
@@ -135,10 +103,10 @@ def test_the_job_refuses_a_minimum_age_below_a_day_before_anything(
     catalog_entity(metastore, "cat", local_warehouse.uri)
     dropped = _leaked(local_warehouse, "t")
     before = built_tables.list_files(dropped.location())
-    ok, meta = _reclaim(metastore, [dropped.location()], min_age_days=0.5)
+    ok, meta = reclaim_job(metastore, [dropped.location()], min_age_days=0.5)
     assert not ok and meta == {}
     assert built_tables.list_files(dropped.location()) == before
-    ok, _ = _reclaim(metastore, [dropped.location()], min_age_days=1)
+    ok, _ = reclaim_job(metastore, [dropped.location()], min_age_days=1)
     assert ok and not built_tables.list_files(dropped.location())
 
 
@@ -150,7 +118,7 @@ def _scheduled_report(store: Metastore, leaks: LeakSettings) -> dict[str, Any]:
         result = materialize(
             [polaris_leaked_roots],
             instance=instance,
-            resources=_resources(store, leaks),
+            resources=reclaim_resources(store, leaks),
             run_config=request.run_config,
         )
         assert result.success
@@ -202,7 +170,7 @@ def test_auto_reclaim_on_for_a_catalog_reclaims_its_old_roots_and_no_other(
 
 
 @SQLITE
-def test_a_report_launched_by_hand_does_not_auto_reclaim(
+def test_a_report_launched_by_hand_does_not_autoreclaim_job(
     metastore: Metastore, two_catalogs: tuple[Table, Table, Table]
 ) -> None:
     a_old = two_catalogs[0]
@@ -211,7 +179,7 @@ def test_a_report_launched_by_hand_does_not_auto_reclaim(
         result = materialize(
             [polaris_leaked_roots],
             instance=instance,
-            resources=_resources(metastore, LeakSettings(auto_reclaim_catalogs=["a"])),
+            resources=reclaim_resources(metastore, LeakSettings(auto_reclaim_catalogs=["a"])),
         )
         assert result.success
     assert built_tables.list_files(a_old.location()) == before

@@ -18,10 +18,8 @@ from __future__ import annotations
 import io
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
-from dagster import DagsterInstance
 from hypothesis import given
 from hypothesis import strategies as st
 from pyiceberg.table import Table
@@ -29,8 +27,6 @@ from pyiceberg.table import Table
 from builders import tables as built_tables
 from builders import tasks as built_tasks
 from polaris_pipeline.cli.main import main
-from polaris_pipeline.dagster import LeakSettings, PolarisStorageResource
-from polaris_pipeline.dagster.leaks import RECLAIM_OP, polaris_leak_reclaim_job
 from polaris_pipeline.errors import GuardRefusal
 from polaris_pipeline.execution.runner import Runner, Status
 from polaris_pipeline.leaks.reclaim import DAY_MS, reclaim_root
@@ -39,9 +35,8 @@ from polaris_pipeline.metastore.overlap import judge
 from polaris_pipeline.storage.guard import PathGuard
 from polaris_pipeline.storage.uri import checked_location, split_uri
 from polaris_pipeline.tasks.model import TABLE_LIKE_TYPE_CODE
-from tests.support.dagster import metastore_resource
 from tests.support.iceberg import Warehouse, table_files
-from tests.support.leaks import age_local_files, catalog_entity
+from tests.support.leaks import age_local_files, catalog_entity, reclaim_job
 from tests.support.unreferenced import live_entity
 
 # -- the rule, for every store: each spelling refused or judged live ----------------------
@@ -219,19 +214,11 @@ def test_the_reclaim_job_refuses_a_live_table_spelt_otherwise(
 ) -> None:
     live = _live_beside_a_leak(metastore, local_warehouse)
     files = built_tables.list_files(live.location())
-    resources: dict[str, Any] = {
-        "metastore": metastore_resource(metastore),
-        "storage": PolarisStorageResource(),
-        "leaks": LeakSettings(),
-    }
-    with DagsterInstance.ephemeral() as instance:
-        result = polaris_leak_reclaim_job.execute_in_process(
-            run_config={"ops": {RECLAIM_OP: {"config": {"roots": [_spelt(live, spelling)]}}}},
-            resources=resources,
-            instance=instance,
-            raise_on_error=False,
-        )
-    assert not result.success
+    spelt = _spelt(live, spelling)
+    ok, meta = reclaim_job(metastore, [spelt])
+    assert not ok
+    [root] = meta["roots"]
+    assert root["root"] == spelt and "may be reclaimed" in root["refusal"]
     assert built_tables.list_files(live.location()) == files
 
 

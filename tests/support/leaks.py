@@ -3,6 +3,8 @@
 - ``catalog_entity(store, name, base_location, allowed)``: a catalog row (type code 4)
   with ``default-base-location`` and a ``storage_configuration_info`` listing
   ``allowedLocations``, as Polaris writes a catalog.
+- ``reclaim_job(store, roots)``: the reclaim job launched as the Launchpad does; its
+  success and its observation's metadata (per root: refusal, deleted ...).
 - ``drop_event(store, ...)``: a table's or view's drop event as Polaris 1.6+'s
   persistence listener records it (schema v3+).
 """
@@ -17,8 +19,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dagster import DagsterEventType, DagsterInstance
+
+from polaris_pipeline.dagster import LeakSettings, PolarisStorageResource
+from polaris_pipeline.dagster.leaks import LEAKS_ASSET, RECLAIM_OP, polaris_leak_reclaim_job
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.metastore.schema import events
+from tests.support.dagster import metastore_resource
 from tests.support.tasks import insert_row
 from tests.support.unreferenced import CATALOG_TYPE_CODE
 
@@ -128,3 +135,38 @@ def age_local_files(directory: Path, days: float) -> None:
     for path in directory.rglob("*"):
         if path.is_file():
             os.utime(path, (stamp, stamp))
+
+
+def reclaim_resources(
+    store: Metastore, leaks: LeakSettings, record: Path | None = None
+) -> dict[str, Any]:
+    return {
+        "metastore": metastore_resource(store),
+        "storage": PolarisStorageResource(deletion_record=str(record) if record else None),
+        "leaks": leaks,
+    }
+
+
+def reclaim_job(
+    store: Metastore, roots: list[str], record: Path | None = None, **config: Any
+) -> tuple[bool, dict[str, Any]]:
+    """Launch the reclaim job as the Launchpad does; its success and its observation's metadata."""
+    with DagsterInstance.ephemeral() as instance:
+        result = polaris_leak_reclaim_job.execute_in_process(
+            run_config={"ops": {RECLAIM_OP: {"config": {"roots": roots, **config}}}},
+            resources=reclaim_resources(store, LeakSettings(), record),
+            instance=instance,
+            raise_on_error=False,
+        )
+        # As the asset's page reads it: from the instance's event log.
+        observations = [
+            e.dagster_event.asset_observation_data.asset_observation
+            for e in instance.all_logs(result.run_id, of_type=DagsterEventType.ASSET_OBSERVATION)
+            if e.dagster_event is not None
+        ]
+        meta = {}
+        if observations:
+            [observation] = observations
+            assert observation.asset_key.to_user_string() == LEAKS_ASSET
+            meta = {k: v.value for k, v in observation.metadata.items()}
+        return result.success, meta
