@@ -321,6 +321,16 @@ def test_a_bucket_or_filesystem_root_is_refused(root: str) -> None:
     assert loc is None and why is not None and "root" in why
 
 
+@pytest.mark.parametrize(
+    "prefix",
+    ["file:///wh/ns/x/../live", "file:///wh/ns/./live", "s3://b/wh//live", "s3://b/%2e%2e"],
+)
+def test_a_prefix_the_store_would_read_as_another_is_refused(prefix: str) -> None:
+    """Listed and deleted under as spelt, so judged by the one rule (checked_location)."""
+    loc, why = prefix_refusal(_ctx(prefix), prefix)
+    assert loc is None and why is not None and "malformed" in why
+
+
 def test_a_prefix_at_or_above_an_allowed_location_is_refused() -> None:
     storage = (
         '{"@type":"FileStorageConfigurationInfo","storageType":"FILE",'

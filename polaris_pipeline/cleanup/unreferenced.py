@@ -47,7 +47,12 @@ from polaris_pipeline.report.formatting import PATH_SAMPLE
 from polaris_pipeline.storage.catalog_config import catalog_storage
 from polaris_pipeline.storage.delete import MAX_KEYS_PER_REQUEST, bulk_delete
 from polaris_pipeline.storage.listing import ListedObject, list_prefix, remove_empty_directories
-from polaris_pipeline.storage.uri import Location, normalize_uri, parse_location
+from polaris_pipeline.storage.uri import (
+    Location,
+    checked_location,
+    normalize_uri,
+    parse_location,
+)
 from polaris_pipeline.tasks.payloads import DroppedEntity
 from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
 
@@ -60,7 +65,7 @@ OverlapCheck = Callable[[Location], list[Overlap]]
 def prefix_refusal(ctx: CleanupContext, prefix: str) -> tuple[Location | None, str | None]:
     """``(the prefix as a Location, None)`` or ``(None, why it is refused)``."""
     try:
-        loc = parse_location(prefix, directory=True)
+        loc = checked_location(prefix, directory=True)  # listed and deleted under as spelt
     except ValueError as e:
         return None, f"the table location {prefix!r} is malformed ({e})"
     if not loc.segments:
