@@ -48,7 +48,6 @@ from polaris_pipeline.dagster.celery import (
     BROKER_ENV,
     IO_BASE_DIR_ENV,
     QUEUE_ENV,
-    build_polaris_celery_task_job,
     celery_executor_config,
 )
 from polaris_pipeline.dagster.contract import FINISH_STEP, JOB_NAME
@@ -250,12 +249,6 @@ def _same_job_but_the_executor(celery_job: JobDefinition) -> None:
 
 def test_celery_job_is_the_task_job_with_another_executor() -> None:
     _same_job_but_the_executor(_shipped_celery_job())
-
-
-def test_the_old_celery_job_builder_still_builds_it_but_warns() -> None:
-    with pytest.warns(DeprecationWarning, match="build_polaris_celery_task_job is deprecated"):
-        celery_job = build_polaris_celery_task_job()
-    _same_job_but_the_executor(celery_job)
 
 
 def test_executor_config_names_the_variables_never_their_values() -> None:

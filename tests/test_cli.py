@@ -444,32 +444,3 @@ def test_sweep_says_which_failures_are_permanent(metastore: Metastore) -> None:
     assert doc["status"] == "dead" and doc["permanent"] is True
     code, out = run("tasks", "show", str(again.id), "--metastore", url_of(metastore))
     assert code == 0 and "permanent: retrying cannot heal it" in out
-
-
-def test_sweep_once_is_a_deprecated_no_op(
-    metastore: Metastore, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """``--once`` is still accepted (old scripts keep working): it warns on stderr, once, and
-    changes nothing else; ``sweep --help`` no longer offers it."""
-    task = _aged_task(metastore, "r1")
-    url = url_of(metastore)
-    warning = (
-        "polaris-pipeline: warning: --once is deprecated and does nothing: sweep always runs once"
-    )
-
-    for flags in (["--dry-run"], ["--dry-run", "--json"]):
-        capsys.readouterr()
-        without = run("sweep", *flags, "--metastore", url)
-        assert capsys.readouterr().err == ""
-        with_once = run("sweep", "--once", *flags, "--metastore", url)
-        assert capsys.readouterr().err.splitlines() == [warning]
-        assert with_once == without, flags
-        assert str(task.id) in without[1]
-
-    code, out = run("sweep", "--once", "--json", "--metastore", url)
-    assert code == 0 and [o["id"] for o in json.loads(out)["outcomes"]] == [str(task.id)]
-    assert str(task.id) not in states(url)  # done: the row is gone, as without --once
-
-    with pytest.raises(SystemExit):
-        main(["sweep", "--help"])
-    assert "--once" not in capsys.readouterr().out

@@ -97,57 +97,9 @@ def test_the_code_location_follows_the_environment(monkeypatch: pytest.MonkeyPat
     assert ("polaris_task_sweeper", DefaultSensorStatus.RUNNING) in location["sensors"]
 
 
-# Each top-level package's __all__ in the last release, when it re-exported library names.
-OLD_NAMES = {
-    "sensors": [
-        "SENSOR_NAME",
-        "SweepCursor",
-        "build_polaris_check_alert",
-        "build_polaris_failure_alert",
-        "build_polaris_task_sweeper",
-        "build_run_report_sensor",
-        "build_sweeper_watch",
-        "polaris_sweeper_watch",
-        "polaris_task_sweeper",
-        "sweep_tick",
-    ],
-    "assets": [
-        "BACKLOG_CHECKS",
-        "BacklogSettings",
-        "LeakSettings",
-        "polaris_leaked_roots",
-        "polaris_task_backlog",
-    ],
-    "jobs": [
-        "JOB_NAME",
-        "TaskRunConfig",
-        "build_polaris_task_job",
-        "polaris_leak_report_job",
-        "polaris_task_job",
-        "run_config_for",
-    ],
-    "resources": ["PolarisMetastoreResource", "PolarisStorageResource", "SweeperSettings"],
-}
-
-
-@pytest.mark.parametrize(
-    ("package", "name"), [(p, n) for p, names in OLD_NAMES.items() for n in names]
-)
-def test_a_name_the_package_re_exported_still_imports_with_a_warning(
-    package: str, name: str
-) -> None:
-    module = importlib.import_module(package)
-    with pytest.warns(DeprecationWarning, match=rf"^{package}\.{name} is deprecated") as seen:
-        value = getattr(module, name)
-    [warning] = seen
-    home = str(warning.message).rsplit(" ", 1)[-1]
-    assert home.startswith("polaris_pipeline.dagster.")
-    assert value is getattr(importlib.import_module(home), name)
-
-
 @pytest.mark.parametrize("package", ["assets", "jobs", "resources", "sensors"])
 def test_each_top_level_package_defines_nothing_but_its_location(package: str) -> None:
-    """No re-export list: the package holds ``location`` and the old names' redirect."""
+    """No re-export list: the package holds ``location``, and no other name imports."""
     module = importlib.import_module(package)
     public = [n for n in vars(module) if not n.startswith("_")]
     assert set(public) <= {"location"}  # location: once something imported it

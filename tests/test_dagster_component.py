@@ -29,7 +29,7 @@ ATTRIBUTES: dict[str, Any] = {
     "sweeper": {"interval_seconds": 5, "jitter": 0.1, "max_runs_per_tick": 7},
     "executor": "in_process",
 }
-# The same, as the flat keys of earlier releases spelt it.
+# The same, as flat keys outside the blocks: refused.
 FLAT_ATTRIBUTES: dict[str, Any] = {
     "metastore_url": "{{ env.POLARIS_METASTORE_URL }}",
     "realms": ["POLARIS"],
@@ -292,19 +292,19 @@ def test_every_setting_of_every_section_is_a_key_of_its_block(tmp_path: Path) ->
     assert policy.for_realm("POLARIS").unreferenced.value == "delete"
 
 
-def test_the_flat_keys_of_earlier_releases_still_work_with_a_warning(
+def test_a_flat_key_outside_the_blocks_is_refused(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    """No flat keys (``metastore_url``, ``sweep``, ...): every setting lives in its block."""
     monkeypatch.setenv(URL_ENV, f"sqlite:///{tmp_path / 'polaris.db'}")
-    with (
-        pytest.warns(DeprecationWarning, match="metastore_url, realms, grace_ms"),
-        pytest.warns(DeprecationWarning, match="sweep: deprecated; write them in the sweeper"),
-    ):
-        flat = _load_resources(FLAT_ATTRIBUTES)
-    nested = _load_resources(ATTRIBUTES)
-    for key in ("metastore", "sweeper"):
-        assert flat[key].model_dump() == nested[key].model_dump(), key
-    assert flat["metastore"].url == EnvVar(URL_ENV)
+    with pytest.raises(Exception) as error:
+        _load_resources(FLAT_ATTRIBUTES)
+    causes = []
+    cause: BaseException | None = error.value
+    while cause is not None:
+        causes.append(str(cause))
+        cause = cause.__cause__ or cause.__context__
+    assert any("metastore_url" in text and "extra" in text.lower() for text in causes), causes
 
 
 @pytest.mark.parametrize(

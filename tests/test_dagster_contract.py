@@ -446,28 +446,3 @@ def test_report_run_uses_the_translator_it_is_given(
     key = AssetKey(["lake", "purged", REALM, "catalog_unknown", "ns", "t"])
     assert instance.get_latest_materialization_event(key) is not None
     assert json.loads(json.dumps(dict(run.tags)))[TEAM_TAG] == TEAM
-
-
-def test_a_translator_written_for_task_rows_reads_a_decoded_task_as_its_row() -> None:
-    """The translator's methods now get the task decoded once; an override of an earlier
-    release that reads the row's fields still finds them."""
-    from polaris_pipeline.tasks.decoded import DecodedTask
-
-    [new] = [batch_task("T", ["file:///wh/t/data/a.parquet"])]
-    row = TaskRow(
-        realm_id="POLARIS",
-        id=7,
-        parent_id=0,
-        name=new.name,
-        properties=new.properties,
-        internal_properties={},
-        create_timestamp=0,
-        last_update_timestamp=0,
-        entity_version=1,
-        grant_records_version=1,
-    )
-    decoded = DecodedTask.from_row(row)
-    assert decoded.realm_id == "POLARIS" and decoded.id == 7
-    assert decoded.properties == row.properties and decoded.label == row.label
-    with pytest.raises(AttributeError):
-        _ = decoded.no_such_field

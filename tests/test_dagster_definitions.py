@@ -1,6 +1,5 @@
 """``build_defs``' resources: one statement of them (``DeploymentResources``), the
-public keyword arguments that take them, their defaults, and the deprecated loose
-arguments of earlier releases."""
+public keyword arguments that take them, and their defaults."""
 
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ from dagster import EnvVar
 
 from polaris_pipeline.dagster import (
     LeakSettings,
-    PolarisMetastoreResource,
     RetentionSettings,
     SweeperSettings,
     build_defs,
@@ -29,8 +27,7 @@ from polaris_pipeline.dagster.definitions import (
 from polaris_pipeline.metastore import URL_ENV
 
 RESOURCE_KEYS = ["metastore", "storage", "sweeper", "backlog", "retention", "leaks"]
-# build_defs' signature as users call it: keyword-only, in this order, then the
-# deprecated loose arguments.
+# build_defs' signature as users call it: keyword-only, in this order.
 PUBLIC_PARAMETERS = [
     *RESOURCE_KEYS,
     "executor",
@@ -38,7 +35,6 @@ PUBLIC_PARAMETERS = [
     "notify",
     "alert_ui_url",
     "translator",
-    "deprecated",
 ]
 
 
@@ -53,11 +49,8 @@ def _dumps(resources: dict[str, Any]) -> dict[str, Any]:
 def test_build_defs_keeps_its_public_keyword_arguments() -> None:
     parameters = inspect.signature(build_defs).parameters
     assert list(parameters) == PUBLIC_PARAMETERS
-    assert parameters["deprecated"].kind is inspect.Parameter.VAR_KEYWORD
     assert all(
-        p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is None
-        for name, p in parameters.items()
-        if name != "deprecated"
+        p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is None for p in parameters.values()
     )
 
 
@@ -111,34 +104,6 @@ def test_build_defs_from_env_deploys_the_resources_deployment_from_env_read(
     assert deployed["retention"] != RetentionSettings()
 
 
-def test_a_deprecated_argument_warns_at_the_callers_line_and_sets_its_section() -> None:
-    with pytest.warns(DeprecationWarning, match=r"build_defs\(grace_ms, realms=\.\.\.\)") as seen:
-        resources = _resources(build_defs(realms=["A"], grace_ms=1234))
-    assert [Path(w.filename).resolve() for w in seen] == [Path(__file__).resolve()]
-    assert resources["metastore"].realms == ["A"]
-    assert resources["metastore"].grace_ms == 1234
-
-
-def test_a_deprecated_argument_that_disagrees_with_its_resource_is_refused() -> None:
-    metastore = PolarisMetastoreResource(url="sqlite:///unused.db", grace_ms=1)
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="grace_ms 2 disagrees"):
-        build_defs(metastore=metastore, grace_ms=2)
-
-
 def test_an_unknown_keyword_argument_is_a_type_error() -> None:
-    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) realm$"):
-        build_defs(realm="POLARIS")
-
-
-def test_build_resources_still_takes_the_resources_as_keywords_with_a_warning() -> None:
-    sweeper = SweeperSettings(interval_seconds=5)
-    with pytest.warns(DeprecationWarning, match=r"build_resources\(sweeper=\.\.\.\)") as seen:
-        resources = build_resources(sweeper=sweeper)
-    assert [Path(w.filename).resolve() for w in seen] == [Path(__file__).resolve()]
-    assert resources["sweeper"] is sweeper
-    assert resources["leaks"].model_dump() == LeakSettings().model_dump()
-    # The keyword wins over nothing given, and joins what DeploymentResources gave.
-    leaks = LeakSettings(min_age_days=30)
-    with pytest.warns(DeprecationWarning):
-        both = build_resources(DeploymentResources(leaks=leaks), sweeper=sweeper)
-    assert both["leaks"] is leaks and both["sweeper"] is sweeper
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'realm'"):
+        build_defs(realm="POLARIS")  # type: ignore[call-arg]

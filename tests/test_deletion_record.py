@@ -335,23 +335,11 @@ def test_the_setting_reaches_the_cli_env_and_the_dagster_storage_resource(
     with pytest.raises(SettingsError, match="--deletion-record"):
         settings_for(argparse.Namespace(deletion_record="audit"))
 
-    # build_defs(deletion_record=...) is a keyword of the last release, kept with a warning.
-    with pytest.warns(DeprecationWarning, match="deletion_record"):
-        resources = dict(build_defs(deletion_record="s3://audit/pp/").resources or {})
+    resources = dict(
+        build_defs(storage=PolarisStorageResource(deletion_record="s3://audit/pp/")).resources or {}
+    )
     assert resources["storage"].get_deletion_record() == "s3://audit/pp/"
     assert dict(build_defs().resources or {})["storage"].get_deletion_record() is None
-    inline = PolarisStorageResource(allowed_prefixes=["s3://wh/"])
-    with pytest.warns(DeprecationWarning, match="deletion_record"):
-        defs = build_defs(storage=inline, deletion_record="file:///var/pp/")
-    storage = dict(defs.resources or {})["storage"]
-    assert storage.allowed_prefixes == ["s3://wh/"] and storage.deletion_record == "file:///var/pp/"
-    with (
-        pytest.warns(DeprecationWarning, match="deletion_record"),
-        pytest.raises(ValueError, match="set it in one place"),
-    ):
-        build_defs(
-            storage=PolarisStorageResource(deletion_record="s3://a/"), deletion_record="s3://b/"
-        )
     with pytest.raises(ValueError, match=r"deletion_record\n.*not an fsspec URI prefix"):
         PolarisStorageResource(deletion_record="nowhere")
 

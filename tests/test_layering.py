@@ -136,7 +136,7 @@ def test_storage_is_layered() -> None:
 # A unit is a subpackage or a root module; report/formatting.py is a leaf of its own
 # (how times, sizes and names are written for people: engine messages use it too).
 PACKAGE_LAYERS = (
-    ("errors", "bounds", "deprecation", "report.formatting"),
+    ("errors", "bounds", "report.formatting"),
     ("tasks",),  # rows, states, payloads, references: Polaris's data
     ("storage",),  # locations, filesystems, credentials, the guard, deletes
     ("metastore",),  # statements and transitions over the rows

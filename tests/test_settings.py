@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from polaris_pipeline.settings import (
-    DEPRECATED_VARIABLES,
     ENV_VARIABLES,
     GRACE_ENV,
     LEASE_TIMEOUT_ENV,
@@ -134,21 +133,6 @@ def test_each_variable_is_spelt_from_its_section_and_field() -> None:
         assert env_variable(section, field) == name
     # The inline storage rules are YAML or Python; the environment names the file.
     assert env_variable("storage", "locations") is None
-
-
-@pytest.mark.parametrize(("old", "target"), sorted(DEPRECATED_VARIABLES.items()))
-def test_a_variable_of_an_earlier_release_still_works_with_a_warning(
-    old: str, target: tuple[str, str]
-) -> None:
-    section, field = target
-    with pytest.warns(
-        DeprecationWarning, match=f"{old} is deprecated: set {ENV_VARIABLES[target]}"
-    ):
-        s = PipelineSettings.from_env({old: "7"})
-    assert getattr(getattr(s, section), field) == 7
-    # The new name wins when both are set.
-    both = PipelineSettings.from_env({old: "7", ENV_VARIABLES[target]: "8"})
-    assert getattr(getattr(both, section), field) == 8
 
 
 def test_sweeper_autostart_is_a_boolean_or_unset() -> None:
@@ -320,12 +304,3 @@ def test_every_section_s_variables_reach_its_resource() -> None:
     resources = deployment_from_env(env).resources
     for section in ("storage", "sweeper", "backlog", "retention", "leaks"):
         assert resources[section].model_dump() == getattr(settings, section).model_dump()
-
-
-def test_the_policy_s_earlier_name_still_imports_with_a_warning() -> None:
-    from polaris_pipeline.tasks import model
-    from polaris_pipeline.tasks.model import TaskPolicy
-
-    with pytest.warns(DeprecationWarning, match="LeasePolicy is deprecated: use TaskPolicy"):
-        old = model.LeasePolicy
-    assert old is TaskPolicy

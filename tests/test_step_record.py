@@ -27,7 +27,6 @@ from dagster import (
 
 from polaris_pipeline.cleanup.context import CleanupResult
 from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
-from polaris_pipeline.dagster.contract import TAG_CATALOG, TAG_REALM, TAG_TABLE
 from polaris_pipeline.dagster.reporting import report_run
 from polaris_pipeline.dagster.tables import TableRef
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
@@ -204,94 +203,6 @@ def test_the_unreferenced_line_travels_in_the_record() -> None:
     )
 
 
-# -- steps of release 0.1.0 (legacy_step_metadata.py) --------------------------------
-
-# Exactly as 0.1.0's translator wrote them for ROOT, the GROUP of KEPT and FREED (and
-# one already done), DEAD, a failed group whose first failure was DEAD, a lease lost
-# and a skip.
-LEGACY_DONE: dict[str, Any] = {
-    "task": "R/1 't1'",
-    "realm": "R",
-    "task id": "1",
-    "type": "?",
-    "lease executor": "exec",
-    "lease attempt": 1,
-    "lease started": "1970-01-01T00:00:00+00:00",
-    "status": "done",
-    "files deleted": 2,
-    "files already gone": 1,
-    "bytes freed": 20,
-    "refused paths": 0,
-    "child tasks": 2,
-}
-LEGACY_GROUP: dict[str, Any] = {
-    "realm": "R",
-    "lease executor": "exec",
-    "files deleted": 7,
-    "files already gone": 2,
-    "bytes freed": 400,
-    "refused paths": 1,
-    "child tasks": 3,
-    "by status": {"done": 2, "already-done": 1},
-    "tasks without sizes": 1,
-    "files kept by versioning": 2,
-    "bytes kept by versioning": 0,
-    "files kept or freed: unknown": 1,
-    "tasks without sizes of kept files": 1,
-    "tasks": [
-        {"task id": "11", "type": None, "status": "done", "lease attempt": None,
-         "files deleted": 0, "bytes freed": 0},
-    ],
-}  # fmt: skip
-LEGACY_FAILED: dict[str, Any] = {
-    "task": "R/13 't13'",
-    "realm": "R",
-    "task id": "13",
-    "type": "?",
-    "lease executor": "exec",
-    "lease attempt": 1,
-    "lease started": "1970-01-01T00:00:00+00:00",
-    "status": "dead",
-    "error": "boom",
-    "permanent": True,
-    "dagster run id": "runid",
-    "files deleted": 1,
-    "files already gone": 0,
-    "bytes freed": 10,
-    "refused paths": 1,
-    "child tasks": 0,
-    "refused paths (sample)": [{"path": "/y", "reason": "outside"}],
-}
-LEGACY_FAILED_GROUP = {**LEGACY_FAILED, "failed child tasks": 1, "child tasks done": 3}
-LEGACY_LEASE_LOST = {"task": "R/1 't1'", "status": "lease-lost", "message": "taken"}
-LEGACY_SKIPPED = {"status": "skipped", "message": "not due"}
-
-
-def test_steps_as_0_1_0_wrote_them_still_total_right() -> None:
-    run = OutcomeTotals()
-    run.merge(read_step(LEGACY_DONE).totals)
-    run.merge(read_step(LEGACY_GROUP).totals)
-    assert run == _expected_run()
-    dead = read_step(LEGACY_FAILED, failed=True).totals
-    assert dead == OutcomeTotals.of([DEAD])
-    group = read_step(LEGACY_FAILED_GROUP, failed=True).totals
-    # 0.1.0 kept the first failed child's numbers only, and its status was not the step's.
-    assert dict(group.children) == {"done": 3, "failed": 1} and not group.tasks
-    assert group.files_deleted == 1
-    assert dict(read_step(LEGACY_LEASE_LOST).totals.tasks) == {"lease-lost": 1}
-    assert dict(read_step(LEGACY_SKIPPED).totals.tasks) == {"skipped": 1}
-    # Older still: bytes freed was the word "unknown" before "tasks without sizes".
-    unknown = read_step({"status": "done", "files deleted": 0, "bytes freed": "unknown"})
-    assert unknown.totals.bytes_unknown and unknown.totals.bytes_freed == 0
-    line = read_step({"realm": "R", "unreferenced": "unreferenced: 2 files"}).unreferenced
-    assert line == "unreferenced: 2 files"
-
-
-@pytest.mark.usefixtures("renamed_labels")
-def test_renaming_a_display_label_still_reads_0_1_0_steps() -> None:
-    assert read_step(LEGACY_DONE).totals == OutcomeTotals.of([ROOT])
-
-
 # -- a run report -------------------------------------------------------------------
 
 
@@ -322,26 +233,6 @@ def recorded_run() -> None:
     failed_group_step(group_step(root_step()))
 
 
-@op
-def legacy_root() -> Output[int]:
-    return Output(0, metadata=LEGACY_DONE)
-
-
-@op
-def legacy_group(previous: int) -> Output[int]:
-    return Output(0, metadata=LEGACY_GROUP)
-
-
-@op
-def legacy_failed_group(previous: int) -> None:
-    raise Failure("1 of 4 failed", metadata=LEGACY_FAILED_GROUP)
-
-
-@job(tags={TAG_REALM: "R", TAG_TABLE: "ns.t", TAG_CATALOG: "5"})
-def legacy_run() -> None:
-    legacy_failed_group(legacy_group(legacy_root()))
-
-
 def _report(instance: DagsterInstance, job_def: Any) -> OutcomeTotals:
     result = job_def.execute_in_process(instance=instance, raise_on_error=False)
     run = instance.get_run_by_id(result.run_id)
@@ -370,13 +261,3 @@ def test_a_run_report_from_structured_entries(instance: DagsterInstance) -> None
 @pytest.mark.usefixtures("renamed_labels")
 def test_a_run_report_is_the_same_with_every_label_renamed(instance: DagsterInstance) -> None:
     assert _report(instance, recorded_run) == _expected_recorded_run()
-
-
-def test_a_run_of_0_1_0_still_reports_right(instance: DagsterInstance) -> None:
-    total = _report(instance, legacy_run)
-    assert dict(total.tasks) == {"done": 1}
-    assert dict(total.children) == {"done": 5, "already-done": 1, "failed": 1}
-    assert (total.files_deleted, total.files_missing, total.refused) == (10, 3, 2)
-    assert total.bytes_freed == 430 and total.bytes_unknown and total.permanent == 1
-    key = AssetKey(["polaris", "R", "catalog_5", "ns", "t"])  # the table from its tags
-    assert instance.fetch_materializations(AssetRecordsFilter(asset_key=key), limit=5).records

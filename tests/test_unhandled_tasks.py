@@ -46,7 +46,7 @@ def test_sweep_leaves_unhandled_tasks_alone(metastore: Metastore) -> None:
         outcomes = runner.sweep(["POLARIS"])
         plans = runner.dry_run(["POLARIS"])
     assert {o.lease.task_id for o in outcomes}.isdisjoint({t.id for t in unhandled})
-    assert all(t.id not in {u.id for u in unhandled} for t, _ in plans)
+    assert all(t.row.id not in {u.id for u in unhandled} for t, _ in plans)
     for task in unhandled:
         row = metastore.get_task("POLARIS", task.id)
         assert row is not None and row.attempt_count == 0 and row.last_error is None

@@ -321,9 +321,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_storage_config(sweep)
     _add_unreferenced(sweep)
     _add_deletion_record(sweep)
-    # Deprecated: sweep always runs once (the Dagster sensor is the long-running sweeper).
-    # Still accepted so existing scripts keep working; hidden from --help; cmd_sweep warns.
-    sweep.add_argument("--once", action="store_true", help=argparse.SUPPRESS)
     sweep.add_argument(
         "--dry-run",
         action="store_true",

@@ -8,7 +8,6 @@ metastore read-only.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any, TextIO
 
 from polaris_pipeline.cli.context import (
@@ -69,13 +68,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_TASK_FAILED if report.totals.failed else EXIT_OK
 
 
-ONCE_DEPRECATED = "--once is deprecated and does nothing: sweep always runs once"
-
-
 def cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
-    if args.once:
-        # On stderr, so that stdout (and --json) is the same with or without the flag.
-        print(f"polaris-pipeline: warning: {ONCE_DEPRECATED}", file=sys.stderr)
     settings = settings_for(args)
     realms = settings.metastore.realm_list()
     if args.dry_run:

@@ -20,14 +20,11 @@ The Celery workers must use the same broker and queue: see
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from dagster import ExecutorDefinition, FilesystemIOManager, JobDefinition
+from dagster import ExecutorDefinition, FilesystemIOManager
 from dagster_celery import celery_executor
-
-from polaris_pipeline.dagster.task_job import polaris_task_job
 
 BROKER_ENV = "POLARIS_PIPELINE_CELERY_BROKER"
 BACKEND_ENV = "POLARIS_PIPELINE_CELERY_BACKEND"
@@ -77,28 +74,3 @@ def build_celery_executor() -> ExecutorDefinition:
     importing needs no variable, and each process uses its own environment.
     """
     return celery_executor.configured(_config_from_environment, config_schema={}, name="celery")
-
-
-def build_polaris_celery_task_job(
-    job: JobDefinition = polaris_task_job, executor_def: ExecutorDefinition | None = None
-) -> JobDefinition:
-    """Deprecated: ``job`` (built by ``build_polaris_task_job``) with the Celery executor.
-
-    The code location builds its Celery task job as
-    ``build_polaris_task_job(executor_def=build_celery_executor())`` (what
-    ``build_defs_from_env`` does with ``POLARIS_PIPELINE_TASK_EXECUTOR=celery``);
-    this name stays, with a DeprecationWarning, because docs/scale-out.md named it.
-    """
-    warnings.warn(
-        "build_polaris_celery_task_job is deprecated: use "
-        "build_polaris_task_job(executor_def=build_celery_executor()), or "
-        "build_defs_from_env with POLARIS_PIPELINE_TASK_EXECUTOR=celery",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return job.graph.to_job(
-        name=job.name,
-        description=job.description,
-        tags=job.tags,
-        executor_def=executor_def or build_celery_executor(),
-    )

@@ -18,14 +18,11 @@ spells it::
       executor: in_process
 
 Every block or field left out keeps the library's default (``polaris_pipeline.settings``).
-The flat keys of earlier releases (``metastore_url``, ``realms``, ``sweep``, ...)
-still work, with a ``DeprecationWarning``.
 """
 
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
@@ -134,26 +131,12 @@ class PolarisSweeper(dg.Component, dg.Model, dg.Resolvable):
             "my_pkg.module.MyTranslator; null: the library's."
         ),
     )
-    # The flat keys of earlier releases, folded into the blocks with a warning.
-    metastore_url: str | None = Field(default=None, description="Deprecated: metastore.url.")
-    realms: list[str] | None = Field(default=None, description="Deprecated: metastore.realms.")
-    lease_timeout_ms: int | None = Field(default=None, description="Deprecated: metastore.")
-    grace_ms: int | None = Field(default=None, description="Deprecated: metastore.")
-    max_attempts: int | None = Field(default=None, description="Deprecated: metastore.")
-    polaris_version: str | None = Field(default=None, description="Deprecated: metastore.")
-    realm_polaris_versions: dict[str, str] | None = Field(
-        default=None, description="Deprecated: metastore.realm_overrides.<realm>.polaris_version."
-    )
-    unreferenced: Literal["off", "report", "delete"] | None = Field(
-        default=None, description="Deprecated: metastore.unreferenced."
-    )
-    sweep: dict[str, Any] | None = Field(default=None, description="Deprecated: sweeper.")
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         return build_defs(
-            metastore=self._metastore_with_flat_keys(),
+            metastore=self._metastore(),
             storage=self.storage,
-            sweeper=self._sweeper_with_flat_keys(),
+            sweeper=self.sweeper,
             backlog=self.backlog,
             retention=self.retention,
             leaks=self.leaks,
@@ -163,42 +146,7 @@ class PolarisSweeper(dg.Component, dg.Model, dg.Resolvable):
             translator=translator_from_path(self.translator) if self.translator else None,
         )
 
-    def _metastore_with_flat_keys(self) -> PolarisMetastoreResource:
-        flat = {
-            "url": _as_env_var(self.metastore_url) if self.metastore_url else None,
-            "realms": self.realms,
-            "lease_timeout_ms": self.lease_timeout_ms,
-            "grace_ms": self.grace_ms,
-            "max_attempts": self.max_attempts,
-            "polaris_version": self.polaris_version,
-            "unreferenced": self.unreferenced,
-            "realm_overrides": {
-                realm: {"polaris_version": version}
-                for realm, version in (self.realm_polaris_versions or {}).items()
-            }
-            or None,
-        }
-        given = {k: v for k, v in flat.items() if v is not None}
-        if not given:
-            if self.metastore is None:
-                raise ValueError("PolarisSweeper: set metastore.url")
-            return self.metastore
-        _warn_flat(["metastore_url" if k == "url" else k for k in given], "metastore")
-        # model_dump keeps an EnvVar URL as the EnvVar.
-        base = self.metastore.model_dump(exclude_unset=True) if self.metastore else {}
-        return PolarisMetastoreResource(**{**base, **given})
-
-    def _sweeper_with_flat_keys(self) -> SweeperSettings | None:
-        if self.sweep is None:
-            return self.sweeper
-        _warn_flat(["sweep"], "sweeper")
-        base = self.sweeper.model_dump(exclude_unset=True) if self.sweeper else {}
-        return SweeperSettings(**{**base, **{k: v for k, v in self.sweep.items() if v is not None}})
-
-
-def _warn_flat(keys: list[str], block: str) -> None:
-    warnings.warn(
-        f"PolarisSweeper {', '.join(keys)}: deprecated; write them in the {block}: block",
-        DeprecationWarning,
-        stacklevel=3,
-    )
+    def _metastore(self) -> PolarisMetastoreResource:
+        if self.metastore is None:
+            raise ValueError("PolarisSweeper: set metastore.url")
+        return self.metastore

@@ -104,24 +104,6 @@ def sweeper_default_status(autostart: bool | None) -> DefaultSensorStatus:
     return DefaultSensorStatus.RUNNING if autostart else DefaultSensorStatus.STOPPED
 
 
-# build_defs's loose keyword arguments of earlier releases: the section each now sets.
-_DEPRECATED_ARGUMENTS = {
-    "metastore_url": ("metastore", "url"),
-    "realms": ("metastore", "realms"),
-    "lease_timeout_ms": ("metastore", "lease_timeout_ms"),
-    "grace_ms": ("metastore", "grace_ms"),
-    "max_attempts": ("metastore", "max_attempts"),
-    "metadata_batch_size": ("metastore", "metadata_batch_size"),
-    "realm_overrides": ("metastore", "realm_overrides"),
-    "polaris_version": ("metastore", "polaris_version"),
-    "write_task_events": ("metastore", "task_events"),
-    "unreferenced": ("metastore", "unreferenced"),
-    "executor_prefix": ("metastore", "executor_prefix"),
-    "deletion_record": ("storage", "deletion_record"),
-    "sweeper_autostart": ("sweeper", "autostart"),
-}
-
-
 @dataclasses.dataclass(frozen=True)
 class DeploymentResources:
     """A deployment's six resources as given (None: not given), each field named as its key.
@@ -166,7 +148,6 @@ def build_defs(
     notify: Notify | None = None,
     alert_ui_url: str | None = None,
     translator: PolarisTranslator | None = None,
-    **deprecated: Any,
 ) -> Definitions:
     """The sweeper sensor, the task and backfill jobs, the backlog and its checks.
 
@@ -178,8 +159,7 @@ def build_defs(
     ``notify`` turns the alert sensors on (polaris_pipeline.dagster.alerts);
     ``alert_ui_url`` is the UI's base URL for the links in alerts. ``translator`` (a
     ``PolarisTranslator`` subclass) decides the runs' tags, the steps' metadata and the
-    tables' asset keys and events. The loose arguments of earlier releases
-    (``metastore_url=``, ``realms=``, ...) still work, with a ``DeprecationWarning``.
+    tables' asset keys and events.
     """
     # The six resource arguments are spelt out above for the signature users call and
     # type-check against; what they are and default to is DeploymentResources'.
@@ -192,7 +172,7 @@ def build_defs(
         leaks=leaks,
     )
     return _assemble(
-        build_resources(given, io_manager=io_manager, **deprecated),
+        build_resources(given, io_manager=io_manager),
         executor=executor,
         notify=notify,
         alert_ui_url=alert_ui_url,
@@ -232,63 +212,13 @@ def build_resources(
     given: DeploymentResources | None = None,
     *,
     io_manager: FilesystemIOManager | None = None,
-    **deprecated: Any,
 ) -> dict[str, Any]:
     """The resources of ``build_defs`` by key: ``given``'s, each at its default where
-    none was given, with ``build_defs``' deprecated loose arguments set on them.
-
-    The resources as keyword arguments (``metastore=``, ...), as earlier releases took
-    them, still work, with a ``DeprecationWarning``.
-    """
-    as_keywords = {f.name for f in dataclasses.fields(DeploymentResources)} & set(deprecated)
-    if as_keywords:
-        warnings.warn(
-            f"build_resources({', '.join(sorted(as_keywords))}=...): deprecated; pass "
-            "build_resources(DeploymentResources(...))",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        loose = {name: deprecated.pop(name) for name in as_keywords}
-        given = dataclasses.replace(given or DeploymentResources(), **loose)
+    none was given."""
     resources = (given or DeploymentResources()).by_key()
-    if deprecated:
-        resources.update(_with_deprecated(resources, deprecated))
     if io_manager is not None:
         resources["io_manager"] = io_manager
     return resources
-
-
-def _with_deprecated(resources: Mapping[str, Any], arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """The resources with the loose arguments of earlier releases set on them."""
-    unknown = sorted(set(arguments) - set(_DEPRECATED_ARGUMENTS))
-    if unknown:
-        raise TypeError(f"build_defs() got unexpected keyword argument(s) {', '.join(unknown)}")
-    warnings.warn(
-        f"build_defs({', '.join(sorted(arguments))}=...): deprecated; set them on the "
-        "resources (metastore=PolarisMetastoreResource(...), storage=..., sweeper=...)",
-        DeprecationWarning,
-        stacklevel=4,  # the line that called build_defs (through build_resources)
-    )
-    changes: dict[str, dict[str, Any]] = {}
-    for name, value in arguments.items():
-        if value is not None:
-            section, field = _DEPRECATED_ARGUMENTS[name]
-            changes.setdefault(section, {})[field] = value
-    rebuilt: dict[str, Any] = {}
-    for section, fields in changes.items():
-        current = resources[section]
-        # The section's validators read each value (write_task_events=True is "true"),
-        # so the comparison below is between values as the resource holds them.
-        new = type(current)(**{**current.model_dump(), **fields})
-        for field in fields:
-            old, value = getattr(current, field), getattr(new, field)
-            if field in current.model_fields_set and old != value and field != "url":
-                raise ValueError(
-                    f"{field} {value!r} disagrees with the {section} resource's "
-                    f"{old!r}: set it in one place"
-                )
-        rebuilt[section] = new
-    return rebuilt
 
 
 def build_task_job(
@@ -396,17 +326,6 @@ class EnvDeployment:
     executor: TaskExecutor | None
     notify: Notify | None
     alert_ui_url: str | None
-
-    @property
-    def sweeper_autostart(self) -> bool | None:
-        """Deprecated: the ``sweeper`` resource's ``autostart``."""
-        warnings.warn(
-            "EnvDeployment.sweeper_autostart is deprecated: read the sweeper resource's autostart",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        autostart: bool | None = self.resources["sweeper"].autostart
-        return autostart
 
 
 def deployment_from_env(environ: Mapping[str, str] | None = None) -> EnvDeployment:

@@ -25,7 +25,6 @@ event, so every table keeps its purges and every asset its latest state.
 
 # No ``from __future__ import annotations``: Dagster reads the op's config and
 # resource annotations as classes, not strings.
-import warnings
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -94,15 +93,6 @@ _LISTED = 100
 
 class RetentionSettings(ConfigurableResource, RetentionSection):
     """How long finished runs of the task job are kept: ``RetentionSection``'s fields."""
-
-    def validated(self) -> "RetentionSettings":
-        """Deprecated: the section checks its fields when it is built."""
-        warnings.warn(
-            "RetentionSettings.validated is deprecated: the settings are checked when built",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self
 
 
 @dataclass(frozen=True)

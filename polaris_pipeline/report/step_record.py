@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from polaris_pipeline.execution.outcome import Status
-from polaris_pipeline.report.legacy_step_metadata import legacy_step_totals
 from polaris_pipeline.report.totals import OutcomeTotals
 
 # The step metadata entry holding the record (a JSON value). Stored in runs' event
@@ -55,15 +54,13 @@ class StepRecord:
 def read_step(metadata: Mapping[str, Any], *, failed: bool = False) -> StepRecord:
     """One step's record from its metadata (plain values); ``failed``: the step failed.
 
-    A step of the previous release wrote labels only: read by the legacy reader. A
-    failed step whose record counts no task (it failed before running one: an
-    operator's run that could not start its task, an unexpected error) counts as
-    one failed task.
+    A step without a record counts nothing. A failed step whose record counts no task
+    (it failed before running one: an operator's run that could not start its task,
+    an unexpected error) counts as one failed task.
     """
     record = StepRecord.from_json(metadata.get(STEP_RECORD_KEY))
     if record is None:
-        legacy = legacy_step_totals(metadata)
-        record = StepRecord(*legacy) if legacy is not None else StepRecord()
+        record = StepRecord()
     counted = record.totals.tasks.total() + record.totals.children.total()
     if failed and not counted:
         record.totals.add_status(Status.FAILED.value)

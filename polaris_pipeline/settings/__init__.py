@@ -11,7 +11,6 @@ from polaris_pipeline.settings.backlog import BacklogSection
 from polaris_pipeline.settings.leaks import LeakSection
 from polaris_pipeline.settings.metastore import MetastoreSection
 from polaris_pipeline.settings.pipeline import (
-    DEPRECATED_VARIABLES,
     ENV_VARIABLES,
     PipelineSettings,
     env_variable,
@@ -30,7 +29,6 @@ LEAK_MIN_AGE_ENV = ENV_VARIABLES[("leaks", "min_age_days")]
 
 __all__ = [
     "DELETION_RECORD_ENV",
-    "DEPRECATED_VARIABLES",
     "ENV_VARIABLES",
     "GRACE_ENV",
     "LEAK_MIN_AGE_ENV",

@@ -4,7 +4,6 @@ Each variable is spelt from its field: ``POLARIS_PIPELINE_`` + the section's pre
 the field's name (``sweeper.interval_seconds`` is
 ``POLARIS_PIPELINE_SWEEPER_INTERVAL_SECONDS``), unless the field names its own
 (``json_schema_extra={"env": ...}``: the metastore URL, the storage config) or none.
-The spellings of earlier releases keep working with a ``DeprecationWarning``.
 
 An unset or blank variable means the default. A bad value is a ``SettingsError``
 naming the variable (or the flag) and what is wrong with it.
@@ -15,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import typing
-import warnings
 from collections.abc import Mapping
 from types import NoneType, UnionType
 from typing import Any
@@ -120,14 +118,6 @@ _ENV_SECTION = {
     "leaks": "LEAK_",
     "alerts": "ALERT_",
 }
-# Variables of earlier releases, spelt otherwise than their fields: read, with a warning.
-DEPRECATED_VARIABLES: dict[str, tuple[str, str]] = {
-    "POLARIS_PIPELINE_SWEEP_INTERVAL_S": ("sweeper", "interval_seconds"),
-    "POLARIS_PIPELINE_SWEEP_JITTER": ("sweeper", "jitter"),
-    "POLARIS_PIPELINE_SWEEP_MAX_RUNS": ("sweeper", "max_runs_per_tick"),
-    "POLARIS_PIPELINE_SWEEP_MAX_PENDING_RUNS": ("sweeper", "max_pending_runs"),
-    "POLARIS_PIPELINE_MAX_ORPHAN_AGE_S": ("backlog", "max_orphan_age_seconds"),
-}
 
 
 def env_variable(section: str, field: str) -> str | None:
@@ -153,13 +143,7 @@ ENV_VARIABLES: dict[tuple[str, str], str] = {
 
 def _lookup(env: Mapping[str, str], name: str, section: str, field: str) -> tuple[str, str] | None:
     raw = env.get(name)
-    if raw is not None and raw.strip():
-        return name, raw
-    for old, target in DEPRECATED_VARIABLES.items():
-        if target == (section, field) and (env.get(old) or "").strip():
-            warnings.warn(f"{old} is deprecated: set {name}", DeprecationWarning, stacklevel=4)
-            return old, env[old]
-    return None
+    return (name, raw) if raw is not None and raw.strip() else None
 
 
 def _parse(annotation: Any, raw: str) -> Any:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from polaris_pipeline.errors import PayloadError
 from polaris_pipeline.storage.scope import STORAGE_LOCATION_KEY
@@ -159,13 +159,6 @@ class DecodedTask:
     @property
     def label(self) -> str:
         return self.row.label
-
-    def __getattr__(self, name: str) -> Any:
-        # The row's own fields read through: a translator subclass written when its
-        # methods took the TaskRow (task.realm_id, task.properties) keeps working.
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(self.row, name)
 
     @property
     def type_name(self) -> str:

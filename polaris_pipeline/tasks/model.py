@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
@@ -207,7 +206,7 @@ class RealmOverride(BaseModel):
 class TaskPolicy:
     """How the realms' tasks are run: leasing (timeout, grace, attempts, backoff), the
     metadata batch size, the unreferenced mode and the Polaris release. Defaults match
-    Polaris where Polaris has one. (``LeasePolicy`` before: it outgrew leasing.)
+    Polaris where Polaris has one.
 
     ``realm_overrides`` gives realms their own values; ``for_realm`` resolves the
     policy one realm runs under. The rule (``TaskRow.state``) and the lease
@@ -553,15 +552,3 @@ def bounded_error(message: str) -> str:
     if len(text) <= MAX_ERROR_LENGTH:
         return text
     return text[: MAX_ERROR_LENGTH - 15] + "... [truncated]"
-
-
-def __getattr__(name: str) -> Any:
-    # The name of earlier releases, kept for a release.
-    if name == "LeasePolicy":
-        warnings.warn(
-            "polaris_pipeline.tasks.model.LeasePolicy is deprecated: use TaskPolicy",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return TaskPolicy
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

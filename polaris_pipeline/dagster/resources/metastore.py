@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import threading
-import warnings
 from typing import Any
 
 from dagster import Config, ConfigurableResource, EnvVar
@@ -51,41 +50,6 @@ def clear_metastore_cache() -> None:
         store.dispose()
 
 
-# The resource's fields of earlier releases, and the realm override each became.
-_RENAMED_REALM_FIELDS = {
-    "realm_unreferenced": "unreferenced",
-    "realm_polaris_version": "polaris_version",
-}
-
-
-def _renamed_fields(values: dict[str, Any]) -> dict[str, Any]:
-    """``values`` with the spellings of earlier releases replaced, with a warning."""
-    renamed = (*_RENAMED_REALM_FIELDS, "write_task_events", "task_events_every_release")
-    old = [k for k in renamed if k in values]
-    if not old:
-        return values
-    warnings.warn(
-        f"PolarisMetastoreResource {', '.join(old)}: deprecated; "
-        "use realm_overrides and task_events",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    values = dict(values)
-    overrides = {
-        r: RealmOverride.values_of(o) for r, o in (values.get("realm_overrides") or {}).items()
-    }
-    for old_name, key in _RENAMED_REALM_FIELDS.items():
-        for realm, value in (values.pop(old_name, None) or {}).items():
-            overrides.setdefault(realm, {})[key] = value
-    if overrides:
-        values["realm_overrides"] = overrides
-    write = values.pop("write_task_events", None)
-    every = values.pop("task_events_every_release", None)
-    if write is not None:
-        values["task_events"] = ("always" if every else "true") if write else "false"
-    return values
-
-
 class RealmOverrideConfig(Config, RealmOverride):
     """A realm's own task policy in Dagster's config: ``RealmOverride`` with Dagster's base
     (Dagster nests only its own config classes)."""
@@ -105,9 +69,6 @@ class PolarisMetastoreResource(ConfigurableResource, MetastoreSection):
         default_factory=dict,
         description=MetastoreSection.model_fields["realm_overrides"].description,
     )
-
-    def __init__(self, **values: Any) -> None:
-        super().__init__(**_renamed_fields(values))
 
     @classmethod
     def from_section(cls, section: MetastoreSection, url: str | EnvVar) -> PolarisMetastoreResource:
