@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any, Literal
 
 import dagster as dg
@@ -42,6 +42,7 @@ from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
 from polaris_pipeline.dagster.retention import RetentionSettings
 from polaris_pipeline.dagster.translator import translator_from_path
 from polaris_pipeline.settings import AlertSection
+from polaris_pipeline.storage.redact import masked_repr_args
 
 
 def _as_env_var(value: str) -> str | dg.EnvVar:
@@ -148,6 +149,10 @@ class PolarisSweeper(dg.Component, dg.Model, dg.Resolvable):
         default=None, description="Deprecated: metastore.unreferenced."
     )
     sweep: dict[str, Any] | None = Field(default=None, description="Deprecated: sweeper.")
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        # The flat metastore_url is the URL itself, its password in it.
+        return masked_repr_args(super().__repr_args__())
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         return build_defs(
