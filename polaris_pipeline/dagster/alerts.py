@@ -8,11 +8,15 @@ the alerts section: a webhook, e-mail, or both; or a ``notify`` of your own):
   STARTTLS with a login, the only kind it sends (it always uses TLS and logs in);
 - ``polaris_run_failure_alert`` (``build_polaris_failure_alert``): every failed run
   sent to ``notify(Alert)``: the webhook (Dagster has no incoming-webhook sensor;
-  dagster-slack's needs a bot token) and e-mail through a plain relay, which
-  Dagster's sensor cannot use;
+  dagster-slack's needs a bot token) and e-mail through a plain relay, or verified
+  against ``smtp_ca_file``, which Dagster's sensor cannot use;
 - ``polaris_check_failure_alert`` (``build_polaris_check_alert``): a backlog check
   (dead tasks, permanent failures, stale orphans, sweeper freshness) that starts
   failing, once, to every destination: Dagster OSS has no alert on asset checks.
+
+No credential travels in clear: STARTTLS verifies the server's certificate and name
+before the login, a login without it needs ``smtp_login_insecure``, an ``http://``
+webhook needs ``webhook_allow_http_insecure`` (both checked by the alerts section).
 
 docs/dagster.md has the variables and a dagster-slack recipe for a ``notify``.
 """
