@@ -38,6 +38,8 @@ SECRET_NAME_PARTS = (
 # password spellings.
 SECRET_NAMES = frozenset({"sig", "pwd", "passwd", "pass"})
 
+# Every secret-looking name holds one of these: a text without any has no such name.
+_NAME_HINTS = (*SECRET_NAME_PARTS, *SECRET_NAMES)
 # A URL's userinfo password: scheme://user:PASSWORD@host.
 _URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://[^\s/?#@:]*:)([^\s/?#@]+)@")
 # name=value, as in a URL query, a connection string or libpq's key=value form. The
@@ -60,18 +62,26 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     # Longest first, so a secret that contains another is masked whole.
     for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
         text = text.replace(secret, MASK)
-    text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}{MASK}@", text)
-    text = _ASSIGNED.sub(
-        lambda m: f"{m.group(1)}={MASK}" if looks_secret(m.group(1)) else m.group(0), text
-    )
-    return _QUOTED_PAIR.sub(
-        lambda m: (
-            f"{m.group(1)}{m.group(2)}{m.group(1)}{m.group(3)}{m.group(4)}{MASK}{m.group(4)}"
-            if looks_secret(m.group(2))
-            else m.group(0)
-        ),
-        text,
-    )
+    # Each pattern only where it can match: a deletion record passes every line here.
+    if "://" in text and "@" in text:
+        text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}{MASK}@", text)
+    lowered = text.lower()
+    if not any(part in lowered for part in _NAME_HINTS):
+        return text
+    if "=" in text:
+        text = _ASSIGNED.sub(
+            lambda m: f"{m.group(1)}={MASK}" if looks_secret(m.group(1)) else m.group(0), text
+        )
+    if ":" in text:
+        text = _QUOTED_PAIR.sub(
+            lambda m: (
+                f"{m.group(1)}{m.group(2)}{m.group(1)}{m.group(3)}{m.group(4)}{MASK}{m.group(4)}"
+                if looks_secret(m.group(2))
+                else m.group(0)
+            ),
+            text,
+        )
+    return text
 
 
 def mask_options(options: Mapping[Any, Any]) -> dict[Any, Any]:
