@@ -6,7 +6,7 @@ import json
 import socket
 import ssl
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from email import message_from_bytes
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -136,9 +136,14 @@ _STARTTLS_ENV = {
 }
 
 
-def _self_signed_certificate(directory: Path) -> tuple[Path, Path]:
+def _self_signed_certificate(directory: Path, host: str = "127.0.0.1") -> tuple[Path, Path]:
+    """A self-signed certificate (its own CA) for ``host``, an IP address or a DNS name."""
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
+    try:
+        alt_name: x509.GeneralName = x509.IPAddress(ip_address(host))
+    except ValueError:
+        alt_name = x509.DNSName(host)
     now = datetime.now(UTC)
     certificate = (
         x509.CertificateBuilder()
@@ -148,13 +153,11 @@ def _self_signed_certificate(directory: Path) -> tuple[Path, Path]:
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - timedelta(minutes=1))
         .not_valid_after(now + timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ip_address("127.0.0.1"))]), False
-        )
+        .add_extension(x509.SubjectAlternativeName([alt_name]), False)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
         .sign(key, hashes.SHA256())
     )
-    cert_path, key_path = directory / "smtp.crt", directory / "smtp.key"
+    cert_path, key_path = directory / f"{host}.crt", directory / f"{host}.key"
     cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
     key_path.write_bytes(
         key.private_bytes(
@@ -166,11 +169,64 @@ def _self_signed_certificate(directory: Path) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
+class _SmtpServer:
+    """An SMTP server on 127.0.0.1 that records every login it receives (the password
+    included: what must never reach a server the client did not verify)."""
+
+    def __init__(self, cert: Path | None, key: Path | None, *, require_tls: bool) -> None:
+        tls = None
+        if cert is not None and key is not None:
+            tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            tls.load_cert_chain(cert, key)
+        self.logins: list[tuple[str, str]] = []
+        self.inbox = _Inbox()
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.controller = Controller(
+            self.inbox,
+            hostname="127.0.0.1",
+            port=self.port,
+            tls_context=tls,
+            require_starttls=require_tls,
+            auth_require_tls=require_tls,
+            authenticator=self._authenticate,
+            auth_required=True,
+        )
+
+    def _authenticate(
+        self, server: Any, session: Any, envelope: Any, mechanism: str, data: Any
+    ) -> Any:
+        self.logins.append((data.login.decode(), data.password.decode()))
+        return AuthResult(success=(data.login, data.password) == (b"alerts", b"s3cret"))
+
+
+@pytest.fixture
+def smtp_server() -> Iterator[Callable[..., _SmtpServer]]:
+    started: list[_SmtpServer] = []
+
+    def start(
+        cert: Path | None = None, key: Path | None = None, *, require_tls: bool = True
+    ) -> _SmtpServer:
+        server = _SmtpServer(cert, key, require_tls=require_tls)
+        server.controller.start()
+        started.append(server)
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in started:
+            server.controller.stop()
+
+
 @pytest.fixture
 def starttls_smtp(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[int, _Inbox, list[tuple[str, str]]]]:
     cert, key = _self_signed_certificate(tmp_path)
+    # Trusted as an operator's CA is, through the system's store (Dagster's sensor
+    # reads only that).
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))
     server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_tls.load_cert_chain(cert, key)
@@ -225,6 +281,10 @@ def test_a_failed_run_alert_names_table_realm_task_and_link() -> None:
     assert "error: see the run log" in bare.body
 
 
+# The test webhook is plain HTTP on 127.0.0.1: allowed explicitly.
+_HTTP_OK = {"POLARIS_PIPELINE_ALERT_WEBHOOK_ALLOW_HTTP_INSECURE": "true"}
+
+
 def test_webhook_and_email_receive_the_alert(
     webhook: tuple[str, list[dict[str, Any]]], smtp: tuple[int, _Inbox]
 ) -> None:
@@ -233,6 +293,7 @@ def test_webhook_and_email_receive_the_alert(
     notify = notifier_from_env(
         {
             "POLARIS_PIPELINE_ALERT_WEBHOOK_URL": url,
+            **_HTTP_OK,
             "POLARIS_PIPELINE_ALERT_EMAIL_TO": "ops@example.com, oncall@example.com",
             "POLARIS_PIPELINE_ALERT_SMTP_HOST": "127.0.0.1",
             "POLARIS_PIPELINE_ALERT_SMTP_PORT": str(port),
@@ -261,6 +322,106 @@ def test_one_destination_down_does_not_silence_the_other(smtp: tuple[int, _Inbox
     assert [r for r, _ in inbox.messages] == [["b@example.com"]]
 
 
+# -- credentials never travel unprotected ---------------------------------------------
+
+
+def _login_settings(port: int, **more: Any) -> SmtpSettings:
+    return SmtpSettings(
+        to=("ops@example.com",),
+        host="127.0.0.1",
+        port=port,
+        user="alerts",
+        password="s3cret",
+        **more,
+    )
+
+
+def test_no_login_to_a_server_whose_certificate_is_not_verified(
+    tmp_path: Path, smtp_server: Callable[..., _SmtpServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Nothing in the system's store trusts the test's certificates.
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "no-such-bundle.pem"))
+    # A certificate for another name, self-signed: untrusted, and trusted (its own CA
+    # file given) but naming mail.example.com while we connect to 127.0.0.1.
+    other_cert, other_key = _self_signed_certificate(tmp_path, "mail.example.com")
+    server = smtp_server(other_cert, other_key)
+    for settings in (
+        _login_settings(server.port, starttls=True),
+        _login_settings(server.port, starttls=True, ca_file=str(other_cert)),
+    ):
+        with pytest.raises(ssl.SSLCertVerificationError):
+            email_notifier(settings)(Alert("t", "b"))
+    assert server.logins == [] and server.inbox.messages == []
+
+
+def test_a_login_goes_through_to_a_server_verified_against_the_ca_file(
+    tmp_path: Path, smtp_server: Callable[..., _SmtpServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "no-such-bundle.pem"))
+    cert, key = _self_signed_certificate(tmp_path, "127.0.0.1")
+    server = smtp_server(cert, key)
+    env = {
+        "POLARIS_PIPELINE_ALERT_EMAIL_TO": "ops@example.com",
+        "POLARIS_PIPELINE_ALERT_SMTP_HOST": "127.0.0.1",
+        "POLARIS_PIPELINE_ALERT_SMTP_PORT": str(server.port),
+        "POLARIS_PIPELINE_ALERT_SMTP_STARTTLS": "true",
+        "POLARIS_PIPELINE_ALERT_SMTP_USER": "alerts",
+        "POLARIS_PIPELINE_ALERT_SMTP_PASSWORD": "s3cret",
+        "POLARIS_PIPELINE_ALERT_SMTP_CA_FILE": str(cert),
+    }
+    notify = notifier_from_env(env)
+    assert notify is not None
+    notify(Alert("Polaris check no_dead_tasks failed (ERROR)", "2 dead"))
+    assert server.logins == [("alerts", "s3cret")]
+    assert [m["Subject"] for _, m in server.inbox.messages] == [
+        "Polaris check no_dead_tasks failed (ERROR)"
+    ]
+    # Dagster's e-mail sensor trusts the system's store only: ours mails run failures.
+    assert {s.name for s in alert_sensors_from_env(env)} == {
+        "polaris_run_failure_alert",
+        "polaris_check_failure_alert",
+    }
+
+
+def test_no_login_in_clear_unless_the_link_is_declared_trusted(
+    smtp_server: Callable[..., _SmtpServer],
+) -> None:
+    # A server that takes a login without TLS: what a man in the middle would be.
+    server = smtp_server(require_tls=False)
+    env = {
+        "POLARIS_PIPELINE_ALERT_EMAIL_TO": "ops@example.com",
+        "POLARIS_PIPELINE_ALERT_SMTP_HOST": "127.0.0.1",
+        "POLARIS_PIPELINE_ALERT_SMTP_PORT": str(server.port),
+        "POLARIS_PIPELINE_ALERT_SMTP_USER": "alerts",
+        "POLARIS_PIPELINE_ALERT_SMTP_PASSWORD": "s3cret",
+    }
+    with pytest.raises(ValueError, match="SMTP_USER='alerts': an SMTP login without STARTTLS"):
+        notifier_from_env(env)
+    with pytest.raises(ValueError, match="smtp_login_insecure"):
+        _login_settings(server.port)
+    assert server.logins == [] and server.inbox.messages == []
+    trusted = notifier_from_env({**env, "POLARIS_PIPELINE_ALERT_SMTP_LOGIN_INSECURE": "true"})
+    assert trusted is not None
+    trusted(Alert("t", "b"))
+    assert server.logins == [("alerts", "s3cret")] and len(server.inbox.messages) == 1
+
+
+def test_an_http_webhook_is_refused_unless_allowed(
+    webhook: tuple[str, list[dict[str, Any]]],
+) -> None:
+    url, received = webhook
+    secret_url = f"{url}/T0/SECRET"
+    with pytest.raises(ValueError, match="webhook_allow_http_insecure") as refused:
+        notifier_from_env({"POLARIS_PIPELINE_ALERT_WEBHOOK_URL": secret_url})
+    assert "SECRET" not in str(refused.value) and len(str(refused.value).splitlines()) == 1
+    https = notifier_from_env({"POLARIS_PIPELINE_ALERT_WEBHOOK_URL": "https://h.example/T0/S"})
+    assert https is not None and https.webhook_url == "https://h.example/T0/S"
+    allowed = notifier_from_env({"POLARIS_PIPELINE_ALERT_WEBHOOK_URL": secret_url, **_HTTP_OK})
+    assert allowed is not None
+    allowed(Alert("t", "b"))
+    assert received == [{"text": "t\nb"}]
+
+
 def test_settings_from_env_refuse_bad_values_without_showing_secrets() -> None:
     assert notifier_from_env({}) is None
     assert notifier_from_env({"POLARIS_PIPELINE_ALERT_WEBHOOK_URL": "  "}) is None
@@ -286,7 +447,7 @@ def test_settings_from_env_refuse_bad_values_without_showing_secrets() -> None:
 def test_no_alert_sensor_until_configured(webhook: tuple[str, list[dict[str, Any]]]) -> None:
     assert alert_sensors(None) == []
     assert alert_sensors_from_env({}) == []
-    on = alert_sensors_from_env({"POLARIS_PIPELINE_ALERT_WEBHOOK_URL": webhook[0]})
+    on = alert_sensors_from_env({"POLARIS_PIPELINE_ALERT_WEBHOOK_URL": webhook[0], **_HTTP_OK})
     assert {s.name for s in on} == {"polaris_run_failure_alert", "polaris_check_failure_alert"}
     assert all(s.default_status is DefaultSensorStatus.RUNNING for s in on)
 
@@ -299,7 +460,9 @@ def test_email_over_starttls_with_a_login_is_dagsters_sensor(
     # Run failures by Dagster's e-mail sensor; no sensor of ours with nothing to send.
     assert set(names) == {"polaris_run_failure_email", "polaris_check_failure_alert"}
     assert names["polaris_run_failure_email"].default_status is DefaultSensorStatus.RUNNING
-    both = alert_sensors_from_env({**tls, "POLARIS_PIPELINE_ALERT_WEBHOOK_URL": webhook[0]})
+    both = alert_sensors_from_env(
+        {**tls, "POLARIS_PIPELINE_ALERT_WEBHOOK_URL": webhook[0], **_HTTP_OK}
+    )
     assert {s.name for s in both} == {
         "polaris_run_failure_email",
         "polaris_run_failure_alert",

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import certifi
 import pytest
 from dagster import DagsterInstance, EnvVar, SensorResult, build_sensor_context
 from dagster.components.testing import create_defs_folder_sandbox
@@ -242,6 +243,7 @@ EVERY_SETTING: dict[str, dict[str, Any]] = {
         "cron": "*/15 * * * *",
     },
     "alerts": {
+        "webhook_allow_http_insecure": True,
         "webhook_url": "http://127.0.0.1:9/hook",
         "email_to": ["ops@example.com"],
         "email_from": "pp@example.com",
@@ -250,6 +252,8 @@ EVERY_SETTING: dict[str, dict[str, Any]] = {
         "smtp_user": "pp",
         "smtp_password": "not-shown",
         "smtp_starttls": True,
+        "smtp_login_insecure": True,
+        "smtp_ca_file": certifi.where(),
         "ui_url": "https://dagster.example.com",
     },
     "leaks": {

@@ -535,6 +535,14 @@ def test_metastore_resource_never_shows_the_password(metastore: Metastore) -> No
     resource = PolarisMetastoreResource(url="postgresql+psycopg://polaris:s3cret@db/polaris")
     assert "s3cret" not in repr(resource)
     assert resource.display_url == "postgresql+psycopg://polaris:***@db/polaris"
+    # A password in the query, as libpq takes it, is one too.
+    query = PolarisMetastoreResource(
+        url="postgresql+psycopg://polaris@db/polaris?password=s3cret&sslpassword=k3y"
+    )
+    assert "s3cret" not in repr(query) and "k3y" not in repr(query)
+    assert query.display_url == (
+        "postgresql+psycopg://polaris@db/polaris?password=***&sslpassword=***"
+    )
 
 
 def test_metastore_resource_reuses_one_metastore_per_process(metastore: Metastore) -> None:

@@ -39,6 +39,8 @@ def test_mask_options_masks_secret_names_recursively() -> None:
             "secret": SECRET,
             "client_kwargs": {"region_name": "eu-west-1", "aws_session_token": "tok"},
             "anon": False,
+            "connection_string": f"AccountName=a;AccountKey={SECRET}",
+            "endpoint": f"https://a.blob.core.windows.net/?sv=1&sig={SECRET}",
         }
     )
     assert masked == {
@@ -47,6 +49,8 @@ def test_mask_options_masks_secret_names_recursively() -> None:
         "secret": "***",
         "client_kwargs": {"region_name": "eu-west-1", "aws_session_token": "***"},
         "anon": False,
+        "connection_string": "***",
+        "endpoint": "https://a.blob.core.windows.net/?sv=1&sig=***",
     }
 
 

@@ -19,6 +19,7 @@ from polaris_pipeline.cli.parser import build_parser
 from polaris_pipeline.cli.run import cmd_run, cmd_sweep
 from polaris_pipeline.cli.tasks import cmd_discard, cmd_init, cmd_list, cmd_requeue, cmd_show
 from polaris_pipeline.errors import PolarisPipelineError
+from polaris_pipeline.storage.redact import redact
 
 # (command, tasks action) -> its handler.
 COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace, TextIO], int]] = {
@@ -44,7 +45,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         return handler(args, out or sys.stdout)
     except (PolarisPipelineError, ValueError) as exc:
-        print(f"polaris-pipeline: error: {exc}", file=sys.stderr)
+        # The last guard: an error that quotes a URL or a setting shows no secret.
+        print(f"polaris-pipeline: error: {redact(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print(

@@ -30,6 +30,7 @@ from polaris_pipeline.report.outcome_view import OutcomeView, totals_json, unref
 from polaris_pipeline.report.progress import ProgressSink
 from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.settings import PipelineSettings
+from polaris_pipeline.storage.redact import mask_value
 from polaris_pipeline.tasks.decoded import DecodedTask
 from polaris_pipeline.tasks.model import TaskRow, TaskState
 from polaris_pipeline.tasks.release import ResolvedRelease
@@ -40,7 +41,9 @@ if TYPE_CHECKING:
 
 
 def dump_json(doc: Any, out: TextIO) -> None:
-    json.dump(doc, out, indent=2)
+    # Every JSON the CLI prints, masked: a task's internal properties hold its catalog's
+    # storage configuration (an AWS externalId), an error may quote a URL.
+    json.dump(mask_value(doc), out, indent=2)
     out.write("\n")
 
 

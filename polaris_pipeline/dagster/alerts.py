@@ -8,11 +8,15 @@ the alerts section: a webhook, e-mail, or both; or a ``notify`` of your own):
   STARTTLS with a login, the only kind it sends (it always uses TLS and logs in);
 - ``polaris_run_failure_alert`` (``build_polaris_failure_alert``): every failed run
   sent to ``notify(Alert)``: the webhook (Dagster has no incoming-webhook sensor;
-  dagster-slack's needs a bot token) and e-mail through a plain relay, which
-  Dagster's sensor cannot use;
+  dagster-slack's needs a bot token) and e-mail through a plain relay, or verified
+  against ``smtp_ca_file``, which Dagster's sensor cannot use;
 - ``polaris_check_failure_alert`` (``build_polaris_check_alert``): a backlog check
   (dead tasks, permanent failures, stale orphans, sweeper freshness) that starts
   failing, once, to every destination: Dagster OSS has no alert on asset checks.
+
+No credential travels in clear: STARTTLS verifies the server's certificate and name
+before the login, a login without it needs ``smtp_login_insecure``, an ``http://``
+webhook needs ``webhook_allow_http_insecure`` (both checked by the alerts section).
 
 docs/dagster.md has the variables and a dagster-slack recipe for a ``notify``.
 """
@@ -22,6 +26,8 @@ from __future__ import annotations
 import html
 import json
 import smtplib
+import ssl
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -47,6 +53,8 @@ from polaris_pipeline.dagster.backlog.report import ASSET_KEY
 from polaris_pipeline.dagster.contract import TAG_REALM, TAG_TABLE, TAG_TASK_ID, TAG_TASK_TYPE
 from polaris_pipeline.dagster.reporting import run_total
 from polaris_pipeline.settings import AlertSection
+from polaris_pipeline.settings.alerts import plaintext_login_refusal
+from polaris_pipeline.storage.redact import redact
 
 RUN_ALERT_NAME = "polaris_run_failure_alert"
 RUN_EMAIL_ALERT_NAME = "polaris_run_failure_email"
@@ -96,7 +104,7 @@ def run_failure_alert(
     shown = [f"{k.split('/', 1)[1]}: {tags[k]}" for k in _TAGS_SHOWN if tags.get(k)]
     subject = tags.get(TAG_TABLE) or tags.get(TAG_REALM) or ""
     title = f"Dagster run of {job_name} failed" + (f" ({subject})" if subject else "")
-    lines = [*shown, f"run: {run_id}", f"error: {(error or 'see the run log').strip()}"]
+    lines = [*shown, f"run: {run_id}", f"error: {redact((error or 'see the run log').strip())}"]
     if kept:
         lines.append(f"before failing: {kept}")
     return Alert(title, "\n".join(lines), run_id=run_id, url=_run_url(ui_url, run_id))
@@ -265,15 +273,19 @@ def build_polaris_check_alert(
 
 def webhook_notifier(url: str) -> Notify:
     """POSTs ``{"text": ...}``: the body a Slack (or Mattermost, Teams workflow) incoming
-    webhook takes."""
+    webhook takes. The URL is checked by the alerts section (https, unless allowed)."""
 
     def notify(alert: Alert) -> None:
         body = json.dumps({"text": alert.text()}).encode()
         request = urllib.request.Request(
             url, data=body, headers={"Content-Type": "application/json"}, method="POST"
         )
-        with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as response:
-            response.read()
+        try:
+            with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as response:
+                response.read()
+        except (urllib.error.URLError, OSError) as exc:
+            # The URL is the secret: an error that quotes it is masked.
+            raise RuntimeError(redact(f"webhook: {type(exc).__name__}: {exc}", [url])) from None
 
     return notify
 
@@ -287,12 +299,28 @@ class SmtpSettings:
     user: str | None = None
     password: str | None = field(default=None, repr=False)  # never in a repr or a log
     starttls: bool = False
+    # The CAs the server's certificate is verified against; None: the system's.
+    ca_file: str | None = None
+    # Log in without TLS (the password in clear): only for a link the operator trusts.
+    login_insecure: bool = False
+
+    def __post_init__(self) -> None:
+        refusal = plaintext_login_refusal(self.user, self.starttls, self.login_insecure)
+        if refusal:
+            raise ValueError(refusal)
 
     @property
     def dagster_sends_run_failures(self) -> bool:
         """Whether Dagster's e-mail sensor can send through this server: it always
-        starts TLS and logs in (``smtp_type`` SSL or STARTTLS, a user and password)."""
-        return self.starttls and bool(self.user) and self.password is not None
+        starts TLS and logs in (``smtp_type`` SSL or STARTTLS, a user and password), and
+        verifies against the system's CAs only (no ``ca_file``)."""
+        return (
+            self.starttls and bool(self.user) and self.password is not None and self.ca_file is None
+        )
+
+    def tls_context(self) -> ssl.SSLContext:
+        """A context that verifies the server's certificate and its name."""
+        return ssl.create_default_context(cafile=self.ca_file)
 
 
 def email_notifier(smtp: SmtpSettings) -> Notify:
@@ -307,7 +335,9 @@ def email_notifier(smtp: SmtpSettings) -> Notify:
         message.set_content(alert.text())
         with smtplib.SMTP(smtp.host, smtp.port, timeout=_TIMEOUT_S) as client:
             if smtp.starttls:
-                client.starttls()
+                # Verified: a server whose certificate or name does not match never
+                # sees the login below.
+                client.starttls(context=smtp.tls_context())
             if smtp.user:
                 client.login(smtp.user, smtp.password or "")
             client.send_message(message)
@@ -351,7 +381,7 @@ def fan_out(notifiers: Sequence[Notify]) -> Notify:
             try:
                 one(alert)
             except Exception as exc:  # a destination down must not hide the alert elsewhere
-                errors.append(f"{type(exc).__name__}: {exc}")
+                errors.append(redact(f"{type(exc).__name__}: {exc}"))
         if errors:
             raise RuntimeError(f"{len(errors)} alert destination(s) failed: {'; '.join(errors)}")
 
@@ -387,6 +417,8 @@ def smtp_of(section: AlertSection) -> SmtpSettings | None:
         user=section.smtp_user,
         password=section.smtp_password,
         starttls=section.smtp_starttls,
+        ca_file=section.smtp_ca_file,
+        login_insecure=section.smtp_login_insecure,
     )
 
 

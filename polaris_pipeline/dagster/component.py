@@ -23,7 +23,7 @@ Every block or field left out keeps the library's default (``polaris_pipeline.se
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any, Literal
 
 import dagster as dg
@@ -39,6 +39,7 @@ from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
 from polaris_pipeline.dagster.retention import RetentionSettings
 from polaris_pipeline.dagster.translator import translator_from_path
 from polaris_pipeline.settings import AlertSection
+from polaris_pipeline.storage.redact import masked_repr_args
 
 
 def _as_env_var(value: str) -> str | dg.EnvVar:
@@ -131,6 +132,10 @@ class PolarisSweeper(dg.Component, dg.Model, dg.Resolvable):
             "my_pkg.module.MyTranslator; null: the library's."
         ),
     )
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        # A block's URL may be the URL itself, its password in it.
+        return masked_repr_args(super().__repr_args__())
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         return build_defs(

@@ -10,6 +10,7 @@ from polaris_pipeline.cleanup.context import CleanupResult
 from polaris_pipeline.execution.attempt_record import AttemptRecords, RecordStatus
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.metastore import CompleteOutcome, FailOutcome, Metastore
+from polaris_pipeline.storage.redact import redact
 from polaris_pipeline.tasks.model import TaskRow
 from polaris_pipeline.tasks.ref import Lease
 
@@ -53,6 +54,8 @@ class AttemptEnds:
         """Failed: recorded on the row (backing off or dead), unless ``record`` is False
         and the failure is not permanent (the caller retries under the same lease)."""
         kids = tuple(children)
+        # Written to the row, logged, sent as metadata and alerts: masked once, here.
+        error = redact(error)
         closing = self._records.close(lease, RecordStatus.FAILED, error, result)
         if closing is not None:
             error = f"{error}; {closing}"

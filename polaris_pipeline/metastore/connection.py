@@ -22,6 +22,7 @@ from sqlalchemy.pool import NullPool
 
 from polaris_pipeline.errors import MetastoreError
 from polaris_pipeline.metastore.schema import NOSQL_UNSUPPORTED, POLARIS_SCHEMA
+from polaris_pipeline.storage.redact import looks_secret, maskable, redact
 
 URL_ENV = "POLARIS_METASTORE_URL"
 # Polaris's NoSQL persistence: named and refused at once (``schema.NOSQL_UNSUPPORTED``).
@@ -78,8 +79,19 @@ def _check_sqlite_url(url: URL) -> None:
 
 
 def safe_url(url: URL) -> str:
-    """The URL with its password masked, for messages and logs."""
-    return url.render_as_string(hide_password=True)
+    """The URL with its passwords masked (userinfo, and a query's ``password=``,
+    ``sslpassword=``...), for messages and logs."""
+    return redact(url.render_as_string(hide_password=True))
+
+
+def url_secrets(url: URL) -> list[str]:
+    """The URL's password and the values of its secret-named query keys, to mask
+    wherever a driver's message may quote them."""
+    found = [str(url.password)] if url.password else []
+    for name, value in url.query.items():
+        if looks_secret(name):
+            found.extend([value] if isinstance(value, str) else value)
+    return maskable(found)
 
 
 def make_engine(

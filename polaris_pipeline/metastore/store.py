@@ -28,7 +28,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from polaris_pipeline.errors import LeaseLost, MetastoreError
 from polaris_pipeline.metastore import queries, transitions
-from polaris_pipeline.metastore.connection import make_engine, resolve_url, safe_url
+from polaris_pipeline.metastore.connection import make_engine, resolve_url, safe_url, url_secrets
 from polaris_pipeline.metastore.ddl import LATEST_SCHEMA_VERSION
 from polaris_pipeline.metastore.queries import Query
 from polaris_pipeline.metastore.rows import (
@@ -46,6 +46,7 @@ from polaris_pipeline.metastore.transitions import (
     FailureRecord,
     HolderCas,
 )
+from polaris_pipeline.storage.redact import redact
 from polaris_pipeline.tasks.model import NewTask, TaskPolicy, TaskRow, TaskState, parse_properties
 from polaris_pipeline.tasks.ref import Lease
 
@@ -106,10 +107,8 @@ class Metastore:
     def _describe(self, exc: SQLAlchemyError) -> str:
         orig = getattr(exc, "orig", None) or exc
         first = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
-        password = self.url.password
-        if password:
-            first = first.replace(str(password), "***")
-        return f"metastore {self.display_url}: {first}"
+        # The driver may quote a password, from the userinfo or from the query.
+        return f"metastore {self.display_url}: {redact(first, url_secrets(self.url))}"
 
     # ---------------------------------------------------------------- schema
 

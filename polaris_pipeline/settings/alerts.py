@@ -1,19 +1,57 @@
 """The alerts section: where failed runs and failing backlog checks are sent (opt-in).
 
 No destination, no alert sensor. The webhook URL and the SMTP password are secrets:
-they never appear in a repr, a log or an error message.
+they never appear in a repr, a log or an error message, and never travel in clear
+unless a setting named ``..._insecure`` says the link is trusted: an ``http://``
+webhook is refused, and so is an SMTP login without STARTTLS (whose certificate is
+verified, against ``smtp_ca_file`` when set).
 """
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from pathlib import Path
+
+from pydantic import Field, ValidationInfo, field_validator
 
 from polaris_pipeline.settings.section import Section
+
+
+def plaintext_login_refusal(user: str | None, starttls: bool, login_insecure: bool) -> str | None:
+    """Why a login to the SMTP server is refused (its password would travel in clear);
+    None when it is not."""
+    if user and not starttls and not login_insecure:
+        return (
+            "an SMTP login without STARTTLS sends the password in clear: set smtp_starttls, "
+            "or smtp_login_insecure for a link you trust"
+        )
+    return None
 
 
 class AlertSection(Section):
     """A Slack (or Mattermost) incoming webhook and/or e-mail, and the UI's address."""
 
+    # Before the URL and the user: their checks read these.
+    webhook_allow_http_insecure: bool = Field(
+        default=False,
+        description=(
+            "Accept an http:// webhook URL, whose secret then travels in clear: only on a "
+            "network you trust."
+        ),
+    )
+    smtp_starttls: bool = Field(
+        default=False,
+        description=(
+            "Start TLS, verifying the server's certificate and name; with a user, failed "
+            "runs are mailed by Dagster's own make_email_on_run_failure_sensor."
+        ),
+    )
+    smtp_login_insecure: bool = Field(
+        default=False,
+        description=(
+            "Log in without STARTTLS, the password in clear: only on a link you trust "
+            "(a relay on the same host). Without it such a login is refused."
+        ),
+    )
     webhook_url: str | None = Field(
         default=None,
         repr=False,
@@ -27,11 +65,11 @@ class AlertSection(Section):
     smtp_port: int = Field(default=25, description="Its port.")
     smtp_user: str | None = Field(default=None, description="Its login, if it asks for one.")
     smtp_password: str | None = Field(default=None, repr=False, description="Its password.")
-    smtp_starttls: bool = Field(
-        default=False,
+    smtp_ca_file: str | None = Field(
+        default=None,
         description=(
-            "Start TLS; with a user, failed runs are mailed by Dagster's own "
-            "make_email_on_run_failure_sensor."
+            "A PEM file of the CAs the SMTP server's certificate is verified against (a "
+            "private CA); null: the system's. Set, our sensor mails the failed runs too."
         ),
     )
     ui_url: str | None = Field(
@@ -40,10 +78,40 @@ class AlertSection(Section):
 
     @field_validator("webhook_url")
     @classmethod
-    def _webhook(cls, value: str | None) -> str | None:
-        if value is not None and not value.strip().startswith(("https://", "http://")):
-            raise ValueError("an http(s) URL")  # the URL is a secret: not shown
-        return value.strip() if value is not None else None
+    def _webhook(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # The URL is a secret: never shown.
+        if value is None:
+            return None
+        url = value.strip()
+        if not url.lower().startswith(("https://", "http://")):
+            raise ValueError("an http(s) URL")
+        if url.lower().startswith("http://") and not info.data.get("webhook_allow_http_insecure"):
+            raise ValueError(
+                "an http:// webhook sends its secret in clear: use https://, or set "
+                "webhook_allow_http_insecure for a network you trust"
+            )
+        return url
+
+    @field_validator("smtp_user")
+    @classmethod
+    def _login(cls, value: str | None, info: ValidationInfo) -> str | None:
+        refusal = plaintext_login_refusal(
+            value,
+            bool(info.data.get("smtp_starttls")),
+            bool(info.data.get("smtp_login_insecure")),
+        )
+        if refusal:
+            raise ValueError(refusal)
+        return value
+
+    @field_validator("smtp_ca_file")
+    @classmethod
+    def _ca_file(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        if not Path(value.strip()).is_file():
+            raise ValueError("no such file")
+        return value.strip()
 
     @field_validator("email_to")
     @classmethod

@@ -28,6 +28,7 @@ from polaris_pipeline.settings.retention import RetentionSection
 from polaris_pipeline.settings.section import ENV_PREFIX, Section, SettingsError
 from polaris_pipeline.settings.storage import StorageSection
 from polaris_pipeline.settings.sweeper import SweeperSection
+from polaris_pipeline.storage.redact import looks_secret, redact
 
 
 class PipelineSettings(Section):
@@ -203,8 +204,8 @@ def _named(variable: str, raw: str, section: str, field: str, message: str) -> S
     # Name the variable; a URL's value may hold a password, and a secret (a field kept out
     # of the repr) is never shown.
     info = _SECTIONS[section].model_fields.get(field)
-    secret = field == "url" or (info is not None and info.repr is False)
-    shown = "" if secret or not raw else f"={raw.strip()!r}"
+    secret = field == "url" or looks_secret(field) or (info is not None and info.repr is False)
+    shown = "" if secret or not raw else f"={redact(raw.strip())!r}"
     return SettingsError(f"{variable}{shown}: {message}")
 
 

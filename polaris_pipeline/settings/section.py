@@ -9,9 +9,13 @@ component's YAML.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict
 
 from polaris_pipeline.errors import PolarisPipelineError
+from polaris_pipeline.storage.redact import masked_repr_args
 from polaris_pipeline.storage.uri import split_uri
 
 # The prefix of every variable the package reads (but the metastore URL's).
@@ -26,6 +30,10 @@ class Section(BaseModel):
     """One section of the configuration: frozen, and no key it does not know."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        # A URL's password, an inline storage option's key: masked in every repr.
+        return masked_repr_args(super().__repr_args__())
 
 
 def nonblank_cron(value: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from urllib.parse import quote
 
 import pytest
 import yaml
+from sqlalchemy.engine import make_url
 
 from builders import tasks as built_tasks
 from polaris_pipeline.metastore import Metastore
@@ -20,7 +22,17 @@ from tests.support.s3 import MotoS3
 from tests.support.tasks import batch_task
 
 KEY_ENV, SECRET_ENV = "PP_REL_S3_KEY", "PP_REL_S3_SECRET"
+AZURE_ENV = "PP_REL_AZURE_CONNECTION"
 UNSET_ENV = "PP_REL_NEVER_SET_TOKEN"
+
+
+def query_url(role: PgRole, url: str | None = None) -> str:
+    """``url`` (the role's) with its password moved into the query, as libpq also takes
+    it, beside an ``sslpassword``: the spelling a userinfo mask does not cover."""
+    base = make_url(url or role.url)
+    return base.set(
+        password=None, query={"password": role.password, "sslpassword": role.password}
+    ).render_as_string(hide_password=False)
 
 
 @dataclass
@@ -55,6 +67,13 @@ def secret_setup(
 ) -> Setup:
     access_key = f"AKIAPPSECRET{uuid.uuid4().hex[:12].upper()}"
     secret_key = f"pp-s3-SECRET-{uuid.uuid4().hex}"
+    account_key = base64.b64encode(b"\xfb\xff" + uuid.uuid4().bytes * 3).decode()
+    # adlfs's connection string: the account key inside (no Azure table here: what is
+    # searched is that the configured string never shows, loaded on every run).
+    connection = (
+        f"DefaultEndpointsProtocol=https;AccountName=ppsecret;AccountKey={account_key};"
+        "BlobEndpoint=http://127.0.0.1:9/ppsecret;"
+    )
     creds = {"key": {"env": KEY_ENV}, "secret": {"env": SECRET_ENV}}
     config = {
         "locations": [
@@ -66,6 +85,7 @@ def secret_setup(
                     "client_kwargs": {"region_name": moto_server.region},
                 },
             },
+            {"prefix": "abfs://", "options": {"connection_string": {"env": AZURE_ENV}}},
             {
                 "prefix": "s3://unreachable-bucket",
                 "options": {
@@ -86,8 +106,15 @@ def secret_setup(
     table = s3_warehouse.build("t", with_deletes=True)
     setup = Setup(
         store=store,
-        secrets=[access_key, secret_key, quote(secret_key, safe=""), *pg_role.spellings()],
-        env={KEY_ENV: access_key, SECRET_ENV: secret_key},
+        secrets=[
+            access_key,
+            secret_key,
+            quote(secret_key, safe=""),
+            account_key,
+            quote(account_key, safe=""),
+            *pg_role.spellings(),
+        ],
+        env={KEY_ENV: access_key, SECRET_ENV: secret_key, AZURE_ENV: connection},
         config_path=config_path,
         oracle=table_files(table),
         tmp=tmp_path,
@@ -111,9 +138,11 @@ def secret_setup(
 
 
 LOAD = (
-    "a role with a password in the metastore URL; a storage config whose S3 key and secret "
-    "come from environment variables; one S3 table (moto) to drop and three failing tasks "
-    "(unreachable endpoint, wrong bucket, path outside the location)"
+    "a role with a password in the metastore URL (in its userinfo, and in its query as "
+    "password= and sslpassword=); a storage config whose S3 key and secret, and an Azure "
+    "connection string with its account key, come from environment variables; one S3 "
+    "table (moto) to drop and three failing tasks (unreachable endpoint, wrong bucket, "
+    "path outside the location)"
 )
 
 
@@ -168,6 +197,16 @@ def test_no_secret_in_cli_output_or_task_rows(
     )
     cli("unreachable database", "tasks", "list", "--metastore", url.replace(":5432/", ":9/"))
     cli("unknown database", "tasks", "list", "--metastore", url.rsplit("/", 1)[0] + "/nope")
+    in_query = query_url(pg_role)
+    cli("tasks list, password in the query", "tasks", "list", "--json", "--metastore", in_query)
+    cli("init-metastore, password in the query", "init-metastore", "--metastore", in_query)
+    cli(
+        "unreachable database, password in the query",
+        "tasks",
+        "list",
+        "--metastore",
+        query_url(pg_role, url.replace(":5432/", ":9/")),
+    )
     scenario.fault = "CLI runs: " + "; ".join(runs)
 
     leaks: list[str] = []
@@ -192,8 +231,15 @@ def test_no_secret_in_cli_output_or_task_rows(
     errors = {r.name: r.last_error or "" for r in s.store.list_tasks()}
     assert "Could not connect" in errors.get("unreachable endpoint", "")
     assert "outside the table location" in errors.get("outside the location", "")
-    for name in ("unreachable database", "config with a YAML error"):
+    for name in (
+        "unreachable database",
+        "unreachable database, password in the query",
+        "config with a YAML error",
+    ):
         assert runs[name].proc.returncode == 2, runs[name].stderr()
+    for name in ("tasks list, password in the query", "init-metastore, password in the query"):
+        assert runs[name].proc.returncode == 0, runs[name].stderr()
+    assert "?password=***&sslpassword=***" in runs["init-metastore, password in the query"].stdout()
     assert UNSET_ENV in runs["config naming an unset variable"].stderr()
     scenario.check(
         "the failure cases really failed (unreachable endpoint recorded on its task, "
@@ -201,8 +247,9 @@ def test_no_secret_in_cli_output_or_task_rows(
     )
     assert not leaks, leaks
     scenario.check(
-        "neither the database password (raw or URL-encoded) nor the S3 key or secret appears "
-        "in any stdout or stderr (verbose too) or task row"
+        "neither the database password (raw or URL-encoded, in the URL's userinfo or its "
+        "query) nor the S3 key or secret nor the Azure account key appears in any stdout or "
+        "stderr (verbose too, JSON too, the header naming the metastore) or task row"
     )
 
 
@@ -222,7 +269,8 @@ def test_no_secret_in_dagster_runs(
     snapshot = s.tmp / "repository-snapshot.json"
     env = {
         **s.env,
-        "POLARIS_METASTORE_URL": pg_role.url,
+        # The password in the query: the spelling a userinfo-only mask missed.
+        "POLARIS_METASTORE_URL": query_url(pg_role),
         "POLARIS_PIPELINE_STORAGE_CONFIG": str(s.config_path),
         "POLARIS_PIPELINE_GRACE_MS": "0",
         "POLARIS_PIPELINE_MAX_ATTEMPTS": "1",

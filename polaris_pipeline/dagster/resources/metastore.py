@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
 
 from dagster import Config, ConfigurableResource, EnvVar
 from pydantic import Field
@@ -96,13 +95,3 @@ class PolarisMetastoreResource(ConfigurableResource, MetastoreSection):
         run holds. Run ids are UUIDs, which keeps the id unique per holder.
         """
         return f"{self.executor_prefix}:run:{run_id}"
-
-    def __repr_args__(self) -> Any:
-        # pydantic's repr would print the URL with its password.
-        for name, value in super().__repr_args__():
-            if name == "url" and isinstance(value, str):
-                try:
-                    value = self.display_url
-                except Exception:
-                    value = "***"
-            yield name, value
