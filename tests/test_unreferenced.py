@@ -207,6 +207,33 @@ def test_a_live_table_nested_under_the_location_refuses(
     assert "'inner'" in refusal and "at or under the prefix" in refusal
 
 
+def test_a_live_table_writing_under_the_prefix_by_its_write_data_path_refuses(
+    metastore: Metastore, local_warehouse: Warehouse
+) -> None:
+    """A live table elsewhere whose ``write.data.path`` lies under the dropped table's
+    location: its data files are there and unreferenced by the dropped table."""
+    wh = local_warehouse
+    table = wh.build("t", appends=2)
+    inside = f"{table.location().rstrip('/')}/data/of_live"
+    live = wh.build("live", appends=1, properties={"write.data.path": inside})
+    live_files = {f for f in table_files(live) if f.startswith(inside + "/")}
+    assert live_files
+    live_entity(
+        metastore,
+        live.location(),
+        name="live",
+        properties={"location": live.location(), "write.data.path": inside},
+    )
+    settle()
+    dropped = Dropped(table, set(), set(), built_tasks.drop_table_task(table))
+
+    report = _report(_sweep(metastore, wh, dropped, "delete"))
+
+    assert report.refusal is not None and "'live'" in report.refusal, report
+    assert "write.data.path is at or under the prefix" in report.refusal
+    assert report.deleted == 0 and all(wh.exists(f) for f in live_files)
+
+
 def test_a_namespace_whose_base_location_is_the_prefix_refuses(
     metastore: Metastore, local_warehouse: Warehouse
 ) -> None:

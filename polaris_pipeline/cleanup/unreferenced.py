@@ -16,7 +16,9 @@ table's run, after every referenced file and child is done:
 2. No live entity may overlap it (``metastore/overlap.py``: Polaris's overlap
    rule over every realm and catalog): checked before listing and again before
    each delete batch, so a table created at the same path during the sweep stops
-   it. An overlap refuses the whole prefix.
+   it. No live table may write under it by a ``write.data.path``-style property
+   (checked once, before listing: no column holds these, so every table row naming
+   one is read). An overlap refuses the whole prefix.
 3. The prefix is listed in pages (``storage/listing.py``); each object last
    modified after the task was created (the drop) is kept and counted, as is one
    without a time; each other object must pass the table's guard (symlinks,
@@ -98,6 +100,7 @@ def run_unreferenced(
     mode: UnreferencedMode,
     overlaps: OverlapCheck | None,
     *,
+    writers: OverlapCheck | None = None,
     referenced: Set[str] = frozenset(),
     all_paths: bool = False,
 ) -> UnreferencedReport:
@@ -122,7 +125,7 @@ def run_unreferenced(
         return report
     guard = Guard.build(ctx, entity)
     try:
-        found = overlaps(prefix)
+        found = overlaps(prefix) or (writers(prefix) if writers is not None else [])
         if found:
             report.refusal = _overlap_text(found)
             return report

@@ -67,7 +67,13 @@ def run_phase(
         frozenset(normalize_uri(u) for u in result.would_delete) if ctx.dry_run else frozenset()
     )
     report = run_unreferenced(
-        ctx, entity, mode, live.overlaps, referenced=referenced, all_paths=ctx.dry_run
+        ctx,
+        entity,
+        mode,
+        live.overlaps,
+        writers=live.write_path_users,
+        referenced=referenced,
+        all_paths=ctx.dry_run,
     )
     result.unreferenced = report
     return failure_of(report)
