@@ -198,6 +198,22 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default: {LATEST_SCHEMA_VERSION})",
     )
 
+    grant = sub.add_parser(
+        "grant-role",
+        help="print the SQL that limits a PostgreSQL role to what the pipeline needs",
+        description="Print a script that grants ROLE what the pipeline needs on Polaris's "
+        "PostgreSQL metastore, with row-level security under which it reads every entity but "
+        "inserts, updates and deletes TASK rows only (and inserts task events). Run it with "
+        "psql as the owner of polaris_schema; it refuses, changing nothing, when another role "
+        "that is not the owner would lose sight of the rows. Nothing is connected to.",
+        epilog=_examples(
+            "polaris-pipeline grant-role polaris_cleanup | psql -v ON_ERROR_STOP=1 polaris",
+        ),
+    )
+    grant.add_argument(
+        "role", metavar="ROLE", help="the role the pipeline logs in as, e.g. polaris_cleanup"
+    )
+
     tasks = sub.add_parser(
         "tasks",
         help="list, show, requeue, run and discard tasks",
