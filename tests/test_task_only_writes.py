@@ -30,7 +30,7 @@ from polaris_pipeline.tasks.model import (
     TaskRow,
 )
 from tests.support.metastore import ALL_QUERIES
-from tests.support.tasks import insert_row
+from tests.support.restricted_role import admin_connection
 
 REALM = "r"
 ENTITY_ID = 4711
@@ -169,27 +169,27 @@ def _table_row(store: Metastore, properties: dict[str, str]) -> TaskRow:
     """A TABLE-like row with a task's catalog and parent (0), at ``ENTITY_ID``: only its
     type_code tells it from a task. Returned as a ``TaskRow``, as a forged read would."""
     now = store.now_ms()
-    insert_row(
-        store,
-        {
-            "realm_id": REALM,
-            "catalog_id": 0,
-            "id": ENTITY_ID,
-            "parent_id": 0,
-            "name": "live_table",
-            "entity_version": 3,
-            "type_code": TABLE_LIKE_TYPE_CODE,
-            "sub_type_code": 0,
-            "create_timestamp": now - 3_600_000,
-            "drop_timestamp": 0,
-            "purge_timestamp": 0,
-            "to_purge_timestamp": 0,
-            "last_update_timestamp": now - 3_600_000,
-            "properties": properties,
-            "internal_properties": {},
-            "grant_records_version": 2,
-        },
-    )
+    row = {
+        "realm_id": REALM,
+        "catalog_id": 0,
+        "id": ENTITY_ID,
+        "parent_id": 0,
+        "name": "live_table",
+        "entity_version": 3,
+        "type_code": TABLE_LIKE_TYPE_CODE,
+        "sub_type_code": 0,
+        "create_timestamp": now - 3_600_000,
+        "drop_timestamp": 0,
+        "purge_timestamp": 0,
+        "to_purge_timestamp": 0,
+        "last_update_timestamp": now - 3_600_000,
+        "properties": properties,
+        "internal_properties": {},
+        "grant_records_version": 2,
+    }
+    # As the admin: under PP_TEST_RESTRICTED_ROLE the pipeline's role may not write it.
+    with admin_connection(store) as conn:
+        conn.execute(queries.INSERT_TASKS.build(store.dialect), [row])
     return decode_row(_read_row(store))
 
 

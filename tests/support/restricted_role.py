@@ -20,9 +20,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.pool import NullPool
 
+from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.privileges import role_script
 from tests.support.postgres import PG_ADMIN_URL, database_url
 
@@ -88,3 +89,21 @@ def restrict(database: str, role: str) -> None:
     """Apply the policy for ``role`` in ``database``; fail the test when psql does."""
     done = apply_role_script(database, role)
     assert done.returncode == 0, done.stderr
+
+
+@contextmanager
+def admin_connection(store: Metastore) -> Iterator[Connection]:
+    """A transaction on ``store``'s database as its admin, for seeding rows the pipeline's
+    role may not write (a live table) under ``PP_TEST_RESTRICTED_ROLE``."""
+    if store.dialect != "postgresql":
+        with store.engine.begin() as conn:
+            yield conn
+        return
+    database = store.url.database
+    assert database is not None
+    engine = create_engine(database_url(database), poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            yield conn
+    finally:
+        engine.dispose()
