@@ -9,7 +9,9 @@ itself refuses to change, delete or create any row but a task.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -237,3 +239,15 @@ def test_grant_role_prints_the_script_and_refuses_a_name_that_is_not_plain(
     err = capsys.readouterr().err
     assert err.startswith("polaris-pipeline: error: role name 'x\"; DROP TABLE")
     assert len(err.strip().splitlines()) == 1
+
+
+def test_the_operator_guide_shows_the_script_grant_role_prints() -> None:
+    """Section 2's text block is the script for polaris_cleanup, its refusal block cut
+    to one line."""
+    guide = (Path(__file__).resolve().parent.parent / "docs/operator-guide.md").read_text()
+    [shown] = re.findall(r"```text\n(BEGIN;\n.*?COMMIT;\n)```", guide, re.S)
+    script = role_script("polaris_cleanup")
+    refusal = re.search(r"^DO \$\$\nDECLARE hidden.*?^END \$\$;\n", script, re.M | re.S)
+    assert refusal is not None
+    elided = "DO $$ ... (refuses when another role would lose sight of the rows: below) ... $$;\n"
+    assert shown == script.replace(refusal[0], elided)
