@@ -159,7 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="polaris-pipeline",
         description="Find and finish Apache Polaris cleanup tasks that Polaris left behind. "
-        f"Every command takes --metastore URL (default ${URL_ENV}); see COMMAND --help.",
+        f"Every command but grant-role takes --metastore URL (default ${URL_ENV}); "
+        "see COMMAND --help.",
         epilog=_examples(
             "polaris-pipeline sweep --metastore sqlite:///polaris.db",
             "polaris-pipeline tasks list --metastore postgresql+psycopg://polaris@db/polaris",
