@@ -24,16 +24,36 @@ PYTEST = PYTHONDONTWRITEBYTECODE= $(BIN)/pytest
 # disk and 10.7 to 11.1 s under /dev/shm.
 TEST_TMP_ROOT ?= $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm || echo /tmp)
 
-.PHONY: demo test test-fast test-polaris lint bench services system emulators bytecode clean
+.PHONY: demo test test-fast test-polaris lint bench services system emulators bytecode clean lock
+
+# Every dependency (runtime and dev, every platform) pinned with its hashes, by `make lock`.
+LOCK := requirements-dev.lock
+# The installers themselves, pinned too: a new pip or uv is a change made on purpose.
+PIP_VERSION := 26.3
+UV_VERSION := 0.13.9
+# Named by the versions, so changing either reinstalls them.
+TOOLS := $(BIN)/.tools-pip$(PIP_VERSION)-uv$(UV_VERSION)
+
+$(TOOLS):
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet pip==$(PIP_VERSION) uv==$(UV_VERSION)
+	touch $@
 
 # uv installs the same requirements from PyPI in a third of pip's time (about 30 s
 # against 90 s here, most of it byte-compiling, which pip does too); the venv keeps
-# its own pip for anything that asks for one.
-$(BIN)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip uv
-	$(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode -e '.[dev]'
+# its own pip for anything that asks for one. The lock's pins and hashes, then the
+# project itself editable, with nothing unpinned beside it (--no-deps).
+$(BIN)/.installed: pyproject.toml $(LOCK) $(TOOLS)
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode \
+		--require-hashes -r $(LOCK)
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
 	touch $@
+
+# Resolve pyproject.toml's dependencies and the dev extra again, for every platform and
+# Python >= 3.11, to their newest allowed versions; commit the result.
+lock: $(TOOLS)
+	$(BIN)/uv pip compile --quiet --python $(BIN)/python --universal --generate-hashes \
+		--extra dev --output-file $(LOCK) pyproject.toml
 
 # pip byte-compiles a wheel's modules as it installs them; an editable install does
 # not, and where PYTHONDONTWRITEBYTECODE is set nothing ever writes them, so every

@@ -412,6 +412,7 @@ def test_every_command_has_help_with_an_example(capsys: pytest.CaptureFixture[st
     for argv in (
         ["--help"],
         ["init-metastore", "--help"],
+        ["grant-role", "--help"],
         ["tasks", "list", "--help"],
         ["tasks", "show", "--help"],
         ["tasks", "requeue", "--help"],

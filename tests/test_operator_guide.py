@@ -128,10 +128,9 @@ def test_every_block_of_the_guide_is_run_or_marked_text() -> None:
     statements = [s.strip() for s in grants.code.split(";") if "GRANT" in s]
     assert [s[s.index("GRANT") :] for s in statements] == [
         "GRANT CONNECT ON DATABASE polaris TO polaris_cleanup",
-        "GRANT USAGE ON SCHEMA polaris_schema TO polaris_cleanup",
-        "GRANT SELECT, INSERT, UPDATE, DELETE ON polaris_schema.entities TO polaris_cleanup",
-        "GRANT SELECT ON polaris_schema.version TO polaris_cleanup",
     ]
+    # The rest is grant-role's script (tests/test_metastore_role.py holds its text).
+    assert "polaris-pipeline grant-role polaris_cleanup \\\n  | psql " in grants.code
     # Every project file the guide tells the operator to use exists.
     for name in re.findall(r"`((?:docs|deploy)/[\w./-]+|workspace\.yaml)`", GUIDE.read_text()):
         assert (ROOT / name).is_file(), name
@@ -431,7 +430,9 @@ def _scratch(out: str, ctx: Context) -> None:
 
 
 def _grants(out: str, ctx: Context) -> None:
+    # psql's command tags: the role, CONNECT, then grant-role's script.
     assert out.count("GRANT") == 4 and "CREATE ROLE" in out, out
+    assert out.count("CREATE POLICY") == 4 and "ALTER TABLE" in out and "COMMIT" in out, out
     engine = create_engine(database_url(ctx.database), poolclass=NullPool)
     try:
         with engine.connect() as conn:
@@ -450,6 +451,26 @@ def _grants(out: str, ctx: Context) -> None:
                 text("SELECT rolsuper, rolcreatedb, rolcreaterole FROM pg_roles WHERE rolname=:r"),
                 {"r": ctx.role},
             ).one()
+            has_events = conn.execute(
+                text("SELECT to_regclass('polaris_schema.events') IS NOT NULL")
+            ).scalar_one()
+            secured = conn.execute(
+                text(
+                    "SELECT relrowsecurity FROM pg_class "
+                    "WHERE oid = 'polaris_schema.entities'::regclass"
+                )
+            ).scalar_one()
+            policies = (
+                conn.execute(
+                    text(
+                        "SELECT cmd FROM pg_policies WHERE tablename = 'entities' "
+                        "AND :role = ANY (roles) ORDER BY 1"
+                    ),
+                    {"role": ctx.role},
+                )
+                .scalars()
+                .all()
+            )
     finally:
         engine.dispose()
     assert [tuple(g) for g in grants] == [
@@ -457,8 +478,11 @@ def _grants(out: str, ctx: Context) -> None:
         ("entities", "INSERT"),
         ("entities", "SELECT"),
         ("entities", "UPDATE"),
+        *([("events", "INSERT")] if has_events else []),
         ("version", "SELECT"),
     ]
+    assert secured is True
+    assert policies == ["DELETE", "INSERT", "SELECT", "UPDATE"]
     assert usage is True
     assert tuple(attrs) == (False, False, False)
 

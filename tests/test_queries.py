@@ -21,6 +21,7 @@ from polaris_pipeline.metastore.queries import Query
 from polaris_pipeline.metastore.schema import events
 from polaris_pipeline.tasks.model import Prop, RealmOverride, TaskPolicy, TaskRow
 from tests.support.metastore import ALL_QUERIES
+from tests.support.restricted_role import restricted_role_wanted
 from tests.support.tasks import batch_task
 
 REALM = "r"
@@ -110,6 +111,8 @@ def _cases(
         assert count == 3
 
     def event_written(conn: Connection, result: CursorResult[Any]) -> None:
+        if store.dialect == "postgresql" and restricted_role_wanted():
+            return  # the pipeline's role inserts events (no error) but may not read them
         row = conn.execute(select(events)).one()
         assert (row.realm_id, row.event_id, row.resource_type) == (REALM, "event-1", "REALM")
         assert (row.resource_identifier, row.catalog_id) == ("BEFORE_ATTEMPT_TASK", None)

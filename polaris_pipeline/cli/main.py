@@ -17,13 +17,21 @@ from polaris_pipeline.cli.context import EXIT_ERROR
 from polaris_pipeline.cli.leaks import cmd_leaks
 from polaris_pipeline.cli.parser import build_parser
 from polaris_pipeline.cli.run import cmd_run, cmd_sweep
-from polaris_pipeline.cli.tasks import cmd_discard, cmd_init, cmd_list, cmd_requeue, cmd_show
+from polaris_pipeline.cli.tasks import (
+    cmd_discard,
+    cmd_grant_role,
+    cmd_init,
+    cmd_list,
+    cmd_requeue,
+    cmd_show,
+)
 from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.storage.redact import redact
 
 # (command, tasks action) -> its handler.
 COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace, TextIO], int]] = {
     ("init-metastore", None): cmd_init,
+    ("grant-role", None): cmd_grant_role,
     ("tasks", "list"): cmd_list,
     ("tasks", "show"): cmd_show,
     ("tasks", "requeue"): cmd_requeue,

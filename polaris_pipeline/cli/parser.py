@@ -159,7 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="polaris-pipeline",
         description="Find and finish Apache Polaris cleanup tasks that Polaris left behind. "
-        f"Every command takes --metastore URL (default ${URL_ENV}); see COMMAND --help.",
+        f"Every command but grant-role takes --metastore URL (default ${URL_ENV}); "
+        "see COMMAND --help.",
         epilog=_examples(
             "polaris-pipeline sweep --metastore sqlite:///polaris.db",
             "polaris-pipeline tasks list --metastore postgresql+psycopg://polaris@db/polaris",
@@ -196,6 +197,22 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"Polaris's schema version, {MIN_SCHEMA_VERSION}..{LATEST_SCHEMA_VERSION}: "
         "1 = Polaris 1.0, 2 = 1.1, 3 = 1.2-1.3, 4 = 1.4-1.6, 5 = 1.7 and later "
         f"(default: {LATEST_SCHEMA_VERSION})",
+    )
+
+    grant = sub.add_parser(
+        "grant-role",
+        help="print the SQL that limits a PostgreSQL role to what the pipeline needs",
+        description="Print a script that grants ROLE what the pipeline needs on Polaris's "
+        "PostgreSQL metastore, with row-level security under which it reads every entity but "
+        "inserts, updates and deletes TASK rows only (and inserts task events). Run it with "
+        "psql as the owner of polaris_schema; it refuses, changing nothing, when another role "
+        "that is not the owner would lose sight of the rows. Nothing is connected to.",
+        epilog=_examples(
+            "polaris-pipeline grant-role polaris_cleanup | psql -v ON_ERROR_STOP=1 polaris",
+        ),
+    )
+    grant.add_argument(
+        "role", metavar="ROLE", help="the role the pipeline logs in as, e.g. polaris_cleanup"
     )
 
     tasks = sub.add_parser(

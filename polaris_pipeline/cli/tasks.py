@@ -1,5 +1,6 @@
-"""The commands that read and manage task rows: ``init-metastore`` and ``tasks`` list,
-show, requeue and discard (``tasks run`` is in ``run.py``, with the sweep).
+"""The commands that read and manage task rows: ``init-metastore``, ``grant-role`` (the SQL
+that limits the pipeline's role to them) and ``tasks`` list, show, requeue and discard
+(``tasks run`` is in ``run.py``, with the sweep).
 
 ``list`` and ``show`` open the metastore read-only: they never create or change anything.
 """
@@ -25,6 +26,7 @@ from polaris_pipeline.cli.output import (
     task_detail_json,
     task_json,
 )
+from polaris_pipeline.metastore.privileges import role_script
 from polaris_pipeline.metastore.release_probe import ReleaseProbe
 
 
@@ -38,6 +40,11 @@ def cmd_init(args: argparse.Namespace, out: TextIO) -> int:
         f"in {store.display_url} ({version})",
         file=out,
     )
+    return EXIT_OK
+
+
+def cmd_grant_role(args: argparse.Namespace, out: TextIO) -> int:
+    out.write(role_script(args.role))
     return EXIT_OK
 
 

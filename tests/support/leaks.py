@@ -26,6 +26,7 @@ from polaris_pipeline.dagster.leaks import LEAKS_ASSET, RECLAIM_OP, polaris_leak
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.metastore.schema import events
 from tests.support.dagster import metastore_resource
+from tests.support.restricted_role import admin_connection
 from tests.support.tasks import insert_row
 from tests.support.unreferenced import CATALOG_TYPE_CODE
 
@@ -112,7 +113,7 @@ def drop_event(
         attributes |= {"table_name": name, "purge_requested": "true"}
     else:
         attributes["view_name"] = name
-    with store.engine.begin() as conn:
+    with admin_connection(store) as conn:
         conn.execute(
             events.insert().values(
                 realm_id=realm_id,

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 
 from polaris_pipeline.metastore import Metastore, queries, transitions
 from polaris_pipeline.metastore.queries import Query
@@ -21,6 +22,7 @@ from polaris_pipeline.tasks.model import TaskPolicy, TaskRow
 from polaris_pipeline.tasks.ref import Lease
 from tests.support.postgres import PG_ADMIN_URL as PG_ADMIN_URL
 from tests.support.postgres import database_url, throwaway_database
+from tests.support.restricted_role import login_role, restrict, restricted_role_wanted
 from tests.support.tasks import sqlite_metastore
 
 # Every statement of metastore/queries.py (test_queries checks the list is whole).
@@ -85,11 +87,33 @@ def policy(request: pytest.FixtureRequest) -> TaskPolicy:
     return TaskPolicy(**fields)
 
 
+@pytest.fixture(scope="session")
+def restricted_login(pg_database: str) -> Iterator[tuple[str, str]]:
+    """(role, URL) of a login role of this session's database, for
+    ``PP_TEST_RESTRICTED_ROLE`` (tests/support/restricted_role.py)."""
+    database = make_url(pg_database).database
+    assert database is not None
+    with login_role(database) as login:
+        yield login
+
+
 @pytest.fixture
-def metastore(metastore_url: str, policy: TaskPolicy) -> Iterator[Metastore]:
-    """A metastore with the Polaris schema created, on each backend in turn."""
+def metastore(
+    metastore_url: str, policy: TaskPolicy, request: pytest.FixtureRequest
+) -> Iterator[Metastore]:
+    """A metastore with the Polaris schema created, on each backend in turn.
+
+    With ``PP_TEST_RESTRICTED_ROLE=1``, on PostgreSQL: connected as a role under the
+    operator guide's grants and row-level security (TASK rows only)."""
     store = Metastore(metastore_url, policy=policy)
     store.init_schema()
+    if store.dialect == "postgresql" and restricted_role_wanted():
+        store.dispose()
+        role, url = request.getfixturevalue("restricted_login")
+        database = make_url(metastore_url).database
+        assert database is not None
+        restrict(database, role)
+        store = Metastore(url, policy=policy)
     yield store
     store.dispose()
 

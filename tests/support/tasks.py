@@ -12,6 +12,7 @@ from polaris_pipeline.metastore.schema import version as version_table
 from polaris_pipeline.tasks import payloads
 from polaris_pipeline.tasks.manifest_codec import ManifestFileRef
 from polaris_pipeline.tasks.model import TASK_TYPE_CODE, NewTask, Prop, TaskPolicy, TaskType
+from tests.support.restricted_role import admin_connection
 
 # The tableId every hand-written payload here names.
 TABLE_ID = {"namespace": ["ns"], "name": "t"}
@@ -142,8 +143,9 @@ def insert_raw_task(
 
 
 def insert_row(store: Metastore, row: dict[str, Any]) -> None:
-    """Insert one ``entities`` row exactly as given, for hostile rows."""
-    with store.engine.begin() as conn:
+    """Insert one ``entities`` row exactly as given, for hostile rows and live entities,
+    as the database's admin (Polaris's role, not the pipeline's)."""
+    with admin_connection(store) as conn:
         conn.execute(queries.INSERT_TASKS.build(store.dialect), [row])
 
 
@@ -159,7 +161,7 @@ def sqlite_metastore(directory: Path) -> Metastore:
 
 def set_schema_version(store: Metastore, value: int | None) -> None:
     """Make ``store``'s ``version`` row say ``value`` (None: no row at all)."""
-    with store.engine.begin() as conn:
+    with admin_connection(store) as conn:
         conn.execute(version_table.delete().where(version_table.c.version_key == "version"))
         if value is not None:
             conn.execute(version_table.insert().values(version_key="version", version_value=value))
