@@ -37,7 +37,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from pyiceberg.exceptions import ValidationError
-from pyiceberg.manifest import read_manifest_list
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table.metadata import TableMetadata
 
@@ -52,6 +51,7 @@ from polaris_pipeline.cleanup.deleting import (
 from polaris_pipeline.cleanup.gc_policy import gc_disabling_value, gc_kept_note
 from polaris_pipeline.cleanup.guard import Guard
 from polaris_pipeline.cleanup.manifest import sweep_manifest_entries
+from polaris_pipeline.cleanup.manifest_list import read_bounded_manifest_list
 from polaris_pipeline.cleanup.roots import RecordedRoots
 from polaris_pipeline.cleanup.stages import (
     CURRENT_METADATA,
@@ -158,7 +158,7 @@ class _Planner:
             if not self.guard.admit(ml, self.result):
                 continue
             try:
-                entries = list(read_manifest_list(self.ctx.resolver.input_file(ml)))
+                entries = read_bounded_manifest_list(self.ctx.resolver.input_file(ml))
             except FileNotFoundError:
                 missing_lists += 1
                 continue

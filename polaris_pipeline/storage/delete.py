@@ -182,7 +182,7 @@ def bulk_delete(
         elif isinstance(fs, LocalFileSystem):
             for uri, path in items:
                 guard_step()
-                _delete_local(resolver, uri, path, trusted, report, sidecar_check)
+                _delete_local(resolver, trusted, sidecar_check, uri, path, report)
         else:
             for uri, path in items:
                 guard_step()
@@ -279,11 +279,11 @@ def _delete_s3_chunk(
 
 def _delete_local(
     resolver: StorageResolver,
+    roots: TrustedRoots,
+    sidecar_check: Callable[[str], bool] | None,
     uri: str,
     path: str,
-    roots: TrustedRoots,
     report: DeleteReport,
-    sidecar_check: Callable[[str], bool] | None,
 ) -> None:
     """Unlink ``path`` (and its admitted sidecar) relative to its parent directory,
     opened without following a link below its trusted root (``local_walk``)."""
