@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -30,9 +31,13 @@ from polaris_pipeline.cleanup.avro_blocks import (
     MAX_HEADER_BYTES,
     AvroBlocks,
 )
+from polaris_pipeline.cleanup.context import CleanupContext
+from polaris_pipeline.cleanup.dispatch import run_cleanup
 from polaris_pipeline.cleanup.manifest import MAX_PATH_LENGTH, iter_manifest_entries
 from polaris_pipeline.errors import StorageError, is_permanent, one_line
 from polaris_pipeline.storage.resolve import StorageResolver
+from polaris_pipeline.tasks.model import NewTask
+from tests.support.iceberg import Warehouse, drop_task_row
 
 MiB = 1024 * 1024
 
@@ -144,6 +149,8 @@ import json, resource
 from polaris_pipeline.cleanup.manifest import iter_manifest_entries
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.storage.resolve import StorageResolver
+from polaris_pipeline.tasks.model import NewTask
+from tests.support.iceberg import Warehouse, drop_task_row
 def hwm():
     for line in open("/proc/self/status"):
         if line.startswith("VmHWM:"):
@@ -311,3 +318,31 @@ def test_block_reader_reads_from_any_stream() -> None:
     data = container("null", [(1, entry("/a")), (2, entry("/b") + entry("/c"))])
     blocks = list(AvroBlocks(io.BytesIO(data), "mem").blocks())
     assert [b.count for b in blocks] == [1, 2]
+
+
+def test_table_cleanup_fails_on_a_manifest_list_bomb(local_warehouse: Warehouse) -> None:
+    # A table writer replaced a snapshot's manifest list with a bomb: the table's task
+    # fails with the one line, before any child is planned or any file deleted.
+    wh = local_warehouse
+    table = wh.build("t")
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    listed = Path(snapshot.manifest_list.removeprefix("file://"))
+    write_manifest_bomb(str(listed), MAX_BLOCK_BYTES + MiB)
+    before = wh.files()
+    created: list[NewTask] = []
+
+    def create(children: Sequence[NewTask]) -> Sequence[NewTask]:
+        created.extend(children)
+        return children
+
+    ctx = CleanupContext(
+        task=drop_task_row(table), resolver=wh.resolver, config=wh.config, create_children=create
+    )
+    with pytest.raises(StorageError) as caught:
+        run_cleanup(ctx)
+    assert one_line(caught.value) == (
+        f"StorageError: {snapshot.manifest_list} exceeds MAX_BLOCK_BYTES (67,108,864): a block "
+        "inflates past it; not read further"
+    )
+    assert created == [] and wh.files() == before
