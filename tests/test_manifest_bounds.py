@@ -7,6 +7,7 @@ allocated); ordinary files of every codec read exactly as fastavro reads them.
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import os
@@ -24,7 +25,7 @@ from pyiceberg.manifest import ManifestContent, ManifestFile, write_manifest_lis
 
 from builders import avro_bomb
 from builders.avro_bomb import container, entry, write_manifest_bomb
-from polaris_pipeline.cleanup import manifest_list
+from polaris_pipeline.cleanup import manifest_list, metadata_file
 from polaris_pipeline.cleanup.avro_blocks import (
     MAX_BLOCK_BYTES,
     MAX_BLOCK_RECORDS,
@@ -34,7 +35,10 @@ from polaris_pipeline.cleanup.avro_blocks import (
 from polaris_pipeline.cleanup.context import CleanupContext
 from polaris_pipeline.cleanup.dispatch import run_cleanup
 from polaris_pipeline.cleanup.manifest import MAX_PATH_LENGTH, iter_manifest_entries
+from polaris_pipeline.cleanup.table import read_table_metadata
 from polaris_pipeline.errors import StorageError, is_permanent, one_line
+from polaris_pipeline.leaks.metadata import read_root_metadata
+from polaris_pipeline.storage.listing import ListedObject
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.tasks.model import NewTask
 from tests.support.iceberg import Warehouse, drop_task_row
@@ -346,3 +350,53 @@ def test_table_cleanup_fails_on_a_manifest_list_bomb(local_warehouse: Warehouse)
         "inflates past it; not read further"
     )
     assert created == [] and wh.files() == before
+
+
+# -- table metadata files ----------------------------------------------------------------
+
+
+def _gzip_bomb(path: Path, inflated: int) -> None:
+    gz = zlib.compressobj(9, zlib.DEFLATED, 31)
+    with path.open("wb") as out:
+        out.write(gz.compress(b'{"format-version": 2, "x": "'))
+        for _ in range(inflated // MiB):
+            out.write(gz.compress(b" " * MiB))
+        out.write(gz.compress(b'"}') + gz.flush())
+
+
+def test_gzipped_metadata_reads_and_a_gzip_bomb_fails_the_table(
+    local_warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wh = local_warehouse
+    table = wh.build("t")
+    metadata = Path(table.metadata_location.removeprefix("file://"))
+    text = metadata.read_bytes()
+    metadata.write_bytes(gzip.compress(text))  # gzipped under its plain name: still read
+    monkeypatch.setattr(metadata_file, "MAX_METADATA_BYTES", 2 * MiB)
+    ctx = CleanupContext(task=drop_task_row(table), resolver=wh.resolver, config=wh.config)
+    parsed = read_table_metadata(ctx, table.metadata_location)
+    assert parsed is not None and parsed.location == table.location()
+
+    _gzip_bomb(metadata, 3 * MiB)
+    assert metadata.stat().st_size < 100_000
+    with pytest.raises(StorageError) as caught:
+        run_cleanup(ctx)
+    assert one_line(caught.value) == (
+        f"StorageError: {table.metadata_location} exceeds MAX_METADATA_BYTES (2,097,152): it "
+        "inflates past it; not read further"
+    )
+
+
+def test_leak_finder_reports_a_gzip_bomb_as_unreadable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    metadata = tmp_path / "t" / "metadata" / "00001-x.metadata.json"
+    metadata.parent.mkdir(parents=True)
+    _gzip_bomb(metadata, 3 * MiB)
+    monkeypatch.setattr(metadata_file, "MAX_METADATA_BYTES", 2 * MiB)
+    uri = f"file://{metadata}"
+    root = read_root_metadata(StorageResolver(), [ListedObject(uri, 1, None)])
+    assert root.error == (
+        f"unreadable: {uri} exceeds MAX_METADATA_BYTES (2,097,152): it inflates past it; "
+        "not read further"
+    )

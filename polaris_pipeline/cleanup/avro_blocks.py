@@ -31,6 +31,7 @@ from typing import IO, Any
 import fastavro
 
 from polaris_pipeline.errors import StorageError
+from polaris_pipeline.inflate import RAW_DEFLATE, inflate_at_most
 
 MiB = 1024 * 1024
 # One block's bytes, decompressed (and as stored: a stored block larger is no real one).
@@ -120,7 +121,7 @@ def _read_sized(s: _Stream, what: str) -> bytes:
 
 
 # Inflated a piece at a time, so a bomb is stopped with at most one block's bound held
-# (one call with max_length would join its pieces into a copy as large).
+# (one call with max_length would join its pieces into a copy as large): inflate.py.
 _PIECE = 1024 * 1024
 
 
@@ -134,22 +135,19 @@ class _Output:
     def add(self, piece: bytes) -> None:
         self.data += piece
         if len(self.data) > MAX_BLOCK_BYTES:
-            raise exceeded(
-                self._location, "MAX_BLOCK_BYTES", MAX_BLOCK_BYTES, "a block inflates past it"
-            )
+            raise self.past_bound()
+
+    def past_bound(self) -> StorageError:
+        return exceeded(
+            self._location, "MAX_BLOCK_BYTES", MAX_BLOCK_BYTES, "a block inflates past it"
+        )
 
 
 def _deflate(data: bytes, location: str) -> bytes:
-    out = _Output(location)
-    d = zlib.decompressobj(-15)
-    pending = data
-    while not d.eof:
-        piece = d.decompress(pending, _PIECE)
-        out.add(piece)
-        pending = d.unconsumed_tail
-        if not pending and len(piece) < _PIECE:
-            break
-    return bytes(out.data)
+    out = inflate_at_most(data, RAW_DEFLATE, MAX_BLOCK_BYTES)
+    if out is None:
+        raise _Output(location).past_bound()
+    return out
 
 
 def _stream(d: bz2.BZ2Decompressor | lzma.LZMADecompressor, data: bytes, location: str) -> bytes:
