@@ -372,9 +372,10 @@ def run(quick: bool = False) -> BenchResult:
         + "\n".join(f"| {k} | {v:.1f} |" for k, v in costs.items())
         + "\n\nMeasured step by step in the benchmark's own process. The guard's check "
         "of a path searches it for control characters with one compiled regex and splits "
-        "it into segments (`storage/guard.py` `_parse`); for a local path it resolves each "
-        "parent directory once per task (`os.path.realpath`, cached per directory; the file "
-        "name itself is never resolved, since unlinking a symlink removes the link).",
+        "it into segments (`storage/guard.py` `_parse`); for a local path it resolves the "
+        "parent directory on every check (`os.path.realpath`, never cached: a directory "
+        "checked once can be swapped for a link; the file name itself is never resolved, "
+        "since unlinking a symlink removes the link).",
     )
     return result
 

@@ -72,7 +72,7 @@ STORAGE_LAYERS = (
     ("options", "named"),  # which filesystem serves a scheme, which options it takes; names
     ("retention_probe",),  # whether a bucket keeps what is deleted from it
     ("config", "catalog_config"),
-    ("guard", "scope"),
+    ("guard", "scope", "local_walk"),  # what may be deleted; a delete that follows no link
     ("credentials.cache",),
     ("credentials.s3", "credentials.azure", "credentials.gcs"),
     ("resolve", "input_file"),

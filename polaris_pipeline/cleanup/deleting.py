@@ -41,6 +41,7 @@ def delete_guarded(
             check=ctx.still_held,
             sidecar_check=guard.allows,
             report=report,
+            local_roots=guard.delete_roots,
         ),
         sizes,
     )

@@ -64,6 +64,12 @@ class Guard:
             return e.with_traceback(None)
         return None
 
+    @property
+    def delete_roots(self) -> tuple[str, ...]:
+        """The admitted roots, where a local delete starts its no-follow walk (see
+        ``storage.local_walk``); none without a guard."""
+        return self._guard.roots if self._guard is not None else ()
+
     def allows(self, uri: str) -> bool:
         """Whether ``uri`` may be deleted (nothing recorded): for checksum sidecars."""
         return self.check(uri) is None

@@ -1,11 +1,13 @@
 """MANIFEST_FILE_CLEANUP: delete every file a manifest names, then the manifest.
 
-Entries are streamed block by block with fastavro's container reader over the
-file object the storage layer opens: memory stays flat however many entries a
-manifest has, for every format version (1, 2 or 3) and content (data or
-deletes). Fields are read by the names the Iceberg spec fixes for manifest
-entries (``status``, ``data_file.file_path`` ...); v1 files have no
-``content`` and mean data.
+Entries are streamed block by block (``cleanup/avro_blocks.py``, each block
+inflated within bounds, then decoded by fastavro) over the file object the
+storage layer opens: memory stays flat however many entries a manifest has, and
+bounded however its blocks are crafted, for every format version (1, 2 or 3) and
+content (data or deletes). A path longer than ``MAX_PATH_LENGTH`` fails the
+manifest too: no store takes one (S3 and GCS keys end at 1,024 bytes). Fields
+are read by the names the Iceberg spec fixes for manifest entries (``status``,
+``data_file.file_path`` ...); v1 files have no ``content`` and mean data.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any, cast
 
-import fastavro
 from pyiceberg.io import InputFile
 
+from polaris_pipeline.cleanup.avro_blocks import AvroBlocks, exceeded
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
 from polaris_pipeline.cleanup.deleting import (
     delete_chunked,
@@ -29,6 +31,9 @@ from polaris_pipeline.cleanup.guard import Guard
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.tasks.manifest_codec import ManifestFileRef
 from polaris_pipeline.tasks.payloads import ManifestCleanupPayload
+
+# Characters in one entry's file_path.
+MAX_PATH_LENGTH = 16 * 1024
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,7 @@ def _entry(record: Any, location: str) -> EntryRef:
     try:
         data_file = record["data_file"]
         content = data_file.get("content")
-        return EntryRef(
+        entry = EntryRef(
             status=int(record["status"]),
             content=0 if content is None else int(content),
             path=str(data_file["file_path"]),
@@ -53,20 +58,17 @@ def _entry(record: Any, location: str) -> EntryRef:
         )
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise StorageError(f"{location} is not an Iceberg manifest: entry lacks {e}") from None
+    if len(entry.path) > MAX_PATH_LENGTH:
+        detail = f"an entry's file_path of {len(entry.path):,} characters"
+        raise exceeded(location, "MAX_PATH_LENGTH", MAX_PATH_LENGTH, detail)
+    return entry
 
 
 def iter_manifest_entries(input_file: InputFile) -> Iterator[EntryRef]:
     """Every entry of a manifest, all statuses, one at a time."""
     with input_file.open() as stream:
-        try:
-            reader = fastavro.reader(cast(IO[bytes], stream))
-        except (ValueError, EOFError, fastavro.read.SchemaResolutionError) as e:
-            raise StorageError(f"{input_file.location} is not an Avro file: {e}") from None
-        try:
-            for record in reader:
-                yield _entry(record, input_file.location)
-        except (ValueError, EOFError) as e:
-            raise StorageError(f"{input_file.location} is a corrupt Avro file: {e}") from None
+        for record in AvroBlocks(cast(IO[bytes], stream), input_file.location).records():
+            yield _entry(record, input_file.location)
 
 
 def _expected_entries(ref: ManifestFileRef) -> int:

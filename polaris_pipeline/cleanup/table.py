@@ -37,9 +37,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from pyiceberg.exceptions import ValidationError
-from pyiceberg.manifest import read_manifest_list
-from pyiceberg.serializers import FromInputFile
-from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
 from polaris_pipeline.cleanup.children import new_child
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
@@ -52,6 +50,8 @@ from polaris_pipeline.cleanup.deleting import (
 from polaris_pipeline.cleanup.gc_policy import gc_disabling_value, gc_kept_note
 from polaris_pipeline.cleanup.guard import Guard
 from polaris_pipeline.cleanup.manifest import sweep_manifest_entries
+from polaris_pipeline.cleanup.manifest_list import read_bounded_manifest_list
+from polaris_pipeline.cleanup.metadata_file import read_metadata_bytes
 from polaris_pipeline.cleanup.roots import RecordedRoots
 from polaris_pipeline.cleanup.stages import (
     CURRENT_METADATA,
@@ -114,9 +114,11 @@ class TablePlan:
 
 
 def read_table_metadata(ctx: CleanupContext, uri: str) -> TableMetadata | None:
-    """The table metadata at ``uri``, or None when the file does not exist."""
+    """The table metadata at ``uri``, or None when the file does not exist. Read within
+    ``MAX_METADATA_BYTES`` (``cleanup/metadata_file.py``)."""
     try:
-        return FromInputFile.table_metadata(ctx.resolver.input_file(uri))
+        data = read_metadata_bytes(ctx.resolver.input_file(uri))
+        return TableMetadataUtil.parse_raw(data.decode("utf-8"))
     except FileNotFoundError:
         return None
     except PolarisPipelineError:
@@ -158,7 +160,7 @@ class _Planner:
             if not self.guard.admit(ml, self.result):
                 continue
             try:
-                entries = list(read_manifest_list(self.ctx.resolver.input_file(ml)))
+                entries = read_bounded_manifest_list(self.ctx.resolver.input_file(ml))
             except FileNotFoundError:
                 missing_lists += 1
                 continue

@@ -141,7 +141,7 @@ def run_unreferenced(
             if found:
                 report.refusal = _overlap_text(found)
                 return report
-            _delete(ctx, report, candidates)
+            _delete(ctx, guard, report, candidates)
     except (StorageError, MetastoreError) as e:
         report.error = str(e)
         return report
@@ -193,7 +193,9 @@ def _would_go(report: UnreferencedReport, objects: list[ListedObject], all_paths
     report.add_paths([o.uri for o in objects], PLAN_PATHS if all_paths else PATH_SAMPLE)
 
 
-def _delete(ctx: CleanupContext, report: UnreferencedReport, objects: list[ListedObject]) -> None:
+def _delete(
+    ctx: CleanupContext, guard: Guard, report: UnreferencedReport, objects: list[ListedObject]
+) -> None:
     ctx.fence()
     sizes = {o.uri: o.size for o in objects}
     result = recorded(
@@ -204,6 +206,7 @@ def _delete(ctx: CleanupContext, report: UnreferencedReport, objects: list[Liste
             chunk_size=max(1, min(len(sizes), MAX_KEYS_PER_REQUEST)),
             check=ctx.still_held,
             report=report,
+            local_roots=guard.delete_roots,
         ),
         sizes,
     )

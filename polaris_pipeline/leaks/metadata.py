@@ -11,12 +11,12 @@ malformed file is the root's error.
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 from dataclasses import dataclass
 
 from polaris_pipeline.cleanup.gc_policy import GC_ENABLED_KEY
+from polaris_pipeline.cleanup.metadata_file import MAX_METADATA_BYTES, gunzipped
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.storage.listing import ListedObject
 from polaris_pipeline.storage.resolve import StorageResolver
@@ -24,10 +24,7 @@ from polaris_pipeline.storage.resolve import StorageResolver
 METADATA_DIRECTORY = "metadata"
 METADATA_SUFFIX = ".metadata.json"
 VERSION_HINT = "version-hint.text"
-# Table metadata is rarely above a few MiB; a file far larger is not one worth holding.
-MAX_METADATA_BYTES = 256 * 1024 * 1024
 _VERSION_RE = re.compile(r"^v?(\d+)[-.]")
-_GZIP_MAGIC = b"\x1f\x8b"
 
 
 def is_metadata_file(name: str) -> bool:
@@ -97,10 +94,7 @@ def read_root_metadata(resolver: StorageResolver, files: list[ListedObject]) -> 
     if uri is None:
         return RootMetadata(None, "unknown", error="only a version-hint.text, no metadata file")
     try:
-        data = _read(resolver, uri, MAX_METADATA_BYTES)
-        if data[:2] == _GZIP_MAGIC:
-            data = gzip.decompress(data)
-        doc = json.loads(data)
+        doc = json.loads(gunzipped(_read(resolver, uri, MAX_METADATA_BYTES), uri))
     except StorageError as e:
         return RootMetadata(uri, "unknown", error=f"unreadable: {e}")
     except (OSError, EOFError, ValueError, RecursionError) as e:

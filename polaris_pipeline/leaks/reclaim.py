@@ -301,7 +301,8 @@ def _delete_pass(
         if record is not None:
             record.open()  # before the first delete: no delete without its record
         try:
-            bulk_delete(resolver, list(sizes), report=result)
+            # A local delete follows no link below the root (judged at its real location).
+            bulk_delete(resolver, list(sizes), report=result, local_roots=[report.root])
         finally:
             if record is not None:
                 record.add_report(result, sizes, resolver.redact)

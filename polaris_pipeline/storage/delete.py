@@ -7,7 +7,10 @@ expands ``*``, ``?`` and ``[...]``, so deleting ``a[1].parquet`` through it dele
 - S3: one ``DeleteObjects`` request per (bucket, up to 1000 keys), whose per-key
   ``Errors`` are read. s3fs's own ``_bulk_delete`` returns the ``Deleted`` list and
   drops ``Errors`` silently, so it is not used.
-- Local files: ``os.unlink`` per path; directories are refused. With
+- Local files: ``os.unlink`` per path, relative to its parent directory opened
+  without following a link below the table's root (``storage.local_walk``): a
+  directory swapped for a symlink after the guard's check fails the path;
+  directories are refused. With
   ``sidecar_check`` given, the Hadoop checksum sidecar ``<dir>/.<name>.crc`` of
   each local path goes too, when it is a regular file the check admits (see
   :func:`crc_sidecar`).
@@ -37,6 +40,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.report.formatting import PATH_SAMPLE
+from polaris_pipeline.storage.local_walk import ParentDir, TrustedRoots, UnsafeComponent
 from polaris_pipeline.storage.options import is_s3
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.retention_probe import Retention
@@ -132,6 +136,7 @@ def bulk_delete(
     check: Callable[[], None] | None = None,
     sidecar_check: Callable[[str], bool] | None = None,
     report: DeleteReport | None = None,
+    local_roots: Sequence[str] = (),
 ) -> DeleteReport:
     """Delete ``uris`` (literal paths, already admitted by a
     :class:`~polaris_pipeline.storage.guard.PathGuard`), returning the outcome of each.
@@ -144,11 +149,15 @@ def bulk_delete(
     was deleted or found missing: a crash between the two unlinks leaves only the
     sidecar, and the retry must finish it. ``report``, when given, is filled in
     place: a caller whose ``check()`` raised still knows what was deleted before.
+    ``local_roots`` (the guard's roots) are where a local delete starts its walk:
+    links above them are followed, none below (``storage.local_walk``); a local path
+    under none of them is walked from ``/`` without following any link.
     """
     guard_step = check or (lambda: None)
     if not 1 <= chunk_size <= MAX_KEYS_PER_REQUEST:
         raise ValueError(f"chunk_size must be between 1 and {MAX_KEYS_PER_REQUEST}")
     report = report if report is not None else DeleteReport()
+    trusted = TrustedRoots(local_roots)
     # Group by filesystem (and bucket, for S3), keeping first-seen order; the same
     # URI given twice is deleted once.
     groups: dict[tuple[int, str], tuple[AbstractFileSystem, list[tuple[str, str]]]] = {}
@@ -173,10 +182,7 @@ def bulk_delete(
         elif isinstance(fs, LocalFileSystem):
             for uri, path in items:
                 guard_step()
-                _delete_local(resolver, uri, path, report)
-                # A file that could not be deleted keeps its checksum too.
-                if sidecar_check is not None and uri not in report.failed:
-                    _delete_sidecar(resolver, uri, report, sidecar_check)
+                _delete_local(resolver, trusted, sidecar_check, uri, path, report)
         else:
             for uri, path in items:
                 guard_step()
@@ -271,51 +277,84 @@ def _delete_s3_chunk(
 # -- local files ---------------------------------------------------------------------
 
 
-def _delete_local(resolver: StorageResolver, uri: str, path: str, report: DeleteReport) -> None:
+def _delete_local(
+    resolver: StorageResolver,
+    roots: TrustedRoots,
+    sidecar_check: Callable[[str], bool] | None,
+    uri: str,
+    path: str,
+    report: DeleteReport,
+) -> None:
+    """Unlink ``path`` (and its admitted sidecar) relative to its parent directory,
+    opened without following a link below its trusted root (``local_walk``)."""
     try:
-        if _unlink(resolver, uri, path, report, regular_only=False) is not None:
-            report.deleted.append(uri)
+        parent = ParentDir.open(path, roots)
     except FileNotFoundError:
+        # No parent directory: neither the file nor its sidecar is there.
         report.missing.append(uri)
+        return
+    except UnsafeComponent as e:
+        report.failed[uri] = f"not deleted: {e}"
+        return
+    except OSError as e:
+        report.failed[uri] = _os_reason(resolver, e)
+        return
+    with parent:
+        try:
+            if _unlink(resolver, uri, parent.fd, parent.name, report, regular_only=False):
+                report.deleted.append(uri)
+        except FileNotFoundError:
+            report.missing.append(uri)
+        # A file that could not be deleted keeps its checksum too. A sidecar is looked
+        # for whether its file was deleted or found missing: a crash between the two
+        # unlinks leaves only the sidecar, and the retry must finish it.
+        if sidecar_check is not None and uri not in report.failed:
+            _delete_sidecar(resolver, uri, parent, report, sidecar_check)
 
 
 def _unlink(
-    resolver: StorageResolver, uri: str, path: str, report: DeleteReport, *, regular_only: bool
-) -> int | None:
-    """Unlink the local ``path`` (``uri`` in ``report``) after an lstat; its size, counted
-    in ``report``. None when it failed (in ``report.failed``: a directory too) or, with
-    ``regular_only``, is anything but a regular file (left alone). FileNotFoundError
-    when it is gone."""
+    resolver: StorageResolver,
+    uri: str,
+    dir_fd: int,
+    name: str,
+    report: DeleteReport,
+    *,
+    regular_only: bool,
+) -> bool:
+    """Unlink ``name`` in the directory ``dir_fd`` (``uri`` in ``report``) after an lstat;
+    its size counted in ``report``. False when it failed (in ``report.failed``: a
+    directory too) or, with ``regular_only``, is anything but a regular file (left
+    alone). FileNotFoundError when it is gone."""
     try:
-        st = os.lstat(path)
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         raise
     except OSError as e:
         report.failed[uri] = _os_reason(resolver, e)
-        return None
+        return False
     if regular_only and not stat.S_ISREG(st.st_mode):
-        return None
+        return False
     if stat.S_ISDIR(st.st_mode):
         report.failed[uri] = "is a directory (directories are never deleted)"
-        return None
+        return False
     report.requests += 1
     try:
         # unlink removes a symlink itself, never its target.
-        os.unlink(path)
+        os.unlink(name, dir_fd=dir_fd)
     except FileNotFoundError:
         raise
     except OSError as e:
         report.failed[uri] = _os_reason(resolver, e)
-        return None
+        return False
     report.sizes[uri] = st.st_size
     report._add_bytes(st.st_size)
-    return st.st_size
+    return True
 
 
 def present_crc_sidecar(uri: str) -> str | None:
-    """``crc_sidecar(uri)`` when it exists as a regular file (what Hadoop writes).
-
-    A directory or a symlink by that name is not a sidecar and is never deleted.
+    """``crc_sidecar(uri)`` when it exists as a regular file (what Hadoop writes): what a
+    dry run lists. A directory or a symlink by that name is not a sidecar and is never
+    deleted.
     """
     sidecar = crc_sidecar(uri)
     if sidecar is None:
@@ -330,18 +369,25 @@ def present_crc_sidecar(uri: str) -> str | None:
 def _delete_sidecar(
     resolver: StorageResolver,
     uri: str,
+    parent: ParentDir,
     report: DeleteReport,
     sidecar_check: Callable[[str], bool],
 ) -> None:
-    sidecar = present_crc_sidecar(uri)
-    if sidecar is None or not sidecar_check(sidecar):
+    sidecar = crc_sidecar(uri)
+    if sidecar is None:
+        return
+    name = f".{parent.name}.crc"
+    try:
+        st = os.stat(name, dir_fd=parent.fd, follow_symlinks=False)
+    except OSError:
+        return
+    if not stat.S_ISREG(st.st_mode) or not sidecar_check(sidecar):
         return
     # Only a regular file: one replaced since it was looked up is not ours to delete.
     with suppress(FileNotFoundError):
-        size = _unlink(resolver, sidecar, split_uri(sidecar)[1], report, regular_only=True)
-        if size is not None:
+        if _unlink(resolver, sidecar, parent.fd, name, report, regular_only=True):
             report.sidecars.append(sidecar)
-            report.sidecar_bytes += size
+            report.sidecar_bytes += report.sizes[sidecar]
 
 
 def _os_reason(resolver: StorageResolver, e: OSError) -> str:

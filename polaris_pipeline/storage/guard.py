@@ -33,10 +33,6 @@ ROOT_PROPERTIES = (
     "write.folder-storage.path",
 )
 
-# Resolved parent directories kept per guard. Bounded so that a manifest naming
-# a million directories does not grow memory; at the bound the cache is emptied.
-_MAX_CACHED_DIRS = 4096
-
 
 def _parse(uri: str, *, root: bool = False) -> Location:
     """``uri`` as a Location (``root``: a directory) by the one rule of
@@ -83,7 +79,7 @@ class PathGuard:
         self.roots: tuple[str, ...] = tuple(str(r) for r in self._roots)
         self.location = location or str(all_roots[0])
         self._real_roots: tuple[Location, ...] | None = None
-        self._real_dirs: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self._real_allowed: tuple[Location, ...] = ()
 
     @classmethod
     def for_table(
@@ -147,34 +143,34 @@ class PathGuard:
 
     def _check_local(self, uri: str, loc: Location) -> None:
         # A symlinked directory inside the table could point anywhere: compare where
-        # the parent really is. The file itself may be a symlink; unlinking it removes
-        # the link, not its target, so it is not resolved. That is also why the
-        # resolved parent can be cached per directory: the name is joined unresolved.
+        # the parent really is, resolved afresh on every check (a directory checked
+        # once can be swapped for a link later; the delete itself then follows none,
+        # see storage.local_walk). The file itself may be a symlink; unlinking it
+        # removes the link, not its target, so it is not resolved.
         real_loc = Location("file", "", (*self._real_dir(loc.segments[:-1]), loc.segments[-1]))
+        real_roots, real_allowed = self._real_bounds()
+        if not any(rr.contains(real_loc, strictly=True) for rr in real_roots):
+            raise GuardRefusal(uri, f"resolves outside the table location (to {real_loc.path})")
+        if self._allowed and not any(p.contains(real_loc, strictly=False) for p in real_allowed):
+            raise GuardRefusal(uri, f"resolves outside the allowed prefixes (to {real_loc.path})")
+
+    def _real_bounds(self) -> tuple[tuple[Location, ...], tuple[Location, ...]]:
+        """The roots and allowed prefixes with local symlinks resolved, once per guard: they
+        come from the catalog and the operator, not from anyone who writes in a table."""
         if self._real_roots is None:
             # A root that resolves to "/" admits nothing rather than everything.
             self._real_roots = tuple(rr for rr in map(self._realpath, self._roots) if rr.segments)
-        if not any(rr.contains(real_loc, strictly=True) for rr in self._real_roots):
-            raise GuardRefusal(uri, f"resolves outside the table location (to {real_loc.path})")
-        if self._allowed and not any(
-            self._realpath(p).contains(real_loc, strictly=False) for p in self._allowed
-        ):
-            raise GuardRefusal(uri, f"resolves outside the allowed prefixes (to {real_loc.path})")
+            self._real_allowed = tuple(map(self._realpath, self._allowed))
+        return self._real_roots, self._real_allowed
 
     def _realpath(self, loc: Location) -> Location:
         """``loc`` with local symlinks resolved."""
         return Location("file", "", self._real_dir(loc.segments)) if loc.scheme == "file" else loc
 
-    def _real_dir(self, segments: tuple[str, ...]) -> tuple[str, ...]:
-        """The local directory ``segments`` with every symlink resolved (cached: one guard
-        serves one task)."""
-        real = self._real_dirs.get(segments)
-        if real is None:
-            if len(self._real_dirs) >= _MAX_CACHED_DIRS:
-                self._real_dirs.clear()
-            real = _parse(os.path.realpath("/" + "/".join(segments)), root=True).segments
-            self._real_dirs[segments] = real
-        return real
+    @staticmethod
+    def _real_dir(segments: tuple[str, ...]) -> tuple[str, ...]:
+        """The local directory ``segments`` with every symlink resolved, now (never cached)."""
+        return _parse(os.path.realpath("/" + "/".join(segments)), root=True).segments
 
     def __repr__(self) -> str:
         return f"PathGuard(roots={self.roots!r})"

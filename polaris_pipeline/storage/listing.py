@@ -280,17 +280,24 @@ def _ms(value: Any) -> int | None:
 
 def remove_empty_directories(prefix_uri: str) -> int:
     """Remove the empty directories under a local prefix, bottom up, then the prefix
-    itself when empty; returns how many. Never follows a symlink; a directory that
-    is not empty (or fails) stays."""
+    itself when empty; returns how many. Never follows a symlink, not even one swapped
+    in during the walk: each directory is removed relative to its parent's handle
+    (``os.fwalk``, which checks every directory it opens is the one it listed); a
+    directory that is not empty (or fails) stays."""
     scheme, path = split_uri(prefix_uri)
     if scheme != "file" or not path.rstrip("/"):
         return 0
     base = path.rstrip("/")
     removed = 0
-    for directory, _, _ in os.walk(base, topdown=False, followlinks=False):
-        try:
-            os.rmdir(directory)
-        except OSError:
-            continue
-        removed += 1
-    return removed
+    for _, subdirectories, _, dir_fd in os.fwalk(base, topdown=False, follow_symlinks=False):
+        for name in subdirectories:
+            try:
+                os.rmdir(name, dir_fd=dir_fd)
+            except OSError:
+                continue
+            removed += 1
+    try:
+        os.rmdir(base)
+    except OSError:
+        return removed
+    return removed + 1

@@ -23,6 +23,8 @@ import pytest
 
 from builders import tables as built_tables
 from builders import tasks as built_tasks
+from builders.avro_bomb import write_manifest_bomb
+from polaris_pipeline.cleanup.avro_blocks import MAX_BLOCK_BYTES
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.tasks.manifest_codec import encode_manifest_file
 from polaris_pipeline.tasks.model import MAX_ERROR_LENGTH, NewTask, Prop
@@ -219,6 +221,21 @@ def build_hostile_set(store: Metastore, root: Path, wh: Warehouse) -> Hostile:
         {Prop.TASK_TYPE: "2", Prop.DATA: payload},
         location=f"file://{loc}",
         keep=[fake],
+    )
+    # A table writer's memory bomb: ~70 KB deflated, 65 MiB inflated in one block.
+    loc, _ = _table_dir(root, "bomb", files=0)
+    bomb = loc / "metadata" / "snap-1-m0.avro"
+    bomb.parent.mkdir(parents=True, exist_ok=True)
+    write_manifest_bomb(str(bomb), MAX_BLOCK_BYTES + 1024 * 1024)
+    payload = encode_manifest_cleanup(
+        ManifestCleanupPayload(TableIdentifier(("ns",), "t"), manifest_ref(f"file://{bomb}"))
+    )
+    h.add(
+        "manifest file is a compressed bomb",
+        f"file://{bomb} exceeds MAX_BLOCK_BYTES (67,108,864): a block inflates past it",
+        {Prop.TASK_TYPE: "2", Prop.DATA: payload},
+        location=f"file://{loc}",
+        keep=[bomb],
     )
     cut = wh.build("cut", with_deletes=True)
     cut_files = table_files(cut)

@@ -115,7 +115,8 @@ def install_journal(journal: Journal, delay: dict[str, Any] | None) -> None:
             lambda: original_s3(resolver, fs, bucket, chunk, report),
         )
 
-    delete_mod._delete_local = per_path(delete_mod._delete_local)  # (resolver, uri, path, report)
+    # (resolver, roots, sidecar_check, uri, path, report): the sidecar goes inside it
+    delete_mod._delete_local = per_path(delete_mod._delete_local)
     delete_mod._delete_other = per_path(delete_mod._delete_other)  # (resolver, fs, uri, path, rep)
     delete_mod._delete_s3_chunk = s3_chunk
 
