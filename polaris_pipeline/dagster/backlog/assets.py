@@ -41,8 +41,9 @@ from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
     group_name="polaris",
     kinds={"polaris"},
     description=(
-        "Cleanup tasks by state (pending, orphaned, leased, backing-off, dead), their total, and "
-        "how long the longest-waiting orphan has waited, in seconds: over all realms, and per "
+        "Cleanup tasks by state (pending, orphaned, leased, backing-off, dead, held: a purge "
+        "on hold), their total, how long the longest-waiting orphan has waited and how long "
+        "ago the oldest held table was dropped, in seconds: over all realms, and per "
         "realm under keys such as POLARIS/orphaned. Reported by the sweeper sensor with its "
         "sweeps; Materialize refreshes it now."
     ),
