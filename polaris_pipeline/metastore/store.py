@@ -46,7 +46,7 @@ from polaris_pipeline.metastore.transitions import (
     FailureRecord,
     HolderCas,
 )
-from polaris_pipeline.tasks.hold import HoldView, parent_names
+from polaris_pipeline.tasks.hold import HoldView, parent_name_of, parent_names
 from polaris_pipeline.tasks.model import NewTask, TaskPolicy, TaskRow, TaskState, parse_properties
 from polaris_pipeline.tasks.ref import Lease
 
@@ -525,6 +525,38 @@ class Metastore:
                     held_until = self.hold_view([written], conn).held_until_ms(written)
                     return written.state(now, self.policy, held_until)
         raise MetastoreError(f"task {realm_id}/{task_id} kept changing; try again")
+
+    def end_restored(self, parent: TaskRow) -> list[TaskRow]:
+        """End a restored table's purge: delete ``parent`` and every child named after it,
+        each with a compare-and-set, all in one transaction; the rows ended.
+
+        Refused (MetastoreError naming the holder) while any of them is leased, and
+        when any changed since it was read: then nothing is ended.
+        """
+        with self._begin() as conn:
+            now = self.now_ms(conn)
+            current = self._get(conn, parent.realm_id, parent.id)
+            if current is None:
+                raise MetastoreError(f"task {parent.label} is gone: nothing to end")
+            rows = [
+                decode_row(r)
+                for r in conn.execute(self._sql(queries.LIST_TASKS, [parent.realm_id], None))
+            ]
+            ended = [current, *(t for t in rows if parent_name_of(t) == current.name)]
+            for task in ended:
+                if task.lease_held(now, self.policy):
+                    raise MetastoreError(
+                        f"task {task.label} is leased by {task.executor_id} (attempt "
+                        f"{task.attempt_count}): nothing ended; run the restore again when "
+                        "that run ends"
+                    )
+            for task in ended:
+                if conn.execute(self._sql(queries.DISCARD, task)).rowcount != 1:
+                    raise MetastoreError(
+                        f"task {task.label} changed while it was being ended: nothing ended; "
+                        "run the restore again"
+                    )
+            return ended
 
     def discard_unhandled(
         self,
