@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyiceberg.table import Table
 
 from builders.tasks import drop_table_task
+from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
+from polaris_pipeline.dagster.restore_job import RESTORE_OP, polaris_restore_table_job
 from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.restore.register import RegisterError, RestTarget
@@ -23,6 +26,7 @@ from polaris_pipeline.restore.restore import (
 from polaris_pipeline.tasks.model import NewTask, TaskRow
 from polaris_pipeline.tasks.payloads import TableIdentifier
 from tests.support.cli import run, url_of
+from tests.support.dagster import metastore_resource
 from tests.support.iceberg import Warehouse
 from tests.support.tasks import batch_task, purge_child
 from tests.support.unreferenced import live_entity
@@ -176,3 +180,34 @@ def test_the_restore_record_says_who_when_what_and_as_what(
     assert doc["task_id"] == "42" and doc["registered_as"] == "ns.t2"
     assert doc["metadata_file"] == "file:///wh/ns/t/m.json" and doc["tasks_ended"] == 3
     assert doc["by"] and doc["at"].endswith("Z") and doc["catalog"] == "lake"
+
+
+def test_the_dagster_job_takes_the_same_config_and_fails_on_a_refusal(
+    local_warehouse: Warehouse, store: Metastore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("POLARIS_PIPELINE_RESTORE_REST_URI", raising=False)
+    table = local_warehouse.build("orders", appends=1)
+    parent, child = _dropped(store, table)
+    batch = batch_task("POLARIS", ["file:///x"])
+    store.insert_tasks([batch])
+    resources = {"metastore": metastore_resource(store), "storage": PolarisStorageResource()}
+
+    def launch(task_id: int) -> Any:
+        config = {"realm": "POLARIS", "task_id": task_id, "catalog": "lake"}
+        return polaris_restore_table_job.execute_in_process(
+            run_config={"ops": {RESTORE_OP: {"config": config}}},
+            resources=resources,
+            raise_on_error=False,
+        )
+
+    printed = launch(parent.id)
+    assert printed.success
+    (output,) = [e for e in printed.all_node_events if e.is_successful_output]
+    metadata = output.step_output_data.metadata
+    assert metadata["changed"].value is False
+    assert "register_table(table => 'ns.orders'" in str(metadata["result"].value)
+    _unchanged(store, parent, child)
+    refused = launch(batch.id)
+    assert not refused.success
+    failure = next(e for e in refused.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "not a table's or view's drop" in str(failure.event_specific_data)
