@@ -79,7 +79,8 @@ def test_the_code_location_is_build_defs_from_env(monkeypatch: pytest.MonkeyPatc
     assert any(name == "polaris_run_failure_alert" for name, _ in shape["sensors"])
     assert ("polaris_task_sweeper", DefaultSensorStatus.STOPPED) in shape["sensors"]
     assert any(cron == "15 3 * * *" for _, cron, _ in shape["schedules"])
-    assert len(shape["checks"]) == 5  # the backlog's four and the leak report's one
+    # The backlog's four, held_tables_restorable and the leak report's one.
+    assert len(shape["checks"]) == 6
     # The resources are the same objects' configuration, key by key.
     location_resources = location.resources or {}
     for key, resource in (library.resources or {}).items():

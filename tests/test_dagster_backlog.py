@@ -572,7 +572,8 @@ def test_the_code_location_loads_without_preview_or_beta_warnings(tmp_path: Path
     sensors, checks = proc.stdout.split("] ")
     # No alert destination configured: no alert sensor (alerts are opt-in).
     assert "polaris_task_sweeper" in sensors and "polaris_run_failure_alert" not in sensors
-    assert int(checks) == 5  # the backlog's four and the leak report's one
+    # The backlog's four, held_tables_restorable and the leak report's one.
+    assert int(checks) == 6
 
 
 # -- permanent failures and long backoffs -------------------------------------------

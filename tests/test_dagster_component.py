@@ -214,6 +214,8 @@ EVERY_SETTING: dict[str, dict[str, Any]] = {
         "realm_overrides": {"TEST": {"lease_timeout_ms": 5_000, "unreferenced": "off"}},
         "task_events": "always",
         "executor_prefix": "site-b",
+        "hold_days": 7.0,
+        "catalog_hold_days": {"finance": 30.0},
     },
     "storage": {
         "config_path": None,
@@ -294,6 +296,7 @@ def test_every_setting_of_every_section_is_a_key_of_its_block(tmp_path: Path) ->
     assert policy.for_realm("TEST").lease_timeout_ms == 5_000
     assert policy.for_realm("TEST").unreferenced.value == "off"
     assert policy.for_realm("POLARIS").unreferenced.value == "delete"
+    assert policy.hold_ms_for("POLARIS", "finance") == 30 * 86_400_000
 
 
 def test_a_flat_key_outside_the_blocks_is_refused(

@@ -389,12 +389,14 @@ def test_sql_state_rule_matches_python_rule(metastore: Metastore) -> None:
         {Prop.NEXT_ATTEMPT: str(now - 100_000)},
         {Prop.CREATED_BY: "polaris-pipeline"},
         {Prop.TASK_TYPE: "1", Prop.DATA: '{"catalogId":0,"id":5,"typeCode":3}'},  # a role
+        {Prop.TASK_TYPE: "1", Prop.DATA: '{"catalogId":1,"id":6,"typeCode":7}'},  # a table: held
     ]
     for extra in zoo:
         seed(metastore, "zoo", 1, extra=extra, create_timestamp=now + 1_000_000)
         seed(metastore, "zoo", 1, extra=extra, create_timestamp=now - 10_000_000)
     strict = Metastore(
-        engine=metastore.engine, policy=TaskPolicy(lease_timeout_ms=timeout, grace_ms=500_000)
+        engine=metastore.engine,
+        policy=TaskPolicy(lease_timeout_ms=timeout, grace_ms=500_000, hold_ms=20_000_000),
     )
     _, rows = strict.tasks_with_state(["zoo"])
     expected: dict[TaskState, int] = {}

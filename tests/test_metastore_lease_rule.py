@@ -23,14 +23,20 @@ from polaris_pipeline.tasks.model import (
     is_unhandled_cleanup,
 )
 from polaris_pipeline.tasks.payloads import DroppedEntity, encode_dropped_entity
-from tests.support.tasks import dropped_entity_json, seed
+from tests.support.tasks import catalog_row, dropped_entity_json, insert_row, seed
 
 TIMEOUT = 60_000
 GRACE = 500_000
 
 
 def _insert(
-    store: Metastore, realm: str, raw_properties: str, *, created: int, updated: int
+    store: Metastore,
+    realm: str,
+    raw_properties: str,
+    *,
+    created: int,
+    updated: int,
+    name: str | None = None,
 ) -> int:
     """One task row with ``properties`` exactly as given (JSON text, or anything on SQLite)."""
     task_id = new_entity_id()
@@ -49,7 +55,7 @@ def _insert(
             {
                 "realm": realm,
                 "id": task_id,
-                "name": f"zoo_{task_id}",
+                "name": name or f"zoo_{task_id}",
                 "created": created,
                 "updated": updated,
                 "props": raw_properties,
@@ -210,13 +216,47 @@ def _zoo(store: Metastore, realm: str) -> None:
     for raw in odd:
         for created in (old, fresh):
             _insert(store, realm, raw, created=created, updated=created)
+    _hold_cases(store, realm, old, fresh)
+
+
+HOLD_MS = 2_000_000  # between fresh and old: a fresh drop is held, an old one is not
+HELD_CATALOG = "cat11"  # polaris_entity's tables are in catalog 11: held longer than old
+UUID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+
+
+def _hold_cases(store: Metastore, realm: str, old: int, fresh: int) -> None:
+    """Parents of the hold rule (catalog 11, named; catalog 1, the realm's hold) and
+    children named after them, with names the child pattern must refuse."""
+    insert_row(store, catalog_row(realm, 11, HELD_CATALOG))
+    parents = [("1", compact(), old), ("1", compact(), fresh), ("1", polaris_entity(7), old)]
+    for n, (task_type, data, created) in enumerate(parents):
+        parent = f"entityCleanup_{900 + n}"
+        body = json.dumps({Prop.TASK_TYPE: task_type, Prop.DATA: data})
+        _insert(store, realm, body, created=created, updated=created, name=parent)
+        names = [
+            f"{parent}_[a, b]_{UUID}",
+            f"{parent}_x\n_{UUID}",
+            f"{parent}_x_{UUID}\n",  # a trailing line break: not a child name
+            f"{parent}_x_{UUID.upper()}",
+            f"{parent}{UUID}",
+        ]
+        for i, name in enumerate(names):
+            child_type = ("2", "3", "1")[i % 3]
+            child = json.dumps({Prop.TASK_TYPE: child_type, Prop.DATA: "{}"})
+            _insert(store, realm, child, created=old, updated=old, name=name)
 
 
 @pytest.fixture
 def strict(metastore: Metastore) -> Metastore:
     """The test metastore with a grace period, so that 'pending' is reachable."""
     return Metastore(
-        engine=metastore.engine, policy=TaskPolicy(lease_timeout_ms=TIMEOUT, grace_ms=GRACE)
+        engine=metastore.engine,
+        policy=TaskPolicy(
+            lease_timeout_ms=TIMEOUT,
+            grace_ms=GRACE,
+            hold_ms=HOLD_MS,
+            catalog_hold_ms={HELD_CATALOG: 20_000_000, "other": 0},
+        ),
     )
 
 

@@ -141,6 +141,9 @@ def _cases(
             None,
             lambda c, r: _equal({row.name for row in r}, {orphan.name}),
         ),
+        # The tasks' realm has no catalog row: the hold rule finds no name.
+        "CATALOG_NAMES": (([REALM],), None, rows(0)),
+        "TASKS_NAMED": ((REALM, [held.name, "no such task"]), None, ids(held.id)),
         "COUNT_TASKS": (([REALM],), None, scalar(lambda v: v == 2)),
         "COUNT_BY_STATE": ((policy, True), {**rule, "now": now, "realms": [REALM]}, by_state),
         "TASKS_BY_AGE": ((None,), None, ids(orphan.id, held.id)),

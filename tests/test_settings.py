@@ -53,6 +53,8 @@ def test_every_variable_is_read() -> None:
         "POLARIS_PIPELINE_BACKLOG_REPORT_INTERVAL_SECONDS": "15",
         "POLARIS_PIPELINE_TASK_EVENTS": "true",
         "POLARIS_PIPELINE_UNREFERENCED": "delete",
+        "POLARIS_PIPELINE_HOLD_DAYS": "7",
+        "POLARIS_PIPELINE_CATALOG_HOLD_DAYS": '{"finance": 30, "scratch": 0}',
         "POLARIS_PIPELINE_RETENTION_SUCCESS_DAYS": "14",
         "POLARIS_PIPELINE_RETENTION_FAILURE_DAYS": "90",
         "POLARIS_PIPELINE_RETENTION_BATCH_SIZE": "250",
@@ -91,6 +93,8 @@ def test_every_variable_is_read() -> None:
         polaris_version="1.7",
         task_events=True,
         realm_overrides={"TEST": RealmOverride(lease_timeout_ms=1000)},
+        hold_ms=7 * 86_400_000,
+        catalog_hold_ms={"finance": 30 * 86_400_000, "scratch": 0},
     )
     assert m.polaris_version == "1.7"  # written as the release's own text
     assert m.policy().for_realm("TEST").polaris_version == "1.7"

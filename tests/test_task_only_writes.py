@@ -137,6 +137,8 @@ def _read_args(query: Query[...]) -> tuple[Any, ...]:
         "TASK_PROPERTIES": (REALM, ENTITY_ID),
         "CATALOG_INTERNAL_PROPERTIES": (REALM, ENTITY_ID),
         "TASK_NAMES": (REALM, ["n"]),
+        "TASKS_NAMED": (REALM, ["n"]),
+        "CATALOG_NAMES": ([REALM],),
         "COUNT_TASKS": (None,),
         "COUNT_BY_STATE": (TaskPolicy(), False),
         "TASKS_BY_AGE": (None,),

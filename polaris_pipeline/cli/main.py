@@ -16,6 +16,7 @@ from typing import TextIO
 from polaris_pipeline.cli.context import EXIT_ERROR
 from polaris_pipeline.cli.leaks import cmd_leaks
 from polaris_pipeline.cli.parser import build_parser
+from polaris_pipeline.cli.restore import cmd_restore
 from polaris_pipeline.cli.run import cmd_run, cmd_sweep
 from polaris_pipeline.cli.tasks import (
     cmd_discard,
@@ -37,6 +38,7 @@ COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace, TextIO], in
     ("tasks", "requeue"): cmd_requeue,
     ("tasks", "run"): cmd_run,
     ("tasks", "discard"): cmd_discard,
+    ("tasks", "restore"): cmd_restore,
     ("sweep", None): cmd_sweep,
     ("leaks", None): cmd_leaks,
 }

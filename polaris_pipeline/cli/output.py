@@ -21,6 +21,7 @@ from polaris_pipeline.report.formatting import (
     error_cause,
     iso_utc,
     json_id,
+    purges_after,
     relative_time,
     short_task_name,
     task_label,
@@ -32,6 +33,7 @@ from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.settings import PipelineSettings
 from polaris_pipeline.storage.redact import mask_value
 from polaris_pipeline.tasks.decoded import DecodedTask
+from polaris_pipeline.tasks.hold import DROP_TIME_SOURCE
 from polaris_pipeline.tasks.model import TaskRow, TaskState
 from polaris_pipeline.tasks.release import ResolvedRelease
 from polaris_pipeline.tasks.summary import available_at_ms, summarize
@@ -56,6 +58,14 @@ def _last_error(task: TaskRow) -> str | None:
 
 def _last_error_cause(task: TaskRow) -> str:
     return error_cause(_last_error(task), task.realm_id, task.id, task.name)
+
+
+def hold_json(task: TaskRow) -> dict[str, Any]:
+    """A held task's hold: when it purges, and where its drop time comes from."""
+    doc: dict[str, Any] = {"text": purges_after(task.held_until_ms)}
+    add_json_times(doc, purges_after=task.held_until_ms)
+    doc["drop_time_source"] = DROP_TIME_SOURCE
+    return doc
 
 
 def task_json(
@@ -88,6 +98,8 @@ def task_json(
     }
     if release is not None:
         doc["polaris_release"] = release.to_json()
+    if state is TaskState.HELD:
+        doc["hold"] = hold_json(task)
     add_json_times(
         doc,
         available_at=available_at_ms(task, state, now_ms, settings.metastore.policy()),
@@ -131,6 +143,8 @@ LIST_COLUMNS = (
 def _next_text(task: TaskRow, state: TaskState, now: int, settings: PipelineSettings) -> str:
     if state is TaskState.ORPHANED:
         return "now"
+    if state is TaskState.HELD:
+        return purges_after(task.held_until_ms)
     return relative_time(available_at_ms(task, state, now, settings.metastore.policy()), now)
 
 
@@ -205,6 +219,10 @@ def _show_pairs(
     def when(ms: int | None) -> str:
         return f"{iso_utc(ms)} ({relative_time(ms, now)})"
 
+    if state is TaskState.HELD:
+        lines.append(
+            ("hold", f"{purges_after(task.held_until_ms)} (drop time: {DROP_TIME_SOURCE})")
+        )
     available = available_at_ms(task, state, now, settings.metastore.policy())
     if state is not TaskState.ORPHANED and available is not None:
         lines.append(("available", when(available)))

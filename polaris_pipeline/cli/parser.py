@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from polaris_pipeline.cli.restore import add_restore_parser
 from polaris_pipeline.metastore import URL_ENV
 from polaris_pipeline.metastore.ddl import LATEST_SCHEMA_VERSION, MIN_SCHEMA_VERSION
 from polaris_pipeline.settings import (
@@ -320,6 +321,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_realms(discard)
     _add_metastore(discard)
+
+    restore = add_restore_parser(tsub)
+    _add_task_ref(restore)
+    _add_storage_config(restore)
+    _add_deletion_record(restore)
 
     sweep = sub.add_parser(
         "sweep",

@@ -69,8 +69,7 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     settings = settings_for(args)
     store = checked_metastore(settings, read_only=True)
     task = find_task(store, args.task_id, args.realm, settings.metastore.realm_list())
-    now = store.now_ms()
-    state = task.state(now, store.policy)
+    now, task, state = store.task_state(task)
     if args.json:
         dump_json(task_detail_json(task, state, now, settings), out)
     else:

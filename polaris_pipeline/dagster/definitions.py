@@ -38,6 +38,7 @@ from polaris_pipeline.dagster.alerts import (
 )
 from polaris_pipeline.dagster.backlog import (
     BACKLOG_CHECKS,
+    STORAGE_CHECKS,
     BacklogSettings,
     build_sweeper_watch,
     polaris_task_backlog,
@@ -195,7 +196,7 @@ def _assemble(
     return compose_defs(
         resources,
         assets=[polaris_task_backlog, polaris_leaked_roots],
-        asset_checks=BACKLOG_CHECKS,
+        asset_checks=[*BACKLOG_CHECKS, *STORAGE_CHECKS],
         jobs=jobs,
         schedules=schedules,
         sensors=build_sensors(

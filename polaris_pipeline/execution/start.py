@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.report.formatting import iso_utc_seconds
+from polaris_pipeline.report.formatting import iso_utc_seconds, purges_after
 from polaris_pipeline.tasks.decoded import DecodedTask
 from polaris_pipeline.tasks.model import TaskRow, TaskState
 from polaris_pipeline.tasks.ref import Lease
@@ -99,8 +99,7 @@ def decide_start(
         task = store.get_task(realm_id, task_id)
         if task is None:
             return StartDecision(StartAction.GONE, gone_message(realm_id, task_id))
-        now = store.now_ms()
-        state = task.state(now, store.policy)
+        now, task, state = store.task_state(task)
         if state is TaskState.LEASED:
             if task.executor_id == executor_id and may_adopt:
                 return StartDecision(
@@ -150,6 +149,13 @@ def decide_start(
                     DecodedTask.from_row(leased),
                 )
             continue
+        if state is TaskState.HELD:
+            return StartDecision(
+                StartAction.NOT_AVAILABLE,
+                f"task {task.label} is held: {purges_after(task.held_until_ms)}; not run",
+                None,
+                task,
+            )
         if state is TaskState.PENDING:
             grace = store.policy.for_realm(task.realm_id).effective_grace_ms
             return StartDecision(

@@ -14,6 +14,9 @@ import re
 from collections.abc import Sequence
 
 from polaris_pipeline.tasks.model import (
+    CATALOG_ID_DATA_PATTERN,
+    CATALOG_TYPE_CODE,
+    CHILD_NAME_PATTERN,
     CREATOR,
     INTEGER_PATTERN,
     STATUS_DEAD,
@@ -161,10 +164,66 @@ def sqlite_held_by(executor: str, now: str, timeout: str) -> str:
     )
 
 
-def state_case(now: str, timeout: str, grace: str, max_attempts: str) -> str:
+def _catalog_id(alias: str) -> str:
+    """The catalogId of the entity parent task ``alias`` drops (``hold.catalog_id_of``)."""
+    pattern = _literal(CATALOG_ID_DATA_PATTERN)
+    found = f"substring({alias}.properties->>'{Prop.DATA}' FROM {pattern})"
+    return (
+        f"(CASE WHEN length(ltrim({found}, '-')) <= {_MAX_DIGITS} THEN CAST({found} AS BIGINT) END)"
+    )
+
+
+def _hold_ms(
+    alias: str, entities: str, realm_hold: str, catalogs: Sequence[tuple[str, str]]
+) -> str:
+    """The hold of parent task ``alias``: its catalog's (``catalogs``: bound name, bound
+    hold), else ``realm_hold`` (``TaskPolicy.hold_ms_for``)."""
+    if not catalogs:
+        return realm_hold
+    whens = " ".join(f"WHEN {name} THEN CAST({ms} AS BIGINT)" for name, ms in catalogs)
+    own = (
+        f"(SELECT CASE c.name {whens} END FROM {entities} c"
+        f" WHERE c.realm_id = {alias}.realm_id AND c.id = {_catalog_id(alias)}"
+        f" AND c.type_code = {CATALOG_TYPE_CODE})"
+    )
+    return f"COALESCE({own}, {realm_hold})"
+
+
+def _parent_held(alias: str, now: str, hold_ms: str) -> str:
+    return (
+        f"(COALESCE({alias}.properties->>'{Prop.TASK_TYPE}' = '1', FALSE)"
+        f" AND {hold_ms} > 0 AND {now} < {alias}.create_timestamp + {hold_ms})"
+    )
+
+
+def held(now: str, entities: str, realm_hold: str, catalogs: Sequence[tuple[str, str]]) -> str:
+    """Row ``e`` is held at ``now`` (``tasks.hold.HoldView.held_until_ms``).
+
+    A parent task within its hold; or a child (MANIFEST/BATCH named after its parent)
+    whose parent row exists and is within its hold: one probe of Polaris's unique
+    name index. ``realm_hold`` is per realm for each row (``per_realm``); for the
+    parent too: a child and its parent share the realm.
+    """
+    parent_hold = _hold_ms("p", entities, realm_hold, catalogs)
+    child = (
+        f"(COALESCE(e.properties->>'{Prop.TASK_TYPE}' IN ('2', '3'), FALSE)"
+        f" AND e.name ~ {_literal(CHILD_NAME_PATTERN)}"
+        f" AND EXISTS (SELECT 1 FROM {entities} p WHERE p.realm_id = e.realm_id"
+        f" AND {task_rows('p')}"
+        f" AND p.name = substring(e.name FROM {_literal(CHILD_NAME_PATTERN)})"
+        f" AND {_parent_held('p', now, parent_hold)}))"
+    )
+    own = _parent_held("e", now, _hold_ms("e", entities, realm_hold, catalogs))
+    return f"({own} OR {child})"
+
+
+def state_case(
+    now: str, timeout: str, grace: str, max_attempts: str, on_hold: str | None = None
+) -> str:
     """A CASE expression giving the TaskState value of row ``e`` at ``now``.
 
-    ``timeout`` and ``grace`` may be per-realm expressions (``per_realm``).
+    ``timeout`` and ``grace`` may be per-realm expressions (``per_realm``);
+    ``on_hold`` the hold rule (``held``), None when no realm or catalog has a hold.
     """
     dead = f"COALESCE(e.properties->>'{Prop.STATUS}' = '{STATUS_DEAD}', FALSE)"
     held = f"({EXECUTOR} IS NOT NULL AND {_lease_live(now, timeout)})"
@@ -177,6 +236,8 @@ def state_case(now: str, timeout: str, grace: str, max_attempts: str) -> str:
         f"CASE WHEN {UNHANDLED} THEN 'unhandled'"
         f" WHEN {dead} THEN 'dead' WHEN {held} THEN 'leased'"
         f" WHEN {ATTEMPTS} >= {max_attempts} THEN 'dead'"
-        f" WHEN {backing_off} THEN 'backing-off' WHEN {pending} THEN 'pending'"
+        f" WHEN {backing_off} THEN 'backing-off'"
+        + (f" WHEN {on_hold} THEN 'held'" if on_hold is not None else "")
+        + f" WHEN {pending} THEN 'pending'"
         " ELSE 'orphaned' END"
     )

@@ -208,6 +208,23 @@ def _catalog_internal_properties(realm_id: str, catalog_id: int) -> Executable:
 CATALOG_INTERNAL_PROPERTIES = _both("CATALOG_INTERNAL_PROPERTIES", _catalog_internal_properties)
 
 
+def _catalog_names(realms: Sequence[str]) -> Executable:
+    """Every catalog's (realm, id, name) in ``realms``: the hold rule's catalog names."""
+    return select(entities.c.realm_id, entities.c.id, entities.c.name).where(
+        entities.c.type_code == CATALOG_TYPE_CODE, entities.c.realm_id.in_(list(realms))
+    )
+
+
+CATALOG_NAMES = _both("CATALOG_NAMES", _catalog_names)
+
+
+def _tasks_named(realm_id: str, names: Sequence[str]) -> Executable:
+    return select(*TASK_COLUMNS).where(_task_rows([realm_id]), entities.c.name.in_(names))
+
+
+TASKS_NAMED = _both("TASKS_NAMED", _tasks_named)
+
+
 def _task_names(realm_id: str, names: Sequence[str]) -> Executable:
     return select(entities.c.name).where(_task_rows([realm_id]), entities.c.name.in_(names))
 
@@ -248,6 +265,12 @@ def policy_params(policy: TaskPolicy) -> dict[str, Any]:
         params[f"ovr_realm_{i}"] = realm
         params[f"ovr_timeout_{i}"] = own.lease_timeout_ms
         params[f"ovr_grace_{i}"] = own.effective_grace_ms
+        params[f"ovr_hold_{i}"] = own.hold_ms
+    if policy.holds_any:
+        params["hold"] = policy.hold_ms
+        for i, (catalog, ms) in enumerate(sorted(policy.catalog_hold_ms.items())):
+            params[f"hold_catalog_{i}"] = catalog
+            params[f"hold_catalog_ms_{i}"] = ms
     return params
 
 
@@ -263,7 +286,17 @@ def _state(policy: TaskPolicy, now: str) -> tuple[str, str]:
         ":timeout", [(f":ovr_realm_{i}", f":ovr_timeout_{i}") for i in realms]
     )
     grace = predicates.per_realm(":grace", [(f":ovr_realm_{i}", f":ovr_grace_{i}") for i in realms])
-    return predicates.state_case(now, timeout, grace, ":max_attempts"), timeout
+    held = None
+    if policy.holds_any:
+        hold = predicates.per_realm(
+            ":hold", [(f":ovr_realm_{i}", f":ovr_hold_{i}") for i in realms]
+        )
+        catalogs = [
+            (f":hold_catalog_{i}", f":hold_catalog_ms_{i}")
+            for i in range(len(policy.catalog_hold_ms))
+        ]
+        held = predicates.held(now, f"{POLARIS_SCHEMA}.entities", hold, catalogs)
+    return predicates.state_case(now, timeout, grace, ":max_attempts", held), timeout
 
 
 def _count_by_state(policy: TaskPolicy, in_realms: bool) -> Executable:

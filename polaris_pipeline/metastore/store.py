@@ -47,6 +47,7 @@ from polaris_pipeline.metastore.transitions import (
     HolderCas,
 )
 from polaris_pipeline.storage.redact import redact
+from polaris_pipeline.tasks.hold import HoldView, parent_name_of, parent_names
 from polaris_pipeline.tasks.model import NewTask, TaskPolicy, TaskRow, TaskState, parse_properties
 from polaris_pipeline.tasks.ref import Lease
 
@@ -150,6 +151,44 @@ class Metastore:
     ) -> list[TaskRow]:
         return [decode_row(r) for r in conn.execute(self._sql(queries.LIST_TASKS, realms, limit))]
 
+    def hold_view(self, tasks: Sequence[TaskRow], conn: Connection | None = None) -> HoldView:
+        """What the hold rule needs to judge ``tasks``: their catalogs' names and the parent
+        rows their children name (nothing read when no realm or catalog has a hold)."""
+        if conn is None:
+            with self._begin() as c:
+                return self.hold_view(tasks, c)
+        if not self.policy.holds_any or not tasks:
+            return HoldView(self.policy)
+        realms = sorted({t.realm_id for t in tasks})
+        catalogs = {
+            (r.realm_id, int(r.id)): str(r.name)
+            for r in conn.execute(self._sql(queries.CATALOG_NAMES, realms))
+        }
+        known = {(t.realm_id, t.name): t for t in tasks}
+        parents: dict[tuple[str, str], TaskRow] = {}
+        for realm, names in parent_names(tasks).items():
+            missing = sorted(n for n in names if (realm, n) not in known)
+            parents.update({(realm, n): known[(realm, n)] for n in names if (realm, n) in known})
+            if missing:
+                for row in conn.execute(self._sql(queries.TASKS_NAMED, realm, missing)):
+                    parent = decode_row(row)
+                    parents[(realm, parent.name)] = parent
+        return HoldView(self.policy, catalogs, parents)
+
+    def _states(
+        self, conn: Connection, tasks: Sequence[TaskRow], now: int
+    ) -> list[tuple[TaskRow, TaskState]]:
+        view = self.hold_view(tasks, conn)
+        judged = [view.with_hold(t) for t in tasks]
+        return [(t, t.state(now, self.policy)) for t in judged]
+
+    def task_state(self, task: TaskRow) -> tuple[int, TaskRow, TaskState]:
+        """(now, ``task`` with its hold, its state), on the database clock."""
+        with self._begin() as conn:
+            now = self.now_ms(conn)
+            judged = self.hold_view([task], conn).with_hold(task)
+            return now, judged, judged.state(now, self.policy)
+
     def get_task(self, realm_id: str, task_id: int) -> TaskRow | None:
         with self._begin() as conn:
             return self._get(conn, realm_id, task_id)
@@ -184,7 +223,7 @@ class Metastore:
     ) -> tuple[int, list[tuple[TaskRow, TaskState]]]:
         with self._begin() as conn:
             now = self.now_ms(conn)
-            return now, [(t, t.state(now, self.policy)) for t in self._list(conn, realms)]
+            return now, self._states(conn, self._list(conn, realms), now)
 
     def count_by_state(self, realms: Iterable[str] | None = None) -> dict[str, Counter[TaskState]]:
         """Per realm, how many tasks are in each state (computed in the database on PostgreSQL)."""
@@ -265,9 +304,9 @@ class Metastore:
     def _orphans_by_age(self, conn: Connection, realms: list[str] | None) -> Iterator[TaskRow]:
         """Orphaned tasks, oldest first, by the Python rule: where no statement runs the rule."""
         now = self.now_ms(conn)
-        for row in conn.execute(self._sql(queries.TASKS_BY_AGE, realms)):
-            task = decode_row(row)
-            if task.state(now, self.policy) is TaskState.ORPHANED:
+        tasks = [decode_row(row) for row in conn.execute(self._sql(queries.TASKS_BY_AGE, realms))]
+        for task, state in self._states(conn, tasks, now):
+            if state is TaskState.ORPHANED:
                 yield task
 
     def _cas_lease(self, task: TaskRow, executor_id: str) -> Lease | None:
@@ -298,7 +337,10 @@ class Metastore:
         reading it again; the row as the lease left it, None if it was not leased."""
         with self._begin() as conn:
             now = self.now_ms(conn)
-            if task.state(now, self.policy) is not TaskState.ORPHANED:
+            # The hold is judged here, in the lease's own transaction: no path leases
+            # a held task (PostgreSQL's batch lease has the same rule in its SQL).
+            held_until = self.hold_view([task], conn).held_until_ms(task)
+            if task.state(now, self.policy, held_until) is not TaskState.ORPHANED:
                 return None
             props = task.properties
             if task.properties_error:
@@ -478,8 +520,42 @@ class Metastore:
                     task.properties, allow_shared_location=allow_shared_location
                 )
                 if self._cas_write(conn, task, props, now):
-                    return after_write(task, props, now).state(now, self.policy)
+                    written = after_write(task, props, now)
+                    held_until = self.hold_view([written], conn).held_until_ms(written)
+                    return written.state(now, self.policy, held_until)
         raise MetastoreError(f"task {realm_id}/{task_id} kept changing; try again")
+
+    def end_restored(self, parent: TaskRow) -> list[TaskRow]:
+        """End a restored table's purge: delete ``parent`` and every child named after it,
+        each with a compare-and-set, all in one transaction; the rows ended.
+
+        Refused (MetastoreError naming the holder) while any of them is leased, and
+        when any changed since it was read: then nothing is ended.
+        """
+        with self._begin() as conn:
+            now = self.now_ms(conn)
+            current = self._get(conn, parent.realm_id, parent.id)
+            if current is None:
+                raise MetastoreError(f"task {parent.label} is gone: nothing to end")
+            rows = [
+                decode_row(r)
+                for r in conn.execute(self._sql(queries.LIST_TASKS, [parent.realm_id], None))
+            ]
+            ended = [current, *(t for t in rows if parent_name_of(t) == current.name)]
+            for task in ended:
+                if task.lease_held(now, self.policy):
+                    raise MetastoreError(
+                        f"task {task.label} is leased by {task.executor_id} (attempt "
+                        f"{task.attempt_count}): nothing ended; run the restore again when "
+                        "that run ends"
+                    )
+            for task in ended:
+                if conn.execute(self._sql(queries.DISCARD, task)).rowcount != 1:
+                    raise MetastoreError(
+                        f"task {task.label} changed while it was being ended: nothing ended; "
+                        "run the restore again"
+                    )
+            return ended
 
     def discard_unhandled(
         self,

@@ -101,6 +101,11 @@ def relative_time(ms: int | None, now_ms: int) -> str:
     return f"{format_duration(now_ms - ms)} ago"
 
 
+def purges_after(held_until_ms: int | None) -> str:
+    """A held task's one line: ``purges after 2026-12-13T10:00:00Z`` (``tasks/hold.py``)."""
+    return f"purges after {iso_utc_seconds(held_until_ms) or 'unknown'}"
+
+
 def truncate(text: str | None, width: int) -> str:
     """``text`` on one line (line breaks and tabs become spaces, runs of spaces stay, so
     aligned text keeps its columns), cut to ``width`` characters with an ellipsis."""

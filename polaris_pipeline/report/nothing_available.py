@@ -27,12 +27,14 @@ STATE_WORDS: Mapping[TaskState, str] = {
     TaskState.DEAD: "dead",
     TaskState.UNHANDLED: "unhandled",
     TaskState.ORPHANED: "orphaned",
+    TaskState.HELD: "held",
 }
 # When the first task of a state frees, and what only an operator can do.
 _WHEN = {
     TaskState.LEASED: "the first lease expires",
     TaskState.BACKING_OFF: "the first retry is",
     TaskState.PENDING: "the first grace period ends",
+    TaskState.HELD: "the first hold ends",
 }
 _OPERATOR = {
     TaskState.DEAD: "only `tasks requeue` revives them",
@@ -43,6 +45,7 @@ _CLI_ORDER = (
     TaskState.LEASED,
     TaskState.BACKING_OFF,
     TaskState.PENDING,
+    TaskState.HELD,
     TaskState.DEAD,
     TaskState.UNHANDLED,
     TaskState.ORPHANED,
@@ -99,6 +102,11 @@ def no_orphans_reason(
     """
     named = list(realms) if realms is not None else (sorted(seen) or None)
     parts = [_count(state, counts.get(state, 0)) for state in _SENSOR_ORDER]
+    held = counts.get(TaskState.HELD, 0)
+    if held:  # only where a hold is set: most deployments hold nothing
+        parts.append(
+            f"{_count(TaskState.HELD, held)} (purges on hold, `tasks list` says until when)"
+        )
     orphaned = counts.get(TaskState.ORPHANED, 0)
     if orphaned:
         parts.append(f"{_count(TaskState.ORPHANED, orphaned)} but taken by a concurrent sweeper")

@@ -16,8 +16,10 @@ from polaris_pipeline.tasks.model import (
     RealmOverride,
     TaskPolicy,
     check_batch_size,
+    check_hold_days,
     check_lease_timing,
     check_max_attempts,
+    hold_days_ms,
 )
 from polaris_pipeline.tasks.release import ALWAYS, PolarisRelease, TaskEvents, parse_task_events
 from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
@@ -79,8 +81,20 @@ class MetastoreSection(Section):
         default_factory=dict,
         description=(
             "Realm -> its own lease_timeout_ms, grace_ms, metadata_batch_size, unreferenced, "
-            "polaris_version (Polaris lets a realm override its task timeout and batch size)."
+            "hold_days, polaris_version (Polaris lets a realm override its task timeout and "
+            "batch size)."
         ),
+    )
+    hold_days: float = Field(
+        default=0,
+        description=(
+            "Days a dropped table's or view's purge is held after the drop, so that it can "
+            "be restored (tasks restore); 0: off. A realm's own in realm_overrides."
+        ),
+    )
+    catalog_hold_days: dict[str, float] = Field(
+        default_factory=dict,
+        description="Catalog name -> its own hold in days (in every realm); beats the realm's.",
     )
     task_events: Literal["false", "true", "always"] = Field(
         default="false",
@@ -118,6 +132,26 @@ class MetastoreSection(Section):
                 check_lease_timing(None, value)
             else:
                 check_lease_timing(value, None)
+        return value
+
+    @field_validator("hold_days", mode="before")
+    @classmethod
+    def _hold(cls, value: object) -> object:
+        check_hold_days(value)  # type: ignore[arg-type]
+        return value
+
+    @field_validator("catalog_hold_days", mode="before")
+    @classmethod
+    def _catalog_holds(cls, value: object) -> object:
+        if not isinstance(value, dict):
+            return value
+        for catalog, days in value.items():
+            if not str(catalog).strip():
+                raise ValueError("a catalog name must not be empty")
+            try:
+                check_hold_days(days)
+            except ValueError as exc:
+                raise ValueError(f"catalog {catalog!r}: {exc}") from None
         return value
 
     @field_validator("polaris_version")
@@ -170,6 +204,8 @@ class MetastoreSection(Section):
             unreferenced=UnreferencedMode.parse(self.unreferenced),
             polaris_version=self.polaris_version,
             task_events=self.events(),
+            hold_ms=hold_days_ms(self.hold_days),
+            catalog_hold_ms={c: hold_days_ms(d) for c, d in self.catalog_hold_days.items()},
             realm_overrides={
                 realm: RealmOverride(**RealmOverride.values_of(o))
                 for realm, o in self.realm_overrides.items()

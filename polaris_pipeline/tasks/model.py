@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -57,6 +58,9 @@ class TaskState(StrEnum):
     # (a role, namespace, catalog, principal): Polaris writes these and never runs
     # them; they carry no files. Never leased; an operator may discard them.
     UNHANDLED = "unhandled"
+    # A dropped table's purge (or a child of one) inside its catalog's hold window
+    # (``tasks/hold.py``): never leased until the window ends.
+    HELD = "held"
 
 
 class Prop:
@@ -99,6 +103,21 @@ MAX_ERROR_LENGTH = 2000
 DEFAULT_METADATA_BATCH_SIZE = 10
 
 
+def check_hold_days(days: float | None) -> None:
+    """A hold is a finite number of days, 0 (off) or more; a bool is not a number."""
+    if days is None:
+        return
+    if isinstance(days, bool) or not isinstance(days, int | float):
+        raise ValueError("a hold must be a number of days")
+    if not math.isfinite(days) or days < 0:
+        raise ValueError("a hold must be 0 (off) or a positive number of days")
+
+
+def hold_days_ms(days: float) -> int:
+    """``days`` of hold in milliseconds (the rule's unit)."""
+    return round(days * 86_400_000)
+
+
 def check_lease_timing(lease_timeout_ms: int | None, grace_ms: int | None) -> None:
     if lease_timeout_ms is not None and lease_timeout_ms <= 0:
         raise ValueError("lease timeout must be positive")
@@ -124,6 +143,8 @@ def _release_text(value: object) -> str:
 
 # Overrides whose values are text, not integers.
 _TEXT_OVERRIDES = frozenset({"unreferenced", "polaris_version"})
+# Overrides that are any number, not only an integer.
+_NUMBER_OVERRIDES = frozenset({"hold_days"})
 
 
 class RealmOverride(BaseModel):
@@ -153,6 +174,16 @@ class RealmOverride(BaseModel):
     polaris_version: str | None = Field(
         default=None, description="The Polaris release serving the realm (1.7, 1.4.1)."
     )
+    hold_days: float | None = Field(
+        default=None,
+        description="Days a dropped table's purge is held in this realm's catalogs (0: off).",
+    )
+
+    @field_validator("hold_days", mode="before")
+    @classmethod
+    def _hold(cls, value: object) -> object:
+        check_hold_days(value)  # type: ignore[arg-type]
+        return value
 
     @field_validator("unreferenced")
     @classmethod
@@ -194,6 +225,12 @@ class RealmOverride(BaseModel):
         for key, item in value.items():
             if key in _TEXT_OVERRIDES:
                 continue  # text, checked by the validators
+            if key in _NUMBER_OVERRIDES:
+                try:
+                    check_hold_days(item)
+                except ValueError as exc:
+                    raise ValueError(f"realm {realm!r}: {key}: {exc}") from None
+                continue
             if item is not None and (isinstance(item, bool) or not isinstance(item, int)):
                 raise ValueError(f"realm {realm!r}: {key} must be an integer")
         try:
@@ -230,6 +267,10 @@ class TaskPolicy:
     # them (True), for every release ("always"), or not (False, as Polaris's default).
     task_events: TaskEvents = False
     realm_overrides: Mapping[str, RealmOverride] = field(default_factory=dict, hash=False)
+    # How long a dropped table's purge is held after the drop (``tasks/hold.py``); 0: off.
+    hold_ms: int = 0
+    # Catalog name -> its own hold, in every realm; beats the realm's.
+    catalog_hold_ms: Mapping[str, int] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         check_lease_timing(self.lease_timeout_ms, self.grace_ms)
@@ -240,6 +281,9 @@ class TaskPolicy:
             raise ValueError("backoff bounds must satisfy 0 <= base <= max")
         check_batch_size(self.metadata_batch_size)
         object.__setattr__(self, "unreferenced", UnreferencedMode.parse(self.unreferenced))
+        if self.hold_ms < 0 or any(ms < 0 for ms in self.catalog_hold_ms.values()):
+            raise ValueError("a hold must not be negative")
+        object.__setattr__(self, "catalog_hold_ms", dict(self.catalog_hold_ms))
         overrides = dict(self.realm_overrides)
         for realm, override in overrides.items():
             if not isinstance(override, RealmOverride):
@@ -260,6 +304,9 @@ class TaskPolicy:
             metadata_batch_size=override.metadata_batch_size or self.metadata_batch_size,
             unreferenced=UnreferencedMode.parse(override.unreferenced or self.unreferenced),
             polaris_version=override.polaris_version or self.polaris_version,
+            hold_ms=(
+                self.hold_ms if override.hold_days is None else hold_days_ms(override.hold_days)
+            ),
             realm_overrides={},
         )
 
@@ -273,6 +320,23 @@ class TaskPolicy:
         """The shortest lease timeout of any realm: heartbeats must beat within it."""
         by_realm: dict[str, TaskPolicy] = self.__dict__["_by_realm"]
         return min([self.lease_timeout_ms, *(p.lease_timeout_ms for p in by_realm.values())])
+
+    @property
+    def holds_any(self) -> bool:
+        """Whether any realm or catalog has a hold: without one the rule skips it entirely."""
+        by_realm: dict[str, TaskPolicy] = self.__dict__["_by_realm"]
+        return (
+            self.hold_ms > 0
+            or any(ms > 0 for ms in self.catalog_hold_ms.values())
+            or any(p.hold_ms > 0 for p in by_realm.values())
+        )
+
+    def hold_ms_for(self, realm_id: str, catalog_name: str | None) -> int:
+        """The hold of a drop in ``catalog_name`` of ``realm_id``: the catalog's, else
+        the realm's."""
+        if catalog_name is not None and catalog_name in self.catalog_hold_ms:
+            return self.catalog_hold_ms[catalog_name]
+        return self.for_realm(realm_id).hold_ms
 
     @property
     def effective_grace_ms(self) -> int:
@@ -312,6 +376,13 @@ _JSON_INT = r"-?(?:[1-9][0-9]*|0)"
 _JSON_SCALAR = rf'(?:{_JSON_INT}|"(?:[^"\\]|\\["\\/bfnrt])*"|true|false|null)'
 UNHANDLED_DATA_PATTERN = rf'^\{{(?:"[A-Za-z]+":{_JSON_SCALAR},)*"typeCode":({_JSON_INT})[,}}]'
 UNHANDLED_TYPE_KEY = '"typeCode"'
+# A Polaris table cleanup names its children ``<parent>_<what>_<uuid>``, the parent
+# ``entityCleanup_<entity id>`` and the UUID in Java's ``UUID.toString`` form.
+_UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+CHILD_NAME_PATTERN = rf"^(entityCleanup_[0-9]+)_.*_{_UUID}$"
+# The dropped entity's catalogId, read the same way (Jackson writes it first): the
+# hold rule's catalog, in Python and in PostgreSQL alike.
+CATALOG_ID_DATA_PATTERN = rf'^\{{(?:"[A-Za-z]+":{_JSON_SCALAR},)*"catalogId":({_JSON_INT})[,}}]'
 _UNHANDLED_DATA = re.compile(UNHANDLED_DATA_PATTERN)
 UNHANDLED_TASK_TYPE = "1"  # ENTITY_CLEANUP_SCHEDULER, exactly as Polaris writes it
 
@@ -391,6 +462,9 @@ class TaskRow:
     properties_error: str | None = None
     catalog_id: int = 0
     parent_id: int = 0
+    # When the task's hold ends (``tasks/hold.py``), set by the store that judged the
+    # row with its catalog and parent; None: no hold.
+    held_until_ms: int | None = None
 
     @property
     def label(self) -> str:
@@ -494,13 +568,18 @@ class TaskRow:
             and not self.lease_released
         )
 
-    def state(self, now_ms: int, policy: TaskPolicy) -> TaskState:
+    def state(self, now_ms: int, policy: TaskPolicy, held_until_ms: int | None = None) -> TaskState:
         """The state at ``now_ms`` (database clock) under the realm's policy.
 
         Mirrors ``metastore.predicates``. Unhandled comes first: it depends on the
         payload alone, which never changes, so such a task is never leased, and one
-        an older version dead-lettered no longer counts as dead.
+        an older version dead-lettered no longer counts as dead. ``held_until_ms``:
+        the end of the task's hold (``tasks/hold.py``; default: the row's own); a hold
+        never outranks dead, leased or backing off: it only keeps a task from being
+        taken.
         """
+        if held_until_ms is None:
+            held_until_ms = self.held_until_ms
         if self.unhandled:
             return TaskState.UNHANDLED
         policy = policy.for_realm(self.realm_id)
@@ -513,6 +592,8 @@ class TaskRow:
         next_attempt = self.next_attempt_ms
         if next_attempt is not None and next_attempt > now_ms:
             return TaskState.BACKING_OFF
+        if held_until_ms is not None and now_ms < held_until_ms:
+            return TaskState.HELD
         if (
             self.executor_id is None
             and not self.created_by_us

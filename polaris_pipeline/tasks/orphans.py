@@ -18,14 +18,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from polaris_pipeline.errors import PayloadError
-from polaris_pipeline.tasks.model import TaskRow, TaskType
+from polaris_pipeline.tasks.model import CHILD_NAME_PATTERN, TaskRow, TaskType
 from polaris_pipeline.tasks.payloads import decode_child_table_id
 
 # ``<parent>_<what>_<uuid>``: the parent is a table cleanup, ``entityCleanup_<entity id>``,
 # and Polaris (as ``tasks.payloads``) ends a child's name with a random UUID in
 # Java's ``UUID.toString`` form. Anything not shaped so is not taken for a child.
-_UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-_PARENT_NAME = re.compile(rf"^(entityCleanup_[0-9]+)_.*_{_UUID}$", re.DOTALL)
+_PARENT_NAME = re.compile(CHILD_NAME_PATTERN, re.DOTALL)
 _CHILD_TYPES = {TaskType.MANIFEST_FILE_CLEANUP.code, TaskType.BATCH_FILE_CLEANUP.code}
 
 

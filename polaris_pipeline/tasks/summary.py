@@ -51,7 +51,8 @@ def available_at_ms(task: TaskRow, state: TaskState, now_ms: int, policy: TaskPo
     """When ``task`` is next available to a sweep (database clock); None: not by itself.
 
     Orphaned: now. Backing off: its next attempt time. Pending: when the grace period
-    ends. Leased: when the lease expires. Dead: only an operator's requeue revives it.
+    ends. Held: when its hold ends. Leased: when the lease expires. Dead: only an
+    operator's requeue revives it.
     """
     policy = policy.for_realm(task.realm_id)  # a realm may have its own timeout and grace
     if state is TaskState.ORPHANED:
@@ -62,6 +63,8 @@ def available_at_ms(task: TaskRow, state: TaskState, now_ms: int, policy: TaskPo
         return task.create_timestamp + policy.effective_grace_ms
     if state is TaskState.LEASED:
         return (task.start_time_ms or now_ms) + policy.lease_timeout_ms
+    if state is TaskState.HELD:
+        return task.held_until_ms
     return None
 
 

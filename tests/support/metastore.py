@@ -35,6 +35,8 @@ ALL_QUERIES: tuple[Query[...], ...] = (
     queries.TASK_PROPERTIES,
     queries.CATALOG_INTERNAL_PROPERTIES,
     queries.TASK_NAMES,
+    queries.CATALOG_NAMES,
+    queries.TASKS_NAMED,
     queries.COUNT_TASKS,
     queries.COUNT_BY_STATE,
     queries.TASKS_BY_AGE,

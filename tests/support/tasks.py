@@ -11,7 +11,14 @@ from polaris_pipeline.metastore import Metastore, new_entity_id, queries
 from polaris_pipeline.metastore.schema import version as version_table
 from polaris_pipeline.tasks import payloads
 from polaris_pipeline.tasks.manifest_codec import ManifestFileRef
-from polaris_pipeline.tasks.model import TASK_TYPE_CODE, NewTask, Prop, TaskPolicy, TaskType
+from polaris_pipeline.tasks.model import (
+    CATALOG_TYPE_CODE,
+    TASK_TYPE_CODE,
+    NewTask,
+    Prop,
+    TaskPolicy,
+    TaskType,
+)
 from tests.support.restricted_role import admin_connection
 
 # The tableId every hand-written payload here names.
@@ -140,6 +147,28 @@ def insert_raw_task(
             "grant_records_version": 1,
         },
     )
+
+
+def catalog_row(realm: str, catalog_id: int, name: str | None = None) -> dict[str, Any]:
+    """A catalog's ``entities`` row (for ``insert_row``), named ``name`` or ``catalog_<id>``."""
+    return {
+        "realm_id": realm,
+        "catalog_id": 0,
+        "id": catalog_id,
+        "parent_id": 0,
+        "name": name or f"catalog_{catalog_id}",
+        "entity_version": 1,
+        "type_code": CATALOG_TYPE_CODE,
+        "sub_type_code": 0,
+        "create_timestamp": 1,
+        "drop_timestamp": 0,
+        "purge_timestamp": 0,
+        "to_purge_timestamp": 0,
+        "last_update_timestamp": 1,
+        "properties": {},
+        "internal_properties": {},
+        "grant_records_version": 1,
+    }
 
 
 def insert_row(store: Metastore, row: dict[str, Any]) -> None:

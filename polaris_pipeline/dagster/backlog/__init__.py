@@ -21,6 +21,8 @@ composing its own ``Definitions`` uses.
 
 from polaris_pipeline.dagster.backlog.assets import (
     BACKLOG_CHECKS,
+    STORAGE_CHECKS,
+    held_tables_restorable,
     no_dead_tasks,
     no_failing_tasks,
     no_stale_orphans,
@@ -36,9 +38,11 @@ from polaris_pipeline.dagster.backlog.watch import (
 
 __all__ = [
     "BACKLOG_CHECKS",
+    "STORAGE_CHECKS",
     "WATCH_NAME",
     "BacklogSettings",
     "build_sweeper_watch",
+    "held_tables_restorable",
     "no_dead_tasks",
     "no_failing_tasks",
     "no_stale_orphans",

@@ -30,9 +30,11 @@ from polaris_pipeline.dagster.backlog.report import (
     backlog_metadata,
     read_report,
 )
+from polaris_pipeline.dagster.backlog.restorable import RESTORABLE_CHECK, evaluate_restorable_check
 from polaris_pipeline.dagster.backlog.settings import BacklogSettings
 from polaris_pipeline.dagster.backlog.watch import WATCH_NAME
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
+from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
 
 
@@ -41,8 +43,9 @@ from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
     group_name="polaris",
     kinds={"polaris"},
     description=(
-        "Cleanup tasks by state (pending, orphaned, leased, backing-off, dead), their total, and "
-        "how long the longest-waiting orphan has waited, in seconds: over all realms, and per "
+        "Cleanup tasks by state (pending, orphaned, leased, backing-off, dead, held: a purge "
+        "on hold), their total, how long the longest-waiting orphan has waited and how long "
+        "ago the oldest held table was dropped, in seconds: over all realms, and per "
         "realm under keys such as POLARIS/orphaned. Reported by the sweeper sensor with its "
         "sweeps; Materialize refreshes it now."
     ),
@@ -95,6 +98,24 @@ no_dead_tasks, no_failing_tasks, no_stale_orphans = (
 
 @asset_check(
     asset=polaris_task_backlog,
+    name=RESTORABLE_CHECK,
+    description=(
+        "Fails when a held table (its purge on hold, hold_days) is no longer restorable: "
+        "files its last metadata names are missing, so Polaris (or something else) still "
+        "deletes on that storage and the hold cannot protect it. Read-only; passes when "
+        "nothing is held."
+    ),
+)
+def held_tables_restorable(
+    metastore: PolarisMetastoreResource, storage: PolarisStorageResource, backlog: BacklogSettings
+) -> AssetCheckResult:
+    return evaluate_restorable_check(
+        metastore.get_metastore(), storage.get_resolver(), backlog.sample_size
+    )
+
+
+@asset_check(
+    asset=polaris_task_backlog,
     name=FRESHNESS_CHECK,
     description=(
         "Fails when the sweeper sensor has not swept for freshness_intervals of its intervals "
@@ -109,3 +130,5 @@ def sweeper_is_sweeping(
 
 
 BACKLOG_CHECKS = [no_dead_tasks, no_failing_tasks, no_stale_orphans, sweeper_is_sweeping]
+# Checks that read storage too (the storage resource): held tables' files.
+STORAGE_CHECKS = [held_tables_restorable]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from dagster import AssetKey, MetadataValue
 
 from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.report.formatting import purges_after
 from polaris_pipeline.tasks.model import TaskRow, TaskState
 from polaris_pipeline.tasks.summary import orphaned_since_ms
 
@@ -24,9 +25,12 @@ ASSET_KEY = AssetKey(ASSET_NAME)
 # each also prefixed by a realm (``realm_key``).
 TOTAL_KEY = "total"
 OLDEST_ORPHAN_KEY = "oldest orphan age (s)"
+# How long ago the oldest held drop was dropped (its purge on hold, ``tasks/hold.py``).
+OLDEST_HELD_KEY = "oldest held drop age (s)"
 
-# States whose rows the report reads: the checks list them, the orphans' waits need them.
-_DETAILED = (TaskState.ORPHANED, TaskState.BACKING_OFF, TaskState.DEAD)
+# States whose rows the report reads: the checks list them, the orphans' waits need them,
+# and the held ones' age.
+_DETAILED = (TaskState.ORPHANED, TaskState.BACKING_OFF, TaskState.DEAD, TaskState.HELD)
 
 
 def realm_key(realm: str, key: str) -> str:
@@ -47,6 +51,8 @@ class RealmBacklog:
     realm: str
     counts: Counter[TaskState]
     orphans: list[Orphan]
+    oldest_held_s: float = 0.0
+    first_purge_ms: int | None = None  # when the first held task's hold ends
 
     @property
     def oldest_orphan_age_s(self) -> float:
@@ -90,7 +96,18 @@ def read_report(
             if state is TaskState.ORPHANED and task.realm_id == realm
         ]
         orphans.sort(key=lambda o: o.waited_s, reverse=True)
-        backlogs.append(RealmBacklog(realm, Counter(per_realm.get(realm, Counter())), orphans))
+        held = [t for t, s in rows if s is TaskState.HELD and t.realm_id == realm]
+        oldest_held = max(((now - t.create_timestamp) / 1000 for t in held), default=0.0)
+        ends = [t.held_until_ms for t in held if t.held_until_ms is not None]
+        backlogs.append(
+            RealmBacklog(
+                realm,
+                Counter(per_realm.get(realm, Counter())),
+                orphans,
+                max(0.0, oldest_held),
+                min(ends, default=None),
+            )
+        )
     return BacklogReport(list(realms), backlogs, rows)
 
 
@@ -102,6 +119,9 @@ def backlog_metadata(backlogs: Iterable[RealmBacklog]) -> dict[str, MetadataValu
     meta[TOTAL_KEY] = MetadataValue.int(sum(overall.values()))
     oldest = max((b.oldest_orphan_age_s for b in listed), default=0.0)
     meta[OLDEST_ORPHAN_KEY] = MetadataValue.float(round(oldest, 3))
+    meta[OLDEST_HELD_KEY] = MetadataValue.float(
+        round(max((b.oldest_held_s for b in listed), default=0.0), 3)
+    )
     for backlog in listed:
         for state in TaskState:
             meta[realm_key(backlog.realm, state.value)] = MetadataValue.int(backlog.counts[state])
@@ -117,8 +137,14 @@ def backlog_lines(report: BacklogReport) -> list[str]:
     lines = []
     for backlog in report.backlogs:
         counts = ", ".join(f"{backlog.counts[s]} {s.value}" for s in TaskState)
+        held = ""
+        if backlog.counts[TaskState.HELD]:
+            held = (
+                f"; oldest held drop {backlog.oldest_held_s:.0f} s ago, the first "
+                f"{purges_after(backlog.first_purge_ms)}"
+            )
         lines.append(
             f"realm {backlog.realm}: {counts}; "
-            f"oldest orphan waiting {backlog.oldest_orphan_age_s:.0f} s"
+            f"oldest orphan waiting {backlog.oldest_orphan_age_s:.0f} s{held}"
         )
     return lines or ["no realm has tasks"]

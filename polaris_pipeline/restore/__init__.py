@@ -1,0 +1,4 @@
+"""Bringing a dropped table back while its purge is held (``tasks/hold.py``).
+
+``restorable``: whether every file the table's last metadata names still exists.
+"""

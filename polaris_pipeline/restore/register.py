@@ -1,0 +1,124 @@
+"""Registering a dropped table's last metadata file with the catalog's Iceberg REST API.
+
+``RestTarget``: the endpoint, the catalog (the REST prefix, Polaris's catalog name)
+and OAuth2 client credentials, from the command's flags or the environment; the
+secret never appears in a repr, a log line or an error. Without an endpoint nothing
+is called: ``register_forms`` gives the exact ``registerTable`` request, Spark's
+``register_table`` procedure call and pyiceberg's call, for an operator to run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+from polaris_pipeline.errors import PolarisPipelineError, one_line
+from polaris_pipeline.tasks.payloads import TableIdentifier
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog.rest import RestCatalog
+
+URI_ENV = "POLARIS_PIPELINE_RESTORE_REST_URI"
+CATALOG_ENV = "POLARIS_PIPELINE_RESTORE_CATALOG"
+CLIENT_ID_ENV = "POLARIS_PIPELINE_RESTORE_CLIENT_ID"
+CLIENT_SECRET_ENV = "POLARIS_PIPELINE_RESTORE_CLIENT_SECRET"
+SCOPE_ENV = "POLARIS_PIPELINE_RESTORE_SCOPE"
+DEFAULT_SCOPE = "PRINCIPAL_ROLE:ALL"  # Polaris's: every role the principal holds
+# The REST spec joins namespace levels with the unit separator in a path.
+_LEVEL_SEPARATOR = "\x1f"
+
+
+class RegisterError(PolarisPipelineError):
+    """The register call failed; nothing was registered."""
+
+
+@dataclass(frozen=True)
+class RestTarget:
+    """Where and as whom a table is registered; ``uri`` None: print, call nothing."""
+
+    uri: str | None
+    catalog: str
+    client_id: str | None = None
+    client_secret: str | None = field(default=None, repr=False)
+    scope: str = DEFAULT_SCOPE
+
+    @classmethod
+    def from_env(
+        cls, uri: str | None, catalog: str | None, environ: dict[str, str] | None = None
+    ) -> RestTarget:
+        """Flags first, then the environment; the catalog is required (the REST prefix)."""
+        env = dict(os.environ) if environ is None else environ
+        name = catalog or env.get(CATALOG_ENV, "").strip()
+        if not name:
+            raise PolarisPipelineError(f"name the catalog: --catalog or ${CATALOG_ENV}")
+        return cls(
+            uri=(uri or env.get(URI_ENV, "").strip() or None),
+            catalog=name,
+            client_id=env.get(CLIENT_ID_ENV) or None,
+            client_secret=env.get(CLIENT_SECRET_ENV) or None,
+            scope=env.get(SCOPE_ENV, "").strip() or DEFAULT_SCOPE,
+        )
+
+    def redact(self, text: str) -> str:
+        return text.replace(self.client_secret, "***") if self.client_secret else text
+
+
+def register_forms(target: RestTarget, table: TableIdentifier, metadata_file: str) -> list[str]:
+    """The request and the two calls that register ``table`` from ``metadata_file``."""
+    namespace = quote(_LEVEL_SEPARATOR.join(table.namespace), safe="")
+    base = (target.uri or "https://<polaris>/api/catalog").rstrip("/")
+    body = json.dumps({"name": table.name, "metadata-location": metadata_file})
+    dotted = ".".join([*table.namespace, table.name])
+    spark_name = dotted.replace("'", "''")
+    spark_file = metadata_file.replace("'", "''")
+    return [
+        f"POST {base}/v1/{quote(target.catalog, safe='')}/namespaces/{namespace}/register",
+        f"  {body}",
+        f"CALL {target.catalog}.system.register_table(table => '{spark_name}', "
+        f"metadata_file => '{spark_file}')",
+        f"catalog.register_table({(*table.namespace, table.name)!r}, {metadata_file!r})",
+    ]
+
+
+def registered_metadata(target: RestTarget, table: TableIdentifier) -> str | None:
+    """The metadata file the catalog's live ``table`` points at; None when there is none."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    catalog = _catalog(target)
+    try:
+        return str(catalog.load_table((*table.namespace, table.name)).metadata_location)
+    except NoSuchTableError:
+        return None
+    except Exception as e:
+        raise RegisterError(_failed(target, "load", e)) from None
+
+
+def register(target: RestTarget, table: TableIdentifier, metadata_file: str) -> None:
+    """``registerTable``; RegisterError (one line, no secret) when it fails."""
+    catalog = _catalog(target)
+    try:
+        catalog.register_table((*table.namespace, table.name), metadata_file)
+    except Exception as e:
+        raise RegisterError(_failed(target, "register", e)) from None
+
+
+def _catalog(target: RestTarget) -> RestCatalog:
+    from pyiceberg.catalog.rest import RestCatalog
+
+    props = {"uri": str(target.uri), "warehouse": target.catalog, "scope": target.scope}
+    if target.client_id and target.client_secret:
+        props["credential"] = f"{target.client_id}:{target.client_secret}"
+    try:
+        return RestCatalog(target.catalog, **props)
+    except Exception as e:
+        raise RegisterError(_failed(target, "connect", e)) from None
+
+
+def _failed(target: RestTarget, what: str, exc: BaseException) -> str:
+    return target.redact(
+        f"cannot {what} at {target.uri} (catalog {target.catalog!r}): "
+        f"{type(exc).__name__}: {one_line(exc)[:300]}"
+    )
