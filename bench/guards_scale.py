@@ -1,0 +1,366 @@
+"""A purge's guard cost against the number of live tables in the metastore (issue 46).
+
+A metastore of Polaris's schema v5 (``init-metastore --schema-version 5``) holds
+0, 100,000 and 1,000,000 live tables and views (``bench/guards_seed.py``: three
+realms, nine catalogs, a namespace per 100 tables, S3, local and GCS
+warehouses), then a dropped pyiceberg table of 6 and one of 300 manifests
+(local storage) is purged through the ``Runner`` (``runner.sweep``), every guard
+applied: the shared-location overlap of each recorded root, the metadata-file
+users, the path guard. Each purge is timed whole (lease to done) and reported
+as a ratio to the same purge at 0 live tables. The table's files are restored
+from a copy between runs; the median of ``REPEATS`` runs is kept.
+
+Beside it, at the largest size against 0: the leak walk (``find_leaks`` over a
+local warehouse of 200 live tables' directories, 5 leaked) and the
+unreferenced phase (a dropped table's 2,000 unreferenced files, ``report``
+mode).
+
+On PostgreSQL with and without the guard indexes (``polaris-pipeline
+guard-indexes``), and on SQLite up to 100,000.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyiceberg.table import Table
+
+from bench import guards_seed
+from bench.common import machine_load, temp_database, vacuum_analyze
+from bench.leaks import _empty_files, _table_metadata
+from bench.report import TIMES, BenchResult, Figure
+from builders import tables as built_tables
+from builders import tasks as built_tasks
+from builders.tables import build_table
+from builders.tasks import DropSpec, drop_task, task_row
+from polaris_pipeline.cleanup.context import CleanupContext
+from polaris_pipeline.cleanup.unreferenced import run_unreferenced
+from polaris_pipeline.execution.outcome import Status
+from polaris_pipeline.execution.runner import Runner
+from polaris_pipeline.leaks.find import metastore_leaks
+from polaris_pipeline.metastore import Metastore, new_entity_id, queries
+from polaris_pipeline.metastore.guard_indexes import create_guard_indexes
+from polaris_pipeline.metastore.overlap import NAMESPACE_TYPE_CODE, LiveLocations
+from polaris_pipeline.storage.config import StorageConfig
+from polaris_pipeline.storage.resolve import StorageResolver
+from polaris_pipeline.storage.uri import split_uri
+from polaris_pipeline.tasks.model import TABLE_LIKE_TYPE_CODE, NewTask, TaskPolicy
+from polaris_pipeline.tasks.payloads import decode_dropped_entity
+from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
+from tests.support.leaks import catalog_entity
+
+TITLE = "11. Guard cost against the live-table count (issue 46)"
+FULL = {"pg_sizes": (0, 100_000, 1_000_000), "sqlite_sizes": (0, 100_000), "repeats": 3}
+QUICK = {"pg_sizes": (0, 10_000), "sqlite_sizes": (0, 10_000), "repeats": 1}
+# build_table's commits beside its appends add 7 manifests over all snapshots.
+SMALL_APPENDS = 1
+LARGE_APPENDS = 293
+WALKED_TABLES = 200
+LEAKED = 5
+UNREFERENCED = 2000
+POLICY = TaskPolicy(lease_timeout_ms=600_000, grace_ms=0)
+TARGET_PURGE = 1.2
+TARGET_WALK = 1.5
+
+
+
+
+@dataclass
+class Dropped:
+    """A dropped pyiceberg table on local storage, restorable between purges."""
+
+    table: Table
+    location: Path  # the table's directory
+    template: Path  # a copy of it, restored before each purge
+    manifests: int
+    files: int
+
+    def restore(self) -> None:
+        if self.location.exists():
+            shutil.rmtree(self.location)
+        shutil.copytree(self.template, self.location)
+
+    def task(self) -> NewTask:
+        return built_tasks.drop_table_task(self.table)
+
+
+def build_dropped(catalog: Any, name: str, appends: int, templates: Path) -> Dropped:
+    """A table of ``appends`` appends (plus build_table's other commits)."""
+    table = build_table(catalog, ("ns", name), appends=appends)
+    location = Path(split_uri(table.location())[1])
+    template = templates / name
+    shutil.copytree(location, template)
+    manifests = {m.manifest_path for s in table.snapshots() for m in s.manifests(table.io)}
+    files = sum(1 for _ in location.rglob("*") if _.is_file())
+    return Dropped(table, location, template, len(manifests), files)
+
+
+def purge_seconds(store: Metastore, dropped: Dropped, config: StorageConfig) -> float:
+    """One purge of ``dropped`` through the Runner, timed from the sweep's start to done."""
+    dropped.restore()
+    store.insert_tasks([dropped.task()])
+    with Runner(store, config, resolver=StorageResolver(config), run_id="bench-guards") as runner:
+        t0 = time.perf_counter()
+        outcomes = runner.sweep(["POLARIS"])
+        seconds = time.perf_counter() - t0
+    bad = [o for o in outcomes if o.status is not Status.DONE]
+    if bad or not outcomes:
+        raise RuntimeError(f"the purge did not finish: {bad[0].error if bad else 'no task'}")
+    if any(dropped.location.rglob("*.parquet")):
+        raise RuntimeError("the purge left data files behind")
+    return seconds
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+# -- the leak walk and the unreferenced phase -----------------------------------------
+
+
+def build_walked(store: Metastore, root: Path) -> dict[str, Any]:
+    """A catalog ``walked`` of 200 live tables (20 files each) and 5 leaked roots, the
+    same at every size: only the rest of the metastore grows."""
+    wh = root / "walked"
+    base = f"file://{wh}"
+    catalog_id = catalog_entity(store, "walked", base, [base])
+    rows: list[dict[str, Any]] = []
+    for t in range(WALKED_TABLES):
+        ns = f"ns_{t % 10}"
+        if t < 10:
+            rows.append(_live_row(catalog_id, ns, NAMESPACE_TYPE_CODE, f"{base}/{ns}"))
+        table_root = wh / ns / f"t_{t}"
+        _empty_files(table_root / "metadata", [f"00001-{uuid.uuid4()}.metadata.json"])
+        _empty_files(table_root / "data", [f"{k:05d}.parquet" for k in range(19)])
+        rows.append(_live_row(catalog_id, f"t_{t}", TABLE_LIKE_TYPE_CODE, f"{base}/{ns}/t_{t}"))
+    with store.engine.begin() as conn:
+        conn.execute(queries.INSERT_TASKS.build(store.dialect), rows)
+    now = int(time.time() * 1000)
+    leaked = []
+    for i in range(LEAKED):
+        uri = f"{base}/ns_{i}/dropped_{i}"
+        meta = wh / f"ns_{i}" / f"dropped_{i}" / "metadata"
+        meta.mkdir(parents=True)
+        (meta / f"00003-{uuid.uuid4()}.metadata.json").write_bytes(
+            _table_metadata(str(uuid.uuid4()), now - 86_400_000, uri)
+        )
+        leaked.append(uri)
+    return {"base": base, "leaked": sorted(leaked)}
+
+
+def _live_row(catalog_id: int, name: str, type_code: int, location: str) -> dict[str, Any]:
+    now = int(time.time() * 1000)
+    return {
+        "realm_id": "POLARIS",
+        "catalog_id": catalog_id,
+        "id": new_entity_id(),
+        "parent_id": catalog_id,
+        "name": name,
+        "entity_version": 1,
+        "type_code": type_code,
+        "sub_type_code": 2 if type_code == TABLE_LIKE_TYPE_CODE else 0,
+        "create_timestamp": now,
+        "drop_timestamp": 0,
+        "purge_timestamp": 0,
+        "to_purge_timestamp": 0,
+        "last_update_timestamp": now,
+        "properties": {"location": location},
+        "internal_properties": {},
+        "grant_records_version": 1,
+        "location_without_scheme": location.split(":", 1)[1],
+    }
+
+
+def walk_seconds(store: Metastore, walked: dict[str, Any]) -> float:
+    """The leak report of catalog ``walked`` (what ``polaris-pipeline leaks`` runs)."""
+    t0 = time.perf_counter()
+    report = metastore_leaks(store, StorageResolver(StorageConfig()), catalogs=["walked"])
+    seconds = time.perf_counter() - t0
+    found = sorted(r.uri for c in report.catalogs for r in c.roots)
+    if found != walked["leaked"]:
+        raise RuntimeError(f"the leak walk found {found}, not {walked['leaked']}")
+    return seconds
+
+
+def build_unreferenced(root: Path) -> str:
+    """A dropped table's directory of ``UNREFERENCED`` files no metadata names."""
+    location = root / "unreferenced" / "ns" / "gone"
+    _empty_files(location / "data", [f"{k:05d}-orphan.parquet" for k in range(UNREFERENCED)])
+    _empty_files(location / "metadata", [f"{k:05d}-orphan.avro" for k in range(10)])
+    return f"file://{location}"
+
+
+def unreferenced_seconds(store: Metastore, location: str) -> float:
+    """The unreferenced phase over ``location`` in ``report`` mode (listing, the overlap
+    check before each page)."""
+    spec = DropSpec(
+        namespace=("ns",),
+        name="gone",
+        location=location,
+        metadata_location=f"{location}/metadata/00009-x.metadata.json",
+    )
+    task = task_row(drop_task(spec, create_timestamp=int(time.time() * 1000) + 60_000))
+    config = StorageConfig()
+    ctx = CleanupContext(task=task, resolver=StorageResolver(config), config=config)
+    live = LiveLocations(store.engine, store.check_schema())
+    t0 = time.perf_counter()
+    report = run_unreferenced(
+        ctx, decode_dropped_entity(task.data()), UnreferencedMode.REPORT, live.overlaps
+    )
+    seconds = time.perf_counter() - t0
+    if report.listed < UNREFERENCED or report.error:
+        raise RuntimeError(f"the unreferenced phase listed {report.listed}: {report.error}")
+    return seconds
+
+
+# -- one backend ------------------------------------------------------------------------
+
+
+@contextmanager
+def _metastore(backend: str, workdir: Path) -> Iterator[Metastore]:
+    if backend == "sqlite":
+        store = Metastore(f"sqlite:///{workdir}/polaris-{uuid.uuid4().hex[:6]}.db", policy=POLICY)
+        store.init_schema(5)
+        try:
+            yield store
+        finally:
+            store.dispose()
+        return
+    with temp_database("bench_guards") as url:
+        store = Metastore(url, policy=POLICY)
+        store.init_schema(5)
+        try:
+            yield store
+        finally:
+            store.dispose()
+
+
+def _analyze(store: Metastore) -> None:
+    if store.engine.dialect.name == "postgresql":
+        url = store.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        vacuum_analyze(url)
+    else:
+        with store.engine.begin() as conn:
+            conn.exec_driver_sql("ANALYZE")
+
+
+def measure_backend(
+    backend: str, sizes: tuple[int, ...], repeats: int, workdir: Path, tables: list[Dropped],
+    config: StorageConfig, *, guard_indexes: bool,
+) -> dict[str, Any]:  # fmt: skip
+    """Seconds per purge of each table, the leak walk and the unreferenced phase, per size."""
+    out: dict[str, Any] = {"sizes": {}}
+    with _metastore(backend, workdir) as store:
+        if guard_indexes:
+            create_guard_indexes(store.engine, 5)
+        walked = build_walked(store, workdir / backend)
+        unreferenced = build_unreferenced(workdir / backend)
+        seeded = 0
+        for n in sizes:
+            t0 = time.perf_counter()
+            guards_seed.seed(store, n, str(workdir / "live"), _dropped_dir(tables), start=seeded)
+            seeded = n
+            _analyze(store)
+            seed_s = time.perf_counter() - t0
+            row: dict[str, Any] = {"seed_s": round(seed_s, 1), "load_before": machine_load()}
+            for d in tables:
+                runs = [purge_seconds(store, d, config) for _ in range(repeats)]
+                row[f"purge_{d.manifests}"] = runs
+            row["walk"] = [walk_seconds(store, walked) for _ in range(repeats)]
+            row["unreferenced"] = [
+                unreferenced_seconds(store, unreferenced) for _ in range(repeats)
+            ]
+            row["load_after"] = machine_load()
+            out["sizes"][n] = row
+            print(f"  {backend} {'indexed' if guard_indexes else 'plain'} N={n:,}: "
+                  + ", ".join(f"{k} {_median(v):.2f}s" for k, v in row.items()
+                              if isinstance(v, list) and k.startswith(("purge", "walk", "unref"))),
+                  flush=True)  # fmt: skip
+    return out
+
+
+def _dropped_dir(tables: list[Dropped]) -> str:
+    return f"file://{tables[0].location.parent}"
+
+
+def run(quick: bool = False) -> BenchResult:
+    size = QUICK if quick else FULL
+    result = BenchResult(
+        name="guards_scale",
+        title=TITLE,
+        command="python -m bench guards_scale" + (" --quick" if quick else ""),
+        scale="quick" if quick else "full",
+        params={k: list(v) if isinstance(v, tuple) else v for k, v in size.items()},
+    )
+    with tempfile.TemporaryDirectory(prefix="bench-guards-") as tmp:
+        workdir = Path(tmp)
+        uri = built_tables.local_warehouse_uri(workdir / "wh")
+        catalog = built_tables.open_catalog(uri, workdir / "catalog.db", name="local")
+        templates = workdir / "templates"
+        templates.mkdir()
+        tables = [
+            build_dropped(catalog, "small", SMALL_APPENDS, templates),
+            build_dropped(catalog, "large", LARGE_APPENDS if not quick else 20, templates),
+        ]
+        config = StorageConfig()
+        runs = {
+            "postgresql_indexed": measure_backend(
+                "postgresql", size["pg_sizes"], size["repeats"], workdir, tables, config,
+                guard_indexes=True,
+            ),
+            "postgresql_plain": measure_backend(
+                "postgresql", size["pg_sizes"][:2], 1, workdir, tables, config,
+                guard_indexes=False,
+            ),
+            "sqlite_indexed": measure_backend(
+                "sqlite", size["sqlite_sizes"], size["repeats"], workdir, tables, config,
+                guard_indexes=True,
+            ),
+        }  # fmt: skip
+    result.params["tables"] = [{"manifests": d.manifests, "files": d.files} for d in tables]
+    result.params["runs"] = runs
+    _figures(result, runs, tables)
+    return result
+
+
+def _figures(result: BenchResult, runs: dict[str, Any], tables: list[Dropped]) -> None:
+    lines = ["| backend | live tables | " + " | ".join(
+        [f"purge, {d.manifests} manifests" for d in tables] + ["leak walk", "unreferenced"]
+    ) + " |", "|---|---:|" + "---:|" * (len(tables) + 2)]  # fmt: skip
+    for backend, run_ in runs.items():
+        sizes = run_["sizes"]
+        base = sizes[min(sizes)]
+        top = max(sizes)
+        keys = [f"purge_{d.manifests}" for d in tables] + ["walk", "unreferenced"]
+        for n, row in sizes.items():
+            cells = []
+            for k in keys:
+                v, b = _median(row[k]), _median(base[k])
+                cells.append(f"{v:.2f} s ({v / b:.2f}{TIMES})")
+            lines.append(f"| {backend} | {n:,} | " + " | ".join(cells) + " |")
+        if backend == "postgresql_plain":
+            continue
+        for k in keys:
+            v, b = _median(sizes[top][k]), _median(base[k])
+            target = TARGET_PURGE if k.startswith("purge") else TARGET_WALK
+            result.add(
+                Figure(
+                    label=f"{backend}: {k.replace('_', ' ')} at {top:,} live tables vs 0",
+                    value=round(v, 3),
+                    unit="s",
+                    baseline=round(b, 3),
+                    ratio=round(v / b, 2),
+                    target=f"<= {target}{TIMES}",
+                    met=v / b <= target,
+                )
+            )
+    result.section("Seconds per run (median), ratio to 0 live tables", "\n".join(lines))
