@@ -29,6 +29,7 @@ DESCRIPTIONS = {
     "pgbouncer_auth": "a new connection to Dagster's database: straight, through PgBouncer",
     "unreferenced": "a dropped table's unreferenced files on S3 (moto): listed, deleted; RSS",
     "leaks": "leak report over 1M objects in 1,000 live tables, 5 leaked, vs a full listing",
+    "guards_scale": "a purge's guard cost, leak walk, unreferenced phase at 0 vs 1M live tables",
 }
 
 

@@ -72,12 +72,14 @@ def _warehouse(catalog: int, local_root: str) -> str:
     return f"gs://wh-{catalog}"
 
 
-def rows(n: int, local_root: str, dropped_dir: str, start: int = 0) -> Iterator[tuple[Any, ...]]:
-    """Live tables and views ``start`` .. ``n - 1`` and their namespaces; with ``start``
-    0 also the catalogs and the dropped table's siblings (``dropped_dir``: a
+def rows(
+    n: int, local_root: str, dropped_dir: str, start: int = 0, *, fixed: bool = True
+) -> Iterator[tuple[Any, ...]]:
+    """Live tables and views ``start`` .. ``n - 1`` and their namespaces; with ``fixed``
+    also the catalogs and the dropped table's siblings (``dropped_dir``: a
     ``file:///`` directory URI)."""
     catalogs = [(r, c) for r in REALMS for c in range(CATALOGS_PER_REALM)]
-    if start == 0:
+    if fixed:
         for i, (realm, c) in enumerate(catalogs):
             base = _warehouse(i, local_root)
             yield _row(
@@ -111,9 +113,17 @@ def rows(n: int, local_root: str, dropped_dir: str, start: int = 0) -> Iterator[
         )  # fmt: skip
 
 
-def seed(store: Metastore, n: int, local_root: str, dropped_dir: str, start: int = 0) -> None:
+def seed(
+    store: Metastore,
+    n: int,
+    local_root: str,
+    dropped_dir: str,
+    start: int = 0,
+    *,
+    fixed: bool = True,
+) -> None:
     """Add live entities ``start`` .. ``n - 1`` (see ``rows``) to ``store``."""
-    generated = rows(n, local_root, dropped_dir, start)
+    generated = rows(n, local_root, dropped_dir, start, fixed=fixed)
     if store.engine.dialect.name == "postgresql":
         url = store.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
         copy_entities(url, generated)

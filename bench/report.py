@@ -33,6 +33,7 @@ ORDER = (
     "dagster_e2e",
     "unreferenced",
     "leaks",
+    "guards_scale",
 )
 
 
