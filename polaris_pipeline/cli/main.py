@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from polaris_pipeline.cli.context import EXIT_ERROR
+from polaris_pipeline.cli.guard_indexes import cmd_guard_indexes
 from polaris_pipeline.cli.leaks import cmd_leaks
 from polaris_pipeline.cli.parser import build_parser
 from polaris_pipeline.cli.run import cmd_run, cmd_sweep
@@ -23,6 +24,7 @@ from polaris_pipeline.errors import PolarisPipelineError
 # (command, tasks action) -> its handler.
 COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace, TextIO], int]] = {
     ("init-metastore", None): cmd_init,
+    ("guard-indexes", None): cmd_guard_indexes,
     ("tasks", "list"): cmd_list,
     ("tasks", "show"): cmd_show,
     ("tasks", "requeue"): cmd_requeue,

@@ -4,13 +4,21 @@ Before a dropped table's unreferenced files are listed, and again before each
 batch of them is deleted, every live table, view, namespace and catalog that
 could own a file under the table's prefix is looked for. The rule is Polaris's
 (``QueryGenerator.generateOverlapQuery`` with ``StorageLocation.isChildOf``):
-an entity whose ``location_without_scheme`` (schema v2 and later, index
-``idx_locations``) equals an ancestor of the prefix, with or without the
-trailing slash, or lies under it (``LIKE 'prefix/%'``, with ``%`` and ``_`` of
-the prefix escaped); then the candidates are judged by the location rule of
-``storage/uri.py``. It is scoped wider than Polaris's: every realm and every
-catalog, and the catalogs' own ``default-base-location``. On schema v1 (no such
-column) the entities' ``properties["location"]`` are read instead.
+an entity whose ``location_without_scheme`` (schema v2 and later) equals an
+ancestor of the prefix, with or without the trailing slash, or lies under it
+(``LIKE 'prefix/%'``, with ``%`` and ``_`` of the prefix escaped); then the
+candidates are judged by the location rule of ``storage/uri.py``. It is scoped
+wider than Polaris's: every realm and every catalog (one statement for all),
+and the catalogs' own ``default-base-location``. On schema v1 (no such column)
+the entities' ``properties["location"]`` are read instead.
+
+Cost (issue 46): Polaris's ``idx_locations`` is led by realm and parent, which a
+lookup by location knows neither of; with the guard indexes of
+``guard_indexes.py`` (``polaris-pipeline guard-indexes``) every check is a few
+index searches whatever the number of live tables, without them a read of every
+row (warned of at the first check). Catalogs are found by catalog id 0 through
+Polaris's own indexes. Each check is bounded (``GUARD_BOUND_ENV``): past it a
+``GuardTimeout`` fails the task's attempt, never an answer of "none".
 
 What counts as an overlap (``judge``):
 
@@ -26,7 +34,8 @@ What counts as an overlap (``judge``):
 ``metadata_users`` answers a second question, for the referenced purge: which
 live table or view has one of the files about to be deleted as its
 ``metadata-location`` internal property (a table registered over the dropped
-one's metadata file, wherever its own location says it is).
+one's metadata file, wherever its own location says it is). Its rows are found by
+the file's name, which every spelling of the file shares, then judged as locations.
 """
 
 from __future__ import annotations
@@ -42,7 +51,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, literal_column, or_, select, text
+from sqlalchemy import Connection, Engine, Executable, and_, literal_column, or_, select, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -50,8 +59,9 @@ from polaris_pipeline.errors import MetastoreError
 from polaris_pipeline.metastore.guard_indexes import (
     LOCATION_COLUMN_SINCE,
     TABLE_ROWS,
+    existing_indexes,
+    guard_indexes,
     metadata_file_name,
-    missing_guard_indexes,
 )
 from polaris_pipeline.metastore.queries import ENTITY_REALMS
 from polaris_pipeline.metastore.schema import entities
@@ -68,7 +78,8 @@ METADATA_LOCATION_KEY = "metadata-location"
 # Catalogs are top-level entities: Polaris gives them catalog id 0 (its null id), so
 # that ``idx_entities`` (realm_id, catalog_id, id) finds them among any number of tables.
 CATALOG_ROWS_CATALOG_ID = 0
-# The catalog-id-led index (``idx_entities_catalog_id_id``) exists from schema v4.
+# Polaris's catalog-id-led index exists from schema v4.
+CATALOG_ID_INDEX = "idx_entities_catalog_id_id"
 CATALOG_ID_INDEX_SINCE = 4
 # How long one guard check may take before it fails the task's attempt (retried):
 # never an answer of "no live entity" for want of time. The environment variable
@@ -244,18 +255,24 @@ def _timed_out(exc: DBAPIError) -> bool:
     return "interrupted" in str(orig)  # SQLite, stopped by the progress handler
 
 
-# Engines whose missing guard indexes were already warned of (once per process each).
-_warned: set[str] = set()
-_warned_lock = threading.Lock()
+# The indexes on ``entities`` of each metastore (by URL), read at its first check in
+# this process, when the missing guard indexes are warned of (once each).
+_indexes: dict[str, frozenset[str]] = {}
+_indexes_lock = threading.Lock()
 
 
-def _warn_missing_indexes(engine: Engine, schema_version: int | None) -> None:
+def _indexes_of(engine: Engine, schema_version: int | None) -> frozenset[str]:
     key = engine.url.render_as_string(hide_password=True)
-    with _warned_lock:
-        if key in _warned:
-            return
-        _warned.add(key)
-    missing = missing_guard_indexes(engine, schema_version)
+    with _indexes_lock:
+        known = _indexes.get(key)
+    if known is not None:
+        return known
+    found = frozenset(existing_indexes(engine))
+    with _indexes_lock:
+        if key in _indexes:
+            return _indexes[key]
+        _indexes[key] = found
+    missing = [i for i in guard_indexes(schema_version) if i.name not in found]
     if missing:
         log.warning(
             "the metastore lacks the guard index(es) %s (%s): each shared-location "
@@ -267,6 +284,7 @@ def _warn_missing_indexes(engine: Engine, schema_version: int | None) -> None:
             guard_bound_s(),
             GUARD_BOUND_ENV,
         )
+    return found
 
 
 def _metadata_user(row: Any, wanted: set[Location]) -> Overlap | None:
@@ -318,6 +336,8 @@ class LiveLocations:
         self._catalog_names: dict[tuple[str, int], str] | None = None
         # The one connection of a ``held()`` block; None: a connection per check.
         self._held: Connection | None = None
+        # The indexes on ``entities``, known at the first check.
+        self._indexes: frozenset[str] = frozenset()
 
     @contextlib.contextmanager
     def held(self) -> Iterator[LiveLocations]:
@@ -335,9 +355,9 @@ class LiveLocations:
     def _connection(self, guard: str) -> Iterator[Connection]:
         """A check's connection, its statements bounded by ``bound_s``; a database
         error in the check is a MetastoreError, running out of time a GuardTimeout."""
-        _warn_missing_indexes(self.engine, self.schema_version)
         started = time.monotonic()
         try:
+            self._indexes = _indexes_of(self.engine, self.schema_version)
             if self._held is not None:
                 try:
                     with self._bounded(self._held):
@@ -370,7 +390,7 @@ class LiveLocations:
             conn.execute(text(f"SET LOCAL statement_timeout = {ms}"))
             yield
             return
-        raw = conn.connection.driver_connection
+        raw: Any = conn.connection.driver_connection
         deadline = time.monotonic() + self.bound_s
         raw.set_progress_handler(lambda: int(time.monotonic() > deadline), _SQLITE_PROGRESS_STEPS)
         try:
@@ -432,27 +452,35 @@ class LiveLocations:
                     return hit
         return None
 
-    def _catalog_rows(self, conn: Connection) -> ColumnElement[bool]:
-        """The condition selecting the catalogs' rows through an index."""
+    def _catalogs(self, conn: Connection, *columns: Any) -> Executable:
+        """``columns`` of the catalogs' rows, selected through an index."""
         c = entities.c
         rows = and_(c.catalog_id == CATALOG_ROWS_CATALOG_ID, c.type_code == CATALOG_TYPE_CODE)
-        if (self.schema_version or 0) >= CATALOG_ID_INDEX_SINCE:
-            return rows  # idx_entities_catalog_id_id
-        # idx_entities is led by realm_id: name each realm (found by a loose index scan).
-        realms = [r for (r,) in conn.execute(ENTITY_REALMS.build(conn.dialect.name))]
-        return and_(c.realm_id.in_(realms), rows)
+        if (self.schema_version or 0) < CATALOG_ID_INDEX_SINCE:
+            # idx_entities is led by realm_id: name each realm (found by a loose index scan).
+            realms = [r for (r,) in conn.execute(ENTITY_REALMS.build(conn.dialect.name))]
+            return select(*columns).where(c.realm_id.in_(realms), rows)
+        if conn.dialect.name == "sqlite" and CATALOG_ID_INDEX in self._indexes:
+            # SQLite's statistics know only the average rows per catalog id, which a few
+            # catalogs of many tables make look like a scan's worth: it is told.
+            names = ", ".join(col.name for col in columns)
+            return text(
+                f"SELECT {names} FROM entities INDEXED BY {CATALOG_ID_INDEX} "
+                f"WHERE catalog_id = {CATALOG_ROWS_CATALOG_ID} AND type_code = {CATALOG_TYPE_CODE}"
+            )
+        return select(*columns).where(rows)  # idx_entities_catalog_id_id
 
     def _names(self, conn: Connection) -> dict[tuple[str, int], str]:
         if self._catalog_names is None:
             c = entities.c
-            rows = conn.execute(select(c.realm_id, c.id, c.name).where(self._catalog_rows(conn)))
+            rows = conn.execute(self._catalogs(conn, c.realm_id, c.id, c.name))
             self._catalog_names = {(r.realm_id, int(r.id)): r.name for r in rows}
         return self._catalog_names
 
     def _metadata_candidates(self, conn: Connection, wanted: set[Location]) -> Iterator[Overlap]:
         c = entities.c
         dialect = conn.dialect.name
-        name = literal_column(metadata_file_name(dialect))
+        name: ColumnElement[str] = literal_column(metadata_file_name(dialect))
         names = sorted({loc.segments[-1] for loc in wanted if loc.segments})
         for i in range(0, len(names), _NAMES_PER_STATEMENT):
             stmt = select(
@@ -467,7 +495,7 @@ class LiveLocations:
         c = entities.c
         if prefix not in self._catalog_hits:
             # Catalogs are few; their base location is only in their properties.
-            catalogs = select(*_JUDGED).where(self._catalog_rows(conn))
+            catalogs = self._catalogs(conn, *_JUDGED)
             self._catalog_hits[prefix] = list(self._judged(conn.execute(catalogs), prefix))
         yield from self._catalog_hits[prefix]
         owners = c.type_code.in_([NAMESPACE_TYPE_CODE, TABLE_LIKE_TYPE_CODE])
@@ -502,6 +530,7 @@ def _location_matches(dialect: str, prefix: Location) -> ColumnElement[bool]:
     it: every realm at once, through ``polaris_pipeline_guard_locations``."""
     lws = entities.c.location_without_scheme
     equal, like = overlap_terms(prefix)
+    under: list[ColumnElement[bool]]
     if dialect == "postgresql":
         # LIKE 'x/%' ranges over a text_pattern_ops index whatever the collation.
         under = [lws.like(p, escape=_LIKE_ESCAPE) for p in like]
