@@ -134,7 +134,10 @@ def test_with_the_guard_indexes_every_guard_statement_is_an_index_search(
     assert len(plans) >= 4
     for (statement, _), plan in zip(seen.seen, plans, strict=True):
         scans = "Seq Scan" in plan or re.search(r"\bSCAN\b", plan)
-        assert not scans, f"{statement}\n-> {plan}"
+        # PostgreSQL may read a whole partial index instead: every index node needs a
+        # condition (SQLite says SCAN ... USING INDEX for that).
+        searches = len(re.findall(r"Index (Only )?Scan", plan))
+        assert not scans and plan.count("Index Cond") >= searches, f"{statement}\n-> {plan}"
 
 
 def test_without_the_guard_indexes_the_first_check_warns_once(
@@ -204,10 +207,12 @@ def test_a_guard_past_its_bound_fails_the_attempt_and_deletes_nothing(
     assert (outcome.status, outcome.permanent) == (Status.FAILED, False), outcome.error
     assert outcome.error is not None and "\n" not in outcome.error
     assert "GuardTimeout" in outcome.error
-    assert "the shared-location overlap guard gave no answer within its bound of 0.001 s" in (
-        outcome.error
-    )
-    assert "(took " in outcome.error
+    # Whichever check the bound stops first (SQLite may skip-scan Polaris's index).
+    assert re.search(
+        r"the (shared-location overlap|metadata-file) guard gave no answer within its "
+        r"bound of 0\.001 s \(took \d+\.\d+ s\)",
+        outcome.error,
+    ), outcome.error
     row = store.get_task("POLARIS", task.id)
     assert row is not None and row.status != "dead" and not row.failure_permanent
     assert all(Path(split_uri(f)[1]).exists() for f in files), "a file was deleted"
