@@ -207,7 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
         "guard check reads every entity row (warned once at the first check; a check past its "
         "bound, POLARIS_PIPELINE_GUARD_BOUND_S, fails the task's attempt, retried). On "
         "PostgreSQL built CONCURRENTLY: Polaris's writes go on meanwhile; each later write of "
-        "an entity maintains two more index entries. See docs/performance.md.",
+        "an entity maintains two more index entries. Run it as the owner of Polaris's tables "
+        "(creating an index needs that), not as the pipeline's role. See docs/performance.md.",
         epilog=_examples(
             "polaris-pipeline guard-indexes --metastore postgresql+psycopg://polaris@db/polaris",
             "polaris-pipeline guard-indexes --check",

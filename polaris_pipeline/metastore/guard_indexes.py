@@ -20,6 +20,8 @@ Polaris's own database, beside its tables):
 Cost on PostgreSQL: built ``CONCURRENTLY`` (no lock that stops Polaris's writes;
 about one read of the table; at 1,000,000 entities about 60 MB and 40 MB),
 then each insert or update of an entity maintains two more index entries.
+Creating an index needs the table's owner: run the command as Polaris's database
+owner, not as the pipeline's role (which needs no grant to use them).
 Schema v1 has no ``location_without_scheme``: only the second index is made.
 """
 
