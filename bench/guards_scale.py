@@ -22,6 +22,7 @@ guard-indexes``), and on SQLite up to 100,000.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import statistics
 import tempfile
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from pyiceberg.table import Table
+from sqlalchemy import Engine, event
 
 from bench import guards_seed
 from bench.common import machine_load, temp_database, vacuum_analyze
@@ -53,7 +55,7 @@ from polaris_pipeline.metastore.guard_indexes import create_guard_indexes
 from polaris_pipeline.metastore.overlap import NAMESPACE_TYPE_CODE, LiveLocations
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.resolve import StorageResolver
-from polaris_pipeline.storage.uri import split_uri
+from polaris_pipeline.storage.uri import parse_location, split_uri
 from polaris_pipeline.tasks.model import TABLE_LIKE_TYPE_CODE, NewTask, TaskPolicy
 from polaris_pipeline.tasks.payloads import decode_dropped_entity
 from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
@@ -225,6 +227,40 @@ def unreferenced_seconds(store: Metastore, location: str) -> float:
     return seconds
 
 
+# -- what each guard statement reads (PostgreSQL): independent of the host's load ------
+
+
+def statement_pages(store: Metastore, location: str, metadata_file: str) -> dict[str, int]:
+    """Buffers (8 KiB pages) each guard statement touches, from ``EXPLAIN (ANALYZE,
+    BUFFERS)`` of the statements one check of ``location`` runs (overlap, catalogs,
+    metadata-file users, enclosing table): the load-independent side of the cost."""
+    captured: list[tuple[str, Any]] = []
+
+    def on(conn: Any, cursor: Any, statement: str, params: Any, *args: Any) -> None:
+        if "FROM polaris_schema.entities" in statement:
+            captured.append((statement, params))
+
+    live = LiveLocations(store.engine, store.check_schema())
+    prefix = parse_location(location, directory=True)
+    event.listen(Engine, "before_cursor_execute", on)
+    try:
+        live.overlaps(prefix)
+        live.metadata_users([prefix], [metadata_file])
+        live.enclosing_table(parse_location(f"{location}/data", directory=True))
+    finally:
+        event.remove(Engine, "before_cursor_execute", on)
+    kinds = ("catalog names", "catalogs", "overlap", "metadata-file users", "enclosing table")
+    pages: dict[str, int] = {}
+    with store.engine.connect() as conn:
+        raw: Any = conn.connection.driver_connection
+        for kind, (statement, params) in zip(kinds, captured, strict=True):
+            plan = raw.execute("EXPLAIN (ANALYZE, BUFFERS) " + statement, params).fetchall()
+            m = re.search(r"Buffers: shared (?:hit=(\d+))? ?(?:read=(\d+))?", plan[0][0] + "".join(
+                str(r[0]) for r in plan[1:]))  # fmt: skip
+            pages[kind] = sum(int(g) for g in m.groups() if g) if m else 0
+    return pages
+
+
 # -- one backend ------------------------------------------------------------------------
 
 
@@ -289,6 +325,11 @@ def measure_backend(
             row["unreferenced"] = [
                 unreferenced_seconds(store, unreferenced) for _ in range(repeats)
             ]
+            if backend == "postgresql":
+                small = tables[0]
+                row["pages"] = statement_pages(
+                    store, small.table.location(), small.table.metadata_location
+                )
             row["load_after"] = machine_load()
             out["sizes"][n] = row
             print(f"  {backend} {'indexed' if guard_indexes else 'plain'} N={n:,}: "
