@@ -34,7 +34,7 @@ from polaris_pipeline.metastore.guard_indexes import (
     create_guard_indexes,
     missing_guard_indexes,
 )
-from polaris_pipeline.metastore.overlap import GUARD_BOUND_ENV, LiveLocations
+from polaris_pipeline.metastore.overlap import GUARD_BOUND_ENV, GuardTimeout, LiveLocations
 from polaris_pipeline.storage.uri import parse_location, split_uri
 from polaris_pipeline.tasks.model import TaskPolicy
 from tests.support.iceberg import Warehouse, table_files
@@ -251,3 +251,14 @@ def test_the_guard_indexes_command_checks_and_creates(
     assert cli(["guard-indexes", "--metastore", url]) == 0
     assert "already" in capsys.readouterr().out
     store.check_schema()  # Polaris's schema check still accepts the database
+
+
+def test_a_check_of_a_held_connection_past_its_bound_is_a_guard_timeout(
+    store: Metastore,
+) -> None:
+    """The leak walk's one connection is bounded too (once for its session)."""
+    _bulk_live_tables(store)
+    live = LiveLocations(store.engine, store.check_schema(), bound_s=0.001)
+    prefix = parse_location("s3://bulk/ns/t1", directory=True)
+    with live.held(), pytest.raises(GuardTimeout, match=r"the metadata-file guard gave no"):
+        live.metadata_users([prefix], ["s3://bulk/ns/t1/metadata/00001-1.metadata.json"])

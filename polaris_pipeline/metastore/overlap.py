@@ -345,11 +345,21 @@ class LiveLocations:
         directory (the leak report) spent most of its time opening connections (a SQLite
         engine keeps no pool). Each check still reads the rows as they are then."""
         with self.engine.connect() as conn:
+            session_bound = conn.dialect.name == "postgresql"
+            if session_bound:
+                # The block's own connection: bounded once for the session, not with a
+                # round trip per check (a walk makes two checks per directory).
+                conn.execute(text(f"SET statement_timeout = {self._bound_ms}"))
+                conn.commit()
             self._held = conn
             try:
                 yield self
             finally:
                 self._held = None
+                if session_bound:
+                    with contextlib.suppress(DBAPIError):  # a broken one is discarded
+                        conn.execute(text("RESET statement_timeout"))
+                        conn.commit()
 
     @contextlib.contextmanager
     def _connection(self, guard: str) -> Iterator[Connection]:
@@ -385,9 +395,9 @@ class LiveLocations:
     @contextlib.contextmanager
     def _bounded(self, conn: Connection) -> Iterator[None]:
         if conn.dialect.name == "postgresql":
-            # SET LOCAL: for this check's transaction only (rolled back after it).
-            ms = max(1, int(self.bound_s * 1000))
-            conn.execute(text(f"SET LOCAL statement_timeout = {ms}"))
+            if conn is not self._held:  # held(): bounded for its whole session
+                # SET LOCAL: for this check's transaction only (rolled back after it).
+                conn.execute(text(f"SET LOCAL statement_timeout = {self._bound_ms}"))
             yield
             return
         raw: Any = conn.connection.driver_connection
@@ -397,6 +407,10 @@ class LiveLocations:
             yield
         finally:
             raw.set_progress_handler(None, _SQLITE_PROGRESS_STEPS)
+
+    @property
+    def _bound_ms(self) -> int:
+        return max(1, int(self.bound_s * 1000))
 
     def overlaps(self, prefix: Location, limit: int = 5) -> list[Overlap]:
         """Up to ``limit`` live entities overlapping ``prefix``; empty when none does."""
