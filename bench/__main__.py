@@ -30,6 +30,7 @@ DESCRIPTIONS = {
     "unreferenced": "a dropped table's unreferenced files on S3 (moto): listed, deleted; RSS",
     "leaks": "leak report over 1M objects in 1,000 live tables, 5 leaked, vs a full listing",
     "manifest_bomb": "peak RSS reading a 200 MB-path deflate bomb vs a real manifest of its size",
+    "guards_scale": "a purge's guard cost, leak walk, unreferenced phase at 0 vs 1M live tables",
 }
 
 

@@ -34,6 +34,7 @@ ORDER = (
     "unreferenced",
     "leaks",
     "manifest_bomb",
+    "guards_scale",
 )
 
 

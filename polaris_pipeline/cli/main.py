@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from polaris_pipeline.cli.context import EXIT_ERROR
+from polaris_pipeline.cli.guard_indexes import cmd_guard_indexes
 from polaris_pipeline.cli.leaks import cmd_leaks
 from polaris_pipeline.cli.parser import build_parser
 from polaris_pipeline.cli.restore import cmd_restore
@@ -33,6 +34,7 @@ from polaris_pipeline.storage.redact import redact
 COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace, TextIO], int]] = {
     ("init-metastore", None): cmd_init,
     ("grant-role", None): cmd_grant_role,
+    ("guard-indexes", None): cmd_guard_indexes,
     ("tasks", "list"): cmd_list,
     ("tasks", "show"): cmd_show,
     ("tasks", "requeue"): cmd_requeue,

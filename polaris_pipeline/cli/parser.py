@@ -216,6 +216,29 @@ def build_parser() -> argparse.ArgumentParser:
         "role", metavar="ROLE", help="the role the pipeline logs in as, e.g. polaris_cleanup"
     )
 
+    guard = sub.add_parser(
+        "guard-indexes",
+        help="create the two indexes the shared-location guards look up by (opt-in)",
+        description="Create, in Polaris's own database, the indexes Polaris's schema lacks "
+        "and the shared-location guards look up by: live entities by location_without_scheme, "
+        "and tables and views by the file name of their metadata-location. Without them every "
+        "guard check reads every entity row (warned once at the first check; a check past its "
+        "bound, POLARIS_PIPELINE_GUARD_BOUND_S, fails the task's attempt, retried). On "
+        "PostgreSQL built CONCURRENTLY: Polaris's writes go on meanwhile; each later write of "
+        "an entity maintains two more index entries. Run it as the owner of Polaris's tables "
+        "(creating an index needs that), not as the pipeline's role. See docs/performance.md.",
+        epilog=_examples(
+            "polaris-pipeline guard-indexes --metastore postgresql+psycopg://polaris@db/polaris",
+            "polaris-pipeline guard-indexes --check",
+        ),
+    )
+    _add_metastore(guard)
+    guard.add_argument(
+        "--check",
+        action="store_true",
+        help="create nothing: list the missing indexes, exit 1 when any is missing",
+    )
+
     tasks = sub.add_parser(
         "tasks",
         help="list, show, requeue, run and discard tasks",

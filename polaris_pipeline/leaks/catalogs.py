@@ -20,7 +20,11 @@ from sqlalchemy import Engine, select
 
 from polaris_pipeline.errors import PayloadError
 from polaris_pipeline.leaks.model import CatalogRef
-from polaris_pipeline.metastore.overlap import CATALOG_BASE_LOCATION_KEY, CATALOG_TYPE_CODE
+from polaris_pipeline.metastore.overlap import (
+    CATALOG_BASE_LOCATION_KEY,
+    CATALOG_ROWS_CATALOG_ID,
+    CATALOG_TYPE_CODE,
+)
 from polaris_pipeline.metastore.schema import entities
 from polaris_pipeline.storage.catalog_config import (
     STORAGE_CONFIG_KEY,
@@ -86,8 +90,10 @@ def read_catalogs(
     """The catalogs of ``realms`` (all when None) named ``names`` (all when None),
     in realm and name order."""
     c = entities.c
+    # Catalog id 0 (Polaris's, for every catalog): an index finds them among any number
+    # of tables (issue 46).
     stmt = select(c.realm_id, c.id, c.name, c.properties, c.internal_properties).where(
-        c.type_code == CATALOG_TYPE_CODE
+        c.catalog_id == CATALOG_ROWS_CATALOG_ID, c.type_code == CATALOG_TYPE_CODE
     )
     if realms:
         stmt = stmt.where(c.realm_id.in_(list(realms)))

@@ -4,13 +4,21 @@ Before a dropped table's unreferenced files are listed, and again before each
 batch of them is deleted, every live table, view, namespace and catalog that
 could own a file under the table's prefix is looked for. The rule is Polaris's
 (``QueryGenerator.generateOverlapQuery`` with ``StorageLocation.isChildOf``):
-an entity whose ``location_without_scheme`` (schema v2 and later, index
-``idx_locations``) equals an ancestor of the prefix, with or without the
-trailing slash, or lies under it (``LIKE 'prefix/%'``, with ``%`` and ``_`` of
-the prefix escaped); then the candidates are judged by the location rule of
-``storage/uri.py``. It is scoped wider than Polaris's: every realm and every
-catalog, and the catalogs' own ``default-base-location``. On schema v1 (no such
-column) the entities' ``properties["location"]`` are read instead.
+an entity whose ``location_without_scheme`` (schema v2 and later) equals an
+ancestor of the prefix, with or without the trailing slash, or lies under it
+(``LIKE 'prefix/%'``, with ``%`` and ``_`` of the prefix escaped); then the
+candidates are judged by the location rule of ``storage/uri.py``. It is scoped
+wider than Polaris's: every realm and every catalog (one statement for all),
+and the catalogs' own ``default-base-location``. On schema v1 (no such column)
+the entities' ``properties["location"]`` are read instead.
+
+Cost (issue 46): Polaris's ``idx_locations`` is led by realm and parent, which a
+lookup by location knows neither of; with the guard indexes of
+``guard_indexes.py`` (``polaris-pipeline guard-indexes``) every check is a few
+index searches whatever the number of live tables, without them a read of every
+row (warned of at the first check). Catalogs are found by catalog id 0 through
+Polaris's own indexes. Each check is bounded (``GUARD_BOUND_ENV``): past it a
+``GuardTimeout`` fails the task's attempt, never an answer of "none".
 
 What counts as an overlap (``judge``):
 
@@ -26,7 +34,8 @@ What counts as an overlap (``judge``):
 ``metadata_users`` answers a second question, for the referenced purge: which
 live table or view has one of the files about to be deleted as its
 ``metadata-location`` internal property (a table registered over the dropped
-one's metadata file, wherever its own location says it is).
+one's metadata file, wherever its own location says it is). Its rows are found by
+the file's name, which every spelling of the file shares, then judged as locations.
 """
 
 from __future__ import annotations
@@ -34,14 +43,28 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
+import os
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Text, and_, cast, or_, select
+from sqlalchemy import Connection, Engine, Executable, and_, literal_column, or_, select, text
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql.elements import ColumnElement
 
 from polaris_pipeline.errors import MetastoreError
+from polaris_pipeline.metastore.guard_indexes import (
+    LOCATION_COLUMN_SINCE,
+    TABLE_ROWS,
+    WRITE_PATHS_INDEX,
+    existing_indexes,
+    guard_indexes,
+    metadata_file_name,
+    write_path_rows,
+)
 from polaris_pipeline.metastore.queries import ENTITY_REALMS
 from polaris_pipeline.metastore.schema import entities
 from polaris_pipeline.storage.guard import ROOT_PROPERTIES
@@ -49,13 +72,27 @@ from polaris_pipeline.storage.uri import Location, parse_location
 from polaris_pipeline.tasks.model import CATALOG_TYPE_CODE, TABLE_LIKE_TYPE_CODE
 
 NAMESPACE_TYPE_CODE = 6
+log = logging.getLogger(__name__)
 _KINDS = {CATALOG_TYPE_CODE: "catalog", NAMESPACE_TYPE_CODE: "namespace"}
 LOCATION_KEY = "location"
 CATALOG_BASE_LOCATION_KEY = "default-base-location"
 # The internal property naming a table's (or view's) current metadata file.
 METADATA_LOCATION_KEY = "metadata-location"
-# The first schema version with ``location_without_scheme``.
-LOCATION_COLUMN_SINCE = 2
+# Catalogs are top-level entities: Polaris gives them catalog id 0 (its null id), so
+# that ``idx_entities`` (realm_id, catalog_id, id) finds them among any number of tables.
+CATALOG_ROWS_CATALOG_ID = 0
+# Polaris's catalog-id-led index exists from schema v4.
+CATALOG_ID_INDEX = "idx_entities_catalog_id_id"
+CATALOG_ID_INDEX_SINCE = 4
+# How long one guard check may take before it fails the task's attempt (retried):
+# never an answer of "no live entity" for want of time. The environment variable
+# overrides it (seconds).
+GUARD_BOUND_ENV = "POLARIS_PIPELINE_GUARD_BOUND_S"
+DEFAULT_GUARD_BOUND_S = 60.0
+# How often (SQLite virtual-machine steps) the SQLite bound is looked at.
+_SQLITE_PROGRESS_STEPS = 1000
+# How many metadata file names one lookup statement carries.
+_NAMES_PER_STATEMENT = 500
 _LIKE_ESCAPE = "\\"
 # Azure's two endpoints name one account: an entity may be written with either.
 _AZURE_ENDPOINTS = ("dfs.core.windows.net", "blob.core.windows.net")
@@ -195,17 +232,62 @@ def _at(hit: Overlap, prefix: Location) -> bool:
         return True  # a malformed location is refused, never guessed
 
 
-def _path_patterns(roots: list[Location]) -> list[str] | None:
-    """LIKE patterns on the internal properties' text that every spelling of a file
-    under ``roots`` matches (its path, without scheme or authority); None when no
-    pattern is safe (a root's path that JSON may escape): every row is read then."""
-    patterns: list[str] = []
-    for root in roots:
-        path = "/".join(root.segments)
-        if not path.isascii() or '"' in path or "\\" in path:
-            return None
-        patterns.append(f"%{escape_like(path)}/%" if path else "%")
-    return patterns or None
+class GuardTimeout(MetastoreError):
+    """A guard check gave no answer within its bound: the attempt fails (retried later),
+    nothing is deleted on a guess."""
+
+
+def guard_bound_s() -> float:
+    """The bound of one guard check: ``POLARIS_PIPELINE_GUARD_BOUND_S`` or the default."""
+    raw = os.environ.get(GUARD_BOUND_ENV, "").strip()
+    if not raw:
+        return DEFAULT_GUARD_BOUND_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise MetastoreError(f"{GUARD_BOUND_ENV}={raw!r} is not a number of seconds") from None
+    if not value > 0:
+        raise MetastoreError(f"{GUARD_BOUND_ENV}={raw!r} must be more than 0 seconds")
+    return value
+
+
+def _timed_out(exc: DBAPIError) -> bool:
+    orig = getattr(exc, "orig", None)
+    if getattr(orig, "sqlstate", None) == "57014":  # PostgreSQL query_canceled
+        return True
+    return "interrupted" in str(orig)  # SQLite, stopped by the progress handler
+
+
+# The indexes on ``entities`` of each metastore (by URL), read at its first check in
+# this process, when the missing guard indexes are warned of (once each).
+_indexes: dict[str, frozenset[str]] = {}
+_indexes_lock = threading.Lock()
+
+
+def _indexes_of(engine: Engine, schema_version: int | None) -> frozenset[str]:
+    key = engine.url.render_as_string(hide_password=True)
+    with _indexes_lock:
+        known = _indexes.get(key)
+    if known is not None:
+        return known
+    found = frozenset(existing_indexes(engine))
+    with _indexes_lock:
+        if key in _indexes:
+            return _indexes[key]
+        _indexes[key] = found
+    missing = [i for i in guard_indexes(schema_version) if i.name not in found]
+    if missing:
+        log.warning(
+            "the metastore lacks the guard index(es) %s (%s): each shared-location "
+            "guard check reads every entity row, bounded by %.0f s (%s), past which "
+            "the task's attempt fails and is retried; `polaris-pipeline guard-indexes` "
+            "creates them",
+            ", ".join(i.name for i in missing),
+            "; ".join(i.what for i in missing),
+            guard_bound_s(),
+            GUARD_BOUND_ENV,
+        )
+    return found
 
 
 def _metadata_user(row: Any, wanted: set[Location]) -> Overlap | None:
@@ -234,11 +316,22 @@ def _metadata_user(row: Any, wanted: set[Location]) -> Overlap | None:
 
 
 class LiveLocations:
-    """The overlap check against one metastore (its engine and schema version)."""
+    """The overlap check against one metastore (its engine and schema version).
 
-    def __init__(self, engine: Engine, schema_version: int | None) -> None:
+    Every check is one or two statements that an index answers in time independent of
+    the number of live tables, given the guard indexes (``guard_indexes.py``; without
+    them each reads every row, and the first check warns). Each is bounded by
+    ``bound_s`` (default ``guard_bound_s()``): past it a ``GuardTimeout`` names the
+    check and the time taken; the task's attempt fails and is retried.
+    """
+
+    def __init__(
+        self, engine: Engine, schema_version: int | None, *, bound_s: float | None = None
+    ) -> None:
         self.engine = engine
+        self.schema_version = schema_version
         self.indexed = schema_version is not None and schema_version >= LOCATION_COLUMN_SINCE
+        self.bound_s = guard_bound_s() if bound_s is None else bound_s
         # Read on the first check only: the catalogs' base locations (a table created
         # at the path during the sweep is seen at the next check, a new catalog is not).
         self._catalog_hits: dict[Location, list[Overlap]] = {}
@@ -246,6 +339,8 @@ class LiveLocations:
         self._catalog_names: dict[tuple[str, int], str] | None = None
         # The one connection of a ``held()`` block; None: a connection per check.
         self._held: Connection | None = None
+        # The indexes on ``entities``, known at the first check.
+        self._indexes: frozenset[str] = frozenset()
 
     @contextlib.contextmanager
     def held(self) -> Iterator[LiveLocations]:
@@ -253,43 +348,85 @@ class LiveLocations:
         directory (the leak report) spent most of its time opening connections (a SQLite
         engine keeps no pool). Each check still reads the rows as they are then."""
         with self.engine.connect() as conn:
+            session_bound = conn.dialect.name == "postgresql"
+            if session_bound:
+                # The block's own connection: bounded once for the session, not with a
+                # round trip per check (a walk makes two checks per directory).
+                conn.execute(text(f"SET statement_timeout = {self._bound_ms}"))
+                conn.commit()
             self._held = conn
             try:
                 yield self
             finally:
                 self._held = None
+                if session_bound:
+                    with contextlib.suppress(DBAPIError):  # a broken one is discarded
+                        conn.execute(text("RESET statement_timeout"))
+                        conn.commit()
 
     @contextlib.contextmanager
-    def _connection(self) -> Iterator[Connection]:
-        """A check's connection; a database error in the check is a MetastoreError."""
+    def _connection(self, guard: str) -> Iterator[Connection]:
+        """A check's connection, its statements bounded by ``bound_s``; a database
+        error in the check is a MetastoreError, running out of time a GuardTimeout."""
+        started = time.monotonic()
         try:
+            self._indexes = _indexes_of(self.engine, self.schema_version)
             if self._held is not None:
                 try:
-                    yield self._held
+                    with self._bounded(self._held):
+                        yield self._held
                 finally:
                     # End the read transaction the check began: the next check must see
                     # what is committed then (SQLite would keep this one's snapshot).
                     self._held.rollback()
             else:
-                with self.engine.connect() as conn:
+                with self.engine.connect() as conn, self._bounded(conn):
                     yield conn
         except DBAPIError as exc:
+            took = time.monotonic() - started
+            if _timed_out(exc):
+                raise GuardTimeout(
+                    f"the {guard} guard gave no answer within its bound of {self.bound_s:g} s "
+                    f"(took {took:.3f} s): nothing deleted, the attempt is retried "
+                    f"(`polaris-pipeline guard-indexes`, {GUARD_BOUND_ENV})"
+                ) from exc
             first = str(getattr(exc, "orig", exc)).strip().splitlines()
             raise MetastoreError(
                 f"overlap check failed: {first[0] if first else type(exc).__name__}"
             ) from exc
 
+    @contextlib.contextmanager
+    def _bounded(self, conn: Connection) -> Iterator[None]:
+        if conn.dialect.name == "postgresql":
+            if conn is not self._held:  # held(): bounded for its whole session
+                # SET LOCAL: for this check's transaction only (rolled back after it).
+                conn.execute(text(f"SET LOCAL statement_timeout = {self._bound_ms}"))
+            yield
+            return
+        raw: Any = conn.connection.driver_connection
+        deadline = time.monotonic() + self.bound_s
+        raw.set_progress_handler(lambda: int(time.monotonic() > deadline), _SQLITE_PROGRESS_STEPS)
+        try:
+            yield
+        finally:
+            raw.set_progress_handler(None, _SQLITE_PROGRESS_STEPS)
+
+    @property
+    def _bound_ms(self) -> int:
+        return max(1, int(self.bound_s * 1000))
+
     def overlaps(self, prefix: Location, limit: int = 5) -> list[Overlap]:
         """Up to ``limit`` live entities overlapping ``prefix``; empty when none does."""
-        return self._first(lambda conn: self._candidates(conn, prefix), limit)
+        return self._first("shared-location overlap", lambda c: self._candidates(c, prefix), limit)
 
     def metadata_users(
         self, roots: Iterable[Location], files: Iterable[str], limit: int = 5
     ) -> list[Overlap]:
         """Up to ``limit`` live tables or views whose ``metadata-location`` is one of
         ``files`` (compared as locations: ``file:/x`` is ``file:///x``, ``s3a`` is
-        ``s3``). ``roots``: where those files lie (the dropped table's roots), to
-        narrow the rows read; every candidate is still judged here."""
+        ``s3``). ``roots``: where those files lie (the dropped table's roots); the rows
+        are found by file name (``guard_indexes.py``), every candidate judged here."""
+        del roots  # a file's name finds every spelling of it, wherever it lies
         wanted: set[Location] = set()
         for uri in files:
             try:
@@ -298,11 +435,15 @@ class LiveLocations:
                 continue  # never a metadata-location that parses either
         if not wanted:
             return []
-        return self._first(lambda conn: self._metadata_candidates(conn, list(roots), wanted), limit)
+        return self._first(
+            "metadata-file", lambda conn: self._metadata_candidates(conn, wanted), limit
+        )
 
-    def _first(self, hits: Callable[[Connection], Iterator[Overlap]], limit: int) -> list[Overlap]:
+    def _first(
+        self, guard: str, hits: Callable[[Connection], Iterator[Overlap]], limit: int
+    ) -> list[Overlap]:
         found: list[Overlap] = []
-        with self._connection() as conn:
+        with self._connection(guard) as conn:
             names = self._names(conn)
             for hit in hits(conn):
                 found.append(
@@ -321,49 +462,57 @@ class LiveLocations:
             stmt = select(*_JUDGED, lws).where(tables, lws.in_(overlap_terms(prefix)[0]))
         else:
             stmt = select(*_JUDGED).where(tables).execution_options(yield_per=1000)
-        with self._connection() as conn:
+        with self._connection("enclosing-table") as conn:
             for hit in self._judged(conn.execute(stmt), prefix):
                 # At the prefix, or above it; one under it is not "enclosing".
                 if hit.why != "it is at or under the prefix" or _at(hit, prefix):
                     return hit
         return None
 
+    def _catalogs(self, conn: Connection, *columns: Any) -> Executable:
+        """``columns`` of the catalogs' rows, selected through an index."""
+        c = entities.c
+        rows = and_(c.catalog_id == CATALOG_ROWS_CATALOG_ID, c.type_code == CATALOG_TYPE_CODE)
+        if (self.schema_version or 0) < CATALOG_ID_INDEX_SINCE:
+            # idx_entities is led by realm_id: name each realm (found by a loose index scan).
+            realms = [r for (r,) in conn.execute(ENTITY_REALMS.build(conn.dialect.name))]
+            return select(*columns).where(c.realm_id.in_(realms), rows)
+        if conn.dialect.name == "sqlite" and CATALOG_ID_INDEX in self._indexes:
+            # SQLite's statistics know only the average rows per catalog id, which a few
+            # catalogs of many tables make look like a scan's worth: it is told.
+            names = ", ".join(col.name for col in columns)
+            return text(
+                f"SELECT {names} FROM entities INDEXED BY {CATALOG_ID_INDEX} "
+                f"WHERE catalog_id = {CATALOG_ROWS_CATALOG_ID} AND type_code = {CATALOG_TYPE_CODE}"
+            )
+        return select(*columns).where(rows)  # idx_entities_catalog_id_id
+
     def _names(self, conn: Connection) -> dict[tuple[str, int], str]:
         if self._catalog_names is None:
             c = entities.c
-            rows = conn.execute(
-                select(c.realm_id, c.id, c.name).where(c.type_code == CATALOG_TYPE_CODE)
-            )
+            rows = conn.execute(self._catalogs(conn, c.realm_id, c.id, c.name))
             self._catalog_names = {(r.realm_id, int(r.id)): r.name for r in rows}
         return self._catalog_names
 
-    def _metadata_candidates(
-        self, conn: Connection, roots: list[Location], wanted: set[Location]
-    ) -> Iterator[Overlap]:
+    def _metadata_candidates(self, conn: Connection, wanted: set[Location]) -> Iterator[Overlap]:
         c = entities.c
-        stmt = select(
-            c.realm_id, c.catalog_id, c.id, c.name, c.properties, c.internal_properties
-        ).where(c.type_code == TABLE_LIKE_TYPE_CODE)
-        patterns = _path_patterns(roots)
-        if patterns is not None:
-            text = cast(c.internal_properties, Text)
-            stmt = stmt.where(or_(*(text.like(p, escape=_LIKE_ESCAPE) for p in patterns)))
-        else:
-            # Every table row: streamed. Narrowed by the patterns, the few rows are
-            # fetched at once instead: this runs before each chunk of deletes, and a
-            # server-side cursor whose connection dies mid-read (a killed backend) makes
-            # SQLAlchemy log a traceback when it closes it (reliability scenario 4).
-            stmt = stmt.execution_options(yield_per=1000)
-        for row in conn.execute(stmt):
-            hit = _metadata_user(row, wanted)
-            if hit is not None:
-                yield hit
+        dialect = conn.dialect.name
+        name: ColumnElement[str] = literal_column(metadata_file_name(dialect))
+        names = sorted({loc.segments[-1] for loc in wanted if loc.segments})
+        for i in range(0, len(names), _NAMES_PER_STATEMENT):
+            stmt = select(
+                c.realm_id, c.catalog_id, c.id, c.name, c.properties, c.internal_properties
+            ).where(text(TABLE_ROWS), name.in_(names[i : i + _NAMES_PER_STATEMENT]))
+            for row in conn.execute(stmt):
+                hit = _metadata_user(row, wanted)
+                if hit is not None:
+                    yield hit
 
     def _candidates(self, conn: Connection, prefix: Location) -> Iterator[Overlap]:
         c = entities.c
         if prefix not in self._catalog_hits:
             # Catalogs are few; their base location is only in their properties.
-            catalogs = select(*_JUDGED).where(c.type_code == CATALOG_TYPE_CODE)
+            catalogs = self._catalogs(conn, *_JUDGED)
             self._catalog_hits[prefix] = list(self._judged(conn.execute(catalogs), prefix))
         yield from self._catalog_hits[prefix]
         owners = c.type_code.in_([NAMESPACE_TYPE_CODE, TABLE_LIKE_TYPE_CODE])
@@ -372,14 +521,9 @@ class LiveLocations:
             stmt = select(*_JUDGED).where(owners).execution_options(yield_per=1000)
             yield from self._judged(conn.execute(stmt), prefix)
             return
-        equal, like = overlap_terms(prefix)
         lws = c.location_without_scheme
-        matches = or_(lws.in_(equal), *(lws.like(p, escape=_LIKE_ESCAPE) for p in like))
-        realms = [r for (r,) in conn.execute(ENTITY_REALMS.build(conn.dialect.name))]
-        for realm in realms:
-            # One realm at a time, so that the index (led by realm_id) serves each.
-            stmt = select(*_JUDGED, lws).where(and_(c.realm_id == realm, owners, matches))
-            yield from self._judged(conn.execute(stmt), prefix)
+        stmt = select(*_JUDGED, lws).where(owners, _location_matches(conn.dialect.name, prefix))
+        yield from self._judged(conn.execute(stmt), prefix)
 
     @staticmethod
     def _judged(rows: Iterable[Any], prefix: Location) -> Iterator[Overlap]:
@@ -400,18 +544,27 @@ class LiveLocations:
     def write_path_users(self, prefix: Location, limit: int = 5) -> list[Overlap]:
         """Up to ``limit`` live tables or views whose ``write.data.path``-style root
         (``ROOT_PROPERTIES``) lies at, above or under ``prefix``: their files are there
-        whatever their location says. No column holds these properties, so every table
-        row naming one is read: for the operator's reclaim, not for every purge."""
-        c = entities.c
-        stmt = (
-            select(*_JUDGED)
-            .where(
-                c.type_code == TABLE_LIKE_TYPE_CODE,
-                cast(c.properties, Text).like("%write.%path%"),
-            )
-            .execution_options(yield_per=1000)
-        )
-        return self._first(lambda conn: _write_root_hits(conn.execute(stmt), prefix), limit)
+        whatever their location says. No column holds these properties: the rows naming
+        one are read, through ``polaris_pipeline_guard_write_paths`` where it exists (the
+        few such rows), else by reading every row (warned at the first check)."""
+
+        def hits(conn: Connection) -> Iterator[Overlap]:
+            dialect = conn.dialect.name
+            stmt: Executable
+            if dialect == "sqlite" and WRITE_PATHS_INDEX in self._indexes:
+                # SQLite cannot tell this partial index from the other one on table rows
+                # (it read every table through that one): it is told.
+                names = ", ".join(col.name for col in _JUDGED)
+                stmt = text(
+                    f"SELECT {names} FROM entities INDEXED BY {WRITE_PATHS_INDEX} "
+                    f"WHERE {write_path_rows(dialect)}"
+                )
+            else:
+                rows = text(write_path_rows(dialect))
+                stmt = select(*_JUDGED).where(rows).execution_options(yield_per=1000)
+            return _write_root_hits(conn.execute(stmt), prefix)
+
+        return self._first("write-path", hits, limit)
 
 
 def _write_root_hits(rows: Iterable[Any], prefix: Location) -> Iterator[Overlap]:
@@ -435,3 +588,19 @@ def _write_root_hits(rows: Iterable[Any], prefix: Location) -> Iterator[Overlap]
                 yield dataclasses.replace(hit, why=f"its {key} is at or under the prefix")
             elif loc.contains(prefix):
                 yield dataclasses.replace(hit, why=f"the prefix lies inside its {key}")
+
+
+def _location_matches(dialect: str, prefix: Location) -> ColumnElement[bool]:
+    """``location_without_scheme`` at an ancestor of ``prefix`` or at it (equal), or under
+    it: every realm at once, through ``polaris_pipeline_guard_locations``."""
+    lws = entities.c.location_without_scheme
+    equal, like = overlap_terms(prefix)
+    under: list[ColumnElement[bool]]
+    if dialect == "postgresql":
+        # LIKE 'x/%' ranges over a text_pattern_ops index whatever the collation.
+        under = [lws.like(p, escape=_LIKE_ESCAPE) for p in like]
+    else:
+        # SQLite's LIKE ignores case and no index serves it; its default (binary)
+        # collation orders bytes, so 'x/' <= v < 'x0' ('0' follows '/') is "starts with x/".
+        under = [and_(lws >= f"{s}/", lws < f"{s}0") for s in _spellings(prefix)]
+    return or_(lws.in_(equal), *under)
