@@ -26,6 +26,8 @@ if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
 fi
 bash scripts/install-browser.sh
 bash scripts/install-iceberg-java.sh
+# Iceberg's REST catalog server (tests/test_restore_rest.py registers a dropped table through it).
+bash scripts/install-iceberg-rest.sh
 # Polaris releases' own classes (tests/test_polaris_classes.py), those tests/polaris/releases lists.
 bash scripts/install-polaris-classes.sh
 bash scripts/install-storage-emulators.sh

@@ -43,8 +43,7 @@ from polaris_pipeline.dagster.tables import TableRef, table_of
 from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.report.step_record import STEP_RECORD_KEY, read_step
-from polaris_pipeline.report.totals import OutcomeTotals
+from polaris_pipeline.report.step_record import STEP_RECORD_KEY
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskRow, TaskType
 from tests.support.dagster import metastore_resource
 from tests.support.iceberg import Warehouse, recorded_drop_task
@@ -185,41 +184,6 @@ def test_a_location_is_a_url_unless_its_scheme_is_file() -> None:
         "s3a://b/ns/t": "UrlMetadataValue",
         "gs://b/ns/t": "UrlMetadataValue",
     }
-
-
-def test_run_total_adds_up_root_and_child_groups_of_older_releases() -> None:
-    total = OutcomeTotals()
-    for metadata, failed in (
-        ({"status": "done", "files deleted": 0, "bytes freed": 0, "child tasks": 3}, False),
-        (
-            {
-                "files deleted": 5,
-                "files already gone": 1,
-                "bytes freed": 500,
-                "by status": {"done": 2},
-            },
-            False,
-        ),
-        (
-            {
-                "files deleted": 1,
-                "bytes freed": "unknown",
-                "refused paths": 2,
-                "by status": {"done": 1},
-            },
-            False,
-        ),
-        ({"failed child tasks": 1, "child tasks done": 0}, True),
-    ):
-        total.merge(read_step(metadata, failed=failed).totals)
-    assert (total.files_deleted, total.files_missing, total.refused) == (6, 1, 2)
-    assert total.bytes_freed == 500 and total.bytes_unknown
-    assert dict(total.children) == {"done": 3, "failed": 1} and total.children_total == 4
-    assert dict(total.tasks) == {"done": 1}
-    assert total.line() == (
-        "6 file(s) deleted, 1 already gone, 2 refused, 500 B or more freed; "
-        "children: 3 done, 1 failed"
-    )
 
 
 # -- a real run ----------------------------------------------------------------------

@@ -48,9 +48,9 @@ ROWS = 20_000
 PAGES_OF_A_SEARCH = 120
 
 
-def _bulk_live_tables(store: Metastore, n: int = ROWS) -> None:
+def _bulk_live_tables(v5_store: Metastore, n: int = ROWS) -> None:
     """``n`` live tables at s3://bulk/ns/tK, in one statement."""
-    pg = store.engine.dialect.name == "postgresql"
+    pg = v5_store.engine.dialect.name == "postgresql"
     table = "polaris_schema.entities" if pg else "entities"
     json = "CAST({} AS JSONB)" if pg else "{}"
     props = json.format("'{\"location\":\"s3://bulk/ns/t' || n || '\"}'")
@@ -58,7 +58,7 @@ def _bulk_live_tables(store: Metastore, n: int = ROWS) -> None:
         "'{\"metadata-location\":\"s3://bulk/ns/t' || n || '/metadata/00001-' || n "
         "|| '.metadata.json\"}'"
     )
-    with store.engine.begin() as conn:
+    with v5_store.engine.begin() as conn:
         conn.execute(
             text(
                 f"WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < {n}) "
@@ -74,7 +74,7 @@ def _bulk_live_tables(store: Metastore, n: int = ROWS) -> None:
 
 
 @pytest.fixture
-def store(metastore_url: str, policy: TaskPolicy) -> Iterator[Metastore]:
+def v5_store(metastore_url: str, policy: TaskPolicy) -> Iterator[Metastore]:
     s = Metastore(metastore_url, policy=policy)
     s.init_schema(5)
     yield s
@@ -84,8 +84,8 @@ def store(metastore_url: str, policy: TaskPolicy) -> Iterator[Metastore]:
 class Statements:
     """The statements a block of guard checks ran, with their parameters."""
 
-    def __init__(self, store: Metastore) -> None:
-        self.store = store
+    def __init__(self, v5_store: Metastore) -> None:
+        self.v5_store = v5_store
         self.seen: list[tuple[str, Any]] = []
 
     def __enter__(self) -> Statements:
@@ -101,10 +101,10 @@ class Statements:
             self.seen.append((statement, params))
 
 
-def _plans(store: Metastore, statements: list[tuple[str, Any]]) -> list[str]:
-    pg = store.engine.dialect.name == "postgresql"
+def _plans(v5_store: Metastore, statements: list[tuple[str, Any]]) -> list[str]:
+    pg = v5_store.engine.dialect.name == "postgresql"
     plans = []
-    with store.engine.connect() as conn:
+    with v5_store.engine.connect() as conn:
         raw = conn.connection.driver_connection
         assert raw is not None
         if pg:
@@ -118,31 +118,31 @@ def _plans(store: Metastore, statements: list[tuple[str, Any]]) -> list[str]:
 
 
 def test_with_the_guard_indexes_every_guard_statement_is_an_index_search(
-    store: Metastore,
+    v5_store: Metastore,
 ) -> None:
     """Overlap (every realm, equal and under), catalogs, metadata-file users, enclosing
     table: none reads the table through."""
-    _bulk_live_tables(store)
-    version = store.check_schema()
-    assert create_guard_indexes(store.engine, version) == [
+    _bulk_live_tables(v5_store)
+    version = v5_store.check_schema()
+    assert create_guard_indexes(v5_store.engine, version) == [
         LOCATIONS_INDEX,
         METADATA_FILES_INDEX,
         WRITE_PATHS_INDEX,
     ]
-    assert missing_guard_indexes(store.engine, version) == []
-    live = LiveLocations(store.engine, version)
+    assert missing_guard_indexes(v5_store.engine, version) == []
+    live = LiveLocations(v5_store.engine, version)
     prefix = parse_location("s3://bulk/ns/t77", directory=True)
-    with Statements(store) as seen:
+    with Statements(v5_store) as seen:
         [overlap] = live.overlaps(prefix)
         [user] = live.metadata_users(
             [prefix], ["s3a://bulk/ns/t77/metadata/00001-77.metadata.json"]
         )
         enclosing = live.enclosing_table(parse_location("s3://bulk/ns/t77/data", directory=True))
-        if store.engine.dialect.name == "postgresql":
+        if v5_store.engine.dialect.name == "postgresql":
             # The leak walk's catalogs too (SQLite's statistics may prefer a scan there).
-            assert read_catalogs(store.engine) == []
+            assert read_catalogs(v5_store.engine) == []
     assert (overlap.name, user.name, enclosing and enclosing.name) == ("t77", "t77", "t77")
-    plans = _plans(store, seen.seen)
+    plans = _plans(v5_store, seen.seen)
     assert len(plans) >= 4
     for (statement, _), plan in zip(seen.seen, plans, strict=True):
         scans = "Seq Scan" in plan or re.search(r"\bSCAN\b", plan)
@@ -158,27 +158,27 @@ def test_with_the_guard_indexes_every_guard_statement_is_an_index_search(
 
 
 def test_with_the_guard_indexes_the_write_path_lookup_reads_only_rows_naming_one(
-    store: Metastore,
+    v5_store: Metastore,
 ) -> None:
     """A live table writing under a prefix by its write.data.path is found through the
     partial index of the rows that name a write root, not by reading every table."""
-    _bulk_live_tables(store)
+    _bulk_live_tables(v5_store)
     live_entity(
-        store,
+        v5_store,
         "s3://elsewhere/ns/writer",
         name="writer",
         properties={"location": "s3://elsewhere/ns/writer", "write.data.path": "s3://bulk/ns/t9/d"},
     )
-    version = store.check_schema()
-    create_guard_indexes(store.engine, version)
-    live = LiveLocations(store.engine, version)
-    with Statements(store) as seen:
+    version = v5_store.check_schema()
+    create_guard_indexes(v5_store.engine, version)
+    live = LiveLocations(v5_store.engine, version)
+    with Statements(v5_store) as seen:
         [hit] = live.write_path_users(parse_location("s3://bulk/ns/t9", directory=True))
         assert live.write_path_users(parse_location("s3://bulk/ns/t8", directory=True)) == []
     assert hit.name == "writer" and "write.data.path is at or under the prefix" in hit.why
     lookups = [(st, p) for st, p in seen.seen if "json" in st.lower() or "?|" in st]
     assert lookups, seen.seen
-    for (statement, _), plan in zip(lookups, _plans(store, lookups), strict=True):
+    for (statement, _), plan in zip(lookups, _plans(v5_store, lookups), strict=True):
         assert WRITE_PATHS_INDEX in plan, f"{statement}\n-> {plan}"
         # The partial index read whole is these rows alone; the table is never read through.
         assert "Seq Scan" not in plan and not re.search(r"SCAN (main\.)?entities$", plan, re.M)
@@ -188,28 +188,28 @@ def test_with_the_guard_indexes_the_write_path_lookup_reads_only_rows_naming_one
 
 
 def test_without_the_guard_indexes_the_first_check_warns_once(
-    store: Metastore, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    v5_store: Metastore, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A fresh process's memory of the engines warned of (a database URL may be reused).
     monkeypatch.setattr(overlap, "_indexes", {})
-    live = LiveLocations(store.engine, store.check_schema())
+    live = LiveLocations(v5_store.engine, v5_store.check_schema())
     prefix = parse_location("s3://bulk/ns/t1", directory=True)
     with caplog.at_level(logging.WARNING, logger="polaris_pipeline.metastore.overlap"):
         live.overlaps(prefix)
         live.metadata_users([prefix], ["s3://bulk/ns/t1/metadata/x.metadata.json"])
-        LiveLocations(store.engine, store.check_schema()).overlaps(prefix)
+        LiveLocations(v5_store.engine, v5_store.check_schema()).overlaps(prefix)
     [warning] = [r.getMessage() for r in caplog.records]
     assert LOCATIONS_INDEX in warning and METADATA_FILES_INDEX in warning
     assert "polaris-pipeline guard-indexes" in warning and GUARD_BOUND_ENV in warning
 
 
 def test_with_the_guard_indexes_no_warning(
-    store: Metastore, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    v5_store: Metastore, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(overlap, "_indexes", {})
-    create_guard_indexes(store.engine, store.check_schema())
+    create_guard_indexes(v5_store.engine, v5_store.check_schema())
     with caplog.at_level(logging.WARNING, logger="polaris_pipeline.metastore.overlap"):
-        LiveLocations(store.engine, store.check_schema()).overlaps(
+        LiveLocations(v5_store.engine, v5_store.check_schema()).overlaps(
             parse_location("s3://bulk/ns/t1", directory=True)
         )
     assert caplog.records == []
@@ -221,34 +221,34 @@ def test_with_the_guard_indexes_no_warning(
     ids=["bare", "file-colon", "upper-localhost", "extra-slashes"],
 )
 def test_the_indexed_metadata_lookup_finds_every_spelling_of_the_file(
-    store: Metastore, spelt: str
+    v5_store: Metastore, spelt: str
 ) -> None:
     """The lookup by file name misses no spelling a location compares equal to."""
-    create_guard_indexes(store.engine, store.check_schema())
+    create_guard_indexes(v5_store.engine, v5_store.check_schema())
     path = "/wh/ns/t/metadata/00003-abc.metadata.json"
     raw = spelt.format(path=path)
     assert parse_location(raw, directory=True) == parse_location(f"file://{path}", directory=True)
-    live_entity(store, "s3://elsewhere/t", name="registered", internal_properties={
+    live_entity(v5_store, "s3://elsewhere/t", name="registered", internal_properties={
         "metadata-location": raw,
     })  # fmt: skip
-    live = LiveLocations(store.engine, store.check_schema())
+    live = LiveLocations(v5_store.engine, v5_store.check_schema())
     [hit] = live.metadata_users([parse_location("file:///wh/ns/t")], [f"file://{path}"])
     assert hit.name == "registered"
 
 
 def test_a_guard_past_its_bound_fails_the_attempt_and_deletes_nothing(
-    store: Metastore, local_warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch
+    v5_store: Metastore, local_warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A metastore too large for the bound (no guard index): the attempt fails, retried,
     with one line naming the guard and the time; every file is still there."""
-    _bulk_live_tables(store)
+    _bulk_live_tables(v5_store)
     table = local_warehouse.build("t", appends=1)
     files = table_files(table)
     task = built_tasks.drop_table_task(table)
-    store.insert_tasks([task])
+    v5_store.insert_tasks([task])
     monkeypatch.setenv(GUARD_BOUND_ENV, "0.001")
 
-    with Runner(store, local_warehouse.config, resolver=local_warehouse.resolver) as runner:
+    with Runner(v5_store, local_warehouse.config, resolver=local_warehouse.resolver) as runner:
         [outcome] = runner.sweep(["POLARIS"])
 
     assert (outcome.status, outcome.permanent) == (Status.FAILED, False), outcome.error
@@ -260,23 +260,23 @@ def test_a_guard_past_its_bound_fails_the_attempt_and_deletes_nothing(
         r"bound of 0\.001 s \(took \d+\.\d+ s\)",
         outcome.error,
     ), outcome.error
-    row = store.get_task("POLARIS", task.id)
+    row = v5_store.get_task("POLARIS", task.id)
     assert row is not None and row.status != "dead" and not row.failure_permanent
     assert all(Path(split_uri(f)[1]).exists() for f in files), "a file was deleted"
 
 
 def test_a_bound_that_is_no_number_is_one_clear_error(
-    store: Metastore, monkeypatch: pytest.MonkeyPatch
+    v5_store: Metastore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(GUARD_BOUND_ENV, "soon")
     with pytest.raises(Exception, match=f"{GUARD_BOUND_ENV}='soon' is not a number of seconds"):
-        LiveLocations(store.engine, 5)
+        LiveLocations(v5_store.engine, 5)
 
 
 def test_the_guard_indexes_command_checks_and_creates(
-    store: Metastore, capsys: pytest.CaptureFixture[str]
+    v5_store: Metastore, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    url = store.engine.url.render_as_string(hide_password=False)
+    url = v5_store.engine.url.render_as_string(hide_password=False)
     assert cli(["guard-indexes", "--check", "--metastore", url]) == 1
     assert f"missing: {LOCATIONS_INDEX}" in capsys.readouterr().out
     assert cli(["guard-indexes", "--metastore", url]) == 0
@@ -285,15 +285,15 @@ def test_the_guard_indexes_command_checks_and_creates(
     assert cli(["guard-indexes", "--check", "--metastore", url]) == 0
     assert cli(["guard-indexes", "--metastore", url]) == 0
     assert "already" in capsys.readouterr().out
-    store.check_schema()  # Polaris's schema check still accepts the database
+    v5_store.check_schema()  # Polaris's schema check still accepts the database
 
 
 def test_a_check_of_a_held_connection_past_its_bound_is_a_guard_timeout(
-    store: Metastore,
+    v5_store: Metastore,
 ) -> None:
     """The leak walk's one connection is bounded too (once for its session)."""
-    _bulk_live_tables(store)
-    live = LiveLocations(store.engine, store.check_schema(), bound_s=0.001)
+    _bulk_live_tables(v5_store)
+    live = LiveLocations(v5_store.engine, v5_store.check_schema(), bound_s=0.001)
     prefix = parse_location("s3://bulk/ns/t1", directory=True)
     with live.held(), pytest.raises(GuardTimeout, match=r"the metadata-file guard gave no"):
         live.metadata_users([prefix], ["s3://bulk/ns/t1/metadata/00001-1.metadata.json"])

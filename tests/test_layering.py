@@ -143,6 +143,7 @@ PACKAGE_LAYERS = (
     ("cleanup",),  # one handler per task type, on storage
     ("leaks",),  # leaked table roots: the catalogs' locations listed, owners checked
     ("execution",),  # start, run, observe one lease: the Runner
+    ("restore",),  # a held table: restorable, registered again, its purge ended
     ("report",),  # outcomes shown: view, totals, progress, "nothing available"
     ("settings",),  # every setting, for the two front ends
     ("cli", "dagster"),  # the two front ends; neither imports the other

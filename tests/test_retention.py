@@ -76,6 +76,8 @@ from polaris_pipeline.dagster.tables import TableRef
 from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.dagster.translator import PolarisTranslator
 from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.report.step_record import STEP_RECORD_KEY, StepRecord
+from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.settings import PipelineSettings, SettingsError
 from tests.support.dagster import dagster_postgres_url, metastore_resource, temp_instance
 from tests.support.runs import set_run_updated
@@ -98,8 +100,10 @@ def stand_in_step(context: OpExecutionContext, config: StandInConfig) -> Output[
         )
     if config.fail:
         raise Failure("told to fail", allow_retries=False)
-    # The task job's step metadata, as the run report reads it back.
-    return Output(1, metadata={"status": "done", "files deleted": 2, "bytes freed": 20})
+    # The task job's step record, as the run report reads it back.
+    totals = OutcomeTotals(files_deleted=2, bytes_freed=20)
+    totals.add_status("done")
+    return Output(1, metadata={STEP_RECORD_KEY: StepRecord(totals).to_json()})
 
 
 @job(name=JOB_NAME)

@@ -30,8 +30,8 @@ from typing import IO, Any
 
 import fastavro
 
+from polaris_pipeline.cleanup.inflate import RAW_DEFLATE, inflate_at_most
 from polaris_pipeline.errors import StorageError
-from polaris_pipeline.inflate import RAW_DEFLATE, inflate_at_most
 
 MiB = 1024 * 1024
 # One block's bytes, decompressed (and as stored: a stored block larger is no real one).

@@ -13,8 +13,8 @@ from typing import IO, cast
 
 from pyiceberg.io import InputFile
 
+from polaris_pipeline.cleanup.inflate import GZIP, inflate_at_most
 from polaris_pipeline.errors import StorageError
-from polaris_pipeline.inflate import GZIP, inflate_at_most
 
 # Table metadata is rarely above a few MiB; a file far larger is not one worth holding.
 MAX_METADATA_BYTES = 256 * 1024 * 1024

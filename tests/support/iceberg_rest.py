@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -14,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.support.ports import free_port
 
 INSTALL_SCRIPT = "scripts/install-iceberg-rest.sh"
 
@@ -24,12 +25,6 @@ def _lib() -> Path:
         or Path.home() / ".cache/polaris-pipeline/iceberg-rest"
     )
     return Path(base) / "lib"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -43,11 +38,11 @@ def iceberg_rest_server(tmp_path: Path) -> Iterator[RestServer]:
     """The server, up and answering ``GET /v1/config``; stopped (its process only) after."""
     java = shutil.which("java")
     if java is None:
-        pytest.skip(f"no java on PATH (CI has one; locally: bash {INSTALL_SCRIPT})")
+        pytest.fail("no java on PATH: scripts/install-system-packages.sh installs the JDK it needs")
     root = Path(__file__).resolve().parents[2]
     subprocess.run(["bash", str(root / INSTALL_SCRIPT)], check=True, capture_output=True)
     classpath = ":".join(str(p) for p in sorted(_lib().glob("*.jar")))
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "CATALOG_REST_PORT": str(port),  # the server reads CATALOG_* as catalog properties
