@@ -24,7 +24,7 @@ PYTEST = PYTHONDONTWRITEBYTECODE= $(BIN)/pytest
 # disk and 10.7 to 11.1 s under /dev/shm.
 TEST_TMP_ROOT ?= $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm || echo /tmp)
 
-.PHONY: demo test test-fast test-polaris lint bench services system emulators bytecode clean
+.PHONY: demo test test-fast test-polaris polaris-mutations lint bench services system emulators bytecode clean
 
 # uv installs the same requirements from PyPI in a third of pip's time (about 30 s
 # against 90 s here, most of it byte-compiling, which pip does too); the venv keeps
@@ -87,6 +87,12 @@ test-fast: $(BIN)/.installed bytecode emulators services
 test-polaris: $(BIN)/.installed services
 	bash scripts/install-polaris-classes.sh
 	PP_POLARIS_COMPAT_DOC=docs/polaris-compatibility.md $(PYTEST) tests/test_polaris_classes.py
+
+# Each mutation scripts/polaris-mutations.sh lists, applied to a scratch copy of the tree,
+# must turn a Polaris-class test red: one line per mutation.
+polaris-mutations: $(BIN)/.installed services
+	bash scripts/install-polaris-classes.sh
+	bash scripts/polaris-mutations.sh
 
 bench: $(BIN)/.installed bytecode services
 	$(BIN)/python -m bench

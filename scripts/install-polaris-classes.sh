@@ -18,14 +18,53 @@
 #                      run is a no-op
 # Built in a staging directory moved into place at the end; Maven's own cache is ~/.m2.
 # Maven's output of the last attempt is kept in DIR/VERSION.log.
+# Every jar of lib/ must have the SHA-256 tests/polaris/jars.sha256 pins for its file name
+# (PP_POLARIS_PINS names another list, for tests): checked when the jars are resolved and
+# again on every run that finds the release installed, so a jar changed in ~/.m2 or in the
+# cache is refused.
 # On failure, for each release that failed: one line
 #   install-polaris-classes: Polaris VERSION: STEP failed: WHY
-# (STEP: jdk, resolve or compile) and the exit status is 1 once all releases were tried.
+# (STEP: jdk, resolve, verify or compile; verify's WHY names the jar) and the exit status is
+# 1 once all releases were tried.
 #
 # Usage: bash scripts/install-polaris-classes.sh [VERSION...]   (e.g. 1.4.1 1.7.0; none: every
 # release tests/polaris/releases lists)
+#        bash scripts/install-polaris-classes.sh --verify DIR    (the pin check alone, on the
+# jars of DIR: one line naming the first jar refused, exit status 1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+PINS="${PP_POLARIS_PINS:-tests/polaris/jars.sha256}"
+
+# Why the jars of a directory may not be used, in one line naming the jar; nothing when
+# every jar has its pinned SHA-256.
+refused_jar() {  # directory
+    local jar name pinned actual
+    for jar in "$1"/*.jar; do
+        [ -e "$jar" ] || continue
+        name="$(basename "$jar")"
+        pinned="$(awk -v n="$name" '$1 !~ /^#/ && $2 == n {print $1; exit}' "$PINS")"
+        if [ -z "$pinned" ]; then
+            echo "$name has no pinned SHA-256 in $PINS"
+            return
+        fi
+        actual="$(sha256sum "$jar" | cut -d' ' -f1)"
+        if [ "$actual" != "$pinned" ]; then
+            echo "$name has SHA-256 $actual, not the $pinned $PINS pins"
+            return
+        fi
+    done
+}
+
+if [ "${1:-}" = "--verify" ]; then
+    [ $# -eq 2 ] || { echo "usage: $0 --verify DIR" >&2; exit 2; }
+    why="$(refused_jar "$2")"
+    if [ -n "$why" ]; then
+        echo "install-polaris-classes: $why" >&2
+        exit 1
+    fi
+    exit 0
+fi
 
 if [ $# -eq 0 ]; then
     set -- $(sed -e 's/#.*//' tests/polaris/releases | awk 'NF {print $1}')
@@ -100,7 +139,10 @@ install_one() {  # version; prints the failure line and returns 1 on failure
                 "-DoutputDirectory=$2"
     }
 
+    local why
     if present "$version"; then
+        why="$(refused_jar "$dest/lib")"
+        [ -z "$why" ] || { fail verify "$why"; return 1; }
         echo "polaris classes $version present: $dest" >&2
         return 0
     fi
@@ -180,6 +222,9 @@ PY
         fail resolve "polaris-runtime-service: $(maven_reason)"
         return 1
     fi
+
+    why="$(refused_jar "$stage/lib")"
+    [ -z "$why" ] || { fail verify "$why"; return 1; }
 
     # compile: the common harness and the source directory of the release's API generation.
     jdk="$(find_jdk "$min_java")" || { fail jdk "no JDK >= $min_java found (set PP_POLARIS_JAVA_HOME)"; return 1; }
