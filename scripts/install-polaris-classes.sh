@@ -9,7 +9,9 @@
 # Per release: ${PP_POLARIS_DIR:-~/.cache/polaris-pipeline/polaris-classes}/VERSION/ with
 #   lib/*.jar          polaris-core, its dependencies (see tests/polaris/harness/pom.xml),
 #                      the PostgreSQL driver, and polaris-runtime-service where served
-#   classes/           the compiled harness
+#   classes/           the compiled harness, and where polaris-runtime-service is served,
+#                      tests/polaris/oracle (Polaris's own purge, run by its handlers: the
+#                      oracle of tests/test_polaris_oracle.py; no jar beyond the release's)
 #   classpath          the class path, one entry a line
 #   java-home          the JDK to run it with (>= 21 where polaris-runtime-service is there:
 #                      its classes target Java 21)
@@ -71,6 +73,7 @@ if [ $# -eq 0 ]; then
 fi
 ROOT="${PP_POLARIS_DIR:-$HOME/.cache/polaris-pipeline/polaris-classes}"
 HARNESS=tests/polaris/harness
+ORACLE=tests/polaris/oracle
 # Plugin 2.8's copy fetches an artifact without reading its pom's parent (which the
 # registry does not serve for Polaris's modules; 3.x fails there); 3.8.1 resolves our
 # generated pom.
@@ -79,7 +82,7 @@ COPY_DEPENDENCIES=org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-de
 
 sources() {
     printf '%s\n' scripts/install-polaris-classes.sh "$HARNESS/pom.xml" \
-        $(find "$HARNESS" -name '*.java' | LC_ALL=C sort)
+        $(find "$HARNESS" "$ORACLE" -name '*.java' | LC_ALL=C sort)
 }
 stamp() {  # version
     { sources | xargs cat; echo "$1"; } | sha256sum | cut -d' ' -f1
@@ -235,8 +238,11 @@ PY
     esac
     echo "+ javac ($jdk, $api)" >>"$log"
     # stand-ins/: classes of modules the registry does not serve (see each file).
+    local oracle=()
+    [ "$runtime_service" = "not served" ] || oracle=("$ORACLE"/*.java)
     "$jdk/bin/javac" -nowarn --release 17 -d "$stage/classes" -cp "$stage/lib/*" \
-        "$HARNESS"/*.java "$HARNESS/$api"/*.java "$HARNESS"/stand-ins/*.java >>"$log" 2>&1 \
+        "$HARNESS"/*.java "$HARNESS/$api"/*.java "$HARNESS"/stand-ins/*.java "${oracle[@]}" \
+        >>"$log" 2>&1 \
         || { fail compile "$(grep -m1 -E 'error:' "$log" | cut -c1-300)"; return 1; }
 
     rm -rf "$stage/build" "$stage/poms"

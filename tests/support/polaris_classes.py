@@ -20,6 +20,7 @@ from sqlalchemy.engine import make_url
 
 INSTALL_SCRIPT = "scripts/install-polaris-classes.sh"
 HARNESS_CLASS = "PolarisTaskHarness"
+ORACLE_CLASS = "PolarisPurgeOracle"  # tests/polaris/oracle: where the handlers are served
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -80,19 +81,27 @@ class PolarisHarness:
         """Whether the release's polaris-runtime-service (the handlers' records) is here."""
         return (self.directory / "runtime-service").read_text().strip() == "served"
 
-    def _run(self, *args: str, database_url: str) -> list[dict[str, Any]]:
+    def _run(
+        self, *args: str, database_url: str, main: str = HARNESS_CLASS
+    ) -> list[dict[str, Any]]:
         url = make_url(database_url)
         jdbc = f"jdbc:postgresql://{url.host or '127.0.0.1'}:{url.port or 5432}/{url.database}"
         env = {**os.environ, "PGUSER": url.username or "postgres", "PGPASSWORD": url.password or ""}
-        return self._java(args[0], jdbc, *args[1:], env=env)
+        return self._java(args[0], jdbc, *args[1:], env=env, main=main)
 
-    def _java(self, *args: str, env: dict[str, str] | None = None, stdin: str = "") -> list[Any]:
+    def _java(
+        self,
+        *args: str,
+        env: dict[str, str] | None = None,
+        stdin: str = "",
+        main: str = HARNESS_CLASS,
+    ) -> list[Any]:
         java = Path((self.directory / "java-home").read_text().strip()) / "bin" / "java"
         classpath = os.pathsep.join(
             ln for ln in (self.directory / "classpath").read_text().splitlines() if ln
         )
         done = subprocess.run(
-            [str(java), *JVM_FLAGS, "-cp", classpath, HARNESS_CLASS, *args],
+            [str(java), *JVM_FLAGS, "-cp", classpath, main, *args],
             input=stdin,
             capture_output=True,
             text=True,
@@ -136,3 +145,11 @@ class PolarisHarness:
         (``aChildOfB``), the reverse, and ``equals``; ``error`` when ``of`` refused one."""
         text = "".join(f"{a}\t{b}\n" for a, b in pairs)
         return self._java("locations", stdin=text)
+
+    def purge(self, database_url: str, realm: str, fault: str | None = None) -> dict[str, Any]:
+        """The release's own handlers run every task row of ``realm`` (tests/polaris/oracle):
+        ``deleted`` paths, ``deleteCalls``, each task's ``runs``, the children Polaris
+        ``created`` and the rows ``left``. ``fault``: ``refuse-deletes`` or ``stop-after=N``."""
+        args = ["purge", realm, *([fault] if fault else [])]
+        (answer,) = self._run(*args, database_url=database_url, main=ORACLE_CLASS)
+        return dict(answer)

@@ -1,0 +1,276 @@
+"""Polaris 1.4.1's own purge as the oracle for ours (issue 48).
+
+Per table shape, on the same files (restored from a copy between runs), and the same task
+row our builders write for the dropped table (as Polaris writes it):
+
+- (A) Polaris plans and runs its own purge: the release's TableCleanupTaskHandler, then its
+  MANIFEST and BATCH handlers on the children it created (tests/polaris/oracle);
+- (B) we plan and run ours: our Runner executes the task, its children and its last stage;
+- (C) Polaris's handlers run the children our Runner wrote, as it wrote them.
+
+C deletes exactly what A deletes; B deletes all of it, plus only the extras named here with
+their reason; B deletes nothing outside the table (a live neighbour ``t_2`` beside it); the
+rows each leaves behind are listed on docs/polaris-compatibility.md. 1.4.1 only: at 1.0, 1.6
+and 1.7 the handlers live in polaris-runtime-service, which Maven Central does not serve.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyiceberg.manifest import ManifestContent
+from pyiceberg.table import Table
+from sqlalchemy import create_engine, text
+
+from builders import tables as built_tables
+from builders import tasks as built_tasks
+from polaris_pipeline.execution.runner import Runner, child_stages
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.storage.config import StorageConfig
+from polaris_pipeline.storage.resolve import StorageResolver
+from polaris_pipeline.tasks.model import TaskPolicy
+from tests.support.iceberg import Warehouse
+from tests.support.polaris_classes import InstallError, PolarisHarness, install
+from tests.support.postgres import database_url, throwaway_database
+
+pytestmark = pytest.mark.slow
+
+RELEASE = "1.4.1"
+SCHEMA = 4
+POLARIS_A, OURS, POLARIS_C = "A", "B", "C"  # a realm per run, so rows never mix
+# Table shapes we purge; builders.tables.build_table's keywords.
+SHAPES: dict[str, dict[str, Any]] = {
+    "v1": {"format_version": 1},
+    "v2 with position and equality deletes and statistics files": {
+        "partitioned": True,
+        "with_deletes": True,
+        "with_statistics": True,
+    },
+}
+# What we delete beyond Polaris 1.4.1, and why (the page lists it).
+DELETE_FILES_REASON = (
+    "a delete manifest and its delete files: 1.4.1's MANIFEST handler reads a manifest with "
+    "ManifestFiles.read, which throws on a delete manifest ('Cannot read a delete manifest "
+    "with a ManifestReader'), so Polaris leaves them and the row; we delete them"
+)
+
+
+@dataclass
+class Purges:
+    shape: str
+    table_files: set[str]  # every file under the table's location before any run
+    outside: set[str]  # every other file of the warehouse (the live neighbour)
+    delete_files: set[str]  # delete manifests and the delete files they name
+    deleted: dict[str, set[str]] = field(default_factory=dict)  # run -> files gone
+    left: dict[str, list[str]] = field(default_factory=dict)  # run -> rows left, described
+    polaris: dict[str, dict[str, Any]] = field(default_factory=dict)  # A, C: the oracle's answer
+
+
+def _files(root: Path) -> set[str]:
+    return {str(Path(d) / f) for d, _, names in os.walk(root) for f in names}
+
+
+def _local(uri: str) -> str:
+    return uri.removeprefix("file://") if uri.startswith("file:///") else uri.removeprefix("file:")
+
+
+def _delete_files(table: Table) -> set[str]:
+    """The table's delete manifests and every file their entries name (any status)."""
+    out = set()
+    for snapshot in table.metadata.snapshots:
+        for manifest in snapshot.manifests(table.io):
+            if manifest.content == ManifestContent.DELETES:
+                out.add(_local(manifest.manifest_path))
+                for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+                    out.add(_local(entry.data_file.file_path))
+    return out
+
+
+def _polaris_rows(answer: dict[str, Any]) -> list[str]:
+    return [f"{row['name'].split('_')[0]} type {row['taskType']}" for row in answer["left"]]
+
+
+def _copy_rows(url: str, source: str, target: str, ids: list[int]) -> None:
+    """Our children's rows, as our Runner wrote them, into another realm (for run C)."""
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            columns = [
+                r[0]
+                for r in conn.execute(
+                    text(
+                        "SELECT column_name FROM information_schema.columns"
+                        " WHERE table_schema = 'polaris_schema' AND table_name = 'entities'"
+                        " AND column_name <> 'realm_id' ORDER BY ordinal_position"
+                    )
+                )
+            ]
+            names = ", ".join(columns)
+            conn.execute(
+                text(
+                    f"INSERT INTO polaris_schema.entities (realm_id, {names})"
+                    f" SELECT :target, {names} FROM polaris_schema.entities"
+                    " WHERE realm_id = :source AND id = ANY(:ids)"
+                ),
+                {"target": target, "source": source, "ids": ids},
+            )
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def harness() -> PolarisHarness:
+    try:
+        directory = install(RELEASE)
+    except InstallError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    found = PolarisHarness(RELEASE, directory)
+    assert found.runtime_service, f"Polaris {RELEASE}'s polaris-runtime-service is not installed"
+    return found
+
+
+@pytest.fixture(scope="module", params=SHAPES, ids=lambda shape: shape.split(" ")[0])
+def purges(
+    request: pytest.FixtureRequest,
+    harness: PolarisHarness,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Purges]:
+    shape = str(request.param)
+    tmp = tmp_path_factory.mktemp("polaris-oracle")
+    root = tmp / "wh"
+    uri = built_tables.local_warehouse_uri(root)
+    catalog = built_tables.open_catalog(uri, tmp / "catalog.db", name="local")
+    config = StorageConfig()
+    warehouse = Warehouse("local", uri, catalog, config, StorageResolver(config))
+    table = warehouse.build("t", **SHAPES[shape])
+    warehouse.build("t_2")  # a live neighbour whose location shares the table's as a prefix
+    location = Path(_local(table.metadata.location))
+    every = _files(root)
+    table_files = {f for f in every if f.startswith(f"{location}/")}
+    out = Purges(shape, table_files, every - table_files, _delete_files(table))
+    original = tmp / "original"
+    shutil.copytree(root, original)
+
+    def restore() -> None:
+        shutil.rmtree(root)
+        shutil.copytree(original, root)
+
+    with throwaway_database("pp_polaris_oracle") as name:
+        url = database_url(name)
+        policy = TaskPolicy(lease_timeout_ms=60_000, grace_ms=0, polaris_version=RELEASE)
+        store = Metastore(url, policy=policy)
+        try:
+            store.init_schema(SCHEMA)
+            parent = built_tasks.drop_table_task(table)
+            store.insert_tasks([dataclasses.replace(parent, realm_id=r) for r in (POLARIS_A, OURS)])
+
+            out.polaris[POLARIS_A] = harness.purge(url, POLARIS_A)
+            out.deleted[POLARIS_A] = every - _files(root)
+            out.left[POLARIS_A] = _polaris_rows(out.polaris[POLARIS_A])
+            restore()
+
+            with Runner(store, config, resolver=warehouse.resolver) as runner:
+                (lease,) = runner.lease(1, [OURS])
+                root_outcome = runner.execute(lease)
+                _copy_rows(url, OURS, POLARIS_C, [c.task_id for c in root_outcome.children])
+                rest = [
+                    outcome
+                    for _, stage in child_stages(root_outcome)
+                    for child in stage
+                    for outcome in runner.execute_tree(child)
+                ]
+                if root_outcome.finish is not None:
+                    runner.finish_table(
+                        root_outcome.finish,
+                        children_done=all(o.ok for o in rest),
+                        result=root_outcome.result,
+                    )
+            out.deleted[OURS] = every - _files(root)
+            out.left[OURS] = [
+                f"{task.name.split('_')[0]} type {task.properties.get('taskType')}"
+                for task in store.list_tasks([OURS])
+            ]
+            restore()
+
+            out.polaris[POLARIS_C] = harness.purge(url, POLARIS_C)
+            out.deleted[POLARIS_C] = every - _files(root)
+            out.left[POLARIS_C] = _polaris_rows(out.polaris[POLARIS_C])
+            yield out
+        finally:
+            store.dispose()
+
+
+@pytest.fixture(autouse=True)
+def _report(request: pytest.FixtureRequest, purges: Purges) -> None:
+    """The page's facts: per shape, the files each run deleted and the rows it left."""
+    props = request.node.user_properties
+    props.append(("polaris_release", RELEASE))
+    counts = " / ".join(
+        str(len(purges.deleted.get(run, ()))) for run in (POLARIS_A, OURS, POLARIS_C)
+    )
+    props.append(
+        (
+            f"polaris_fact:oracle, {purges.shape}: files deleted by A Polaris / B ours / "
+            f"C Polaris on our children (of {len(purges.table_files)})",
+            counts,
+        )
+    )
+    for run in (POLARIS_A, OURS, POLARIS_C):
+        rows = purges.left.get(run, [])
+        props.append(
+            (
+                f"polaris_fact:oracle, {purges.shape}: rows {run} leaves",
+                "; ".join(rows) if rows else "none",
+            )
+        )
+
+
+def test_polaris_on_our_children_deletes_exactly_what_polaris_deletes(purges: Purges) -> None:
+    """(C) Polaris's handlers running the children our code wrote delete exactly the files
+    (A) Polaris's own purge deletes, and leave the same kinds of rows."""
+    assert purges.deleted[POLARIS_C] == purges.deleted[POLARIS_A]
+    assert sorted(purges.left[POLARIS_C]) == sorted(purges.left[POLARIS_A])
+
+
+def test_we_delete_what_polaris_deletes_and_only_the_named_extras(
+    purges: Purges, request: pytest.FixtureRequest
+) -> None:
+    """(B) our purge deletes every file (A) Polaris's deletes; beyond it only the delete
+    manifests and delete files 1.4.1's MANIFEST handler cannot read; and it leaves no row."""
+    ours, polaris = purges.deleted[OURS], purges.deleted[POLARIS_A]
+    assert polaris <= ours, sorted(polaris - ours)
+    extras = ours - polaris
+    assert extras <= purges.delete_files, sorted(extras - purges.delete_files)
+    if extras:
+        request.node.user_properties.append(
+            (
+                f"polaris_difference:oracle, {purges.shape}: we delete {len(extras)} "
+                "more files than Polaris 1.4.1",
+                DELETE_FILES_REASON,
+            )
+        )
+    assert purges.left[OURS] == []
+
+
+def test_we_delete_nothing_outside_the_table(purges: Purges) -> None:
+    """(B) deletes only files under the dropped table's location: the live neighbour
+    ``t_2`` (whose location has the table's as a prefix) keeps every file."""
+    assert purges.deleted[OURS] <= purges.table_files
+    assert purges.outside and not purges.deleted[OURS] & purges.outside
+
+
+def test_polaris_purge_runs_and_deletes_the_table(purges: Purges) -> None:
+    """(A) is a real purge, not an empty one: Polaris deletes files of the table, inside its
+    location only, and created MANIFEST and BATCH children (its order: the table's metadata
+    log first, then manifest lists, then statistics files)."""
+    answer = purges.polaris[POLARIS_A]
+    assert purges.deleted[POLARIS_A] and purges.deleted[POLARIS_A] <= purges.table_files
+    kinds = [row["taskType"] for row in answer["created"]]
+    assert "2" in kinds and "3" in kinds, answer["created"]
