@@ -19,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,10 +37,11 @@ from polaris_pipeline.execution.runner import Runner, child_stages
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.resolve import StorageResolver
-from polaris_pipeline.tasks.model import TaskPolicy
+from polaris_pipeline.tasks.model import NewTask, TaskPolicy
 from tests.support.iceberg import Warehouse
 from tests.support.polaris_classes import InstallError, PolarisHarness, install
 from tests.support.postgres import database_url, throwaway_database
+from tests.support.table_metadata import referenced_files
 
 pytestmark = pytest.mark.slow
 
@@ -53,8 +56,16 @@ SHAPES: dict[str, dict[str, Any]] = {
         "with_deletes": True,
         "with_statistics": True,
     },
+    # Old metadata files stay on disk but fall out of the log (Iceberg's default keeps them).
+    "v2 with a metadata log capped at 2 (write.metadata.previous-versions-max)": {
+        "properties": {"write.metadata.previous-versions-max": "2"},
+    },
 }
 # What we delete beyond Polaris 1.4.1, and why (the page lists it).
+UNLOGGED_METADATA_REASON = (
+    "metadata files no longer in the metadata log (write.metadata.previous-versions-max): "
+    "Polaris deletes the log's files only; we delete every metadata file of the table"
+)
 DELETE_FILES_REASON = (
     "a delete manifest and its delete files: 1.4.1's MANIFEST handler reads a manifest with "
     "ManifestFiles.read, which throws on a delete manifest ('Cannot read a delete manifest "
@@ -68,6 +79,7 @@ class Purges:
     table_files: set[str]  # every file under the table's location before any run
     outside: set[str]  # every other file of the warehouse (the live neighbour)
     delete_files: set[str]  # delete manifests and the delete files they name
+    unlogged_metadata: set[str]  # metadata files neither current nor in the log
     deleted: dict[str, set[str]] = field(default_factory=dict)  # run -> files gone
     left: dict[str, list[str]] = field(default_factory=dict)  # run -> rows left, described
     polaris: dict[str, dict[str, Any]] = field(default_factory=dict)  # A, C: the oracle's answer
@@ -91,6 +103,12 @@ def _delete_files(table: Table) -> set[str]:
                 for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
                     out.add(_local(entry.data_file.file_path))
     return out
+
+
+def _unlogged_metadata(table: Table, files: set[str]) -> set[str]:
+    named = {_local(e.metadata_file) for e in table.metadata.metadata_log}
+    named.add(_local(table.metadata_location))
+    return {f for f in files if f.endswith(".metadata.json") and f not in named}
 
 
 def _polaris_rows(answer: dict[str, Any]) -> list[str]:
@@ -154,7 +172,13 @@ def purges(
     location = Path(_local(table.metadata.location))
     every = _files(root)
     table_files = {f for f in every if f.startswith(f"{location}/")}
-    out = Purges(shape, table_files, every - table_files, _delete_files(table))
+    out = Purges(
+        shape,
+        table_files,
+        every - table_files,
+        _delete_files(table),
+        _unlogged_metadata(table, table_files),
+    )
     original = tmp / "original"
     shutil.copytree(root, original)
 
@@ -207,7 +231,7 @@ def purges(
             store.dispose()
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def _report(request: pytest.FixtureRequest, purges: Purges) -> None:
     """The page's facts: per shape, the files each run deleted and the rows it left."""
     props = request.node.user_properties
@@ -232,6 +256,7 @@ def _report(request: pytest.FixtureRequest, purges: Purges) -> None:
         )
 
 
+@pytest.mark.usefixtures("_report")
 def test_polaris_on_our_children_deletes_exactly_what_polaris_deletes(purges: Purges) -> None:
     """(C) Polaris's handlers running the children our code wrote delete exactly the files
     (A) Polaris's own purge deletes, and leave the same kinds of rows."""
@@ -239,26 +264,34 @@ def test_polaris_on_our_children_deletes_exactly_what_polaris_deletes(purges: Pu
     assert sorted(purges.left[POLARIS_C]) == sorted(purges.left[POLARIS_A])
 
 
+@pytest.mark.usefixtures("_report")
 def test_we_delete_what_polaris_deletes_and_only_the_named_extras(
     purges: Purges, request: pytest.FixtureRequest
 ) -> None:
     """(B) our purge deletes every file (A) Polaris's deletes; beyond it only the delete
-    manifests and delete files 1.4.1's MANIFEST handler cannot read; and it leaves no row."""
+    manifests and delete files 1.4.1's MANIFEST handler cannot read and the metadata files
+    that fell out of the metadata log; and it leaves no row."""
     ours, polaris = purges.deleted[OURS], purges.deleted[POLARIS_A]
     assert polaris <= ours, sorted(polaris - ours)
     extras = ours - polaris
-    assert extras <= purges.delete_files, sorted(extras - purges.delete_files)
-    if extras:
-        request.node.user_properties.append(
-            (
-                f"polaris_difference:oracle, {purges.shape}: we delete {len(extras)} "
-                "more files than Polaris 1.4.1",
-                DELETE_FILES_REASON,
+    named = purges.delete_files | purges.unlogged_metadata
+    assert extras <= named, sorted(extras - named)
+    for kind, reason in (
+        (purges.delete_files, DELETE_FILES_REASON),
+        (purges.unlogged_metadata, UNLOGGED_METADATA_REASON),
+    ):
+        if extras & kind:
+            request.node.user_properties.append(
+                (
+                    f"polaris_difference:oracle, {purges.shape}: we delete "
+                    f"{len(extras & kind)} more files than Polaris 1.4.1",
+                    reason,
+                )
             )
-        )
     assert purges.left[OURS] == []
 
 
+@pytest.mark.usefixtures("_report")
 def test_we_delete_nothing_outside_the_table(purges: Purges) -> None:
     """(B) deletes only files under the dropped table's location: the live neighbour
     ``t_2`` (whose location has the table's as a prefix) keeps every file."""
@@ -266,6 +299,7 @@ def test_we_delete_nothing_outside_the_table(purges: Purges) -> None:
     assert purges.outside and not purges.deleted[OURS] & purges.outside
 
 
+@pytest.mark.usefixtures("_report")
 def test_polaris_purge_runs_and_deletes_the_table(purges: Purges) -> None:
     """(A) is a real purge, not an empty one: Polaris deletes files of the table, inside its
     location only, and created MANIFEST and BATCH children (its order: the table's metadata
@@ -274,3 +308,115 @@ def test_polaris_purge_runs_and_deletes_the_table(purges: Purges) -> None:
     assert purges.deleted[POLARIS_A] and purges.deleted[POLARIS_A] <= purges.table_files
     kinds = [row["taskType"] for row in answer["created"]]
     assert "2" in kinds and "3" in kinds, answer["created"]
+
+
+# Polaris's purge failing part-way: its storage refuses every delete, or its run stops
+# after a few deletes (a crash). The oracle's argument for each.
+FAULTS = {
+    "storage refuses every delete": "refuse-deletes",
+    "stopped after 5 deletes": "stop-after=5",
+}
+FAULT_REALM = "F"
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_polaris_fails_and_our_sweeper_finishes(
+    fault: str,
+    harness: PolarisHarness,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    repo_bin: Path,
+) -> None:
+    """Polaris 1.4.1's handlers fail part-way and leave rows (those it created, and the
+    parent unless its own run succeeded), written to the metastore as Polaris wrote them;
+    then our CLI sweep runs: every file the table's metadata names is gone, the live
+    neighbour keeps every file, and no row is left."""
+    request.node.user_properties.append(("polaris_release", RELEASE))
+    root = tmp_path / "wh"
+    uri = built_tables.local_warehouse_uri(root)
+    catalog = built_tables.open_catalog(uri, tmp_path / "catalog.db", name="local")
+    config = StorageConfig()
+    warehouse = Warehouse("local", uri, catalog, config, StorageResolver(config))
+    table = warehouse.build(
+        "t", **SHAPES["v2 with position and equality deletes and statistics files"]
+    )
+    named = {_local(f) for f in referenced_files(table)}
+    warehouse.build("t_2")
+    location = Path(_local(table.metadata.location))
+    neighbour = {f for f in _files(root) if not f.startswith(f"{location}/")}
+    with throwaway_database("pp_polaris_oracle_faults") as name:
+        url = database_url(name)
+        store = Metastore(url, policy=TaskPolicy(polaris_version=RELEASE))
+        try:
+            store.init_schema(SCHEMA)
+            parent = dataclasses.replace(built_tasks.drop_table_task(table), realm_id=FAULT_REALM)
+            store.insert_tasks([parent])
+            answer = harness.purge(url, FAULT_REALM, FAULTS[fault])
+            left = {row["id"]: row for row in answer["left"]}
+            assert left, answer["runs"]  # the fault made Polaris leave work behind
+            kinds = sorted(f"type {row['taskType']}" for row in left.values())
+            request.node.user_properties.append(
+                (
+                    f"polaris_fact:oracle, Polaris failing ({fault}): rows it leaves",
+                    f"{len(left)} ({', '.join(sorted(set(kinds)))}); parent "
+                    + ("left" if parent.id in left else "done"),
+                )
+            )
+            # The metastore as Polaris would have left it: children it created (with the
+            # parent's internal properties, as its TableCleanupTaskHandler copies them),
+            # the parent gone when its own run succeeded.
+            store.insert_tasks(
+                [
+                    NewTask(
+                        FAULT_REALM,
+                        row["id"],
+                        row["name"],
+                        {"taskType": row["taskType"], "data": row["data"]},
+                        dict(parent.internal_properties),
+                    )
+                    for task_id, row in left.items()
+                    if task_id != parent.id
+                ]
+            )
+            if parent.id not in left:
+                engine = create_engine(url)
+                with engine.begin() as conn:
+                    conn.execute(
+                        text(
+                            "DELETE FROM polaris_schema.entities"
+                            " WHERE realm_id = :realm AND id = :id"
+                        ),
+                        {"realm": FAULT_REALM, "id": parent.id},
+                    )
+                engine.dispose()
+            done = subprocess.run(
+                [
+                    str(repo_bin / "polaris-pipeline"),
+                    "sweep",
+                    "--metastore",
+                    url,
+                    "--realm",
+                    FAULT_REALM,
+                    "--grace-ms",
+                    "0",
+                    "--polaris-version",
+                    RELEASE,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+            assert store.list_tasks([FAULT_REALM]) == []
+        finally:
+            store.dispose()
+    remaining = _files(root)
+    assert not named & remaining, sorted(named & remaining)
+    assert neighbour <= remaining
+
+
+@pytest.fixture
+def repo_bin() -> Path:
+    """The venv's scripts: the CLI beside the interpreter running the tests."""
+    return Path(sys.executable).parent

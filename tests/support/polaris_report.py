@@ -29,6 +29,16 @@ _OUTCOME_WORD = {"passed": "passed", "failed": "FAILED", "error": "ERROR"}
 NOT_SERVED = "not served:"
 
 
+# Seconds each test module took in this run (setup, call and teardown: the install
+# check and the JVMs included), for the page's cost section.
+_SECONDS: defaultdict[str, float] = defaultdict(float)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if "polaris" in report.nodeid.split("::")[0]:
+        _SECONDS[report.nodeid.split("::")[0]] += report.duration
+
+
 def _skip_reason(report: pytest.TestReport) -> str:
     longrepr = report.longrepr
     text = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
@@ -121,6 +131,12 @@ def _page(
         "release's classes, not its running server. A check whose Polaris class the",
         "registry does not serve at a release is `not served` there, with the reason.",
         "",
+        "tests/test_polaris_oracle.py runs Polaris 1.4.1's own purge beside ours",
+        "(tests/polaris/oracle): per table shape, (A) Polaris's handlers plan and run its",
+        "purge, (B) we run ours, (C) Polaris's handlers run the children we wrote, on the same",
+        "files; the `oracle, ...` facts below give the files each deleted and the rows each",
+        "left, and every file we delete beyond Polaris is listed with its reason.",
+        "",
         "| release | passed | failed | not served |",
         "|---|---|---|---|",
         *(f"| {r} | {counts[r][0]} | {counts[r][1]} | {counts[r][2]} |" for r in releases),
@@ -156,4 +172,7 @@ def _page(
         for name in difference_names:
             cells = [differences[r].get(name, "no difference") for r in releases]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if _SECONDS:
+        lines += ["", "## What this run cost", "", "| module | seconds |", "|---|---|"]
+        lines += [f"| {module} | {_SECONDS[module]:.0f} |" for module in sorted(_SECONDS)]
     return "\n".join(lines) + "\n"
