@@ -11,6 +11,9 @@
 # Usage: bash scripts/polaris-mutations.sh [NAME...]   (none: every mutation)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# One compound command: bash parses it whole before running it, so an edit of this file
+# during a run changes nothing of that run.
+{
 REPO="$PWD"
 PYTEST="$REPO/.venv/bin/pytest"
 
@@ -26,7 +29,8 @@ batch-type-never|tests/test_polaris_classes.py|polaris-1.7.0|polaris_pipeline/ta
 manifest-not-avro|tests/test_polaris_classes.py|polaris-1.4.1|polaris_pipeline/tasks/payloads.py|'base64.b64encode(encode_manifest_file(p.manifest))'|'base64.b64encode(encode_manifest_file(p.manifest)[:2] + b"not avro")'
 manifest-not-avro|tests/test_polaris_classes.py|polaris-1.7.0|polaris_pipeline/tasks/payloads.py|'base64.b64encode(encode_manifest_file(p.manifest))'|'base64.b64encode(encode_manifest_file(p.manifest)[:2] + b"not avro")'
 location-trailing-slash-counts|tests/test_polaris_classes.py|polaris-1.4.1|polaris_pipeline/storage/uri.py|'        path = path.rstrip("/")\n'|'        pass\n'
-partition-statistics-not-planned|tests/test_polaris_oracle.py|v2|polaris_pipeline/cleanup/table.py|'+ [s.statistics_path for s in metadata.partition_statistics]'|'+ []'
+partition-statistics-not-planned|tests/test_polaris_oracle.py|v2-deletes-stats|polaris_pipeline/cleanup/table.py|'+ [s.statistics_path for s in metadata.partition_statistics]'|'+ []'
+imitation-in-the-old-order|tests/test_polaris_oracle.py|v2-deletes-stats|tests/support/polaris_writer.py|'        *(e.metadata_file for e in metadata.metadata_log),\n        *manifest_lists,\n'|'        *manifest_lists,\n        *(e.metadata_file for e in metadata.metadata_log),\n'
 EOF
 )
 
@@ -66,3 +70,4 @@ PY
     fi
 done <<<"$MUTATIONS"
 exit $status
+}

@@ -17,6 +17,7 @@ and 1.7 the handlers live in polaris-runtime-service, which Maven Central does n
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import subprocess
@@ -34,14 +35,21 @@ from sqlalchemy import create_engine, text
 from builders import tables as built_tables
 from builders import tasks as built_tasks
 from polaris_pipeline.execution.runner import Runner, child_stages
-from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.resolve import StorageResolver
-from polaris_pipeline.tasks.model import NewTask, TaskPolicy
+from polaris_pipeline.tasks.model import NewTask, Prop, TaskPolicy, TaskType
+from polaris_pipeline.tasks.payloads import (
+    BatchCleanupPayload,
+    TableIdentifier,
+    encode_batch_cleanup,
+)
 from tests.support.iceberg import Warehouse
 from tests.support.polaris_classes import InstallError, PolarisHarness, install
+from tests.support.polaris_writer import polaris_children
 from tests.support.postgres import database_url, throwaway_database
 from tests.support.table_metadata import referenced_files
+from tests.support.tasks import dropped_entity_json, manifest_task_data
 
 pytestmark = pytest.mark.slow
 
@@ -80,6 +88,8 @@ class Purges:
     outside: set[str]  # every other file of the warehouse (the live neighbour)
     delete_files: set[str]  # delete manifests and the delete files they name
     unlogged_metadata: set[str]  # metadata files neither current nor in the log
+    # tests/support/polaris_writer.py's imitation of the children Polaris creates
+    imitation: list[tuple[str, TaskType, str]] = field(default_factory=list)
     deleted: dict[str, set[str]] = field(default_factory=dict)  # run -> files gone
     left: dict[str, list[str]] = field(default_factory=dict)  # run -> rows left, described
     polaris: dict[str, dict[str, Any]] = field(default_factory=dict)  # A, C: the oracle's answer
@@ -154,7 +164,10 @@ def harness() -> PolarisHarness:
     return found
 
 
-@pytest.fixture(scope="module", params=SHAPES, ids=lambda shape: shape.split(" ")[0])
+SHAPE_IDS = dict(zip(SHAPES, ("v1", "v2-deletes-stats", "v2-capped-log"), strict=True))
+
+
+@pytest.fixture(scope="module", params=SHAPES, ids=SHAPE_IDS.get)
 def purges(
     request: pytest.FixtureRequest,
     harness: PolarisHarness,
@@ -194,6 +207,7 @@ def purges(
             store.init_schema(SCHEMA)
             parent = built_tasks.drop_table_task(table)
             store.insert_tasks([dataclasses.replace(parent, realm_id=r) for r in (POLARIS_A, OURS)])
+            out.imitation = polaris_children(table, parent.name)
 
             out.polaris[POLARIS_A] = harness.purge(url, POLARIS_A)
             out.deleted[POLARIS_A] = every - _files(root)
@@ -259,8 +273,11 @@ def _report(request: pytest.FixtureRequest, purges: Purges) -> None:
 @pytest.mark.usefixtures("_report")
 def test_polaris_on_our_children_deletes_exactly_what_polaris_deletes(purges: Purges) -> None:
     """(C) Polaris's handlers running the children our code wrote delete exactly the files
-    (A) Polaris's own purge deletes, and leave the same kinds of rows."""
-    assert purges.deleted[POLARIS_C] == purges.deleted[POLARIS_A]
+    (A) Polaris's own purge deletes, and leave the same kinds of rows; but for the metadata
+    files that fell out of the metadata log, which our BATCH children name too."""
+    on_ours, polaris = purges.deleted[POLARIS_C], purges.deleted[POLARIS_A]
+    assert polaris <= on_ours, sorted(polaris - on_ours)
+    assert on_ours - polaris == purges.unlogged_metadata & on_ours
     assert sorted(purges.left[POLARIS_C]) == sorted(purges.left[POLARIS_A])
 
 
@@ -308,6 +325,28 @@ def test_polaris_purge_runs_and_deletes_the_table(purges: Purges) -> None:
     assert purges.deleted[POLARIS_A] and purges.deleted[POLARIS_A] <= purges.table_files
     kinds = [row["taskType"] for row in answer["created"]]
     assert "2" in kinds and "3" in kinds, answer["created"]
+
+
+@pytest.mark.usefixtures("_report")
+def test_our_imitation_writes_the_children_polaris_writes(purges: Purges) -> None:
+    """tests/support/polaris_writer.polaris_children (the soak's dying Polaris) writes the
+    children Polaris 1.4.1's own TableCleanupTaskHandler creates: one MANIFEST child per
+    manifest (Polaris's order among them is a hash map's), and the same BATCH children in
+    the same order with the same files, the current metadata file in none."""
+    created = purges.polaris[POLARIS_A]["created"]
+
+    def without_suffix(name: str) -> str:  # the random UUID ending a child's name
+        return name.rsplit("_", 1)[0]
+
+    manifest, batch = TaskType.MANIFEST_FILE_CLEANUP, TaskType.BATCH_FILE_CLEANUP
+    assert sorted(
+        without_suffix(c["name"]) for c in created if c["taskType"] == str(manifest.code)
+    ) == sorted(without_suffix(name) for name, kind, _ in purges.imitation if kind is manifest)
+    polaris_batches = [
+        json.loads(c["data"])["batchFiles"] for c in created if c["taskType"] == str(batch.code)
+    ]
+    ours = [json.loads(data)["batchFiles"] for _, kind, data in purges.imitation if kind is batch]
+    assert ours == polaris_batches
 
 
 # Polaris's purge failing part-way: its storage refuses every delete, or its run stops
@@ -420,3 +459,93 @@ def test_polaris_fails_and_our_sweeper_finishes(
 def repo_bin() -> Path:
     """The venv's scripts: the CLI beside the interpreter running the tests."""
     return Path(sys.executable).parent
+
+
+HOSTILE_REALMS = {"polaris": "HP", "ours": "HO"}
+
+
+def _hostile_rows(realm: str, warehouse: Path, outside: Path) -> dict[str, NewTask]:
+    """One row of each hostile kind (issue 48), as a Polaris metastore could hold them."""
+    location = warehouse / "ns" / "h"
+    internal = {"storageLocation": f"file://{location}"}
+    namespace = json.loads(dropped_entity_json(typeCode=6, name="dropped_ns"))
+    table_id = TableIdentifier(("ns",), "h")
+    props = {
+        "a BATCH path outside the table": {
+            Prop.TASK_TYPE: TaskType.BATCH_FILE_CLEANUP.code,
+            Prop.DATA: encode_batch_cleanup(
+                BatchCleanupPayload(table_id, (f"file://{outside}",)), with_type=False
+            ),
+        },
+        "an unknown task type": {Prop.TASK_TYPE: "9", Prop.DATA: "{}"},
+        "data that is not JSON": {Prop.TASK_TYPE: "1", Prop.DATA: "{oops"},
+        "manifest bytes that are not base64": {
+            Prop.TASK_TYPE: "2",
+            Prop.DATA: manifest_task_data("!!!not-base64"),
+        },
+        "a dropped namespace": {
+            Prop.TASK_TYPE: TaskType.ENTITY_CLEANUP_SCHEDULER.code,
+            Prop.DATA: json.dumps(namespace, separators=(",", ":")),
+        },
+    }
+    return {
+        kind: NewTask(realm, new_entity_id(), f"entityCleanup_hostile_{i}", p, dict(internal))
+        for i, (kind, p) in enumerate(props.items())
+    }
+
+
+def test_hostile_rows_through_polaris_and_us(
+    harness: PolarisHarness, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The same hostile rows go to Polaris 1.4.1's handlers and to our sweep: the page lists
+    what each does with each; we never delete the file a BATCH row names outside its table
+    (Polaris does: it deletes any path it is given)."""
+    props = request.node.user_properties
+    props.append(("polaris_release", RELEASE))
+    outside = tmp_path / "wh" / "ns" / "neighbour" / "data" / "keep.parquet"
+    outside.parent.mkdir(parents=True)
+    outside.write_bytes(b"a live neighbour's file")
+    with throwaway_database("pp_polaris_oracle_hostile") as name:
+        url = database_url(name)
+        policy = TaskPolicy(grace_ms=0, max_attempts=2, polaris_version=RELEASE)
+        store = Metastore(url, policy=policy)
+        try:
+            store.init_schema(SCHEMA)
+            rows = {
+                who: _hostile_rows(realm, tmp_path / "wh", outside)
+                for who, realm in HOSTILE_REALMS.items()
+            }
+            store.insert_tasks([task for per in rows.values() for task in per.values()])
+            answer = harness.purge(url, HOSTILE_REALMS["polaris"])
+            polaris_deleted_outside = not outside.exists()
+            outside.write_bytes(b"a live neighbour's file")
+            runs = {run["id"]: run["attempts"] for run in answer["runs"]}
+            left = {row["id"] for row in answer["left"]}
+            with Runner(store, StorageConfig()) as runner:
+                outcomes = {o.lease.task_id: o for o in runner.sweep([HOSTILE_REALMS["ours"]])}
+            for kind, task in rows["polaris"].items():
+                ours = rows["ours"][kind]
+                polaris_did = "; ".join(dict.fromkeys(runs.get(task.id, ["not run"])))
+                polaris_did += ", row left" if task.id in left else ", row dropped"
+                outcome = outcomes.get(ours.id)
+                we_did = (
+                    "not leased (left for an operator)"
+                    if outcome is None
+                    else f"{outcome.status.value}: {str(outcome.error or '')[:160]}"
+                )
+                props.append(
+                    (
+                        f"polaris_difference:hostile row, {kind}",
+                        f"Polaris: {polaris_did}. Ours: {we_did}",
+                    )
+                )
+            assert outside.exists()  # our sweep: refused, the file is kept
+            props.append(
+                (
+                    "polaris_fact:hostile BATCH path outside the table",
+                    "Polaris deletes it" if polaris_deleted_outside else "Polaris keeps it",
+                )
+            )
+        finally:
+            store.dispose()
+    assert outside.read_bytes() == b"a live neighbour's file"
