@@ -68,11 +68,15 @@ SHAPES: dict[str, dict[str, Any]] = {
     "v2 with a metadata log capped at 2 (write.metadata.previous-versions-max)": {
         "properties": {"write.metadata.previous-versions-max": "2"},
     },
+    # Expiring removes snapshots from the metadata, not their files (pyiceberg deletes none).
+    "v2 with its two oldest snapshots expired": {"expire_oldest": 2},
 }
 # What we delete beyond Polaris 1.4.1, and why (the page lists it).
-UNLOGGED_METADATA_REASON = (
-    "metadata files no longer in the metadata log (write.metadata.previous-versions-max): "
-    "Polaris deletes the log's files only; we delete every metadata file of the table"
+UNNAMED_REASON = (
+    "files the current metadata does not name (metadata files out of the log, files only "
+    "expired snapshots named): Polaris 1.4.1 deletes what the current metadata names; we "
+    "delete the older metadata files still on disk too, and our last stage every file left "
+    "under the table's location"
 )
 DELETE_FILES_REASON = (
     "a delete manifest and its delete files: 1.4.1's MANIFEST handler reads a manifest with "
@@ -87,7 +91,7 @@ class Purges:
     table_files: set[str]  # every file under the table's location before any run
     outside: set[str]  # every other file of the warehouse (the live neighbour)
     delete_files: set[str]  # delete manifests and the delete files they name
-    unlogged_metadata: set[str]  # metadata files neither current nor in the log
+    unnamed: set[str]  # the table's files its current metadata does not name
     # tests/support/polaris_writer.py's imitation of the children Polaris creates
     imitation: list[tuple[str, TaskType, str]] = field(default_factory=list)
     deleted: dict[str, set[str]] = field(default_factory=dict)  # run -> files gone
@@ -115,10 +119,20 @@ def _delete_files(table: Table) -> set[str]:
     return out
 
 
-def _unlogged_metadata(table: Table, files: set[str]) -> set[str]:
-    named = {_local(e.metadata_file) for e in table.metadata.metadata_log}
-    named.add(_local(table.metadata_location))
-    return {f for f in files if f.endswith(".metadata.json") and f not in named}
+def _unnamed(table: Table, files: set[str]) -> set[str]:
+    """``files`` the current metadata does not name: not it, not its log, nor what its
+    snapshots and statistics name (every manifest entry, any status)."""
+    metadata = table.metadata
+    named = {table.metadata_location, *(e.metadata_file for e in metadata.metadata_log)}
+    named |= {s.statistics_path for s in metadata.statistics}
+    named |= {s.statistics_path for s in metadata.partition_statistics}
+    for snapshot in metadata.snapshots:
+        named.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(table.io):
+            named.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+                named.add(entry.data_file.file_path)
+    return files - {_local(f) for f in named}
 
 
 def _polaris_rows(answer: dict[str, Any]) -> list[str]:
@@ -164,7 +178,9 @@ def harness() -> PolarisHarness:
     return found
 
 
-SHAPE_IDS = dict(zip(SHAPES, ("v1", "v2-deletes-stats", "v2-capped-log"), strict=True))
+SHAPE_IDS = dict(
+    zip(SHAPES, ("v1", "v2-deletes-stats", "v2-capped-log", "v2-expired"), strict=True)
+)
 
 
 @pytest.fixture(scope="module", params=SHAPES, ids=SHAPE_IDS.get)
@@ -180,7 +196,13 @@ def purges(
     catalog = built_tables.open_catalog(uri, tmp / "catalog.db", name="local")
     config = StorageConfig()
     warehouse = Warehouse("local", uri, catalog, config, StorageResolver(config))
-    table = warehouse.build("t", **SHAPES[shape])
+    options = dict(SHAPES[shape])
+    expire = int(options.pop("expire_oldest", 0))
+    table = warehouse.build("t", **options)
+    if expire:
+        oldest = sorted(table.metadata.snapshots, key=lambda s: s.sequence_number or 0)[:expire]
+        table.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in oldest]).commit()
+        table = catalog.load_table(("ns", "t"))
     warehouse.build("t_2")  # a live neighbour whose location shares the table's as a prefix
     location = Path(_local(table.metadata.location))
     every = _files(root)
@@ -190,7 +212,7 @@ def purges(
         table_files,
         every - table_files,
         _delete_files(table),
-        _unlogged_metadata(table, table_files),
+        _unnamed(table, table_files),
     )
     original = tmp / "original"
     shutil.copytree(root, original)
@@ -273,11 +295,11 @@ def _report(request: pytest.FixtureRequest, purges: Purges) -> None:
 @pytest.mark.usefixtures("_report")
 def test_polaris_on_our_children_deletes_exactly_what_polaris_deletes(purges: Purges) -> None:
     """(C) Polaris's handlers running the children our code wrote delete exactly the files
-    (A) Polaris's own purge deletes, and leave the same kinds of rows; but for the metadata
-    files that fell out of the metadata log, which our BATCH children name too."""
+    (A) Polaris's own purge deletes, and leave the same kinds of rows; beyond them only
+    files the current metadata does not name (older metadata files our children name)."""
     on_ours, polaris = purges.deleted[POLARIS_C], purges.deleted[POLARIS_A]
     assert polaris <= on_ours, sorted(polaris - on_ours)
-    assert on_ours - polaris == purges.unlogged_metadata & on_ours
+    assert on_ours - polaris <= purges.unnamed, sorted(on_ours - polaris - purges.unnamed)
     assert sorted(purges.left[POLARIS_C]) == sorted(purges.left[POLARIS_A])
 
 
@@ -286,16 +308,16 @@ def test_we_delete_what_polaris_deletes_and_only_the_named_extras(
     purges: Purges, request: pytest.FixtureRequest
 ) -> None:
     """(B) our purge deletes every file (A) Polaris's deletes; beyond it only the delete
-    manifests and delete files 1.4.1's MANIFEST handler cannot read and the metadata files
-    that fell out of the metadata log; and it leaves no row."""
+    manifests and delete files 1.4.1's MANIFEST handler cannot read and the files the
+    current metadata does not name; and it leaves no row."""
     ours, polaris = purges.deleted[OURS], purges.deleted[POLARIS_A]
     assert polaris <= ours, sorted(polaris - ours)
     extras = ours - polaris
-    named = purges.delete_files | purges.unlogged_metadata
+    named = purges.delete_files | purges.unnamed
     assert extras <= named, sorted(extras - named)
     for kind, reason in (
         (purges.delete_files, DELETE_FILES_REASON),
-        (purges.unlogged_metadata, UNLOGGED_METADATA_REASON),
+        (purges.unnamed, UNNAMED_REASON),
     ):
         if extras & kind:
             request.node.user_properties.append(

@@ -1,8 +1,11 @@
 """A Polaris-like writer for the soak: dropped pyiceberg tables and what a dying Polaris leaves.
 
-Our own writer, kept because no real Polaris can write these rows here: its server is not
-published to the registry this project installs from (docs/polaris-compatibility.md); the
-rows it writes are judged by the releases' own classes in tests/test_polaris_classes.py.
+Our own writer, kept because no Polaris server can write these rows here: its server is not
+published to the registry this project installs from (docs/polaris-compatibility.md). The
+children a dying Polaris writes (``polaris_children``) are held to the ones Polaris 1.4.1's
+own TableCleanupTaskHandler creates (tests/test_polaris_oracle.py); the rows as stored in
+PostgreSQL and the dying executor's leases (a model: 1.4.1's in-process executor writes
+no lease) are what no served Polaris code produces.
 
 Each ``PolarisWriter.step`` writes one *event* into the metastore, as a Polaris
 server would, chosen by a fixed rotation (``MIX``) so that short and long runs
