@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 from pyiceberg.manifest import ManifestContent
-from pyiceberg.table import Table
+from pyiceberg.table import StaticTable, Table
 from sqlalchemy import create_engine, text
 
 from builders import tables as built_tables
@@ -45,6 +45,7 @@ from polaris_pipeline.tasks.payloads import (
     encode_batch_cleanup,
 )
 from tests.support.iceberg import Warehouse
+from tests.support.java import WrittenTable, write_iceberg_tables
 from tests.support.polaris_classes import InstallError, PolarisHarness, install
 from tests.support.polaris_writer import polaris_children
 from tests.support.postgres import database_url, throwaway_database
@@ -70,6 +71,10 @@ SHAPES: dict[str, dict[str, Any]] = {
     },
     # Expiring removes snapshots from the metadata, not their files (pyiceberg deletes none).
     "v2 with its two oldest snapshots expired": {"expire_oldest": 2},
+    # Written by Iceberg's Java library in Spark (tests/java/spark/IcebergTableWriter.java):
+    # merge-on-read deletes, Puffin and partition statistics, Hadoop's .crc sidecars.
+    "Iceberg Java v2 (Spark, position deletes)": {"java_format": 2},
+    "Iceberg Java v3 (Spark, deletion vectors)": {"java_format": 3},
 }
 # What we delete beyond Polaris 1.4.1, and why (the page lists it).
 UNNAMED_REASON = (
@@ -179,8 +184,34 @@ def harness() -> PolarisHarness:
 
 
 SHAPE_IDS = dict(
-    zip(SHAPES, ("v1", "v2-deletes-stats", "v2-capped-log", "v2-expired"), strict=True)
+    zip(
+        SHAPES,
+        ("v1", "v2-deletes-stats", "v2-capped-log", "v2-expired", "java-v2", "java-v3"),
+        strict=True,
+    )
 )
+# The Hadoop catalog's pointer to the current metadata file: no metadata file names it,
+# and a table held by Polaris has none (as tests/test_java_spark_purge.py removes it).
+VERSION_HINT = "version-hint.text"
+
+
+@pytest.fixture(scope="module")
+def spark_tables(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, WrittenTable]]:
+    """One Spark run for the module (its JVM takes most of a minute): tables ``db.t2`` (v2)
+    and ``db.t3`` (v3) and the live neighbour ``db.t2_live``, under one warehouse that each
+    Java shape's purges restore when they end."""
+    root = tmp_path_factory.mktemp("polaris-oracle-spark") / "wh"
+    written = write_iceberg_tables(root, [("t2", 2), ("t3", 3), ("t2_live", 2)])
+    for table in written.values():
+        metadata = Path(_local(table.location)) / "metadata"
+        (metadata / VERSION_HINT).unlink()
+        (metadata / f".{VERSION_HINT}.crc").unlink()
+    return root, written
+
+
+def _java_table(written: WrittenTable) -> tuple[Table, built_tasks.DropSpec]:
+    spec = built_tasks.DropSpec(("db",), written.name, written.metadata_location, written.location)
+    return StaticTable.from_metadata(written.metadata_location), spec
 
 
 @pytest.fixture(scope="module", params=SHAPES, ids=SHAPE_IDS.get)
@@ -198,12 +229,19 @@ def purges(
     warehouse = Warehouse("local", uri, catalog, config, StorageResolver(config))
     options = dict(SHAPES[shape])
     expire = int(options.pop("expire_oldest", 0))
-    table = warehouse.build("t", **options)
-    if expire:
-        oldest = sorted(table.metadata.snapshots, key=lambda s: s.sequence_number or 0)[:expire]
-        table.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in oldest]).commit()
-        table = catalog.load_table(("ns", "t"))
-    warehouse.build("t_2")  # a live neighbour whose location shares the table's as a prefix
+    java_format = options.pop("java_format", None)
+    if java_format is not None:
+        root, written = request.getfixturevalue("spark_tables")
+        table, spec = _java_table(written[f"t{java_format}"])
+    else:
+        table = warehouse.build("t", **options)
+        if expire:
+            oldest = sorted(table.metadata.snapshots, key=lambda s: s.sequence_number or 0)
+            by_id = [s.snapshot_id for s in oldest[:expire]]
+            table.maintenance.expire_snapshots().by_ids(by_id).commit()
+            table = catalog.load_table(("ns", "t"))
+        spec = built_tasks.DropSpec.of_table(table)
+        warehouse.build("t_2")  # a live neighbour whose location shares the table's as a prefix
     location = Path(_local(table.metadata.location))
     every = _files(root)
     table_files = {f for f in every if f.startswith(f"{location}/")}
@@ -227,7 +265,7 @@ def purges(
         store = Metastore(url, policy=policy)
         try:
             store.init_schema(SCHEMA)
-            parent = built_tasks.drop_table_task(table)
+            parent = built_tasks.drop_task(spec)
             store.insert_tasks([dataclasses.replace(parent, realm_id=r) for r in (POLARIS_A, OURS)])
             out.imitation = polaris_children(table, parent.name)
 
@@ -262,6 +300,7 @@ def purges(
             out.polaris[POLARIS_C] = harness.purge(url, POLARIS_C)
             out.deleted[POLARIS_C] = every - _files(root)
             out.left[POLARIS_C] = _polaris_rows(out.polaris[POLARIS_C])
+            restore()  # the Java shapes share their warehouse
             yield out
         finally:
             store.dispose()
