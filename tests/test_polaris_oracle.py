@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -525,6 +526,12 @@ def repo_bin() -> Path:
 HOSTILE_REALMS = {"polaris": "HP", "ours": "HO"}
 
 
+def _stable(error: str) -> str:
+    """An outcome's error without what changes from run to run (task ids, paths)."""
+    error = re.sub(r"task \S+ '[^']*': ", "", error)
+    return error.split(", first ")[0][:160]
+
+
 def _hostile_rows(realm: str, warehouse: Path, outside: Path) -> dict[str, NewTask]:
     """One row of each hostile kind (issue 48), as a Polaris metastore could hold them."""
     location = warehouse / "ns" / "h"
@@ -592,7 +599,7 @@ def test_hostile_rows_through_polaris_and_us(
                 we_did = (
                     "not leased (left for an operator)"
                     if outcome is None
-                    else f"{outcome.status.value}: {str(outcome.error or '')[:160]}"
+                    else f"{outcome.status.value}: {_stable(outcome.error or '')}"
                 )
                 props.append(
                     (
