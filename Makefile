@@ -24,7 +24,7 @@ PYTEST = PYTHONDONTWRITEBYTECODE= $(BIN)/pytest
 # disk and 10.7 to 11.1 s under /dev/shm.
 TEST_TMP_ROOT ?= $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm || echo /tmp)
 
-.PHONY: demo test test-fast test-polaris lint bench services system emulators bytecode clean lock
+.PHONY: demo test test-fast test-polaris polaris-mutations lint bench services system emulators bytecode clean lock
 
 # Every dependency (runtime and dev, every platform) pinned with its hashes, by `make lock`.
 LOCK := requirements-dev.lock
@@ -101,12 +101,20 @@ test-fast: $(BIN)/.installed bytecode emulators services
 	if [ $$status -eq 0 ]; then rm -rf $$tmp; else echo "test files kept in $$tmp"; fi; \
 	exit $$status
 
-# The rows we write judged by Polaris releases' own classes: installs them (a no-op once
-# done), then runs those tests alone; the run ends with one line per release.
+# The rows we write judged by Polaris releases' own classes, and Polaris 1.4.1's own purge
+# beside ours (the oracle): installs them (a no-op once done), then runs those tests alone;
+# the run ends with one line per release.
 # The releases: tests/polaris/releases.
 test-polaris: $(BIN)/.installed services
 	bash scripts/install-polaris-classes.sh
-	PP_POLARIS_COMPAT_DOC=docs/polaris-compatibility.md $(PYTEST) tests/test_polaris_classes.py
+	PP_POLARIS_COMPAT_DOC=docs/polaris-compatibility.md $(PYTEST) tests/test_polaris_classes.py \
+		tests/test_polaris_oracle.py
+
+# Each mutation scripts/polaris-mutations.sh lists, applied to a scratch copy of the tree,
+# must turn a Polaris-class test red: one line per mutation.
+polaris-mutations: $(BIN)/.installed services
+	bash scripts/install-polaris-classes.sh
+	bash scripts/polaris-mutations.sh
 
 bench: $(BIN)/.installed bytecode services
 	$(BIN)/python -m bench

@@ -9,7 +9,9 @@
 # Per release: ${PP_POLARIS_DIR:-~/.cache/polaris-pipeline/polaris-classes}/VERSION/ with
 #   lib/*.jar          polaris-core, its dependencies (see tests/polaris/harness/pom.xml),
 #                      the PostgreSQL driver, and polaris-runtime-service where served
-#   classes/           the compiled harness
+#   classes/           the compiled harness, and where polaris-runtime-service is served,
+#                      tests/polaris/oracle (Polaris's own purge, run by its handlers: the
+#                      oracle of tests/test_polaris_oracle.py; no jar beyond the release's)
 #   classpath          the class path, one entry a line
 #   java-home          the JDK to run it with (>= 21 where polaris-runtime-service is there:
 #                      its classes target Java 21)
@@ -18,20 +20,60 @@
 #                      run is a no-op
 # Built in a staging directory moved into place at the end; Maven's own cache is ~/.m2.
 # Maven's output of the last attempt is kept in DIR/VERSION.log.
+# Every jar of lib/ must have the SHA-256 tests/polaris/jars.sha256 pins for its file name
+# (PP_POLARIS_PINS names another list, for tests): checked when the jars are resolved and
+# again on every run that finds the release installed, so a jar changed in ~/.m2 or in the
+# cache is refused.
 # On failure, for each release that failed: one line
 #   install-polaris-classes: Polaris VERSION: STEP failed: WHY
-# (STEP: jdk, resolve or compile) and the exit status is 1 once all releases were tried.
+# (STEP: jdk, resolve, verify or compile; verify's WHY names the jar) and the exit status is
+# 1 once all releases were tried.
 #
 # Usage: bash scripts/install-polaris-classes.sh [VERSION...]   (e.g. 1.4.1 1.7.0; none: every
 # release tests/polaris/releases lists)
+#        bash scripts/install-polaris-classes.sh --verify DIR    (the pin check alone, on the
+# jars of DIR: one line naming the first jar refused, exit status 1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+PINS="${PP_POLARIS_PINS:-tests/polaris/jars.sha256}"
+
+# Why the jars of a directory may not be used, in one line naming the jar; nothing when
+# every jar has its pinned SHA-256.
+refused_jar() {  # directory
+    local jar name pinned actual
+    for jar in "$1"/*.jar; do
+        [ -e "$jar" ] || continue
+        name="$(basename "$jar")"
+        pinned="$(awk -v n="$name" '$1 !~ /^#/ && $2 == n {print $1; exit}' "$PINS")"
+        if [ -z "$pinned" ]; then
+            echo "$name has no pinned SHA-256 in $PINS"
+            return
+        fi
+        actual="$(sha256sum "$jar" | cut -d' ' -f1)"
+        if [ "$actual" != "$pinned" ]; then
+            echo "$name has SHA-256 $actual, not the $pinned $PINS pins"
+            return
+        fi
+    done
+}
+
+if [ "${1:-}" = "--verify" ]; then
+    [ $# -eq 2 ] || { echo "usage: $0 --verify DIR" >&2; exit 2; }
+    why="$(refused_jar "$2")"
+    if [ -n "$why" ]; then
+        echo "install-polaris-classes: $why" >&2
+        exit 1
+    fi
+    exit 0
+fi
 
 if [ $# -eq 0 ]; then
     set -- $(sed -e 's/#.*//' tests/polaris/releases | awk 'NF {print $1}')
 fi
 ROOT="${PP_POLARIS_DIR:-$HOME/.cache/polaris-pipeline/polaris-classes}"
 HARNESS=tests/polaris/harness
+ORACLE=tests/polaris/oracle
 # Plugin 2.8's copy fetches an artifact without reading its pom's parent (which the
 # registry does not serve for Polaris's modules; 3.x fails there); 3.8.1 resolves our
 # generated pom.
@@ -40,7 +82,7 @@ COPY_DEPENDENCIES=org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-de
 
 sources() {
     printf '%s\n' scripts/install-polaris-classes.sh "$HARNESS/pom.xml" \
-        $(find "$HARNESS" -name '*.java' | LC_ALL=C sort)
+        $(find "$HARNESS" "$ORACLE" -name '*.java' | LC_ALL=C sort)
 }
 stamp() {  # version
     { sources | xargs cat; echo "$1"; } | sha256sum | cut -d' ' -f1
@@ -100,7 +142,10 @@ install_one() {  # version; prints the failure line and returns 1 on failure
                 "-DoutputDirectory=$2"
     }
 
+    local why
     if present "$version"; then
+        why="$(refused_jar "$dest/lib")"
+        [ -z "$why" ] || { fail verify "$why"; return 1; }
         echo "polaris classes $version present: $dest" >&2
         return 0
     fi
@@ -181,6 +226,9 @@ PY
         return 1
     fi
 
+    why="$(refused_jar "$stage/lib")"
+    [ -z "$why" ] || { fail verify "$why"; return 1; }
+
     # compile: the common harness and the source directory of the release's API generation.
     jdk="$(find_jdk "$min_java")" || { fail jdk "no JDK >= $min_java found (set PP_POLARIS_JAVA_HOME)"; return 1; }
     local api
@@ -190,8 +238,11 @@ PY
     esac
     echo "+ javac ($jdk, $api)" >>"$log"
     # stand-ins/: classes of modules the registry does not serve (see each file).
+    local oracle=()
+    [ "$runtime_service" = "not served" ] || oracle=("$ORACLE"/*.java)
     "$jdk/bin/javac" -nowarn --release 17 -d "$stage/classes" -cp "$stage/lib/*" \
-        "$HARNESS"/*.java "$HARNESS/$api"/*.java "$HARNESS"/stand-ins/*.java >>"$log" 2>&1 \
+        "$HARNESS"/*.java "$HARNESS/$api"/*.java "$HARNESS"/stand-ins/*.java "${oracle[@]}" \
+        >>"$log" 2>&1 \
         || { fail compile "$(grep -m1 -E 'error:' "$log" | cut -c1-300)"; return 1; }
 
     rm -rf "$stage/build" "$stage/poms"

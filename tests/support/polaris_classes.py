@@ -20,22 +20,26 @@ from sqlalchemy.engine import make_url
 
 INSTALL_SCRIPT = "scripts/install-polaris-classes.sh"
 HARNESS_CLASS = "PolarisTaskHarness"
+ORACLE_CLASS = "PolarisPurgeOracle"  # tests/polaris/oracle: where the handlers are served
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _releases() -> dict[str, int]:
-    """tests/polaris/releases: each release under test and the schema it bootstraps."""
-    table: dict[str, int] = {}
+def _releases() -> dict[str, tuple[int, bool]]:
+    """tests/polaris/releases: each release under test, the schema it bootstraps and
+    whether its BATCH payload carries ``type``."""
+    table: dict[str, tuple[int, bool]] = {}
     for line in (
         (Path(__file__).resolve().parents[1] / "polaris" / "releases").read_text().splitlines()
     ):
         if line.strip() and not line.startswith("#"):
-            release, schema = line.split()
-            table[release] = int(schema)
+            release, schema, batch = line.split()
+            table[release] = (int(schema), batch == "typed")
     return table
 
 
-SCHEMA_VERSION = _releases()
+_RELEASE_TABLE = _releases()
+SCHEMA_VERSION = {release: schema for release, (schema, _) in _RELEASE_TABLE.items()}
+BATCH_TYPED = {release: typed for release, (_, typed) in _RELEASE_TABLE.items()}
 RELEASES = tuple(SCHEMA_VERSION)
 # Polaris's default POLARIS_TASK_TIMEOUT_MILLIS, at every release.
 POLARIS_TASK_TIMEOUT_MS = 300_000
@@ -77,16 +81,28 @@ class PolarisHarness:
         """Whether the release's polaris-runtime-service (the handlers' records) is here."""
         return (self.directory / "runtime-service").read_text().strip() == "served"
 
-    def _run(self, *args: str, database_url: str) -> list[dict[str, Any]]:
+    def _run(
+        self, *args: str, database_url: str, main: str = HARNESS_CLASS
+    ) -> list[dict[str, Any]]:
         url = make_url(database_url)
         jdbc = f"jdbc:postgresql://{url.host or '127.0.0.1'}:{url.port or 5432}/{url.database}"
+        env = {**os.environ, "PGUSER": url.username or "postgres", "PGPASSWORD": url.password or ""}
+        return self._java(args[0], jdbc, *args[1:], env=env, main=main)
+
+    def _java(
+        self,
+        *args: str,
+        env: dict[str, str] | None = None,
+        stdin: str = "",
+        main: str = HARNESS_CLASS,
+    ) -> list[Any]:
         java = Path((self.directory / "java-home").read_text().strip()) / "bin" / "java"
         classpath = os.pathsep.join(
             ln for ln in (self.directory / "classpath").read_text().splitlines() if ln
         )
-        env = {**os.environ, "PGUSER": url.username or "postgres", "PGPASSWORD": url.password or ""}
         done = subprocess.run(
-            [str(java), *JVM_FLAGS, "-cp", classpath, HARNESS_CLASS, args[0], jdbc, *args[1:]],
+            [str(java), *JVM_FLAGS, "-cp", classpath, main, *args],
+            input=stdin,
             capture_output=True,
             text=True,
             env=env,
@@ -104,14 +120,36 @@ class PolarisHarness:
         return {t["id"]: t for t in self._run("describe", realm, database_url=database_url)}
 
     def lease(
-        self, database_url: str, realm: str, now_ms: int, executor: str = "polaris"
+        self,
+        database_url: str,
+        realm: str,
+        now_ms: int | None,
+        executor: str = "polaris",
+        *,
+        after_ms: int = 0,
     ) -> dict[str, list[int]]:
-        """Per metastore manager (transactional, atomic): the ids its loadTasks leases."""
+        """Per metastore manager (transactional, atomic): the ids its loadTasks leases at
+        ``now_ms``, or (None) at the JVM's own clock plus ``after_ms`` when it leases."""
+        now = f"clock+{after_ms}" if now_ms is None else str(now_ms)
         out = {}
-        for answer in self._run("lease", realm, str(now_ms), executor, database_url=database_url):
+        for answer in self._run("lease", realm, now, executor, database_url=database_url):
             if "error" in answer:
                 raise AssertionError(
                     f"Polaris {self.release} {answer['manager']} loadTasks: {answer['error']}"
                 )
             out[answer["manager"]] = answer["leased"]
         return out
+
+    def locations(self, pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
+        """Per pair (a, b): the release's ``StorageLocation.of(a).isChildOf(of(b))``
+        (``aChildOfB``), the reverse, and ``equals``; ``error`` when ``of`` refused one."""
+        text = "".join(f"{a}\t{b}\n" for a, b in pairs)
+        return self._java("locations", stdin=text)
+
+    def purge(self, database_url: str, realm: str, fault: str | None = None) -> dict[str, Any]:
+        """The release's own handlers run every task row of ``realm`` (tests/polaris/oracle):
+        ``deleted`` paths, ``deleteCalls``, each task's ``runs``, the children Polaris
+        ``created`` and the rows ``left``. ``fault``: ``refuse-deletes`` or ``stop-after=N``."""
+        args = ["purge", realm, *([fault] if fault else [])]
+        (answer,) = self._run(*args, database_url=database_url, main=ORACLE_CLASS)
+        return dict(answer)

@@ -1,11 +1,14 @@
-"""The Polaris releases' verdict on tests/test_polaris_classes.py, per release.
+"""The Polaris releases' verdict on tests/test_polaris_classes.py and
+tests/test_polaris_oracle.py, per release.
 
-- One closing line per release: ``polaris 1.7.0: N passed, M failed`` (an error in setup
-  or teardown counts as failed).
+- One closing line per release: ``polaris 1.7.0: N passed, M failed, K not served`` (an
+  error in setup or teardown counts as failed; a case skipped with a reason starting
+  ``not served:`` counts as not served, never as passed).
 - With ``PP_POLARIS_COMPAT_DOC`` naming a file (``make test-polaris`` sets it to
   docs/polaris-compatibility.md), that page is written from the same run: each release,
   each case's outcome and what the case checks (its docstring's first paragraph, or its
-  name), and what a release's tests recorded in ``user_properties`` (``polaris_fact:*``).
+  name), and what a release's tests recorded in ``user_properties`` (``polaris_fact:*``,
+  and ``polaris_difference:*``: a difference between Polaris and us, valued by its reason).
 
 The tests name their release in ``user_properties`` (``polaris_release``).
 """
@@ -22,7 +25,25 @@ from _pytest.terminal import TerminalReporter
 
 DOC_ENV = "PP_POLARIS_COMPAT_DOC"
 _FACT = "polaris_fact:"
+_DIFFERENCE = "polaris_difference:"
 _OUTCOME_WORD = {"passed": "passed", "failed": "FAILED", "error": "ERROR"}
+NOT_SERVED = "not served:"
+
+
+# Seconds each test module took in this run (setup, call and teardown: the install
+# check and the JVMs included), for the page's cost section.
+_SECONDS: defaultdict[str, float] = defaultdict(float)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if "polaris" in report.nodeid.split("::")[0]:
+        _SECONDS[report.nodeid.split("::")[0]] += report.duration
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    text = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    return text.removeprefix("Skipped: ")
 
 
 def _case_name(report: pytest.TestReport) -> str:
@@ -32,9 +53,11 @@ def _case_name(report: pytest.TestReport) -> str:
 def pytest_terminal_summary(terminalreporter: TerminalReporter) -> None:
     passed: Counter[str] = Counter()
     failed: Counter[str] = Counter()
+    unserved: Counter[str] = Counter()
     outcomes: dict[str, dict[str, str]] = defaultdict(dict)
     facts: dict[str, dict[str, str]] = defaultdict(dict)
-    for key in ("passed", "failed", "error"):
+    differences: dict[str, dict[str, str]] = defaultdict(dict)
+    for key in ("passed", "failed", "error", "skipped"):
         for report in terminalreporter.stats.get(key, []):
             props = dict(getattr(report, "user_properties", ()))
             release = props.get("polaris_release")
@@ -43,21 +66,33 @@ def pytest_terminal_summary(terminalreporter: TerminalReporter) -> None:
             for name, value in props.items():
                 if str(name).startswith(_FACT):
                     facts[release][str(name)[len(_FACT) :]] = str(value)
+                elif str(name).startswith(_DIFFERENCE):
+                    differences[release][str(name)[len(_DIFFERENCE) :]] = str(value)
             if key == "passed" and report.when == "call":
                 passed[release] += 1
                 outcomes[release].setdefault(_case_name(report), "passed")
+            elif key == "skipped":
+                reason = _skip_reason(report)
+                if reason.startswith(NOT_SERVED):
+                    unserved[release] += 1
+                    outcomes[release][_case_name(report)] = reason.rstrip(".")
+                else:  # a skip for any other reason is no verdict: counted as failed
+                    failed[release] += 1
+                    outcomes[release][_case_name(report)] = f"SKIPPED: {reason}"
             elif key != "passed":
                 failed[release] += 1
                 outcomes[release][_case_name(report)] = _OUTCOME_WORD[key]
-    releases = sorted({*passed, *failed})
+    releases = sorted({*passed, *failed, *unserved})
     for release in releases:
         terminalreporter.write_line(
-            f"polaris {release}: {passed[release]} passed, {failed[release]} failed"
+            f"polaris {release}: {passed[release]} passed, {failed[release]} failed, "
+            f"{unserved[release]} not served"
         )
     target = os.environ.get(DOC_ENV, "").strip()
     if target and releases:
         docs = _case_docs(terminalreporter.config)
-        Path(target).write_text(_page(releases, outcomes, facts, docs, passed, failed))
+        counts = {r: (passed[r], failed[r], unserved[r]) for r in releases}
+        Path(target).write_text(_page(releases, outcomes, facts, differences, docs, counts))
         terminalreporter.write_line(f"wrote {target}")
 
 
@@ -79,9 +114,9 @@ def _page(
     releases: list[str],
     outcomes: dict[str, dict[str, str]],
     facts: dict[str, dict[str, str]],
+    differences: dict[str, dict[str, str]],
     docs: dict[str, str],
-    passed: Counter[str],
-    failed: Counter[str],
+    counts: dict[str, tuple[int, int, int]],
 ) -> str:
     cases = sorted({case for per in outcomes.values() for case in per})
     fact_names = sorted({name for per in facts.values() for name in per})
@@ -89,16 +124,30 @@ def _page(
     lines = [
         "# Polaris compatibility",
         "",
-        f"Generated by `make test-polaris` on {today} from tests/test_polaris_classes.py: do",
-        "not edit by hand. Each release's own classes (polaris-core, and polaris-runtime-service",
-        "where the registry serves it) judge the rows our code writes, through our small Java",
-        "harness (tests/polaris/harness). No Polaris server could be assembled from the",
-        "registry this project reaches (its server modules are not served), so these are the",
-        "release's classes, not its running server.",
+        f"Generated by `make test-polaris` on {today} from tests/test_polaris_classes.py and",
+        "tests/test_polaris_oracle.py: do not edit by hand. Each release's own classes",
+        "(polaris-core, and polaris-runtime-service where the registry serves it) judge the",
+        "rows our code writes, through our small Java harness (tests/polaris/harness). No",
+        "Polaris server could be assembled from the registry this project reaches (its server",
+        "modules are not served), so these are the release's classes, not its running server.",
+        "A check whose Polaris class the registry does not serve at a release is `not served`",
+        "there, with the reason.",
         "",
-        "| release | passed | failed |",
-        "|---|---|---|",
-        *(f"| {r} | {passed[r]} | {failed[r]} |" for r in releases),
+        "tests/test_polaris_oracle.py runs Polaris 1.4.1's own purge beside ours",
+        "(tests/polaris/oracle): per table shape, (A) Polaris's handlers plan and run its",
+        "purge, (B) we run ours, (C) Polaris's handlers run the children we wrote, on the same",
+        "files; the `oracle, ...` facts below give the files each deleted and the rows each",
+        "left, and every file we delete beyond Polaris is listed with its reason. The three",
+        "handlers are the release's own (TableCleanupTaskHandler, ManifestFileCleanupTaskHandler,",
+        "BatchFileCleanupTaskHandler, with a TaskFileIOSupplier) over its in-memory metastore;",
+        "its TaskExecutorImpl is not (its constructor needs CDI, OpenTelemetry and event",
+        "classes of unserved modules): our loop applies its rules (3 attempts while a handler",
+        "throws, the row dropped when it returns true, left when it returns false). At 1.0,",
+        "1.6 and 1.7 the handlers are in polaris-runtime-service, which is not served.",
+        "",
+        "| release | passed | failed | not served |",
+        "|---|---|---|---|",
+        *(f"| {r} | {counts[r][0]} | {counts[r][1]} | {counts[r][2]} |" for r in releases),
         "",
         "## Cases",
         "",
@@ -119,4 +168,19 @@ def _page(
         for name in fact_names:
             cells = [facts[r].get(name, "") for r in releases]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    difference_names = sorted({name for per in differences.values() for name in per})
+    if difference_names:
+        lines += [
+            "",
+            "## Where we differ from Polaris, and why",
+            "",
+            "| difference | " + " | ".join(releases) + " |",
+            "|---|" + "---|" * len(releases),
+        ]
+        for name in difference_names:
+            cells = [differences[r].get(name, "no difference") for r in releases]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if _SECONDS:
+        lines += ["", "## What this run cost", "", "| module | seconds |", "|---|---|"]
+        lines += [f"| {module} | {_SECONDS[module]:.0f} |" for module in sorted(_SECONDS)]
     return "\n".join(lines) + "\n"

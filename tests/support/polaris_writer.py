@@ -1,8 +1,11 @@
 """A Polaris-like writer for the soak: dropped pyiceberg tables and what a dying Polaris leaves.
 
-Our own writer, kept because no real Polaris can write these rows here: its server is not
-published to the registry this project installs from (docs/polaris-compatibility.md); the
-rows it writes are judged by the releases' own classes in tests/test_polaris_classes.py.
+Our own writer, kept because no Polaris server can write these rows here: its server is not
+published to the registry this project installs from (docs/polaris-compatibility.md). The
+children a dying Polaris writes (``polaris_children``) are held to the ones Polaris 1.4.1's
+own TableCleanupTaskHandler creates (tests/test_polaris_oracle.py); the rows as stored in
+PostgreSQL and the dying executor's leases (a model: 1.4.1's in-process executor writes
+no lease) are what no served Polaris code produces.
 
 Each ``PolarisWriter.step`` writes one *event* into the metastore, as a Polaris
 server would, chosen by a fixed rotation (``MIX``) so that short and long runs
@@ -11,11 +14,12 @@ see the same proportions:
 - ``table``: a pyiceberg table dropped with purge: its ENTITY_CLEANUP_SCHEDULER task;
   the pipeline plans its manifest and batch children inside the table's run;
 - ``dead_executor``: a table whose purge a Polaris executor started and died in:
-  the executor leased the parent, wrote its children (one MANIFEST_FILE_CLEANUP
-  per manifest, BATCH_FILE_CLEANUP children of at most ten metadata-level files,
-  the current metadata file last), deleted the parent's row (Polaris's handler
-  returned), leased the first half of the children and deleted the first file of
-  one of them, then stopped: those leases lapse after the lease timeout;
+  the executor leased the parent, wrote its children (``polaris_children``: one
+  MANIFEST_FILE_CLEANUP per manifest, BATCH_FILE_CLEANUP children of at most ten
+  metadata-level files, in Polaris 1.4.1's order), deleted the current metadata file
+  and then the parent's row (Polaris's handler returned), leased the first half of the
+  children and deleted the first file of one of them, then stopped: those leases lapse
+  after the lease timeout (a model: Polaris 1.4.1's executor writes no lease at all);
 - ``batch``: an orphaned BATCH_FILE_CLEANUP task over five old metadata files;
 - ``manifests``: a purge that died after writing its children, parent row gone:
   manifest children of three data files each and two batch children
@@ -136,6 +140,44 @@ def _touch(directory: Path, n: int, stem: str) -> list[str]:
     return out
 
 
+def polaris_children(table: Any, parent_name: str) -> list[tuple[str, TaskType, str]]:
+    """(name, type, data) of the children Polaris 1.4.1's TableCleanupTaskHandler creates
+    for ``table``, in its order: one MANIFEST per distinct manifest, then BATCH children of
+    at most ten files: the metadata log first, then manifest lists, then statistics and
+    partition statistics files. The current metadata file is in none: Polaris's parent
+    handler deletes it itself. tests/test_polaris_oracle.py holds this to the children the
+    release's own handler creates."""
+    metadata = table.metadata
+    io = table.io
+    table_id = TableIdentifier(tuple(table.name()[:-1]), table.name()[-1])
+    manifests: dict[str, Any] = {}
+    manifest_lists: list[str] = []
+    for snapshot in metadata.snapshots:
+        manifest_lists.append(snapshot.manifest_list)
+        for m in snapshot.manifests(io):
+            manifests.setdefault(m.manifest_path, m)
+    out: list[tuple[str, TaskType, str]] = [
+        (
+            manifest_cleanup_task_name(parent_name, path),
+            TaskType.MANIFEST_FILE_CLEANUP,
+            encode_manifest_cleanup(
+                ManifestCleanupPayload(table_id, manifest_ref_from_pyiceberg(m))
+            ),
+        )
+        for path, m in manifests.items()
+    ]
+    metadata_files = [
+        *(e.metadata_file for e in metadata.metadata_log),
+        *manifest_lists,
+        *(s.statistics_path for s in metadata.statistics),
+        *(s.statistics_path for s in metadata.partition_statistics),
+    ]
+    for files in _chunks(metadata_files, POLARIS_BATCH_SIZE):
+        data = encode_batch_cleanup(BatchCleanupPayload(table_id, tuple(files)))
+        out.append((batch_cleanup_task_name(parent_name, files), TaskType.BATCH_FILE_CLEANUP, data))
+    return out
+
+
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
@@ -225,6 +267,8 @@ class PolarisWriter:
             ]
         )
         self.store.insert_tasks([*leased, *children[half:]])
+        # Its handler deletes the current metadata file itself, then returns: the row goes.
+        Path(_uri_path(table.metadata_location)).unlink(missing_ok=True)
         with self.store.engine.begin() as conn:
             conn.execute(
                 delete(entities).where(
@@ -251,46 +295,10 @@ class PolarisWriter:
 
     def _polaris_children(self, table: Any, parent_name: str) -> list[NewTask]:
         """The children Polaris's TableCleanupTaskHandler writes for ``table``."""
-        metadata = table.metadata
-        io = table.io
-        table_id = TableIdentifier(tuple(table.name()[:-1]), table.name()[-1])
-        location = table.location()
-        manifests: dict[str, Any] = {}
-        manifest_lists: list[str] = []
-        for snapshot in metadata.snapshots:
-            manifest_lists.append(snapshot.manifest_list)
-            for m in snapshot.manifests(io):
-                manifests.setdefault(m.manifest_path, m)
-        tasks: list[NewTask] = []
-        for path, m in manifests.items():
-            data = encode_manifest_cleanup(
-                ManifestCleanupPayload(table_id, manifest_ref_from_pyiceberg(m))
-            )
-            tasks.append(
-                self._orphan(
-                    manifest_cleanup_task_name(parent_name, path),
-                    TaskType.MANIFEST_FILE_CLEANUP,
-                    data,
-                    location,
-                )
-            )
-        metadata_files = [
-            *manifest_lists,
-            *(e.metadata_file for e in metadata.metadata_log),
-            *(s.statistics_path for s in metadata.statistics),
-            *(s.statistics_path for s in metadata.partition_statistics),
+        return [
+            self._orphan(name, task_type, data, table.location())
+            for name, task_type, data in polaris_children(table, parent_name)
         ]
-        for files in [*_chunks(metadata_files, POLARIS_BATCH_SIZE), [table.metadata_location]]:
-            data = encode_batch_cleanup(BatchCleanupPayload(table_id, tuple(files)))
-            tasks.append(
-                self._orphan(
-                    batch_cleanup_task_name(parent_name, files),
-                    TaskType.BATCH_FILE_CLEANUP,
-                    data,
-                    location,
-                )
-            )
-        return tasks
 
     def _orphan(self, name: str, task_type: TaskType, data: str, location: str) -> NewTask:
         return orphaned_task(self.realm, name, task_type, data, location, self.store.now_ms())

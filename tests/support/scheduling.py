@@ -20,6 +20,7 @@ ONE_WORKER_MODULES = frozenset(
         "tests/test_java_spark_purge.py",  # Spark writes the tables once (half a minute)
         "tests/test_java_manifest_codec.py",  # one JVM judge
         "tests/test_polaris_classes.py",  # one scenario per Polaris release, for the module
+        "tests/test_polaris_oracle.py",  # three purges per table shape, for the module
         "tests/test_packaging.py",  # builds the wheel in the checkout (build/, *.egg-info)
         "tests/test_catalog_storage_azure.py",  # one Azurite
         "tests/test_catalog_storage_gcs.py",  # one fake-gcs-server

@@ -1,17 +1,25 @@
 import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.lang.reflect.Method;
 import java.lang.reflect.RecordComponent;
+import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.util.ArrayList;
+import java.util.Base64;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import org.apache.polaris.core.entity.AsyncTaskType;
 import org.apache.polaris.core.entity.PolarisBaseEntity;
 import org.apache.polaris.core.entity.TaskEntity;
+import org.apache.iceberg.ManifestFile;
+import org.apache.iceberg.ManifestFiles;
 import org.apache.polaris.core.persistence.PolarisObjectMapperUtil;
+import org.apache.polaris.core.storage.StorageLocation;
 
 /**
  * Asks one Polaris release's own classes about the task rows of a metastore (our code, not
@@ -20,11 +28,16 @@ import org.apache.polaris.core.persistence.PolarisObjectMapperUtil;
  *
  * <pre>
  * describe JDBC_URL REALM              one JSON line per task row (type_code 8) of the realm:
- *                                      TaskEntity.getTaskType(), parseTaskState, and readData
- *                                      into the class the release's handler reads
- * lease JDBC_URL REALM NOW_MS EXECUTOR one JSON line per metastore manager: the task ids its
- *                                      loadTasks leases at NOW_MS over the in-memory TreeMap
- *                                      persistence holding copies of the rows
+ *                                      TaskEntity.getTaskType(), parseTaskState, readData
+ *                                      into the class the release's handler reads, and for a
+ *                                      MANIFEST row its manifestFileData decoded as the
+ *                                      release's handler decodes it
+ * lease JDBC_URL REALM NOW EXECUTOR    one JSON line per metastore manager: the task ids its
+ *                                      loadTasks leases at NOW over the in-memory TreeMap
+ *                                      persistence holding copies of the rows. NOW is epoch
+ *                                      ms, or clock+N: this JVM's clock when it leases, plus N ms
+ * locations                            reads "A TAB B" lines from stdin; one JSON line each:
+ *                                      StorageLocation.of(A).isChildOf(of(B)) and the reverse
  * </pre>
  *
  * Connection user and password come from PGUSER / PGPASSWORD when the URL has none.
@@ -42,9 +55,16 @@ public final class PolarisTaskHarness {
 
   private PolarisTaskHarness() {}
 
+  static final String TASK_UTILS = SERVICE_TASKS + "TaskUtils";
+
   public static void main(String[] args) throws Exception {
+    if (args.length == 1 && args[0].equals("locations")) {
+      locations();
+      return;
+    }
     if (args.length < 3) {
-      throw new IllegalArgumentException("usage: describe|lease JDBC_URL REALM [NOW_MS EXECUTOR]");
+      throw new IllegalArgumentException(
+          "usage: describe|lease JDBC_URL REALM [NOW EXECUTOR] | locations");
     }
     List<PolarisBaseEntity> tasks = readTasks(args[1], args[2]);
     Release.enter(args[2]);
@@ -55,10 +75,15 @@ public final class PolarisTaskHarness {
         }
       }
       case "lease" -> {
-        long now = Long.parseLong(args[3]);
         for (String manager : List.of("transactional", "atomic")) {
           Map<String, Object> out = new LinkedHashMap<>();
           out.put("manager", manager);
+          // Read per manager, just before it leases: "clock" is the real clock then.
+          long now =
+              args[3].startsWith("clock+")
+                  ? System.currentTimeMillis() + Long.parseLong(args[3].substring(6))
+                  : Long.parseLong(args[3]);
+          out.put("now", now);
           try {
             out.put("leased", Release.loadTasks(args[2], tasks, now, args[4], manager));
           } catch (RuntimeException e) {
@@ -144,7 +169,73 @@ public final class PolarisTaskHarness {
     if (className != null) {
       out.put("data", readData(task, className));
     }
+    if ("MANIFEST_FILE_CLEANUP".equals(type)) {
+      out.put("manifest", decodeManifest(row));
+    }
     return out;
+  }
+
+  /**
+   * The row's manifestFileData decoded by the release's TaskUtils.decodeManifestFileData where
+   * it is served (1.4.1), else by what that method calls: Base64 then Iceberg's
+   * ManifestFiles.decode, of the Iceberg release polaris-core depends on.
+   */
+  static Map<String, Object> decodeManifest(PolarisBaseEntity row) {
+    Map<String, Object> out = new LinkedHashMap<>();
+    try {
+      String data = JSON.readTree(row.getProperties()).path("data").asText();
+      String encoded = JSON.readTree(data).path("manifestFileData").asText();
+      ManifestFile manifest;
+      Method taskUtils = null;
+      try {
+        taskUtils = Class.forName(TASK_UTILS).getMethod("decodeManifestFileData", String.class);
+      } catch (ClassNotFoundException e) {
+        // not served at this release
+      }
+      if (taskUtils != null) {
+        out.put("decoder", "TaskUtils.decodeManifestFileData");
+        manifest = (ManifestFile) taskUtils.invoke(null, encoded);
+      } else {
+        out.put("decoder", "ManifestFiles.decode");
+        manifest = ManifestFiles.decode(Base64.getDecoder().decode(encoded));
+      }
+      out.put("ok", true);
+      out.put("path", manifest.path());
+      out.put("length", manifest.length());
+      out.put("content", manifest.content().name());
+      out.put("specId", manifest.partitionSpecId());
+      out.put("snapshotId", manifest.snapshotId());
+    } catch (Exception e) {
+      Throwable cause = e instanceof java.lang.reflect.InvocationTargetException ? e.getCause() : e;
+      out.put("ok", false);
+      out.put("error", message(cause));
+    }
+    return out;
+  }
+
+  /** "A TAB B" lines from stdin, each judged by the release's StorageLocation. */
+  static void locations() throws Exception {
+    BufferedReader in =
+        new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+    for (String line = in.readLine(); line != null; line = in.readLine()) {
+      if (line.isEmpty()) {
+        continue;
+      }
+      String[] pair = line.split("\t", 2);
+      Map<String, Object> out = new LinkedHashMap<>();
+      out.put("a", pair[0]);
+      out.put("b", pair[1]);
+      try {
+        StorageLocation a = StorageLocation.of(pair[0]);
+        StorageLocation b = StorageLocation.of(pair[1]);
+        out.put("aChildOfB", a.isChildOf(b));
+        out.put("bChildOfA", b.isChildOf(a));
+        out.put("equals", a.equals(b));
+      } catch (RuntimeException e) {
+        out.put("error", message(e));
+      }
+      print(out);
+    }
   }
 
   static Map<String, Object> readData(TaskEntity task, String className) {
