@@ -35,7 +35,7 @@ from polaris_pipeline.dagster.resources import (
 )
 from polaris_pipeline.dagster.sweeper import SENSOR_NAME, SweepCursor
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.report.formatting import iso_utc
+from polaris_pipeline.tasks.formatting import iso_utc
 from polaris_pipeline.tasks.model import NewTask, Prop
 from tests.support.dagster import (
     deployed_sensor,

@@ -134,11 +134,11 @@ def test_storage_is_layered() -> None:
 
 
 # The package from the bottom up: a module imports only its own unit or units below it.
-# A unit is a subpackage or a root module; report/formatting.py is a leaf of its own
-# (how times, sizes and names are written for people: engine messages use it too).
+# A unit is a subpackage or a root module; settings/bounds.py is a leaf of its own (a
+# number's bounds, one message each: the settings check them, and so does the engine).
 PACKAGE_LAYERS = (
-    ("errors", "bounds", "report.formatting"),
-    ("tasks",),  # rows, states, payloads, references: Polaris's data
+    ("errors", "settings.bounds"),
+    ("tasks",),  # rows, states, payloads, references: Polaris's data; how it is written
     ("storage",),  # locations, filesystems, credentials, the guard, deletes
     ("metastore",),  # statements and transitions over the rows
     ("cleanup",),  # one handler per task type, on storage
@@ -159,10 +159,10 @@ UPWARD_IMPORTS: dict[tuple[str, str], str] = {
 
 
 def _unit(module: str) -> str:
-    """``polaris_pipeline.storage.uri`` -> ``storage``; the leaf -> ``report.formatting``."""
+    """``polaris_pipeline.storage.uri`` -> ``storage``; the leaf -> ``settings.bounds``."""
     parts = module.split(".")[1:]
-    if parts[:2] == ["report", "formatting"]:
-        return "report.formatting"
+    if parts[:2] == ["settings", "bounds"]:
+        return "settings.bounds"
     return parts[0] if parts else ""
 
 
@@ -221,6 +221,13 @@ def test_the_packages_layers_point_down() -> None:
     engine = [rel for rel in imports if mine[rel] not in ("dagster", "testing")]
     assert [rel for rel in engine if any(_unit(m) == "dagster" for m in imports[rel])] == []
     assert len(engine) > 40  # the walk found the engine
+
+
+def test_the_package_root_holds_no_loose_module() -> None:
+    # Each module lives in the package of its concept; the root keeps what every one shares.
+    loose = {p.name for p in PACKAGE.glob("*.py")} - {"__init__.py", "__main__.py", "errors.py"}
+    assert loose == set()
+    assert (PACKAGE / "errors.py").is_file()  # the walk looked in the package
 
 
 def _module_graph() -> dict[str, set[str]]:
