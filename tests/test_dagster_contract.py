@@ -23,6 +23,7 @@ from dagster import (
     execute_job,
     reconstructable,
 )
+from dagster._core.storage.tags import RUN_KEY_TAG as DAGSTERS_RUN_KEY_TAG
 from dagster.components.testing import create_defs_folder_sandbox
 
 from polaris_pipeline.dagster import PolarisSweeper, build_defs
@@ -32,6 +33,7 @@ from polaris_pipeline.dagster.contract import (
     JOB_NAME,
     ORPHANED_CHILDREN,
     ROOT_STEP,
+    RUN_KEY_TAG,
     TAG_ATTEMPT,
     TAG_CONTRACT,
     TAG_EXECUTOR,
@@ -446,3 +448,8 @@ def test_report_run_uses_the_translator_it_is_given(
     key = AssetKey(["lake", "purged", REALM, "catalog_unknown", "ns", "t"])
     assert instance.get_latest_materialization_event(key) is not None
     assert json.loads(json.dumps(dict(run.tags)))[TEAM_TAG] == TEAM
+
+
+def test_the_run_key_tag_is_the_one_dagster_writes() -> None:
+    # Dagster exports no public name for it: the sweeper finds its runs by this string.
+    assert RUN_KEY_TAG == DAGSTERS_RUN_KEY_TAG

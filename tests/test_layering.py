@@ -230,6 +230,41 @@ def test_the_package_root_holds_no_loose_module() -> None:
     assert (PACKAGE / "errors.py").is_file()  # the walk looked in the package
 
 
+def _private_dagster_imports(path: Path) -> list[tuple[int, bool]]:
+    """``(line, whether a comment says why just above)`` for each ``dagster._`` import."""
+    lines = path.read_text().splitlines()
+    found: list[tuple[int, bool]] = []
+    for node in ast.walk(ast.parse("\n".join(lines), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        else:
+            continue
+        if any(n.startswith("dagster._") for n in names):
+            above = lines[node.lineno - 2].strip() if node.lineno > 1 else ""
+            found.append((node.lineno, above.startswith("#")))
+    return found
+
+
+def test_each_private_dagster_import_says_why() -> None:
+    # dagster._ may change in any release: used only where no public name exists, and
+    # the line above says which name is missing.
+    root = PACKAGE.parent
+    files = [*PACKAGE.rglob("*.py")]
+    for name in sorted(CODE_LOCATION):
+        files += [*(root / name).rglob("*.py")] if (root / name).is_dir() else [root / f"{name}.py"]
+    found = {
+        f"{path.relative_to(root)}:{line}": why
+        for path in files
+        if path.is_file()
+        for line, why in _private_dagster_imports(path)
+    }
+    assert [where for where, why in found.items() if not why] == []
+    assert len(found) >= 3  # the walk found them
+    assert len(files) > 150
+
+
 def _module_graph() -> dict[str, set[str]]:
     """Each module of the package -> the package modules it imports anywhere (inside a
     function or under ``TYPE_CHECKING`` too); ``from pkg import mod`` counts as ``pkg.mod``."""
