@@ -48,6 +48,7 @@ from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster.components.testing import create_defs_folder_sandbox
 from sqlalchemy import func, select
 
+from builders.runs import set_run_updated
 from polaris_pipeline.dagster import (
     PolarisSweeper,
     RetentionSettings,
@@ -78,7 +79,6 @@ from polaris_pipeline.dagster.translator import PolarisTranslator
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.settings import PipelineSettings, SettingsError
 from tests.support.dagster import dagster_postgres_url, metastore_resource, temp_instance
-from tests.support.runs import set_run_updated
 
 RETENTION = RetentionSettings(success_days=7, failure_days=30, batch_size=100)
 TABLE_KEY = AssetKey(["polaris", "POLARIS", "catalog_unknown", "ns", "orders"])

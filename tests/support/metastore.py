@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
+from builders.postgres import PG_ADMIN_URL as PG_ADMIN_URL
+from builders.postgres import database_url, throwaway_database
 from polaris_pipeline.metastore import Metastore, queries, transitions
 from polaris_pipeline.metastore.queries import Query
 from polaris_pipeline.metastore.rows import after_write
 from polaris_pipeline.tasks.model import TaskPolicy, TaskRow
 from polaris_pipeline.tasks.ref import Lease
-from tests.support.postgres import PG_ADMIN_URL as PG_ADMIN_URL
-from tests.support.postgres import database_url, throwaway_database
 from tests.support.tasks import sqlite_metastore
 
 # Every statement of metastore/queries.py (test_queries checks the list is whole).

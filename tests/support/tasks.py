@@ -7,43 +7,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from polaris_pipeline.metastore import Metastore, new_entity_id, queries
+from builders.tasks import TABLE_ID, batch_task, insert_row
+from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.metastore.schema import version as version_table
 from polaris_pipeline.tasks import payloads
 from polaris_pipeline.tasks.manifest_codec import ManifestFileRef
-from polaris_pipeline.tasks.model import TASK_TYPE_CODE, NewTask, Prop, TaskPolicy, TaskType
-
-# The tableId every hand-written payload here names.
-TABLE_ID = {"namespace": ["ns"], "name": "t"}
-
-
-def batch_task(
-    realm: str,
-    files: list[str] | None = None,
-    *,
-    name: str | None = None,
-    extra: dict[str, str] | None = None,
-    internal: dict[str, str] | None = None,
-    create_timestamp: int | None = None,
-) -> NewTask:
-    """A BATCH_FILE_CLEANUP task as Polaris writes it."""
-    task_id = new_entity_id()
-    data = json.dumps(
-        {
-            "tableId": TABLE_ID,
-            "batchFiles": files or [],
-            "type": "TABLE_METADATA",
-        }
-    )
-    props = {Prop.TASK_TYPE: "3", Prop.DATA: data, **(extra or {})}
-    return NewTask(
-        realm_id=realm,
-        id=task_id,
-        name=name or f"entityCleanup_1_batch_{task_id}",
-        properties=props,
-        internal_properties=internal or {"storageLocation": "file:///nowhere/ns/t"},
-        create_timestamp=create_timestamp,
-    )
+from polaris_pipeline.tasks.model import TASK_TYPE_CODE, NewTask, TaskPolicy, TaskType
 
 
 def seed(store: Metastore, realm: str, n: int, **kwargs: Any) -> list[NewTask]:
@@ -139,12 +108,6 @@ def insert_raw_task(
             "grant_records_version": 1,
         },
     )
-
-
-def insert_row(store: Metastore, row: dict[str, Any]) -> None:
-    """Insert one ``entities`` row exactly as given, for hostile rows."""
-    with store.engine.begin() as conn:
-        conn.execute(queries.INSERT_TASKS.build(store.dialect), [row])
 
 
 def sqlite_metastore(directory: Path) -> Metastore:

@@ -28,7 +28,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.pool import NullPool
 
-from tests.support.ports import free_port
+from builders.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO_ROOT / "deploy" / "pgbouncer" / "pgbouncer.ini"
