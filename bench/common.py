@@ -28,8 +28,8 @@ from typing import Any
 import psycopg
 from sqlalchemy.engine import make_url
 
+from builders.postgres import PG_ADMIN_URL, database_url, throwaway_database
 from polaris_pipeline.tasks.model import TASK_TYPE_CODE, Prop
-from tests.support.postgres import PG_ADMIN_URL, database_url, throwaway_database
 
 REALMS = ("POLARIS", "acme", "globex", "initech")
 
@@ -61,7 +61,7 @@ ENTITY_COLUMNS = (
 def temp_database(purpose: str) -> Iterator[str]:
     """A PostgreSQL database made for one benchmark and dropped afterwards; yields its URL.
 
-    The tests' own throwaway databases (``tests/support/postgres.py``): one admin URL
+    The tests' own throwaway databases (``builders/postgres.py``): one admin URL
     variable and one drop rule for both."""
     with throwaway_database(f"pp_bench_{purpose}") as name:
         yield database_url(name)

@@ -303,7 +303,7 @@ def tick_stats(daemon: Any, sensor: str) -> dict[str, Any]:
 
 
 def _daemon(home: Path, url: str, pg: dict[str, str] | None, **config: Any) -> Any:
-    from tests.support.daemon import DaemonConfig, DaemonHarness
+    from builders.daemon import DaemonConfig, DaemonHarness
 
     # Run monitoring as shipped: the tests' two-second polls are not what operators run.
     return DaemonHarness(
@@ -336,8 +336,8 @@ def _instance_db(kind: str) -> Iterator[InstanceDb]:
         return
     from sqlalchemy.engine import make_url
 
-    from tests.support.metastore import PG_ADMIN_URL
-    from tests.support.pgbouncer import running_pgbouncer, server_sessions
+    from builders.pgbouncer import running_pgbouncer, server_sessions
+    from builders.postgres import PG_ADMIN_URL
 
     with temp_database("daemon_dagster") as url:
         u = make_url(url)
@@ -529,7 +529,7 @@ def _summary(e: dict[str, Any]) -> str:
 
 def _deployed_queue_text(conc: int) -> str:
     """The run queue and launcher the harness takes from deploy/dagster.yaml."""
-    from tests.support.daemon import deployed_instance
+    from builders.daemon import deployed_instance
 
     deployed = deployed_instance()
     queue = deployed["run_coordinator"]["config"]
@@ -544,7 +544,7 @@ def _deployed_queue_text(conc: int) -> str:
 
 def run(quick: bool = False) -> BenchResult:
     from bench.daemon_floor_location import IN_PROCESS
-    from tests.support.pgbouncer import pool_setting
+    from builders.pgbouncer import pool_setting
 
     size = QUICK if quick else FULL
     conc = size["concurrent_runs"]
@@ -765,7 +765,7 @@ def run(quick: bool = False) -> BenchResult:
     result.section("Phases", "\n".join(rows))
     result.section(
         "Method",
-        "Each phase starts `dagster-daemon run -w <workspace>` (tests/support/daemon.py) on a "
+        "Each phase starts `dagster-daemon run -w <workspace>` (builders/daemon.py) on a "
         "fresh temporary DAGSTER_HOME and a fresh metastore database, waits for the sensor's "
         "first tick (the code location is loaded), then inserts the tasks and times until "
         "the metastore holds none. Runs are counted in the run storage; attempts are the "

@@ -366,10 +366,10 @@ def overhead(store: Any, instance: Any, metastore: Any, storage: Any, n: int) ->
     """Seconds per run: a trivial job, our job on a no-op task, the engine alone."""
     from dagster import job, op
 
+    from builders.tasks import batch_task
     from polaris_pipeline.dagster.resources import SweeperSettings
     from polaris_pipeline.dagster.task_job import polaris_task_job
     from polaris_pipeline.execution.runner import Runner
-    from tests.support.tasks import batch_task
 
     @op
     def nothing() -> None:

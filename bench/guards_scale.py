@@ -43,6 +43,7 @@ from bench.leaks import _empty_files, _table_metadata
 from bench.report import DASH, TIMES, BenchResult, Figure
 from builders import tables as built_tables
 from builders import tasks as built_tasks
+from builders.catalogs import catalog_entity
 from builders.tables import build_table
 from builders.tasks import DropSpec, drop_task, task_row
 from polaris_pipeline.cleanup.context import CleanupContext
@@ -59,7 +60,6 @@ from polaris_pipeline.storage.uri import parse_location, split_uri
 from polaris_pipeline.tasks.model import TABLE_LIKE_TYPE_CODE, NewTask, TaskPolicy
 from polaris_pipeline.tasks.payloads import decode_dropped_entity
 from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
-from tests.support.leaks import catalog_entity
 
 TITLE = "12. Guard cost against the live-table count (issue 46)"
 FULL: dict[str, Any] = {

@@ -167,10 +167,10 @@ def _row(
 
 def _build(workdir: Path, objects: int) -> dict[str, Any]:
     """The tree and the metastore; returns the URIs and counts the run checks against."""
+    from builders.catalogs import catalog_entity
     from polaris_pipeline.metastore import Metastore, queries
     from polaris_pipeline.metastore.overlap import NAMESPACE_TYPE_CODE
     from polaris_pipeline.tasks.model import TABLE_LIKE_TYPE_CODE
-    from tests.support.leaks import catalog_entity
 
     wh = workdir / "wh"
     base = f"file://{wh}"

@@ -93,8 +93,8 @@ def measure(dsn: str, n: int, postmaster: int, pooler: int | None) -> dict[str, 
 def run(quick: bool = False) -> BenchResult:
     from sqlalchemy.engine import make_url
 
-    from tests.support.metastore import PG_ADMIN_URL
-    from tests.support.pgbouncer import EXAMPLE_AUTH_TYPE, running_pgbouncer
+    from builders.pgbouncer import EXAMPLE_AUTH_TYPE, running_pgbouncer
+    from builders.postgres import PG_ADMIN_URL
 
     n = (QUICK if quick else FULL)["connections"]
     result = BenchResult(

@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.soak --instance postgres --minutes 30   # the published run
     .venv/bin/python -m bench.soak_report                             # docs/soak.md + PNG
 
-A real ``dagster-daemon run`` (``tests/support/daemon.py``: deploy/dagster.yaml's
+A real ``dagster-daemon run`` (``builders/daemon.py``: deploy/dagster.yaml's
 queue, launcher and run monitoring) with the repository's code location, over a
 PostgreSQL metastore made for the run; Dagster's own storage is SQLite under
 DAGSTER_HOME or a dagster-postgres database made for the run. The writer
@@ -56,12 +56,12 @@ from bench.soak_probe import (
     overlapping_holders,
     service_rss,
 )
+from builders.daemon import SENSOR_NAME, DaemonConfig, DaemonHarness
+from builders.runs import set_run_updated
 from polaris_pipeline.dagster.contract import TAG_TOTAL
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import TaskPolicy, TaskState
-from tests.support.daemon import SENSOR_NAME, DaemonConfig, DaemonHarness
 from tests.support.polaris_writer import UNHANDLED_KINDS, Event, PolarisWriter, wait_until
-from tests.support.runs import set_run_updated
 
 T = TypeVar("T")
 RESULTS_DIR = Path(__file__).resolve().parent / "results" / "soak"

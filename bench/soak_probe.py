@@ -28,10 +28,10 @@ from sqlalchemy import URL
 
 from bench.common import pg_connect
 from bench.proc_cpu import role_of
+from builders.daemon import descendants
 from polaris_pipeline.dagster.contract import PRIORITY_TAG
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Prop
-from tests.support.daemon import descendants
 
 RUN_EXECUTOR = ":run:"
 

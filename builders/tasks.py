@@ -2,11 +2,14 @@
 
 Built on the engine's own encoders (``tasks/payloads.py``), for the demo and the
 tests: ``drop_task`` / ``drop_table_task`` make the ENTITY_CLEANUP_SCHEDULER task
-of a purge, ``task_row`` the row a metastore holds for a task just inserted.
+of a purge, ``task_row`` the row a metastore holds for a task just inserted,
+``batch_task`` a BATCH_FILE_CLEANUP task with hand-written files, ``insert_row`` any
+``entities`` row exactly as given.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -15,7 +18,8 @@ from urllib.parse import quote_plus
 
 from pyiceberg.table import Table
 
-from polaris_pipeline.metastore import new_entity_id
+from builders.restricted_role import admin_connection
+from polaris_pipeline.metastore import Metastore, new_entity_id, queries
 from polaris_pipeline.metastore.rows import inserted
 from polaris_pipeline.tasks.model import (
     ICEBERG_VIEW_SUB_TYPE,
@@ -140,3 +144,43 @@ def drop_table_task(table: Table, **kwargs: Any) -> NewTask:
 def task_row(task: NewTask) -> TaskRow:
     """The row a metastore would hold for ``task`` right after inserting it."""
     return inserted(task, dict(task.properties), int(time.time() * 1000))
+
+
+# The tableId every hand-written payload in these builders names.
+TABLE_ID = {"namespace": ["ns"], "name": "t"}
+
+
+def batch_task(
+    realm: str,
+    files: list[str] | None = None,
+    *,
+    name: str | None = None,
+    extra: dict[str, str] | None = None,
+    internal: dict[str, str] | None = None,
+    create_timestamp: int | None = None,
+) -> NewTask:
+    """A BATCH_FILE_CLEANUP task as Polaris writes it."""
+    task_id = new_entity_id()
+    data = json.dumps(
+        {
+            "tableId": TABLE_ID,
+            "batchFiles": files or [],
+            "type": "TABLE_METADATA",
+        }
+    )
+    props = {Prop.TASK_TYPE: "3", Prop.DATA: data, **(extra or {})}
+    return NewTask(
+        realm_id=realm,
+        id=task_id,
+        name=name or f"entityCleanup_1_batch_{task_id}",
+        properties=props,
+        internal_properties=internal or {"storageLocation": "file:///nowhere/ns/t"},
+        create_timestamp=create_timestamp,
+    )
+
+
+def insert_row(store: Metastore, row: dict[str, Any]) -> None:
+    """Insert one ``entities`` row exactly as given, for hostile rows and live entities,
+    as the database's admin (Polaris's role, not the pipeline's)."""
+    with admin_connection(store) as conn:
+        conn.execute(queries.INSERT_TASKS.build(store.dialect), [row])

@@ -12,6 +12,7 @@ from azure.core.exceptions import HttpResponseError
 from pyiceberg.table import Table
 
 from builders import tasks as built_tasks
+from builders.tasks import batch_task
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.execution.runner import Status
 from polaris_pipeline.metastore import Metastore
@@ -36,7 +37,6 @@ from tests.support.catalog_storage import (
     sweep_batch_error,
 )
 from tests.support.iceberg import view_metadata
-from tests.support.tasks import batch_task
 
 
 def _wasb(container: str, path: str = "wh", scheme: str = "wasbs") -> str:

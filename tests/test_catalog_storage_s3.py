@@ -19,6 +19,7 @@ import pytest
 from pyiceberg.table import Table
 
 from builders import tasks as built_tasks
+from builders.ports import free_port
 from polaris_pipeline.errors import PayloadError, StorageConfigError, StorageError
 from polaris_pipeline.execution.runner import Runner, Status
 from polaris_pipeline.metastore import Metastore
@@ -44,7 +45,6 @@ from tests.support.catalog_storage import (
     pre_1_7_view_task,
 )
 from tests.support.iceberg import recorded_drop_task, view_metadata
-from tests.support.ports import free_port
 from tests.support.s3 import MotoIam
 
 # -- decoding ------------------------------------------------------------------------

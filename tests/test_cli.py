@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from builders.tasks import batch_task
 from polaris_pipeline.cli import main
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask, Prop
 from tests.support.cli import POLICY_FLAGS, run, url_of
 from tests.support.iceberg import recorded_drop_task
-from tests.support.tasks import batch_task, seed
+from tests.support.tasks import seed
 
 _COUNTDOWN = re.compile(r"in \d+[dhms](\d+[hms])?,")
 

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 from builders import tasks as built_tasks
+from builders.tasks import batch_task
 from polaris_pipeline.cli import main
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Prop
 from tests.support.iceberg import Warehouse
-from tests.support.tasks import batch_task
 
 BIG_ID = 3008983788998583856  # above 2**53: a double cannot hold it
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")

@@ -7,11 +7,11 @@ from pathlib import Path
 
 from builders import tables as built_tables
 from builders import tasks as built_tasks
+from builders.tasks import batch_task
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Prop
 from tests.support.cli import POLICY_FLAGS, run, url_of
 from tests.support.iceberg import Warehouse
-from tests.support.tasks import batch_task
 
 OLD_MS = 3_600_000
 

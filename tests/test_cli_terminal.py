@@ -29,13 +29,13 @@ from pathlib import Path
 
 import pytest
 
+from builders.tasks import batch_task
 from polaris_pipeline.cli.output import TerminalProgress
 from polaris_pipeline.cli.parser import build_parser
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Prop
 from polaris_pipeline.tasks.ref import Lease
 from tests.support.iceberg import recorded_drop_task
-from tests.support.tasks import batch_task
 
 FILES = 5000
 WIDTH = 100

@@ -13,6 +13,7 @@ import pytest
 from pyiceberg.table import Table
 
 from builders import tasks as built_tasks
+from builders.tasks import batch_task
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.config import StorageConfig
@@ -21,7 +22,6 @@ from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.tasks.model import NewTask
 from tests.support.iceberg import Warehouse, drop_task_row, table_files, write_sidecars
 from tests.support.table_metadata import content_files
-from tests.support.tasks import batch_task
 
 
 def _local(uri: str) -> Path:

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from dagster import AssetCheckKey, AssetKey, AssetRecordsFilter
 
+from builders.daemon import DaemonHarness
+from builders.tasks import batch_task
 from polaris_pipeline.dagster.backlog.checks import (
     DEAD_CHECK,
     FAILING_CHECK,
@@ -22,9 +24,8 @@ from polaris_pipeline.dagster.backlog.checks import (
 from polaris_pipeline.dagster.backlog.report import ASSET_NAME, TOTAL_KEY, realm_key
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Prop
-from tests.support.daemon import DaemonHarness
 from tests.support.daemon_fixtures import metastore_for
-from tests.support.tasks import batch_task, seed
+from tests.support.tasks import seed
 
 pytestmark = pytest.mark.slow
 

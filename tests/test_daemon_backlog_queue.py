@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from dagster import DagsterRunStatus
 
-from tests.support.daemon import DaemonHarness
+from builders.daemon import DaemonHarness
 from tests.support.daemon_fixtures import existing, metastore_for, orphaned_batch_tasks
 
 pytestmark = pytest.mark.slow

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from dagster import AssetKey, DagsterRunStatus, RunsFilter
 
+from builders.runs import finished_task_run, has_total
+from builders.tasks import batch_task
 from polaris_pipeline.dagster.contract import (
     CONTRACT_VERSION,
     ORPHANED_CHILDREN,
@@ -27,8 +29,6 @@ from polaris_pipeline.dagster.contract import (
 from polaris_pipeline.tasks.model import Prop
 from polaris_pipeline.tasks.payloads import batch_cleanup_task_name
 from tests.support.daemon_fixtures import existing, metastore_for, touch_files
-from tests.support.runs import finished_task_run, has_total
-from tests.support.tasks import batch_task
 from tests.support.translators import TEAM, TEAM_TAG
 
 REALM = "POLARIS"

@@ -19,6 +19,8 @@ from dagster import DagsterEventType, DagsterRunStatus
 from dagster._core.scheduler.instigation import TickStatus
 
 from bench.manifests import write_with_pyiceberg
+from builders.daemon import DaemonHarness, kill_tree
+from builders.tasks import batch_task
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.tasks.model import NewTask, TaskState, TaskType
 from polaris_pipeline.tasks.payloads import (
@@ -32,14 +34,12 @@ from polaris_pipeline.tasks.payloads import (
     task_properties,
 )
 from tests.reliability.faults import write_plan
-from tests.support.daemon import DaemonHarness, kill_tree
 from tests.support.daemon_fixtures import (
     existing,
     metastore_for,
     touch_files,
     write_storage_config,
 )
-from tests.support.tasks import batch_task
 
 pytestmark = pytest.mark.slow
 

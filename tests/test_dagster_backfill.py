@@ -23,6 +23,7 @@ from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
 
+from builders.tasks import batch_task
 from polaris_pipeline.dagster.realm_backfill import (
     JOB_NAME,
     OP_NAME,
@@ -35,7 +36,7 @@ from polaris_pipeline.dagster.resources import (
 )
 from polaris_pipeline.dagster.sweeper import SENSOR_NAME, SweepCursor
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.report.formatting import iso_utc
+from polaris_pipeline.tasks.formatting import iso_utc
 from polaris_pipeline.tasks.model import NewTask, Prop
 from tests.support.dagster import (
     deployed_sensor,
@@ -43,7 +44,7 @@ from tests.support.dagster import (
     realm_run_config,
     sweeper_resources,
 )
-from tests.support.tasks import batch_task, seed
+from tests.support.tasks import seed
 
 ROOT = Path(__file__).resolve().parent.parent
 GRACE_MS = 30_000

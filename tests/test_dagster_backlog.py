@@ -26,6 +26,7 @@ from dagster import (
     materialize,
 )
 
+from builders.tasks import batch_task
 from polaris_pipeline.dagster.backlog import (
     BACKLOG_CHECKS,
     WATCH_NAME,
@@ -65,7 +66,7 @@ from tests.support.dagster import (
     metastore_resource,
     sweeper_resources,
 )
-from tests.support.tasks import batch_task, seed
+from tests.support.tasks import seed
 
 ROOT = Path(__file__).resolve().parent.parent
 DAGSTER = str(Path(sys.executable).parent / "dagster")

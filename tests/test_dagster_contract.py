@@ -23,8 +23,10 @@ from dagster import (
     execute_job,
     reconstructable,
 )
+from dagster._core.storage.tags import RUN_KEY_TAG as DAGSTERS_RUN_KEY_TAG
 from dagster.components.testing import create_defs_folder_sandbox
 
+from builders.tasks import batch_task
 from polaris_pipeline.dagster import PolarisSweeper, build_defs
 from polaris_pipeline.dagster.contract import (
     CONTRACT_VERSION,
@@ -32,6 +34,7 @@ from polaris_pipeline.dagster.contract import (
     JOB_NAME,
     ORPHANED_CHILDREN,
     ROOT_STEP,
+    RUN_KEY_TAG,
     TAG_ATTEMPT,
     TAG_CONTRACT,
     TAG_EXECUTOR,
@@ -59,7 +62,7 @@ from polaris_pipeline.tasks.payloads import batch_cleanup_task_name
 from tests.support import reexecution_job
 from tests.support.daemon_fixtures import write_storage_config
 from tests.support.dagster import metastore_resource
-from tests.support.tasks import TABLE_ID, batch_task, manifest_task_data
+from tests.support.tasks import TABLE_ID, manifest_task_data
 from tests.support.translators import TEAM, TEAM_TAG, LakeTranslator
 
 REALM = "POLARIS"
@@ -446,3 +449,8 @@ def test_report_run_uses_the_translator_it_is_given(
     key = AssetKey(["lake", "purged", REALM, "catalog_unknown", "ns", "t"])
     assert instance.get_latest_materialization_event(key) is not None
     assert json.loads(json.dumps(dict(run.tags)))[TEAM_TAG] == TEAM
+
+
+def test_the_run_key_tag_is_the_one_dagster_writes() -> None:
+    # Dagster exports no public name for it: the sweeper finds its runs by this string.
+    assert RUN_KEY_TAG == DAGSTERS_RUN_KEY_TAG

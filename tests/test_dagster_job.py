@@ -30,6 +30,8 @@ from dagster import (
 )
 
 from builders import tables as built_tables
+from builders.postgres import throwaway_database
+from builders.tasks import batch_task
 from polaris_pipeline.dagster.contract import run_config_for
 from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
@@ -50,10 +52,9 @@ from tests.support.dagster import (
     temp_instance,
 )
 from tests.support.iceberg import Warehouse, table_files
-from tests.support.postgres import throwaway_database
 from tests.support.table_metadata import content_files
 from tests.support.task_job import OLD_MS, drop, step_events, storage_resource, sweep
-from tests.support.tasks import batch_task, purge_child
+from tests.support.tasks import purge_child
 
 FAST_RETRIES = RetryPolicy(max_retries=2, delay=0.05)
 

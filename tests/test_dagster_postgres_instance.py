@@ -29,10 +29,10 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
+from builders.tasks import batch_task
 from polaris_pipeline.metastore import Metastore
 from tests.support.deploy import dagster_home_from_deploy
 from tests.support.metastore import PG_ADMIN_URL
-from tests.support.tasks import batch_task
 
 ROOT = Path(__file__).resolve().parent.parent
 DAGSTER = str(Path(sys.executable).parent / "dagster")

@@ -23,6 +23,8 @@ from dagster import (
     build_sensor_context,
 )
 
+from builders.runs import set_run_started
+from builders.tasks import batch_task
 from polaris_pipeline.dagster.contract import JOB_NAME, TaskRunConfig, run_config_for
 from polaris_pipeline.dagster.definitions import build_defs_from_env
 from polaris_pipeline.dagster.resources import (
@@ -35,8 +37,7 @@ from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskState
 from tests.support.dagster import deployed_sensor, metastore_resource, sweeper_resources
-from tests.support.runs import set_run_started
-from tests.support.tasks import batch_task, purge_child, seed
+from tests.support.tasks import purge_child, seed
 
 GRACE_MS = 30_000
 OLD_MS = 10 * 60_000

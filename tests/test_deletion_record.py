@@ -21,6 +21,7 @@ import pytest
 from pyiceberg.table import Table
 
 from builders import tasks as built_tasks
+from builders.tasks import batch_task
 from polaris_pipeline.cleanup.batch import run_batch_cleanup
 from polaris_pipeline.cleanup.context import CleanupContext
 from polaris_pipeline.cli.context import settings_for
@@ -39,7 +40,6 @@ from tests.support.cli import POLICY_FLAGS, run, url_of
 from tests.support.iceberg import Warehouse, drop_task_row, table_files
 from tests.support.s3 import MotoS3
 from tests.support.table_metadata import content_files
-from tests.support.tasks import batch_task
 from tests.support.unreferenced import add_unreferenced, settle
 
 NAME = re.compile(r"^attempt-1-[A-Za-z0-9._-]+-\d{8}T\d{12}Z-[0-9a-f]{6}\.jsonl$")

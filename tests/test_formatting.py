@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from polaris_pipeline.cli.table import Column, render
-from polaris_pipeline.report.formatting import (
+from polaris_pipeline.tasks.formatting import (
     error_cause,
     format_bytes,
     format_duration,

@@ -75,7 +75,8 @@ STORAGE_LAYERS = (
     ("guard", "scope", "local_walk"),  # what may be deleted; a delete that follows no link
     ("credentials.cache",),
     ("credentials.s3", "credentials.azure", "credentials.gcs"),
-    ("resolve", "input_file"),
+    ("input_file",),  # a pyiceberg file read through a resolver it does not import
+    ("resolve",),
     ("delete", "listing"),
     ("deletion_record",),  # the record of what a delete did
 )
@@ -133,11 +134,11 @@ def test_storage_is_layered() -> None:
 
 
 # The package from the bottom up: a module imports only its own unit or units below it.
-# A unit is a subpackage or a root module; report/formatting.py is a leaf of its own
-# (how times, sizes and names are written for people: engine messages use it too).
+# A unit is a subpackage or a root module; settings/bounds.py is a leaf of its own (a
+# number's bounds, one message each: the settings check them, and so does the engine).
 PACKAGE_LAYERS = (
-    ("errors", "bounds", "report.formatting"),
-    ("tasks",),  # rows, states, payloads, references: Polaris's data
+    ("errors", "settings.bounds"),
+    ("tasks",),  # rows, states, payloads, references: Polaris's data; how it is written
     ("storage",),  # locations, filesystems, credentials, the guard, deletes
     ("metastore",),  # statements and transitions over the rows
     ("cleanup",),  # one handler per task type, on storage
@@ -159,10 +160,10 @@ UPWARD_IMPORTS: dict[tuple[str, str], str] = {
 
 
 def _unit(module: str) -> str:
-    """``polaris_pipeline.storage.uri`` -> ``storage``; the leaf -> ``report.formatting``."""
+    """``polaris_pipeline.storage.uri`` -> ``storage``; the leaf -> ``settings.bounds``."""
     parts = module.split(".")[1:]
-    if parts[:2] == ["report", "formatting"]:
-        return "report.formatting"
+    if parts[:2] == ["settings", "bounds"]:
+        return "settings.bounds"
     return parts[0] if parts else ""
 
 
@@ -221,3 +222,90 @@ def test_the_packages_layers_point_down() -> None:
     engine = [rel for rel in imports if mine[rel] not in ("dagster", "testing")]
     assert [rel for rel in engine if any(_unit(m) == "dagster" for m in imports[rel])] == []
     assert len(engine) > 40  # the walk found the engine
+
+
+def test_the_package_root_holds_no_loose_module() -> None:
+    # Each module lives in the package of its concept; the root keeps what every one shares.
+    loose = {p.name for p in PACKAGE.glob("*.py")} - {"__init__.py", "__main__.py", "errors.py"}
+    assert loose == set()
+    assert (PACKAGE / "errors.py").is_file()  # the walk looked in the package
+
+
+def _private_dagster_imports(path: Path) -> list[tuple[int, bool]]:
+    """``(line, whether a comment says why just above)`` for each ``dagster._`` import."""
+    lines = path.read_text().splitlines()
+    found: list[tuple[int, bool]] = []
+    for node in ast.walk(ast.parse("\n".join(lines), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        else:
+            continue
+        if any(n.startswith("dagster._") for n in names):
+            above = lines[node.lineno - 2].strip() if node.lineno > 1 else ""
+            found.append((node.lineno, above.startswith("#")))
+    return found
+
+
+def test_each_private_dagster_import_says_why() -> None:
+    # dagster._ may change in any release: used only where no public name exists, and
+    # the line above says which name is missing.
+    root = PACKAGE.parent
+    files = [*PACKAGE.rglob("*.py")]
+    for name in sorted(CODE_LOCATION):
+        files += [*(root / name).rglob("*.py")] if (root / name).is_dir() else [root / f"{name}.py"]
+    found = {
+        f"{path.relative_to(root)}:{line}": why
+        for path in files
+        if path.is_file()
+        for line, why in _private_dagster_imports(path)
+    }
+    assert [where for where, why in found.items() if not why] == []
+    assert len(found) >= 3  # the walk found them
+    assert len(files) > 150
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Each module of the package -> the package modules it imports anywhere (inside a
+    function or under ``TYPE_CHECKING`` too); ``from pkg import mod`` counts as ``pkg.mod``."""
+    paths = {
+        ".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in PACKAGE.rglob("*.py")
+    }
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                submodules = {f"{node.module}.{a.name}" for a in node.names}
+                targets |= submodules if submodules <= set(paths) else {node.module}
+        graph[name] = {t for t in targets if t in paths and t != name}
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of ``graph``: each set of modules that reach one another."""
+    reach = {name: set(targets) for name, targets in graph.items()}
+    changed = True
+    while changed:  # the transitive closure; a few hundred modules, a few passes
+        changed = False
+        for targets in reach.values():
+            more = set().union(*(reach[t] for t in targets)) - targets
+            if more:
+                targets |= more
+                changed = True
+    circles = {
+        frozenset({n} | {t for t in reach[n] if n in reach[t]}) for n in reach if n in reach[n]
+    }
+    return sorted(sorted(c) for c in circles)
+
+
+def test_the_package_has_no_import_circle() -> None:
+    graph = _module_graph()
+    assert len(graph) > 100  # the walk found the package
+    assert _circles(graph) == []
+    # The check finds one: a module that imports one of its importers.
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -21,6 +21,7 @@ from pyiceberg.table import Table
 
 from builders import tables as built_tables
 from builders import tasks as built_tasks
+from builders.catalogs import catalog_entity
 from polaris_pipeline.cli.main import main
 from polaris_pipeline.leaks import drops as drops_module
 from polaris_pipeline.leaks.catalogs import read_catalogs
@@ -32,7 +33,7 @@ from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import LiveLocations
 from polaris_pipeline.storage.uri import normalize_uri, parse_location, split_uri
 from tests.support.iceberg import Warehouse, write_view_metadata
-from tests.support.leaks import catalog_entity, drop_event
+from tests.support.leaks import drop_event
 from tests.support.unreferenced import (
     NAMESPACE_TYPE_CODE,
     live_entity,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pyiceberg.table import Table
 
+from builders.catalogs import catalog_entity
 from polaris_pipeline.leaks.find import metastore_leaks
 from polaris_pipeline.leaks.reclaim import DAY_MS, reclaim_root
 from polaris_pipeline.metastore import Metastore
@@ -21,7 +22,6 @@ from polaris_pipeline.storage.config import StorageConfig, StorageRule
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.uri import normalize_uri
 from tests.support.catalog_storage import aws_storage_info, iam_s3_table
-from tests.support.leaks import catalog_entity
 from tests.support.s3 import MotoIam
 from tests.support.unreferenced import live_entity
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from pyiceberg.table import Table
 
+from builders.catalogs import catalog_entity
 from polaris_pipeline.leaks.find import metastore_leaks
 from polaris_pipeline.leaks.reclaim import DAY_MS, reclaim_root
 from polaris_pipeline.metastore import Metastore
@@ -29,7 +30,6 @@ from tests.support.azurite import Azurite, azurite  # noqa: F401
 from tests.support.catalog_storage import azure_location, azurite_table, fake_gcs_table
 from tests.support.gcs import EMULATOR_ENV, FakeGcs, fake_gcs  # noqa: F401
 from tests.support.iceberg import Warehouse
-from tests.support.leaks import catalog_entity
 from tests.support.unreferenced import live_entity
 
 

@@ -7,13 +7,13 @@ from typing import Any
 import pytest
 from dagster import DagsterInstance, DefaultScheduleStatus, materialize
 
+from builders.catalogs import catalog_entity
 from polaris_pipeline.dagster import LeakSettings, PolarisStorageResource, polaris_leaked_roots
 from polaris_pipeline.dagster.definitions import build_defs_from_env
 from polaris_pipeline.dagster.leaks import LEAKS_CHECK, LEAKS_JOB, LEAKS_SCHEDULE
 from polaris_pipeline.metastore import Metastore
 from tests.support.dagster import metastore_resource
 from tests.support.iceberg import Warehouse
-from tests.support.leaks import catalog_entity
 from tests.support.unreferenced import live_entity
 
 

@@ -16,6 +16,7 @@ from pyiceberg.table import Table
 
 from builders import tables as built_tables
 from builders import tasks as built_tasks
+from builders.catalogs import catalog_entity
 from polaris_pipeline.cli.main import main
 from polaris_pipeline.leaks.find import metastore_leaks
 from polaris_pipeline.leaks.reclaim import DAY_MS, check_min_age_days, reclaim_root
@@ -23,7 +24,7 @@ from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.settings.leaks import LeakSection
 from polaris_pipeline.storage.uri import normalize_uri, split_uri
 from tests.support.iceberg import Warehouse
-from tests.support.leaks import age_local_files, catalog_entity
+from tests.support.leaks import age_local_files
 from tests.support.unreferenced import live_entity, write_object
 
 WEEK_MS = 7 * DAY_MS

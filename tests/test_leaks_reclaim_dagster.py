@@ -20,6 +20,7 @@ from dagster import (
 from pyiceberg.table import Table
 
 from builders import tables as built_tables
+from builders.catalogs import catalog_entity
 from polaris_pipeline.dagster import LeakSettings, polaris_leaked_roots
 from polaris_pipeline.dagster.definitions import build_defs_from_env
 from polaris_pipeline.dagster.leaks import (
@@ -30,12 +31,7 @@ from polaris_pipeline.dagster.leaks import (
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.uri import normalize_uri, split_uri
 from tests.support.iceberg import Warehouse
-from tests.support.leaks import (
-    age_local_files,
-    catalog_entity,
-    reclaim_job,
-    reclaim_resources,
-)
+from tests.support.leaks import age_local_files, reclaim_job, reclaim_resources
 from tests.support.unreferenced import live_entity
 
 SQLITE = pytest.mark.parametrize("metastore_url", ["sqlite"], indirect=True)

@@ -26,6 +26,7 @@ from pyiceberg.table import Table
 
 from builders import tables as built_tables
 from builders import tasks as built_tasks
+from builders.catalogs import catalog_entity
 from polaris_pipeline.cli.main import main
 from polaris_pipeline.errors import GuardRefusal
 from polaris_pipeline.execution.runner import Runner, Status
@@ -36,7 +37,7 @@ from polaris_pipeline.storage.guard import PathGuard
 from polaris_pipeline.storage.uri import checked_location, split_uri
 from polaris_pipeline.tasks.model import TABLE_LIKE_TYPE_CODE
 from tests.support.iceberg import Warehouse, table_files
-from tests.support.leaks import age_local_files, catalog_entity, reclaim_job
+from tests.support.leaks import age_local_files, reclaim_job
 from tests.support.unreferenced import live_entity
 
 # -- the rule, for every store: each spelling refused or judged live ----------------------

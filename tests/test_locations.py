@@ -25,6 +25,7 @@ from dagster import DagsterInstance, SensorResult, build_sensor_context
 from pyiceberg.table import Table
 
 from builders import tasks as built_tasks
+from builders.tasks import batch_task
 from polaris_pipeline.cli import main
 from polaris_pipeline.dagster.resources import PolarisStorageResource, SweeperSettings
 from polaris_pipeline.dagster.sweeper import SENSOR_NAME
@@ -55,7 +56,6 @@ from tests.support.dagster import deployed_sensor, metastore_resource, sweeper_r
 from tests.support.gcs import FakeGcs, fake_gcs  # noqa: F401
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.s3 import MotoIam
-from tests.support.tasks import batch_task
 
 OLD_MS = 10 * 60_000
 

@@ -8,12 +8,13 @@ import time
 import pytest
 from sqlalchemy import text, update
 
+from builders.tasks import batch_task
 from polaris_pipeline.errors import LeaseLost, MetastoreError, SchemaMismatchError
 from polaris_pipeline.metastore import CompleteOutcome, FailOutcome, Metastore
 from polaris_pipeline.metastore.schema import entities
 from polaris_pipeline.tasks.model import Prop, TaskPolicy, TaskState
 from tests.support.metastore import restart_lease
-from tests.support.tasks import batch_task, insert_raw_task, seed
+from tests.support.tasks import insert_raw_task, seed
 
 
 def _set_props(store: Metastore, realm: str, task_id: int, **changes: str | None) -> None:

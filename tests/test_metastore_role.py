@@ -19,13 +19,13 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.pool import NullPool
 
+from builders.restricted_role import apply_role_script, login_role, restrict
 from polaris_pipeline.cli import main
 from polaris_pipeline.metastore import Metastore, queries
 from polaris_pipeline.metastore.privileges import role_script
 from polaris_pipeline.metastore.transitions import CompleteOutcome, DiscardOutcome, FailOutcome
 from polaris_pipeline.tasks.model import TABLE_LIKE_TYPE_CODE, TaskPolicy, TaskState
 from polaris_pipeline.tasks.ref import Lease
-from tests.support.restricted_role import apply_role_script, login_role, restrict
 from tests.support.tasks import batch_task
 from tests.support.unhandled import polaris_cleanup_task
 

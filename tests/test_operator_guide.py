@@ -52,16 +52,16 @@ from sqlalchemy.pool import NullPool
 
 from builders import tables as built_tables
 from builders import tasks as built_tasks
+from builders.catalogs import catalog_entity
+from builders.ports import free_port
+from builders.postgres import database_url, throwaway_database
+from builders.tasks import batch_task
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.tasks.model import NewTask, Prop
 from tests.support.iceberg import table_files
-from tests.support.leaks import catalog_entity
 from tests.support.metastore import PG_ADMIN_URL
-from tests.support.ports import free_port
-from tests.support.postgres import database_url, throwaway_database
 from tests.support.s3 import MotoS3
-from tests.support.tasks import batch_task
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "docs" / "operator-guide.md"

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from builders.tasks import task_row
+from builders.tasks import batch_task, task_row
 from polaris_pipeline.cleanup.context import CleanupContext
 from polaris_pipeline.cleanup.dispatch import run_cleanup
 from polaris_pipeline.execution.runner import Runner
@@ -33,7 +33,7 @@ from polaris_pipeline.tasks.payloads import (
     table_identifier,
 )
 from tests.support.iceberg import Warehouse, drop_task_row, recorded_drop_task, table_files
-from tests.support.tasks import batch_task, set_schema_version
+from tests.support.tasks import set_schema_version
 
 # -- the batch payload's type, per schema version --------------------------------------
 

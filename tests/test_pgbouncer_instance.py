@@ -20,10 +20,8 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
 
-from tests.support.daemon import DaemonConfig, DaemonHarness
-from tests.support.daemon_fixtures import existing, metastore_for, orphaned_batch_tasks
-from tests.support.metastore import PG_ADMIN_URL
-from tests.support.pgbouncer import (
+from builders.daemon import DaemonConfig, DaemonHarness
+from builders.pgbouncer import (
     EXAMPLE,
     EXAMPLE_AUTH_TYPE,
     local_config,
@@ -31,6 +29,8 @@ from tests.support.pgbouncer import (
     running_pgbouncer,
     server_sessions,
 )
+from tests.support.daemon_fixtures import existing, metastore_for, orphaned_batch_tasks
+from tests.support.metastore import PG_ADMIN_URL
 
 REALM = "POLARIS"
 TASKS = 8

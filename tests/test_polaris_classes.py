@@ -28,6 +28,8 @@ import pytest
 
 from builders import tables as built_tables
 from builders import tasks as built_tasks
+from builders.postgres import database_url, throwaway_database
+from builders.tasks import batch_task
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.config import StorageConfig
@@ -44,8 +46,6 @@ from tests.support.polaris_classes import (
     PolarisHarness,
     install,
 )
-from tests.support.postgres import database_url, throwaway_database
-from tests.support.tasks import batch_task
 
 pytestmark = pytest.mark.slow
 

@@ -35,6 +35,7 @@ from sqlalchemy import create_engine, text
 
 from builders import tables as built_tables
 from builders import tasks as built_tasks
+from builders.postgres import database_url, throwaway_database
 from polaris_pipeline.execution.runner import Runner, child_stages
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.storage.config import StorageConfig
@@ -49,7 +50,6 @@ from tests.support.iceberg import Warehouse
 from tests.support.java import WrittenTable, write_iceberg_tables
 from tests.support.polaris_classes import InstallError, PolarisHarness, install
 from tests.support.polaris_writer import polaris_children
-from tests.support.postgres import database_url, throwaway_database
 from tests.support.table_metadata import referenced_files
 from tests.support.tasks import dropped_entity_json, manifest_task_data
 

@@ -16,13 +16,13 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.engine import Connection, CursorResult
 
+from builders.restricted_role import restricted_role_wanted
+from builders.tasks import batch_task
 from polaris_pipeline.metastore import Metastore, queries
 from polaris_pipeline.metastore.queries import Query
 from polaris_pipeline.metastore.schema import events
 from polaris_pipeline.tasks.model import Prop, RealmOverride, TaskPolicy, TaskRow
 from tests.support.metastore import ALL_QUERIES
-from tests.support.restricted_role import restricted_role_wanted
-from tests.support.tasks import batch_task
 
 REALM = "r"
 OLD_MS = 3_600_000

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from builders.tasks import drop_table_task
+from builders.tasks import batch_task, drop_table_task
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import (
@@ -20,7 +20,6 @@ from polaris_pipeline.tasks.model import (
 )
 from polaris_pipeline.tasks.payloads import decode_batch_cleanup
 from tests.support.iceberg import Warehouse
-from tests.support.tasks import batch_task
 
 
 def _store(metastore: Metastore, policy: TaskPolicy) -> Metastore:

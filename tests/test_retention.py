@@ -48,6 +48,7 @@ from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster.components.testing import create_defs_folder_sandbox
 from sqlalchemy import func, select
 
+from builders.runs import set_run_updated
 from polaris_pipeline.dagster import (
     PolarisSweeper,
     RetentionSettings,
@@ -80,7 +81,6 @@ from polaris_pipeline.report.step_record import STEP_RECORD_KEY, StepRecord
 from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.settings import PipelineSettings, SettingsError
 from tests.support.dagster import dagster_postgres_url, metastore_resource, temp_instance
-from tests.support.runs import set_run_updated
 
 RETENTION = RetentionSettings(success_days=7, failure_days=30, batch_size=100)
 TABLE_KEY = AssetKey(["polaris", "POLARIS", "catalog_unknown", "ns", "orders"])

@@ -17,6 +17,7 @@ from dagster import DagsterInstance, SensorResult, build_sensor_context
 from dagster._core.events import DagsterEvent
 
 from builders import tasks as built_tasks
+from builders.tasks import batch_task
 from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
     PolarisStorageResource,
@@ -28,7 +29,6 @@ from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask
 from tests.support.dagster import deployed_sensor, sweeper_resources
 from tests.support.iceberg import Warehouse, table_files
-from tests.support.tasks import batch_task
 
 OLD_MS = 10 * 60_000
 LEASE_KEYS = {

@@ -20,6 +20,7 @@ import pytest
 from dagster import DagsterInstance
 from dagster._serdes import serialize_value
 
+from builders.tasks import batch_task
 from polaris_pipeline.cli import main
 from polaris_pipeline.dagster import PolarisSweeper
 from polaris_pipeline.dagster.alerts import run_failure_alert
@@ -32,7 +33,6 @@ from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.redact import redact
 from polaris_pipeline.storage.resolve import StorageResolver
 from tests.support.dagster import realm_run_config
-from tests.support.tasks import batch_task
 
 QUERY_PASSWORD = f"Qpw-{uuid.uuid4().hex[:12]}"
 SSL_PASSWORD = f"Ssl-{uuid.uuid4().hex[:12]}"

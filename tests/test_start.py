@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
+from builders.tasks import batch_task
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
 from polaris_pipeline.execution import runner as runner_module
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.execution.start import StartAction
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask, Prop
-from tests.support.tasks import batch_task
 
 OLD_MS = 10 * 60_000
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from builders.tasks import task_row
+from builders.tasks import batch_task, task_row
 from polaris_pipeline.dagster.contract import run_task_ids
 from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
 from polaris_pipeline.dagster.sweep_plan import SweepPlan, plan_sweep, queue_limit, rows_to_read
 from polaris_pipeline.tasks.model import TaskRow
-from tests.support.tasks import batch_task, purge_child
+from tests.support.tasks import purge_child
 
 HOUR_AGO = 1_700_000_000_000 - 3_600_000
 SETTINGS = SweeperSettings(max_runs_per_tick=5, max_pending_runs=20)

@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sqlalchemy import text
 
+from builders.tasks import batch_task
 from polaris_pipeline.dagster.definitions import build_defs_from_env
 from polaris_pipeline.execution.runner import Runner, Status
 from polaris_pipeline.execution.telemetry import AttemptSpan, AttemptTracer
@@ -28,7 +29,6 @@ from polaris_pipeline.metastore.events import event_catalog
 from polaris_pipeline.settings import PipelineSettings
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskPolicy
 from polaris_pipeline.tasks.release import parse_task_events
-from tests.support.tasks import batch_task
 
 EVENT_COLUMNS = (
     "realm_id, catalog_id, event_id, request_id, event_type, timestamp_ms, principal_name, "

@@ -18,6 +18,7 @@ from sqlalchemy import Delete, TextClause, Update, select
 from sqlalchemy.sql import operators, visitors
 from sqlalchemy.sql.elements import BinaryExpression, BindParameter
 
+from builders.restricted_role import admin_connection
 from polaris_pipeline.metastore import Metastore, queries
 from polaris_pipeline.metastore.queries import POSTGRESQL, SQLITE, Query
 from polaris_pipeline.metastore.rows import decode_row
@@ -30,7 +31,6 @@ from polaris_pipeline.tasks.model import (
     TaskRow,
 )
 from tests.support.metastore import ALL_QUERIES
-from tests.support.restricted_role import admin_connection
 
 REALM = "r"
 ENTITY_ID = 4711

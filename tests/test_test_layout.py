@@ -1,10 +1,12 @@
 """The test suite's own layout, as its syntax trees draw it.
 
 Helpers live in ``tests/support/`` (and the reliability harness beside its
-scenarios): a test module never imports another test module, which would run
-that module's collection side effects and tie two files' edits together. The
-pieces once written several times exist once: the free port, the throwaway
-PostgreSQL database, the ``store`` and ``policy`` fixtures.
+scenarios), or in ``builders/`` when the demo or the benchmarks use them too
+(``bench/`` and ``builders/`` import nothing of ``tests/``): a test module never
+imports another test module, which would run that module's collection side effects
+and tie two files' edits together. The pieces once written several times exist
+once: the free port, the throwaway PostgreSQL database, the ``store`` and
+``policy`` fixtures.
 """
 
 from __future__ import annotations
@@ -23,10 +25,16 @@ from tests.support.scheduling import ONE_WORKER_MODULES
 TESTS = Path(__file__).resolve().parent
 
 
-def _trees() -> dict[str, ast.Module]:
+# What the suite shares with the demo and the benchmarks lives in builders/.
+SHARED = ("tests", "builders", "bench")
+
+
+def _trees(*dirs: str) -> dict[str, ast.Module]:
+    """Each module under ``dirs`` (the suite alone by default) -> its syntax tree."""
     return {
         str(path.relative_to(TESTS.parent)): ast.parse(path.read_text(), str(path))
-        for path in sorted(TESTS.rglob("*.py"))
+        for name in dirs or ("tests",)
+        for path in sorted((TESTS.parent / name).rglob("*.py"))
     }
 
 
@@ -57,7 +65,7 @@ def _definitions(tree: ast.Module, name: str) -> int:
 
 def _where_defined(*names: str) -> dict[str, int]:
     found: dict[str, int] = {}
-    for path, tree in _trees().items():
+    for path, tree in _trees(*SHARED).items():
         count = sum(_definitions(tree, name) for name in names)
         if count:
             found[path] = count
@@ -93,18 +101,52 @@ def test_the_check_sees_every_spelling_of_a_test_module_import() -> None:
     ]
 
 
+# bench/ modules that still import tests/support/, each with why; fixing one removes it.
+BENCH_IMPORTS_OF_TESTS = {
+    ("bench/soak.py", "tests.support.polaris_writer"): "to move to builders/ (edited elsewhere)",
+    ("bench/lease.py", "tests.support.polaris_leaser"): "to move to builders/ (edited elsewhere)",
+}
+
+
+def _imports_of_tests(trees: dict[str, ast.Module]) -> set[tuple[str, str]]:
+    """``(path, module of tests/)`` for each import of the suite, in a function too."""
+    found: set[tuple[str, str]] = set()
+    for path, tree in trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module]
+            else:
+                continue
+            found.update((path, m) for m in modules if m.split(".")[0] == "tests")
+    return found
+
+
+def test_the_benchmarks_and_builders_import_nothing_of_the_suite() -> None:
+    # The suite may import builders/; bench/ and builders/ run without tests/ (what
+    # both use lives in builders/), so a test helper's edit cannot break a benchmark.
+    trees = _trees("bench", "builders")
+    assert len(trees) > 20  # the walk found them
+    found = _imports_of_tests(trees)
+    assert found - set(BENCH_IMPORTS_OF_TESTS) == set()
+    assert set(BENCH_IMPORTS_OF_TESTS) - found == set(), "a fixed one leaves the list"
+    probe = ast.parse("def f() -> None:\n    import tests.support.tasks\n")
+    assert _imports_of_tests({"bench/x.py": probe}) == {("bench/x.py", "tests.support.tasks")}
+
+
 def test_a_free_port_is_found_in_one_place() -> None:
-    assert _where_defined("free_port", "_free_port") == {"tests/support/ports.py": 1}
+    assert _where_defined("free_port", "_free_port") == {"builders/ports.py": 1}
 
 
 def test_databases_are_created_in_one_place() -> None:
     creators = {
         path
-        for path in _trees()
+        for path in _trees(*SHARED)
         if "CREATE DATABASE" in (TESTS.parent / path).read_text()
         and not path.endswith("test_test_layout.py")
     }
-    assert creators == {"tests/support/postgres.py"}
+    assert creators == {"builders/postgres.py"}
 
 
 def test_the_store_and_policy_fixtures_are_defined_once() -> None:
@@ -134,7 +176,7 @@ def test_the_benchmarks_old_admin_url_variable_still_works_with_a_warning() -> N
     code = (
         "import warnings; warnings.simplefilter('error', DeprecationWarning)\n"
         "try:\n"
-        "    import tests.support.postgres\n"
+        "    import builders.postgres\n"
         "except DeprecationWarning as w:\n"
         "    print('warned:', w)\n"
     )
@@ -144,7 +186,7 @@ def test_the_benchmarks_old_admin_url_variable_still_works_with_a_warning() -> N
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     ).stdout
     assert "warned: POLARIS_PIPELINE_BENCH_PG is deprecated" in out, out
-    probe = "import tests.support.postgres as p; import bench.common as b; print(p.PG_ADMIN_URL)"
+    probe = "import builders.postgres as p; import bench.common as b; print(p.PG_ADMIN_URL)"
     got = subprocess.run(
         [sys.executable, "-W", "ignore", "-c", probe], env=env, capture_output=True, text=True
     )

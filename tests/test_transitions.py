@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
+from builders.tasks import batch_task
 from polaris_pipeline.metastore import Metastore, transitions
 from polaris_pipeline.metastore.transitions import (
     CompleteOutcome,
@@ -28,7 +29,6 @@ from polaris_pipeline.tasks.model import (
     TaskState,
 )
 from polaris_pipeline.tasks.ref import Lease
-from tests.support.tasks import batch_task
 from tests.support.unhandled import polaris_cleanup_task
 
 NOW = 1_700_000_000_000

@@ -21,12 +21,12 @@ from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.leaks.reclaim import ReclaimReport
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.report.formatting import PATH_SAMPLE
 from polaris_pipeline.report.leaks_view import reclaim_json, reclaim_line
 from polaris_pipeline.report.outcome_view import OutcomeView, totals_json
 from polaris_pipeline.report.step_record import read_step
 from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.storage.delete import DeleteReport
+from polaris_pipeline.tasks.formatting import PATH_SAMPLE
 from polaris_pipeline.tasks.ref import Lease
 from tests.support.cleanup_sweep import assert_all_ok, sweep
 from tests.support.iceberg import Warehouse, drop_task_row, table_files

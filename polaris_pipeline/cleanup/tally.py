@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from polaris_pipeline.cleanup.context import CleanupResult
-from polaris_pipeline.report.formatting import PATH_SAMPLE
 from polaris_pipeline.storage.delete import DeleteReport
+from polaris_pipeline.tasks.formatting import PATH_SAMPLE
 
 
 def tally(

@@ -45,7 +45,6 @@ from polaris_pipeline.cleanup.roots import recorded_roots
 from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
 from polaris_pipeline.errors import MetastoreError, PayloadError, StorageError
 from polaris_pipeline.metastore.overlap import Overlap
-from polaris_pipeline.report.formatting import PATH_SAMPLE
 from polaris_pipeline.storage.catalog_config import catalog_storage
 from polaris_pipeline.storage.delete import MAX_KEYS_PER_REQUEST, bulk_delete
 from polaris_pipeline.storage.listing import ListedObject, list_prefix, remove_empty_directories
@@ -55,6 +54,7 @@ from polaris_pipeline.storage.uri import (
     normalize_uri,
     parse_location,
 )
+from polaris_pipeline.tasks.formatting import PATH_SAMPLE
 from polaris_pipeline.tasks.payloads import DroppedEntity
 from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
 

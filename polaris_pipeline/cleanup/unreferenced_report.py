@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from polaris_pipeline.report.formatting import PATH_SAMPLE, retention_text
+from polaris_pipeline.tasks.formatting import PATH_SAMPLE, retention_text
 
 
 @dataclass

@@ -14,9 +14,9 @@ from typing import Any
 from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.connection import make_engine, resolve_url
-from polaris_pipeline.report.formatting import realms_text
 from polaris_pipeline.settings import PipelineSettings
 from polaris_pipeline.storage.config import StorageConfig
+from polaris_pipeline.tasks.formatting import realms_text
 from polaris_pipeline.tasks.model import TaskRow
 
 # 0 success, 1 a task run or swept failed, 2 bad input or unreachable services.

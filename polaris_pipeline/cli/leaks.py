@@ -19,7 +19,6 @@ from polaris_pipeline.cli.table import Column, output_width, render
 from polaris_pipeline.leaks.find import metastore_leaks
 from polaris_pipeline.leaks.reclaim import check_min_age_days, reclaim_root
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.report.formatting import format_bytes, truncate
 from polaris_pipeline.report.leaks_view import (
     catalog_heading,
     reclaim_json,
@@ -29,6 +28,7 @@ from polaris_pipeline.report.leaks_view import (
 )
 from polaris_pipeline.settings import PipelineSettings
 from polaris_pipeline.storage.resolve import StorageResolver
+from polaris_pipeline.tasks.formatting import format_bytes, truncate
 
 
 def _reclaim(

@@ -1,7 +1,7 @@
 """What the commands print: tables and lines that fit the terminal, and their JSON.
 
 An outcome's line and record are the outcome view's (``report.outcome_view``), as
-everywhere; ids and times in JSON are ``report.formatting``'s.
+everywhere; ids and times in JSON are ``tasks.formatting``'s.
 """
 
 from __future__ import annotations
@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Any, TextIO
 from polaris_pipeline.cli.table import Column, output_width, render
 from polaris_pipeline.execution.outcome import TaskOutcome
 from polaris_pipeline.metastore.transitions import DiscardOutcome, DiscardResult
-from polaris_pipeline.report.formatting import (
+from polaris_pipeline.report.outcome_view import OutcomeView, totals_json, unreferenced_json
+from polaris_pipeline.report.progress import ProgressSink
+from polaris_pipeline.report.totals import OutcomeTotals
+from polaris_pipeline.settings import PipelineSettings
+from polaris_pipeline.storage.redact import mask_value
+from polaris_pipeline.tasks.decoded import DecodedTask
+from polaris_pipeline.tasks.formatting import (
     add_json_times,
     error_cause,
     iso_utc,
@@ -27,12 +33,6 @@ from polaris_pipeline.report.formatting import (
     task_label,
     truncate,
 )
-from polaris_pipeline.report.outcome_view import OutcomeView, totals_json, unreferenced_json
-from polaris_pipeline.report.progress import ProgressSink
-from polaris_pipeline.report.totals import OutcomeTotals
-from polaris_pipeline.settings import PipelineSettings
-from polaris_pipeline.storage.redact import mask_value
-from polaris_pipeline.tasks.decoded import DecodedTask
 from polaris_pipeline.tasks.hold import DROP_TIME_SOURCE
 from polaris_pipeline.tasks.model import TaskRow, TaskState
 from polaris_pipeline.tasks.release import ResolvedRelease

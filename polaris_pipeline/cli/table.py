@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
-from polaris_pipeline.report.formatting import truncate
+from polaris_pipeline.tasks.formatting import truncate
 
 GAP = "  "
 

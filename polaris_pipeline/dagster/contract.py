@@ -41,6 +41,9 @@ JOB_NAME = "polaris_task_job"
 
 # ------------------------------------------------------------------ run tags
 
+# The tag Dagster files a RunRequest's run key under. Dagster 1.13 exports no public
+# name for it, only a private one (test_dagster_contract holds the two equal).
+RUN_KEY_TAG = "dagster/run_key"
 TAG_CONTRACT = "polaris/contract"
 TAG_REALM = "polaris/realm"
 TAG_TASK_ID = "polaris/task_id"

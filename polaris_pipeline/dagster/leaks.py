@@ -56,7 +56,6 @@ from polaris_pipeline.leaks.auto_reclaim import auto_reclaim
 from polaris_pipeline.leaks.find import metastore_leaks
 from polaris_pipeline.leaks.model import LeakReport
 from polaris_pipeline.leaks.reclaim import ReclaimReport, check_min_age_days, reclaim_root
-from polaris_pipeline.report.formatting import format_bytes
 from polaris_pipeline.report.leaks_view import (
     catalog_heading,
     reclaim_json,
@@ -64,6 +63,7 @@ from polaris_pipeline.report.leaks_view import (
     root_json,
 )
 from polaris_pipeline.settings import LeakSection
+from polaris_pipeline.tasks.formatting import format_bytes
 
 LEAKS_ASSET = "polaris_leaked_roots"
 LEAKS_CHECK = "leaked_bytes_below_threshold"

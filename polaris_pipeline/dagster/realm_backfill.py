@@ -39,10 +39,10 @@ from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResourc
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.execution.runner import Runner
-from polaris_pipeline.report.formatting import realms_text
 from polaris_pipeline.report.outcome_view import OutcomeView
 from polaris_pipeline.report.progress import ProgressSink
 from polaris_pipeline.report.totals import OutcomeTotals, status_word
+from polaris_pipeline.tasks.formatting import realms_text
 from polaris_pipeline.tasks.model import TaskState
 
 JOB_NAME = "polaris_realm_backfill_job"

@@ -44,14 +44,12 @@ from dagster import (
     SkipReason,
     sensor,
 )
-
-# Dagster 1.13 exports no name for its run key tag: the one its own code uses.
-from dagster._core.storage.tags import RUN_KEY_TAG
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from polaris_pipeline.dagster.backlog.settings import BacklogSettings
 from polaris_pipeline.dagster.backlog.sweep_report import BacklogReporter
 from polaris_pipeline.dagster.contract import (
+    RUN_KEY_TAG,
     run_key,
 )
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from polaris_pipeline.report.formatting import iso_utc
+from polaris_pipeline.tasks.formatting import iso_utc
 
 SENSOR_NAME = "polaris_task_sweeper"
 

@@ -41,10 +41,10 @@ from polaris_pipeline.errors import StorageConfigError
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.execution.start import StartAction, StartDecision
-from polaris_pipeline.report.formatting import iso_utc_seconds
 from polaris_pipeline.report.outcome_view import OutcomeView
 from polaris_pipeline.report.progress import ProgressSink
 from polaris_pipeline.tasks.decoded import task_type_name
+from polaris_pipeline.tasks.formatting import iso_utc_seconds
 from polaris_pipeline.tasks.ref import Lease, TaskRef
 
 # (summary: the step's output; metadata; the outcome, None when nothing ran)

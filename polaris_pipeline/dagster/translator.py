@@ -36,7 +36,6 @@ from polaris_pipeline.dagster.tables import (
 )
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.report.fields import UNREFERENCED
-from polaris_pipeline.report.formatting import PATH_SAMPLE, iso_utc_seconds, quoted_task_label
 from polaris_pipeline.report.outcome_view import (
     SHARED_LOCATION_OVERRIDDEN,
     OutcomeView,
@@ -52,6 +51,7 @@ from polaris_pipeline.report.totals import (
 )
 from polaris_pipeline.storage.uri import split_uri
 from polaris_pipeline.tasks.decoded import DecodedTask, task_type_name
+from polaris_pipeline.tasks.formatting import PATH_SAMPLE, iso_utc_seconds, quoted_task_label
 from polaris_pipeline.tasks.model import TaskRow
 from polaris_pipeline.tasks.orphans import CandidateRun
 from polaris_pipeline.tasks.ref import Lease, TaskRef

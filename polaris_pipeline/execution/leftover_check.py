@@ -20,26 +20,26 @@ location to list.
 The ``Runner`` calls ``after_attempt`` when an attempt ends, and ``after_table_vanished``
 when a table whose unreferenced phase waited for its children finds its row gone. Both
 read the task as the attempt decoded it (``TaskOutcome.task``), and list through the
-Runner's public dry-run context (``Runner.cleanup_context``, ``Runner.reach_storage``).
+Runner's public dry-run context (``Runner.cleanup_context``, ``Runner.reach_storage``),
+which ``Lister`` names so that this module needs nothing of ``runner.py``.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from polaris_pipeline.cleanup.context import CleanupResult
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
 from polaris_pipeline.cleanup.unreferenced import run_unreferenced
 from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
 from polaris_pipeline.errors import LeaseLost, PolarisPipelineError, one_line
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
+from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import LiveLocations
 from polaris_pipeline.tasks.decoded import DecodedTask
 from polaris_pipeline.tasks.payloads import DroppedEntity
+from polaris_pipeline.tasks.ref import Lease
 from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
-
-if TYPE_CHECKING:
-    from polaris_pipeline.execution.runner import Runner
 
 log = logging.getLogger("polaris_pipeline.runner")
 
@@ -47,6 +47,19 @@ ROW_GONE = (
     "its row is gone (run to its end by Polaris or by the holder after us, or discarded); "
     "what is left under its location was listed, nothing deleted"
 )
+
+
+class Lister(Protocol):
+    """What the check needs of the ``Runner``: its metastore and a dry run's storage."""
+
+    @property
+    def metastore(self) -> Metastore: ...
+
+    def schema_version(self) -> int | None: ...
+
+    def cleanup_context(self, task: DecodedTask, lease: Lease | None = None) -> CleanupContext: ...
+
+    def reach_storage(self, ctx: CleanupContext) -> None: ...
 
 
 def _vanished(outcome: TaskOutcome) -> bool:
@@ -58,7 +71,7 @@ def _vanished(outcome: TaskOutcome) -> bool:
     return outcome.status is Status.DONE and result is not None and not result.ok
 
 
-def left_under(runner: Runner, task: DecodedTask, entity: DroppedEntity) -> UnreferencedReport:
+def left_under(runner: Lister, task: DecodedTask, entity: DroppedEntity) -> UnreferencedReport:
     """What is under ``entity``'s recorded location now, listed and never deleted."""
     ctx = runner.cleanup_context(task)  # no lease: a dry run's context, which deletes nothing
     try:
@@ -76,7 +89,7 @@ def left_under(runner: Runner, task: DecodedTask, entity: DroppedEntity) -> Unre
         return UnreferencedReport(mode=UnreferencedMode.REPORT.value, dry_run=True, error=str(exc))
 
 
-def _checked(runner: Runner, outcome: TaskOutcome) -> TaskOutcome:
+def _checked(runner: Lister, outcome: TaskOutcome) -> TaskOutcome:
     task = outcome.task
     # The dropped table or view of an ENTITY_CLEANUP task; None for a child, a row
     # gone before the attempt read it, or a payload that did not decode.
@@ -94,12 +107,12 @@ def _checked(runner: Runner, outcome: TaskOutcome) -> TaskOutcome:
     return outcome.evolve(result=result, error=error)
 
 
-def after_attempt(runner: Runner, outcome: TaskOutcome) -> TaskOutcome:
+def after_attempt(runner: Lister, outcome: TaskOutcome) -> TaskOutcome:
     """``outcome``, with what is left under its location when its row vanished
     meanwhile; unchanged otherwise."""
     return _checked(runner, outcome) if _vanished(outcome) else outcome
 
 
-def after_table_vanished(runner: Runner, outcome: TaskOutcome) -> TaskOutcome:
+def after_table_vanished(runner: Lister, outcome: TaskOutcome) -> TaskOutcome:
     """A deferred table whose row was gone once its children ran: what is left."""
     return _checked(runner, outcome)

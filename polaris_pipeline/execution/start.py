@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.report.formatting import iso_utc_seconds, purges_after
 from polaris_pipeline.tasks.decoded import DecodedTask
+from polaris_pipeline.tasks.formatting import iso_utc_seconds, purges_after
 from polaris_pipeline.tasks.model import TaskRow, TaskState
 from polaris_pipeline.tasks.ref import Lease
 

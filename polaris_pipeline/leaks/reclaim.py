@@ -39,7 +39,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from polaris_pipeline.bounds import at_least, finite
 from polaris_pipeline.cleanup.gc_policy import gc_enabled
 from polaris_pipeline.errors import MetastoreError, StorageError
 from polaris_pipeline.leaks.catalogs import catalog_resolver, read_catalogs
@@ -53,6 +52,7 @@ from polaris_pipeline.leaks.model import CatalogRef
 from polaris_pipeline.leaks.owners import RootOwners
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import LiveLocations
+from polaris_pipeline.settings.bounds import at_least, finite
 from polaris_pipeline.storage.delete import DeleteReport, bulk_delete
 from polaris_pipeline.storage.deletion_record import DeletionRecord, ReclaimHeader
 from polaris_pipeline.storage.listing import (

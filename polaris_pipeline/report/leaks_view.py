@@ -10,7 +10,7 @@ from typing import Any
 
 from polaris_pipeline.leaks.model import CatalogLeaks, LeakedRoot, LeakReport
 from polaris_pipeline.leaks.reclaim import DAY_MS, ReclaimReport
-from polaris_pipeline.report.formatting import (
+from polaris_pipeline.tasks.formatting import (
     add_json_times,
     format_bytes,
     iso_utc_seconds,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from polaris_pipeline.report.formatting import iso_utc, realms_text, relative_time
+from polaris_pipeline.tasks.formatting import iso_utc, realms_text, relative_time
 from polaris_pipeline.tasks.model import TaskPolicy, TaskRow, TaskState
 from polaris_pipeline.tasks.summary import available_at_ms
 

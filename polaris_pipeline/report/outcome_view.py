@@ -22,7 +22,9 @@ from polaris_pipeline.report.fields import (
     UNREFERENCED_FIELDS,
     OutcomeField,
 )
-from polaris_pipeline.report.formatting import (
+from polaris_pipeline.report.totals import OutcomeTotals, retention_state
+from polaris_pipeline.tasks.decoded import task_type_name
+from polaris_pipeline.tasks.formatting import (
     add_json_times,
     error_cause,
     format_bytes,
@@ -32,8 +34,6 @@ from polaris_pipeline.report.formatting import (
     short_task_name,
     truncate,
 )
-from polaris_pipeline.report.totals import OutcomeTotals, retention_state
-from polaris_pipeline.tasks.decoded import task_type_name
 from polaris_pipeline.tasks.summary import PayloadSummary, summarize
 
 if TYPE_CHECKING:

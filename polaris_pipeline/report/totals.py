@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.report.fields import OUTCOME_FIELDS, RETENTION_FIELDS, SIZES_UNREPORTED
-from polaris_pipeline.report.formatting import format_bytes, retention_text
+from polaris_pipeline.tasks.formatting import format_bytes, retention_text
 
 if TYPE_CHECKING:
     from polaris_pipeline.cleanup.context import CleanupResult

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from polaris_pipeline.bounds import at_least
 from polaris_pipeline.leaks.reclaim import MIN_AGE_FLOOR_DAYS, check_min_age_days
+from polaris_pipeline.settings.bounds import at_least
 from polaris_pipeline.settings.section import Section, nonblank_cron
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from polaris_pipeline.bounds import at_least
+from polaris_pipeline.settings.bounds import at_least
 from polaris_pipeline.settings.section import Section, nonblank_cron
 
 

@@ -39,12 +39,12 @@ from fsspec.asyn import AsyncFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
 from polaris_pipeline.errors import StorageError
-from polaris_pipeline.report.formatting import PATH_SAMPLE
 from polaris_pipeline.storage.local_walk import ParentDir, TrustedRoots, UnsafeComponent
 from polaris_pipeline.storage.options import is_s3
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.retention_probe import Retention
 from polaris_pipeline.storage.uri import split_uri
+from polaris_pipeline.tasks.formatting import PATH_SAMPLE
 
 MAX_KEYS_PER_REQUEST = 1000  # the S3 DeleteObjects limit
 

@@ -3,20 +3,30 @@
 Kept apart from ``resolve`` so that importing the resolver does not import
 pyiceberg (see ``StorageResolver.input_file``). Built on pyiceberg's base
 ``InputFile``, not its ``FsspecInputFile``: that module imports pyiceberg's REST
-catalog too, about a tenth of a second of every table run's start.
+catalog too, about a tenth of a second of every table run's start. It reaches the
+resolver only through ``FileReach``, so it imports nothing of ``resolve``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from fsspec import AbstractFileSystem
 from pyiceberg.io import InputFile, InputStream
 
 from polaris_pipeline.errors import StorageError
 
-if TYPE_CHECKING:
-    from polaris_pipeline.storage.resolve import StorageResolver
+
+class FileReach(Protocol):
+    """What a file read needs of its ``StorageResolver``: a stat and the error text."""
+
+    def size(self, uri: str) -> int | None: ...
+
+    def exists(self, uri: str) -> bool: ...
+
+    def redact(self, text: str) -> str: ...
+
+    def describe(self, exc: BaseException) -> str: ...
 
 
 class ResolvedInputFile(InputFile):
@@ -27,7 +37,7 @@ class ResolvedInputFile(InputFile):
     """
 
     def __init__(
-        self, location: str, fs: AbstractFileSystem, path: str, resolver: StorageResolver
+        self, location: str, fs: AbstractFileSystem, path: str, resolver: FileReach
     ) -> None:
         super().__init__(location=location)
         self._fs = fs

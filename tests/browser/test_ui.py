@@ -45,7 +45,7 @@ from typing import Any
 import pytest
 from playwright import sync_api
 
-from tests.support.ports import free_port
+from builders.ports import free_port
 
 expect = sync_api.expect
 

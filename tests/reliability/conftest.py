@@ -26,9 +26,9 @@ import pytest
 from sqlalchemy import URL, create_engine, make_url, text
 from sqlalchemy.pool import NullPool
 
+from builders.postgres import PG_ADMIN_URL, database_url, throwaway_database
 from polaris_pipeline.metastore import Metastore
 from tests.reliability.harness import REPO, PgRole, RelDb, Scenario, Workers
-from tests.support.postgres import PG_ADMIN_URL, database_url, throwaway_database
 
 RESULTS_ENV = "PP_RELIABILITY_RESULTS"
 DEFAULT_RESULTS = REPO / "build" / "reliability-results"

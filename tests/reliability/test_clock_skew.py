@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from builders.tasks import batch_task
 from polaris_pipeline.execution.runner import Heartbeat
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Prop, TaskRow
@@ -20,7 +21,6 @@ from tests.reliability.harness import (
     touch_all,
 )
 from tests.support import polaris_leaser
-from tests.support.tasks import batch_task
 
 SKEW_HOURS = 6
 LEASE_MS = 60_000

@@ -1,6 +1,6 @@
 """Scenario 10: faults of the deployed path, through a real ``dagster-daemon`` (issue 29).
 
-Each test starts ``dagster-daemon run`` (tests/support/daemon.py: the
+Each test starts ``dagster-daemon run`` (builders/daemon.py: the
 QueuedRunCoordinator, run launcher and log level of deploy/dagster.yaml, run
 retries, run monitoring) over the repository's code location with the journal of
 tests/support/daemon_journal_location.py in every process that loads it, seeds a
@@ -31,11 +31,12 @@ import yaml
 from dagster import DagsterEventType, DagsterRunStatus, RunsFilter
 from dagster._core.scheduler.instigation import TickStatus
 
+from builders.daemon import TASK_JOB, deployed_instance
+from builders.tasks import batch_task
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask, TaskPolicy
 from tests.reliability import journal as jr
 from tests.reliability.harness import RelDb, Scenario
-from tests.support.daemon import TASK_JOB, deployed_instance
 from tests.support.daemon_faults import (
     REALM,
     Backlog,
@@ -53,7 +54,6 @@ from tests.support.daemon_faults import (
 )
 from tests.support.daemon_fixtures import metastore_for
 from tests.support.s3 import MotoS3
-from tests.support.tasks import batch_task
 
 STARTED = DagsterRunStatus.STARTED
 SUCCESS = DagsterRunStatus.SUCCESS

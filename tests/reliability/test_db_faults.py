@@ -14,6 +14,7 @@ from typing import Any, TypedDict
 
 import pytest
 
+from builders.tasks import batch_task
 from polaris_pipeline.metastore import CompleteOutcome, Metastore
 from polaris_pipeline.tasks.ref import Lease
 from tests.reliability import journal as jr
@@ -33,7 +34,6 @@ from tests.reliability.harness import (
     touch_all,
     wait_for,
 )
-from tests.support.tasks import batch_task
 
 REALMS = ["r1", "r2", "r3"]
 # A log line of the engine (cli.main's logging format) or the CLI's one-line error.

@@ -24,6 +24,7 @@ import pytest
 from builders import tables as built_tables
 from builders import tasks as built_tasks
 from builders.avro_bomb import write_manifest_bomb
+from builders.tasks import batch_task
 from polaris_pipeline.cleanup.avro_blocks import MAX_BLOCK_BYTES
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.tasks.manifest_codec import encode_manifest_file
@@ -45,7 +46,6 @@ from tests.reliability.harness import (
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.tasks import (
     TABLE_ID,
-    batch_task,
     dropped_entity_json,
     insert_raw_task,
     manifest_ref,

@@ -9,6 +9,7 @@ from typing import Any, TypedDict
 import pytest
 
 from builders import tasks as built_tasks
+from builders.tasks import batch_task
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Prop
 from tests.reliability import journal as jr
@@ -26,7 +27,6 @@ from tests.reliability.harness import (
 )
 from tests.reliability.tables import BULK_DIR, big_table
 from tests.support.iceberg import Warehouse, table_files
-from tests.support.tasks import batch_task
 
 DELETE_DELAY_S = 0.03
 

@@ -9,6 +9,7 @@ from typing import Any, TypedDict
 
 import pytest
 
+from builders.tasks import batch_task
 from polaris_pipeline.metastore import Metastore
 from tests.reliability import journal as jr
 from tests.reliability.harness import (
@@ -24,7 +25,6 @@ from tests.reliability.harness import (
     touch_all,
     wait_for,
 )
-from tests.support.tasks import batch_task
 
 REALMS = ["alpha", "beta", "gamma"]
 FILES_PER_TASK = 1

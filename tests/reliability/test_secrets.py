@@ -14,12 +14,12 @@ import yaml
 from sqlalchemy.engine import make_url
 
 from builders import tasks as built_tasks
+from builders.tasks import batch_task
 from polaris_pipeline.metastore import Metastore
 from tests.reliability.harness import PgRole, RelDb, Scenario, Worker, Workers, rel_policy
 from tests.support.dagster import temp_instance
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.s3 import MotoS3
-from tests.support.tasks import batch_task
 
 KEY_ENV, SECRET_ENV = "PP_REL_S3_KEY", "PP_REL_S3_SECRET"
 AZURE_ENV = "PP_REL_AZURE_CONNECTION"

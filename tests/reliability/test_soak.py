@@ -29,10 +29,10 @@ import pytest
 
 from bench.soak import SoakConfig, run_soak, still_aged
 from bench.soak_stats import invariant_problems, latency_figures, rows
+from builders.daemon import TASK_JOB
 from polaris_pipeline.dagster.contract import PRIORITY_TAG
 from polaris_pipeline.dagster.retention import RETENTION_JOB_NAME, RETENTION_RUN_TAGS
 from tests.reliability.harness import RelDb, Scenario
-from tests.support.daemon import TASK_JOB
 
 CONFIG = SoakConfig(
     instance="postgres",

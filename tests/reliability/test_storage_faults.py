@@ -11,6 +11,7 @@ from typing import Any, TypedDict
 import pytest
 
 from builders import tasks as built_tasks
+from builders.tasks import batch_task
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Prop, TaskRow
 from tests.reliability import journal as jr
@@ -30,7 +31,6 @@ from tests.reliability.harness import (
 from tests.reliability.tables import big_table
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.s3 import MotoS3
-from tests.support.tasks import batch_task
 
 KINDS = ["perm", "flaky", "partial", "slow", "statfail"]
 

@@ -21,7 +21,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from tests.support.ports import free_port
+from builders.ports import free_port
 from tests.support.s3 import stop_process, wait_http
 
 ROOT = Path(__file__).resolve().parents[2]

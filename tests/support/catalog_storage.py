@@ -24,6 +24,7 @@ from pyiceberg.table import Table
 
 from builders import tables as built_tables
 from builders.tables import S3Options
+from builders.tasks import batch_task, insert_row
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
@@ -34,7 +35,6 @@ from tests.support.azurite import ACCOUNT, Azurite
 from tests.support.gcs import FakeGcs
 from tests.support.iceberg import recorded_drop_task
 from tests.support.s3 import MotoIam
-from tests.support.tasks import batch_task, insert_row
 
 # The catalogId ``testing.tasks.dropped_entity`` records on every dropped entity.
 CATALOG_ID = 1

@@ -30,15 +30,15 @@ from typing import Any
 
 from dagster import DagsterEventType, DagsterRun, DagsterRunStatus
 
+from builders.daemon import DaemonConfig, DaemonHarness, descendants, kill_tree
+from builders.tasks import batch_task
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask, TaskPolicy
 from tests.reliability import journal as jr
 from tests.reliability.faults import write_plan
 from tests.reliability.harness import Scenario, left_over
-from tests.support.daemon import DaemonConfig, DaemonHarness, descendants, kill_tree
 from tests.support.daemon_fixtures import existing, touch_files
 from tests.support.daemon_journal_location import JOURNAL_DIR_ENV
-from tests.support.tasks import batch_task
 
 JOURNALED_LOCATION = "tests.support.daemon_journal_location"
 REALM = "POLARIS"

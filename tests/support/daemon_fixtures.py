@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import yaml
 
+from builders.daemon import DaemonConfig, DaemonHarness
+from builders.tasks import batch_task
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask, TaskPolicy
-from tests.support.daemon import DaemonConfig, DaemonHarness
 from tests.support.metastore import _reset_pg_schema
-from tests.support.tasks import batch_task
 
 # Lease timeout of the daemon tests: short, so a lapsed lease is seen in seconds.
 LEASE_TIMEOUT_MS = 8_000

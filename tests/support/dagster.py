@@ -12,6 +12,7 @@ import yaml
 from dagster import DagsterInstance, Definitions, SensorDefinition
 from sqlalchemy.engine import make_url
 
+from builders.postgres import PG_ADMIN_URL, database_url, throwaway_database
 from polaris_pipeline.dagster.alerts import (
     Destinations,
     SmtpSettings,
@@ -32,7 +33,6 @@ from polaris_pipeline.dagster.resources import (
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.settings import AlertSection
 from polaris_pipeline.settings.pipeline import section_from_env
-from tests.support.postgres import PG_ADMIN_URL, database_url, throwaway_database
 
 
 @pytest.fixture(autouse=True)

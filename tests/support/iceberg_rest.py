@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.ports import free_port
+from builders.ports import free_port
 
 INSTALL_SCRIPT = "scripts/install-iceberg-rest.sh"
 

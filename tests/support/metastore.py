@@ -15,14 +15,14 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from builders.postgres import PG_ADMIN_URL as PG_ADMIN_URL
+from builders.postgres import database_url, throwaway_database
+from builders.restricted_role import login_role, restrict, restricted_role_wanted
 from polaris_pipeline.metastore import Metastore, queries, transitions
 from polaris_pipeline.metastore.queries import Query
 from polaris_pipeline.metastore.rows import after_write
 from polaris_pipeline.tasks.model import TaskPolicy, TaskRow
 from polaris_pipeline.tasks.ref import Lease
-from tests.support.postgres import PG_ADMIN_URL as PG_ADMIN_URL
-from tests.support.postgres import database_url, throwaway_database
-from tests.support.restricted_role import login_role, restrict, restricted_role_wanted
 from tests.support.tasks import sqlite_metastore
 
 # Every statement of metastore/queries.py (test_queries checks the list is whole).

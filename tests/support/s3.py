@@ -38,8 +38,8 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
+from builders.ports import free_port
 from polaris_pipeline.storage.config import StorageConfig, StorageRule
-from tests.support.ports import free_port
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from polaris_pipeline.metastore import Metastore, new_entity_id, queries
+from builders.restricted_role import admin_connection
+from builders.tasks import TABLE_ID, batch_task, insert_row
+from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.metastore.schema import version as version_table
 from polaris_pipeline.tasks import payloads
 from polaris_pipeline.tasks.manifest_codec import ManifestFileRef
@@ -15,43 +17,9 @@ from polaris_pipeline.tasks.model import (
     CATALOG_TYPE_CODE,
     TASK_TYPE_CODE,
     NewTask,
-    Prop,
     TaskPolicy,
     TaskType,
 )
-from tests.support.restricted_role import admin_connection
-
-# The tableId every hand-written payload here names.
-TABLE_ID = {"namespace": ["ns"], "name": "t"}
-
-
-def batch_task(
-    realm: str,
-    files: list[str] | None = None,
-    *,
-    name: str | None = None,
-    extra: dict[str, str] | None = None,
-    internal: dict[str, str] | None = None,
-    create_timestamp: int | None = None,
-) -> NewTask:
-    """A BATCH_FILE_CLEANUP task as Polaris writes it."""
-    task_id = new_entity_id()
-    data = json.dumps(
-        {
-            "tableId": TABLE_ID,
-            "batchFiles": files or [],
-            "type": "TABLE_METADATA",
-        }
-    )
-    props = {Prop.TASK_TYPE: "3", Prop.DATA: data, **(extra or {})}
-    return NewTask(
-        realm_id=realm,
-        id=task_id,
-        name=name or f"entityCleanup_1_batch_{task_id}",
-        properties=props,
-        internal_properties=internal or {"storageLocation": "file:///nowhere/ns/t"},
-        create_timestamp=create_timestamp,
-    )
 
 
 def seed(store: Metastore, realm: str, n: int, **kwargs: Any) -> list[NewTask]:
@@ -169,13 +137,6 @@ def catalog_row(realm: str, catalog_id: int, name: str | None = None) -> dict[st
         "internal_properties": {},
         "grant_records_version": 1,
     }
-
-
-def insert_row(store: Metastore, row: dict[str, Any]) -> None:
-    """Insert one ``entities`` row exactly as given, for hostile rows and live entities,
-    as the database's admin (Polaris's role, not the pipeline's)."""
-    with admin_connection(store) as conn:
-        conn.execute(queries.INSERT_TASKS.build(store.dialect), [row])
 
 
 def sqlite_metastore(directory: Path) -> Metastore:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from builders.tasks import batch_task
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask, Prop
 from polaris_pipeline.tasks.payloads import (
@@ -9,7 +10,6 @@ from polaris_pipeline.tasks.payloads import (
     encode_dropped_entity,
     entity_cleanup_task_name,
 )
-from tests.support.tasks import batch_task
 
 # Polaris's entity type codes of the drops that write a cleanup task it never runs.
 ENTITY_TYPES = {

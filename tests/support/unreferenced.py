@@ -24,12 +24,12 @@ from typing import Any
 
 from pyiceberg.table import Table
 
+from builders.tasks import insert_row
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.metastore.overlap import CATALOG_TYPE_CODE, NAMESPACE_TYPE_CODE
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.uri import split_uri
 from polaris_pipeline.tasks.model import TABLE_LIKE_TYPE_CODE
-from tests.support.tasks import insert_row
 
 __all__ = [
     "CATALOG_TYPE_CODE",

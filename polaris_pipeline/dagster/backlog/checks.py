@@ -27,7 +27,7 @@ from polaris_pipeline.dagster.backlog.report import (
     realm_key,
 )
 from polaris_pipeline.dagster.backlog.settings import BacklogSettings
-from polaris_pipeline.report.formatting import short_task_name
+from polaris_pipeline.tasks.formatting import short_task_name
 from polaris_pipeline.tasks.model import Prop, TaskRow, TaskState
 
 DEAD_CHECK = "no_dead_tasks"

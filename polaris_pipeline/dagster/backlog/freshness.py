@@ -15,7 +15,7 @@ from dagster._core.scheduler.instigation import InstigatorState, InstigatorType
 from polaris_pipeline.dagster.backlog.settings import BacklogSettings
 from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
 from polaris_pipeline.dagster.sweeper_state import SENSOR_NAME, SweepCursor
-from polaris_pipeline.report.formatting import iso_utc
+from polaris_pipeline.tasks.formatting import iso_utc
 
 
 def sweeper_states(instance: DagsterInstance, sensor_name: str) -> list[InstigatorState]:

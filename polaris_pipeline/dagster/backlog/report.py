@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from dagster import AssetKey, MetadataValue
 
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.report.formatting import purges_after
+from polaris_pipeline.tasks.formatting import purges_after
 from polaris_pipeline.tasks.model import TaskRow, TaskState
 from polaris_pipeline.tasks.summary import orphaned_since_ms
 

@@ -1,6 +1,6 @@
 """Ports of 127.0.0.1 for servers a test starts.
 
-No pytest import: ``bench/`` uses tests/support/pgbouncer.py, which uses this.
+No pytest import: ``bench/`` uses builders/pgbouncer.py, which uses this.
 """
 
 from __future__ import annotations

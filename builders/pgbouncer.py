@@ -28,9 +28,9 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.pool import NullPool
 
-from tests.support.ports import free_port
+from builders.ports import free_port
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO_ROOT / "deploy" / "pgbouncer" / "pgbouncer.ini"
 POOL_SETTINGS = REPO_ROOT / "deploy" / "pgbouncer" / "dagster-pool.ini"
 _UNPRIVILEGED_USER = "postgres"

@@ -23,9 +23,9 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.pool import NullPool
 
+from builders.postgres import PG_ADMIN_URL, database_url
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.privileges import role_script
-from tests.support.postgres import PG_ADMIN_URL, database_url
 
 RESTRICTED_ENV = "PP_TEST_RESTRICTED_ROLE"
 

@@ -36,7 +36,7 @@ from dagster._core.definitions.run_request import InstigatorType
 from dagster._core.scheduler.instigation import InstigatorTick
 from dagster._core.storage.dagster_run import RunRecord
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 # The instance file operators copy: its run queue settings are the harness's too.
 DEPLOYED_INSTANCE = REPO_ROOT / "deploy" / "dagster.yaml"
 DAEMON_BIN = Path(sys.executable).with_name("dagster-daemon")
