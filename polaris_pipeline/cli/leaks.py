@@ -15,11 +15,11 @@ from polaris_pipeline.cli.context import (
     storage_config,
 )
 from polaris_pipeline.cli.output import dump_json
-from polaris_pipeline.cli.table import Column, output_width, render
+from polaris_pipeline.cli.table import Column, output_width, render, wrapped
 from polaris_pipeline.leaks.find import metastore_leaks
 from polaris_pipeline.leaks.reclaim import check_min_age_days, reclaim_root
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.report.formatting import format_bytes, truncate
+from polaris_pipeline.report.formatting import format_bytes
 from polaris_pipeline.report.leaks_view import (
     catalog_heading,
     reclaim_json,
@@ -57,8 +57,10 @@ def _reclaim(
     return EXIT_OK if report.ok else EXIT_TASK_FAILED
 
 
+INDENT = "  "  # a catalog's roots, under its heading
 ROOT_COLUMNS = (
-    Column("ROOT", min_width=24),
+    # Never cut: `--reclaim ROOT` takes it as printed.
+    Column("ROOT"),
     Column("KIND"),
     Column("OBJECTS"),
     Column("SIZE"),
@@ -88,19 +90,20 @@ def cmd_leaks(args: argparse.Namespace, out: TextIO) -> int:
     if not report.catalogs:
         print("no catalogs found", file=out)
     for leaks in report.catalogs:
-        heading = catalog_heading(leaks)
-        print(truncate(heading, width) if width else heading, file=out)
+        print(wrapped(catalog_heading(leaks), width), file=out)
         for error in leaks.errors:
             print(f"  error: {error}", file=out)
         if leaks.roots:
-            rendered = render(ROOT_COLUMNS, [root_cells(r) for r in leaks.roots], width)
-            print("\n".join("  " + line for line in rendered.lines), file=out)
+            cells = [root_cells(r) for r in leaks.roots]
+            rendered = render(ROOT_COLUMNS, cells, width - len(INDENT) if width else None)
+            print("\n".join(INDENT + line if line else "" for line in rendered.lines), file=out)
         if leaks.not_tables_total:
             count = leaks.not_tables_total
             noun = "directory" if count == 1 else "directories"
-            print(f"  not a table: {count} {noun} of loose files", file=out)
+            print(wrapped(f"not a table: {count} {noun} of loose files", width, INDENT), file=out)
             for n in leaks.not_tables:
-                print(f"    {n.uri} ({n.objects} object(s), {format_bytes(n.bytes)})", file=out)
+                text = f"{n.uri} ({n.objects} object(s), {format_bytes(n.bytes)})"
+                print(wrapped(text, width, INDENT * 2), file=out)
     print(
         f"\n{report.roots} leaked root(s), {format_bytes(report.leaked_bytes)}"
         + (" (PARTIAL: a listing failed)" if report.partial else ""),

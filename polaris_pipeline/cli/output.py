@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from polaris_pipeline.cli.table import Column, output_width, render
+from polaris_pipeline.cli.table import Column, output_width, render, wrapped
 from polaris_pipeline.execution.outcome import TaskOutcome
 from polaris_pipeline.metastore.transitions import DiscardOutcome, DiscardResult
 from polaris_pipeline.report.formatting import (
@@ -164,12 +164,8 @@ def print_task_list(
             f"REALM (all {next(iter(realms))})" if h == "REALM" and len(realms) == 1 else h
             for h in rendered.hidden
         ]
-        print(
-            truncate(
-                f"not shown at {width} columns: {', '.join(hidden)} (--json has all)", width or 0
-            ),
-            file=out,
-        )
+        note = f"not shown at {width} columns: {', '.join(hidden)} (--json has all)"
+        print(wrapped(note, width), file=out)
 
 
 def _show_pairs(
@@ -229,13 +225,13 @@ def _show_pairs(
 def print_task(
     task: TaskRow, state: TaskState, now: int, settings: PipelineSettings, out: TextIO
 ) -> None:
-    """``tasks show``: one aligned ``key  value`` line per property, cut to the width."""
+    """``tasks show``: one aligned ``key  value`` line per property, wrapped to the width
+    between words: an id, a location or a path is never cut."""
     width = output_width(out)
     pairs = _show_pairs(task, state, now, settings)
     key_width = max(len(k) for k, _ in pairs)
     for key, value in pairs:
-        line = f"{key.ljust(key_width)}  {value}"
-        print(truncate(line, width) if width else line, file=out)
+        print(wrapped(value, width, key.ljust(key_width) + "  "), file=out)
 
 
 _DISCARD_VERBS = {
