@@ -64,6 +64,11 @@ class GuardRefusal(PolarisPipelineError):
         super().__init__(f"refused {path!r}: {reason}")
 
 
+# The words every shared-location refusal carries in the task's last error: how
+# `tasks requeue --allow-shared-location` knows the guard refused the task.
+SHARED_LOCATION_REFUSED = "a live entity shares the table's files"
+
+
 class SharedLocationRefusal(GuardRefusal):
     """A live table or view shares the dropped one's location, or uses one of its files.
 

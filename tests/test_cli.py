@@ -118,6 +118,31 @@ def test_tasks_show_human_and_json_and_requeue(metastore: Metastore) -> None:
     assert code == 2
 
 
+def test_requeue_refuses_an_override_no_refusal_asked_for_and_a_pending_task(
+    metastore: Metastore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (dead,) = seed(metastore, "r1", 1, extra={Prop.STATUS: "dead", Prop.ERROR: "gave up"})
+    url = url_of(metastore)
+    before = metastore.get_task("r1", dead.id)
+    code, _ = run("tasks", "requeue", str(dead.id), "--metastore", url, "--allow-shared-location")
+    err = capsys.readouterr().err
+    assert code == 2 and "was not refused for sharing its location; not requeued" in err, err
+    assert metastore.get_task("r1", dead.id) == before  # no override left on the row
+
+    # Never attempted and within its grace period: Polaris may be running it in-process.
+    (fresh,) = seed(metastore, "r1", 1)
+    before = metastore.get_task("r1", fresh.id)
+    code, _ = run("tasks", "requeue", str(fresh.id), "--metastore", url, "--grace-ms", "600000")
+    err = capsys.readouterr().err
+    assert code == 2 and f"task r1/{fresh.id}" in err and "is pending" in err, err
+    assert re.search(r"grace period ends in (59\d|600)s", err) and "--force" in err, err
+    assert metastore.get_task("r1", fresh.id) == before  # entity_version not bumped
+    code, out = run(
+        "tasks", "requeue", str(fresh.id), "--metastore", url, "--grace-ms", "600000", "--force"
+    )
+    assert code == 0 and f"requeued task {fresh.id}" in out, out
+
+
 def test_tasks_show_without_realm_refuses_an_id_in_two_realms(
     metastore: Metastore, capsys: pytest.CaptureFixture[str]
 ) -> None:

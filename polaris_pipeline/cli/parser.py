@@ -320,7 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
         "requeue",
         help="give a dead or backing-off task a fresh set of attempts",
         description="Reset a task's attempt count and backoff so the sweeper runs it again. "
-        "A task leased right now is refused.",
+        "A task leased right now is refused, and so is a pending one (Polaris may be running "
+        "it in-process until its grace period ends) unless --force.",
         epilog=_examples(
             "polaris-pipeline tasks requeue 4711 --realm POLARIS",
             "polaris-pipeline tasks requeue 4711 --realm POLARIS --allow-shared-location",
@@ -331,7 +332,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-shared-location",
         action="store_true",
         help="after you checked it: let this task delete its table's files although a live "
-        "table or view shares its location (recorded on the task as allowSharedLocation)",
+        "table or view shares its location (recorded on the task as allowSharedLocation); "
+        "only for a task the shared-location guard refused",
+    )
+    requeue.add_argument(
+        "--force",
+        action="store_true",
+        help="requeue a pending task (never attempted, within its grace period, which "
+        "Polaris may be running in-process right now) instead of refusing it",
     )
 
     run = tsub.add_parser(
