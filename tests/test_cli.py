@@ -16,6 +16,7 @@ from sqlalchemy import text
 from polaris_pipeline.cli import main
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask, Prop
+from polaris_pipeline.tasks.release import TESTED_RELEASES, PolarisRelease
 from tests.support.cli import POLICY_FLAGS, run, url_of
 from tests.support.iceberg import recorded_drop_task
 from tests.support.tasks import batch_task, seed
@@ -498,3 +499,29 @@ def test_sweep_once_is_a_deprecated_no_op(
     with pytest.raises(SystemExit):
         main(["sweep", "--help"])
     assert "--once" not in capsys.readouterr().out
+
+
+def test_an_untested_polaris_release_is_accepted_with_a_warning_naming_the_tested_ones(
+    metastore: Metastore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = url_of(metastore)
+    code, _ = run("tasks", "list", "--metastore", url, "--polaris-version", "9.9")
+    err = capsys.readouterr().err
+    assert code == 0
+    assert err == (
+        "polaris-pipeline: warning: Polaris 9.9 is newer than the releases tested "
+        "(1.0, 1.4.1, 1.6, 1.7): the rows written follow 1.7's rules, which 9.9 may have "
+        "changed\n"
+    )
+    code, _ = run("tasks", "list", "--metastore", url, "--polaris-version", "1.7.2")
+    assert code == 0 and capsys.readouterr().err == ""
+
+
+def test_the_tested_releases_are_those_whose_classes_the_compatibility_tests_load() -> None:
+    listed = Path(__file__).parent / "polaris" / "releases"
+    releases = [
+        PolarisRelease.parse(line.split()[0])
+        for line in listed.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert tuple(releases) == TESTED_RELEASES

@@ -118,6 +118,10 @@ def test_what_may_not_be_reclaimed_is_refused_and_left_whole(
     stray = built_tables.build_table(outside, ("ns", "stray"), appends=1)
     age_local_files(_path(stray.location()), days=10)
     assert "under no catalog" in _refusal(metastore, wh, stray.location())
+    # The catalog's own location is no table root under it, and is called what it is.
+    assert _refusal(metastore, wh, wh.uri) == (
+        "it is catalog 'cat''s (realm POLARIS) own location, not a table root under it"
+    )
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ and ``leaks --reclaim ROOT``: delete one of them on the operator's word."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from typing import TextIO
 
 from polaris_pipeline.cli.context import (
@@ -16,8 +17,11 @@ from polaris_pipeline.cli.context import (
 )
 from polaris_pipeline.cli.output import dump_json
 from polaris_pipeline.cli.table import Column, output_width, render, wrapped
+from polaris_pipeline.errors import PolarisPipelineError
+from polaris_pipeline.leaks.catalogs import read_catalogs
 from polaris_pipeline.leaks.find import metastore_leaks
-from polaris_pipeline.leaks.reclaim import check_min_age_days, reclaim_root
+from polaris_pipeline.leaks.model import CatalogRef
+from polaris_pipeline.leaks.reclaim import check_min_age_days, holding_catalog, reclaim_root
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.formatting import format_bytes
 from polaris_pipeline.report.leaks_view import (
@@ -29,6 +33,7 @@ from polaris_pipeline.report.leaks_view import (
 )
 from polaris_pipeline.settings import PipelineSettings
 from polaris_pipeline.storage.resolve import StorageResolver
+from polaris_pipeline.storage.uri import parse_location
 
 
 def _reclaim(
@@ -71,16 +76,69 @@ ROOT_COLUMNS = (
 )
 
 
+NAMES_SHOWN = 20
+
+
+def _names(values: Sequence[str]) -> str:
+    shown = sorted(set(values))
+    more = f" and {len(shown) - NAMES_SHOWN} more" if len(shown) > NAMES_SHOWN else ""
+    return ", ".join(shown[:NAMES_SHOWN]) + more if shown else "none"
+
+
+def check_filters(
+    catalogs: list[CatalogRef], realms: Sequence[str] | None, names: Sequence[str] | None
+) -> list[CatalogRef]:
+    """The catalogs of ``realms`` named ``names`` (None: all); PolarisPipelineError
+    naming what exists when a realm or a catalog name matches none (a clean "0 leaked
+    roots" would read as a clean bill of health)."""
+    if realms:
+        unknown = [r for r in realms if not any(c.realm_id == r for c in catalogs)]
+        if unknown:
+            raise PolarisPipelineError(
+                f"--realm {', '.join(unknown)}: no catalog in that realm; realms with "
+                f"catalogs: {_names([c.realm_id for c in catalogs])}"
+            )
+        catalogs = [c for c in catalogs if c.realm_id in realms]
+    if names:
+        unknown = [n for n in names if not any(c.name == n for c in catalogs)]
+        if unknown:
+            where = f" of realm(s) {', '.join(realms)}" if realms else ""
+            raise PolarisPipelineError(
+                f"--catalog {', '.join(unknown)}: no such catalog{where}; catalogs: "
+                f"{_names([c.name for c in catalogs])}"
+            )
+        catalogs = [c for c in catalogs if c.name in names]
+    return catalogs
+
+
+def _check_reclaim_filters(args: argparse.Namespace, chosen: list[CatalogRef]) -> None:
+    """``--reclaim ROOT`` with --realm or --catalog: the root must lie under a chosen
+    catalog's location (a filter that leaves it out is a mistake, not a scope)."""
+    try:
+        root = parse_location(args.reclaim, directory=True)
+    except ValueError:
+        return  # the reclaim itself refuses it, saying why
+    holder = holding_catalog(chosen, root)
+    if holder is None:
+        raise PolarisPipelineError(
+            f"--reclaim {args.reclaim}: not under the locations of the catalogs --realm and "
+            f"--catalog choose ({_names([c.name for c in chosen])}); not reclaimed"
+        )
+
+
 def cmd_leaks(args: argparse.Namespace, out: TextIO) -> int:
     settings = settings_for(args)
     # Read-only even to reclaim: a reclaim deletes files and writes no row.
     store = checked_metastore(settings, read_only=True)
+    realms = settings.metastore.realm_list()
+    if realms or args.catalogs:
+        chosen = check_filters(read_catalogs(store.engine), realms, args.catalogs)
+        if args.reclaim is not None:
+            _check_reclaim_filters(args, chosen)
     resolver = StorageResolver(storage_config(settings))
     if args.reclaim is not None:
         return _reclaim(args, settings, store, resolver, out)
-    report = metastore_leaks(
-        store, resolver, realms=settings.metastore.realm_list(), catalogs=args.catalogs
-    )
+    report = metastore_leaks(store, resolver, realms=realms, catalogs=args.catalogs)
     # A partial report exits 1 in either form: a script must not read it as whole.
     status = EXIT_TASK_FAILED if report.partial else EXIT_OK
     if args.json:
