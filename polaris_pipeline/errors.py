@@ -45,6 +45,16 @@ class StorageError(PolarisPipelineError):
     """A storage location cannot be resolved or an operation on it failed."""
 
 
+class OutsideCatalogLocations(StorageError):
+    """A table's location lies outside every location its catalog allows.
+
+    Permanent: Polaris never creates such a table, and both the location and the
+    catalog's allowedLocations are the row's own, so a retry finds the same.
+    """
+
+    permanent = True
+
+
 class StorageConfigError(StorageError):
     """The storage configuration file is missing or malformed."""
 
