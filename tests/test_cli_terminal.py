@@ -32,6 +32,7 @@ import pytest
 from polaris_pipeline.cli.output import TerminalProgress
 from polaris_pipeline.cli.parser import build_parser
 from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.storage.config import UNBOUNDED_WARNING
 from polaris_pipeline.tasks.model import Prop
 from polaris_pipeline.tasks.ref import Lease
 from tests.support.iceberg import recorded_drop_task
@@ -162,7 +163,9 @@ def test_piped_sweep_prints_no_progress(tmp_path: Path) -> None:
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr == ""  # no progress, no escape codes in logs
+    # No progress, no escape codes in logs: only the warning that no allowed_prefixes
+    # bound the deletes (no storage config here), once.
+    assert proc.stderr.splitlines() == [f"polaris-pipeline: warning: {UNBOUNDED_WARNING}"]
     assert "\r" not in proc.stdout and "\x1b" not in proc.stdout
     assert f"POLARIS/{task_id}" in proc.stdout and f"{FILES} file(s) deleted" in proc.stdout
     # Piped: nothing is cut to a width (there is none).

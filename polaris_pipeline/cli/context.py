@@ -17,7 +17,7 @@ from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.connection import make_engine, resolve_url
 from polaris_pipeline.report.formatting import realms_text
 from polaris_pipeline.settings import PipelineSettings
-from polaris_pipeline.storage.config import StorageConfig
+from polaris_pipeline.storage.config import UNBOUNDED_WARNING, StorageConfig
 from polaris_pipeline.tasks.model import TaskRow
 from polaris_pipeline.tasks.release import PolarisRelease, untested_warning
 
@@ -71,9 +71,15 @@ def checked_metastore(settings: PipelineSettings, *, read_only: bool) -> Metasto
 
 def storage_config(settings: PipelineSettings) -> StorageConfig:
     """The storage config the settings name, else the default (fsspec's own options)."""
-    if settings.storage.config_path:
-        return StorageConfig.load(settings.storage.config_path)
-    return StorageConfig()
+    path = settings.storage.config_path
+    return StorageConfig.load(path) if path else StorageConfig()
+
+
+def warn_if_unbounded(config: StorageConfig) -> None:
+    """At the start of a command that deletes: without allowed_prefixes, say on stderr
+    (once) that only the catalogs' own locations bound the deletes."""
+    if not config.allowed_prefixes:
+        print(f"polaris-pipeline: warning: {UNBOUNDED_WARNING}", file=sys.stderr)
 
 
 def find_task(

@@ -14,6 +14,7 @@ from polaris_pipeline.cli.context import (
     checked_metastore,
     settings_for,
     storage_config,
+    warn_if_unbounded,
 )
 from polaris_pipeline.cli.output import dump_json
 from polaris_pipeline.cli.table import Column, output_width, render, wrapped
@@ -135,8 +136,10 @@ def cmd_leaks(args: argparse.Namespace, out: TextIO) -> int:
         chosen = check_filters(read_catalogs(store.engine), realms, args.catalogs)
         if args.reclaim is not None:
             _check_reclaim_filters(args, chosen)
-    resolver = StorageResolver(storage_config(settings))
+    config = storage_config(settings)
+    resolver = StorageResolver(config)
     if args.reclaim is not None:
+        warn_if_unbounded(config)
         return _reclaim(args, settings, store, resolver, out)
     report = metastore_leaks(store, resolver, realms=realms, catalogs=args.catalogs)
     # A partial report exits 1 in either form: a script must not read it as whole.

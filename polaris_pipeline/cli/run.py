@@ -18,6 +18,7 @@ from polaris_pipeline.cli.context import (
     find_task,
     settings_for,
     storage_config,
+    warn_if_unbounded,
 )
 from polaris_pipeline.cli.output import OutcomeReport, dump_json, plan_json, print_plans
 from polaris_pipeline.execution.outcome import ProgressFn
@@ -32,9 +33,12 @@ def _runner(
 ) -> Runner:
     """The Runner of a command (a dry run's leases nothing: its executor id goes unused)."""
     prefix = settings.metastore.executor_prefix
+    config = storage_config(settings)
+    if command != DRY_RUN:  # a dry run deletes nothing
+        warn_if_unbounded(config)
     return Runner(
         store,
-        storage_config(settings),
+        config,
         executor_id=make_executor_id(command, prefix),
         progress=progress,
         deletion_record=settings.storage.deletion_record,
@@ -69,6 +73,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_TASK_FAILED if report.totals.failed else EXIT_OK
 
 
+DRY_RUN = "dry-run"
 ONCE_DEPRECATED = "--once is deprecated and does nothing: sweep always runs once"
 
 
@@ -99,7 +104,7 @@ def _dry_run(
     settings: PipelineSettings, realms: list[str] | None, out: TextIO, *, as_json: bool
 ) -> int:
     store = checked_metastore(settings, read_only=True)
-    with _runner(settings, store, "sweep") as runner:
+    with _runner(settings, store, DRY_RUN) as runner:
         docs = [plan_json(task, plan) for task, plan in runner.dry_run(realms)]
     reason = None if docs else _nothing_available(store, realms)
     if as_json:
