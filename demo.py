@@ -41,10 +41,10 @@ if TYPE_CHECKING:
 DEMO_DIR_ENV = "POLARIS_PIPELINE_DEMO_DIR"
 REALM = "POLARIS"
 LIVE_EXECUTOR = "polaris-server-1"
-# Short enough that nothing waits long, long enough to outlast the demo: the
-# live Polaris lease must still hold when the sweeper looks at it.
-LEASE_TIMEOUT_MS = 60_000
-GRACE_MS = 60_000
+# Polaris's defaults: long enough to outlast the demo even on a loaded machine (a
+# minute did not: the live Polaris lease and the fresh task's grace lapsed mid-demo).
+LEASE_TIMEOUT_MS = 300_000
+GRACE_MS = 300_000
 ORPHAN_AGE_MS = 10 * 60_000
 # The leaked table's files are this old, past the reclaim's default minimum age.
 LEAK_AGE_DAYS = 30

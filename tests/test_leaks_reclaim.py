@@ -189,7 +189,7 @@ def test_a_reclaims_record_lists_exactly_the_paths_it_deleted_under_its_root_and
     header, footer = lines[0], lines[-1]
     assert header["kind"] == "reclaim" and "task_id" not in header
     where = (header["realm"], header["catalog"], header["catalog_id"])
-    assert where == ("POLARIS", "cat", catalog_id)
+    assert where == ("POLARIS", "cat", str(catalog_id))  # an id as a string, as in --json
     assert (header["root"], header["min_age_days"], header["run_id"]) == (
         dropped.location(),
         7,
