@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -525,3 +526,10 @@ def test_the_tested_releases_are_those_whose_classes_the_compatibility_tests_loa
         if line.strip() and not line.startswith("#")
     ]
     assert tuple(releases) == TESTED_RELEASES
+
+
+def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out == f"polaris-pipeline {version('polaris-pipeline')}\n"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from importlib.metadata import version
 from typing import Any, NoReturn
 
 from polaris_pipeline.leaks.reclaim import DAY_MS, check_min_age_days
@@ -239,6 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
             "polaris-pipeline sweep --metastore sqlite:///polaris.db",
             "polaris-pipeline tasks list --metastore postgresql+psycopg://polaris@db/polaris",
         ),
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s {version('polaris-pipeline')}",
+        help="print the installed version and exit",
     )
     parser.add_argument(
         "-v",
