@@ -177,9 +177,16 @@ def test_sweep_deletes_batch_files_and_summarises(metastore: Metastore, tmp_path
     url = url_of(metastore)
 
     code, out = run("sweep", "--metastore", url, "--dry-run", *POLICY_FLAGS)
-    assert code == 0 and "nothing was changed" in out
+    # The dry run counts the task the guard would fail, and exits as the sweep would.
+    assert code == 1, out
+    assert (
+        "dry run: 2 task(s), 3 file(s) would be deleted, 1 task(s) would fail "
+        "(an error or a refused path); nothing was changed"
+    ) in out
     assert out.count("  delete  ") == 3 and "REFUSE" in out
     assert all(f.exists() for f in files)
+    code, out = run("sweep", "--metastore", url, "--dry-run", "--json", *POLICY_FLAGS)
+    assert code == 1 and json.loads(out)["would_fail"] == 1
 
     code, out = run("sweep", "--metastore", url, "--json", *POLICY_FLAGS)
     summary = json.loads(out)

@@ -168,6 +168,39 @@ def print_task_list(
         print(wrapped(note, width), file=out)
 
 
+# Polaris's PolarisEntityType codes (the task model page, section 3).
+ENTITY_TYPES = {
+    0: "NULL_TYPE",
+    1: "ROOT",
+    2: "PRINCIPAL",
+    3: "PRINCIPAL_ROLE",
+    4: "CATALOG",
+    5: "CATALOG_ROLE",
+    6: "NAMESPACE",
+    7: "TABLE_LIKE",
+    8: "TASK",
+    9: "FILE",
+    10: "POLICY",
+}
+
+
+def unhandled_text(task: TaskRow) -> str:
+    """What an unhandled task is: the dropped entity's type and name, and that nothing
+    runs it (not an undecodable payload: Polaris wrote it as it meant to)."""
+    try:
+        entity = json.loads(task.data())
+    except ValueError:
+        entity = {}
+    code = entity.get("typeCode") if isinstance(entity, dict) else None
+    name = entity.get("name") if isinstance(entity, dict) else None
+    kind = ENTITY_TYPES.get(code, f"typeCode {code}") if isinstance(code, int) else "entity"
+    what = f"{kind} {name!r}" if name else kind
+    return (
+        f"not handled: the cleanup of a dropped {what}, which Polaris writes and never runs "
+        "(no files); `tasks discard` deletes it"
+    )
+
+
 def _show_pairs(
     task: TaskRow, state: TaskState, now: int, settings: PipelineSettings
 ) -> list[tuple[str, str]]:
@@ -186,7 +219,9 @@ def _show_pairs(
         lines.append(("manifest", summary.manifest_path))
     if summary.batch_files is not None:
         lines.append(("files", f"{summary.batch_files} in the batch"))
-    if summary.problem:
+    if task.unhandled:
+        lines.append(("payload", unhandled_text(task)))
+    elif summary.problem:
         lines.append(("payload", f"cannot be decoded: {summary.problem}"))
     lines.append(
         (
@@ -359,6 +394,12 @@ def _print_unreferenced(doc: dict[str, Any] | None, out: TextIO) -> None:
         print(f"  keep    {kept}", file=out)
 
 
+def would_fail(docs: Sequence[dict[str, Any]]) -> int:
+    """How many of a dry run's tasks would fail: an error, or a path the guard refuses
+    (a refusal fails its task, as the run would)."""
+    return sum(1 for d in docs if "error" in d or d.get("refused"))
+
+
 def print_plans(docs: Sequence[dict[str, Any]], reason: str | None, out: TextIO) -> None:
     """A dry run in text: per task what would be deleted, refused and noted; the total."""
     for doc in docs:
@@ -375,8 +416,11 @@ def print_plans(docs: Sequence[dict[str, Any]], reason: str | None, out: TextIO)
             print(f"  note    {note}", file=out)
         _print_unreferenced(doc.get("unreferenced"), out)
     total = sum(len(d.get("would_delete", [])) for d in docs)
+    failing = would_fail(docs)
+    fail = f", {failing} task(s) would fail (an error or a refused path)" if failing else ""
     print(
-        f"\ndry run: {len(docs)} task(s), {total} file(s) would be deleted; nothing was changed",
+        f"\ndry run: {len(docs)} task(s), {total} file(s) would be deleted{fail}; "
+        "nothing was changed",
         file=out,
     )
     if reason:

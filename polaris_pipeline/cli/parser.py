@@ -422,7 +422,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--dry-run",
         action="store_true",
         help="lease nothing, delete nothing: list per task what would be deleted "
-        "and what the path guard would refuse (opens the metastore read-only)",
+        "and what the path guard would refuse (opens the metastore read-only); "
+        "exits 1 when a task would fail",
     )
     sweep.add_argument(
         "--batch-size",

@@ -20,7 +20,13 @@ from polaris_pipeline.cli.context import (
     storage_config,
     warn_if_unbounded,
 )
-from polaris_pipeline.cli.output import OutcomeReport, dump_json, plan_json, print_plans
+from polaris_pipeline.cli.output import (
+    OutcomeReport,
+    dump_json,
+    plan_json,
+    print_plans,
+    would_fail,
+)
 from polaris_pipeline.execution.outcome import ProgressFn
 from polaris_pipeline.execution.runner import Runner, make_executor_id
 from polaris_pipeline.metastore import Metastore
@@ -107,8 +113,10 @@ def _dry_run(
     with _runner(settings, store, DRY_RUN) as runner:
         docs = [plan_json(task, plan) for task, plan in runner.dry_run(realms)]
     reason = None if docs else _nothing_available(store, realms)
+    failing = would_fail(docs)
     if as_json:
-        dump_json({"tasks": docs, "nothing_available": reason}, out)
+        dump_json({"tasks": docs, "would_fail": failing, "nothing_available": reason}, out)
     else:
         print_plans(docs, reason, out)
-    return EXIT_OK
+    # As the sweep itself would exit: 1 when a task would fail.
+    return EXIT_TASK_FAILED if failing else EXIT_OK
