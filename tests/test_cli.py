@@ -540,3 +540,30 @@ def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]
         main(["--version"])
     assert exc.value.code == 0
     assert capsys.readouterr().out == f"polaris-pipeline {version('polaris-pipeline')}\n"
+
+
+def test_a_failure_is_said_once_on_stdout_and_logged_on_stderr_only_with_v(
+    tmp_path: Path,
+) -> None:
+    """Without -v stderr has no log: the outcome line says the failure (it said it twice)."""
+    store = Metastore(f"sqlite:///{tmp_path}/polaris.db")
+    store.init_schema()
+    (tmp_path / "elsewhere.txt").write_text("precious")
+    location = {"storageLocation": f"file://{tmp_path}/wh/ns/t"}
+    task = batch_task("r1", [str(tmp_path / "elsewhere.txt")], internal=location)
+    store.insert_tasks([task])
+    url = url_of(store)
+    store.dispose()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POLARIS_")}
+    cli = [sys.executable, "-m", "polaris_pipeline.cli"]
+    sweep = ["sweep", "--metastore", url, "--grace-ms", "0"]
+    quiet = subprocess.run([*cli, *sweep], capture_output=True, text=True, env=env, timeout=120)
+    assert quiet.returncode == 1 and f"r1/{task.id}" in quiet.stdout
+    assert str(task.id) not in quiet.stderr, quiet.stderr  # only the storage warning
+    # Refused permanently at once: requeue it for the -v run.
+    assert run("tasks", "requeue", str(task.id), "--metastore", url)[0] == 0
+    loud = subprocess.run(
+        [*cli, "-v", *sweep], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert loud.returncode == 1 and f"r1/{task.id}" in loud.stdout
+    assert re.search(rf"WARNING .*task r1/{task.id} .* failed \(attempt 1\)", loud.stderr)

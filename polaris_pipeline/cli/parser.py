@@ -129,7 +129,7 @@ def _add_metastore(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_realms(p: argparse.ArgumentParser) -> None:
+def _add_realms(p: argparse.ArgumentParser, every: str = "every realm with tasks") -> None:
     p.add_argument(
         "--realm",
         action="append",
@@ -137,7 +137,7 @@ def _add_realms(p: argparse.ArgumentParser) -> None:
         metavar="REALM",
         type=_text("a realm's name"),
         help="limit to this realm; repeat for several, e.g. --realm POLARIS --realm TEST "
-        f"(default: ${REALMS_ENV}, else every realm with tasks)",
+        f"(default: ${REALMS_ENV}, else {every})",
     )
 
 
@@ -251,8 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
         "-v",
         "--verbose",
         action="store_true",
-        help="log what is done (leases, deletes, retries) to stderr, e.g. "
-        "polaris-pipeline -v sweep",
+        help="log what is done (leases, deletes, retries, failures with their traceback) "
+        "to stderr, e.g. polaris-pipeline -v sweep; without it stderr has no log, and each "
+        "failure is said once, in its outcome line",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -451,7 +452,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     _add_metastore(leaks)
-    _add_realms(leaks)
+    _add_realms(leaks, "every realm that has a catalog; a realm that has none is refused")
     leaks.add_argument(
         "--catalog",
         action="append",
