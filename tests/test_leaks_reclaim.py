@@ -149,7 +149,9 @@ def test_the_cli_refuses_a_minimum_age_below_a_day_and_reclaims_with_json(
     dropped = _leaked(metastore, local_warehouse, "t")
     url = metastore.engine.url.render_as_string(hide_password=False)
     args = ["leaks", "--metastore", url, "--reclaim", dropped.location()]
-    assert main([*args, "--min-age-days", "0.5"], io.StringIO()) == 2
+    with pytest.raises(SystemExit) as refused:  # by the parser, before anything is opened
+        main([*args, "--min-age-days", "0.5"], io.StringIO())
+    assert refused.value.code == 2
     assert "minimum age in days must be at least 1" in capsys.readouterr().err
     assert local_warehouse.exists(dropped.metadata_location)
     out = io.StringIO()

@@ -130,7 +130,10 @@ def test_requeue_refuses_an_unhandled_task(metastore: Metastore) -> None:
         metastore.requeue("POLARIS", unhandled[0].id)
 
 
-def test_tasks_show_names_an_unhandled_task_as_such(metastore: Metastore) -> None:
+def test_tasks_show_names_an_unhandled_task_as_such(
+    metastore: Metastore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)  # no width: one line per field
     task = polaris_cleanup_task("POLARIS", 6, entity_id=4242)
     metastore.insert_tasks([task])
     code, out = run("tasks", "show", str(task.id), "--metastore", url_of(metastore))
