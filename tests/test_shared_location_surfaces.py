@@ -199,7 +199,8 @@ def test_the_dry_run_says_the_table_would_be_refused_and_changes_nothing(
 
     code, out = run("sweep", "--dry-run", "--json", "--metastore", url_of(metastore), *POLICY_FLAGS)
 
-    assert code == 0, out
+    assert code == 1, out  # the task would fail: the dry run exits as the sweep would
+    assert json.loads(out)["would_fail"] == 1
     [doc] = json.loads(out)["tasks"]
     assert "SharedLocationRefusal" in doc["error"] and "'registered'" in doc["error"], doc
     assert _exist(files)
