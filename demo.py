@@ -8,7 +8,9 @@ Runs on a fresh machine with nothing else installed or running. In ``.demo/``
 3. "drops" some of them with purge by writing the TASK rows Polaris would write:
    orphaned table cleanups (past the grace period, never run), one task a live
    Polaris server holds a lease on, one just dropped (within grace: Polaris may
-   be running it right now), and one with a malformed payload;
+   be running it right now), and one with a malformed payload; writes the catalog
+   row over the warehouse, the live table's row, and leaves one dropped table's
+   files with no task (a leak, which ``polaris-pipeline leaks`` finds);
 4. evaluates the ``polaris_task_sweeper`` sensor as ``build_defs`` deploys it and
    executes each run it asks for (the task job of the same ``Definitions``) on a
    real Dagster instance, tick after tick until no run is requested;
@@ -39,17 +41,19 @@ if TYPE_CHECKING:
 DEMO_DIR_ENV = "POLARIS_PIPELINE_DEMO_DIR"
 REALM = "POLARIS"
 LIVE_EXECUTOR = "polaris-server-1"
-# Short enough that nothing waits long, long enough to outlast the demo: the
-# live Polaris lease must still hold when the sweeper looks at it.
-LEASE_TIMEOUT_MS = 60_000
-GRACE_MS = 60_000
+# Polaris's defaults: long enough to outlast the demo even on a loaded machine (a
+# minute did not: the live Polaris lease and the fresh task's grace lapsed mid-demo).
+LEASE_TIMEOUT_MS = 300_000
+GRACE_MS = 300_000
 ORPHAN_AGE_MS = 10 * 60_000
+# The leaked table's files are this old, past the reclaim's default minimum age.
+LEAK_AGE_DAYS = 30
 
 
 @dataclass
 class DemoTable:
     name: str
-    role: str  # orphaned | live | fresh | kept
+    role: str  # orphaned | live | fresh | kept | leaked
     location: str
     task_id: int | None = None
     files_before: int = 0
@@ -93,6 +97,12 @@ class Demo:
     def warehouse(self) -> Path:
         return self.root / "warehouse"
 
+    @property
+    def storage_config(self) -> Path:
+        """The storage config of the demo's runs and of ``dagster dev``: deletes are
+        confined to the warehouse."""
+        return self.root / "storage.yaml"
+
 
 def _quiet() -> None:
     """Keep the demo's output to its own report; every event still lands in the instance."""
@@ -104,6 +114,7 @@ def _quiet() -> None:
 
 
 def build_world(demo: Demo) -> None:
+    from builders import entities as built_entities
     from builders import tables as built_tables
     from builders import tasks as built_tasks
     from polaris_pipeline.metastore import Metastore, new_entity_id
@@ -113,6 +124,8 @@ def build_world(demo: Demo) -> None:
     store.init_schema()
     warehouse = built_tables.local_warehouse_uri(demo.warehouse)
     catalog = built_tables.open_catalog(warehouse, demo.root / "catalog.db", name="demo")
+    demo.storage_config.write_text(f"allowed_prefixes:\n  - {warehouse}\n")
+    catalog_id = built_entities.insert_catalog(store, REALM, "demo", warehouse)
 
     plans: list[tuple[str, str, dict[str, Any]]] = [
         ("orders", "orphaned", {"partitioned": True, "with_deletes": True}),
@@ -121,6 +134,7 @@ def build_world(demo: Demo) -> None:
         ("payments", "live", {"appends": 2}),
         ("clicks", "fresh", {"appends": 1}),
         ("inventory", "kept", {"appends": 2}),
+        ("archive", "leaked", {"appends": 1}),
     ]
     now = store.now_ms()
     tasks: list[NewTask] = []
@@ -130,6 +144,14 @@ def build_world(demo: Demo) -> None:
         entry.files_before = len(built_tables.list_files(entry.location))
         demo.tables.append(entry)
         if role == "kept":
+            built_entities.insert_live_table(store, REALM, catalog_id, name, table.location())
+            continue
+        if role == "leaked":
+            # Dropped long ago, its task row gone with its files left behind.
+            old = time.time() - LEAK_AGE_DAYS * 86_400
+            for path in Path(demo.warehouse).rglob("*"):
+                if str(path).startswith(entry.location.removeprefix("file://")):
+                    os.utime(path, (old, old))
             continue
         created = now if role == "fresh" else now - ORPHAN_AGE_MS
         task = built_tasks.drop_table_task(table, realm_id=REALM, create_timestamp=created)
@@ -204,9 +226,7 @@ def sweep(demo: Demo, out: Any) -> None:
     metastore = PolarisMetastoreResource(
         url=demo.metastore_url, lease_timeout_ms=LEASE_TIMEOUT_MS, grace_ms=GRACE_MS
     )
-    storage = PolarisStorageResource(
-        allowed_prefixes=[demo_tables_uri(demo.warehouse)],
-    )
+    storage = PolarisStorageResource(config_path=str(demo.storage_config))
     # No wait between sweeps: the demo drives the ticks itself.
     sweeper = SweeperSettings(interval_seconds=0, jitter=0)
     # The sensor and the job a deployment runs, with the demo's resources bound.
@@ -314,7 +334,7 @@ def report(demo: Demo, out: Any) -> bool:
         print(
             f"  attempt {bad.attempt_count} recorded in the row (lastAttemptRunId="
             f"{bad.properties.get('lastAttemptRunId', '?')}); a permanent failure is not "
-            "retried: fix the row, then `polaris-pipeline tasks requeue`",
+            f"retried: fix the row, then `polaris-pipeline tasks requeue {bad.id}`",
             file=out,
         )
 
@@ -335,11 +355,12 @@ def report(demo: Demo, out: Any) -> bool:
             file=out,
         )
     for t in demo.tables:
-        if t.role == "kept":
+        if t.role in ("kept", "leaked"):
             intact = t.files_after == t.files_before
             ok = ok and intact
+            why = "not dropped" if t.role == "kept" else "leaked (no task names it)"
             print(
-                f"  {t.name:<16} not dropped: {t.files_after}/{t.files_before} files untouched",
+                f"  {t.name:<16} {why}: {t.files_after}/{t.files_before} files untouched",
                 file=out,
             )
 
@@ -385,6 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "live": f"a live Polaris ({LIVE_EXECUTOR}) leased its task a moment ago",
         "fresh": "dropped just now: within the grace period",
         "kept": "not dropped",
+        "leaked": f"dropped {LEAK_AGE_DAYS} days ago, its task gone, its files left: a leak",
     }
     for t in demo.tables:
         print(f"  {t.name:<16} {t.files_before:>3} files  {roles[t.role]}", file=out)
@@ -397,10 +419,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("Open the Dagster UI on the same data (runs, their logs and metadata):", file=out)
     print(
         f"  DAGSTER_HOME={demo.dagster_home} POLARIS_METASTORE_URL={demo.metastore_url} "
+        f"POLARIS_PIPELINE_STORAGE_CONFIG={demo.storage_config} "
         # Under `dagster dev` the sweeper starts only when told to (docs/dagster.md).
         "POLARIS_PIPELINE_SWEEPER_AUTOSTART=true .venv/bin/dagster dev -w workspace.yaml",
         file=out,
     )
+    leaked = next(t for t in demo.tables if t.role == "leaked")
+    cli = (
+        f".venv/bin/polaris-pipeline leaks --metastore {demo.metastore_url} "
+        f"--storage-config {demo.storage_config}"
+    )
+    print("Find the leaked table's files, then reclaim them:", file=out)
+    print(f"  {cli}", file=out)
+    print(f"  {cli} --reclaim {leaked.location}", file=out)
     print(
         "The sweeper sensor runs there too: the live and the fresh task are swept once "
         "their lease and grace period lapse (5 minutes by default).",

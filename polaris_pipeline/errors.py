@@ -45,6 +45,16 @@ class StorageError(PolarisPipelineError):
     """A storage location cannot be resolved or an operation on it failed."""
 
 
+class OutsideCatalogLocations(StorageError):
+    """A table's location lies outside every location its catalog allows.
+
+    Permanent: Polaris never creates such a table, and both the location and the
+    catalog's allowedLocations are the row's own, so a retry finds the same.
+    """
+
+    permanent = True
+
+
 class StorageConfigError(StorageError):
     """The storage configuration file is missing or malformed."""
 
@@ -62,6 +72,11 @@ class GuardRefusal(PolarisPipelineError):
         self.path = path
         self.reason = reason
         super().__init__(f"refused {path!r}: {reason}")
+
+
+# The words every shared-location refusal carries in the task's last error: how
+# `tasks requeue --allow-shared-location` knows the guard refused the task.
+SHARED_LOCATION_REFUSED = "a live entity shares the table's files"
 
 
 class SharedLocationRefusal(GuardRefusal):

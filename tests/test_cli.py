@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from builders.tasks import batch_task
 from polaris_pipeline.cli import main
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask, Prop
+from polaris_pipeline.tasks.release import TESTED_RELEASES, PolarisRelease
 from tests.support.cli import POLICY_FLAGS, run, url_of
 from tests.support.iceberg import recorded_drop_task
 from tests.support.tasks import seed
@@ -119,6 +121,31 @@ def test_tasks_show_human_and_json_and_requeue(metastore: Metastore) -> None:
     assert code == 2
 
 
+def test_requeue_refuses_an_override_no_refusal_asked_for_and_a_pending_task(
+    metastore: Metastore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (dead,) = seed(metastore, "r1", 1, extra={Prop.STATUS: "dead", Prop.ERROR: "gave up"})
+    url = url_of(metastore)
+    before = metastore.get_task("r1", dead.id)
+    code, _ = run("tasks", "requeue", str(dead.id), "--metastore", url, "--allow-shared-location")
+    err = capsys.readouterr().err
+    assert code == 2 and "was not refused for sharing its location; not requeued" in err, err
+    assert metastore.get_task("r1", dead.id) == before  # no override left on the row
+
+    # Never attempted and within its grace period: Polaris may be running it in-process.
+    (fresh,) = seed(metastore, "r1", 1)
+    before = metastore.get_task("r1", fresh.id)
+    code, _ = run("tasks", "requeue", str(fresh.id), "--metastore", url, "--grace-ms", "600000")
+    err = capsys.readouterr().err
+    assert code == 2 and f"task r1/{fresh.id}" in err and "is pending" in err, err
+    assert re.search(r"grace period ends in (59\d|600)s", err) and "--force" in err, err
+    assert metastore.get_task("r1", fresh.id) == before  # entity_version not bumped
+    code, out = run(
+        "tasks", "requeue", str(fresh.id), "--metastore", url, "--grace-ms", "600000", "--force"
+    )
+    assert code == 0 and f"requeued task {fresh.id}" in out, out
+
+
 def test_tasks_show_without_realm_refuses_an_id_in_two_realms(
     metastore: Metastore, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -151,9 +178,16 @@ def test_sweep_deletes_batch_files_and_summarises(metastore: Metastore, tmp_path
     url = url_of(metastore)
 
     code, out = run("sweep", "--metastore", url, "--dry-run", *POLICY_FLAGS)
-    assert code == 0 and "nothing was changed" in out
+    # The dry run counts the task the guard would fail, and exits as the sweep would.
+    assert code == 1, out
+    assert (
+        "dry run: 2 task(s), 3 file(s) would be deleted, 1 task(s) would fail "
+        "(an error or a refused path); nothing was changed"
+    ) in out
     assert out.count("  delete  ") == 3 and "REFUSE" in out
     assert all(f.exists() for f in files)
+    code, out = run("sweep", "--metastore", url, "--dry-run", "--json", *POLICY_FLAGS)
+    assert code == 1 and json.loads(out)["would_fail"] == 1
 
     code, out = run("sweep", "--metastore", url, "--json", *POLICY_FLAGS)
     summary = json.loads(out)
@@ -446,3 +480,63 @@ def test_sweep_says_which_failures_are_permanent(metastore: Metastore) -> None:
     assert doc["status"] == "dead" and doc["permanent"] is True
     code, out = run("tasks", "show", str(again.id), "--metastore", url_of(metastore))
     assert code == 0 and "permanent: retrying cannot heal it" in out
+
+
+def test_an_untested_polaris_release_is_accepted_with_a_warning_naming_the_tested_ones(
+    metastore: Metastore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = url_of(metastore)
+    code, _ = run("tasks", "list", "--metastore", url, "--polaris-version", "9.9")
+    err = capsys.readouterr().err
+    assert code == 0
+    assert err == (
+        "polaris-pipeline: warning: Polaris 9.9 is newer than the releases tested "
+        "(1.0, 1.4.1, 1.6, 1.7): the rows written follow 1.7's rules, which 9.9 may have "
+        "changed\n"
+    )
+    code, _ = run("tasks", "list", "--metastore", url, "--polaris-version", "1.7.2")
+    assert code == 0 and capsys.readouterr().err == ""
+
+
+def test_the_tested_releases_are_those_whose_classes_the_compatibility_tests_load() -> None:
+    listed = Path(__file__).parent / "polaris" / "releases"
+    releases = [
+        PolarisRelease.parse(line.split()[0])
+        for line in listed.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert tuple(releases) == TESTED_RELEASES
+
+
+def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out == f"polaris-pipeline {version('polaris-pipeline')}\n"
+
+
+def test_a_failure_is_said_once_on_stdout_and_logged_on_stderr_only_with_v(
+    tmp_path: Path,
+) -> None:
+    """Without -v stderr has no log: the outcome line says the failure (it said it twice)."""
+    store = Metastore(f"sqlite:///{tmp_path}/polaris.db")
+    store.init_schema()
+    (tmp_path / "elsewhere.txt").write_text("precious")
+    location = {"storageLocation": f"file://{tmp_path}/wh/ns/t"}
+    task = batch_task("r1", [str(tmp_path / "elsewhere.txt")], internal=location)
+    store.insert_tasks([task])
+    url = url_of(store)
+    store.dispose()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POLARIS_")}
+    cli = [sys.executable, "-m", "polaris_pipeline.cli"]
+    sweep = ["sweep", "--metastore", url, "--grace-ms", "0"]
+    quiet = subprocess.run([*cli, *sweep], capture_output=True, text=True, env=env, timeout=120)
+    assert quiet.returncode == 1 and f"r1/{task.id}" in quiet.stdout
+    assert str(task.id) not in quiet.stderr, quiet.stderr  # only the storage warning
+    # Refused permanently at once: requeue it for the -v run.
+    assert run("tasks", "requeue", str(task.id), "--metastore", url)[0] == 0
+    loud = subprocess.run(
+        [*cli, "-v", *sweep], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert loud.returncode == 1 and f"r1/{task.id}" in loud.stdout
+    assert re.search(rf"WARNING .*task r1/{task.id} .* failed \(attempt 1\)", loud.stderr)

@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from dagster import DagsterEventType, DagsterRunStatus
+from dagster import DagsterEventType, DagsterRunStatus, RunsFilter
 from dagster._core.scheduler.instigation import TickStatus
 
 from bench.manifests import write_with_pyiceberg
@@ -346,6 +346,12 @@ def test_orphaned_children_of_one_table_are_one_run(
     runs = daemon.wait_runs_finished(timeout_s=30)
     assert existing(every_file) == []
     assert [r.status for r in runs] == [DagsterRunStatus.SUCCESS] * 3, daemon.diagnose()
+    # The UI's filter by table finds each group's run (its tags come from its children's
+    # payloads: the group's run starts no task of its own).
+    for table, parent in (("ns.t", "entityCleanup_4711"), ("ns.u", "entityCleanup_47110")):
+        [found] = daemon.instance.get_runs(RunsFilter(tags={"polaris/table": table}))
+        assert found.tags["polaris/orphans_of"] == parent, found.tags
+        assert found.tags["polaris/table_location"] == f"file://{wh}/ns/{table.split('.')[1]}"
 
 
 # ------------------------------------------- 6. a dropped table, its stages in one run

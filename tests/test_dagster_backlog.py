@@ -271,7 +271,9 @@ def test_dead_check_fails_with_the_ids_and_last_errors(
     assert sample[str(first)]["last_error"].startswith("refused: s3://other-bucket/x")
     assert sample[str(second)]["last_error"] == "payload is not JSON"
     assert sample[str(first)]["attempts"] == 1
-    assert "--realm A" in meta["revive with"]
+    # A real id to paste, not a placeholder: one of the two dead tasks'.
+    revive = meta["revive with"]
+    assert revive in {f"polaris-pipeline tasks requeue {t} --realm A" for t in (first, second)}
     assert "2 dead-lettered task(s) in realm A" in (check.description or "")
     # The failed check is stored on the instance, as the UI shows it.
     assert stored_status(instance, DEAD_CHECK) == "FAILED"

@@ -292,6 +292,9 @@ def test_a_run_of_orphaned_children_carries_its_executor_and_highest_attempt(
     group = CandidateRun(tuple(r for r in rows if r is not None), parent_name=parent)
     request = run_request_for(group)
     assert request.tags[TAG_TASK_TYPE] == ORPHANED_CHILDREN
+    # The table the children's payloads name, as a single task's run carries it.
+    assert request.tags["polaris/table"] == "ns.t"
+    assert request.tags["polaris/table_location"] == f"file://{tmp_path}/ns/t"
 
     result = _execute(
         polaris_task_job, metastore, instance, tmp_path, request.run_config, dict(request.tags)

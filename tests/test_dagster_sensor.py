@@ -35,6 +35,7 @@ from polaris_pipeline.dagster.resources import (
 from polaris_pipeline.dagster.sweeper import SENSOR_NAME, SweepCursor
 from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.storage.config import UNBOUNDED_WARNING
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskState
 from tests.support.dagster import deployed_sensor, metastore_resource, sweeper_resources
 from tests.support.tasks import purge_child, seed
@@ -805,3 +806,20 @@ def test_a_key_a_finished_run_used_without_writing_the_task_is_asked_for_again(
     assert again.run_key != first.run_key
     assert (again.run_key or "").startswith(f"{first.run_key}:again:")
     assert again.tags["polaris/task_id"] == str(task.id)
+
+
+def test_the_sensor_warns_once_when_no_allowed_prefixes_bound_the_deletes(
+    metastore: Metastore,
+    instance: DagsterInstance,
+    capfd: pytest.CaptureFixture[str],
+    tmp_path: Any,
+) -> None:
+    old_tasks(metastore, "A", 1)
+    resource = metastore_resource(metastore)
+    unbounded = PolarisStorageResource(locations=[{"prefix": f"file://{tmp_path}", "options": {}}])
+    bounded = PolarisStorageResource(allowed_prefixes=[f"file://{tmp_path}/wh"])
+    for storage in (unbounded, unbounded, bounded):
+        evaluate(resource, instance, storage=storage)
+    err = capfd.readouterr().err
+    [line] = [line for line in err.splitlines() if UNBOUNDED_WARNING in line]  # once
+    assert "WARNING" in line, line

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -107,6 +108,8 @@ def test_a_purge_records_every_deleted_path_and_the_one_already_gone(
         assert header["realm"] == "POLARIS" and header["attempt"] == 1
         assert header["executor_id"] == executor_id and header["run_id"] is None
         assert header["task_type"] in ("MANIFEST_FILE_CLEANUP", "BATCH_FILE_CLEANUP")
+        # A 63-bit id as a string: a JSON number past 2**53 loses digits in jq 1.6.
+        assert isinstance(header["task_id"], str) and int(header["task_id"]) > 0
     files = sorted(audit.rglob("*.jsonl"))
     assert all(NAME.match(f.name) for f in files), [f.name for f in files]
     assert all(f.parent.parent.name == "POLARIS" for f in files)
@@ -437,5 +440,47 @@ def test_the_unreferenced_phase_records_the_files_it_deletes(
     # The phase's record is the table's own (its task id), apart from its children's.
     root = {o.lease.task_id for o in outcomes if o.result and o.result.unreferenced}
     (root_id,) = root
-    (phase,) = [r for r in records if r[0]["task_id"] == root_id]
+    (phase,) = [r for r in records if r[0]["task_id"] == str(root_id)]
     assert {line["path"] for line in phase[1:-1]} == unreferenced
+
+
+def _guide_jq_lines() -> list[str]:
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "operator-guide.md").read_text()
+    return [line[2:] for line in guide.splitlines() if line.startswith("$ jq ")]
+
+
+@pytest.mark.skipif(shutil.which("jq") is None, reason="no jq on this machine")
+def test_the_guides_jq_lines_read_a_real_record_and_keep_every_digit_of_its_ids(
+    local_warehouse: Warehouse, store: Metastore, tmp_path: Path
+) -> None:
+    table = local_warehouse.build("t", appends=1)
+    store.insert_tasks([_drop_task(table)])
+    audit = tmp_path / "audit"
+    with Runner(
+        store,
+        local_warehouse.config,
+        resolver=local_warehouse.resolver,
+        deletion_record=f"file://{audit}/",
+    ) as runner:
+        assert all(o.ok for o in runner.sweep(["POLARIS"]))
+    # Each child's record, in records/ as the guide copies one task's; the ids are 63-bit
+    # (past 2**53, where a JSON number loses digits in jq 1.6).
+    records = tmp_path / "records"
+    records.mkdir()
+    ids = set()
+    for path in audit.rglob("*.jsonl"):
+        ids.add(path.parent.name)
+        shutil.copy(path, records / path.name)
+    assert ids and all(int(i) > 2**53 for i in ids)
+    lines = _guide_jq_lines()
+    assert len(lines) >= 5
+    for line in lines:
+        # As the guide runs it, in the directory that holds records/ (any attempt number).
+        command = line.replace("records/attempt-3-*", "records/attempt-*").split("   #")[0]
+        proc = subprocess.run(
+            ["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=30
+        )
+        assert proc.returncode == 0 and not proc.stderr, (command, proc.stderr)
+        if "header" in command:
+            headers = [json.loads(out) for out in proc.stdout.splitlines()]
+            assert {h["task_id"] for h in headers} == ids  # every digit kept

@@ -55,6 +55,31 @@ def test_demo_recovers_orphans_and_leaves_live_work_alone(tmp_path: Path) -> Non
     assert "as expected." in out and "NOT as expected" not in out
     assert "dagster dev -w workspace.yaml" in out
     assert f"DAGSTER_HOME={demo_dir}/dagster_home" in out
+    # `dagster dev` gets the storage config the demo's runs had: deletes stay in the warehouse.
+    config = demo_dir / "storage.yaml"
+    assert f"POLARIS_PIPELINE_STORAGE_CONFIG={config} " in out
+    assert "allowed_prefixes" in config.read_text()
+
+    # The leak the demo left (a dropped table's files, no task), found and reclaimed by the
+    # very commands it prints.
+    leaks, reclaim = [
+        line.split()
+        for line in out.splitlines()
+        if line.strip().startswith(".venv/bin/polaris-pipeline leaks")
+    ]
+    cli = [sys.executable, "-m", "polaris_pipeline.cli"]
+    found = subprocess.run(
+        [*cli, *leaks[1:]], env=_env(), capture_output=True, text=True, timeout=120
+    )
+    assert found.returncode == 0, found.stderr
+    root = reclaim[-1]
+    assert re.search(rf"^  {re.escape(root)}\s+table\s+\d+", found.stdout, re.M), found.stdout
+    assert "\n1 leaked root(s)" in found.stdout
+    done = subprocess.run(
+        [*cli, *reclaim[1:]], env=_env(), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and f"reclaim {root}: deleted " in done.stdout, done
+    assert not any(p.is_file() for p in Path(root.removeprefix("file://")).rglob("*"))
 
     # The metastore the demo leaves behind agrees with what it printed.
     store = Metastore(f"sqlite:///{demo_dir}/polaris.db")

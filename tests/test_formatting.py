@@ -139,3 +139,22 @@ def test_a_table_fits_its_width_dropping_and_cutting_in_order() -> None:
     assert narrow.hidden == ["REALM", "NAME"]
     assert all(len(line) <= 22 for line in narrow.lines)
     assert narrow.lines[2].startswith("1234567890  eeeeeeee")  # the id is never cut
+
+
+def test_a_table_too_narrow_for_its_whole_columns_becomes_one_record_per_block() -> None:
+    columns = [Column("ID"), Column("ROOT"), Column("ERROR", min_width=8)]
+    root = "s3://bucket/warehouse/sales/payments_2024"
+    rows = [["1234567890", root, "Access Denied"], ["2", "s3://b/t", ""]]
+    narrow = render(columns, rows, 30)
+    assert narrow.blocks and narrow.hidden == []
+    assert narrow.lines == [
+        "ID     1234567890",
+        f"ROOT   {root}",  # whole, although longer than the width: --reclaim takes it
+        "ERROR  Access Denied",
+        "",
+        "ID     2",
+        "ROOT   s3://b/t",
+    ]
+    # Wide enough for the whole columns and the error's minimum: a table again.
+    table = render(columns, rows, len(root) + 24)
+    assert not table.blocks and table.lines[2].split()[:2] == ["1234567890", root]

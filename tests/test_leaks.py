@@ -258,9 +258,10 @@ def test_the_cli_prints_the_report_and_its_json(
     assert main(["leaks", "--metastore", url], text) == 0
     assert "3 leaked root(s)" in text.getvalue()
     assert "not a table: 1" in text.getvalue()
+    # A catalog that does not exist is refused, naming those that do (not "0 roots").
     other = io.StringIO()
-    assert main(["leaks", "--metastore", url, "--catalog", "other", "--json"], other) == 0
-    assert json.loads(other.getvalue())["catalogs"] == []
+    assert main(["leaks", "--metastore", url, "--catalog", "other", "--json"], other) == 2
+    assert other.getvalue() == ""
 
 
 def test_schema_v1_judges_by_the_entities_location_property_and_has_no_events(

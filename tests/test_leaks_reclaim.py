@@ -119,6 +119,10 @@ def test_what_may_not_be_reclaimed_is_refused_and_left_whole(
     stray = built_tables.build_table(outside, ("ns", "stray"), appends=1)
     age_local_files(_path(stray.location()), days=10)
     assert "under no catalog" in _refusal(metastore, wh, stray.location())
+    # The catalog's own location is no table root under it, and is called what it is.
+    assert _refusal(metastore, wh, wh.uri) == (
+        "it is catalog 'cat''s (realm POLARIS) own location, not a table root under it"
+    )
 
 
 @pytest.mark.parametrize(
@@ -146,7 +150,9 @@ def test_the_cli_refuses_a_minimum_age_below_a_day_and_reclaims_with_json(
     dropped = _leaked(metastore, local_warehouse, "t")
     url = metastore.engine.url.render_as_string(hide_password=False)
     args = ["leaks", "--metastore", url, "--reclaim", dropped.location()]
-    assert main([*args, "--min-age-days", "0.5"], io.StringIO()) == 2
+    with pytest.raises(SystemExit) as refused:  # by the parser, before anything is opened
+        main([*args, "--min-age-days", "0.5"], io.StringIO())
+    assert refused.value.code == 2
     assert "minimum age in days must be at least 1" in capsys.readouterr().err
     assert local_warehouse.exists(dropped.metadata_location)
     out = io.StringIO()
@@ -186,7 +192,7 @@ def test_a_reclaims_record_lists_exactly_the_paths_it_deleted_under_its_root_and
     header, footer = lines[0], lines[-1]
     assert header["kind"] == "reclaim" and "task_id" not in header
     where = (header["realm"], header["catalog"], header["catalog_id"])
-    assert where == ("POLARIS", "cat", catalog_id)
+    assert where == ("POLARIS", "cat", str(catalog_id))  # an id as a string, as in --json
     assert (header["root"], header["min_age_days"], header["run_id"]) == (
         dropped.location(),
         7,

@@ -35,11 +35,15 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-def _shared(store: Metastore, wh: Warehouse) -> tuple[int, set[str]]:
+def _shared(
+    store: Metastore, wh: Warehouse, *, allow_shared_location: bool = False
+) -> tuple[int, set[str]]:
     """A dropped table that a live table of realm OTHER was registered over; (task id,
-    the files they share)."""
+    the files they share). ``allow_shared_location``: the operator's override on its row."""
     table = wh.build("t", appends=2)
     task = built_tasks.drop_table_task(table)
+    if allow_shared_location:
+        task.properties[Prop.ALLOW_SHARED_LOCATION] = "true"
     store.insert_tasks([task])
     live_entity(
         store,
@@ -69,6 +73,9 @@ def test_the_cli_shows_the_refusal_and_the_override_lets_the_purge_go_on(
     assert record["status"] == "dead" and record["permanent"] is True
     assert "'registered' (OTHER/" in record["error"] and "catalog id 9" in record["error"]
     assert record["shared_location_overridden"] is None
+    # The hint names this task, ready to paste.
+    hint = f"`polaris-pipeline tasks requeue {task_id} --realm POLARIS --allow-shared-location`"
+    assert hint in record["error"], record["error"]
     assert _exist(files)
 
     code, out = run("tasks", "show", str(task_id), "--metastore", url, *POLICY_FLAGS, "--json")
@@ -159,8 +166,7 @@ def test_the_task_job_fails_with_the_refusal_and_the_alert_names_the_live_table(
 def test_the_task_job_with_the_override_purges_and_its_metadata_says_so(
     store: Metastore, local_warehouse: Warehouse, instance: DagsterInstance
 ) -> None:
-    task_id, files = _shared(store, local_warehouse)
-    store.requeue("POLARIS", task_id, allow_shared_location=True)
+    task_id, files = _shared(store, local_warehouse, allow_shared_location=True)
     row = store.get_task("POLARIS", task_id)
     assert row is not None
 
@@ -193,7 +199,8 @@ def test_the_dry_run_says_the_table_would_be_refused_and_changes_nothing(
 
     code, out = run("sweep", "--dry-run", "--json", "--metastore", url_of(metastore), *POLICY_FLAGS)
 
-    assert code == 0, out
+    assert code == 1, out  # the task would fail: the dry run exits as the sweep would
+    assert json.loads(out)["would_fail"] == 1
     [doc] = json.loads(out)["tasks"]
     assert "SharedLocationRefusal" in doc["error"] and "'registered'" in doc["error"], doc
     assert _exist(files)

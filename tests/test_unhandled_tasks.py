@@ -13,6 +13,7 @@ from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.schema import entities
 from polaris_pipeline.metastore.transitions import DiscardOutcome
 from polaris_pipeline.tasks.model import Prop, TaskState
+from tests.support.cli import run, url_of
 from tests.support.unhandled import ENTITY_TYPES, polaris_cleanup_task, seed_unhandled
 
 
@@ -127,3 +128,19 @@ def test_requeue_refuses_an_unhandled_task(metastore: Metastore) -> None:
     unhandled, _ = seed_unhandled(metastore)
     with pytest.raises(MetastoreError, match=r"unhandled .*discard"):
         metastore.requeue("POLARIS", unhandled[0].id)
+
+
+def test_tasks_show_names_an_unhandled_task_as_such(
+    metastore: Metastore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)  # no width: one line per field
+    task = polaris_cleanup_task("POLARIS", 6, entity_id=4242)
+    metastore.insert_tasks([task])
+    code, out = run("tasks", "show", str(task.id), "--metastore", url_of(metastore))
+    assert code == 0, out
+    fields = {line.split("  ", 1)[0]: line.split("  ", 1)[1].strip() for line in out.splitlines()}
+    assert fields["payload"] == (
+        "not handled: the cleanup of a dropped NAMESPACE 'namespace_4242', which Polaris "
+        "writes and never runs (no files); `tasks discard` deletes it"
+    )
+    assert "cannot be decoded" not in out

@@ -152,6 +152,9 @@ def test_the_dry_run_plan_lists_unreferenced_files_apart(
     [task] = json.loads(out)["tasks"]
     assert set(task["unreferenced"]["paths"]) == unreferenced
     assert not set(task["would_delete"]) & unreferenced
+    # Nothing was deleted: the summary says what the run would leave, not what is there.
+    summary = task["unreferenced"]["summary"]
+    assert summary.endswith("; the prefix would then be empty"), summary
 
 
 def test_an_unknown_mode_is_refused(metastore: Metastore, tmp_path: Path) -> None:

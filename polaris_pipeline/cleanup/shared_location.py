@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
-from polaris_pipeline.errors import SharedLocationRefusal
+from polaris_pipeline.errors import SHARED_LOCATION_REFUSED, SharedLocationRefusal
 from polaris_pipeline.metastore.overlap import Overlap
 from polaris_pipeline.storage.uri import Location, parse_location
 from polaris_pipeline.tasks.model import Prop
@@ -85,9 +85,10 @@ def check_shared_location(
                 f"shared-location guard overridden ({Prop.ALLOW_SHARED_LOCATION}=true): {text}"
             )
         return
+    task = ctx.task
     raise SharedLocationRefusal(
         location,
-        f"a live entity shares the table's files, the purge stopped before deleting: {text}. "
-        "Once checked, "
-        "`polaris-pipeline tasks requeue ID --allow-shared-location` lets the purge go on",
+        f"{SHARED_LOCATION_REFUSED}, the purge stopped before deleting: {text}. Once checked, "
+        f"`polaris-pipeline tasks requeue {task.id} --realm {task.realm_id} "
+        "--allow-shared-location` lets the purge go on",
     )

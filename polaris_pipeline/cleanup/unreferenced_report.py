@@ -72,7 +72,18 @@ class UnreferencedReport:
         when this is 0 (issue 38: leaks hide behind reported success)."""
         if self.deleting:
             return self.kept_newer + self.refused_paths + self.failures
+        if self.dry_run and self.mode == "delete":
+            # What the run would leave: the files that would go are counted gone.
+            return self.listed - self.referenced - self.would_delete
         return self.listed - self.referenced
+
+    @property
+    def predicted(self) -> bool:
+        """Whether ``left`` is what a run would leave, not what is there now: a dry run
+        in which files would go (the referenced plan's, or this phase's)."""
+        return self.dry_run and (
+            self.referenced > 0 or (self.mode == "delete" and self.would_delete > 0)
+        )
 
     def summary(self) -> str:
         """``unreferenced: N files, B bytes deleted / would go, K kept as newer than the drop``."""
@@ -95,5 +106,12 @@ class UnreferencedReport:
             kept = retention_text(self.retained, self.bytes_retained, self.retention_unknown)
             text += f"; {kept}"
         left = self.left
-        text += "; the prefix is empty" if left == 0 else f"; {left} object(s) left under it"
+        if self.predicted:  # nothing was deleted: what the run would leave, said as such
+            text += (
+                "; the prefix would then be empty"
+                if left == 0
+                else f"; {left} object(s) would be left under it"
+            )
+        else:
+            text += "; the prefix is empty" if left == 0 else f"; {left} object(s) left under it"
         return text

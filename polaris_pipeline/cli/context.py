@@ -9,15 +9,17 @@ anything.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.connection import make_engine, resolve_url
 from polaris_pipeline.settings import PipelineSettings
-from polaris_pipeline.storage.config import StorageConfig
+from polaris_pipeline.storage.config import UNBOUNDED_WARNING, StorageConfig
 from polaris_pipeline.tasks.formatting import realms_text
 from polaris_pipeline.tasks.model import TaskRow
+from polaris_pipeline.tasks.release import PolarisRelease, untested_warning
 
 # 0 success, 1 a task run or swept failed, 2 bad input or unreachable services.
 EXIT_OK, EXIT_TASK_FAILED, EXIT_ERROR = 0, 1, 2
@@ -44,7 +46,12 @@ def settings_for(args: argparse.Namespace) -> PipelineSettings:
     for dest, (_, section, field) in _FLAGS.items():
         changes.setdefault(section, {})[field] = getattr(args, dest, None)
     labels = {(section, field): flag for flag, section, field in _FLAGS.values()}
-    return PipelineSettings.from_env().with_overrides(changes, labels)
+    settings = PipelineSettings.from_env().with_overrides(changes, labels)
+    release = settings.metastore.polaris_version
+    warning = untested_warning(PolarisRelease.parse(release)) if release else None
+    if warning:
+        print(f"polaris-pipeline: warning: {warning}", file=sys.stderr)
+    return settings
 
 
 def open_metastore(settings: PipelineSettings, *, read_only: bool) -> Metastore:
@@ -64,9 +71,15 @@ def checked_metastore(settings: PipelineSettings, *, read_only: bool) -> Metasto
 
 def storage_config(settings: PipelineSettings) -> StorageConfig:
     """The storage config the settings name, else the default (fsspec's own options)."""
-    if settings.storage.config_path:
-        return StorageConfig.load(settings.storage.config_path)
-    return StorageConfig()
+    path = settings.storage.config_path
+    return StorageConfig.load(path) if path else StorageConfig()
+
+
+def warn_if_unbounded(config: StorageConfig) -> None:
+    """At the start of a command that deletes: without allowed_prefixes, say on stderr
+    (once) that only the catalogs' own locations bound the deletes."""
+    if not config.allowed_prefixes:
+        print(f"polaris-pipeline: warning: {UNBOUNDED_WARNING}", file=sys.stderr)
 
 
 def find_task(

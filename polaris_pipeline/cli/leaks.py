@@ -4,6 +4,7 @@ and ``leaks --reclaim ROOT``: delete one of them on the operator's word."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from typing import TextIO
 
 from polaris_pipeline.cli.context import (
@@ -13,11 +14,15 @@ from polaris_pipeline.cli.context import (
     checked_metastore,
     settings_for,
     storage_config,
+    warn_if_unbounded,
 )
 from polaris_pipeline.cli.output import dump_json
-from polaris_pipeline.cli.table import Column, output_width, render
+from polaris_pipeline.cli.table import Column, output_width, render, wrapped
+from polaris_pipeline.errors import PolarisPipelineError
+from polaris_pipeline.leaks.catalogs import read_catalogs
 from polaris_pipeline.leaks.find import metastore_leaks
-from polaris_pipeline.leaks.reclaim import check_min_age_days, reclaim_root
+from polaris_pipeline.leaks.model import CatalogRef
+from polaris_pipeline.leaks.reclaim import check_min_age_days, holding_catalog, reclaim_root
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.leaks_view import (
     catalog_heading,
@@ -28,7 +33,8 @@ from polaris_pipeline.report.leaks_view import (
 )
 from polaris_pipeline.settings import PipelineSettings
 from polaris_pipeline.storage.resolve import StorageResolver
-from polaris_pipeline.tasks.formatting import format_bytes, truncate
+from polaris_pipeline.storage.uri import parse_location
+from polaris_pipeline.tasks.formatting import format_bytes
 
 
 def _reclaim(
@@ -57,8 +63,10 @@ def _reclaim(
     return EXIT_OK if report.ok else EXIT_TASK_FAILED
 
 
+INDENT = "  "  # a catalog's roots, under its heading
 ROOT_COLUMNS = (
-    Column("ROOT", min_width=24),
+    # Never cut: `--reclaim ROOT` takes it as printed.
+    Column("ROOT"),
     Column("KIND"),
     Column("OBJECTS"),
     Column("SIZE"),
@@ -69,16 +77,71 @@ ROOT_COLUMNS = (
 )
 
 
+NAMES_SHOWN = 20
+
+
+def _names(values: Sequence[str]) -> str:
+    shown = sorted(set(values))
+    more = f" and {len(shown) - NAMES_SHOWN} more" if len(shown) > NAMES_SHOWN else ""
+    return ", ".join(shown[:NAMES_SHOWN]) + more if shown else "none"
+
+
+def check_filters(
+    catalogs: list[CatalogRef], realms: Sequence[str] | None, names: Sequence[str] | None
+) -> list[CatalogRef]:
+    """The catalogs of ``realms`` named ``names`` (None: all); PolarisPipelineError
+    naming what exists when a realm or a catalog name matches none (a clean "0 leaked
+    roots" would read as a clean bill of health)."""
+    if realms:
+        unknown = [r for r in realms if not any(c.realm_id == r for c in catalogs)]
+        if unknown:
+            raise PolarisPipelineError(
+                f"--realm {', '.join(unknown)}: no catalog in that realm; realms with "
+                f"catalogs: {_names([c.realm_id for c in catalogs])}"
+            )
+        catalogs = [c for c in catalogs if c.realm_id in realms]
+    if names:
+        unknown = [n for n in names if not any(c.name == n for c in catalogs)]
+        if unknown:
+            where = f" of realm(s) {', '.join(realms)}" if realms else ""
+            raise PolarisPipelineError(
+                f"--catalog {', '.join(unknown)}: no such catalog{where}; catalogs: "
+                f"{_names([c.name for c in catalogs])}"
+            )
+        catalogs = [c for c in catalogs if c.name in names]
+    return catalogs
+
+
+def _check_reclaim_filters(args: argparse.Namespace, chosen: list[CatalogRef]) -> None:
+    """``--reclaim ROOT`` with --realm or --catalog: the root must lie under a chosen
+    catalog's location (a filter that leaves it out is a mistake, not a scope)."""
+    try:
+        root = parse_location(args.reclaim, directory=True)
+    except ValueError:
+        return  # the reclaim itself refuses it, saying why
+    holder = holding_catalog(chosen, root)
+    if holder is None:
+        raise PolarisPipelineError(
+            f"--reclaim {args.reclaim}: not under the locations of the catalogs --realm and "
+            f"--catalog choose ({_names([c.name for c in chosen])}); not reclaimed"
+        )
+
+
 def cmd_leaks(args: argparse.Namespace, out: TextIO) -> int:
     settings = settings_for(args)
     # Read-only even to reclaim: a reclaim deletes files and writes no row.
     store = checked_metastore(settings, read_only=True)
-    resolver = StorageResolver(storage_config(settings))
+    realms = settings.metastore.realm_list()
+    if realms or args.catalogs:
+        chosen = check_filters(read_catalogs(store.engine), realms, args.catalogs)
+        if args.reclaim is not None:
+            _check_reclaim_filters(args, chosen)
+    config = storage_config(settings)
+    resolver = StorageResolver(config)
     if args.reclaim is not None:
+        warn_if_unbounded(config)
         return _reclaim(args, settings, store, resolver, out)
-    report = metastore_leaks(
-        store, resolver, realms=settings.metastore.realm_list(), catalogs=args.catalogs
-    )
+    report = metastore_leaks(store, resolver, realms=realms, catalogs=args.catalogs)
     # A partial report exits 1 in either form: a script must not read it as whole.
     status = EXIT_TASK_FAILED if report.partial else EXIT_OK
     if args.json:
@@ -88,19 +151,20 @@ def cmd_leaks(args: argparse.Namespace, out: TextIO) -> int:
     if not report.catalogs:
         print("no catalogs found", file=out)
     for leaks in report.catalogs:
-        heading = catalog_heading(leaks)
-        print(truncate(heading, width) if width else heading, file=out)
+        print(wrapped(catalog_heading(leaks), width), file=out)
         for error in leaks.errors:
             print(f"  error: {error}", file=out)
         if leaks.roots:
-            rendered = render(ROOT_COLUMNS, [root_cells(r) for r in leaks.roots], width)
-            print("\n".join("  " + line for line in rendered.lines), file=out)
+            cells = [root_cells(r) for r in leaks.roots]
+            rendered = render(ROOT_COLUMNS, cells, width - len(INDENT) if width else None)
+            print("\n".join(INDENT + line if line else "" for line in rendered.lines), file=out)
         if leaks.not_tables_total:
             count = leaks.not_tables_total
             noun = "directory" if count == 1 else "directories"
-            print(f"  not a table: {count} {noun} of loose files", file=out)
+            print(wrapped(f"not a table: {count} {noun} of loose files", width, INDENT), file=out)
             for n in leaks.not_tables:
-                print(f"    {n.uri} ({n.objects} object(s), {format_bytes(n.bytes)})", file=out)
+                text = f"{n.uri} ({n.objects} object(s), {format_bytes(n.bytes)})"
+                print(wrapped(text, width, INDENT * 2), file=out)
     print(
         f"\n{report.roots} leaked root(s), {format_bytes(report.leaked_bytes)}"
         + (" (PARTIAL: a listing failed)" if report.partial else ""),

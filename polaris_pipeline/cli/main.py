@@ -1,6 +1,8 @@
 """``polaris-pipeline``: the operator's command line (entry point ``polaris_pipeline.cli:main``).
 
-Errors are one clear line on stderr and a non-zero exit, never a traceback.
+Errors are one clear line on stderr and a non-zero exit, never a traceback. A task's
+failure is reported once, in its outcome line on stdout; stderr carries the log only
+with ``-v`` (and the command's own warnings always).
 Exit codes (``cli.context``): 0 success, 1 a task run or swept failed, 2 bad
 input or unreachable services, 130 interrupted.
 """
@@ -48,8 +50,10 @@ COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace, TextIO], in
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Each failure is said once: in its outcome line (stdout). The log repeats it on
+    # stderr only when asked (-v), with what was done around it and any traceback.
     logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
+        level=logging.INFO if args.verbose else logging.CRITICAL,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from polaris_pipeline.cli.table import Column, output_width, render
+from polaris_pipeline.cli.table import Column, output_width, render, wrapped
 from polaris_pipeline.execution.outcome import TaskOutcome
 from polaris_pipeline.metastore.transitions import DiscardOutcome, DiscardResult
 from polaris_pipeline.report.outcome_view import OutcomeView, totals_json, unreferenced_json
@@ -181,12 +181,41 @@ def print_task_list(
             f"REALM (all {next(iter(realms))})" if h == "REALM" and len(realms) == 1 else h
             for h in rendered.hidden
         ]
-        print(
-            truncate(
-                f"not shown at {width} columns: {', '.join(hidden)} (--json has all)", width or 0
-            ),
-            file=out,
-        )
+        note = f"not shown at {width} columns: {', '.join(hidden)} (--json has all)"
+        print(wrapped(note, width), file=out)
+
+
+# Polaris's PolarisEntityType codes (the task model page, section 3).
+ENTITY_TYPES = {
+    0: "NULL_TYPE",
+    1: "ROOT",
+    2: "PRINCIPAL",
+    3: "PRINCIPAL_ROLE",
+    4: "CATALOG",
+    5: "CATALOG_ROLE",
+    6: "NAMESPACE",
+    7: "TABLE_LIKE",
+    8: "TASK",
+    9: "FILE",
+    10: "POLICY",
+}
+
+
+def unhandled_text(task: TaskRow) -> str:
+    """What an unhandled task is: the dropped entity's type and name, and that nothing
+    runs it (not an undecodable payload: Polaris wrote it as it meant to)."""
+    try:
+        entity = json.loads(task.data())
+    except ValueError:
+        entity = {}
+    code = entity.get("typeCode") if isinstance(entity, dict) else None
+    name = entity.get("name") if isinstance(entity, dict) else None
+    kind = ENTITY_TYPES.get(code, f"typeCode {code}") if isinstance(code, int) else "entity"
+    what = f"{kind} {name!r}" if name else kind
+    return (
+        f"not handled: the cleanup of a dropped {what}, which Polaris writes and never runs "
+        "(no files); `tasks discard` deletes it"
+    )
 
 
 def _show_pairs(
@@ -207,7 +236,9 @@ def _show_pairs(
         lines.append(("manifest", summary.manifest_path))
     if summary.batch_files is not None:
         lines.append(("files", f"{summary.batch_files} in the batch"))
-    if summary.problem:
+    if task.unhandled:
+        lines.append(("payload", unhandled_text(task)))
+    elif summary.problem:
         lines.append(("payload", f"cannot be decoded: {summary.problem}"))
     lines.append(
         (
@@ -250,13 +281,13 @@ def _show_pairs(
 def print_task(
     task: TaskRow, state: TaskState, now: int, settings: PipelineSettings, out: TextIO
 ) -> None:
-    """``tasks show``: one aligned ``key  value`` line per property, cut to the width."""
+    """``tasks show``: one aligned ``key  value`` line per property, wrapped to the width
+    between words: an id, a location or a path is never cut."""
     width = output_width(out)
     pairs = _show_pairs(task, state, now, settings)
     key_width = max(len(k) for k, _ in pairs)
     for key, value in pairs:
-        line = f"{key.ljust(key_width)}  {value}"
-        print(truncate(line, width) if width else line, file=out)
+        print(wrapped(value, width, key.ljust(key_width) + "  "), file=out)
 
 
 _DISCARD_VERBS = {
@@ -384,6 +415,12 @@ def _print_unreferenced(doc: dict[str, Any] | None, out: TextIO) -> None:
         print(f"  keep    {kept}", file=out)
 
 
+def would_fail(docs: Sequence[dict[str, Any]]) -> int:
+    """How many of a dry run's tasks would fail: an error, or a path the guard refuses
+    (a refusal fails its task, as the run would)."""
+    return sum(1 for d in docs if "error" in d or d.get("refused"))
+
+
 def print_plans(docs: Sequence[dict[str, Any]], reason: str | None, out: TextIO) -> None:
     """A dry run in text: per task what would be deleted, refused and noted; the total."""
     for doc in docs:
@@ -400,8 +437,11 @@ def print_plans(docs: Sequence[dict[str, Any]], reason: str | None, out: TextIO)
             print(f"  note    {note}", file=out)
         _print_unreferenced(doc.get("unreferenced"), out)
     total = sum(len(d.get("would_delete", [])) for d in docs)
+    failing = would_fail(docs)
+    fail = f", {failing} task(s) would fail (an error or a refused path)" if failing else ""
     print(
-        f"\ndry run: {len(docs)} task(s), {total} file(s) would be deleted; nothing was changed",
+        f"\ndry run: {len(docs)} task(s), {total} file(s) would be deleted{fail}; "
+        "nothing was changed",
         file=out,
     )
     if reason:

@@ -7,9 +7,12 @@ default is written once, in the settings (``polaris_pipeline.settings``).
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from collections.abc import Callable
+from importlib.metadata import version
+from typing import Any, NoReturn
 
 from polaris_pipeline.cli.restore import add_restore_parser
+from polaris_pipeline.leaks.reclaim import DAY_MS, check_min_age_days
 from polaris_pipeline.metastore import URL_ENV
 from polaris_pipeline.metastore.ddl import LATEST_SCHEMA_VERSION, MIN_SCHEMA_VERSION
 from polaris_pipeline.settings import (
@@ -24,7 +27,7 @@ from polaris_pipeline.settings import (
 )
 from polaris_pipeline.storage.config import CONFIG_ENV_VAR
 from polaris_pipeline.tasks.model import TaskState
-from polaris_pipeline.tasks.release import RELEASE_ENV
+from polaris_pipeline.tasks.release import RELEASE_ENV, PolarisRelease
 from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
 
 
@@ -43,11 +46,75 @@ def _examples(*commands: str) -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """Examples keep their lines, in every (sub-)command's help."""
+    """Examples keep their lines, in every (sub-)command's help; a bad argument is one
+    line on stderr (the command, the argument, what it accepts) and exit 2."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _HelpFormatter)
         super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+# Polaris's ids and numbers are Java longs; a larger number cannot name anything, and
+# SQLite refuses to bind it (OverflowError).
+_LONG_MAX = 2**63 - 1
+
+
+def _whole_number(lowest: int, what: str) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``lowest`` to a Java long's largest."""
+    accepts = f"{what} is a whole number from {lowest} to {_LONG_MAX}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: {accepts}") from None
+        if not lowest <= value <= _LONG_MAX:
+            raise argparse.ArgumentTypeError(f"{text} is out of range: {accepts}")
+        return value
+
+    return parse
+
+
+def _text(what: str) -> Callable[[str], str]:
+    """An argparse type: text that is not empty (an empty value would silently mean
+    "unset" to the settings or match nothing)."""
+
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"an empty value: {what} is expected")
+        return text
+
+    return parse
+
+
+def _release(text: str) -> str:
+    """An argparse type: a Polaris release, as the settings read it."""
+    try:
+        return PolarisRelease.normalise(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _days(text: str) -> float:
+    """An argparse type: the reclaim's minimum age in days, by its one rule."""
+    try:
+        days = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days") from None
+    try:
+        age_ms = check_min_age_days(days)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if age_ms > _LONG_MAX:
+        raise argparse.ArgumentTypeError(f"{text} is out of range: at most {_LONG_MAX // DAY_MS}")
+    return days
+
+
+_ENTITY_ID = _whole_number(0, "an entity id")
+_MS = _whole_number(0, "a duration in milliseconds")
 
 
 _DEFAULTS = PipelineSettings()
@@ -57,19 +124,21 @@ def _add_metastore(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--metastore",
         metavar="URL",
+        type=_text("a SQLAlchemy URL"),
         help=f"SQLAlchemy URL of Polaris's metastore, e.g. postgresql+psycopg://user@host/polaris "
         f"or sqlite:///polaris.db (default: ${URL_ENV})",
     )
 
 
-def _add_realms(p: argparse.ArgumentParser) -> None:
+def _add_realms(p: argparse.ArgumentParser, every: str = "every realm with tasks") -> None:
     p.add_argument(
         "--realm",
         action="append",
         dest="realms",
         metavar="REALM",
+        type=_text("a realm's name"),
         help="limit to this realm; repeat for several, e.g. --realm POLARIS --realm TEST "
-        f"(default: ${REALMS_ENV}, else every realm with tasks)",
+        f"(default: ${REALMS_ENV}, else {every})",
     )
 
 
@@ -77,6 +146,7 @@ def _add_storage_config(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--storage-config",
         metavar="FILE",
+        type=_text("a file's path"),
         help="YAML or JSON mapping location prefixes to fsspec options "
         f"(default: ${CONFIG_ENV_VAR})",
     )
@@ -85,10 +155,14 @@ def _add_storage_config(p: argparse.ArgumentParser) -> None:
 def _add_task_ref(p: argparse.ArgumentParser) -> None:
     """A command on one named task: its ID and realm, the metastore, the lease policy."""
     p.add_argument(
-        "task_id", type=int, metavar="ID", help="the task's entity id, as `tasks list` shows it"
+        "task_id",
+        type=_ENTITY_ID,
+        metavar="ID",
+        help="the task's entity id, as `tasks list` shows it",
     )
     p.add_argument(
         "--realm",
+        type=_text("a realm's name"),
         help="the task's realm, e.g. POLARIS (default: the one realm that has a task with this id)",
     )
     _add_metastore(p)
@@ -98,21 +172,21 @@ def _add_task_ref(p: argparse.ArgumentParser) -> None:
 def _add_policy(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--lease-timeout-ms",
-        type=int,
+        type=_MS,
         metavar="MS",
         help="lease period, as Polaris's POLARIS_TASK_TIMEOUT_MILLIS "
         f"(default: ${LEASE_TIMEOUT_ENV}, else {_DEFAULTS.metastore.lease_timeout_ms})",
     )
     p.add_argument(
         "--grace-ms",
-        type=int,
+        type=_MS,
         metavar="MS",
         help="never-leased tasks younger than this are left to Polaris's in-process "
         f"executor (default: ${GRACE_ENV}, else the lease timeout)",
     )
     p.add_argument(
         "--max-attempts",
-        type=int,
+        type=_whole_number(1, "the number of attempts"),
         metavar="N",
         help=f"dead-letter a task after N attempts (default: ${MAX_ATTEMPTS_ENV}, "
         f"else {_DEFAULTS.metastore.max_attempts})",
@@ -121,6 +195,7 @@ def _add_policy(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--polaris-version",
         metavar="X.Y[.Z]",
+        type=_release,
         help="the Polaris release that reads the rows written, e.g. 1.7: the BATCH payload's "
         f"type and task events follow it (default: ${RELEASE_ENV}, else inferred per realm "
         "from the rows Polaris wrote and the schema version)",
@@ -141,6 +216,7 @@ def _add_deletion_record(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--deletion-record",
         metavar="URI",
+        type=_text("an fsspec URI prefix"),
         help="fsspec URI prefix (s3://audit/pp/, file:///var/log/pp/) under which each "
         "attempt that deletes anything writes every path it deleted, one JSON Lines file "
         f"per attempt; reached through the storage config (default: ${DELETION_RECORD_ENV}, "
@@ -168,11 +244,18 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s {version('polaris-pipeline')}",
+        help="print the installed version and exit",
+    )
+    parser.add_argument(
         "-v",
         "--verbose",
         action="store_true",
-        help="log what is done (leases, deletes, retries) to stderr, e.g. "
-        "polaris-pipeline -v sweep",
+        help="log what is done (leases, deletes, retries, failures with their traceback) "
+        "to stderr, e.g. polaris-pipeline -v sweep; without it stderr has no log, and each "
+        "failure is said once, in its outcome line",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -286,7 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
         "requeue",
         help="give a dead or backing-off task a fresh set of attempts",
         description="Reset a task's attempt count and backoff so the sweeper runs it again. "
-        "A task leased right now is refused.",
+        "A task leased right now is refused, and so is a pending one (Polaris may be running "
+        "it in-process until its grace period ends) unless --force.",
         epilog=_examples(
             "polaris-pipeline tasks requeue 4711 --realm POLARIS",
             "polaris-pipeline tasks requeue 4711 --realm POLARIS --allow-shared-location",
@@ -297,7 +381,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-shared-location",
         action="store_true",
         help="after you checked it: let this task delete its table's files although a live "
-        "table or view shares its location (recorded on the task as allowSharedLocation)",
+        "table or view shares its location (recorded on the task as allowSharedLocation); "
+        "only for a task the shared-location guard refused",
+    )
+    requeue.add_argument(
+        "--force",
+        action="store_true",
+        help="requeue a pending task (never attempted, within its grace period, which "
+        "Polaris may be running in-process right now) instead of refusing it",
     )
 
     run = tsub.add_parser(
@@ -332,7 +423,11 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     discard.add_argument(
-        "task_ids", type=int, nargs="*", metavar="ID", help="the tasks to delete, by entity id"
+        "task_ids",
+        type=_ENTITY_ID,
+        nargs="*",
+        metavar="ID",
+        help="the tasks to delete, by entity id",
     )
     discard.add_argument(
         "--all-unhandled",
@@ -371,11 +466,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--dry-run",
         action="store_true",
         help="lease nothing, delete nothing: list per task what would be deleted "
-        "and what the path guard would refuse (opens the metastore read-only)",
+        "and what the path guard would refuse (opens the metastore read-only); "
+        "exits 1 when a task would fail",
     )
     sweep.add_argument(
         "--batch-size",
-        type=int,
+        type=_whole_number(1, "the number of tasks per round trip"),
         metavar="N",
         help="tasks leased per round trip (default 32)",
     )
@@ -399,12 +495,13 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     _add_metastore(leaks)
-    _add_realms(leaks)
+    _add_realms(leaks, "every realm that has a catalog; a realm that has none is refused")
     leaks.add_argument(
         "--catalog",
         action="append",
         dest="catalogs",
         metavar="NAME",
+        type=_text("a catalog's name"),
         help="only this catalog's locations; repeat for several (default: every catalog). "
         "Ownership is still judged against every realm and catalog",
     )
@@ -412,6 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
     leaks.add_argument(
         "--reclaim",
         metavar="ROOT",
+        type=_text("a root as `leaks` lists it"),
         help="delete this one reported root, e.g. --reclaim s3://bucket/wh/ns/t: checked again "
         "first (a table root under a catalog's location, no live entity overlapping it, no task "
         "naming it, its newest metadata readable and not gc.enabled=false); only objects older "
@@ -419,7 +517,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     leaks.add_argument(
         "--min-age-days",
-        type=float,
+        type=_days,
         metavar="DAYS",
         help="with --reclaim: delete only objects last modified at least this many days ago, "
         f"at least 1 (default: ${LEAK_MIN_AGE_ENV}, else {_DEFAULTS.leaks.min_age_days:g})",

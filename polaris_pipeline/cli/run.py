@@ -17,8 +17,15 @@ from polaris_pipeline.cli.context import (
     find_task,
     settings_for,
     storage_config,
+    warn_if_unbounded,
 )
-from polaris_pipeline.cli.output import OutcomeReport, dump_json, plan_json, print_plans
+from polaris_pipeline.cli.output import (
+    OutcomeReport,
+    dump_json,
+    plan_json,
+    print_plans,
+    would_fail,
+)
 from polaris_pipeline.execution.outcome import ProgressFn
 from polaris_pipeline.execution.runner import Runner, make_executor_id
 from polaris_pipeline.metastore import Metastore
@@ -31,9 +38,12 @@ def _runner(
 ) -> Runner:
     """The Runner of a command (a dry run's leases nothing: its executor id goes unused)."""
     prefix = settings.metastore.executor_prefix
+    config = storage_config(settings)
+    if command != DRY_RUN:  # a dry run deletes nothing
+        warn_if_unbounded(config)
     return Runner(
         store,
-        storage_config(settings),
+        config,
         executor_id=make_executor_id(command, prefix),
         progress=progress,
         deletion_record=settings.storage.deletion_record,
@@ -68,6 +78,9 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_TASK_FAILED if report.totals.failed else EXIT_OK
 
 
+DRY_RUN = "dry-run"
+
+
 def cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
     settings = settings_for(args)
     realms = settings.metastore.realm_list()
@@ -92,11 +105,13 @@ def _dry_run(
     settings: PipelineSettings, realms: list[str] | None, out: TextIO, *, as_json: bool
 ) -> int:
     store = checked_metastore(settings, read_only=True)
-    with _runner(settings, store, "sweep") as runner:
+    with _runner(settings, store, DRY_RUN) as runner:
         docs = [plan_json(task, plan) for task, plan in runner.dry_run(realms)]
     reason = None if docs else _nothing_available(store, realms)
+    failing = would_fail(docs)
     if as_json:
-        dump_json({"tasks": docs, "nothing_available": reason}, out)
+        dump_json({"tasks": docs, "would_fail": failing, "nothing_available": reason}, out)
     else:
         print_plans(docs, reason, out)
-    return EXIT_OK
+    # As the sweep itself would exit: 1 when a task would fail.
+    return EXIT_TASK_FAILED if failing else EXIT_OK

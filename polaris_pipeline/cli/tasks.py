@@ -82,7 +82,9 @@ def cmd_requeue(args: argparse.Namespace, out: TextIO) -> int:
     store = checked_metastore(settings, read_only=False)
     task = find_task(store, args.task_id, args.realm, settings.metastore.realm_list())
     allow = bool(args.allow_shared_location)
-    state = store.requeue(task.realm_id, task.id, allow_shared_location=allow)
+    state = store.requeue(
+        task.realm_id, task.id, allow_shared_location=allow, force=bool(args.force)
+    )
     override = "; the shared-location guard is overridden for it" if allow else ""
     print(
         f"requeued task {task.id} in realm {task.realm_id!r}: now {state.value}{override}",

@@ -72,6 +72,7 @@ from polaris_pipeline.errors import MetastoreError, PolarisPipelineError, one_li
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.release_probe import ReleaseProbe
 from polaris_pipeline.report.nothing_available import no_orphans_reason
+from polaris_pipeline.storage.config import UNBOUNDED_WARNING
 from polaris_pipeline.tasks.model import TaskState
 from polaris_pipeline.tasks.orphans import CandidateRun
 
@@ -260,6 +261,21 @@ def _unreachable(exc: BaseException) -> bool:
     return isinstance(exc, MetastoreError) and isinstance(exc.__cause__, OperationalError)
 
 
+# The storage configs this process has warned of (once each, at the first tick).
+_warned_unbounded: set[str] = set()
+
+
+def _warn_unbounded_once(context: SensorEvaluationContext, storage: PolarisStorageResource) -> None:
+    """The sensor's log says once per process and config that no allowed_prefixes bound
+    the runs' deletes (``storage.config.UNBOUNDED_WARNING``)."""
+    if storage.get_config().allowed_prefixes:
+        return
+    key = storage.model_dump_json()
+    if key not in _warned_unbounded:
+        _warned_unbounded.add(key)
+        context.log.warning(UNBOUNDED_WARNING)
+
+
 def sweep_tick(
     context: SensorEvaluationContext,
     metastore: PolarisMetastoreResource,
@@ -290,6 +306,8 @@ def sweep_tick(
             skip_reason=problem.skip_reason(wait_s),
             cursor=SweepCursor(later, reported_ms=cursor.reported_ms).dump(),
         )
+    if storage is not None:
+        _warn_unbounded_once(context, storage)
     report = BacklogReporter(context, metastore, backlog or BacklogSettings(), cursor, now)
     waiting = _waiting_runs(context, job_name)
     pending = len(waiting)

@@ -275,7 +275,11 @@ def run_task(
         table=translator.table_of(decision.decoded) if decision.decoded is not None else None,
     )
     if outcome.status is Status.DEAD:
-        tail = "dead-lettered after its last attempt; `polaris-pipeline tasks requeue` revives it"
+        lease = outcome.lease
+        tail = (
+            "dead-lettered after its last attempt; `polaris-pipeline tasks requeue "
+            f"{lease.task_id} --realm {lease.realm_id}` revives it"
+        )
     else:
         tail = f"recorded; the sweeper retries it after {meta.get('next attempt', 'a backoff')}"
     context.log.error(f"task {label} failed ({tail}): {outcome.error}")

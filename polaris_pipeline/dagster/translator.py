@@ -177,6 +177,9 @@ class PolarisTranslator:
             tags[contract.TAG_TASK_TYPE] = contract.ORPHANED_CHILDREN
             tags[contract.TAG_ORPHANS_OF] = tag_value(run.parent_name)
             tags[contract.TAG_TASK_COUNT] = str(len(run.tasks))
+            # A group's run starts no task of its own, so no start adds the table's tags:
+            # its children's payloads name their one table (orphans group by it).
+            tags.update(self.table_tags(self.table_of(run.first)))
         return tags
 
     def lease_tags(self, lease: Lease) -> dict[str, str]:

@@ -123,6 +123,16 @@ def holding_catalog(catalogs: list[CatalogRef], root: Location) -> CatalogRef | 
     return None
 
 
+def catalog_at(catalogs: list[CatalogRef], root: Location) -> CatalogRef | None:
+    """The first of ``catalogs`` with a walked location that is ``root`` itself."""
+    for catalog in catalogs:
+        for start in walk_starts(catalog)[0]:
+            location = parse_location(start, directory=True)
+            if location.contains(root) and root.contains(location):
+                return catalog
+    return None
+
+
 def _refusal(
     store: Metastore,
     live: LiveLocations,
@@ -136,6 +146,12 @@ def _refusal(
     if not root.segments:
         return "it is a bucket, container or filesystem root"
     if catalog is None:
+        own = catalog_at(read_catalogs(store.engine), root)
+        if own is not None:
+            return (
+                f"it is catalog {own.name!r}'s (realm {own.realm_id}) own location, "
+                "not a table root under it"
+            )
         return "it is under no catalog's default-base-location or allowedLocations"
     files = [
         e

@@ -498,14 +498,21 @@ class Metastore:
     # -------------------------------------------------------------- operator
 
     def requeue(
-        self, realm_id: str, task_id: int, *, allow_shared_location: bool = False
+        self,
+        realm_id: str,
+        task_id: int,
+        *,
+        allow_shared_location: bool = False,
+        force: bool = False,
     ) -> TaskState:
         """Revive a dead or backing-off task: attempts reset, backoff cleared.
 
         ``allow_shared_location``: also record the operator's override of the
         shared-location guard on the row (``Prop.ALLOW_SHARED_LOCATION``).
+        ``force``: requeue a pending task too (``transitions.requeue_refusal``).
 
-        Raises MetastoreError for a task that does not exist or is leased now.
+        Raises MetastoreError for a task that does not exist, is leased now, or is
+        refused by ``transitions.requeue_refusal``.
         """
         for _ in range(_CAS_RETRIES):
             with self._begin() as conn:
@@ -513,7 +520,13 @@ class Metastore:
                 task = self._get(conn, realm_id, task_id)
                 if task is None:
                     raise MetastoreError(f"no task {task_id} in realm {realm_id!r}")
-                refusal = transitions.requeue_refusal(task, now, self.policy)
+                refusal = transitions.requeue_refusal(
+                    task,
+                    now,
+                    self.policy,
+                    allow_shared_location=allow_shared_location,
+                    force=force,
+                )
                 if refusal is not None:
                     raise MetastoreError(refusal)
                 props = transitions.requeue(

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from polaris_pipeline.errors import SHARED_LOCATION_REFUSED
 from polaris_pipeline.tasks.model import (
     CREATOR,
     PERMANENT_TRUE,
@@ -216,8 +217,20 @@ def holds(task: TaskRow | None, lease: Lease, now_ms: int, policy: TaskPolicy) -
     )
 
 
-def requeue_refusal(task: TaskRow, now_ms: int, policy: TaskPolicy) -> str | None:
-    """Why ``task`` may not be requeued now, or None when it may."""
+def requeue_refusal(
+    task: TaskRow,
+    now_ms: int,
+    policy: TaskPolicy,
+    *,
+    allow_shared_location: bool = False,
+    force: bool = False,
+) -> str | None:
+    """Why ``task`` may not be requeued now, or None when it may.
+
+    ``allow_shared_location``: only for a task the shared-location guard refused (an
+    override on any other row would silently lift the guard for a later drop's purge).
+    ``force``: requeue a pending task, one Polaris may still be running in-process.
+    """
     if task.properties_error:
         return f"task {task.label}: {task.properties_error}; fix the row by hand"
     if task.unhandled:
@@ -227,7 +240,25 @@ def requeue_refusal(task: TaskRow, now_ms: int, policy: TaskPolicy) -> str | Non
         )
     if task.lease_held(now_ms, policy):
         return f"task {task.label} is leased by {task.executor_id}; not requeued"
+    if allow_shared_location and not refused_for_sharing(task):
+        return (
+            f"task {task.label} was not refused for sharing its location; not requeued: "
+            "--allow-shared-location is only for a task the shared-location guard refused"
+        )
+    if not force and task.state(now_ms, policy) is TaskState.PENDING:
+        grace_ends = task.create_timestamp + policy.for_realm(task.realm_id).effective_grace_ms
+        wait_s = max(0, grace_ends - now_ms) // 1000
+        return (
+            f"task {task.label} is pending: never attempted, and Polaris may still be running "
+            f"it in-process until its grace period ends in {wait_s}s (the sweeper takes it "
+            "then); not requeued: pass --force to requeue it now anyway"
+        )
     return None
+
+
+def refused_for_sharing(task: TaskRow) -> bool:
+    """Whether ``task``'s last attempt was the shared-location guard's permanent refusal."""
+    return task.failure_permanent and SHARED_LOCATION_REFUSED in (task.last_error or "")
 
 
 def discard_refusal(state: TaskState) -> str | None:

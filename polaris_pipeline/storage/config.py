@@ -72,6 +72,15 @@ class StorageRule:
     __str__ = __repr__
 
 
+# Said once when a process starts deleting with no allowed_prefixes: the operator
+# guide's "where deleting is allowed at all" is then the catalogs' word alone.
+UNBOUNDED_WARNING = (
+    "no allowed_prefixes (no storage config, or one without them): only the catalogs' own "
+    "locations bound the deletes (each table's recorded location, inside its catalog's "
+    "allowedLocations when the catalog states any); set allowed_prefixes to confine them"
+)
+
+
 @dataclass(frozen=True, repr=False)
 class StorageConfig:
     """Options per location prefix, and the prefixes deletion is confined to."""

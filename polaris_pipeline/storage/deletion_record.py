@@ -43,6 +43,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.storage.delete import DeleteReport
+from polaris_pipeline.tasks.formatting import json_id
 
 if TYPE_CHECKING:
     from polaris_pipeline.storage.resolve import StorageResolver
@@ -123,9 +124,18 @@ class ReclaimHeader:
         return {"kind": "reclaim", **_header_fields(self)}
 
 
+# Entity ids use all 63 bits: written as strings, as the CLI's --json writes them, since
+# a JSON number past 2**53 loses digits in jq 1.6 and in every reader of doubles.
+_ID_FIELDS = ("task_id", "catalog_id")
+
+
 def _header_fields(header: RecordHeader | ReclaimHeader) -> dict[str, Any]:
-    """Every field of ``header`` in its order, ``realm_id`` written as ``realm``."""
+    """Every field of ``header`` in its order, ``realm_id`` written as ``realm`` and
+    ids as strings (``tasks.formatting.json_id``)."""
     fields = dataclasses.asdict(header)
+    for key in _ID_FIELDS:
+        if key in fields:
+            fields[key] = json_id(fields[key])
     return {"realm": fields.pop("realm_id"), **fields}
 
 

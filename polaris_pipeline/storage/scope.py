@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from polaris_pipeline.errors import StorageError
+from polaris_pipeline.errors import OutsideCatalogLocations, StorageError
 from polaris_pipeline.storage.catalog_config import CatalogStorage, FileStorage
 from polaris_pipeline.storage.guard import ROOT_PROPERTIES
 from polaris_pipeline.storage.uri import location_within, normalize_uri
@@ -28,6 +28,18 @@ def within_allowed(storage: CatalogStorage, uri: str) -> bool:
     )
 
 
+def outside_allowed(storage: CatalogStorage, location: str) -> OutsideCatalogLocations | None:
+    """The refusal of a table ``location`` outside every one of the catalog's
+    allowedLocations, or None (also when the catalog states none: it bounds nothing)."""
+    if not storage.allowed_locations or within_allowed(storage, location):
+        return None
+    return OutsideCatalogLocations(
+        f"the task's storageLocation {location!r} is outside the catalog's allowedLocations "
+        f"({', '.join(storage.allowed_locations)}): Polaris never creates such a table; "
+        "nothing of it is deleted"
+    )
+
+
 def task_scope(storage: CatalogStorage, internal_properties: Mapping[str, str]) -> tuple[str, ...]:
     """The task's location first, then the recorded root paths inside allowedLocations.
 
@@ -41,11 +53,14 @@ def task_scope(storage: CatalogStorage, internal_properties: Mapping[str, str]) 
             "credentials to"
         )
     location = normalize_uri(location.strip())
-    if not within_allowed(storage, location):
+    if not storage.allowed_locations:
         raise StorageError(
             f"the task's storageLocation {location!r} is outside the catalog's "
-            f"allowedLocations ({', '.join(storage.allowed_locations) or 'none'})"
+            "allowedLocations (none): no credentials can be asked for it"
         )
+    refusal = outside_allowed(storage, location)
+    if refusal is not None:
+        raise refusal
     scope = [location]
     for key in ROOT_PROPERTIES:
         value = internal_properties.get(key, "")

@@ -80,6 +80,29 @@ class PolarisRelease:
         return None if null_catalog else LEGACY_REALM_SCOPED_CATALOG_ID
 
 
+# The releases whose own classes judge the rows we write (tests/polaris/releases,
+# docs/polaris-compatibility.md; a test holds the two lists equal).
+TESTED_RELEASES = (
+    PolarisRelease(1, 0),
+    PolarisRelease(1, 4, 1),
+    PolarisRelease(1, 6),
+    PolarisRelease(1, 7),
+)
+
+
+def untested_warning(release: PolarisRelease) -> str | None:
+    """What to tell an operator who names a release past the newest tested line
+    (its major.minor), or None: the rows follow the newest rules we know, unverified."""
+    newest = max(TESTED_RELEASES)
+    if (release.major, release.minor) <= (newest.major, newest.minor):
+        return None
+    tested = ", ".join(str(r) for r in TESTED_RELEASES)
+    return (
+        f"Polaris {release} is newer than the releases tested ({tested}): the rows written "
+        f"follow {newest}'s rules, which {release} may have changed"
+    )
+
+
 FIRST_RELEASE = PolarisRelease(1, 0)
 BATCH_TYPE_SINCE = PolarisRelease(1, 7)
 TASK_EVENTS_SINCE = PolarisRelease(1, 6)

@@ -87,8 +87,9 @@ def evaluate_dead_check(report: BacklogReport, sample_size: int) -> AssetCheckRe
         return AssetCheckResult(passed=True, metadata=meta, severity=AssetCheckSeverity.ERROR)
     meta["sample"] = MetadataValue.json([_task_entry(t) for t in dead[:sample_size]])
     meta.update(_last_runs(dead[:sample_size]))
+    # The first dead task's own command, ready to paste (each of the others by its id).
     meta["revive with"] = MetadataValue.text(
-        f"polaris-pipeline tasks requeue <task id> --realm {dead[0].realm_id}"
+        f"polaris-pipeline tasks requeue {dead[0].id} --realm {dead[0].realm_id}"
     )
     in_realms = sorted({t.realm_id for t in dead})
     return AssetCheckResult(

@@ -1,0 +1,65 @@
+"""A table whose location lies outside every location its catalog allows is refused,
+dead-lettered as permanent, its files left whole: Polaris never creates such a table.
+A catalog that states no locations bounds nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from builders import tasks as built_tasks
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.storage.uri import split_uri
+from tests.support.cli import POLICY_FLAGS, run, url_of
+from tests.support.iceberg import Warehouse, table_files
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("POLARIS_PIPELINE_STORAGE_CONFIG", "POLARIS_PIPELINE_UNREFERENCED", "COLUMNS"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _storage_info(allowed: list[str]) -> dict[str, str]:
+    info = {
+        "@type": "FileStorageConfigurationInfo",
+        "storageType": "FILE",
+        "allowedLocations": allowed,
+    }
+    return {"storage_configuration_info": json.dumps(info)}
+
+
+def _exist(files: set[str]) -> list[bool]:
+    return [Path(split_uri(f)[1]).exists() for f in files]
+
+
+def test_a_table_outside_its_catalogs_locations_is_dead_lettered_and_kept(
+    store: Metastore, local_warehouse: Warehouse, tmp_path: Path
+) -> None:
+    table = local_warehouse.build("t", appends=1)
+    files = table_files(table)
+    elsewhere = f"file://{tmp_path}/elsewhere/"
+    task = built_tasks.drop_table_task(table, extra_internal_properties=_storage_info([elsewhere]))
+    store.insert_tasks([task])
+
+    code, out = run("sweep", "--metastore", url_of(store), *POLICY_FLAGS, "--json")
+
+    [record] = json.loads(out)["outcomes"]
+    assert code == 1 and record["status"] == "dead" and record["permanent"] is True, record
+    assert f"outside the catalog's allowedLocations ({elsewhere})" in record["error"]
+    assert "Polaris never creates such a table" in record["error"], record["error"]
+    assert all(_exist(files))
+
+
+def test_a_catalog_that_states_no_locations_bounds_nothing(
+    store: Metastore, local_warehouse: Warehouse
+) -> None:
+    table = local_warehouse.build("t", appends=1)
+    files = table_files(table)
+    # No storage_configuration_info on the task: the catalog states no locations.
+    store.insert_tasks([built_tasks.drop_table_task(table)])
+    code, out = run("sweep", "--metastore", url_of(store), *POLICY_FLAGS)
+    assert code == 0, out
+    assert not any(_exist(files))
