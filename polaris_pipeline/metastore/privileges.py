@@ -2,7 +2,8 @@
 
 Under them the role reads every entity (the overlap and leak checks judge tables,
 namespaces and catalogs) but inserts, updates and deletes TASK rows only, and
-inserts into ``events`` (the task events) where the schema has that table. What
+reads and inserts into ``events`` (the drop events the leak report reads, the task
+events it writes) where the schema has that table. What
 a task row is comes from ``predicates.task_rows``, the statements' own rule.
 ``polaris-pipeline grant-role ROLE`` prints the script; docs/operator-guide.md
 section 2 pipes it to psql as the schema's owner.
@@ -81,7 +82,8 @@ def role_script(role: str) -> str:
         # Task events (metastore/events.py), where the schema has the table (v3+).
         "DO $$ BEGIN",
         f"    IF to_regclass('{POLARIS_SCHEMA}.events') IS NOT NULL THEN",
-        f"        GRANT INSERT ON {POLARIS_SCHEMA}.events TO {who};",
+        # SELECT: the leak report names who dropped a table from the drop events.
+        f"        GRANT SELECT, INSERT ON {POLARIS_SCHEMA}.events TO {who};",
         "    END IF;",
         "END $$;",
         _refuse_hidden_roles(role),
