@@ -39,6 +39,8 @@ REALMS = ["r1", "r2", "r3"]
 # A log line of the engine (cli.main's logging format) or the CLI's one-line error.
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (WARNING|ERROR|INFO) [\w.]+: ")
 ERROR_LINE = "polaris-pipeline: error: "
+# The CLI's one-line warnings (no storage config bounding the deletes, an untested release).
+WARNING_LINE = "polaris-pipeline: warning: "
 
 
 class Delay(TypedDict):
@@ -79,7 +81,7 @@ def _seed(store: Metastore, root: Path, n: int) -> tuple[set[str], list[Any]]:
 
 def _stderr_problems(stderr: list[str], stdout: list[str], role: PgRole) -> list[str]:
     """Printed passwords, and stderr lines that are neither a one-line log record nor the
-    CLI's one-line error."""
+    CLI's one-line error or warning."""
     problems = []
     for text in stderr + stdout:
         for secret in role.spellings():
@@ -89,7 +91,7 @@ def _stderr_problems(stderr: list[str], stdout: list[str], role: PgRole) -> list
         for line in text.splitlines():
             if not line.strip() or line.startswith("worker: metastore error: metastore "):
                 continue
-            if LOG_LINE.match(line) or line.startswith(ERROR_LINE):
+            if LOG_LINE.match(line) or line.startswith((ERROR_LINE, WARNING_LINE)):
                 continue
             problems.append(line[:300])
     return problems
