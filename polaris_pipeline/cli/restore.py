@@ -32,6 +32,10 @@ def add_restore_parser(
         "print the registerTable request, Spark's register_table call and pyiceberg's call, "
         "and change nothing. OAuth2 client credentials come from "
         "$POLARIS_PIPELINE_RESTORE_CLIENT_ID and $POLARIS_PIPELINE_RESTORE_CLIENT_SECRET.",
+        # Laid out as the parser's other examples (cli/parser.py _examples).
+        epilog="Example: polaris-pipeline tasks restore 4711\n"
+        "         polaris-pipeline tasks restore 4711 --as ns.orders_restored "
+        "--rest-uri https://polaris.example/api/catalog --catalog prod",
     )
     p.add_argument(
         "--as",
