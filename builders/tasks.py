@@ -13,10 +13,8 @@ import json
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus
-
-from pyiceberg.table import Table
 
 from builders.restricted_role import admin_connection
 from polaris_pipeline.metastore import Metastore, new_entity_id, queries
@@ -39,6 +37,10 @@ from polaris_pipeline.tasks.payloads import (
 )
 
 ICEBERG_TABLE_SUB_TYPE = 2
+
+if TYPE_CHECKING:
+    # Annotations only: a BATCH task built here must not load pyiceberg in its process.
+    from pyiceberg.table import Table
 
 
 def encode_namespace(namespace: Iterable[str]) -> str:

@@ -24,8 +24,8 @@ from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Prop
 from tests.support.cli import run, url_of
 from tests.support.iceberg import Warehouse
+from tests.support.leak_scene import build_scene
 from tests.support.tasks import batch_task
-from tests.test_leaks import build_scene
 
 CLI = [sys.executable, "-m", "polaris_pipeline.cli"]
 LONG_ID = 3008983788998583856

@@ -3,20 +3,26 @@ outside the catalogs its filters choose is refused, its root left whole."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from builders.catalogs import catalog_entity
 from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.storage.uri import split_uri
 from tests.support.cli import run, url_of
 from tests.support.iceberg import Warehouse
 from tests.support.leaks import age_local_files
-from tests.test_leaks_reclaim import _path
 
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("POLARIS_PIPELINE_REALMS", "POLARIS_PIPELINE_STORAGE_CONFIG", "COLUMNS"):
         monkeypatch.delenv(name, raising=False)
+
+
+def _path(uri: str) -> Path:
+    return Path(split_uri(uri)[1])
 
 
 def test_a_realm_or_catalog_that_matches_nothing_is_refused_naming_those_that_exist(

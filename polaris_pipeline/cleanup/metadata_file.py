@@ -9,12 +9,14 @@ bytes, which JSON never starts with) is inflated to at most as many.
 from __future__ import annotations
 
 import zlib
-from typing import IO, cast
-
-from pyiceberg.io import InputFile
+from typing import IO, TYPE_CHECKING, cast
 
 from polaris_pipeline.cleanup.inflate import GZIP, inflate_at_most
 from polaris_pipeline.errors import StorageError
+
+if TYPE_CHECKING:
+    # Typing only: a BATCH task's run and the code location never import pyiceberg.
+    from pyiceberg.io import InputFile
 
 # Table metadata is rarely above a few MiB; a file far larger is not one worth holding.
 MAX_METADATA_BYTES = 256 * 1024 * 1024

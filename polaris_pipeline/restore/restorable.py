@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from pyiceberg.manifest import read_manifest_list
-from pyiceberg.serializers import FromInputFile
-from pyiceberg.table.metadata import TableMetadata
+if TYPE_CHECKING:
+    from pyiceberg.table.metadata import TableMetadata
 
-from polaris_pipeline.cleanup.manifest import iter_manifest_entries
+
 from polaris_pipeline.errors import StorageError, one_line
 from polaris_pipeline.storage.listing import list_prefix
 from polaris_pipeline.storage.resolve import StorageResolver
@@ -77,6 +77,10 @@ class Restorability:
 
 
 def _read_metadata(resolver: StorageResolver, uri: str) -> TableMetadata | None:
+    # pyiceberg here, not at the top: the code location imports this module (the backlog's
+    # restorable check) and its runs of BATCH tasks never load pyiceberg.
+    from pyiceberg.serializers import FromInputFile
+
     try:
         return FromInputFile.table_metadata(resolver.input_file(uri))
     except FileNotFoundError:
@@ -95,6 +99,11 @@ def check_restorable(
     max_manifests: int = 1_000,
 ) -> Restorability:
     """Whether every file ``metadata_uri`` names exists; reads nothing it need not."""
+    # Kept lazy, as _read_metadata: both load pyiceberg.
+    from pyiceberg.manifest import read_manifest_list
+
+    from polaris_pipeline.cleanup.manifest import iter_manifest_entries
+
     cache = ManifestCache() if cache is None else cache
     metadata = _read_metadata(resolver, metadata_uri)
     if metadata is None:

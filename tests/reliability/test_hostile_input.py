@@ -306,7 +306,8 @@ def build_hostile_set(store: Metastore, root: Path, wh: Warehouse) -> Hostile:
     )
     h.batch(
         "percent-encoded dot-dot",
-        "done",
+        # The one location rule refuses it (a store that decodes would read '..').
+        "percent-encoded '%2e'",
         [f"file://{loc}/%2e%2e/%2e%2e/outside/precious.txt"],
         location=f"file://{loc}",
         keep=[precious],
