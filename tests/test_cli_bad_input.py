@@ -32,6 +32,9 @@ FREE_TEXT = {
     "--storage-config",
     "--deletion-record",
     "--reclaim",
+    "--rest-uri",
+    "--as",
+    "ROLE",
 }
 
 
@@ -77,6 +80,9 @@ def test_the_walk_covers_every_command() -> None:
         "tasks discard",
         "sweep",
         "leaks",
+        "guard-indexes",
+        "grant-role",
+        "tasks restore",
     }
 
 
@@ -112,11 +118,13 @@ def test_no_traceback_for_any_input(
     tmp_path: Path,
 ) -> None:
     url, task_id = seeded
-    positional = argument == "ID"
+    positional = argument in ("ID", "ROLE")
     argv = [*path, value] if positional else [*path]
-    if path in (("tasks", "show"), ("tasks", "requeue"), ("tasks", "run")) and not positional:
+    by_id = (("tasks", "show"), ("tasks", "requeue"), ("tasks", "run"), ("tasks", "restore"))
+    if path in by_id and not positional:
         argv.append(str(task_id))
-    if argument != "--metastore" and path != ("init-metastore",):
+    # grant-role connects to nothing: it takes no --metastore.
+    if argument != "--metastore" and path not in (("init-metastore",), ("grant-role",)):
         argv += ["--metastore", url]
     if not positional:
         argv += [f"{argument}={value}"]

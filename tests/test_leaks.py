@@ -29,7 +29,7 @@ from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import LiveLocations
 from polaris_pipeline.storage.uri import normalize_uri, parse_location, split_uri
 from tests.support.iceberg import Warehouse, write_view_metadata
-from tests.support.leak_scene import local_spelling, build_scene
+from tests.support.leak_scene import build_scene, local_spelling
 from tests.support.leaks import drop_event
 from tests.support.unreferenced import (
     NAMESPACE_TYPE_CODE,

@@ -11,10 +11,12 @@ from collections.abc import Callable
 from importlib.metadata import version
 from typing import Any, NoReturn
 
+from polaris_pipeline.cli.argtypes import text as _text
 from polaris_pipeline.cli.restore import add_restore_parser
 from polaris_pipeline.leaks.reclaim import DAY_MS, check_min_age_days
 from polaris_pipeline.metastore import URL_ENV
 from polaris_pipeline.metastore.ddl import LATEST_SCHEMA_VERSION, MIN_SCHEMA_VERSION
+from polaris_pipeline.metastore.privileges import require_role_name
 from polaris_pipeline.settings import (
     DELETION_RECORD_ENV,
     GRACE_ENV,
@@ -78,16 +80,12 @@ def _whole_number(lowest: int, what: str) -> Callable[[str], int]:
     return parse
 
 
-def _text(what: str) -> Callable[[str], str]:
-    """An argparse type: text that is not empty (an empty value would silently mean
-    "unset" to the settings or match nothing)."""
-
-    def parse(text: str) -> str:
-        if not text.strip():
-            raise argparse.ArgumentTypeError(f"an empty value: {what} is expected")
-        return text
-
-    return parse
+def _role(text: str) -> str:
+    """An argparse type: a role name by the rule ``grant-role`` writes SQL with."""
+    try:
+        return require_role_name(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _release(text: str) -> str:
@@ -296,7 +294,10 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     grant.add_argument(
-        "role", metavar="ROLE", help="the role the pipeline logs in as, e.g. polaris_cleanup"
+        "role",
+        metavar="ROLE",
+        type=_role,
+        help="the role the pipeline logs in as, e.g. polaris_cleanup",
     )
 
     guard = sub.add_parser(

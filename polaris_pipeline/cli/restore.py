@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
+from polaris_pipeline.cli.argtypes import text
 from polaris_pipeline.cli.context import (
     EXIT_OK,
     checked_metastore,
@@ -41,17 +42,20 @@ def add_restore_parser(
         "--as",
         dest="new_name",
         metavar="NAMESPACE.NAME",
+        type=text("a namespace and a name"),
         help="register under this name (default: its own)",
     )
     p.add_argument(
         "--rest-uri",
         metavar="URI",
+        type=text("the catalog's REST endpoint"),
         help="the catalog's Iceberg REST endpoint, e.g. https://polaris/api/catalog "
         f"(default: ${URI_ENV}, else print the calls and change nothing)",
     )
     p.add_argument(
         "--catalog",
         metavar="NAME",
+        type=text("a catalog's name"),
         help=f"the catalog's name, the REST prefix (default: ${CATALOG_ENV})",
     )
     return p
