@@ -181,7 +181,9 @@ def test_schema_without_events_table_enabled_is_fine(
         runner, outcomes = sweep(store, write_task_events=True)
     assert [o.status for o in outcomes] == [Status.DONE]
     assert not any(f.exists() for f in files)
-    assert runner.observer.events.failures == 0 and caplog.records == []
+    # Nothing said of the events (other loggers, e.g. the guards' missing indexes, may).
+    said = [r for r in caplog.records if r.name.startswith("polaris_pipeline.events")]
+    assert runner.observer.events.failures == 0 and said == []
     with store.engine.connect() as conn:
         tables = {
             r[0]
