@@ -16,15 +16,20 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 USER_DEFS = """
-    from dagster import Definitions
+    from dagster import Definitions, EnvVar
 
     import assets
     from jobs import greeting_job
-    from polaris_pipeline.dagster import build_defs
+    from polaris_pipeline.dagster import PolarisMetastoreResource, build_defs
     from resources import Greeter
 
     defs = Definitions.merge(
-        build_defs(realms=["POLARIS"], executor="in_process"),
+        build_defs(
+            metastore=PolarisMetastoreResource(
+                url=EnvVar("POLARIS_METASTORE_URL"), realms=["POLARIS"]
+            ),
+            executor="in_process",
+        ),
         Definitions(assets=[assets.hello], jobs=[greeting_job], resources={"greeter": Greeter()}),
     )
 """

@@ -2,8 +2,8 @@
 
 One import gives a Dagster project everything::
 
-    from polaris_pipeline.dagster import build_defs
-    defs = build_defs(realms=["POLARIS"])
+    from polaris_pipeline.dagster import PolarisMetastoreResource, build_defs
+    defs = build_defs(metastore=PolarisMetastoreResource(url=..., realms=["POLARIS"]))
 
 or one ``defs.yaml`` (``type: polaris_pipeline.dagster.PolarisSweeper``). The
 pieces (resources, the sweeper sensor, the task job, the backlog) are importable

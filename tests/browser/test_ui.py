@@ -436,7 +436,11 @@ def test_failed_runs_say_what_failed(page: Any, facts: dict[str, Any]) -> None:
     ).to_be_visible()
     expect(
         page.get_by_text(
-            re.compile(r"dead-lettered after its last attempt; `polaris-pipeline tasks requeue`")
+            # The hint carries the task's own id.
+            re.compile(
+                r"dead-lettered after its last attempt; "
+                r"`polaris-pipeline tasks requeue \d+ --realm POLARIS`"
+            )
         )
     ).to_be_visible()
     expect(page.get_by_text("refused paths (sample)", exact=True)).to_be_visible()
@@ -467,7 +471,7 @@ def test_backlog_asset_shows_counts_by_state_and_a_failing_dead_letter_check(
     _shot(page, "12-backlog-asset")
 
     _goto(page, "/assets/polaris_task_backlog?view=checks")
-    expect(page.get_by_text("Checks (4)")).to_be_visible()
+    expect(page.get_by_text("Checks (5)")).to_be_visible()
     # The check list: permanent failures fail their check; the others pass.
     listing = _snapshot_once_shown(
         page,
@@ -566,7 +570,7 @@ def test_backlog_has_a_sweeper_freshness_check(page: Any, facts: dict[str, Any])
     deadline = time.monotonic() + 2 * FIRST_TICK_S
     while True:
         _goto(page, "/assets/polaris_task_backlog?view=checks")
-        expect(page.get_by_text("Checks (4)")).to_be_visible()
+        expect(page.get_by_text("Checks (5)")).to_be_visible()
         listing = page.locator("body").aria_snapshot()
         if re.search(r"sweeper_is_sweeping(?: sweeper_is_sweeping)? Succeeded", listing):
             break
