@@ -1,6 +1,6 @@
 """Throwaway databases on the test PostgreSQL server (127.0.0.1:5432 unless
 ``POLARIS_PIPELINE_TEST_PG`` names another), for the tests and the benchmarks alike
-(``bench/common.py``; its old ``POLARIS_PIPELINE_BENCH_PG`` still works, with a warning).
+(``bench/common.py``).
 
 Every database a test or fixture makes comes from :func:`throwaway_database`: its
 name carries the process id and a random part, so parallel pytest workers (and two
@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import time
 import uuid
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -24,20 +23,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 ADMIN_URL_ENV = "POLARIS_PIPELINE_TEST_PG"
-_OLD_BENCH_ENV = "POLARIS_PIPELINE_BENCH_PG"
 
 
 def _admin_url() -> str:
     url = os.environ.get(ADMIN_URL_ENV, "").strip()
-    old = os.environ.get(_OLD_BENCH_ENV, "").strip()
-    if old and not url:
-        warnings.warn(
-            f"{_OLD_BENCH_ENV} is deprecated: set {ADMIN_URL_ENV}, which the tests and the "
-            "benchmarks both read",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        url = old
     return url or "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
 

@@ -171,23 +171,9 @@ def test_a_test_that_starts_a_daemon_is_slow(request: pytest.FixtureRequest) -> 
     assert not unmarked
 
 
-def test_the_benchmarks_old_admin_url_variable_still_works_with_a_warning() -> None:
-    """bench/ and tests/ read one admin URL variable; the benchmarks' old name is kept."""
-    code = (
-        "import warnings; warnings.simplefilter('error', DeprecationWarning)\n"
-        "try:\n"
-        "    import builders.postgres\n"
-        "except DeprecationWarning as w:\n"
-        "    print('warned:', w)\n"
-    )
-    env = {**os.environ, "POLARIS_PIPELINE_BENCH_PG": "postgresql+psycopg://x@127.0.0.1:1/y"}
-    env.pop("POLARIS_PIPELINE_TEST_PG", None)
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-    ).stdout
-    assert "warned: POLARIS_PIPELINE_BENCH_PG is deprecated" in out, out
+def test_the_benchmarks_and_the_tests_read_one_admin_url_variable() -> None:
+    """bench/ and tests/ reach the test PostgreSQL by POLARIS_PIPELINE_TEST_PG alone."""
+    env = {**os.environ, "POLARIS_PIPELINE_TEST_PG": "postgresql+psycopg://x@127.0.0.1:1/y"}
     probe = "import builders.postgres as p; import bench.common as b; print(p.PG_ADMIN_URL)"
-    got = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", probe], env=env, capture_output=True, text=True
-    )
+    got = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
     assert got.stdout.strip() == "postgresql+psycopg://x@127.0.0.1:1/y", got
