@@ -117,6 +117,7 @@ def build_world(demo: Demo) -> None:
     from builders import entities as built_entities
     from builders import tables as built_tables
     from builders import tasks as built_tasks
+    from builders.catalogs import catalog_entity
     from polaris_pipeline.metastore import Metastore, new_entity_id
     from polaris_pipeline.tasks.model import NewTask, Prop, TaskType
 
@@ -125,7 +126,7 @@ def build_world(demo: Demo) -> None:
     warehouse = built_tables.local_warehouse_uri(demo.warehouse)
     catalog = built_tables.open_catalog(warehouse, demo.root / "catalog.db", name="demo")
     demo.storage_config.write_text(f"allowed_prefixes:\n  - {warehouse}\n")
-    catalog_id = built_entities.insert_catalog(store, REALM, "demo", warehouse)
+    catalog_id = catalog_entity(store, "demo", warehouse, realm_id=REALM)
 
     plans: list[tuple[str, str, dict[str, Any]]] = [
         ("orders", "orphaned", {"partitioned": True, "with_deletes": True}),

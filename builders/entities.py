@@ -1,9 +1,9 @@
-"""Live entity rows as Polaris writes them: a catalog and a live table, for the demo.
+"""A live table's row as Polaris writes it, for the demo (its catalog:
+``builders/catalogs.py``).
 
-A catalog (type code 4) records its ``default-base-location``; a live table (type
-code 7) its ``location`` property and, on schema v2 and later, the
-``location_without_scheme`` column Polaris fills. ``leaks`` walks the catalog's
-location and judges every root by these rows.
+A live table (type code 7) records its ``location`` property and, on schema v2 and
+later, the ``location_without_scheme`` column Polaris fills. ``leaks`` walks the
+catalog's location and judges every root by these rows.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from polaris_pipeline.metastore import Metastore, new_entity_id, queries
-from polaris_pipeline.tasks.model import CATALOG_TYPE_CODE, TABLE_LIKE_TYPE_CODE
+from builders.tasks import insert_row
+from polaris_pipeline.metastore import Metastore, new_entity_id
+from polaris_pipeline.tasks.model import TABLE_LIKE_TYPE_CODE
 
 ICEBERG_TABLE_SUB_TYPE = 2
 
@@ -36,26 +37,7 @@ def _insert(store: Metastore, row: dict[str, Any]) -> None:
         "grant_records_version": 1,
         **row,
     }
-    with store.engine.begin() as conn:
-        conn.execute(queries.INSERT_TASKS.build(store.dialect), [full])
-
-
-def insert_catalog(store: Metastore, realm_id: str, name: str, base_location: str) -> int:
-    """A catalog whose ``default-base-location`` is ``base_location``; returns its id."""
-    catalog_id = new_entity_id()
-    _insert(
-        store,
-        {
-            "realm_id": realm_id,
-            "catalog_id": 0,
-            "id": catalog_id,
-            "parent_id": 0,
-            "name": name,
-            "type_code": CATALOG_TYPE_CODE,
-            "properties": {"default-base-location": base_location},
-        },
-    )
-    return catalog_id
+    insert_row(store, full)
 
 
 def insert_live_table(
