@@ -235,9 +235,11 @@ def test_grant_role_prints_the_script_and_refuses_a_name_that_is_not_plain(
 ) -> None:
     assert main(["grant-role", "polaris_cleanup"]) == 0
     assert capsys.readouterr().out == role_script("polaris_cleanup")
-    assert main(["grant-role", 'x"; DROP TABLE entities; --']) == 2
+    with pytest.raises(SystemExit) as refused:
+        main(["grant-role", 'x"; DROP TABLE entities; --'])
+    assert refused.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith("polaris-pipeline: error: role name 'x\"; DROP TABLE")
+    assert err.startswith("polaris-pipeline grant-role: error: argument ROLE: role name 'x\"; DROP")
     assert len(err.strip().splitlines()) == 1
 
 
