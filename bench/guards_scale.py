@@ -7,8 +7,9 @@ warehouses), then a dropped pyiceberg table of 6 and one of 300 manifests
 (local storage) is purged through the ``Runner`` (``runner.sweep``), every guard
 applied: the shared-location overlap of each recorded root, the metadata-file
 users, the path guard. Each purge is timed whole (lease to done) and reported
-as a ratio to the same purge at 0 live tables. The table's files are restored
-from a copy between runs; the median of ``REPEATS`` runs is kept.
+as a ratio to the same purge at 0 live tables, measured side by side (one
+database per size, interleaved rounds). The table's files are restored from a
+copy between runs; the median of the rounds is kept.
 
 Beside it, at the largest size against 0: the leak walk (``find_leaks`` over a
 local warehouse of 200 live tables' directories, 5 leaked) and the
@@ -29,7 +30,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,8 @@ LEAKED = 5
 UNREFERENCED = 2000
 POLICY = TaskPolicy(lease_timeout_ms=600_000, grace_ms=0)
 TARGET_PURGE = 1.2
+# Rounds of the large table's purge (minutes each on a loaded host): one each way.
+LARGE_ROUNDS = 2
 TARGET_WALK = 1.5
 
 
@@ -296,42 +299,47 @@ def measure_backend(
     backend: str, sizes: tuple[int, ...], repeats: int, workdir: Path, tables: list[Dropped],
     config: StorageConfig, *, guard_indexes: bool,
 ) -> dict[str, Any]:  # fmt: skip
-    """Seconds per purge of each table, the leak walk and the unreferenced phase, per size."""
+    """Seconds per purge of each table, the leak walk and the unreferenced phase, per size,
+    measured side by side: one metastore per size, seeded first, then every measurement
+    taken at each size in turn, the order reversed each round, so that a change of the
+    host's load falls on every size alike (the ratio's baseline runs alongside)."""
     out: dict[str, Any] = {"sizes": {}}
-    with _metastore(backend, workdir) as store:
-        if guard_indexes:
-            create_guard_indexes(store.engine, 5)
-        own = workdir / f"{backend}-{uuid.uuid4().hex[:6]}"
-        walked = build_walked(store, own)
-        unreferenced = build_unreferenced(own)
-        seeded: int | None = None
+    with ExitStack() as stack:
+        stores: dict[int, Metastore] = {}
+        walked: dict[int, dict[str, Any]] = {}
         for n in sizes:
+            store = stores[n] = stack.enter_context(_metastore(backend, workdir))
+            if guard_indexes:
+                create_guard_indexes(store.engine, 5)
+            walked[n] = build_walked(store, workdir / f"{backend}-{uuid.uuid4().hex[:6]}")
             t0 = time.perf_counter()
-            guards_seed.seed(
-                store, n, str(workdir / "live"), _dropped_dir(tables),
-                start=seeded or 0, fixed=seeded is None,
-            )  # fmt: skip
-            seeded = n
+            guards_seed.seed(store, n, str(workdir / "live"), _dropped_dir(tables))
             _analyze(store)
-            seed_s = time.perf_counter() - t0
-            row: dict[str, Any] = {"seed_s": round(seed_s, 1), "load_before": machine_load()}
-            for d in tables:
-                # The large table's runs are long (minutes on a loaded machine): one each.
-                times = repeats if d is tables[0] else 1
-                row[f"purge_{d.manifests}"] = [
-                    purge_seconds(store, d, config) for _ in range(times)
-                ]
-            row["walk"] = [walk_seconds(store, walked) for _ in range(repeats)]
-            row["unreferenced"] = [
-                unreferenced_seconds(store, unreferenced) for _ in range(repeats)
-            ]
+            out["sizes"][n] = {"seed_s": round(time.perf_counter() - t0, 1)}
+        unreferenced = build_unreferenced(workdir / f"{backend}-unreferenced")
+        for row in out["sizes"].values():
+            row["load_before"] = machine_load()
+        measures: list[tuple[str, int, Any]] = [
+            (f"purge_{d.manifests}", repeats if d is tables[0] else LARGE_ROUNDS,
+             lambda store, n, d=d: purge_seconds(store, d, config))
+            for d in tables
+        ]  # fmt: skip
+        measures += [
+            ("walk", repeats, lambda store, n: walk_seconds(store, walked[n])),
+            ("unreferenced", repeats, lambda store, n: unreferenced_seconds(store, unreferenced)),
+        ]
+        for key, rounds, measure in measures:
+            for r in range(rounds):
+                for n in sizes if r % 2 == 0 else tuple(reversed(sizes)):
+                    seconds = measure(stores[n], n)
+                    out["sizes"][n].setdefault(key, []).append(seconds)
+        for n, row in out["sizes"].items():
+            row["load_after"] = machine_load()
             if backend == "postgresql":
                 small = tables[0]
                 row["pages"] = statement_pages(
-                    store, small.table.location(), small.table.metadata_location
+                    stores[n], small.table.location(), small.table.metadata_location
                 )
-            row["load_after"] = machine_load()
-            out["sizes"][n] = row
             print(f"  {backend} {'indexed' if guard_indexes else 'plain'} N={n:,}: "
                   + ", ".join(f"{k} {_median(v):.2f}s" for k, v in row.items()
                               if isinstance(v, list) and k.startswith(("purge", "walk", "unref"))),
@@ -447,8 +455,11 @@ def report(result: BenchResult, runs: dict[str, Any]) -> None:
 
 
 METHOD = """
-Each size adds live entities to the same database (COPY on PostgreSQL), then
-`VACUUM ANALYZE` (SQLite: `ANALYZE`). The live tables and views sit at
+Each size has a database of its own, all seeded before any is timed (COPY on
+PostgreSQL, then `VACUUM ANALYZE`; SQLite: `ANALYZE`); then each measurement runs at
+every size in turn, the order reversed each round (0, 100k, 1M, then 1M, 100k, 0),
+so the baseline at 0 runs alongside and a change of the host's load falls on
+every size alike. The live tables and views sit at
 `s3://wh-i/ns-k/table-j`, `file:///.../wh-i/ns-k/table-j` and `gs://wh-i/...`
 over three realms of three catalogs, a namespace for every 100 tables, each with
 `location_without_scheme` and a `metadata-location` as Polaris writes them; 100
@@ -488,8 +499,7 @@ at 1,000,000), not with the rows: the overlap query's equality list holds every
 ancestor of the prefix in each spelling (about 36 terms for a local path), one
 descent each.
 
-The host had 2 cores shared with six other sessions (load average 14-19
-throughout): a run of the same purge at the same size varied up to 4x between
-runs, so the ratios carry that noise; the pages, which the load does not change,
-are the figure that shows the cost's independence from the live-table count.
+The host's load is recorded before and after each size's measurements; the
+pages, which the load does not change, show the cost's independence from the
+live-table count beside the timed ratios.
 """.strip()
