@@ -35,7 +35,11 @@ def _exist(files: set[str]) -> set[str]:
 
 
 def test_held_drops_wait_one_is_restored_the_other_purged_after_the_hold(
-    tmp_path: Path, pg_url: str, start_daemon, iceberg_rest_server: RestServer
+    tmp_path: Path,
+    pg_url: str,
+    start_daemon,
+    iceberg_rest_server: RestServer,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     wh = built_tables.local_warehouse_uri(tmp_path / "wh")
     catalog = built_tables.open_catalog(wh, tmp_path / "catalog.db", name="held")
@@ -48,11 +52,8 @@ def test_held_drops_wait_one_is_restored_the_other_purged_after_the_hold(
     doomed_task, kept_task = built_tasks.drop_table_task(doomed), built_tasks.drop_table_task(kept)
     store.insert_tasks([doomed_task, kept_task])
     config = write_storage_config(tmp_path / "storage.yaml", [wh])
-    daemon = start_daemon(
-        metastore_url=pg_url,
-        storage_config=config,
-        extra_env={"POLARIS_PIPELINE_CATALOG_HOLD_DAYS": json.dumps({CATALOG: 1})},
-    )
+    hold = {"POLARIS_PIPELINE_CATALOG_HOLD_DAYS": json.dumps({CATALOG: 1})}
+    daemon = start_daemon(metastore_url=pg_url, storage_config=config, extra_env=hold)
 
     # Held: the sweeper's run-less tick says so, again and again, and launches nothing.
     def held_ticks() -> int | None:
@@ -68,6 +69,15 @@ def test_held_drops_wait_one_is_restored_the_other_purged_after_the_hold(
         state, until = states[task.id]
         assert state is TaskState.HELD and until is not None and until > store.now_ms()
     assert _exist(doomed_files) == doomed_files and _exist(kept_files) == kept_files
+    # The operator sees the same, with when each purge comes (the CLI, same settings).
+    for name, value in {**hold, "POLARIS_PIPELINE_GRACE_MS": "0"}.items():
+        monkeypatch.setenv(name, value)
+    code, out = run("tasks", "list", "--json", "--metastore", pg_url)
+    assert code == 0, out
+    listed = {int(d["id"]): d for d in json.loads(out)}
+    for task in (doomed_task, kept_task):
+        assert listed[task.id]["state"] == "held"
+        assert listed[task.id]["hold"]["text"].startswith("purges after ")
 
     # Restored while held: registered through the REST catalog, its purge ended.
     RestCatalog("lake", uri=iceberg_rest_server.uri).create_namespace("ns")
