@@ -55,6 +55,7 @@ def _sweep(store: Metastore) -> list[Status]:
         return [o.status for o in runner.sweep()]
 
 
+@pytest.mark.slow  # 12 s: a purge through assumed-role sessions, two sweeps
 @pytest.mark.usefixtures("sweeper_identity")
 def test_polaris_cannot_delete_the_held_table_which_stays_restorable_until_we_purge(
     moto_iam: MotoIam, held_store: Metastore, tmp_path: Path
