@@ -166,7 +166,7 @@ def test_on_azure_a_sas_without_delete_cannot_delete_and_the_account_purges_afte
     polaris = ContainerClient.from_container_url(f"{azurite.blob_endpoint}/{container}?{sas}")
     with pytest.raises(HttpResponseError) as refused:
         polaris.delete_blob(sorted(files)[0])
-    assert refused.value.error_code == "AuthorizationPermissionMismatch"
+    assert "AuthorizationPermissionMismatch" in str(refused.value)
     assert objects() == files
 
     # The restorable check reads with Polaris's SAS: it may, and the table is whole.
