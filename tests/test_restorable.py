@@ -15,21 +15,7 @@ from polaris_pipeline.restore.held import STILL_DELETING
 from polaris_pipeline.restore.restorable import ManifestCache, check_restorable
 from polaris_pipeline.tasks.model import TaskPolicy
 from tests.support.iceberg import Warehouse
-
-
-def _named_files(table: Table) -> set[str]:
-    """The oracle, through pyiceberg's own readers: what a register of this metadata needs."""
-    io, metadata = table.io, table.metadata
-    files = {table.metadata_location}
-    files |= {s.statistics_path for s in metadata.statistics}
-    files |= {s.statistics_path for s in metadata.partition_statistics}
-    for snapshot in metadata.snapshots:
-        files.add(snapshot.manifest_list)
-        for manifest in snapshot.manifests(io):
-            files.add(manifest.manifest_path)
-            for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
-                files.add(entry.data_file.file_path)
-    return files
+from tests.support.table_metadata import restorable_files
 
 
 def test_an_intact_table_is_restorable_and_each_manifest_is_read_once(
@@ -39,7 +25,7 @@ def test_an_intact_table_is_restorable_and_each_manifest_is_read_once(
     cache = ManifestCache()
     first = check_restorable(warehouse.resolver, table.metadata_location, cache)
     assert first.restorable and first.summary() == "restorable"
-    assert first.files == len(_named_files(table))
+    assert first.files == len(restorable_files(table))
     assert first.bytes is not None and first.bytes > 0
     read = len(cache.entries)
     assert read > 0
@@ -50,7 +36,7 @@ def test_an_intact_table_is_restorable_and_each_manifest_is_read_once(
 
 def test_missing_files_are_counted_and_sampled(warehouse: Warehouse) -> None:
     table = warehouse.build("t", with_deletes=True)
-    named = _named_files(table)
+    named = restorable_files(table)
     data = sorted(f for f in named if f.endswith(".parquet"))
     manifest = next(iter(table.current_snapshot().manifests(table.io))).manifest_path  # type: ignore[union-attr]
     for uri in (data[0], data[-1]):
@@ -104,7 +90,7 @@ def test_the_check_fails_when_a_held_table_loses_a_file_and_says_who_deletes(
     assert passed.metadata["held tables checked"].value == 1
     assert isinstance(passed.metadata["bytes held"].value, int)
     assert passed.metadata["bytes held"].value > 0
-    victim = sorted(f for f in _named_files(table) if f.endswith(".parquet"))[0]
+    victim = sorted(f for f in restorable_files(table) if f.endswith(".parquet"))[0]
     fs, path = warehouse.resolver.filesystem(victim)
     fs.rm(path)
     failed = evaluate_restorable_check(store, warehouse.resolver, sample_size=5)

@@ -12,10 +12,15 @@ import pytest
 from pyiceberg.table import Table
 
 from builders.tasks import drop_table_task
+from polaris_pipeline.dagster import build_defs, build_defs_from_env
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
-from polaris_pipeline.dagster.restore_job import RESTORE_OP, polaris_restore_table_job
+from polaris_pipeline.dagster.restore_job import (
+    RESTORE_JOB,
+    RESTORE_OP,
+    polaris_restore_table_job,
+)
 from polaris_pipeline.errors import PolarisPipelineError
-from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.metastore import URL_ENV, Metastore
 from polaris_pipeline.restore.register import RegisterError, RestTarget
 from polaris_pipeline.restore.restore import (
     RestorePlan,
@@ -211,3 +216,30 @@ def test_the_dagster_job_takes_the_same_config_and_fails_on_a_refusal(
     assert not refused.success
     failure = next(e for e in refused.all_events if e.event_type_value == "STEP_FAILURE")
     assert "not a table's or view's drop" in str(failure.event_specific_data)
+
+
+def _config_fields(job: Any) -> set[str]:
+    """The field names of the restore op's ``config`` in ``job``'s run config schema."""
+    ops = job.run_config_schema.config_type.fields["ops"].config_type
+    return set(ops.fields[RESTORE_OP].config_type.fields["config"].config_type.fields)
+
+
+def test_the_deployed_definitions_have_the_restore_job_and_it_restores_as_a_name(
+    local_warehouse: Warehouse, store: Metastore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every deployment gets the job (build_defs; the code location and the Component are
+    build_defs, tests/test_code_location.py), with the task id and the --as name."""
+    monkeypatch.delenv("POLARIS_PIPELINE_RESTORE_REST_URI", raising=False)
+    table = local_warehouse.build("orders", appends=1)
+    parent, child = _dropped(store, table)
+    defs = build_defs(metastore=metastore_resource(store))
+    job = defs.resolve_job_def(RESTORE_JOB)
+    assert {"realm", "task_id", "as_name"} <= _config_fields(job)
+    env_job = build_defs_from_env({URL_ENV: url_of(store)}).resolve_job_def(RESTORE_JOB)
+    assert _config_fields(env_job) == _config_fields(job)
+    config = {"realm": "POLARIS", "task_id": parent.id, "as_name": "ns.back", "catalog": "lake"}
+    result = job.execute_in_process(run_config={"ops": {RESTORE_OP: {"config": config}}})
+    (output,) = [e for e in result.all_node_events if e.is_successful_output]
+    printed = str(output.step_output_data.metadata["result"].value)
+    assert "register_table(table => 'ns.back'" in printed, printed
+    _unchanged(store, parent, child)

@@ -7,11 +7,9 @@ nothing under the table and the neighbour whole; ``report`` lists and keeps all.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from pyiceberg.table import Table
 
 from builders import tasks as built_tasks
 from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
@@ -19,14 +17,9 @@ from polaris_pipeline.execution.runner import Runner, Status
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
 from polaris_pipeline.storage.resolve import StorageResolver
-from tests.support.azurite import Azurite, azurite  # noqa: F401
-from tests.support.catalog_storage import (
-    azure_storage_info,
-    azurite_table,
-    fake_gcs_table,
-    gcs_storage_info,
-)
-from tests.support.gcs import EMULATOR_ENV, FakeGcs, fake_gcs  # noqa: F401
+from tests.support.azurite import azurite  # noqa: F401
+from tests.support.clouds import Cloud, open_cloud
+from tests.support.gcs import fake_gcs  # noqa: F401
 from tests.support.unreferenced import settle
 
 STRAYS = (
@@ -36,48 +29,9 @@ STRAYS = (
 )
 
 
-class Cloud:
-    """One emulated store: its table, its object names, a way to write one."""
-
-    def __init__(
-        self,
-        table: Table,
-        names: Callable[[], set[str]],
-        put: Callable[[str, bytes], None],
-        storage_info: str,
-        prefix: str,
-    ) -> None:
-        self.table, self.names, self.put, self.storage_info = table, names, put, storage_info
-        self.prefix = prefix  # the table's object names start with this (no trailing /)
-
-
 @pytest.fixture(params=["azure", "gcs"])
 def cloud(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Cloud:
-    if request.param == "azure":
-        emu: Azurite = request.getfixturevalue("azurite")
-        monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", emu.connection_string)
-        container = emu.new_container()
-        table = azurite_table(emu, tmp_path, container, "t")
-        prefix = table.location().split(".core.windows.net/", 1)[1].rstrip("/")
-        return Cloud(
-            table,
-            lambda: emu.names(container),
-            lambda name, data: emu.put(container, name, data),
-            azure_storage_info(container),
-            prefix,
-        )
-    gcs: FakeGcs = request.getfixturevalue("fake_gcs")
-    monkeypatch.setenv(EMULATOR_ENV, gcs.url)
-    bucket = gcs.new_bucket()
-    table = fake_gcs_table(gcs, tmp_path, bucket, "t")
-    prefix = table.location().split(f"gs://{bucket}/", 1)[1].rstrip("/")
-    return Cloud(
-        table,
-        lambda: gcs.names(bucket),
-        lambda name, data: gcs.put(bucket, name, data),
-        gcs_storage_info(bucket),
-        prefix,
-    )
+    return open_cloud(request.param, request, tmp_path, monkeypatch)
 
 
 def _sweep(

@@ -1,8 +1,8 @@
 """``build_defs``: everything the integration offers, as one ``Definitions``.
 
-The one place that assembles the sensors, the jobs, the backlog asset and its
-checks (reported by the sweeper and its watch: no schedule), the leak report asset
-(its schedule stopped by default), and the resources.
+The one place that assembles the sensors, the jobs (the restore job among them), the
+backlog asset and its checks (reported by the sweeper and its watch: no schedule), the
+leak report asset (its schedule stopped by default), and the resources.
 ``definitions.py`` (this repository's code location), the Celery location and
 the ``dg`` Component all call it, so a new piece is added here once and reaches
 every deployment.
@@ -55,6 +55,7 @@ from polaris_pipeline.dagster.reporting import build_run_report_sensor
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
+from polaris_pipeline.dagster.restore_job import polaris_restore_table_job
 from polaris_pipeline.dagster.retention import RetentionSettings, retention_definitions
 from polaris_pipeline.dagster.sweeper import build_polaris_task_sweeper
 from polaris_pipeline.dagster.task_job import MULTIPROCESS_EXECUTOR, build_polaris_task_job
@@ -233,8 +234,9 @@ def build_jobs_and_schedules(
     task_job: JobDefinition, resources: Mapping[str, Any], translator: PolarisTranslator
 ) -> tuple[list[JobDefinition | UnresolvedAssetJobDefinition], list[ScheduleDefinition]]:
     """Every job and schedule beside the task job's sensor: the realm backfill, the leak
-    report (its schedule STOPPED until started) and, only when an age is set, the run
-    retention (opt-in: without one there is nothing to delete)."""
+    report (its schedule STOPPED until started) and its reclaim, the restore of a dropped
+    table (launched by an operator) and, only when an age is set, the run retention
+    (opt-in: without one there is nothing to delete)."""
     retention_jobs, retention_schedules = retention_definitions(
         resources["retention"], task_job.name, translator=translator
     )
@@ -243,6 +245,7 @@ def build_jobs_and_schedules(
         polaris_realm_backfill_job,
         polaris_leak_report_job,
         polaris_leak_reclaim_job,
+        polaris_restore_table_job,
         *retention_jobs,
     ]
     return jobs, [build_leak_report_schedule(resources["leaks"]), *retention_schedules]

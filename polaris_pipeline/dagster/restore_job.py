@@ -5,8 +5,7 @@ id), optionally ``as_name``, and the catalog's REST endpoint and catalog name (e
 environment's, as the command reads them); the OAuth2 client comes from the
 environment only (``POLARIS_PIPELINE_RESTORE_CLIENT_ID`` / ``_SECRET``), so the secret
 is never part of a run's config or the UI. A refusal fails the run with its one line.
-Not in ``build_defs``' job list: a project adds it to its own ``Definitions`` where
-restores are run from the UI.
+Every deployment has it: ``build_defs``' job list (``build_jobs_and_schedules``) names it.
 """
 
 # No ``from __future__ import annotations``: Dagster reads the op's config and

@@ -122,6 +122,8 @@ class MotoIam:
     """A moto server that checks every request against IAM policies.
 
     ``admin`` may do anything (tests arrange and inspect buckets with it);
+    ``polaris`` may do anything on S3 but delete (Polaris's storage identity in a
+    deployment that leaves every purge to us);
     ``sweeper`` may only call ``sts:AssumeRole`` on the roles in ``assumable``;
     role ``purger`` may touch every bucket, role ``powerless`` nothing at all,
     role ``forbidden`` exists but the sweeper may not assume it.
@@ -130,6 +132,7 @@ class MotoIam:
     endpoint_url: str
     admin: IamUser
     sweeper: IamUser
+    polaris: IamUser
     region: str = "us-east-1"
 
     @staticmethod
@@ -145,6 +148,16 @@ class MotoIam:
             aws_secret_access_key=who.secret,
             region_name=self.region,
         )
+
+    def storage_config(self, bucket: str, user: IamUser) -> StorageConfig:
+        """A static rule: ``s3://<bucket>`` signed by ``user``'s own keys."""
+        options = {
+            "endpoint_url": self.endpoint_url,
+            "key": user.key,
+            "secret": user.secret,
+            "client_kwargs": {"region_name": self.region},
+        }
+        return StorageConfig(rules=(StorageRule(f"s3://{bucket}", options),))
 
     def new_bucket(self) -> str:
         name = f"pp-iam-{uuid.uuid4().hex[:16]}"
@@ -218,10 +231,14 @@ def _policy(*statements: dict[str, Any]) -> str:
 
 # How many calls _arrange_iam makes: moto lets exactly that many through unchecked
 # (INITIAL_NO_AUTH_ACTION_COUNT) and authorizes every later one.
-_SETUP_CALLS = 11
+_SETUP_CALLS = 14
+
+# What a Polaris storage identity without delete permission is denied: every way S3
+# deletes an object (a batch delete is authorized as DeleteObject).
+DELETE_ACTIONS = ["s3:DeleteObject", "s3:DeleteObjectVersion"]
 
 
-def _arrange_iam(endpoint: str, region: str) -> tuple[IamUser, IamUser]:
+def _arrange_iam(endpoint: str, region: str) -> tuple[IamUser, IamUser, IamUser]:
     """Users, roles and policies, created while moto still lets everyone in."""
     boot = boto3.client(
         "iam",
@@ -240,6 +257,13 @@ def _arrange_iam(endpoint: str, region: str) -> tuple[IamUser, IamUser]:
         return IamUser(name, key["AccessKeyId"], key["SecretAccessKey"])
 
     admin = user("admin", _policy({"Effect": "Allow", "Action": "*", "Resource": "*"}))
+    polaris = user(
+        "polaris",
+        _policy(
+            {"Effect": "Allow", "Action": "s3:*", "Resource": "*"},
+            {"Effect": "Deny", "Action": DELETE_ACTIONS, "Resource": "*"},
+        ),
+    )
     sweeper = user(
         "sweeper",
         _policy(
@@ -271,7 +295,7 @@ def _arrange_iam(endpoint: str, region: str) -> tuple[IamUser, IamUser]:
     )
     if len(calls) != _SETUP_CALLS:
         raise RuntimeError(f"IAM set-up made {len(calls)} calls, expected {_SETUP_CALLS}")
-    return admin, sweeper
+    return admin, sweeper, polaris
 
 
 @pytest.fixture(scope="module")
@@ -293,8 +317,8 @@ def moto_iam() -> Iterator[MotoIam]:
     try:
         wait_http(f"{endpoint}/moto-api/", proc)
         # From the end of this on, every request is authorized against its policies.
-        admin, sweeper = _arrange_iam(endpoint, "us-east-1")
-        yield MotoIam(endpoint, admin, sweeper)
+        admin, sweeper, polaris = _arrange_iam(endpoint, "us-east-1")
+        yield MotoIam(endpoint, admin, sweeper, polaris)
     finally:
         stop_process(proc)
         shutil.rmtree(recording, ignore_errors=True)

@@ -3,6 +3,8 @@
 - ``referenced_files(table)``: every file the metadata names, directly or through
   older metadata;
 - ``content_files(table)``: the data and delete files of every manifest entry;
+- ``restorable_files(table)``: what a register of the current metadata needs (no
+  older metadata, no entry a snapshot deleted);
 - ``delete_manifest_paths(table)``: the delete manifests of every snapshot;
 - ``entry_statuses(table)``: the manifest entry statuses the table holds.
 """
@@ -68,6 +70,22 @@ def referenced_files(table: Table) -> set[str]:
     out.update(str(p) for p in table.inspect.all_files().column("file_path").to_pylist())
     out.update(str(p) for p in table.inspect.all_manifests().column("path").to_pylist())
     return out
+
+
+def restorable_files(table: Table) -> set[str]:
+    """What a register of ``table``'s current metadata needs: the metadata file, the
+    statistics, each snapshot's manifest list and manifests and their live entries."""
+    io, metadata = table.io, table.metadata
+    files = {table.metadata_location}
+    files |= {s.statistics_path for s in metadata.statistics}
+    files |= {s.statistics_path for s in metadata.partition_statistics}
+    for snapshot in metadata.snapshots:
+        files.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(io):
+            files.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+                files.add(entry.data_file.file_path)
+    return files
 
 
 def delete_manifest_paths(table: Table) -> set[str]:

@@ -176,3 +176,19 @@ def purge_child(
         internal_properties={"storageLocation": f"file:///wh/{table[0]}/{table[1]}"},
         create_timestamp=create_timestamp,
     )
+
+
+def move_drop_back(store: Metastore, realm: str, task_id: int, ms: int) -> None:
+    """Make task ``task_id`` look ``ms`` older (its creation, the drop time a hold counts
+    from), as if the hold had run its course."""
+    from sqlalchemy import update
+
+    from polaris_pipeline.metastore.schema import entities
+
+    with admin_connection(store) as conn:
+        moved = conn.execute(
+            update(entities)
+            .where(entities.c.realm_id == realm, entities.c.id == task_id)
+            .values(create_timestamp=entities.c.create_timestamp - ms)
+        )
+        assert moved.rowcount == 1, f"no task {task_id} in realm {realm}"
