@@ -46,7 +46,7 @@ from polaris_pipeline.tasks.payloads import (
     TableIdentifier,
     encode_batch_cleanup,
 )
-from tests.support.iceberg import Warehouse
+from tests.support.iceberg import Warehouse, view_metadata
 from tests.support.java import WrittenTable, write_iceberg_tables
 from tests.support.polaris_classes import InstallError, PolarisHarness, install
 from tests.support.polaris_writer import polaris_children
@@ -409,6 +409,105 @@ def test_our_imitation_writes_the_children_polaris_writes(purges: Purges) -> Non
     ]
     ours = [json.loads(data)["batchFiles"] for _, kind, data in purges.imitation if kind is batch]
     assert ours == polaris_batches
+
+
+# A view at 1.4.1: its row names view metadata, which the table handler reads as a table's.
+VIEW_SHAPE = "a dropped view (Iceberg view metadata, two versions on disk)"
+VIEW_REALMS = {POLARIS_A: "VA", OURS: "VB"}
+# The field TableMetadataParser requires first that view metadata does not have.
+VIEW_PARSE_ERROR = "Cannot parse missing int: last-column-id"
+VIEW_REASON = (
+    "1.4.1's TableCleanupTaskHandler takes a view's row (the entity is TABLE_LIKE) and reads "
+    f"its metadata file as table metadata, which throws ('{VIEW_PARSE_ERROR}') on each of "
+    "the executor's 3 attempts: Polaris deletes nothing and leaves the row; we delete the "
+    "view's current metadata file (its older versions' files stay: no metadata names them)"
+)
+
+
+def _write_view(location: Path, versions: int) -> list[str]:
+    """``versions`` view metadata files under ``location``; the last is the current one."""
+    paths = []
+    for _ in range(versions):
+        uri, body = view_metadata(f"file://{location}", name=location.name)
+        local = Path(_local(uri))
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_bytes(body)
+        paths.append(str(local))
+    return paths
+
+
+def test_a_dropped_view_polaris_keeps_its_row_and_we_delete_its_metadata_file(
+    harness: PolarisHarness, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A dropped view's row: (A) Polaris 1.4.1's own handlers take it as a table's and fail
+    reading the view metadata on every attempt, so they delete nothing, create no child and
+    leave the row; (B) we delete the view's current metadata file alone (nothing of the live
+    neighbour view ``v_2``) and leave no row; (C) there is nothing to run: we create no
+    child for a view."""
+    props = request.node.user_properties
+    props.append(("polaris_release", RELEASE))
+    root = tmp_path / "wh"
+    older, current = _write_view(root / "ns" / "v", 2)
+    _write_view(root / "ns" / "v_2", 1)  # live, its location has the view's as a prefix
+    every = _files(root)
+    original = tmp_path / "original"
+    shutil.copytree(root, original)
+    spec = built_tasks.DropSpec(
+        ("ns",), "v", f"file://{current}", f"file://{root}/ns/v", is_view=True
+    )
+    parent = built_tasks.drop_task(spec)
+    deleted: dict[str, set[str]] = {}
+    left: dict[str, list[str]] = {}
+    with throwaway_database("pp_polaris_oracle_view") as name:
+        url = database_url(name)
+        store = Metastore(url, policy=TaskPolicy(grace_ms=0, polaris_version=RELEASE))
+        try:
+            store.init_schema(SCHEMA)
+            store.insert_tasks(
+                [dataclasses.replace(parent, realm_id=realm) for realm in VIEW_REALMS.values()]
+            )
+            answer = harness.purge(url, VIEW_REALMS[POLARIS_A])
+            deleted[POLARIS_A] = every - _files(root)
+            left[POLARIS_A] = _polaris_rows(answer)
+            shutil.rmtree(root)
+            shutil.copytree(original, root)
+            with Runner(store, StorageConfig()) as runner:
+                outcomes = runner.sweep([VIEW_REALMS[OURS]])
+            deleted[OURS] = every - _files(root)
+            left[OURS] = [
+                f"{task.name.split('_')[0]} type {task.properties.get('taskType')}"
+                for task in store.list_tasks([VIEW_REALMS[OURS]])
+            ]
+        finally:
+            store.dispose()
+    props.append(
+        (
+            f"polaris_fact:oracle, {VIEW_SHAPE}: files deleted by A Polaris / B ours / "
+            f"C Polaris on our children (of {len(_files(original / 'ns' / 'v'))})",
+            f"{len(deleted[POLARIS_A])} / {len(deleted[OURS])} / 0 (we create no children)",
+        )
+    )
+    for run in (POLARIS_A, OURS):
+        props.append(
+            (
+                f"polaris_fact:oracle, {VIEW_SHAPE}: rows {run} leaves",
+                "; ".join(left[run]) or "none",
+            )
+        )
+    props.append((f"polaris_fact:oracle, {VIEW_SHAPE}: rows C leaves", "none (nothing to run)"))
+    (run,) = answer["runs"]
+    assert run["attempts"] == [f"threw java.lang.IllegalArgumentException: {VIEW_PARSE_ERROR}"] * 3
+    assert not deleted[POLARIS_A] and answer["created"] == []
+    assert left[POLARIS_A] == ["entityCleanup type 1"]
+    assert [o.ok for o in outcomes] == [True]
+    assert deleted[OURS] == {current}, sorted(deleted[OURS])
+    assert Path(older).exists() and left[OURS] == []
+    props.append(
+        (
+            f"polaris_difference:oracle, {VIEW_SHAPE}: we delete 1 more file than Polaris 1.4.1",
+            VIEW_REASON,
+        )
+    )
 
 
 # Polaris's purge failing part-way: its storage refuses every delete, or its run stops
