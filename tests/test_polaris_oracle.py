@@ -23,18 +23,21 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from dagster import DagsterRunStatus
 from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import StaticTable, Table
 from sqlalchemy import create_engine, text
 
 from builders import tables as built_tables
 from builders import tasks as built_tasks
+from builders.daemon import DaemonHarness
 from builders.postgres import database_url, throwaway_database
 from polaris_pipeline.execution.runner import Runner, child_stages
 from polaris_pipeline.metastore import Metastore, new_entity_id
@@ -46,6 +49,7 @@ from polaris_pipeline.tasks.payloads import (
     TableIdentifier,
     encode_batch_cleanup,
 )
+from polaris_pipeline.tasks.release import RELEASE_ENV
 from tests.support.iceberg import Warehouse, view_metadata
 from tests.support.java import WrittenTable, write_iceberg_tables
 from tests.support.polaris_classes import InstallError, PolarisHarness, install
@@ -519,18 +523,31 @@ FAULTS = {
 FAULT_REALM = "F"
 
 
-@pytest.mark.parametrize("fault", FAULTS)
-def test_polaris_fails_and_our_sweeper_finishes(
-    fault: str,
-    harness: PolarisHarness,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-    repo_bin: Path,
-) -> None:
-    """Polaris 1.4.1's handlers fail part-way and leave rows (those it created, and the
-    parent unless its own run succeeded), written to the metastore as Polaris wrote them;
-    then our CLI sweep runs: every file the table's metadata names is gone, the live
-    neighbour keeps every file, and no row is left."""
+@dataclass
+class PolarisFailed:
+    """A table Polaris 1.4.1's purge failed on, its rows left as Polaris left them."""
+
+    url: str
+    store: Metastore
+    root: Path
+    named: set[str]  # every file the table's metadata names
+    neighbour: set[str]  # every file of the live neighbour ``t_2``
+
+    def assert_finished(self) -> None:
+        """Every file the metadata names is gone, the neighbour keeps every file, no row."""
+        assert self.store.list_tasks([FAULT_REALM]) == []
+        remaining = _files(self.root)
+        assert not self.named & remaining, sorted(self.named & remaining)
+        assert self.neighbour <= remaining
+
+
+@contextmanager
+def _polaris_failed(
+    harness: PolarisHarness, tmp_path: Path, fault: str, request: pytest.FixtureRequest
+) -> Iterator[PolarisFailed]:
+    """Polaris 1.4.1's handlers fail part-way on a table with deletes and statistics (live
+    neighbour ``t_2`` beside it); the rows they leave (those they created, and the parent
+    unless its own run succeeded) are written to the metastore as Polaris wrote them."""
     request.node.user_properties.append(("polaris_release", RELEASE))
     root = tmp_path / "wh"
     uri = built_tables.local_warehouse_uri(root)
@@ -589,31 +606,69 @@ def test_polaris_fails_and_our_sweeper_finishes(
                         {"realm": FAULT_REALM, "id": parent.id},
                     )
                 engine.dispose()
-            done = subprocess.run(
-                [
-                    str(repo_bin / "polaris-pipeline"),
-                    "sweep",
-                    "--metastore",
-                    url,
-                    "--realm",
-                    FAULT_REALM,
-                    "--grace-ms",
-                    "0",
-                    "--polaris-version",
-                    RELEASE,
-                ],
-                capture_output=True,
-                text=True,
-                timeout=300,
-                check=False,
-            )
-            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-            assert store.list_tasks([FAULT_REALM]) == []
+            yield PolarisFailed(url, store, root, named, neighbour)
         finally:
             store.dispose()
-    remaining = _files(root)
-    assert not named & remaining, sorted(named & remaining)
-    assert neighbour <= remaining
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_polaris_fails_and_our_sweeper_finishes(
+    fault: str,
+    harness: PolarisHarness,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    repo_bin: Path,
+) -> None:
+    """Polaris 1.4.1's handlers fail part-way and leave rows (those it created, and the
+    parent unless its own run succeeded), written to the metastore as Polaris wrote them;
+    then our CLI sweep runs: every file the table's metadata names is gone, the live
+    neighbour keeps every file, and no row is left."""
+    with _polaris_failed(harness, tmp_path, fault, request) as failed:
+        done = subprocess.run(
+            [
+                str(repo_bin / "polaris-pipeline"),
+                "sweep",
+                "--metastore",
+                failed.url,
+                "--realm",
+                FAULT_REALM,
+                "--grace-ms",
+                "0",
+                "--polaris-version",
+                RELEASE,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        failed.assert_finished()
+
+
+def test_polaris_fails_and_our_daemon_finishes(
+    harness: PolarisHarness,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    start_daemon: Callable[..., DaemonHarness],
+) -> None:
+    """Polaris 1.4.1's handlers stop after 5 deletes and leave their rows as Polaris wrote
+    them; then our sensor and its runs, through a real ``dagster-daemon``, finish the
+    purge: every file the table's metadata names is gone, the live neighbour keeps every
+    file, no row is left, and every run succeeded."""
+    with _polaris_failed(harness, tmp_path, "stopped after 5 deletes", request) as failed:
+        daemon = start_daemon(
+            metastore_url=failed.url,
+            extra_env={RELEASE_ENV: RELEASE},
+        )
+        daemon.wait_for(
+            lambda: failed.store.count_tasks([FAULT_REALM]) == 0,
+            timeout_s=300,
+            what="the daemon's runs to finish every row Polaris left",
+        )
+        runs = daemon.wait_runs_finished(timeout_s=120)
+        assert {r.status for r in runs} == {DagsterRunStatus.SUCCESS}, daemon.diagnose()
+        failed.assert_finished()
 
 
 @pytest.fixture
