@@ -677,6 +677,94 @@ def repo_bin() -> Path:
     return Path(sys.executable).parent
 
 
+# The same BATCH rows to Polaris's own executor and to the reliability worker's model of it.
+EXECUTOR_ROWS = {  # kind -> (files, of which missing); None: data that is not JSON
+    "some files missing": (3, 1),
+    "every file missing": (2, 2),
+    "every file present": (2, 0),
+    "data that is not JSON": None,
+}
+EXECUTOR_FAULTS = {"no fault": None, "storage refuses every delete": "refuse-deletes"}
+
+
+def _executor_rows(realm: str, directory: Path) -> list[NewTask]:
+    """EXECUTOR_ROWS in ``realm``, their files under ``directory``, as 1.4.1 writes BATCH
+    rows (no ``type``); each named by its kind's index."""
+    rows = []
+    for i, shape in enumerate(EXECUTOR_ROWS.values()):
+        data = "{oops"
+        if shape is not None:
+            files = []
+            for k in range(shape[0]):
+                path = directory / f"r{i}" / f"f{k}.avro"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if k >= shape[1]:
+                    path.write_bytes(b"x")
+                files.append(f"file://{path}")
+            payload = BatchCleanupPayload(TableIdentifier(("ns",), "t"), tuple(files))
+            data = encode_batch_cleanup(payload, with_type=False)
+        props = {Prop.TASK_TYPE: TaskType.BATCH_FILE_CLEANUP.code, Prop.DATA: data}
+        internal = {"storageLocation": f"file://{directory}"}
+        rows.append(NewTask(realm, new_entity_id(), f"batch_{i}", props, internal))
+    return rows
+
+
+@pytest.mark.parametrize("fault", EXECUTOR_FAULTS)
+def test_the_workers_polaris_executor_leaves_what_polaris_leaves(
+    fault: str, harness: PolarisHarness, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The reliability worker's Polaris-style executor (tests/reliability/polaris_executor.py)
+    and Polaris 1.4.1's own executor and BATCH handler, on the same rows (files missing,
+    present, all missing, undecodable data), with and without storage that refuses every
+    delete: the same rows left, the same files deleted, the same number of delete calls
+    (the existence check, 3 tries per delete)."""
+    from tests.reliability import journal as jr
+    from tests.reliability.worker import run_polaris
+
+    request.node.user_properties.append(("polaris_release", RELEASE))
+    realms = {"polaris": "EP", "worker": "EW"}
+    dirs = {who: tmp_path / who for who in realms}
+    with throwaway_database("pp_polaris_oracle_executor") as name:
+        url = database_url(name)
+        store = Metastore(url, policy=TaskPolicy(polaris_version=RELEASE))
+        try:
+            store.init_schema(SCHEMA)
+            for who, realm in realms.items():
+                store.insert_tasks(_executor_rows(realm, dirs[who]))
+            before = {who: _files(d) for who, d in dirs.items()}
+            answer = harness.purge(url, realms["polaris"], EXECUTOR_FAULTS[fault])
+            journal_path = tmp_path / "worker.jsonl"
+            journal = jr.Journal(journal_path)
+            cfg = {
+                "url": url,
+                "realms": [realms["worker"]],
+                "refuse_deletes": EXECUTOR_FAULTS[fault] is not None,
+                "idle_rounds": 1,
+                "idle_s": 0,
+            }
+            assert run_polaris(cfg, journal) == 0
+            journal.close()
+            worker_left = sorted(t.name for t in store.list_tasks([realms["worker"]]))
+        finally:
+            store.dispose()
+    polaris_left = sorted(row["name"] for row in answer["left"])
+    kinds = {f"batch_{i}": kind for i, kind in enumerate(EXECUTOR_ROWS)}
+    request.node.user_properties.append(
+        (
+            f"polaris_fact:oracle, Polaris's executor on BATCH rows ({fault}): rows it leaves",
+            ", ".join(kinds[n] for n in polaris_left) or "none",
+        )
+    )
+    gone = {
+        who: {str(Path(f).relative_to(dirs[who])) for f in before[who] - _files(dirs[who])}
+        for who in realms
+    }
+    worker_calls = sum(1 for e in jr.load([journal_path]) if e["ev"] == "begin")
+    assert worker_left == polaris_left
+    assert gone["worker"] == gone["polaris"]
+    assert worker_calls == answer["deleteCalls"]
+
+
 HOSTILE_REALMS = {"polaris": "HP", "ours": "HO"}
 
 
