@@ -12,32 +12,29 @@ C deletes exactly what A deletes; B deletes all of it, plus only the extras name
 their reason; B deletes nothing outside the table (a live neighbour ``t_2`` beside it); the
 rows each leaves behind are listed on docs/polaris-compatibility.md. 1.4.1 only: at 1.0, 1.6
 and 1.7 the handlers live in polaris-runtime-service, which Maven Central does not serve.
+A dropped view goes through (A) and (B) too; the hostile rows through Polaris and us.
+Polaris failing part-way, and the reliability worker's executor against Polaris's:
+tests/test_polaris_oracle_faults.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import DagsterRunStatus
 from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import StaticTable, Table
 from sqlalchemy import create_engine, text
 
 from builders import tables as built_tables
 from builders import tasks as built_tasks
-from builders.daemon import DaemonHarness
 from builders.postgres import database_url, throwaway_database
 from polaris_pipeline.execution.runner import Runner, child_stages
 from polaris_pipeline.metastore import Metastore, new_entity_id
@@ -49,27 +46,27 @@ from polaris_pipeline.tasks.payloads import (
     TableIdentifier,
     encode_batch_cleanup,
 )
-from polaris_pipeline.tasks.release import RELEASE_ENV
 from tests.support.iceberg import Warehouse, view_metadata
 from tests.support.java import WrittenTable, write_iceberg_tables
-from tests.support.polaris_classes import InstallError, PolarisHarness, install
+from tests.support.polaris_classes import PolarisHarness
+from tests.support.polaris_oracle import (
+    DELETES_AND_STATISTICS,
+    RELEASE,
+    SCHEMA,
+    files_under,
+    local_path,
+    oracle_harness,
+)
 from tests.support.polaris_writer import polaris_children
-from tests.support.table_metadata import referenced_files
 from tests.support.tasks import dropped_entity_json, manifest_task_data
 
 pytestmark = pytest.mark.slow
 
-RELEASE = "1.4.1"
-SCHEMA = 4
 POLARIS_A, OURS, POLARIS_C = "A", "B", "C"  # a realm per run, so rows never mix
 # Table shapes we purge; builders.tables.build_table's keywords.
 SHAPES: dict[str, dict[str, Any]] = {
     "v1": {"format_version": 1},
-    "v2 with position and equality deletes and statistics files": {
-        "partitioned": True,
-        "with_deletes": True,
-        "with_statistics": True,
-    },
+    "v2 with position and equality deletes and statistics files": DELETES_AND_STATISTICS,
     # Old metadata files stay on disk but fall out of the log (Iceberg's default keeps them).
     "v2 with a metadata log capped at 2 (write.metadata.previous-versions-max)": {
         "properties": {"write.metadata.previous-versions-max": "2"},
@@ -109,23 +106,15 @@ class Purges:
     polaris: dict[str, dict[str, Any]] = field(default_factory=dict)  # A, C: the oracle's answer
 
 
-def _files(root: Path) -> set[str]:
-    return {str(Path(d) / f) for d, _, names in os.walk(root) for f in names}
-
-
-def _local(uri: str) -> str:
-    return uri.removeprefix("file://") if uri.startswith("file:///") else uri.removeprefix("file:")
-
-
 def _delete_files(table: Table) -> set[str]:
     """The table's delete manifests and every file their entries name (any status)."""
     out = set()
     for snapshot in table.metadata.snapshots:
         for manifest in snapshot.manifests(table.io):
             if manifest.content == ManifestContent.DELETES:
-                out.add(_local(manifest.manifest_path))
+                out.add(local_path(manifest.manifest_path))
                 for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
-                    out.add(_local(entry.data_file.file_path))
+                    out.add(local_path(entry.data_file.file_path))
     return out
 
 
@@ -142,7 +131,7 @@ def _unnamed(table: Table, files: set[str]) -> set[str]:
             named.add(manifest.manifest_path)
             for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
                 named.add(entry.data_file.file_path)
-    return files - {_local(f) for f in named}
+    return files - {local_path(f) for f in named}
 
 
 def _polaris_rows(answer: dict[str, Any]) -> list[str]:
@@ -179,13 +168,7 @@ def _copy_rows(url: str, source: str, target: str, ids: list[int]) -> None:
 
 @pytest.fixture(scope="module")
 def harness() -> PolarisHarness:
-    try:
-        directory = install(RELEASE)
-    except InstallError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    found = PolarisHarness(RELEASE, directory)
-    assert found.runtime_service, f"Polaris {RELEASE}'s polaris-runtime-service is not installed"
-    return found
+    return oracle_harness()
 
 
 SHAPE_IDS = dict(
@@ -208,7 +191,7 @@ def spark_tables(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[s
     root = tmp_path_factory.mktemp("polaris-oracle-spark") / "wh"
     written = write_iceberg_tables(root, [("t2", 2), ("t3", 3), ("t2_live", 2)])
     for table in written.values():
-        metadata = Path(_local(table.location)) / "metadata"
+        metadata = Path(local_path(table.location)) / "metadata"
         (metadata / VERSION_HINT).unlink()
         (metadata / f".{VERSION_HINT}.crc").unlink()
     return root, written
@@ -247,8 +230,8 @@ def purges(
             table = catalog.load_table(("ns", "t"))
         spec = built_tasks.DropSpec.of_table(table)
         warehouse.build("t_2")  # a live neighbour whose location shares the table's as a prefix
-    location = Path(_local(table.metadata.location))
-    every = _files(root)
+    location = Path(local_path(table.metadata.location))
+    every = files_under(root)
     table_files = {f for f in every if f.startswith(f"{location}/")}
     out = Purges(
         shape,
@@ -275,7 +258,7 @@ def purges(
             out.imitation = polaris_children(table, parent.name)
 
             out.polaris[POLARIS_A] = harness.purge(url, POLARIS_A)
-            out.deleted[POLARIS_A] = every - _files(root)
+            out.deleted[POLARIS_A] = every - files_under(root)
             out.left[POLARIS_A] = _polaris_rows(out.polaris[POLARIS_A])
             restore()
 
@@ -295,7 +278,7 @@ def purges(
                         children_done=all(o.ok for o in rest),
                         result=root_outcome.result,
                     )
-            out.deleted[OURS] = every - _files(root)
+            out.deleted[OURS] = every - files_under(root)
             out.left[OURS] = [
                 f"{task.name.split('_')[0]} type {task.properties.get('taskType')}"
                 for task in store.list_tasks([OURS])
@@ -303,7 +286,7 @@ def purges(
             restore()
 
             out.polaris[POLARIS_C] = harness.purge(url, POLARIS_C)
-            out.deleted[POLARIS_C] = every - _files(root)
+            out.deleted[POLARIS_C] = every - files_under(root)
             out.left[POLARIS_C] = _polaris_rows(out.polaris[POLARIS_C])
             restore()  # the Java shapes share their warehouse
             yield out
@@ -433,7 +416,7 @@ def _write_view(location: Path, versions: int) -> list[str]:
     paths = []
     for _ in range(versions):
         uri, body = view_metadata(f"file://{location}", name=location.name)
-        local = Path(_local(uri))
+        local = Path(local_path(uri))
         local.parent.mkdir(parents=True, exist_ok=True)
         local.write_bytes(body)
         paths.append(str(local))
@@ -453,7 +436,7 @@ def test_a_dropped_view_polaris_keeps_its_row_and_we_delete_its_metadata_file(
     root = tmp_path / "wh"
     older, current = _write_view(root / "ns" / "v", 2)
     _write_view(root / "ns" / "v_2", 1)  # live, its location has the view's as a prefix
-    every = _files(root)
+    every = files_under(root)
     original = tmp_path / "original"
     shutil.copytree(root, original)
     spec = built_tasks.DropSpec(
@@ -471,13 +454,13 @@ def test_a_dropped_view_polaris_keeps_its_row_and_we_delete_its_metadata_file(
                 [dataclasses.replace(parent, realm_id=realm) for realm in VIEW_REALMS.values()]
             )
             answer = harness.purge(url, VIEW_REALMS[POLARIS_A])
-            deleted[POLARIS_A] = every - _files(root)
+            deleted[POLARIS_A] = every - files_under(root)
             left[POLARIS_A] = _polaris_rows(answer)
             shutil.rmtree(root)
             shutil.copytree(original, root)
             with Runner(store, StorageConfig()) as runner:
                 outcomes = runner.sweep([VIEW_REALMS[OURS]])
-            deleted[OURS] = every - _files(root)
+            deleted[OURS] = every - files_under(root)
             left[OURS] = [
                 f"{task.name.split('_')[0]} type {task.properties.get('taskType')}"
                 for task in store.list_tasks([VIEW_REALMS[OURS]])
@@ -487,7 +470,7 @@ def test_a_dropped_view_polaris_keeps_its_row_and_we_delete_its_metadata_file(
     props.append(
         (
             f"polaris_fact:oracle, {VIEW_SHAPE}: files deleted by A Polaris / B ours / "
-            f"C Polaris on our children (of {len(_files(original / 'ns' / 'v'))})",
+            f"C Polaris on our children (of {len(files_under(original / 'ns' / 'v'))})",
             f"{len(deleted[POLARIS_A])} / {len(deleted[OURS])} / 0 (we create no children)",
         )
     )
@@ -512,257 +495,6 @@ def test_a_dropped_view_polaris_keeps_its_row_and_we_delete_its_metadata_file(
             VIEW_REASON,
         )
     )
-
-
-# Polaris's purge failing part-way: its storage refuses every delete, or its run stops
-# after a few deletes (a crash). The oracle's argument for each.
-FAULTS = {
-    "storage refuses every delete": "refuse-deletes",
-    "stopped after 5 deletes": "stop-after=5",
-}
-FAULT_REALM = "F"
-
-
-@dataclass
-class PolarisFailed:
-    """A table Polaris 1.4.1's purge failed on, its rows left as Polaris left them."""
-
-    url: str
-    store: Metastore
-    root: Path
-    named: set[str]  # every file the table's metadata names
-    neighbour: set[str]  # every file of the live neighbour ``t_2``
-
-    def assert_finished(self) -> None:
-        """Every file the metadata names is gone, the neighbour keeps every file, no row."""
-        assert self.store.list_tasks([FAULT_REALM]) == []
-        remaining = _files(self.root)
-        assert not self.named & remaining, sorted(self.named & remaining)
-        assert self.neighbour <= remaining
-
-
-@contextmanager
-def _polaris_failed(
-    harness: PolarisHarness, tmp_path: Path, fault: str, request: pytest.FixtureRequest
-) -> Iterator[PolarisFailed]:
-    """Polaris 1.4.1's handlers fail part-way on a table with deletes and statistics (live
-    neighbour ``t_2`` beside it); the rows they leave (those they created, and the parent
-    unless its own run succeeded) are written to the metastore as Polaris wrote them."""
-    request.node.user_properties.append(("polaris_release", RELEASE))
-    root = tmp_path / "wh"
-    uri = built_tables.local_warehouse_uri(root)
-    catalog = built_tables.open_catalog(uri, tmp_path / "catalog.db", name="local")
-    config = StorageConfig()
-    warehouse = Warehouse("local", uri, catalog, config, StorageResolver(config))
-    table = warehouse.build(
-        "t", **SHAPES["v2 with position and equality deletes and statistics files"]
-    )
-    named = {_local(f) for f in referenced_files(table)}
-    warehouse.build("t_2")
-    location = Path(_local(table.metadata.location))
-    neighbour = {f for f in _files(root) if not f.startswith(f"{location}/")}
-    with throwaway_database("pp_polaris_oracle_faults") as name:
-        url = database_url(name)
-        store = Metastore(url, policy=TaskPolicy(polaris_version=RELEASE))
-        try:
-            store.init_schema(SCHEMA)
-            parent = dataclasses.replace(built_tasks.drop_table_task(table), realm_id=FAULT_REALM)
-            store.insert_tasks([parent])
-            answer = harness.purge(url, FAULT_REALM, FAULTS[fault])
-            left = {row["id"]: row for row in answer["left"]}
-            assert left, answer["runs"]  # the fault made Polaris leave work behind
-            kinds = sorted(f"type {row['taskType']}" for row in left.values())
-            request.node.user_properties.append(
-                (
-                    f"polaris_fact:oracle, Polaris failing ({fault}): rows it leaves",
-                    f"{len(left)} ({', '.join(sorted(set(kinds)))}); parent "
-                    + ("left" if parent.id in left else "done"),
-                )
-            )
-            # The metastore as Polaris would have left it: children it created (with the
-            # parent's internal properties, as its TableCleanupTaskHandler copies them),
-            # the parent gone when its own run succeeded.
-            store.insert_tasks(
-                [
-                    NewTask(
-                        FAULT_REALM,
-                        row["id"],
-                        row["name"],
-                        {"taskType": row["taskType"], "data": row["data"]},
-                        dict(parent.internal_properties),
-                    )
-                    for task_id, row in left.items()
-                    if task_id != parent.id
-                ]
-            )
-            if parent.id not in left:
-                engine = create_engine(url)
-                with engine.begin() as conn:
-                    conn.execute(
-                        text(
-                            "DELETE FROM polaris_schema.entities"
-                            " WHERE realm_id = :realm AND id = :id"
-                        ),
-                        {"realm": FAULT_REALM, "id": parent.id},
-                    )
-                engine.dispose()
-            yield PolarisFailed(url, store, root, named, neighbour)
-        finally:
-            store.dispose()
-
-
-@pytest.mark.parametrize("fault", FAULTS)
-def test_polaris_fails_and_our_sweeper_finishes(
-    fault: str,
-    harness: PolarisHarness,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-    repo_bin: Path,
-) -> None:
-    """Polaris 1.4.1's handlers fail part-way and leave rows (those it created, and the
-    parent unless its own run succeeded), written to the metastore as Polaris wrote them;
-    then our CLI sweep runs: every file the table's metadata names is gone, the live
-    neighbour keeps every file, and no row is left."""
-    with _polaris_failed(harness, tmp_path, fault, request) as failed:
-        done = subprocess.run(
-            [
-                str(repo_bin / "polaris-pipeline"),
-                "sweep",
-                "--metastore",
-                failed.url,
-                "--realm",
-                FAULT_REALM,
-                "--grace-ms",
-                "0",
-                "--polaris-version",
-                RELEASE,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-        failed.assert_finished()
-
-
-def test_polaris_fails_and_our_daemon_finishes(
-    harness: PolarisHarness,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-    start_daemon: Callable[..., DaemonHarness],
-) -> None:
-    """Polaris 1.4.1's handlers stop after 5 deletes and leave their rows as Polaris wrote
-    them; then our sensor and its runs, through a real ``dagster-daemon``, finish the
-    purge: every file the table's metadata names is gone, the live neighbour keeps every
-    file, no row is left, and every run succeeded."""
-    with _polaris_failed(harness, tmp_path, "stopped after 5 deletes", request) as failed:
-        daemon = start_daemon(
-            metastore_url=failed.url,
-            extra_env={RELEASE_ENV: RELEASE},
-        )
-        daemon.wait_for(
-            lambda: failed.store.count_tasks([FAULT_REALM]) == 0,
-            timeout_s=300,
-            what="the daemon's runs to finish every row Polaris left",
-        )
-        runs = daemon.wait_runs_finished(timeout_s=120)
-        assert {r.status for r in runs} == {DagsterRunStatus.SUCCESS}, daemon.diagnose()
-        failed.assert_finished()
-
-
-@pytest.fixture
-def repo_bin() -> Path:
-    """The venv's scripts: the CLI beside the interpreter running the tests."""
-    return Path(sys.executable).parent
-
-
-# The same BATCH rows to Polaris's own executor and to the reliability worker's model of it.
-EXECUTOR_ROWS = {  # kind -> (files, of which missing); None: data that is not JSON
-    "some files missing": (3, 1),
-    "every file missing": (2, 2),
-    "every file present": (2, 0),
-    "data that is not JSON": None,
-}
-EXECUTOR_FAULTS = {"no fault": None, "storage refuses every delete": "refuse-deletes"}
-
-
-def _executor_rows(realm: str, directory: Path) -> list[NewTask]:
-    """EXECUTOR_ROWS in ``realm``, their files under ``directory``, as 1.4.1 writes BATCH
-    rows (no ``type``); each named by its kind's index."""
-    rows = []
-    for i, shape in enumerate(EXECUTOR_ROWS.values()):
-        data = "{oops"
-        if shape is not None:
-            files = []
-            for k in range(shape[0]):
-                path = directory / f"r{i}" / f"f{k}.avro"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                if k >= shape[1]:
-                    path.write_bytes(b"x")
-                files.append(f"file://{path}")
-            payload = BatchCleanupPayload(TableIdentifier(("ns",), "t"), tuple(files))
-            data = encode_batch_cleanup(payload, with_type=False)
-        props = {Prop.TASK_TYPE: TaskType.BATCH_FILE_CLEANUP.code, Prop.DATA: data}
-        internal = {"storageLocation": f"file://{directory}"}
-        rows.append(NewTask(realm, new_entity_id(), f"batch_{i}", props, internal))
-    return rows
-
-
-@pytest.mark.parametrize("fault", EXECUTOR_FAULTS)
-def test_the_workers_polaris_executor_leaves_what_polaris_leaves(
-    fault: str, harness: PolarisHarness, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    """The reliability worker's Polaris-style executor (tests/reliability/polaris_executor.py)
-    and Polaris 1.4.1's own executor and BATCH handler, on the same rows (files missing,
-    present, all missing, undecodable data), with and without storage that refuses every
-    delete: the same rows left, the same files deleted, the same number of delete calls
-    (the existence check, 3 tries per delete)."""
-    from tests.reliability import journal as jr
-    from tests.reliability.worker import run_polaris
-
-    request.node.user_properties.append(("polaris_release", RELEASE))
-    realms = {"polaris": "EP", "worker": "EW"}
-    dirs = {who: tmp_path / who for who in realms}
-    with throwaway_database("pp_polaris_oracle_executor") as name:
-        url = database_url(name)
-        store = Metastore(url, policy=TaskPolicy(polaris_version=RELEASE))
-        try:
-            store.init_schema(SCHEMA)
-            for who, realm in realms.items():
-                store.insert_tasks(_executor_rows(realm, dirs[who]))
-            before = {who: _files(d) for who, d in dirs.items()}
-            answer = harness.purge(url, realms["polaris"], EXECUTOR_FAULTS[fault])
-            journal_path = tmp_path / "worker.jsonl"
-            journal = jr.Journal(journal_path)
-            cfg = {
-                "url": url,
-                "realms": [realms["worker"]],
-                "refuse_deletes": EXECUTOR_FAULTS[fault] is not None,
-                "idle_rounds": 1,
-                "idle_s": 0,
-            }
-            assert run_polaris(cfg, journal) == 0
-            journal.close()
-            worker_left = sorted(t.name for t in store.list_tasks([realms["worker"]]))
-        finally:
-            store.dispose()
-    polaris_left = sorted(row["name"] for row in answer["left"])
-    kinds = {f"batch_{i}": kind for i, kind in enumerate(EXECUTOR_ROWS)}
-    request.node.user_properties.append(
-        (
-            f"polaris_fact:oracle, Polaris's executor on BATCH rows ({fault}): rows it leaves",
-            ", ".join(kinds[n] for n in polaris_left) or "none",
-        )
-    )
-    gone = {
-        who: {str(Path(f).relative_to(dirs[who])) for f in before[who] - _files(dirs[who])}
-        for who in realms
-    }
-    worker_calls = sum(1 for e in jr.load([journal_path]) if e["ev"] == "begin")
-    assert worker_left == polaris_left
-    assert gone["worker"] == gone["polaris"]
-    assert worker_calls == answer["deleteCalls"]
 
 
 HOSTILE_REALMS = {"polaris": "HP", "ours": "HO"}

@@ -1,7 +1,7 @@
 """The reliability worker's Polaris-style executor: what Polaris 1.4.1's executor does with a
-BATCH_FILE_CLEANUP row it leased, as its own handlers show it in tests/test_polaris_oracle.py
-(whose ``test_the_workers_polaris_executor_leaves_what_polaris_leaves`` compares the rows
-and deletes of this model with the oracle's for the same rows).
+BATCH_FILE_CLEANUP row it leased, as its own handlers show it (tests/polaris/oracle).
+tests/test_polaris_oracle_faults.py's ``test_the_workers_polaris_executor_leaves_what_polaris_
+leaves`` compares the rows and deletes of this model with the oracle's for the same rows.
 
 Polaris's rules, as the oracle runs them:
 
