@@ -108,7 +108,7 @@ test-fast: $(BIN)/.installed bytecode emulators services
 test-polaris: $(BIN)/.installed services
 	bash scripts/install-polaris-classes.sh
 	PP_POLARIS_COMPAT_DOC=docs/polaris-compatibility.md $(PYTEST) tests/test_polaris_classes.py \
-		tests/test_polaris_oracle.py
+		tests/test_polaris_oracle.py tests/test_polaris_oracle_faults.py
 
 # Each mutation scripts/polaris-mutations.sh lists, applied to a scratch copy of the tree,
 # must turn a Polaris-class test red: one line per mutation.

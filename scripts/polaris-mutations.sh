@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Shows that the Polaris class matrix (tests/test_polaris_classes.py) and the oracle
-# (tests/test_polaris_oracle.py) can fail: each mutation below is applied to a scratch copy
+# (tests/test_polaris_oracle.py, tests/test_polaris_oracle_faults.py) can fail: each mutation below is applied to a scratch copy
 # of this tree (the tracked and untracked files, not .venv), and the module runs there for
 # the cases where the mutation shows (a release, a table shape); a mutation is caught when
 # at least one test fails or errors. One line per mutation:
@@ -31,6 +31,10 @@ manifest-not-avro|tests/test_polaris_classes.py|polaris-1.7.0|polaris_pipeline/t
 location-trailing-slash-counts|tests/test_polaris_classes.py|polaris-1.4.1|polaris_pipeline/storage/uri.py|'        path = path.rstrip("/")\n'|'        pass\n'
 partition-statistics-not-planned|tests/test_polaris_oracle.py|v2-deletes-stats|polaris_pipeline/cleanup/table.py|'+ [s.statistics_path for s in metadata.partition_statistics]'|'+ []'
 imitation-in-the-old-order|tests/test_polaris_oracle.py|v2-deletes-stats|tests/support/polaris_writer.py|'        *(e.metadata_file for e in metadata.metadata_log),\n        *manifest_lists,\n'|'        *manifest_lists,\n        *(e.metadata_file for e in metadata.metadata_log),\n'
+view-metadata-kept|tests/test_polaris_oracle.py|dropped_view|polaris_pipeline/cleanup/view.py|'    return delete_one(ctx, result, guard, metadata_uri, present)'|'    return result'
+manifest-kept-after-polaris-failed|tests/test_polaris_oracle_faults.py|our_daemon_finishes|polaris_pipeline/cleanup/manifest.py|'    return delete_one(ctx, result, guard, ref.manifest_path, present)'|'    return result'
+worker-executor-no-existence-check|tests/test_polaris_oracle_faults.py|workers_polaris_executor|tests/reliability/polaris_executor.py|'        if not exists(uri):'|'        if False:'
+worker-executor-one-try|tests/test_polaris_oracle_faults.py|workers_polaris_executor|tests/reliability/polaris_executor.py|'DELETE_ATTEMPTS = 3'|'DELETE_ATTEMPTS = 1'
 EOF
 )
 

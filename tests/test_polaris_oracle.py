@@ -12,17 +12,17 @@ C deletes exactly what A deletes; B deletes all of it, plus only the extras name
 their reason; B deletes nothing outside the table (a live neighbour ``t_2`` beside it); the
 rows each leaves behind are listed on docs/polaris-compatibility.md. 1.4.1 only: at 1.0, 1.6
 and 1.7 the handlers live in polaris-runtime-service, which Maven Central does not serve.
+A dropped view goes through (A) and (B) too; the hostile rows through Polaris and us.
+Polaris failing part-way, and the reliability worker's executor against Polaris's:
+tests/test_polaris_oracle_faults.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,26 +46,27 @@ from polaris_pipeline.tasks.payloads import (
     TableIdentifier,
     encode_batch_cleanup,
 )
-from tests.support.iceberg import Warehouse
+from tests.support.iceberg import Warehouse, view_metadata
 from tests.support.java import WrittenTable, write_iceberg_tables
-from tests.support.polaris_classes import InstallError, PolarisHarness, install
+from tests.support.polaris_classes import PolarisHarness
+from tests.support.polaris_oracle import (
+    DELETES_AND_STATISTICS,
+    RELEASE,
+    SCHEMA,
+    files_under,
+    local_path,
+    oracle_harness,
+)
 from tests.support.polaris_writer import polaris_children
-from tests.support.table_metadata import referenced_files
 from tests.support.tasks import dropped_entity_json, manifest_task_data
 
 pytestmark = pytest.mark.slow
 
-RELEASE = "1.4.1"
-SCHEMA = 4
 POLARIS_A, OURS, POLARIS_C = "A", "B", "C"  # a realm per run, so rows never mix
 # Table shapes we purge; builders.tables.build_table's keywords.
 SHAPES: dict[str, dict[str, Any]] = {
     "v1": {"format_version": 1},
-    "v2 with position and equality deletes and statistics files": {
-        "partitioned": True,
-        "with_deletes": True,
-        "with_statistics": True,
-    },
+    "v2 with position and equality deletes and statistics files": DELETES_AND_STATISTICS,
     # Old metadata files stay on disk but fall out of the log (Iceberg's default keeps them).
     "v2 with a metadata log capped at 2 (write.metadata.previous-versions-max)": {
         "properties": {"write.metadata.previous-versions-max": "2"},
@@ -105,23 +106,15 @@ class Purges:
     polaris: dict[str, dict[str, Any]] = field(default_factory=dict)  # A, C: the oracle's answer
 
 
-def _files(root: Path) -> set[str]:
-    return {str(Path(d) / f) for d, _, names in os.walk(root) for f in names}
-
-
-def _local(uri: str) -> str:
-    return uri.removeprefix("file://") if uri.startswith("file:///") else uri.removeprefix("file:")
-
-
 def _delete_files(table: Table) -> set[str]:
     """The table's delete manifests and every file their entries name (any status)."""
     out = set()
     for snapshot in table.metadata.snapshots:
         for manifest in snapshot.manifests(table.io):
             if manifest.content == ManifestContent.DELETES:
-                out.add(_local(manifest.manifest_path))
+                out.add(local_path(manifest.manifest_path))
                 for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
-                    out.add(_local(entry.data_file.file_path))
+                    out.add(local_path(entry.data_file.file_path))
     return out
 
 
@@ -138,7 +131,7 @@ def _unnamed(table: Table, files: set[str]) -> set[str]:
             named.add(manifest.manifest_path)
             for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
                 named.add(entry.data_file.file_path)
-    return files - {_local(f) for f in named}
+    return files - {local_path(f) for f in named}
 
 
 def _polaris_rows(answer: dict[str, Any]) -> list[str]:
@@ -175,13 +168,7 @@ def _copy_rows(url: str, source: str, target: str, ids: list[int]) -> None:
 
 @pytest.fixture(scope="module")
 def harness() -> PolarisHarness:
-    try:
-        directory = install(RELEASE)
-    except InstallError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    found = PolarisHarness(RELEASE, directory)
-    assert found.runtime_service, f"Polaris {RELEASE}'s polaris-runtime-service is not installed"
-    return found
+    return oracle_harness()
 
 
 SHAPE_IDS = dict(
@@ -204,7 +191,7 @@ def spark_tables(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[s
     root = tmp_path_factory.mktemp("polaris-oracle-spark") / "wh"
     written = write_iceberg_tables(root, [("t2", 2), ("t3", 3), ("t2_live", 2)])
     for table in written.values():
-        metadata = Path(_local(table.location)) / "metadata"
+        metadata = Path(local_path(table.location)) / "metadata"
         (metadata / VERSION_HINT).unlink()
         (metadata / f".{VERSION_HINT}.crc").unlink()
     return root, written
@@ -243,8 +230,8 @@ def purges(
             table = catalog.load_table(("ns", "t"))
         spec = built_tasks.DropSpec.of_table(table)
         warehouse.build("t_2")  # a live neighbour whose location shares the table's as a prefix
-    location = Path(_local(table.metadata.location))
-    every = _files(root)
+    location = Path(local_path(table.metadata.location))
+    every = files_under(root)
     table_files = {f for f in every if f.startswith(f"{location}/")}
     out = Purges(
         shape,
@@ -271,7 +258,7 @@ def purges(
             out.imitation = polaris_children(table, parent.name)
 
             out.polaris[POLARIS_A] = harness.purge(url, POLARIS_A)
-            out.deleted[POLARIS_A] = every - _files(root)
+            out.deleted[POLARIS_A] = every - files_under(root)
             out.left[POLARIS_A] = _polaris_rows(out.polaris[POLARIS_A])
             restore()
 
@@ -291,7 +278,7 @@ def purges(
                         children_done=all(o.ok for o in rest),
                         result=root_outcome.result,
                     )
-            out.deleted[OURS] = every - _files(root)
+            out.deleted[OURS] = every - files_under(root)
             out.left[OURS] = [
                 f"{task.name.split('_')[0]} type {task.properties.get('taskType')}"
                 for task in store.list_tasks([OURS])
@@ -299,7 +286,7 @@ def purges(
             restore()
 
             out.polaris[POLARIS_C] = harness.purge(url, POLARIS_C)
-            out.deleted[POLARIS_C] = every - _files(root)
+            out.deleted[POLARIS_C] = every - files_under(root)
             out.left[POLARIS_C] = _polaris_rows(out.polaris[POLARIS_C])
             restore()  # the Java shapes share their warehouse
             yield out
@@ -411,116 +398,103 @@ def test_our_imitation_writes_the_children_polaris_writes(purges: Purges) -> Non
     assert ours == polaris_batches
 
 
-# Polaris's purge failing part-way: its storage refuses every delete, or its run stops
-# after a few deletes (a crash). The oracle's argument for each.
-FAULTS = {
-    "storage refuses every delete": "refuse-deletes",
-    "stopped after 5 deletes": "stop-after=5",
-}
-FAULT_REALM = "F"
+# A view at 1.4.1: its row names view metadata, which the table handler reads as a table's.
+VIEW_SHAPE = "a dropped view (Iceberg view metadata, two versions on disk)"
+VIEW_REALMS = {POLARIS_A: "VA", OURS: "VB"}
+# The field TableMetadataParser requires first that view metadata does not have.
+VIEW_PARSE_ERROR = "Cannot parse missing int: last-column-id"
+VIEW_REASON = (
+    "1.4.1's TableCleanupTaskHandler takes a view's row (the entity is TABLE_LIKE) and reads "
+    f"its metadata file as table metadata, which throws ('{VIEW_PARSE_ERROR}') on each of "
+    "the executor's 3 attempts: Polaris deletes nothing and leaves the row; we delete the "
+    "view's current metadata file (its older versions' files stay: no metadata names them)"
+)
 
 
-@pytest.mark.parametrize("fault", FAULTS)
-def test_polaris_fails_and_our_sweeper_finishes(
-    fault: str,
-    harness: PolarisHarness,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-    repo_bin: Path,
+def _write_view(location: Path, versions: int) -> list[str]:
+    """``versions`` view metadata files under ``location``; the last is the current one."""
+    paths = []
+    for _ in range(versions):
+        uri, body = view_metadata(f"file://{location}", name=location.name)
+        local = Path(local_path(uri))
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_bytes(body)
+        paths.append(str(local))
+    return paths
+
+
+def test_a_dropped_view_polaris_keeps_its_row_and_we_delete_its_metadata_file(
+    harness: PolarisHarness, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """Polaris 1.4.1's handlers fail part-way and leave rows (those it created, and the
-    parent unless its own run succeeded), written to the metastore as Polaris wrote them;
-    then our CLI sweep runs: every file the table's metadata names is gone, the live
-    neighbour keeps every file, and no row is left."""
-    request.node.user_properties.append(("polaris_release", RELEASE))
+    """A dropped view's row: (A) Polaris 1.4.1's own handlers take it as a table's and fail
+    reading the view metadata on every attempt, so they delete nothing, create no child and
+    leave the row; (B) we delete the view's current metadata file alone (nothing of the live
+    neighbour view ``v_2``) and leave no row; (C) there is nothing to run: we create no
+    child for a view."""
+    props = request.node.user_properties
+    props.append(("polaris_release", RELEASE))
     root = tmp_path / "wh"
-    uri = built_tables.local_warehouse_uri(root)
-    catalog = built_tables.open_catalog(uri, tmp_path / "catalog.db", name="local")
-    config = StorageConfig()
-    warehouse = Warehouse("local", uri, catalog, config, StorageResolver(config))
-    table = warehouse.build(
-        "t", **SHAPES["v2 with position and equality deletes and statistics files"]
+    older, current = _write_view(root / "ns" / "v", 2)
+    _write_view(root / "ns" / "v_2", 1)  # live, its location has the view's as a prefix
+    every = files_under(root)
+    original = tmp_path / "original"
+    shutil.copytree(root, original)
+    spec = built_tasks.DropSpec(
+        ("ns",), "v", f"file://{current}", f"file://{root}/ns/v", is_view=True
     )
-    named = {_local(f) for f in referenced_files(table)}
-    warehouse.build("t_2")
-    location = Path(_local(table.metadata.location))
-    neighbour = {f for f in _files(root) if not f.startswith(f"{location}/")}
-    with throwaway_database("pp_polaris_oracle_faults") as name:
+    parent = built_tasks.drop_task(spec)
+    deleted: dict[str, set[str]] = {}
+    left: dict[str, list[str]] = {}
+    with throwaway_database("pp_polaris_oracle_view") as name:
         url = database_url(name)
-        store = Metastore(url, policy=TaskPolicy(polaris_version=RELEASE))
+        store = Metastore(url, policy=TaskPolicy(grace_ms=0, polaris_version=RELEASE))
         try:
             store.init_schema(SCHEMA)
-            parent = dataclasses.replace(built_tasks.drop_table_task(table), realm_id=FAULT_REALM)
-            store.insert_tasks([parent])
-            answer = harness.purge(url, FAULT_REALM, FAULTS[fault])
-            left = {row["id"]: row for row in answer["left"]}
-            assert left, answer["runs"]  # the fault made Polaris leave work behind
-            kinds = sorted(f"type {row['taskType']}" for row in left.values())
-            request.node.user_properties.append(
-                (
-                    f"polaris_fact:oracle, Polaris failing ({fault}): rows it leaves",
-                    f"{len(left)} ({', '.join(sorted(set(kinds)))}); parent "
-                    + ("left" if parent.id in left else "done"),
-                )
-            )
-            # The metastore as Polaris would have left it: children it created (with the
-            # parent's internal properties, as its TableCleanupTaskHandler copies them),
-            # the parent gone when its own run succeeded.
             store.insert_tasks(
-                [
-                    NewTask(
-                        FAULT_REALM,
-                        row["id"],
-                        row["name"],
-                        {"taskType": row["taskType"], "data": row["data"]},
-                        dict(parent.internal_properties),
-                    )
-                    for task_id, row in left.items()
-                    if task_id != parent.id
-                ]
+                [dataclasses.replace(parent, realm_id=realm) for realm in VIEW_REALMS.values()]
             )
-            if parent.id not in left:
-                engine = create_engine(url)
-                with engine.begin() as conn:
-                    conn.execute(
-                        text(
-                            "DELETE FROM polaris_schema.entities"
-                            " WHERE realm_id = :realm AND id = :id"
-                        ),
-                        {"realm": FAULT_REALM, "id": parent.id},
-                    )
-                engine.dispose()
-            done = subprocess.run(
-                [
-                    str(repo_bin / "polaris-pipeline"),
-                    "sweep",
-                    "--metastore",
-                    url,
-                    "--realm",
-                    FAULT_REALM,
-                    "--grace-ms",
-                    "0",
-                    "--polaris-version",
-                    RELEASE,
-                ],
-                capture_output=True,
-                text=True,
-                timeout=300,
-                check=False,
-            )
-            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-            assert store.list_tasks([FAULT_REALM]) == []
+            answer = harness.purge(url, VIEW_REALMS[POLARIS_A])
+            deleted[POLARIS_A] = every - files_under(root)
+            left[POLARIS_A] = _polaris_rows(answer)
+            shutil.rmtree(root)
+            shutil.copytree(original, root)
+            with Runner(store, StorageConfig()) as runner:
+                outcomes = runner.sweep([VIEW_REALMS[OURS]])
+            deleted[OURS] = every - files_under(root)
+            left[OURS] = [
+                f"{task.name.split('_')[0]} type {task.properties.get('taskType')}"
+                for task in store.list_tasks([VIEW_REALMS[OURS]])
+            ]
         finally:
             store.dispose()
-    remaining = _files(root)
-    assert not named & remaining, sorted(named & remaining)
-    assert neighbour <= remaining
-
-
-@pytest.fixture
-def repo_bin() -> Path:
-    """The venv's scripts: the CLI beside the interpreter running the tests."""
-    return Path(sys.executable).parent
+    props.append(
+        (
+            f"polaris_fact:oracle, {VIEW_SHAPE}: files deleted by A Polaris / B ours / "
+            f"C Polaris on our children (of {len(files_under(original / 'ns' / 'v'))})",
+            f"{len(deleted[POLARIS_A])} / {len(deleted[OURS])} / 0 (we create no children)",
+        )
+    )
+    for run in (POLARIS_A, OURS):
+        props.append(
+            (
+                f"polaris_fact:oracle, {VIEW_SHAPE}: rows {run} leaves",
+                "; ".join(left[run]) or "none",
+            )
+        )
+    props.append((f"polaris_fact:oracle, {VIEW_SHAPE}: rows C leaves", "none (nothing to run)"))
+    (run,) = answer["runs"]
+    assert run["attempts"] == [f"threw java.lang.IllegalArgumentException: {VIEW_PARSE_ERROR}"] * 3
+    assert not deleted[POLARIS_A] and answer["created"] == []
+    assert left[POLARIS_A] == ["entityCleanup type 1"]
+    assert [o.ok for o in outcomes] == [True]
+    assert deleted[OURS] == {current}, sorted(deleted[OURS])
+    assert Path(older).exists() and left[OURS] == []
+    props.append(
+        (
+            f"polaris_difference:oracle, {VIEW_SHAPE}: we delete 1 more file than Polaris 1.4.1",
+            VIEW_REASON,
+        )
+    )
 
 
 HOSTILE_REALMS = {"polaris": "HP", "ours": "HO"}

@@ -71,7 +71,9 @@ def test_sweepers_and_polaris_race_without_double_runs(
     scenario.load = (
         f"{n_tasks} BATCH_FILE_CLEANUP tasks over {len(expected)} local files in "
         f"{len(REALMS)} realms; {n_sweepers} sweeper processes (Runner.sweep loops, batch 32) "
-        "and 1 Polaris-style executor (list-then-CAS lease, delete files, drop row) start together"
+        "and 1 Polaris-style executor (list-then-CAS lease; Polaris 1.4.1's BATCH rules as the "
+        "oracle shows them: existence check, 3 tries per delete, the row dropped once every "
+        "delete succeeded) start together"
     )
     scenario.fault = "none but contention: every process leases from the same rows at once"
 

@@ -4,8 +4,9 @@ What runs is the engine itself: ``polaris_pipeline.execution.runner.Runner`` wit
 handlers, heartbeat and fencing (mode ``runner``: ``Runner.sweep()`` in a loop),
 or the operator CLI's ``main`` (mode ``cli``: ``polaris-pipeline sweep``
 and friends), or a model of Polaris's own executor (mode ``polaris``: list-then-CAS
-leasing from ``tests/support/polaris_leaser.py``, then the task's files deleted and
-its row dropped, as Polaris does, without any fencing).
+leasing from ``tests/support/polaris_leaser.py``, then a BATCH row run as Polaris 1.4.1's
+handler and executor run it, checked against them: ``tests/reliability/polaris_executor.py``;
+without any fencing).
 
 Three things are added around the engine, none of which changes what it decides:
 
@@ -237,12 +238,16 @@ def run_cli(cfg: dict[str, Any], journal: Journal) -> int:
 
 
 def run_polaris(cfg: dict[str, Any], journal: Journal) -> int:
-    """Polaris's executor: list-then-CAS lease, delete the batch's files, drop the row."""
+    """Polaris's executor: list-then-CAS lease, then BATCH rows as Polaris 1.4.1 runs them
+    (tests/reliability/polaris_executor.py): existence check, 3 tries per delete, the row
+    dropped when every delete succeeded and left otherwise. ``refuse_deletes``: storage
+    that refuses every delete (the oracle's ``refuse-deletes``)."""
     from sqlalchemy import delete
 
     from polaris_pipeline.metastore import Metastore
     from polaris_pipeline.metastore.schema import entities
-    from tests.support.polaris_leaser import polaris_batch_files, polaris_load_tasks
+    from tests.reliability.polaris_executor import Verdict, batch_files, row_properties, run_batch
+    from tests.support.polaris_leaser import polaris_load_tasks
 
     store = Metastore(cfg["url"], policy=_policy(cfg))
     engine = store.engine
@@ -250,7 +255,12 @@ def run_polaris(cfg: dict[str, Any], journal: Journal) -> int:
     executor = cfg.get("name", "polaris")
     deadline = time.monotonic() + float(cfg.get("deadline_s", 300))
     realms = list(cfg["realms"])
+    refuse = bool(cfg.get("refuse_deletes", False))
     idle = 0
+
+    def local(uri: str) -> str:
+        return uri.removeprefix("file://")
+
     while idle < int(cfg.get("idle_rounds", 40)) and time.monotonic() < deadline:
         leased_any = False
         for realm in realms:
@@ -260,23 +270,37 @@ def run_polaris(cfg: dict[str, Any], journal: Journal) -> int:
                 leased_any = True
                 who = {"realm": realm, "task": task_id, "attempt": attempt, "executor": executor}
                 journal.write("lease", **who)
-                for uri in polaris_batch_files(engine, realm, task_id) or []:
-                    path = uri.removeprefix("file://")
+
+                def delete_file(uri: str, who: dict[str, Any] = who) -> None:
                     journal.write("begin", uri=uri, **who)
                     try:
-                        os.unlink(path)
+                        if refuse:
+                            raise PermissionError(f"delete refused by the test's storage: {uri}")
+                        os.unlink(local(uri))
                         res = "deleted"
                     except FileNotFoundError:
-                        res = "missing"
+                        res = "missing"  # gone since the check: Hadoop's delete says false
+                    except OSError:
+                        journal.write("end", uri=uri, res="error", **who)
+                        raise
                     journal.write("end", uri=uri, res=res, **who)
-                # Polaris drops the task entity once its handler returns.
-                with engine.begin() as conn:
-                    conn.execute(
-                        delete(entities).where(
-                            entities.c.realm_id == realm, entities.c.id == task_id
-                        )
+
+                files = batch_files(row_properties(engine, realm, task_id))
+                verdict = (
+                    files
+                    if isinstance(files, Verdict)
+                    else run_batch(
+                        files, exists=lambda u: os.path.exists(local(u)), delete=delete_file
                     )
-                journal.write("outcome", status="done", **who)
+                )
+                if verdict is Verdict.DONE:
+                    with engine.begin() as conn:
+                        conn.execute(
+                            delete(entities).where(
+                                entities.c.realm_id == realm, entities.c.id == task_id
+                            )
+                        )
+                journal.write("outcome", status=verdict.value, **who)
         idle = 0 if leased_any else idle + 1
         if store.count_tasks(realms) == 0 or _stopped(cfg):
             break
