@@ -20,21 +20,19 @@ finds the table registered with this very metadata file and finishes the ending.
 from __future__ import annotations
 
 import getpass
-import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import LiveLocations
 from polaris_pipeline.restore.held import check_task
+from polaris_pipeline.restore.record import write_restore_record as restore_record
 from polaris_pipeline.restore.register import (
     RestTarget,
     register,
     register_forms,
     registered_metadata,
 )
-from polaris_pipeline.storage.deletion_record import safe_name
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.uri import parse_location, same_location
 from polaris_pipeline.tasks.decoded import DecodedTask
@@ -155,27 +153,16 @@ def restore(
 def write_restore_record(
     resolver: StorageResolver, prefix: str, plan: RestorePlan, target: RestTarget, ended: int
 ) -> str:
-    """``<prefix>/<realm>/<task id>/restore-<timestamp>.json``: who, when, what, as what."""
-    now = datetime.now(UTC)
-    task = plan.task
-    uri = (
-        f"{prefix.rstrip('/')}/{safe_name(task.realm_id)}/{task.id}/"
-        f"restore-{now.strftime('%Y%m%dT%H%M%S%fZ')}.json"
+    """The restore record (``restore/record.py``): who, when, what, as what."""
+    return restore_record(
+        resolver,
+        prefix,
+        plan.task,
+        {
+            "by": getpass.getuser(),
+            "metadata_file": plan.metadata_file,
+            "registered_as": ".".join([*plan.name.namespace, plan.name.name]),
+            "catalog": target.catalog,
+            "tasks_ended": ended,
+        },
     )
-    doc = {
-        "record": "restore",
-        "by": getpass.getuser(),
-        "at": now.isoformat().replace("+00:00", "Z"),
-        "realm": task.realm_id,
-        "task_id": str(task.id),
-        "task_name": task.name,
-        "metadata_file": plan.metadata_file,
-        "registered_as": ".".join([*plan.name.namespace, plan.name.name]),
-        "catalog": target.catalog,
-        "tasks_ended": ended,
-    }
-    fs, path = resolver.filesystem(uri)
-    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    with fs.open(path, "w") as out:
-        out.write(json.dumps(doc) + "\n")
-    return uri

@@ -233,9 +233,14 @@ class DeletionRecord:
         )
 
     def close(
-        self, status: str, error: str | None = None, redact: Callable[[str], str] | None = None
+        self,
+        status: str,
+        error: str | None = None,
+        redact: Callable[[str], str] | None = None,
+        restored_as: str | None = None,
     ) -> None:
-        """The footer (totals, status, ended); nothing when nothing was opened."""
+        """The footer (totals, status, ended); nothing when nothing was opened.
+        ``restored_as``: the live entity a purge stopped for (its table came back)."""
         if self.closed:
             return
         try:
@@ -244,6 +249,7 @@ class DeletionRecord:
                     "record": "footer",
                     "status": status,
                     "error": error,
+                    **({"restored_as": restored_as} if restored_as is not None else {}),
                     "totals": dict(self._totals),
                     # Of the deleted paths whose size is known; the others counted apart.
                     "bytes_deleted": self._bytes,
