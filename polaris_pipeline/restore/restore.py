@@ -4,8 +4,9 @@ In order, each step changing nothing when it refuses:
 
 1. the task is a table's or a view's drop (the parent cleanup task);
 2. every file its last metadata names exists (``restorable``);
-3. no live table, view or namespace overlaps its location (a restored table sharing
-   files with a live one would make their purges delete each other's data);
+3. no live table, view or namespace overlaps its location, but the table itself registered
+   again from this very file (a restored table sharing files with a live one would make
+   their purges delete each other's data);
 4. the catalog's REST API registers the metadata file under the name (its own, or
    ``--as``); without an endpoint the request and the two calls are printed instead,
    and nothing else happens;
@@ -91,7 +92,14 @@ def plan_restore(
     location = entity.properties.get("location")
     if location:
         live = LiveLocations(store.engine, store.check_schema())
-        hits = live.overlaps(parse_location(location, directory=True))
+        # The table itself, registered again from this very file (by a first run whose
+        # ending failed, or by any client), is no other owner: the rerun finishes.
+        back = live.restored_as(task.realm_id, entity.metadata_location)
+        hits = [
+            hit
+            for hit in live.overlaps(parse_location(location, directory=True))
+            if back is None or (hit.realm_id, hit.entity_id) != (back.realm_id, back.entity_id)
+        ]
         if hits:
             raise RestoreRefused(
                 f"task {task.label}: its location {location} has a live owner, "
