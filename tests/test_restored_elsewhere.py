@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from pyiceberg.table import Table
 
-from builders.tasks import drop_table_task
+from builders.tasks import DropSpec, drop_table_task, drop_task
 from polaris_pipeline.cli import main
 from polaris_pipeline.dagster.translator import PolarisTranslator
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
@@ -29,7 +29,7 @@ from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.outcome_view import RESTORED_AS, OutcomeView
 from polaris_pipeline.tasks.model import NewTask
 from tests.support.cli import url_of
-from tests.support.iceberg import Warehouse, table_files
+from tests.support.iceberg import Warehouse, table_files, write_view_metadata
 from tests.support.tasks import purge_child
 from tests.support.unreferenced import live_entity
 
@@ -173,3 +173,20 @@ def test_a_live_table_of_the_same_file_in_another_realm_is_another_table(
     assert outcome.error is not None and "OTHER/" in outcome.error
     assert {t.id for t in metastore.list_tasks()} == {parent.id, child.id}
     assert _all_exist(local_warehouse, files)
+
+
+def test_a_view_re_registered_from_its_metadata_file_is_restored_too(
+    metastore: Metastore, local_warehouse: Warehouse, tmp_path: Path
+) -> None:
+    location = f"{local_warehouse.uri}/ns/v"
+    io = local_warehouse.catalog._load_file_io(location=location)
+    metadata = write_view_metadata(location, io)
+    view = drop_task(DropSpec(("ns",), "v", metadata, location, is_view=True))
+    metastore.insert_tasks([view])
+    live_entity(metastore, location, name="v", internal_properties={"metadata-location": metadata})
+
+    outcome = _run_parent(metastore, local_warehouse, view, tmp_path / "records")
+
+    assert outcome.status is Status.RESTORED and "'v'" in (outcome.restored_as or "")
+    assert local_warehouse.exists(metadata)
+    assert metastore.list_tasks() == []
