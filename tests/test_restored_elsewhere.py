@@ -18,10 +18,14 @@ import json
 from pathlib import Path
 
 import pytest
+from dagster import DagsterInstance
 from pyiceberg.table import Table
 
 from builders.tasks import DropSpec, drop_table_task, drop_task
 from polaris_pipeline.cli import main
+from polaris_pipeline.dagster.contract import OUTCOME_RESTORED, TAG_OUTCOME, run_config_for
+from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
+from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.dagster.translator import PolarisTranslator
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.execution.runner import Runner
@@ -29,6 +33,7 @@ from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.outcome_view import RESTORED_AS, OutcomeView
 from polaris_pipeline.tasks.model import NewTask
 from tests.support.cli import url_of
+from tests.support.dagster import metastore_resource
 from tests.support.iceberg import Warehouse, table_files, write_view_metadata
 from tests.support.tasks import purge_child
 from tests.support.unreferenced import live_entity
@@ -190,3 +195,36 @@ def test_a_view_re_registered_from_its_metadata_file_is_restored_too(
     assert outcome.status is Status.RESTORED and "'v'" in (outcome.restored_as or "")
     assert local_warehouse.exists(metadata)
     assert metastore.list_tasks() == []
+
+
+def test_the_task_job_succeeds_and_its_step_metadata_and_tag_say_restored(
+    store: Metastore, local_warehouse: Warehouse, instance: DagsterInstance
+) -> None:
+    table = local_warehouse.build("t", appends=2)
+    files = table_files(table)
+    task = drop_table_task(table)
+    store.insert_tasks([task])
+    _register(store, table, table.metadata_location)
+
+    result = polaris_task_job.execute_in_process(
+        run_config=run_config_for("POLARIS", task.id, entity_version=1),
+        instance=instance,
+        resources={
+            "metastore": metastore_resource(store),
+            "storage": PolarisStorageResource(allowed_prefixes=[local_warehouse.uri]),
+        },
+        raise_on_error=False,
+    )
+
+    assert result.success
+    assert _all_exist(local_warehouse, files) and store.list_tasks() == []
+    said = [
+        str(entry.value)
+        for event in result.all_events
+        if event.event_type_value == "STEP_OUTPUT"
+        for key, entry in event.step_output_data.metadata.items()
+        if key == RESTORED_AS
+    ]
+    assert said and "'t_back'" in said[0] and "nothing deleted" in said[0], said
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None and run.tags.get(TAG_OUTCOME) == OUTCOME_RESTORED
