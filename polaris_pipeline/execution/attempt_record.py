@@ -8,8 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 from polaris_pipeline.cleanup.context import CleanupResult
 from polaris_pipeline.errors import StorageError, one_line
-from polaris_pipeline.restore.record import write_restore_record
-from polaris_pipeline.storage.deletion_record import DeletionRecord, RecordHeader
+from polaris_pipeline.storage.deletion_record import (
+    DeletionRecord,
+    RecordHeader,
+    write_restore_record,
+)
 from polaris_pipeline.tasks.decoded import polaris_type_name
 from polaris_pipeline.tasks.model import TaskRow
 from polaris_pipeline.tasks.ref import Lease
@@ -41,8 +44,8 @@ class AttemptRecords:
         self._open: dict[tuple[str, int], DeletionRecord] = {}
 
     def write_restore_record(self, task: TaskRow, fields: dict[str, Any]) -> str | None:
-        """The restore record beside the deletion records (``restore/record.py``); its URI,
-        None when none are kept."""
+        """The restore record beside the deletion records (``storage/deletion_record.py``):
+        its URI, None when none are kept."""
         if self.prefix is None:
             return None
         return write_restore_record(self._resolver, self.prefix, task, fields)

@@ -27,13 +27,13 @@ from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import LiveLocations
 from polaris_pipeline.restore.held import check_task
-from polaris_pipeline.restore.record import write_restore_record as restore_record
 from polaris_pipeline.restore.register import (
     RestTarget,
     register,
     register_forms,
     registered_metadata,
 )
+from polaris_pipeline.storage.deletion_record import write_restore_record as restore_record
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.uri import parse_location, same_location
 from polaris_pipeline.tasks.decoded import DecodedTask
@@ -161,7 +161,7 @@ def restore(
 def write_restore_record(
     resolver: StorageResolver, prefix: str, plan: RestorePlan, target: RestTarget, ended: int
 ) -> str:
-    """The restore record (``restore/record.py``): who, when, what, as what."""
+    """The restore record (``storage/deletion_record.py``): who, when, what, as what."""
     return restore_record(
         resolver,
         prefix,
