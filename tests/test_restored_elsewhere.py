@@ -114,6 +114,9 @@ def test_the_sweep_says_restored_in_text_and_json_and_is_no_failure(
     metastore.insert_tasks([drop_table_task(table, create_timestamp=metastore.now_ms() - 600_000)])
     # Spelt file:/ by another client: the same file.
     _register(metastore, table, "file:" + table.metadata_location.removeprefix("file://"))
+    plan = io.StringIO()
+    main(["sweep", "--dry-run", "--metastore", url_of(metastore), "--json"], out=plan)
+    assert "restored as live table-like 't_back'" in plan.getvalue(), plan.getvalue()
     out = io.StringIO()
 
     code = main(["sweep", "--metastore", url_of(metastore), "--json"], out=out)
