@@ -31,7 +31,7 @@ from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.outcome_view import RESTORED_AS, OutcomeView
-from polaris_pipeline.tasks.model import NewTask
+from polaris_pipeline.tasks.model import NewTask, Prop
 from tests.support.cli import url_of
 from tests.support.dagster import metastore_resource
 from tests.support.iceberg import Warehouse, table_files, write_view_metadata
@@ -231,3 +231,21 @@ def test_the_task_job_succeeds_and_its_step_metadata_and_tag_say_restored(
     assert said and "'t_back'" in said[0] and "nothing deleted" in said[0], said
     run = instance.get_run_by_id(result.run_id)
     assert run is not None and run.tags.get(TAG_OUTCOME) == OUTCOME_RESTORED
+
+
+def test_the_operator_s_override_never_deletes_a_restored_table(
+    metastore: Metastore, local_warehouse: Warehouse, tmp_path: Path
+) -> None:
+    """``allowSharedLocation`` lets a purge go past another table, never past the dropped
+    table itself live again."""
+    table = local_warehouse.build("t", appends=2)
+    files = table_files(table)
+    task = drop_table_task(table)
+    task.properties[Prop.ALLOW_SHARED_LOCATION] = "true"
+    metastore.insert_tasks([task])
+    _register(metastore, table, table.metadata_location)
+
+    outcome = _run_parent(metastore, local_warehouse, task, tmp_path / "records")
+
+    assert outcome.status is Status.RESTORED
+    assert _all_exist(local_warehouse, files)
