@@ -87,6 +87,20 @@ class SharedLocationRefusal(GuardRefusal):
     """
 
 
+class TableRestored(PolarisPipelineError):
+    """The dropped table (or view) is live again: a live entity of its realm has exactly
+    its last metadata file (re-registered by any client). Its purge ends as ``restored``
+    (``execution/attempt_end.py``), nothing deleted; never done, never dead.
+
+    ``entity``: which live entity (``Overlap.entity()``); ``metadata_file``: the file.
+    """
+
+    def __init__(self, entity: str, metadata_file: str) -> None:
+        self.entity = entity
+        self.metadata_file = metadata_file
+        super().__init__(f"restored as {entity} from {metadata_file}: nothing deleted")
+
+
 class LeaseLost(PolarisPipelineError):
     """The holder no longer holds the task's lease; it must stop at once."""
 

@@ -25,6 +25,7 @@ from polaris_pipeline.restore.register import RegisterError, RestTarget
 from polaris_pipeline.restore.restore import (
     RestorePlan,
     RestoreRefused,
+    plan_restore,
     restore,
     write_restore_record,
 )
@@ -113,6 +114,25 @@ def test_a_live_table_at_its_location_is_refused_and_named(
     with pytest.raises(RestoreRefused, match="squatter"):
         restore(store, local_warehouse.resolver, PRINT_ONLY, _row(store, parent), None)
     _unchanged(store, parent, child)
+
+
+def test_the_table_itself_registered_again_is_no_live_owner(
+    local_warehouse: Warehouse, store: Metastore
+) -> None:
+    """Registered from its very metadata file (a first run whose ending failed, or any
+    client): the rerun plans on; the same location with another file stays refused."""
+    table = local_warehouse.build("t", appends=1)
+    parent, _ = _dropped(store, table)
+    back = {"metadata-location": table.metadata_location}
+    live_entity(store, table.location(), name="t", internal_properties=back)
+
+    plan = plan_restore(store, local_warehouse.resolver, _row(store, parent), None)
+
+    assert plan.metadata_file == table.metadata_location
+    other = {"metadata-location": table.metadata_location + ".other"}
+    live_entity(store, table.location(), name="squatter", internal_properties=other)
+    with pytest.raises(RestoreRefused, match="squatter"):
+        plan_restore(store, local_warehouse.resolver, _row(store, parent), None)
 
 
 def _closed_port() -> int:

@@ -11,7 +11,16 @@ dropped one's metadata file). Checked before a table plans its children or a
 view deletes its file, and again before each chunk of deletes of every task,
 children included, so that a table created at the path meanwhile stops the rest.
 
-A hit refuses the task permanently (``SharedLocationRefusal``: dead-lettered at
+A hit that is the dropped entity itself, live again, is no refusal: a live table or
+view of the task's realm whose ``metadata-location`` is exactly the dropped entity's
+last metadata file (re-registered by Spark or any client) ends the purge as
+``restored`` (``TableRestored``; parent and children, nothing deleted), whatever else
+the check found and even under the override below: deleting a live table's files is
+never what an operator meant. The file is the parent's (its dropped entity), handed
+down to its children as ``DROPPED_METADATA_KEY``. Another realm's table of the same
+file is another table (realms are separate): refused as any overlap.
+
+Any other hit refuses the task permanently (``SharedLocationRefusal``: dead-lettered at
 once, naming the live entity) unless an operator checked it and requeued the task
 with ``--allow-shared-location`` (``Prop.ALLOW_SHARED_LOCATION`` on its row):
 then the purge goes on and the result says what was overridden. The override is
@@ -23,13 +32,26 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
-from polaris_pipeline.errors import SHARED_LOCATION_REFUSED, SharedLocationRefusal
+from polaris_pipeline.errors import SHARED_LOCATION_REFUSED, SharedLocationRefusal, TableRestored
 from polaris_pipeline.metastore.overlap import Overlap
 from polaris_pipeline.storage.uri import Location, parse_location
 from polaris_pipeline.tasks.model import Prop
 
 # How many live entities a refusal names (the rest are counted).
 NAMED = 3
+# The internal property of a child task naming its parent's dropped metadata file
+# (extra keys are safe: Polaris reads a map): a child has no dropped entity to read it from.
+DROPPED_METADATA_KEY = "droppedMetadataLocation"
+
+
+def dropped_metadata_file(ctx: CleanupContext) -> str | None:
+    """The dropped entity's last metadata file: the task's own entity's, else the one its
+    parent handed down; None when neither names one."""
+    entity = ctx.decoded.entity
+    if entity is not None and entity.metadata_location:
+        return entity.metadata_location
+    handed = ctx.task.internal_properties.get(DROPPED_METADATA_KEY, "").strip()
+    return handed or None
 
 
 def describe(found: Sequence[Overlap]) -> str:
@@ -77,6 +99,11 @@ def check_shared_location(
         found += live.metadata_users(_locations(roots), files)
     if not found:
         return
+    metadata_file = dropped_metadata_file(ctx)
+    if metadata_file is not None:
+        restored = live.restored_as(ctx.task.realm_id, metadata_file)
+        if restored is not None:
+            raise TableRestored(restored.entity(), metadata_file)
     text = describe(found)
     if ctx.task.shared_location_allowed:
         if result.shared_location_override is None:

@@ -53,6 +53,7 @@ from polaris_pipeline.cleanup.manifest import sweep_manifest_entries
 from polaris_pipeline.cleanup.manifest_list import read_bounded_manifest_list
 from polaris_pipeline.cleanup.metadata_file import read_metadata_bytes
 from polaris_pipeline.cleanup.roots import RecordedRoots
+from polaris_pipeline.cleanup.shared_location import DROPPED_METADATA_KEY, dropped_metadata_file
 from polaris_pipeline.cleanup.stages import (
     CURRENT_METADATA,
     MANIFESTS,
@@ -338,6 +339,10 @@ def child_internal_properties(ctx: CleanupContext, roots: RecordedRoots) -> dict
         internal.setdefault(STORAGE_CONFIG_KEY, ctx.catalog_storage_info)
     for key, value in roots.properties.items():
         internal.setdefault(key, value)
+    metadata_file = dropped_metadata_file(ctx)
+    if metadata_file is not None:
+        # How a child's shared-location guard tells the table restored (re-registered).
+        internal.setdefault(DROPPED_METADATA_KEY, metadata_file)
     return internal
 
 

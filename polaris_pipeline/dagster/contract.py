@@ -54,11 +54,12 @@ TAG_EXECUTOR = "polaris/executor"
 TAG_LAUNCHED_BY = "polaris/launched_by"
 LAUNCHED_BY_SWEEPER = "sweeper"
 # How the run ended when it was not a plain failure: done, skipped (a sweeper's run
-# found its task taken or gone: nothing done), lease-lost.
+# found its task taken or gone: nothing done), lease-lost, restored.
 TAG_OUTCOME = "polaris/outcome"
 OUTCOME_DONE = "done"
 OUTCOME_SKIPPED = "skipped"
 OUTCOME_LEASE_LOST = "lease-lost"
+OUTCOME_RESTORED = "restored"  # the dropped table is live again: purge ended, nothing deleted
 # On a run of the orphaned children of one purge: its task type, the parent task's
 # name, how many tasks.
 ORPHANED_CHILDREN = "orphaned_children"

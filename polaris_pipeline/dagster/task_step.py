@@ -28,6 +28,7 @@ from dagster import Failure, OpExecutionContext, Output
 from polaris_pipeline.dagster.contract import (
     OUTCOME_DONE,
     OUTCOME_LEASE_LOST,
+    OUTCOME_RESTORED,
     OUTCOME_SKIPPED,
     TAG_ATTEMPT,
     TAG_START,
@@ -244,6 +245,13 @@ def run_task(
             context.log.info(f"deleted ({of}): " + ", ".join(sample))
         if not child:
             add_tags(context, translator.outcome_tags(OUTCOME_DONE))
+        return view.output(), translator.done_metadata(outcome, decision.decoded), outcome
+
+    if outcome.status is Status.RESTORED:
+        # The table is live again: not a failure, and nothing was deleted.
+        context.log.info(view.log_line())
+        if not child:
+            add_tags(context, translator.outcome_tags(OUTCOME_RESTORED))
         return view.output(), translator.done_metadata(outcome, decision.decoded), outcome
 
     if outcome.status is Status.LEASE_LOST:

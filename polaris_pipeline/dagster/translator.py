@@ -37,9 +37,11 @@ from polaris_pipeline.dagster.tables import (
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.report.fields import UNREFERENCED
 from polaris_pipeline.report.outcome_view import (
+    RESTORED_AS,
     SHARED_LOCATION_OVERRIDDEN,
     OutcomeView,
     per_task_metadata,
+    restored_text,
 )
 from polaris_pipeline.report.step_record import STEP_RECORD_KEY, StepRecord
 from polaris_pipeline.report.totals import (
@@ -242,7 +244,8 @@ class PolarisTranslator:
     def done_metadata(
         self, outcome: TaskOutcome, task: TaskRow | DecodedTask | None
     ) -> dict[str, Any]:
-        """A step's metadata for a task done: the table, the lease, the numbers."""
+        """A step's metadata for a task done (or restored: the live entity it came back
+        as): the table, the lease, the numbers."""
         result = outcome.result
         decoded = DecodedTask.of(task) if task is not None else None
         view = OutcomeView(outcome)
@@ -253,6 +256,9 @@ class PolarisTranslator:
             "type": view.type_name,
             **self._outcome_record(outcome),
         }
+        if outcome.restored_as:
+            meta[RESTORED_AS] = MetadataValue.text(restored_text(outcome.restored_as))
+            return meta
         if result is None:
             meta["note"] = "task row already gone: finished by another executor"
             return meta

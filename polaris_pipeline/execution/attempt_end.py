@@ -7,6 +7,7 @@ import logging
 from collections.abc import Sequence
 
 from polaris_pipeline.cleanup.context import CleanupResult
+from polaris_pipeline.errors import MetastoreError, StorageError, TableRestored
 from polaris_pipeline.execution.attempt_record import AttemptRecords, RecordStatus
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.metastore import CompleteOutcome, FailOutcome, Metastore
@@ -38,6 +39,40 @@ class AttemptEnds:
             return self.lost(lease, task.task_type_code, "before its result was written", children)
         return TaskOutcome(
             lease, Status.DONE, task.task_type_code, result=result, children=tuple(children)
+        )
+
+    def restored(
+        self, lease: Lease, task: TaskRow, found: TableRestored, children: Sequence[Lease] = ()
+    ) -> TaskOutcome:
+        """The table is live again (``TableRestored``): the record closed as restored, then
+        the task and its family ended (``Metastore.end_restored``), then the restore record.
+
+        Ending refused (another run holds one of them, a row changed) fails the attempt
+        as any transient error, never dead-lettered at once: a retry finds it again."""
+        kids = tuple(children)
+        closing = self._records.close(lease, RecordStatus.RESTORED, restored_as=found.entity)
+        if closing is not None:
+            return self.fail(lease, task, closing, children=kids)
+        try:
+            ended = self._metastore.end_restored(task, holder=lease)
+        except MetastoreError as e:
+            return self.fail(lease, task, f"{found}, but its purge was not ended: {e}")
+        log.info("task %s %s; ended %d task(s)", task.label, found, len(ended))
+        try:
+            self._records.write_restore_record(
+                task,
+                {
+                    "by": "found live by the shared-location guard",
+                    "restored_as": found.entity,
+                    "metadata_file": found.metadata_file,
+                    "tasks_ended": [f"{t.realm_id}/{t.id}" for t in ended],
+                },
+            )
+        except (StorageError, OSError) as e:
+            # The rows are ended already: the outcome stands, the missing record is said.
+            log.warning("task %s: the restore record was not written: %s", task.label, e)
+        return TaskOutcome(
+            lease, Status.RESTORED, task.task_type_code, children=kids, restored_as=found.entity
         )
 
     def fail(

@@ -4,11 +4,15 @@ opened with the attempt's context, closed with its end (or when its own deletes 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from polaris_pipeline.cleanup.context import CleanupResult
 from polaris_pipeline.errors import StorageError, one_line
-from polaris_pipeline.storage.deletion_record import DeletionRecord, RecordHeader
+from polaris_pipeline.storage.deletion_record import (
+    DeletionRecord,
+    RecordHeader,
+    write_restore_record,
+)
 from polaris_pipeline.tasks.decoded import polaris_type_name
 from polaris_pipeline.tasks.model import TaskRow
 from polaris_pipeline.tasks.ref import Lease
@@ -26,6 +30,8 @@ class RecordStatus(StrEnum):
     # A table waiting for its children: its own deletes end here, and its last
     # stage (the unreferenced phase, ``Runner.finish_table``) writes a record of its own.
     AWAITING_CHILDREN = "deferred"
+    # The table came back (re-registered): the purge stopped, its row ended.
+    RESTORED = "restored"
 
 
 class AttemptRecords:
@@ -36,6 +42,13 @@ class AttemptRecords:
         self._resolver = resolver
         # (realm, task id) -> the open deletion record of its attempt (or phase).
         self._open: dict[tuple[str, int], DeletionRecord] = {}
+
+    def write_restore_record(self, task: TaskRow, fields: dict[str, Any]) -> str | None:
+        """The restore record beside the deletion records (``storage/deletion_record.py``):
+        its URI, None when none are kept."""
+        if self.prefix is None:
+            return None
+        return write_restore_record(self._resolver, self.prefix, task, fields)
 
     def open(
         self, task: TaskRow, lease: Lease, executor_id: str, run_id: str | None
@@ -62,15 +75,17 @@ class AttemptRecords:
         status: RecordStatus,
         error: str | None = None,
         result: CleanupResult | None = None,
+        restored_as: str | None = None,
     ) -> str | None:
-        """Close the attempt's record (refusals, then totals); the error when it cannot."""
+        """Close the attempt's record (refusals, then totals); the error when it cannot.
+        ``restored_as``: the live entity of a ``RESTORED`` end."""
         record = self._open.pop((lease.realm_id, lease.task_id), None)
         if record is None:
             return None
         try:
             if record.opened and result is not None and result.refused:
                 record.add_refusals((r.path, r.reason) for r in result.refused)
-            record.close(status.value, error)
+            record.close(status.value, error, restored_as=restored_as)
         except StorageError as exc:
             return one_line(exc)
         return None

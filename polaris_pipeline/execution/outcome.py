@@ -36,6 +36,9 @@ class Status(StrEnum):
     FAILED = "failed"  # recorded, will be retried after a backoff
     DEAD = "dead"  # recorded, dead-lettered
     LEASE_LOST = "lease-lost"  # someone else holds the task now; we stopped
+    # The dropped table is live again (re-registered from its last metadata file): the
+    # purge ended, nothing deleted; ``TaskOutcome.restored_as`` names the live entity.
+    RESTORED = "restored"
 
 
 # The keys of ``TableFinish.to_dict``: the ones the task job's runs have always carried.
@@ -100,6 +103,8 @@ class TaskOutcome:
     # A table whose unreferenced phase runs once its children are done
     # (``Runner.finish_table``); None: nothing runs after.
     finish: TableFinish | None = None
+    # ``RESTORED``: the live entity the table came back as (``Overlap.entity()``).
+    restored_as: str | None = None
 
     def evolve(self, **changes: Any) -> TaskOutcome:
         """A new outcome: this one with ``changes`` (field names, as ``dataclasses.replace``)."""

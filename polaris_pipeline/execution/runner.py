@@ -23,6 +23,7 @@ from polaris_pipeline.errors import (
     LeaseLost,
     PayloadError,
     PolarisPipelineError,
+    TableRestored,
     is_permanent,
     one_line,
 )
@@ -259,6 +260,8 @@ class Runner:
             result = run_cleanup(ctx)
         except LeaseLost:
             return self._ends.lost(lease, task.task_type_code, "during the cleanup", children)
+        except TableRestored as found:
+            return self._ends.restored(lease, task, found, children)
         except PayloadError as exc:
             message = exc.for_task(task.label).args[0]
             return self._ends.fail(lease, task, message, children=children, permanent=True)

@@ -36,6 +36,8 @@ live table or view has one of the files about to be deleted as its
 ``metadata-location`` internal property (a table registered over the dropped
 one's metadata file, wherever its own location says it is). Its rows are found by
 the file's name, which every spelling of the file shares, then judged as locations.
+``restored_as`` asks it of one realm and one file, the dropped entity's last metadata
+file: a live table of that very file is the dropped one restored (re-registered).
 """
 
 from __future__ import annotations
@@ -120,9 +122,13 @@ class Overlap:
     catalog: str | None = None
 
     def describe(self) -> str:
+        return f"overlap with {self.entity()} at location {self.location!r}: {self.why}"
+
+    def entity(self) -> str:
+        """``live KIND 'NAME' (REALM/ID, catalog 'C')``: which live entity this is."""
         return (
-            f"overlap with live {self.kind} {self.name!r} ({self.realm_id}/{self.entity_id}"
-            f"{self._catalog_text()}) at location {self.location!r}: {self.why}"
+            f"live {self.kind} {self.name!r} ({self.realm_id}/{self.entity_id}"
+            f"{self._catalog_text()})"
         )
 
     def _catalog_text(self) -> str:
@@ -439,6 +445,21 @@ class LiveLocations:
             "metadata-file", lambda conn: self._metadata_candidates(conn, wanted), limit
         )
 
+    def restored_as(self, realm_id: str, metadata_file: str) -> Overlap | None:
+        """The live table or view of ``realm_id`` whose ``metadata-location`` is
+        ``metadata_file`` (the dropped entity's last one, as a location), else None: the
+        dropped table restored by any client. Another realm's is another table."""
+        try:
+            wanted = {parse_location(metadata_file, directory=True)}
+        except ValueError:
+            return None
+        found = self._first(
+            "restored-table",
+            lambda conn: self._metadata_candidates(conn, wanted, realm_id),
+            1,
+        )
+        return found[0] if found else None
+
     def _first(
         self, guard: str, hits: Callable[[Connection], Iterator[Overlap]], limit: int
     ) -> list[Overlap]:
@@ -494,7 +515,11 @@ class LiveLocations:
             self._catalog_names = {(r.realm_id, int(r.id)): r.name for r in rows}
         return self._catalog_names
 
-    def _metadata_candidates(self, conn: Connection, wanted: set[Location]) -> Iterator[Overlap]:
+    def _metadata_candidates(
+        self, conn: Connection, wanted: set[Location], realm_id: str | None = None
+    ) -> Iterator[Overlap]:
+        """Live table-like rows whose metadata-location is one of ``wanted``; ``realm_id``:
+        of that realm only (None: every realm)."""
         c = entities.c
         dialect = conn.dialect.name
         name: ColumnElement[str] = literal_column(metadata_file_name(dialect))
@@ -503,6 +528,8 @@ class LiveLocations:
             stmt = select(
                 c.realm_id, c.catalog_id, c.id, c.name, c.properties, c.internal_properties
             ).where(text(TABLE_ROWS), name.in_(names[i : i + _NAMES_PER_STATEMENT]))
+            if realm_id is not None:
+                stmt = stmt.where(c.realm_id == realm_id)
             for row in conn.execute(stmt):
                 hit = _metadata_user(row, wanted)
                 if hit is not None:

@@ -538,34 +538,40 @@ class Metastore:
                     return written.state(now, self.policy, held_until)
         raise MetastoreError(f"task {realm_id}/{task_id} kept changing; try again")
 
-    def end_restored(self, parent: TaskRow) -> list[TaskRow]:
-        """End a restored table's purge: delete ``parent`` and every child named after it,
-        each with a compare-and-set, all in one transaction; the rows ended.
+    def end_restored(self, task: TaskRow, holder: Lease | None = None) -> list[TaskRow]:
+        """End a restored table's purge: delete its parent task and every child named after
+        it (``task`` is either), each with a compare-and-set, all in one transaction; the
+        rows ended, ``task``'s family's parent first when it is still there.
 
-        Refused (MetastoreError naming the holder) while any of them is leased, and
-        when any changed since it was read: then nothing is ended.
+        Refused (MetastoreError naming the holder) while any of them is leased by another
+        than ``holder``'s executor (the attempt that found the table restored), when
+        ``task`` is gone, and when any changed since it was read: then nothing is ended.
         """
+        family = parent_name_of(task) or task.name
         with self._begin() as conn:
             now = self.now_ms(conn)
-            current = self._get(conn, parent.realm_id, parent.id)
-            if current is None:
-                raise MetastoreError(f"task {parent.label} is gone: nothing to end")
             rows = [
                 decode_row(r)
-                for r in conn.execute(self._sql(queries.LIST_TASKS, [parent.realm_id], None))
+                for r in conn.execute(self._sql(queries.LIST_TASKS, [task.realm_id], None))
             ]
-            ended = [current, *(t for t in rows if parent_name_of(t) == current.name)]
-            for task in ended:
-                if task.lease_held(now, self.policy):
+            ended = sorted(
+                (t for t in rows if family in (t.name, parent_name_of(t))),
+                key=lambda t: t.name != family,
+            )
+            if not any(t.id == task.id for t in ended):
+                raise MetastoreError(f"task {task.label} is gone: nothing to end")
+            for row in ended:
+                ours = holder is not None and row.executor_id == holder.executor_id
+                if row.lease_held(now, self.policy) and not ours:
                     raise MetastoreError(
-                        f"task {task.label} is leased by {task.executor_id} (attempt "
-                        f"{task.attempt_count}): nothing ended; run the restore again when "
+                        f"task {row.label} is leased by {row.executor_id} (attempt "
+                        f"{row.attempt_count}): nothing ended; run the restore again when "
                         "that run ends"
                     )
-            for task in ended:
-                if conn.execute(self._sql(queries.DISCARD, task)).rowcount != 1:
+            for row in ended:
+                if conn.execute(self._sql(queries.DISCARD, row)).rowcount != 1:
                     raise MetastoreError(
-                        f"task {task.label} changed while it was being ended: nothing ended; "
+                        f"task {row.label} changed while it was being ended: nothing ended; "
                         "run the restore again"
                     )
             return ended

@@ -180,6 +180,8 @@ class OutcomeView:
             rest.append(done)
         if self.shared_location_override:
             rest.append(f"{SHARED_LOCATION_OVERRIDDEN}: {self.shared_location_override}")
+        if outcome.restored_as:
+            rest.append(restored_text(outcome.restored_as))
         if self.unreferenced is not None:
             rest.append(self.unreferenced.summary())
         if outcome.error:
@@ -203,6 +205,11 @@ class OutcomeView:
         task = f"task {label} ({self.type_name})"
         if outcome.status is Status.LEASE_LOST:
             return f"{task}: {outcome.error}"
+        if outcome.restored_as:
+            return (
+                f"{task} {outcome.status.value}: {restored_text(outcome.restored_as)}; "
+                f"lease {lease.executor_id} attempt {lease.attempt}"
+            )
         if outcome.status is not Status.DONE:
             return f"{task} {outcome.status.value}: {outcome.error}"
         if outcome.result is None:
@@ -258,6 +265,7 @@ class OutcomeView:
         doc.update({f.json_key: getattr(self, f.attr) for f in RETENTION_FIELDS if f.json_key})
         doc["children"] = [json_id(c.task_id) for c in outcome.children]
         doc[SHARED_LOCATION_KEY] = self.shared_location_override
+        doc[RESTORED_AS_KEY] = outcome.restored_as
         doc[UNREFERENCED] = unreferenced_json(self.unreferenced)
         if self.unreferenced is not None:
             doc.update(
@@ -296,6 +304,7 @@ class OutcomeView:
             doc.update({f.output_key: self._number(f) for f in UNREFERENCED_FIELDS if f.output_key})
             doc[UNREFERENCED] = self.unreferenced.summary()
         doc[SHARED_LOCATION_KEY] = self.shared_location_override
+        doc[RESTORED_AS_KEY] = self.outcome.restored_as
         doc["error"] = self.outcome.error
         return doc
 
@@ -304,6 +313,16 @@ class OutcomeView:
 # the live entity it went past in the CLI's JSON and a step's output.
 SHARED_LOCATION_OVERRIDDEN = "shared-location guard overridden"
 SHARED_LOCATION_KEY = "shared_location_overridden"
+# A restored outcome (``Status.RESTORED``): the live entity, under this label in a step's
+# metadata and this key in the CLI's JSON and a step's output.
+RESTORED_AS = "restored as"
+RESTORED_AS_KEY = "restored_as"
+
+
+def restored_text(entity: str) -> str:
+    """What a restored outcome says on every surface: the table is live again."""
+    return f"{RESTORED_AS} {entity} (its last metadata file): purge ended, nothing deleted"
+
 
 # The numbers each task of a group step's list shows (the step's totals show all).
 _PER_TASK = ("files_deleted", "bytes_freed")

@@ -4,8 +4,9 @@ In order, each step changing nothing when it refuses:
 
 1. the task is a table's or a view's drop (the parent cleanup task);
 2. every file its last metadata names exists (``restorable``);
-3. no live table, view or namespace overlaps its location (a restored table sharing
-   files with a live one would make their purges delete each other's data);
+3. no live table, view or namespace overlaps its location, but the table itself registered
+   again from this very file (a restored table sharing files with a live one would make
+   their purges delete each other's data);
 4. the catalog's REST API registers the metadata file under the name (its own, or
    ``--as``); without an endpoint the request and the two calls are printed instead,
    and nothing else happens;
@@ -20,9 +21,7 @@ finds the table registered with this very metadata file and finishes the ending.
 from __future__ import annotations
 
 import getpass
-import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.metastore import Metastore
@@ -34,7 +33,7 @@ from polaris_pipeline.restore.register import (
     register_forms,
     registered_metadata,
 )
-from polaris_pipeline.storage.deletion_record import safe_name
+from polaris_pipeline.storage.deletion_record import write_restore_record as restore_record
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.uri import parse_location, same_location
 from polaris_pipeline.tasks.decoded import DecodedTask
@@ -93,7 +92,14 @@ def plan_restore(
     location = entity.properties.get("location")
     if location:
         live = LiveLocations(store.engine, store.check_schema())
-        hits = live.overlaps(parse_location(location, directory=True))
+        # The table itself, registered again from this very file (by a first run whose
+        # ending failed, or by any client), is no other owner: the rerun finishes.
+        back = live.restored_as(task.realm_id, entity.metadata_location)
+        hits = [
+            hit
+            for hit in live.overlaps(parse_location(location, directory=True))
+            if back is None or (hit.realm_id, hit.entity_id) != (back.realm_id, back.entity_id)
+        ]
         if hits:
             raise RestoreRefused(
                 f"task {task.label}: its location {location} has a live owner, "
@@ -155,27 +161,16 @@ def restore(
 def write_restore_record(
     resolver: StorageResolver, prefix: str, plan: RestorePlan, target: RestTarget, ended: int
 ) -> str:
-    """``<prefix>/<realm>/<task id>/restore-<timestamp>.json``: who, when, what, as what."""
-    now = datetime.now(UTC)
-    task = plan.task
-    uri = (
-        f"{prefix.rstrip('/')}/{safe_name(task.realm_id)}/{task.id}/"
-        f"restore-{now.strftime('%Y%m%dT%H%M%S%fZ')}.json"
+    """The restore record (``storage/deletion_record.py``): who, when, what, as what."""
+    return restore_record(
+        resolver,
+        prefix,
+        plan.task,
+        {
+            "by": getpass.getuser(),
+            "metadata_file": plan.metadata_file,
+            "registered_as": ".".join([*plan.name.namespace, plan.name.name]),
+            "catalog": target.catalog,
+            "tasks_ended": ended,
+        },
     )
-    doc = {
-        "record": "restore",
-        "by": getpass.getuser(),
-        "at": now.isoformat().replace("+00:00", "Z"),
-        "realm": task.realm_id,
-        "task_id": str(task.id),
-        "task_name": task.name,
-        "metadata_file": plan.metadata_file,
-        "registered_as": ".".join([*plan.name.namespace, plan.name.name]),
-        "catalog": target.catalog,
-        "tasks_ended": ended,
-    }
-    fs, path = resolver.filesystem(uri)
-    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    with fs.open(path, "w") as out:
-        out.write(json.dumps(doc) + "\n")
-    return uri

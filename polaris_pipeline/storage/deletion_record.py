@@ -19,6 +19,10 @@ says ``"kind": "reclaim"``, the root and the catalog, instead of a task):
 - a ``footer`` line (totals, status, ended), written before the row is
   completed or failed.
 
+A purge that ends because its table came back (``tasks restore``, or a table restored
+by other means) writes ``<prefix>/<realm>/<task id>/restore-<timestamp>.json`` instead
+(``write_restore_record``): one JSON object, ``"record": "restore"``.
+
 Only paths and error texts go in, each through the resolver's redaction: no
 option, no credential. Local files are appended to and fsync'd after each
 chunk. Object stores have no append, so the object is rewritten whole at each
@@ -47,6 +51,7 @@ from polaris_pipeline.tasks.formatting import json_id
 
 if TYPE_CHECKING:
     from polaris_pipeline.storage.resolve import StorageResolver
+    from polaris_pipeline.tasks.model import TaskRow
 
 DELETED = "deleted"
 ALREADY_GONE = "already gone"
@@ -233,9 +238,14 @@ class DeletionRecord:
         )
 
     def close(
-        self, status: str, error: str | None = None, redact: Callable[[str], str] | None = None
+        self,
+        status: str,
+        error: str | None = None,
+        redact: Callable[[str], str] | None = None,
+        restored_as: str | None = None,
     ) -> None:
-        """The footer (totals, status, ended); nothing when nothing was opened."""
+        """The footer (totals, status, ended); nothing when nothing was opened.
+        ``restored_as``: the live entity a purge stopped for (its table came back)."""
         if self.closed:
             return
         try:
@@ -244,6 +254,7 @@ class DeletionRecord:
                     "record": "footer",
                     "status": status,
                     "error": error,
+                    **({"restored_as": restored_as} if restored_as is not None else {}),
                     "totals": dict(self._totals),
                     # Of the deleted paths whose size is known; the others counted apart.
                     "bytes_deleted": self._bytes,
@@ -317,3 +328,28 @@ class DeletionRecord:
     def shown_uri(self) -> str:
         """The record's URI, credentials masked."""
         return self._resolver.redact(self.uri)
+
+
+def write_restore_record(
+    resolver: StorageResolver, prefix: str, task: TaskRow, fields: Mapping[str, Any]
+) -> str:
+    """The restore record of ``task`` under ``prefix`` (see the module docstring): when,
+    which task, and what each writer knows (``fields``); its URI."""
+    now = datetime.now(UTC)
+    uri = (
+        f"{prefix.rstrip('/')}/{safe_name(task.realm_id)}/{task.id}/"
+        f"restore-{now.strftime('%Y%m%dT%H%M%S%fZ')}.json"
+    )
+    doc = {
+        "record": "restore",
+        "at": now.isoformat().replace("+00:00", "Z"),
+        "realm": task.realm_id,
+        "task_id": json_id(task.id),
+        "task_name": task.name,
+        **fields,
+    }
+    fs, path = resolver.filesystem(uri)
+    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    with fs.open(path, "w") as out:
+        out.write(json.dumps(doc) + "\n")
+    return uri
