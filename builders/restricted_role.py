@@ -6,8 +6,8 @@ postgres over loopback: scripts/services.sh); ``SET ROLE`` from the admin would 
 do. The policy is applied by running ``polaris-pipeline grant-role``'s script
 through psql verbatim, as the guide does.
 
-``PP_TEST_RESTRICTED_ROLE=1``: the ``metastore`` fixture (tests/support/metastore.py)
-hands its PostgreSQL tests a store connected as such a role.
+``PP_TEST_RESTRICTED_ROLE=1``: every PostgreSQL URL the tests hand the pipeline is such a
+role's (``as_pipeline`` in tests/support/metastore.py).
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ import secrets
 import subprocess
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
 
 from builders.postgres import PG_ADMIN_URL, database_url
@@ -34,8 +35,10 @@ def restricted_role_wanted() -> bool:
     return os.environ.get(RESTRICTED_ENV, "").strip() not in ("", "0")
 
 
-def _admin_execute(database: str, *statements: str) -> None:
-    engine = create_engine(database_url(database), isolation_level="AUTOCOMMIT", poolclass=NullPool)
+def _admin_execute(database: str | None, *statements: str) -> None:
+    """Run ``statements`` as the admin in ``database`` (None: the admin's own)."""
+    url = PG_ADMIN_URL if database is None else database_url(database)
+    engine = create_engine(url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
     try:
         with engine.connect() as conn:
             for statement in statements:
@@ -59,8 +62,11 @@ def login_role(database: str) -> Iterator[tuple[str, str]]:
     try:
         yield role, url.render_as_string(hide_password=False)
     finally:
-        # DROP OWNED removes its grants and the policies naming it in this database.
-        _admin_execute(database, f'DROP OWNED BY "{role}"', f'DROP ROLE IF EXISTS "{role}"')
+        # DROP OWNED removes its grants and the policies naming it in this database,
+        # unless the database was dropped first (a session's end), which removed them.
+        with suppress(OperationalError):
+            _admin_execute(database, f'DROP OWNED BY "{role}"')
+        _admin_execute(None, f'DROP ROLE IF EXISTS "{role}"')
 
 
 def apply_role_script(database: str, role: str) -> subprocess.CompletedProcess[str]:

@@ -13,7 +13,7 @@ from polaris_pipeline.errors import LeaseLost, MetastoreError, SchemaMismatchErr
 from polaris_pipeline.metastore import CompleteOutcome, FailOutcome, Metastore
 from polaris_pipeline.metastore.schema import entities
 from polaris_pipeline.tasks.model import Prop, TaskPolicy, TaskState
-from tests.support.metastore import restart_lease
+from tests.support.metastore import pipeline_store, restart_lease
 from tests.support.tasks import insert_raw_task, seed
 
 
@@ -152,8 +152,7 @@ def test_lease_limit_and_realm_filter(metastore: Metastore) -> None:
 
 
 def test_grace_period_protects_fresh_polaris_tasks(metastore_url: str) -> None:
-    store = Metastore(metastore_url, policy=TaskPolicy(lease_timeout_ms=60_000))
-    store.init_schema()
+    store = pipeline_store(metastore_url, TaskPolicy(lease_timeout_ms=60_000))
     (fresh,) = seed(store, "r1", 1)
     now = store.now_ms()
     (old,) = seed(store, "r1", 1, create_timestamp=now - 61_000)
@@ -288,11 +287,10 @@ def test_backoff_grows_exponentially_with_jitter() -> None:
 
 
 def test_dead_letter_after_max_attempts_and_requeue(metastore_url: str) -> None:
-    store = Metastore(
+    store = pipeline_store(
         metastore_url,
-        policy=TaskPolicy(grace_ms=0, max_attempts=3, backoff_base_ms=0, backoff_max_ms=0),
+        TaskPolicy(grace_ms=0, max_attempts=3, backoff_base_ms=0, backoff_max_ms=0),
     )
-    store.init_schema()
     (task,) = seed(store, "r1", 1)
     outcomes = []
     for _ in range(3):
@@ -316,8 +314,7 @@ def test_dead_letter_after_max_attempts_and_requeue(metastore_url: str) -> None:
 
 def test_task_leased_max_times_without_result_is_dead(metastore_url: str) -> None:
     """A task that kills its worker every time must not be retried forever."""
-    store = Metastore(metastore_url, policy=TaskPolicy(grace_ms=0, max_attempts=2))
-    store.init_schema()
+    store = pipeline_store(metastore_url, TaskPolicy(grace_ms=0, max_attempts=2))
     (task,) = seed(store, "r1", 1, extra={Prop.ATTEMPT_COUNT: "2"})
     row = store.get_task("r1", task.id)
     assert row is not None and row.state(store.now_ms(), store.policy) is TaskState.DEAD

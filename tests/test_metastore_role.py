@@ -19,7 +19,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.pool import NullPool
 
-from builders.restricted_role import apply_role_script, login_role, restrict
+from builders.restricted_role import apply_role_script, login_role, restrict, restricted_role_wanted
 from polaris_pipeline.cli import main
 from polaris_pipeline.metastore import Metastore, queries
 from polaris_pipeline.metastore.privileges import role_script
@@ -253,3 +253,22 @@ def test_the_operator_guide_shows_the_script_grant_role_prints() -> None:
     assert refusal is not None
     elided = "DO $$ ... (refuses when another role would lose sight of the rows: below) ... $$;\n"
     assert shown == script.replace(refusal[0], elided)
+
+
+@ON_POSTGRESQL
+def test_the_suite_hands_the_pipeline_the_restricted_role_when_asked(metastore: Metastore) -> None:
+    """``PP_TEST_RESTRICTED_ROLE=1`` (``make test-restricted``): the store every metastore
+    test runs the pipeline by is the guide's restricted role, which may not write a live
+    table's row; otherwise it is the admin's."""
+    with metastore.engine.connect() as conn:
+        user, superuser = conn.execute(
+            text("SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user")
+        ).one()
+    if not restricted_role_wanted():
+        assert superuser is True
+        return
+    assert user.startswith("pp_role_") and superuser is False
+    with pytest.raises(ProgrammingError), metastore.engine.begin() as conn:
+        conn.execute(
+            queries.INSERT_TASKS.build(metastore.dialect), [_table_row(metastore.now_ms())]
+        )

@@ -33,6 +33,7 @@ from polaris_pipeline.tasks.payloads import (
     table_identifier,
 )
 from tests.support.iceberg import Warehouse, drop_task_row, recorded_drop_task, table_files
+from tests.support.metastore import pipeline_store
 from tests.support.tasks import set_schema_version
 
 # -- the batch payload's type, per schema version --------------------------------------
@@ -147,9 +148,11 @@ def _polaris_batch_row(store: Metastore, realm: str, *, typed: bool, ours: bool 
 
 
 def _store(url: str, schema_version: int, **policy: object) -> Metastore:
-    store = Metastore(url, policy=TaskPolicy(lease_timeout_ms=60_000, grace_ms=0, **policy))  # type: ignore[arg-type]
-    assert store.init_schema(schema_version) is True
-    return store
+    return pipeline_store(
+        url,
+        TaskPolicy(lease_timeout_ms=60_000, grace_ms=0, **policy),  # type: ignore[arg-type]
+        schema_version=schema_version,
+    )
 
 
 def test_an_upgraded_17_on_a_v4_database_configured_gets_type(

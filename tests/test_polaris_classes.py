@@ -31,12 +31,12 @@ from builders import tasks as built_tasks
 from builders.postgres import database_url, throwaway_database
 from builders.tasks import batch_task
 from polaris_pipeline.execution.runner import Runner
-from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.uri import location_within, same_location
 from polaris_pipeline.tasks.model import TaskPolicy, TaskType
 from tests.support.iceberg import Warehouse, recorded_drop_task
+from tests.support.metastore import pipeline_store
 from tests.support.polaris_classes import (
     BATCH_TYPED,
     POLARIS_TASK_TIMEOUT_MS,
@@ -125,9 +125,8 @@ def scenario(release: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     with throwaway_database("pp_polaris_classes") as name:
         url = database_url(name)
         policy = TaskPolicy(lease_timeout_ms=60_000, grace_ms=0, polaris_version=release)
-        store = Metastore(url, policy=policy)
+        store = pipeline_store(url, policy, schema_version=SCHEMA_VERSION[release])
         try:
-            store.init_schema(SCHEMA_VERSION[release])
             parent = built_tasks.drop_table_task(table)
             held = recorded_drop_task(f"{uri}/ns/held/metadata/0-a.metadata.json", name="held")
             failed = recorded_drop_task(f"{uri}/ns/gone/metadata/0-b.metadata.json", name="gone")

@@ -32,6 +32,7 @@ from polaris_pipeline.metastore.overlap import LiveLocations
 from polaris_pipeline.storage.uri import parse_location, split_uri
 from polaris_pipeline.tasks.model import Prop, TaskPolicy, TaskType, bounded_error
 from tests.support.iceberg import Warehouse, table_files
+from tests.support.metastore import pipeline_store
 from tests.support.unreferenced import CATALOG_TYPE_CODE, NAMESPACE_TYPE_CODE, live_entity
 
 OTHER_REALM = "OTHER"
@@ -42,8 +43,7 @@ def guarded(
     metastore_url: str, policy: TaskPolicy, request: pytest.FixtureRequest
 ) -> Iterator[Metastore]:
     """A metastore of Polaris's schema v1 or v5, on PostgreSQL and on SQLite."""
-    store = Metastore(metastore_url, policy=policy)
-    store.init_schema(request.param)
+    store = pipeline_store(metastore_url, policy, schema_version=request.param)
     yield store
     store.dispose()
 

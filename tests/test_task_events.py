@@ -29,6 +29,7 @@ from polaris_pipeline.metastore.events import event_catalog
 from polaris_pipeline.settings import PipelineSettings
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskPolicy
 from polaris_pipeline.tasks.release import parse_task_events
+from tests.support.metastore import pipeline_store
 
 EVENT_COLUMNS = (
     "realm_id, catalog_id, event_id, request_id, event_type, timestamp_ms, principal_name, "
@@ -37,9 +38,8 @@ EVENT_COLUMNS = (
 
 
 def open_store(url: str, version: int) -> Metastore:
-    store = Metastore(url, policy=TaskPolicy(lease_timeout_ms=60_000, grace_ms=0))
-    assert store.init_schema(version) is True
-    return store
+    policy = TaskPolicy(lease_timeout_ms=60_000, grace_ms=0)
+    return pipeline_store(url, policy, schema_version=version)
 
 
 @pytest.fixture
@@ -213,9 +213,7 @@ def untyped(task: NewTask) -> NewTask:
 
 def release_store(url: str, version: int, release: str | None) -> Metastore:
     policy = TaskPolicy(lease_timeout_ms=60_000, grace_ms=0, polaris_version=release)
-    store = Metastore(url, policy=policy)
-    assert store.init_schema(version) is True
-    return store
+    return pipeline_store(url, policy, schema_version=version)
 
 
 @pytest.mark.parametrize(

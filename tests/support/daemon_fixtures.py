@@ -17,7 +17,7 @@ from builders.daemon import DaemonConfig, DaemonHarness
 from builders.tasks import batch_task
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask, TaskPolicy
-from tests.support.metastore import _reset_pg_schema
+from tests.support.metastore import _reset_pg_schema, as_pipeline
 
 # Lease timeout of the daemon tests: short, so a lapsed lease is seen in seconds.
 LEASE_TIMEOUT_MS = 8_000
@@ -25,12 +25,13 @@ LEASE_TIMEOUT_MS = 8_000
 
 @pytest.fixture
 def pg_url(pg_database: str) -> str:
-    """The session's PostgreSQL database with an empty Polaris schema."""
+    """The session's PostgreSQL database with an empty Polaris schema, as the pipeline
+    connects to it (``as_pipeline``: the restricted role under ``PP_TEST_RESTRICTED_ROLE``)."""
     _reset_pg_schema(pg_database)
     store = Metastore(pg_database)
     store.init_schema()
     store.dispose()
-    return pg_database
+    return as_pipeline(pg_database)
 
 
 def metastore_for(url: str, lease_timeout_ms: int = LEASE_TIMEOUT_MS, **policy: Any) -> Metastore:

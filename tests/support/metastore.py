@@ -8,6 +8,7 @@ per test.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from builders.restricted_role import login_role, restrict, restricted_role_wante
 from polaris_pipeline.metastore import Metastore, queries, transitions
 from polaris_pipeline.metastore.queries import Query
 from polaris_pipeline.metastore.rows import after_write
+from polaris_pipeline.metastore.schema import LATEST_SCHEMA_VERSION
 from polaris_pipeline.tasks.model import TaskPolicy, TaskRow
 from polaris_pipeline.tasks.ref import Lease
 from tests.support.tasks import sqlite_metastore
@@ -89,16 +91,6 @@ def policy(request: pytest.FixtureRequest) -> TaskPolicy:
     return TaskPolicy(**fields)
 
 
-@pytest.fixture(scope="session")
-def restricted_login(pg_database: str) -> Iterator[tuple[str, str]]:
-    """(role, URL) of a login role of this session's database, for
-    ``PP_TEST_RESTRICTED_ROLE`` (tests/support/restricted_role.py)."""
-    database = make_url(pg_database).database
-    assert database is not None
-    with login_role(database) as login:
-        yield login
-
-
 @pytest.fixture
 def metastore(
     metastore_url: str, policy: TaskPolicy, request: pytest.FixtureRequest
@@ -107,17 +99,53 @@ def metastore(
 
     With ``PP_TEST_RESTRICTED_ROLE=1``, on PostgreSQL: connected as a role under the
     operator guide's grants and row-level security (TASK rows only)."""
-    store = Metastore(metastore_url, policy=policy)
-    store.init_schema()
-    if store.dialect == "postgresql" and restricted_role_wanted():
-        store.dispose()
-        role, url = request.getfixturevalue("restricted_login")
-        database = make_url(metastore_url).database
-        assert database is not None
-        restrict(database, role)
-        store = Metastore(url, policy=policy)
+    admin = Metastore(metastore_url, policy=policy)
+    admin.init_schema()
+    admin.dispose()
+    store = Metastore(as_pipeline(metastore_url), policy=policy)
     yield store
     store.dispose()
+
+
+def pipeline_store(
+    url: str, policy: TaskPolicy | None = None, schema_version: int = LATEST_SCHEMA_VERSION
+) -> Metastore:
+    """A store as the pipeline connects to ``url`` (``as_pipeline``), after the admin
+    created Polaris's schema of ``schema_version`` there (it must not exist yet)."""
+    admin = Metastore(url)
+    try:
+        assert admin.init_schema(schema_version) is True
+    finally:
+        admin.dispose()
+    return Metastore(as_pipeline(url), policy=policy)
+
+
+# One login role per test database of this process, dropped at the session's end.
+_LOGINS: dict[str, tuple[str, str]] = {}
+_LOGIN_ROLES = ExitStack()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _drop_login_roles() -> Iterator[None]:
+    with _LOGIN_ROLES:
+        yield
+
+
+def as_pipeline(url: str) -> str:
+    """The URL the pipeline connects by to ``url``'s database, whose Polaris schema the
+    admin has created: ``url`` itself, or with ``PP_TEST_RESTRICTED_ROLE=1`` on PostgreSQL
+    a login role under the operator guide's grants and row-level security (TASK rows
+    only), applied now (a schema reset drops the policies). Seeding what the role may not
+    write goes through ``builders.restricted_role.admin_connection``."""
+    if not url.startswith("postgresql") or not restricted_role_wanted():
+        return url
+    database = make_url(url).database
+    assert database is not None
+    if database not in _LOGINS:
+        _LOGINS[database] = _LOGIN_ROLES.enter_context(login_role(database))
+    role, login = _LOGINS[database]
+    restrict(database, role)
+    return login
 
 
 @pytest.fixture
