@@ -37,7 +37,7 @@ from builders import tables as built_tables
 from builders import tasks as built_tasks
 from builders.postgres import database_url, throwaway_database
 from polaris_pipeline.execution.runner import Runner, child_stages
-from polaris_pipeline.metastore import Metastore, new_entity_id
+from polaris_pipeline.metastore import new_entity_id
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskPolicy, TaskType
@@ -48,6 +48,7 @@ from polaris_pipeline.tasks.payloads import (
 )
 from tests.support.iceberg import Warehouse, view_metadata
 from tests.support.java import WrittenTable, write_iceberg_tables
+from tests.support.metastore import pipeline_store
 from tests.support.polaris_classes import PolarisHarness
 from tests.support.polaris_oracle import (
     DELETES_AND_STATISTICS,
@@ -250,9 +251,8 @@ def purges(
     with throwaway_database("pp_polaris_oracle") as name:
         url = database_url(name)
         policy = TaskPolicy(lease_timeout_ms=60_000, grace_ms=0, polaris_version=RELEASE)
-        store = Metastore(url, policy=policy)
+        store = pipeline_store(url, policy, schema_version=SCHEMA)
         try:
-            store.init_schema(SCHEMA)
             parent = built_tasks.drop_task(spec)
             store.insert_tasks([dataclasses.replace(parent, realm_id=r) for r in (POLARIS_A, OURS)])
             out.imitation = polaris_children(table, parent.name)
@@ -447,9 +447,10 @@ def test_a_dropped_view_polaris_keeps_its_row_and_we_delete_its_metadata_file(
     left: dict[str, list[str]] = {}
     with throwaway_database("pp_polaris_oracle_view") as name:
         url = database_url(name)
-        store = Metastore(url, policy=TaskPolicy(grace_ms=0, polaris_version=RELEASE))
+        store = pipeline_store(
+            url, TaskPolicy(grace_ms=0, polaris_version=RELEASE), schema_version=SCHEMA
+        )
         try:
-            store.init_schema(SCHEMA)
             store.insert_tasks(
                 [dataclasses.replace(parent, realm_id=realm) for realm in VIEW_REALMS.values()]
             )
@@ -550,9 +551,8 @@ def test_hostile_rows_through_polaris_and_us(
     with throwaway_database("pp_polaris_oracle_hostile") as name:
         url = database_url(name)
         policy = TaskPolicy(grace_ms=0, max_attempts=2, polaris_version=RELEASE)
-        store = Metastore(url, policy=policy)
+        store = pipeline_store(url, policy, schema_version=SCHEMA)
         try:
-            store.init_schema(SCHEMA)
             rows = {
                 who: _hostile_rows(realm, tmp_path / "wh", outside)
                 for who, realm in HOSTILE_REALMS.items()

@@ -43,6 +43,7 @@ from polaris_pipeline.tasks.release import RELEASE_ENV
 from tests.reliability import journal as jr
 from tests.reliability.worker import run_polaris
 from tests.support.iceberg import Warehouse
+from tests.support.metastore import pipeline_store
 from tests.support.polaris_classes import PolarisHarness
 from tests.support.polaris_oracle import (
     DELETES_AND_STATISTICS,
@@ -109,9 +110,8 @@ def _polaris_failed(
     neighbour = {f for f in files_under(root) if not f.startswith(f"{location}/")}
     with throwaway_database("pp_polaris_oracle_faults") as name:
         url = database_url(name)
-        store = Metastore(url, policy=TaskPolicy(polaris_version=RELEASE))
+        store = pipeline_store(url, TaskPolicy(polaris_version=RELEASE), schema_version=SCHEMA)
         try:
-            store.init_schema(SCHEMA)
             parent = dataclasses.replace(built_tasks.drop_table_task(table), realm_id=FAULT_REALM)
             store.insert_tasks([parent])
             answer = harness.purge(url, FAULT_REALM, FAULTS[fault])
@@ -269,9 +269,8 @@ def test_the_workers_polaris_executor_leaves_what_polaris_leaves(
     dirs = {who: tmp_path / who for who in realms}
     with throwaway_database("pp_polaris_oracle_executor") as name:
         url = database_url(name)
-        store = Metastore(url, policy=TaskPolicy(polaris_version=RELEASE))
+        store = pipeline_store(url, TaskPolicy(polaris_version=RELEASE), schema_version=SCHEMA)
         try:
-            store.init_schema(SCHEMA)
             for who, realm in realms.items():
                 store.insert_tasks(_executor_rows(realm, dirs[who]))
             before = {who: files_under(d) for who, d in dirs.items()}
