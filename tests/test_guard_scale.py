@@ -39,7 +39,6 @@ from polaris_pipeline.metastore.overlap import GUARD_BOUND_ENV, GuardTimeout, Li
 from polaris_pipeline.storage.uri import parse_location, split_uri
 from polaris_pipeline.tasks.model import TaskPolicy
 from tests.support.iceberg import Warehouse, table_files
-from tests.support.metastore import pipeline_store
 from tests.support.unreferenced import live_entity
 
 # Enough rows that reading them all takes many SQLite steps and PostgreSQL milliseconds.
@@ -76,7 +75,10 @@ def _bulk_live_tables(v5_store: Metastore, n: int = ROWS) -> None:
 
 @pytest.fixture
 def v5_store(metastore_url: str, policy: TaskPolicy) -> Iterator[Metastore]:
-    s = pipeline_store(metastore_url, policy, schema_version=5)
+    # The admin's store, also under PP_TEST_RESTRICTED_ROLE: these tests create the guard
+    # indexes (the tables' owner does, as `guard-indexes` says) and seed live tables.
+    s = Metastore(metastore_url, policy=policy)
+    s.init_schema(5)
     yield s
     s.dispose()
 
