@@ -47,7 +47,7 @@ from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.step_record import STEP_RECORD_KEY
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskRow, TaskType
-from tests.support.dagster import metastore_resource
+from tests.support.dagster import metastore_resource, run_task_job
 from tests.support.iceberg import Warehouse, recorded_drop_task
 from tests.support.tasks import dropped_entity_json
 
@@ -205,15 +205,7 @@ def purge(
         table, realm_id="POLARIS", create_timestamp=store.now_ms() - OLD_MS
     )
     store.insert_tasks([task])
-    result = polaris_task_job.execute_in_process(
-        run_config=run_config_for("POLARIS", task.id, entity_version=1),
-        instance=instance,
-        resources={
-            "metastore": metastore_resource(store),
-            "storage": PolarisStorageResource(allowed_prefixes=[warehouse.uri]),
-        },
-        raise_on_error=False,
-    )
+    result = run_task_job(store, instance, task.id, [warehouse.uri])
     assert result.success
     return result, len(before - warehouse.files())
 

@@ -23,9 +23,7 @@ from pyiceberg.table import Table
 
 from builders.tasks import DropSpec, drop_table_task, drop_task
 from polaris_pipeline.cli import main
-from polaris_pipeline.dagster.contract import OUTCOME_RESTORED, TAG_OUTCOME, run_config_for
-from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
-from polaris_pipeline.dagster.task_job import polaris_task_job
+from polaris_pipeline.dagster.contract import OUTCOME_RESTORED, TAG_OUTCOME
 from polaris_pipeline.dagster.translator import PolarisTranslator
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.execution.runner import Runner
@@ -33,7 +31,7 @@ from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.outcome_view import RESTORED_AS, OutcomeView
 from polaris_pipeline.tasks.model import NewTask, Prop
 from tests.support.cli import url_of
-from tests.support.dagster import metastore_resource
+from tests.support.dagster import run_task_job
 from tests.support.iceberg import Warehouse, table_files, write_view_metadata
 from tests.support.tasks import purge_child
 from tests.support.unreferenced import live_entity
@@ -209,15 +207,7 @@ def test_the_task_job_succeeds_and_its_step_metadata_and_tag_say_restored(
     store.insert_tasks([task])
     _register(store, table, table.metadata_location)
 
-    result = polaris_task_job.execute_in_process(
-        run_config=run_config_for("POLARIS", task.id, entity_version=1),
-        instance=instance,
-        resources={
-            "metastore": metastore_resource(store),
-            "storage": PolarisStorageResource(allowed_prefixes=[local_warehouse.uri]),
-        },
-        raise_on_error=False,
-    )
+    result = run_task_job(store, instance, task.id, [local_warehouse.uri])
 
     assert result.success
     assert _all_exist(local_warehouse, files) and store.list_tasks() == []

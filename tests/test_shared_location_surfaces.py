@@ -17,14 +17,11 @@ from dagster import (
 
 from builders import tasks as built_tasks
 from polaris_pipeline.dagster.alerts import Alert, build_polaris_failure_alert
-from polaris_pipeline.dagster.contract import run_config_for
-from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
-from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.uri import split_uri
 from polaris_pipeline.tasks.model import Prop
 from tests.support.cli import POLICY_FLAGS, run, url_of
-from tests.support.dagster import metastore_resource
+from tests.support.dagster import run_task_job
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.unreferenced import live_entity
 
@@ -120,15 +117,7 @@ def test_the_cli_line_of_a_refusal_names_the_live_table(
 def _job(
     store: Metastore, wh: Warehouse, instance: DagsterInstance, task_id: int
 ) -> ExecuteInProcessResult:
-    return polaris_task_job.execute_in_process(
-        run_config=run_config_for("POLARIS", task_id, entity_version=1),
-        instance=instance,
-        resources={
-            "metastore": metastore_resource(store),
-            "storage": PolarisStorageResource(allowed_prefixes=[wh.uri]),
-        },
-        raise_on_error=False,
-    )
+    return run_task_job(store, instance, task_id, [wh.uri])
 
 
 def test_the_task_job_fails_with_the_refusal_and_the_alert_names_the_live_table(
@@ -170,14 +159,8 @@ def test_the_task_job_with_the_override_purges_and_its_metadata_says_so(
     row = store.get_task("POLARIS", task_id)
     assert row is not None
 
-    result = polaris_task_job.execute_in_process(
-        run_config=run_config_for("POLARIS", task_id, entity_version=row.entity_version),
-        instance=instance,
-        resources={
-            "metastore": metastore_resource(store),
-            "storage": PolarisStorageResource(allowed_prefixes=[local_warehouse.uri]),
-        },
-        raise_on_error=False,
+    result = run_task_job(
+        store, instance, task_id, [local_warehouse.uri], entity_version=row.entity_version
     )
 
     assert result.success

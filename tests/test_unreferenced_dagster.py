@@ -10,15 +10,14 @@ from pyiceberg.table import Table
 
 from builders import tables as built_tables
 from builders import tasks as built_tasks
-from polaris_pipeline.dagster.contract import FINISH_STEP, run_config_for
+from polaris_pipeline.dagster.contract import FINISH_STEP
 from polaris_pipeline.dagster.realm_backfill import polaris_realm_backfill_job
 from polaris_pipeline.dagster.reporting import report_run
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
-from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Prop
-from tests.support.dagster import metastore_resource, realm_run_config
+from tests.support.dagster import metastore_resource, realm_run_config, run_task_job
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.unreferenced import add_unreferenced, live_entity, settle
 
@@ -41,15 +40,7 @@ def _run(
     if allow_shared_location:
         task.properties[Prop.ALLOW_SHARED_LOCATION] = "true"
     store.insert_tasks([task])
-    result = polaris_task_job.execute_in_process(
-        run_config=run_config_for("POLARIS", task.id, entity_version=1),
-        instance=instance,
-        resources={
-            "metastore": metastore_resource(store, **resource),
-            "storage": PolarisStorageResource(allowed_prefixes=[wh.uri]),
-        },
-        raise_on_error=False,
-    )
+    result = run_task_job(store, instance, task.id, [wh.uri], **resource)
     return table, neighbour, unreferenced, result
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from dagster import DagsterInstance, Definitions, SensorDefinition
+from dagster import DagsterInstance, Definitions, ExecuteInProcessResult, SensorDefinition
 from sqlalchemy.engine import make_url
 
 from builders.postgres import PG_ADMIN_URL, database_url, throwaway_database
@@ -21,6 +21,7 @@ from polaris_pipeline.dagster.alerts import (
     smtp_of,
 )
 from polaris_pipeline.dagster.backlog import BacklogSettings
+from polaris_pipeline.dagster.contract import run_config_for
 from polaris_pipeline.dagster.definitions import build_defs
 from polaris_pipeline.dagster.realm_backfill import OP_NAME as REALM_BACKFILL_OP
 from polaris_pipeline.dagster.resources import (
@@ -30,6 +31,7 @@ from polaris_pipeline.dagster.resources import (
     clear_metastore_cache,
     clear_storage_cache,
 )
+from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.settings import AlertSection
 from polaris_pipeline.settings.pipeline import section_from_env
@@ -175,3 +177,26 @@ def sweeper_resources(
 def realm_run_config(realm: str, **bounds: Any) -> dict[str, Any]:
     """The backfill job's run config for ``realm`` (``bounds``: other RealmSweepConfig fields)."""
     return {"ops": {REALM_BACKFILL_OP: {"config": {"realm": realm, **bounds}}}}
+
+
+def run_task_job(
+    store: Metastore,
+    instance: DagsterInstance,
+    task_id: int,
+    allowed_prefixes: list[str],
+    *,
+    entity_version: int = 1,
+    realm: str = "POLARIS",
+    **metastore_overrides: Any,
+) -> ExecuteInProcessResult:
+    """One run of ``polaris_task_job`` for ``task_id`` in process (errors kept in the
+    result), deleting only under ``allowed_prefixes``."""
+    return polaris_task_job.execute_in_process(
+        run_config=run_config_for(realm, task_id, entity_version=entity_version),
+        instance=instance,
+        resources={
+            "metastore": metastore_resource(store, **metastore_overrides),
+            "storage": PolarisStorageResource(allowed_prefixes=allowed_prefixes),
+        },
+        raise_on_error=False,
+    )
