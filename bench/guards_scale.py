@@ -48,7 +48,6 @@ from builders.catalogs import catalog_entity
 from builders.tables import build_table
 from builders.tasks import DropSpec, drop_task, task_row
 from polaris_pipeline.cleanup.context import CleanupContext
-from polaris_pipeline.cleanup.unreferenced import run_unreferenced
 from polaris_pipeline.execution.outcome import Status
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.leaks.find import metastore_leaks
@@ -60,7 +59,8 @@ from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.uri import parse_location, split_uri
 from polaris_pipeline.tasks.model import TABLE_LIKE_TYPE_CODE, NewTask, TaskPolicy
 from polaris_pipeline.tasks.payloads import decode_dropped_entity
-from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
+from polaris_pipeline.unreferenced.listing import run_unreferenced
+from polaris_pipeline.unreferenced.mode import UnreferencedMode
 
 TITLE = "12. Guard cost against the live-table count (issue 46)"
 FULL: dict[str, Any] = {

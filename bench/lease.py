@@ -5,7 +5,7 @@ remain, by 1 and by 4 concurrent leasing processes (spawned, each with its own
 connections). The baseline is Polaris's own algorithm on the same data: list a
 realm's tasks, then one compare-and-set UPDATE per task. It runs over plain
 psycopg (``bench/polaris_baseline.py``, the baseline of the ratios) and as the
-SQLAlchemy model the tests use (``tests/support/polaris_leaser.py``). The table
+SQLAlchemy model the tests use (``builders/polaris_leaser.py``). The table
 is re-seeded (TRUNCATE, COPY, VACUUM ANALYZE) before every run.
 
 Every run is checked: each process returns every (realm, id, attempt) it
@@ -43,7 +43,7 @@ QUICK = {"tasks": 10_000, "batch": 1_000, "repeats": 1}
 PROCESS_COUNTS = (1, 4)
 OURS = "ours"
 POLARIS = "polaris"  # the baseline: Polaris's algorithm over plain psycopg
-POLARIS_SQLA = "polaris-sqla"  # the same algorithm, tests/support/polaris_leaser.py
+POLARIS_SQLA = "polaris-sqla"  # the same algorithm, builders/polaris_leaser.py
 LABELS = {
     OURS: "ours (one UPDATE … SKIP LOCKED)",
     POLARIS: "Polaris list + CAS, psycopg (baseline)",
@@ -64,8 +64,8 @@ def _leaser(
 ) -> None:
     """One leasing process: lease until nothing is left, report what it got."""
     from bench.polaris_baseline import load_tasks
+    from builders.polaris_leaser import polaris_load_tasks
     from polaris_pipeline.metastore import Metastore
-    from tests.support.polaris_leaser import polaris_load_tasks
 
     trips = count_round_trips()
     store = Metastore(url)
@@ -461,7 +461,7 @@ def run(quick: bool = False) -> BenchResult:
         "through the others) until every realm returns nothing. It runs twice: over plain "
         "psycopg (`bench/polaris_baseline.py`, the baseline the ratios use: its client costs "
         "per task are closer to a Java server's) and as "
-        "`tests/support/polaris_leaser.polaris_load_tasks` (SQLAlchemy, through an engine "
+        "`builders/polaris_leaser.polaris_load_tasks` (SQLAlchemy, through an engine "
         "made by `make_engine`, like ours). The psycopg baseline runs as many times as ours, "
         "alternating with it, and the ratio compares the median run of each. Every lease "
         "each process got is collected and "

@@ -1,6 +1,6 @@
 """Polaris's ``loadTasks`` over plain psycopg: the lean form of the lease baseline.
 
-The same algorithm as ``tests/support/polaris_leaser.polaris_load_tasks`` (list
+The same algorithm as ``builders/polaris_leaser.polaris_load_tasks`` (list
 the realm's tasks, then one compare-and-set UPDATE per available task, each in
 its own transaction, a lost CAS skipped; Polaris's local clock; no grace
 period, backoff or dead-letter state), without SQLAlchemy: no statement

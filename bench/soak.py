@@ -7,7 +7,7 @@ A real ``dagster-daemon run`` (``builders/daemon.py``: deploy/dagster.yaml's
 queue, launcher and run monitoring) with the repository's code location, over a
 PostgreSQL metastore made for the run; Dagster's own storage is SQLite under
 DAGSTER_HOME or a dagster-postgres database made for the run. The writer
-(``tests/support/polaris_writer.py``) writes one event every ``event_interval_s``
+(``builders/polaris_writer.py``) writes one event every ``event_interval_s``
 for ``minutes``; then it stops and the deployment is given ``drain_s`` to finish.
 
 The run retention job is on (``POLARIS_PIPELINE_RETENTION_SUCCESS_DAYS`` and
@@ -57,11 +57,11 @@ from bench.soak_probe import (
     service_rss,
 )
 from builders.daemon import SENSOR_NAME, DaemonConfig, DaemonHarness
+from builders.polaris_writer import UNHANDLED_KINDS, Event, PolarisWriter, wait_until
 from builders.runs import set_run_updated
 from polaris_pipeline.dagster.contract import TAG_TOTAL
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import TaskPolicy, TaskState
-from tests.support.polaris_writer import UNHANDLED_KINDS, Event, PolarisWriter, wait_until
 
 T = TypeVar("T")
 RESULTS_DIR = Path(__file__).resolve().parent / "results" / "soak"

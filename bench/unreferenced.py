@@ -2,7 +2,7 @@
 
 100,000 objects (10,000 with ``--quick``) that no metadata names are uploaded
 under one table prefix of a bucket on a moto S3 server (its own process on
-127.0.0.1). The unreferenced phase (``cleanup/unreferenced.py``, behind a real
+127.0.0.1). The unreferenced phase (``unreferenced/listing.py``, behind a real
 SQLite metastore's overlap check) runs over them twice: in ``report`` mode
 (listing only) and in ``delete`` mode (listing, the overlap check again before
 each page of 1,000, ``DeleteObjects`` per page). Beside it, in the same run,
@@ -39,14 +39,14 @@ SCALE_ENV = "BENCH_UNREFERENCED_OBJECTS"
 def _phase(bucket: str, endpoint: str, location: str, mode: str, workdir: Path) -> dict[str, Any]:
     from builders.tasks import DropSpec, drop_task, task_row
     from polaris_pipeline.cleanup.context import CleanupContext
-    from polaris_pipeline.cleanup.unreferenced import run_unreferenced
     from polaris_pipeline.metastore import Metastore
     from polaris_pipeline.metastore.overlap import LiveLocations
     from polaris_pipeline.storage.config import StorageConfig, StorageRule
     from polaris_pipeline.storage.resolve import StorageResolver
     from polaris_pipeline.tasks.model import NewTask, TaskType
     from polaris_pipeline.tasks.payloads import decode_dropped_entity
-    from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
+    from polaris_pipeline.unreferenced.listing import run_unreferenced
+    from polaris_pipeline.unreferenced.mode import UnreferencedMode
 
     store = Metastore(f"sqlite:///{workdir}/{uuid.uuid4().hex[:6]}.db")
     store.init_schema()

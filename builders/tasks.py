@@ -9,6 +9,7 @@ of a purge, ``task_row`` the row a metastore holds for a task just inserted,
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Iterable, Mapping
@@ -179,6 +180,38 @@ def batch_task(
         internal_properties=internal or {"storageLocation": "file:///nowhere/ns/t"},
         create_timestamp=create_timestamp,
     )
+
+
+def dropped_entity_json(**overrides: Any) -> str:
+    """The ``data`` of an ENTITY_CLEANUP_SCHEDULER task, written out by hand in Jackson's
+    bean names (not through our encoder), with any field overridden: hostile inputs too.
+    """
+    doc: dict[str, Any] = {
+        "catalogId": 1,
+        "id": 42,
+        "parentId": 2,
+        "typeCode": 7,
+        "subTypeCode": 2,
+        "name": "t",
+        "entityVersion": 1,
+        "createTimestamp": 0,
+        "dropTimestamp": 0,
+        "purgeTimestamp": 0,
+        "toPurgeTimestamp": 0,
+        "lastUpdateTimestamp": 0,
+        "grantRecordsVersion": 1,
+        "properties": "{}",
+        "internalProperties": json.dumps({"metadata-location": "file:///wh/ns/t/metadata/v1.json"}),
+    }
+    doc.update(overrides)
+    return json.dumps(doc)
+
+
+def manifest_task_data(raw: bytes | str) -> str:
+    """A MANIFEST_FILE_CLEANUP ``data`` carrying ``raw`` (bytes are base64-encoded, as
+    Polaris does; a str goes in as given, so hostile encodings can be written)."""
+    data = raw if isinstance(raw, str) else base64.b64encode(raw).decode()
+    return json.dumps({"tableId": TABLE_ID, "manifestFileData": data})
 
 
 def insert_row(store: Metastore, row: dict[str, Any]) -> None:

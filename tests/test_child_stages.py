@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from builders import tasks as built_tasks
+from builders.tasks import dropped_entity_json
 from polaris_pipeline.cleanup import dispatch
 from polaris_pipeline.cleanup.children import new_child
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
@@ -29,7 +30,6 @@ from polaris_pipeline.tasks.model import NewTask, TaskType
 from polaris_pipeline.tasks.ref import Lease
 from tests.support.handlers import replace_table_handler
 from tests.support.iceberg import Warehouse, drop_task_row
-from tests.support.tasks import dropped_entity_json
 
 OLD_MS = 10 * 60_000
 TABLE = payloads.TableIdentifier(("ns",), "t")

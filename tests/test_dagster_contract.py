@@ -26,7 +26,7 @@ from dagster import (
 from dagster._core.storage.tags import RUN_KEY_TAG as DAGSTERS_RUN_KEY_TAG
 from dagster.components.testing import create_defs_folder_sandbox
 
-from builders.tasks import batch_task
+from builders.tasks import TABLE_ID, batch_task, manifest_task_data
 from polaris_pipeline.dagster import PolarisSweeper, build_defs
 from polaris_pipeline.dagster.contract import (
     CONTRACT_VERSION,
@@ -62,7 +62,6 @@ from polaris_pipeline.tasks.payloads import batch_cleanup_task_name
 from tests.support import reexecution_job
 from tests.support.daemon_fixtures import write_storage_config
 from tests.support.dagster import metastore_resource
-from tests.support.tasks import TABLE_ID, manifest_task_data
 from tests.support.translators import TEAM, TEAM_TAG, LakeTranslator
 
 REALM = "POLARIS"

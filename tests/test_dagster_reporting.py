@@ -26,7 +26,7 @@ from dagster import (
 from builders import tasks as built_tasks
 from builders.runs import finished_task_run, has_total
 from builders.tables import build_table
-from builders.tasks import batch_task
+from builders.tasks import batch_task, dropped_entity_json
 from polaris_pipeline.dagster.contract import (
     TAG_CATALOG,
     TAG_LOCATION,
@@ -49,7 +49,6 @@ from polaris_pipeline.report.step_record import STEP_RECORD_KEY
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskRow, TaskType
 from tests.support.dagster import metastore_resource, run_task_job
 from tests.support.iceberg import Warehouse, recorded_drop_task
-from tests.support.tasks import dropped_entity_json
 
 OLD_MS = 3_600_000
 

@@ -134,15 +134,22 @@ def test_storage_is_layered() -> None:
 
 
 # The package from the bottom up: a module imports only its own unit or units below it.
-# A unit is a subpackage or a root module; settings/bounds.py is a leaf of its own (a
-# number's bounds, one message each: the settings check them, and so does the engine).
+# A unit is a subpackage or a root module, or one of the leaves below, each a unit of its
+# own: settings/bounds.py (a number's bounds, one message each: the settings check them,
+# and so does the engine), the unreferenced phase's mode and report (a realm's policy and
+# a handler's result carry them) and execution/outcome.py (the phase's leftover check
+# reads the outcome the Runner made).
+LEAVES = ("settings.bounds", "unreferenced.mode", "unreferenced.report", "execution.outcome")
 PACKAGE_LAYERS = (
-    ("errors", "settings.bounds"),
+    ("errors", "settings.bounds", "unreferenced.mode"),
     ("tasks",),  # rows, states, payloads, references: Polaris's data; how it is written
+    ("unreferenced.report",),  # what the unreferenced phase found and did, in tasks' words
     ("storage",),  # locations, filesystems, credentials, the guard, deletes
     ("metastore",),  # statements and transitions over the rows
     ("cleanup",),  # one handler per task type, on storage
     ("leaks",),  # leaked table roots: the catalogs' locations listed, owners checked
+    ("execution.outcome",),  # how one attempt ended
+    ("unreferenced",),  # a dropped table's unreferenced files: listing, phase, leftover check
     ("execution",),  # start, run, observe one lease: the Runner
     ("restore",),  # a held table: restorable, registered again, its purge ended
     ("report",),  # outcomes shown: view, totals, progress, "nothing available"
@@ -160,10 +167,11 @@ UPWARD_IMPORTS: dict[tuple[str, str], str] = {
 
 
 def _unit(module: str) -> str:
-    """``polaris_pipeline.storage.uri`` -> ``storage``; the leaf -> ``settings.bounds``."""
+    """``polaris_pipeline.storage.uri`` -> ``storage``; a leaf -> itself (``settings.bounds``)."""
     parts = module.split(".")[1:]
-    if parts[:2] == ["settings", "bounds"]:
-        return "settings.bounds"
+    leaf = ".".join(parts[:2])
+    if leaf in LEAVES:
+        return leaf
     return parts[0] if parts else ""
 
 
@@ -209,7 +217,7 @@ def test_the_packages_layers_point_down() -> None:
         for rel, ms in imports.items()
         if rel.startswith("report/")
         for m in ms
-        if _unit(m) == "execution"
+        if m.split(".")[1] == "execution"
     }
     assert report_reads <= {"polaris_pipeline.execution.outcome"}
     # The command line is a front end: nothing else of the package imports it.

@@ -7,10 +7,10 @@ from collections import Counter
 
 import pytest
 
+from builders.polaris_leaser import polaris_load_tasks
 from builders.tasks import batch_task
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import TaskPolicy
-from tests.support.polaris_leaser import polaris_load_tasks
 
 REALMS = ["alpha", "beta", "gamma"]
 TASKS_PER_REALM = 1_000

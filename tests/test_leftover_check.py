@@ -1,5 +1,5 @@
 """A task whose row vanished while we held it: what is left under its location is listed
-and said, never deleted (``execution/leftover_check.py``).
+and said, never deleted (``unreferenced/leftover_check.py``).
 
 A real pyiceberg table is dropped and its task leased by a ``Runner`` against a real
 metastore (PostgreSQL and SQLite). Its row is then deleted, as Polaris deletes a task
@@ -18,7 +18,6 @@ from sqlalchemy import ColumnElement, delete, update
 from builders import tables as built_tables
 from builders import tasks as built_tasks
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
-from polaris_pipeline.execution.leftover_check import ROW_GONE
 from polaris_pipeline.execution.runner import Runner, Status, TaskOutcome
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.schema import entities
@@ -27,6 +26,7 @@ from polaris_pipeline.report.outcome_view import OutcomeView
 from polaris_pipeline.report.step_record import STEP_RECORD_KEY
 from polaris_pipeline.tasks.model import NewTask, Prop
 from polaris_pipeline.tasks.ref import Lease
+from polaris_pipeline.unreferenced.leftover_check import ROW_GONE
 from tests.support.iceberg import Warehouse
 from tests.support.unreferenced import add_unreferenced, live_entity, settle
 

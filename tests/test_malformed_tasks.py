@@ -7,17 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from builders.tasks import TABLE_ID, batch_task
+from builders.tasks import TABLE_ID, batch_task, dropped_entity_json, manifest_task_data
 from polaris_pipeline.execution.runner import Runner, Status
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.tasks.manifest_codec import encode_manifest_file
 from polaris_pipeline.tasks.model import NewTask, Prop
-from tests.support.tasks import (
-    dropped_entity_json,
-    insert_raw_task,
-    manifest_ref,
-    manifest_task_data,
-)
+from tests.support.tasks import insert_raw_task, manifest_ref
 
 GOOD_MANIFEST = encode_manifest_file(manifest_ref())
 

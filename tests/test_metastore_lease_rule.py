@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, text
 
+from builders.tasks import dropped_entity_json
 from polaris_pipeline.metastore import Metastore, new_entity_id, predicates
 from polaris_pipeline.metastore.connection import DB_NOW_MS
 from polaris_pipeline.metastore.schema import POLARIS_SCHEMA
@@ -23,7 +24,7 @@ from polaris_pipeline.tasks.model import (
     is_unhandled_cleanup,
 )
 from polaris_pipeline.tasks.payloads import DroppedEntity, encode_dropped_entity
-from tests.support.tasks import catalog_row, dropped_entity_json, insert_row, seed
+from tests.support.tasks import catalog_row, insert_row, seed
 
 TIMEOUT = 60_000
 GRACE = 500_000

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from builders.tasks import batch_task
+from builders.tasks import batch_task, dropped_entity_json
 from polaris_pipeline.errors import (
     GuardRefusal,
     PayloadError,
@@ -15,7 +15,6 @@ from polaris_pipeline.errors import (
 from polaris_pipeline.execution.runner import Runner, Status
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskState
-from tests.support.tasks import dropped_entity_json
 
 
 def _task(realm: str, task_type: str, data: str, internal: dict[str, str] | None = None) -> NewTask:

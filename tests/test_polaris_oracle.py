@@ -35,7 +35,9 @@ from sqlalchemy import create_engine, text
 
 from builders import tables as built_tables
 from builders import tasks as built_tasks
+from builders.polaris_writer import polaris_children
 from builders.postgres import database_url, throwaway_database
+from builders.tasks import dropped_entity_json, manifest_task_data
 from polaris_pipeline.execution.runner import Runner, child_stages
 from polaris_pipeline.metastore import new_entity_id
 from polaris_pipeline.storage.config import StorageConfig
@@ -58,8 +60,6 @@ from tests.support.polaris_oracle import (
     local_path,
     oracle_harness,
 )
-from tests.support.polaris_writer import polaris_children
-from tests.support.tasks import dropped_entity_json, manifest_task_data
 
 pytestmark = pytest.mark.slow
 
@@ -100,7 +100,7 @@ class Purges:
     outside: set[str]  # every other file of the warehouse (the live neighbour)
     delete_files: set[str]  # delete manifests and the delete files they name
     unnamed: set[str]  # the table's files its current metadata does not name
-    # tests/support/polaris_writer.py's imitation of the children Polaris creates
+    # builders/polaris_writer.py's imitation of the children Polaris creates
     imitation: list[tuple[str, TaskType, str]] = field(default_factory=list)
     deleted: dict[str, set[str]] = field(default_factory=dict)  # run -> files gone
     left: dict[str, list[str]] = field(default_factory=dict)  # run -> rows left, described
@@ -378,7 +378,7 @@ def test_polaris_purge_runs_and_deletes_the_table(purges: Purges) -> None:
 
 @pytest.mark.usefixtures("_report")
 def test_our_imitation_writes_the_children_polaris_writes(purges: Purges) -> None:
-    """tests/support/polaris_writer.polaris_children (the soak's dying Polaris) writes the
+    """builders/polaris_writer.polaris_children (the soak's dying Polaris) writes the
     children Polaris 1.4.1's own TableCleanupTaskHandler creates: one MANIFEST child per
     manifest (Polaris's order among them is a hash map's), and the same BATCH children in
     the same order with the same files, the current metadata file in none."""

@@ -18,7 +18,7 @@ from polaris_pipeline.settings import (
     env_variable,
 )
 from polaris_pipeline.tasks.model import RealmOverride, TaskPolicy
-from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
+from polaris_pipeline.unreferenced.mode import UnreferencedMode
 
 
 def test_defaults_are_the_lease_policy_s() -> None:

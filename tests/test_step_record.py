@@ -26,7 +26,6 @@ from dagster import (
 )
 
 from polaris_pipeline.cleanup.context import CleanupResult
-from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
 from polaris_pipeline.dagster.reporting import report_run
 from polaris_pipeline.dagster.tables import TableRef
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
@@ -36,6 +35,7 @@ from polaris_pipeline.report import outcome_view, totals
 from polaris_pipeline.report.step_record import STEP_RECORD_KEY, StepRecord, read_step
 from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.tasks.ref import Lease, TaskRef
+from polaris_pipeline.unreferenced.report import UnreferencedReport
 
 
 def lease(task_id: int) -> Lease:

@@ -11,7 +11,7 @@ from polaris_pipeline.execution.outcome import Status, TableFinish, TaskOutcome
 from polaris_pipeline.tasks.decoded import DecodedTask
 from polaris_pipeline.tasks.model import TaskRow
 from polaris_pipeline.tasks.ref import Lease
-from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
+from polaris_pipeline.unreferenced.mode import UnreferencedMode
 
 LEASE = Lease("POLARIS", 7, "exec-1", 2, 5, 1_000, task_type_code="4", name="entityCleanup_7")
 ROW = TaskRow("POLARIS", 7, "entityCleanup_7", 5, 1, 900, 1_000, {"data": "{}"})

@@ -101,13 +101,6 @@ def test_the_check_sees_every_spelling_of_a_test_module_import() -> None:
     ]
 
 
-# bench/ modules that still import tests/support/, each with why; fixing one removes it.
-BENCH_IMPORTS_OF_TESTS = {
-    ("bench/soak.py", "tests.support.polaris_writer"): "to move to builders/ (edited elsewhere)",
-    ("bench/lease.py", "tests.support.polaris_leaser"): "to move to builders/ (edited elsewhere)",
-}
-
-
 def _imports_of_tests(trees: dict[str, ast.Module]) -> set[tuple[str, str]]:
     """``(path, module of tests/)`` for each import of the suite, in a function too."""
     found: set[tuple[str, str]] = set()
@@ -128,9 +121,7 @@ def test_the_benchmarks_and_builders_import_nothing_of_the_suite() -> None:
     # both use lives in builders/), so a test helper's edit cannot break a benchmark.
     trees = _trees("bench", "builders")
     assert len(trees) > 20  # the walk found them
-    found = _imports_of_tests(trees)
-    assert found - set(BENCH_IMPORTS_OF_TESTS) == set()
-    assert set(BENCH_IMPORTS_OF_TESTS) - found == set(), "a fixed one leaves the list"
+    assert _imports_of_tests(trees) == set()
     probe = ast.parse("def f() -> None:\n    import tests.support.tasks\n")
     assert _imports_of_tests({"bench/x.py": probe}) == {("bench/x.py", "tests.support.tasks")}
 

@@ -39,11 +39,11 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, delete
 
+from builders.polaris_leaser import polaris_batch_files, polaris_load_tasks
 from builders.tasks import batch_task
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.schema import entities
 from tests.support.dagster import dagster_home
-from tests.support.polaris_leaser import polaris_batch_files, polaris_load_tasks
 
 ROOT = Path(__file__).resolve().parent.parent
 REALM = "POLARIS"

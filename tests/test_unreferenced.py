@@ -19,8 +19,6 @@ from pyiceberg.table import Table
 from builders import tables as built_tables
 from builders import tasks as built_tasks
 from polaris_pipeline.cleanup.context import CleanupContext
-from polaris_pipeline.cleanup.unreferenced import prefix_refusal, run_unreferenced
-from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
 from polaris_pipeline.execution.runner import Runner, Status, TaskOutcome
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import LiveLocations, Overlap, escape_like, overlap_terms
@@ -29,7 +27,9 @@ from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.uri import Location, parse_location, split_uri
 from polaris_pipeline.tasks.model import NewTask, Prop, RealmOverride, TaskPolicy, TaskState
 from polaris_pipeline.tasks.payloads import decode_dropped_entity
-from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
+from polaris_pipeline.unreferenced.listing import prefix_refusal, run_unreferenced
+from polaris_pipeline.unreferenced.mode import UnreferencedMode
+from polaris_pipeline.unreferenced.report import UnreferencedReport
 from tests.support.iceberg import Warehouse, table_files
 from tests.support.unreferenced import (
     NAMESPACE_TYPE_CODE,

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from builders import tasks as built_tasks
-from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
 from polaris_pipeline.execution.runner import Runner, Status
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
 from polaris_pipeline.storage.resolve import StorageResolver
+from polaris_pipeline.unreferenced.report import UnreferencedReport
 from tests.support.azurite import azurite  # noqa: F401
 from tests.support.clouds import Cloud, open_cloud
 from tests.support.gcs import fake_gcs  # noqa: F401

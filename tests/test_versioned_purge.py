@@ -14,7 +14,6 @@ from typing import Any
 from builders import tasks as built_tasks
 from polaris_pipeline.cleanup.context import CleanupResult
 from polaris_pipeline.cleanup.tally import tally
-from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
 from polaris_pipeline.dagster.tables import TableRef
 from polaris_pipeline.dagster.translator import PolarisTranslator
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
@@ -28,6 +27,7 @@ from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.storage.delete import DeleteReport
 from polaris_pipeline.tasks.formatting import PATH_SAMPLE
 from polaris_pipeline.tasks.ref import Lease
+from polaris_pipeline.unreferenced.report import UnreferencedReport
 from tests.support.cleanup_sweep import assert_all_ok, sweep
 from tests.support.iceberg import Warehouse, drop_task_row, table_files
 from tests.support.unreferenced import add_unreferenced, settle

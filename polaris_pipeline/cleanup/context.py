@@ -13,12 +13,12 @@ from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING
 
 from polaris_pipeline.cleanup.stages import Staged
-from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
 from polaris_pipeline.errors import GuardRefusal
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.tasks.decoded import DecodedTask
 from polaris_pipeline.tasks.model import NewTask, TaskRow
 from polaris_pipeline.tasks.release import FIRST_RELEASE, PolarisRelease
+from polaris_pipeline.unreferenced.report import UnreferencedReport
 
 if TYPE_CHECKING:
     # Only a type here; importing the resolver brings in pyiceberg's file IO.
@@ -108,7 +108,7 @@ class CleanupResult:
     # The live entity the shared-location guard found, when the task's override
     # (``allowSharedLocation``) let the purge go on anyway; None: nothing overridden.
     shared_location_override: str | None = None
-    # The table's unreferenced files, once the phase ran (``cleanup/unreferenced.py``).
+    # The table's unreferenced files, once the phase ran (``unreferenced/listing.py``).
     unreferenced: UnreferencedReport | None = None
 
     @property

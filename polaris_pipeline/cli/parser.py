@@ -30,7 +30,7 @@ from polaris_pipeline.settings import (
 from polaris_pipeline.storage.config import CONFIG_ENV_VAR
 from polaris_pipeline.tasks.model import TaskState
 from polaris_pipeline.tasks.release import RELEASE_ENV, PolarisRelease
-from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
+from polaris_pipeline.unreferenced.mode import UnreferencedMode
 
 
 class _HelpFormatter(argparse.HelpFormatter):

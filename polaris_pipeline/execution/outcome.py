@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from polaris_pipeline.tasks.decoded import DecodedTask
 from polaris_pipeline.tasks.model import TaskRow
 from polaris_pipeline.tasks.ref import Lease
-from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
+from polaris_pipeline.unreferenced.mode import UnreferencedMode
 
 if TYPE_CHECKING:
     from polaris_pipeline.cleanup.context import CleanupResult

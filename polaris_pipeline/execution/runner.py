@@ -27,7 +27,6 @@ from polaris_pipeline.errors import (
     is_permanent,
     one_line,
 )
-from polaris_pipeline.execution import leftover_check
 from polaris_pipeline.execution.attempt_end import AttemptEnds
 from polaris_pipeline.execution.attempt_record import AttemptRecords, RecordStatus
 from polaris_pipeline.execution.fencing import LeaseDeadlines
@@ -36,7 +35,6 @@ from polaris_pipeline.execution.observer import AttemptObserver
 from polaris_pipeline.execution.outcome import ProgressFn, Status, TableFinish, TaskOutcome
 from polaris_pipeline.execution.start import StartAction, StartDecision, decide_start
 from polaris_pipeline.execution.task_storage import task_storage
-from polaris_pipeline.execution.unreferenced_phase import mode_for, phase_entity, run_phase
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.metastore.overlap import LiveLocations
 from polaris_pipeline.metastore.release_probe import ReleaseProbe
@@ -45,7 +43,9 @@ from polaris_pipeline.tasks.decoded import DecodedTask
 from polaris_pipeline.tasks.model import NewTask, TaskRow, TaskState
 from polaris_pipeline.tasks.ref import Lease
 from polaris_pipeline.tasks.release import TaskEvents
-from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
+from polaris_pipeline.unreferenced import leftover_check
+from polaris_pipeline.unreferenced.mode import UnreferencedMode
+from polaris_pipeline.unreferenced.phase import mode_for, phase_entity, run_phase
 
 if TYPE_CHECKING:
     # Imported where a runner is built: it brings in pyiceberg's file IO, which
@@ -89,7 +89,7 @@ class Runner:
         deletion_record: str | None = None,
     ) -> None:
         """``unreferenced``: what a dropped table's run does, last, with the files its
-        metadata no longer names (``execution/unreferenced_phase.py``): the metastore
+        metadata no longer names (``unreferenced/phase.py``): the metastore
         policy's mode unless given here; realms' overrides in the policy beat either.
         ``write_task_events``: write Polaris's BEFORE/AFTER_ATTEMPT_TASK rows to its
         ``events`` table (schema v3+) where the realm's release writes them (``"always"``:

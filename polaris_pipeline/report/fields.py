@@ -52,7 +52,7 @@ RETENTION_FIELDS: tuple[OutcomeField, ...] = (
 # ``freed``, ``kept``, ``unknown``, ``mixed``; null when nothing was deleted.
 RETENTION = "retention"
 
-# A dropped table's unreferenced files (``cleanup/unreferenced.py``), on the same
+# A dropped table's unreferenced files (``unreferenced/listing.py``), on the same
 # surfaces; apart from OUTCOME_FIELDS, whose five numbers every total adds up. Files
 # and bytes are what was deleted (``delete``) or would go (``report``, a dry run).
 UNREFERENCED_FIELDS: tuple[OutcomeField, ...] = (

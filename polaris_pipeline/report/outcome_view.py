@@ -37,7 +37,7 @@ from polaris_pipeline.tasks.formatting import (
 from polaris_pipeline.tasks.summary import PayloadSummary, summarize
 
 if TYPE_CHECKING:
-    from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
+    from polaris_pipeline.unreferenced.report import UnreferencedReport
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from polaris_pipeline.tasks.model import (
     hold_days_ms,
 )
 from polaris_pipeline.tasks.release import ALWAYS, PolarisRelease, TaskEvents, parse_task_events
-from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
+from polaris_pipeline.unreferenced.mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
 
 _POLICY = TaskPolicy()
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from polaris_pipeline.errors import PayloadError, first_error
 from polaris_pipeline.tasks.release import PolarisRelease, TaskEvents
-from polaris_pipeline.tasks.unreferenced_mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
+from polaris_pipeline.unreferenced.mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
 
 TASK_TYPE_CODE = 8
 # The entity type of a catalog, whose internal properties hold its storage configuration.

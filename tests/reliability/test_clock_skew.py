@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from builders import polaris_leaser
 from builders.tasks import batch_task
 from polaris_pipeline.execution.runner import Heartbeat
 from polaris_pipeline.metastore import Metastore
@@ -20,7 +21,6 @@ from tests.reliability.harness import (
     rel_policy,
     touch_all,
 )
-from tests.support import polaris_leaser
 
 SKEW_HOURS = 6
 LEASE_MS = 60_000
@@ -167,7 +167,7 @@ def test_skewed_sweepers_neither_steal_nor_miss(
         tasks_lost=len(missed),
     )
     # For contrast, and outside the claim: Polaris's own executor judges expiry on its
-    # local clock (tests/support/polaris_leaser.py models it). Measured, not asserted.
+    # local clock (builders/polaris_leaser.py models it). Measured, not asserted.
     live_id = seeded["ahead"]["live"][0]
     real_time = polaris_leaser.time.time
     try:

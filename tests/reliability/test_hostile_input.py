@@ -24,7 +24,7 @@ import pytest
 from builders import tables as built_tables
 from builders import tasks as built_tasks
 from builders.avro_bomb import write_manifest_bomb
-from builders.tasks import batch_task
+from builders.tasks import TABLE_ID, batch_task, dropped_entity_json, manifest_task_data
 from polaris_pipeline.cleanup.avro_blocks import MAX_BLOCK_BYTES
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.tasks.manifest_codec import encode_manifest_file
@@ -44,13 +44,7 @@ from tests.reliability.harness import (
     touch_all,
 )
 from tests.support.iceberg import Warehouse, table_files
-from tests.support.tasks import (
-    TABLE_ID,
-    dropped_entity_json,
-    insert_raw_task,
-    manifest_ref,
-    manifest_task_data,
-)
+from tests.support.tasks import insert_raw_task, manifest_ref
 
 REALM = "hostile"
 SQL_REALM = "'; DROP TABLE entities; --"

@@ -3,7 +3,7 @@
 ``bench/soak.py``'s soak at CI size: a real ``dagster-daemon run`` with the
 repository's code location over a PostgreSQL metastore and a dagster-postgres
 instance (both databases made for this test), the writer of
-``tests/support/polaris_writer.py`` (dropped pyiceberg tables, purges a Polaris
+``builders/polaris_writer.py`` (dropped pyiceberg tables, purges a Polaris
 executor died in, batch and manifest orphans, hostile rows) one event every five
 seconds, then a drain. Run retention is on (one day, every minute), each
 finished run backdated by a day 30 s after it ended (``bench/soak.py`` says why).

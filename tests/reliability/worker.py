@@ -4,7 +4,7 @@ What runs is the engine itself: ``polaris_pipeline.execution.runner.Runner`` wit
 handlers, heartbeat and fencing (mode ``runner``: ``Runner.sweep()`` in a loop),
 or the operator CLI's ``main`` (mode ``cli``: ``polaris-pipeline sweep``
 and friends), or a model of Polaris's own executor (mode ``polaris``: list-then-CAS
-leasing from ``tests/support/polaris_leaser.py``, then a BATCH row run as Polaris 1.4.1's
+leasing from ``builders/polaris_leaser.py``, then a BATCH row run as Polaris 1.4.1's
 handler and executor run it, checked against them: ``tests/reliability/polaris_executor.py``;
 without any fencing).
 
@@ -244,10 +244,10 @@ def run_polaris(cfg: dict[str, Any], journal: Journal) -> int:
     that refuses every delete (the oracle's ``refuse-deletes``)."""
     from sqlalchemy import delete
 
+    from builders.polaris_leaser import polaris_load_tasks
     from polaris_pipeline.metastore import Metastore
     from polaris_pipeline.metastore.schema import entities
     from tests.reliability.polaris_executor import Verdict, batch_files, row_properties, run_batch
-    from tests.support.polaris_leaser import polaris_load_tasks
 
     store = Metastore(cfg["url"], policy=_policy(cfg))
     engine = store.engine

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import base64
-import json
 from pathlib import Path
 from typing import Any
 
 from builders.restricted_role import admin_connection
-from builders.tasks import TABLE_ID, batch_task, insert_row
+from builders.tasks import batch_task, insert_row
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.metastore.schema import version as version_table
 from polaris_pipeline.tasks import payloads
@@ -26,31 +24,6 @@ def seed(store: Metastore, realm: str, n: int, **kwargs: Any) -> list[NewTask]:
     tasks = [batch_task(realm, **kwargs) for _ in range(n)]
     store.insert_tasks(tasks)
     return tasks
-
-
-def dropped_entity_json(**overrides: Any) -> str:
-    """The ``data`` of an ENTITY_CLEANUP_SCHEDULER task, written out by hand in Jackson's
-    bean names (not through our encoder), with any field overridden: hostile inputs too.
-    """
-    doc: dict[str, Any] = {
-        "catalogId": 1,
-        "id": 42,
-        "parentId": 2,
-        "typeCode": 7,
-        "subTypeCode": 2,
-        "name": "t",
-        "entityVersion": 1,
-        "createTimestamp": 0,
-        "dropTimestamp": 0,
-        "purgeTimestamp": 0,
-        "toPurgeTimestamp": 0,
-        "lastUpdateTimestamp": 0,
-        "grantRecordsVersion": 1,
-        "properties": "{}",
-        "internalProperties": json.dumps({"metadata-location": "file:///wh/ns/t/metadata/v1.json"}),
-    }
-    doc.update(overrides)
-    return json.dumps(doc)
 
 
 def manifest_ref(path: str = "file:///wh/ns/t/metadata/m.avro") -> ManifestFileRef:
@@ -73,13 +46,6 @@ def manifest_ref(path: str = "file:///wh/ns/t/metadata/m.avro") -> ManifestFileR
         key_metadata=None,
         first_row_id=None,
     )
-
-
-def manifest_task_data(raw: bytes | str) -> str:
-    """A MANIFEST_FILE_CLEANUP ``data`` carrying ``raw`` (bytes are base64-encoded, as
-    Polaris does; a str goes in as given, so hostile encodings can be written)."""
-    data = raw if isinstance(raw, str) else base64.b64encode(raw).decode()
-    return json.dumps({"tableId": TABLE_ID, "manifestFileData": data})
 
 
 def insert_raw_task(

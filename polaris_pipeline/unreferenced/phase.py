@@ -7,7 +7,7 @@ heartbeat renews it) until its last stage is done, then ``Runner.finish_table``
 runs the phase and completes the row. In ``report`` mode the row completes as
 ever and the report is made afterwards from the row the attempt read. A table
 with no children runs the phase inside its attempt. What fails an attempt and
-what only refuses: ``cleanup/unreferenced.py``.
+what only refuses: ``unreferenced/listing.py``.
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ from __future__ import annotations
 from collections.abc import Set
 
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
-from polaris_pipeline.cleanup.unreferenced import run_unreferenced
-from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import LiveLocations
 from polaris_pipeline.storage.uri import normalize_uri
 from polaris_pipeline.tasks.decoded import DecodedTask
 from polaris_pipeline.tasks.model import TaskPolicy, TaskRow
 from polaris_pipeline.tasks.payloads import DroppedEntity
-from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
+from polaris_pipeline.unreferenced.listing import run_unreferenced
+from polaris_pipeline.unreferenced.mode import UnreferencedMode
+from polaris_pipeline.unreferenced.report import UnreferencedReport
 
 
 def mode_for(policy: TaskPolicy, realm_id: str, default: UnreferencedMode) -> UnreferencedMode:

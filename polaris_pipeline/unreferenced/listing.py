@@ -42,7 +42,6 @@ from polaris_pipeline.cleanup.context import CleanupContext
 from polaris_pipeline.cleanup.deleting import recorded
 from polaris_pipeline.cleanup.guard import Guard
 from polaris_pipeline.cleanup.roots import recorded_roots
-from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
 from polaris_pipeline.errors import MetastoreError, PayloadError, StorageError
 from polaris_pipeline.metastore.overlap import Overlap
 from polaris_pipeline.storage.catalog_config import catalog_storage
@@ -56,7 +55,8 @@ from polaris_pipeline.storage.uri import (
 )
 from polaris_pipeline.tasks.formatting import PATH_SAMPLE
 from polaris_pipeline.tasks.payloads import DroppedEntity
-from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
+from polaris_pipeline.unreferenced.mode import UnreferencedMode
+from polaris_pipeline.unreferenced.report import UnreferencedReport
 
 # A dry run's plan lists at most this many paths (the rest are counted): bounded memory.
 PLAN_PATHS = 100_000

@@ -13,7 +13,7 @@ class UnreferencedReport:
 
     ``refusal``: the whole prefix was refused for safety (an overlap, a root, no
     recorded location); ``error``: the phase failed (a listing or the metastore).
-    What each does to the task: ``cleanup/unreferenced.py``.
+    What each does to the task: ``unreferenced/listing.py``.
     """
 
     mode: str

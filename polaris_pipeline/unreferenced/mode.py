@@ -3,7 +3,7 @@
 ``off``: nothing. ``report`` (the default): list the table's prefix after the
 referenced purge and record what is there and would go, deleting nothing.
 ``delete``: delete it, behind the overlap rule, the roots and the drop time
-(``cleanup/unreferenced.py``).
+(``unreferenced/listing.py``).
 """
 
 from __future__ import annotations

@@ -54,6 +54,7 @@ from bench.common import orphaned_task
 from bench.daemon_e2e import orphaned_children
 from builders import tables as built_tables
 from builders import tasks as built_tasks
+from builders.tasks import dropped_entity_json, manifest_task_data
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.metastore.schema import entities
 from polaris_pipeline.tasks.manifest_codec import manifest_ref_from_pyiceberg
@@ -67,7 +68,6 @@ from polaris_pipeline.tasks.payloads import (
     encode_manifest_cleanup,
     manifest_cleanup_task_name,
 )
-from tests.support.tasks import dropped_entity_json, manifest_task_data
 
 # One rotation of event kinds: 4 tables, 2 dying executors, 2 batch and 2 manifest
 # orphans, 1 hostile row in every 11 events.

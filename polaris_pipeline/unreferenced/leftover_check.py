@@ -5,7 +5,7 @@ row: Polaris ran the task to its end (its row is deleted then), another holder
 finished it after our lease lapsed, or an operator discarded it. Either way nobody
 will run it again, and a row gone does not prove the files are (issue 38). So the
 holder does not just stop: it lists the dropped entity's recorded location as the
-unreferenced phase does in ``report`` mode (``cleanup/unreferenced.py``: the
+unreferenced phase does in ``report`` mode (``unreferenced/listing.py``: the
 catalog's recorded location only, refused when a live entity overlaps it or it is
 a root or above an allowed location), reads only, deletes nothing, and the outcome
 carries that report (``the prefix is empty`` or ``N object(s) left under it``,
@@ -30,8 +30,6 @@ import logging
 from typing import Protocol
 
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
-from polaris_pipeline.cleanup.unreferenced import run_unreferenced
-from polaris_pipeline.cleanup.unreferenced_report import UnreferencedReport
 from polaris_pipeline.errors import LeaseLost, PolarisPipelineError, one_line
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.metastore import Metastore
@@ -39,7 +37,9 @@ from polaris_pipeline.metastore.overlap import LiveLocations
 from polaris_pipeline.tasks.decoded import DecodedTask
 from polaris_pipeline.tasks.payloads import DroppedEntity
 from polaris_pipeline.tasks.ref import Lease
-from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
+from polaris_pipeline.unreferenced.listing import run_unreferenced
+from polaris_pipeline.unreferenced.mode import UnreferencedMode
+from polaris_pipeline.unreferenced.report import UnreferencedReport
 
 log = logging.getLogger("polaris_pipeline.runner")
 
