@@ -7,16 +7,22 @@ import certifi
 import pytest
 
 from polaris_pipeline.settings import (
+    CONFIG_ENV_VAR,
     ENV_VARIABLES,
     GRACE_ENV,
     LEASE_TIMEOUT_ENV,
     MAX_ATTEMPTS_ENV,
     REALMS_ENV,
+    ExecutorSection,
+    GuardSection,
     MetastoreSection,
     PipelineSettings,
     SettingsError,
     env_variable,
+    executor_settings,
+    setting_from_env,
 )
+from polaris_pipeline.settings.pipeline import section_from_env
 from polaris_pipeline.tasks.model import RealmOverride, TaskPolicy
 from polaris_pipeline.tasks.unreferenced_mode import UnreferencedMode
 
@@ -78,8 +84,24 @@ def test_every_variable_is_read() -> None:
         "POLARIS_PIPELINE_ALERT_SMTP_LOGIN_INSECURE": "true",
         "POLARIS_PIPELINE_ALERT_WEBHOOK_ALLOW_HTTP_INSECURE": "true",
         "POLARIS_PIPELINE_ALERT_UI_URL": "https://dagster.example.com",
+        "POLARIS_PIPELINE_TASK_EXECUTOR": "celery",
+        "POLARIS_PIPELINE_CELERY_BROKER": "pyamqp://pp:s3cret@rabbit:5672//",
+        "POLARIS_PIPELINE_CELERY_BACKEND": "redis://:s3cret@redis/1",
+        "POLARIS_PIPELINE_CELERY_QUEUE": "polaris",
+        "POLARIS_PIPELINE_IO_BASE_DIR": "/shared/steps",
+        "POLARIS_PIPELINE_GUARD_BOUND_S": "2.5",
     }
     assert set(env) == set(ENV_VARIABLES.values())
+    steps = executor_settings(env)
+    assert steps == ExecutorSection(
+        task_executor="celery",
+        celery_broker="pyamqp://pp:s3cret@rabbit:5672//",
+        celery_backend="redis://:s3cret@redis/1",
+        celery_queue="polaris",
+        io_base_dir="/shared/steps",
+    )
+    assert "s3cret" not in repr(steps)
+    assert setting_from_env("guard", "bound_s", env) == 2.5
     s = PipelineSettings.from_env(env)
     m = s.metastore
     assert m.url == "sqlite:////tmp/p.db"
@@ -314,3 +336,36 @@ def test_every_section_s_variables_reach_its_resource() -> None:
     resources = deployment_from_env(env).resources
     for section in ("storage", "sweeper", "backlog", "retention", "leaks"):
         assert resources[section].model_dump() == getattr(settings, section).model_dump()
+
+
+@pytest.mark.parametrize(
+    ("section", "name", "raw", "message"),
+    [
+        ("guard", "POLARIS_PIPELINE_GUARD_BOUND_S", "soon", "GUARD_BOUND_S='soon': not a number"),
+        ("guard", "POLARIS_PIPELINE_GUARD_BOUND_S", "-1", "GUARD_BOUND_S='-1': Input should be"),
+        ("guard", "POLARIS_PIPELINE_GUARD_BOUND_S", "inf", "bound must be a finite number"),
+        ("executor", "POLARIS_PIPELINE_TASK_EXECUTOR", "k8s", "TASK_EXECUTOR='k8s': Input should"),
+    ],
+)
+def test_a_bad_value_of_a_process_section_names_its_variable(
+    section: str, name: str, raw: str, message: str
+) -> None:
+    with pytest.raises(SettingsError) as err:
+        section_from_env(section, {name: raw})
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_one_setting_is_read_alone_from_its_section() -> None:
+    """A caller that needs one field (the storage config path, the metastore URL) is not
+    refused for another field's bad value, and gets the default when its own is unset."""
+    env = {"POLARIS_PIPELINE_DELETION_RECORD": "nowhere", CONFIG_ENV_VAR: " /etc/s.yaml "}
+    assert setting_from_env("storage", "config_path", env) == "/etc/s.yaml"
+    with pytest.raises(SettingsError, match="POLARIS_PIPELINE_DELETION_RECORD"):
+        section_from_env("storage", env)
+    assert setting_from_env("storage", "config_path", {}) is None
+    assert setting_from_env("guard", "bound_s", {}) == GuardSection().bound_s == 60.0
+    # Not a block of the pipeline's settings: the CLI and the code location are not
+    # refused for a bad executor variable they never use.
+    assert (
+        PipelineSettings.from_env({"POLARIS_PIPELINE_TASK_EXECUTOR": "k8s"}) == PipelineSettings()
+    )

@@ -18,7 +18,8 @@ import pytest
 from fsspec.implementations.local import LocalFileSystem
 
 from polaris_pipeline.errors import GuardRefusal, StorageConfigError, StorageError
-from polaris_pipeline.storage.config import CONFIG_ENV_VAR, StorageConfig, StorageRule
+from polaris_pipeline.settings import CONFIG_ENV_VAR
+from polaris_pipeline.storage.config import StorageConfig, StorageRule
 from polaris_pipeline.storage.delete import bulk_delete
 from polaris_pipeline.storage.guard import PathGuard
 from polaris_pipeline.storage.redact import mask_options, redact

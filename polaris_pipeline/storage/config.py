@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from polaris_pipeline.errors import StorageConfigError
+from polaris_pipeline.settings import setting_from_env
 from polaris_pipeline.storage.named import (
     STORAGE_NAMES_KEY,
     NamedIdentity,
@@ -41,8 +42,6 @@ from polaris_pipeline.storage.named import (
 from polaris_pipeline.storage.options import check_options
 from polaris_pipeline.storage.redact import mask_options, secret_values
 from polaris_pipeline.storage.uri import location_within, normalize_uri, split_uri
-
-CONFIG_ENV_VAR = "POLARIS_PIPELINE_STORAGE_CONFIG"
 
 # Which S3 endpoint of a catalog's AwsStorageConfigurationInfo the sweeper uses.
 # Polaris's own file access prefers ``endpointInternal`` (the default: a sweeper
@@ -187,7 +186,7 @@ class StorageConfig:
     def load(cls, path: str | os.PathLike[str] | None = None) -> StorageConfig:
         """Load from ``path``, else ``$POLARIS_PIPELINE_STORAGE_CONFIG``, else empty."""
         if path is None:
-            path = os.environ.get(CONFIG_ENV_VAR) or None
+            path = setting_from_env("storage", "config_path")
         if path is None:
             return cls()
         p = Path(path)
