@@ -32,7 +32,6 @@ from typing import Any
 import yaml
 
 from polaris_pipeline.errors import StorageConfigError
-from polaris_pipeline.settings import setting_from_env
 from polaris_pipeline.storage.named import (
     STORAGE_NAMES_KEY,
     NamedIdentity,
@@ -183,12 +182,8 @@ class StorageConfig:
             raise StorageConfigError(f"{source}: {e}") from None
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str] | None = None) -> StorageConfig:
-        """Load from ``path``, else ``$POLARIS_PIPELINE_STORAGE_CONFIG``, else empty."""
-        if path is None:
-            path = setting_from_env("storage", "config_path")
-        if path is None:
-            return cls()
+    def load(cls, path: str | os.PathLike[str]) -> StorageConfig:
+        """Load the file at ``path`` (the storage section's ``config_path``)."""
         p = Path(path)
         source = f"storage config {p}"
         try:

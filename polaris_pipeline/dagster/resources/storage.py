@@ -57,6 +57,8 @@ class PolarisStorageResource(ConfigurableResource, StorageSection):
                     StorageConfig.from_mapping(body, source="storage resource")
                     if inline
                     else StorageConfig.load(path)
+                    if path
+                    else StorageConfig()
                 )
                 # Imported here: the resolver brings in pyiceberg's file IO, which a
                 # sensor tick that only checks the config does not need.
