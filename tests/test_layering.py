@@ -353,9 +353,6 @@ ENVIRON_READERS: dict[tuple[str, str], str] = {
     ("storage/credentials/azure.py", "configured_key"): "the Azure SDK's credential chain",
     ("storage/credentials/gcs.py", "gcs_emulator"): "the Google SDK's STORAGE_EMULATOR_HOST",
     ("cli/table.py", "output_width"): "the terminal's COLUMNS",
-    ("restore/register.py", "from_env"): (
-        "the restore command's REST target (POLARIS_PIPELINE_RESTORE_*): not a section yet"
-    ),
 }
 
 

@@ -17,9 +17,11 @@ from polaris_pipeline.settings import (
     GuardSection,
     MetastoreSection,
     PipelineSettings,
+    RestoreSection,
     SettingsError,
     env_variable,
     executor_settings,
+    restore_settings,
     setting_from_env,
 )
 from polaris_pipeline.settings.pipeline import section_from_env
@@ -90,6 +92,11 @@ def test_every_variable_is_read() -> None:
         "POLARIS_PIPELINE_CELERY_QUEUE": "polaris",
         "POLARIS_PIPELINE_IO_BASE_DIR": "/shared/steps",
         "POLARIS_PIPELINE_GUARD_BOUND_S": "2.5",
+        "POLARIS_PIPELINE_RESTORE_REST_URI": " https://polaris.example.com/api/catalog ",
+        "POLARIS_PIPELINE_RESTORE_CATALOG": "lake",
+        "POLARIS_PIPELINE_RESTORE_CLIENT_ID": "root",
+        "POLARIS_PIPELINE_RESTORE_CLIENT_SECRET": "s3cret",
+        "POLARIS_PIPELINE_RESTORE_SCOPE": "PRINCIPAL_ROLE:admin",
     }
     assert set(env) == set(ENV_VARIABLES.values())
     steps = executor_settings(env)
@@ -102,6 +109,15 @@ def test_every_variable_is_read() -> None:
     )
     assert "s3cret" not in repr(steps)
     assert setting_from_env("guard", "bound_s", env) == 2.5
+    restore = restore_settings(env)
+    assert restore == RestoreSection(
+        rest_uri="https://polaris.example.com/api/catalog",
+        catalog="lake",
+        client_id="root",
+        client_secret="s3cret",
+        scope="PRINCIPAL_ROLE:admin",
+    )
+    assert "s3cret" not in repr(restore)
     s = PipelineSettings.from_env(env)
     m = s.metastore
     assert m.url == "sqlite:////tmp/p.db"

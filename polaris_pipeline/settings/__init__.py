@@ -17,8 +17,10 @@ from polaris_pipeline.settings.pipeline import (
     PipelineSettings,
     env_variable,
     executor_settings,
+    restore_settings,
     setting_from_env,
 )
+from polaris_pipeline.settings.restore import RestoreSection
 from polaris_pipeline.settings.retention import RetentionSection
 from polaris_pipeline.settings.section import Section, SettingsError
 from polaris_pipeline.settings.storage import CONFIG_ENV_VAR, DELETION_RECORD_ENV, StorageSection
@@ -54,6 +56,7 @@ __all__ = [
     "LeakSection",
     "MetastoreSection",
     "PipelineSettings",
+    "RestoreSection",
     "RetentionSection",
     "Section",
     "SettingsError",
@@ -62,5 +65,6 @@ __all__ = [
     "TaskExecutor",
     "env_variable",
     "executor_settings",
+    "restore_settings",
     "setting_from_env",
 ]

@@ -5,7 +5,7 @@ the field's name (``sweeper.interval_seconds`` is
 ``POLARIS_PIPELINE_SWEEPER_INTERVAL_SECONDS``), unless the field names its own
 (``json_schema_extra={"env": ...}``: the metastore URL, the storage config) or none.
 
-The executor and guard sections are read the same way, but by the process that uses
+The executor, guard and restore sections are read the same way, but by the process that uses
 them (``executor_settings``, ``setting_from_env``): they are not blocks of
 ``PipelineSettings``. Nothing outside ``settings/`` reads a setting's variable.
 
@@ -30,6 +30,7 @@ from polaris_pipeline.settings.executor import ExecutorSection
 from polaris_pipeline.settings.guard import GuardSection
 from polaris_pipeline.settings.leaks import LeakSection
 from polaris_pipeline.settings.metastore import MetastoreSection
+from polaris_pipeline.settings.restore import RestoreSection
 from polaris_pipeline.settings.retention import RetentionSection
 from polaris_pipeline.settings.section import ENV_PREFIX, Section, SettingsError
 from polaris_pipeline.settings.storage import StorageSection
@@ -102,6 +103,13 @@ def executor_settings(environ: Mapping[str, str] | None = None) -> ExecutorSecti
     return section
 
 
+def restore_settings(environ: Mapping[str, str] | None = None) -> RestoreSection:
+    """The restore section, read from the environment of the command or op that restores."""
+    section = section_from_env("restore", environ)
+    assert isinstance(section, RestoreSection)
+    return section
+
+
 def _read(
     section: str, fields: list[tuple[str, str]], environ: Mapping[str, str] | None
 ) -> Section:
@@ -140,6 +148,7 @@ _SECTIONS: dict[str, type[Section]] = {
 _PROCESS_SECTIONS: dict[str, type[Section]] = {
     "executor": ExecutorSection,
     "guard": GuardSection,
+    "restore": RestoreSection,
 }
 _READABLE = {**_SECTIONS, **_PROCESS_SECTIONS}
 # The words a section's variables start with, after POLARIS_PIPELINE_.
@@ -153,6 +162,7 @@ _ENV_SECTION = {
     "alerts": "ALERT_",
     "executor": "",
     "guard": "GUARD_",
+    "restore": "RESTORE_",
 }
 
 
