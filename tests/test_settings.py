@@ -13,6 +13,7 @@ from polaris_pipeline.settings import (
     LEASE_TIMEOUT_ENV,
     MAX_ATTEMPTS_ENV,
     REALMS_ENV,
+    URL_ENV,
     ExecutorSection,
     GuardSection,
     MetastoreSection,
@@ -385,3 +386,40 @@ def test_one_setting_is_read_alone_from_its_section() -> None:
     assert (
         PipelineSettings.from_env({"POLARIS_PIPELINE_TASK_EXECUTOR": "k8s"}) == PipelineSettings()
     )
+
+
+def test_the_metastore_url_not_passed_is_the_variable_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    from polaris_pipeline.errors import MetastoreError
+    from polaris_pipeline.metastore import resolve_url
+
+    monkeypatch.setenv(URL_ENV, " sqlite:////tmp/from-env.db ")
+    assert resolve_url(None).database == "/tmp/from-env.db"
+    assert resolve_url("sqlite:////tmp/given.db").database == "/tmp/given.db"  # given wins
+    monkeypatch.setenv(URL_ENV, "  ")
+    with pytest.raises(
+        MetastoreError, match=f"^no metastore URL: pass --metastore or set {URL_ENV}$"
+    ):
+        resolve_url(None)
+
+
+def test_the_restore_target_takes_flags_over_its_section() -> None:
+    from polaris_pipeline.errors import PolarisPipelineError
+    from polaris_pipeline.restore.register import CATALOG_ENV, URI_ENV, RestTarget
+
+    env = {
+        URI_ENV: "https://polaris/api/catalog",
+        CATALOG_ENV: " lake ",
+        "POLARIS_PIPELINE_RESTORE_CLIENT_SECRET": "s3cret",
+        "POLARIS_PIPELINE_RESTORE_SCOPE": " ",
+    }
+    target = RestTarget.from_env(None, None, env)
+    assert (target.uri, target.catalog, target.scope) == (
+        "https://polaris/api/catalog",
+        "lake",
+        "PRINCIPAL_ROLE:ALL",
+    )
+    assert target.client_secret == "s3cret" and "s3cret" not in repr(target)
+    flagged = RestTarget.from_env("https://other/api/catalog", "sea", env)
+    assert (flagged.uri, flagged.catalog) == ("https://other/api/catalog", "sea")
+    with pytest.raises(PolarisPipelineError, match=f"--catalog or \\${CATALOG_ENV}$"):
+        RestTarget.from_env(None, None, {})
