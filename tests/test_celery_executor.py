@@ -53,7 +53,8 @@ from polaris_pipeline.dagster.celery import (
 from polaris_pipeline.dagster.contract import FINISH_STEP, JOB_NAME
 from polaris_pipeline.dagster.sweeper import SENSOR_NAME
 from polaris_pipeline.dagster.task_job import polaris_task_job
-from polaris_pipeline.metastore import URL_ENV, Metastore
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.settings import URL_ENV, SettingsError, executor_settings
 from tests.support.iceberg import Warehouse, table_files
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -253,12 +254,21 @@ def test_celery_job_is_the_task_job_with_another_executor() -> None:
 
 def test_executor_config_names_the_variables_never_their_values() -> None:
     secret = "pyamqp://polaris:s3cret@rabbit:5672//"
-    config = celery_executor_config({BROKER_ENV: secret, BACKEND_ENV: "redis://:pw@r/1"})
+    section = executor_settings({BROKER_ENV: secret, BACKEND_ENV: "redis://:pw@r/1"})
+    config = celery_executor_config(section)
     assert config == {"broker": {"env": BROKER_ENV}, "backend": {"env": BACKEND_ENV}}
-    assert "s3cret" not in repr(config)
-    queued = celery_executor_config({QUEUE_ENV: "polaris"})
+    assert "s3cret" not in repr(config) and "s3cret" not in repr(section)
+    queued = celery_executor_config(executor_settings({QUEUE_ENV: " polaris "}))
     assert queued == {"config_source": {"task_default_queue": "polaris"}}
-    assert celery_executor_config({}) == {}  # dagster-celery's defaults
+    # Blank is unset: dagster-celery's defaults.
+    assert celery_executor_config(executor_settings({BROKER_ENV: " ", QUEUE_ENV: ""})) == {}
+
+
+def test_an_unknown_executor_is_refused_naming_its_variable() -> None:
+    from polaris_pipeline.dagster import TASK_EXECUTOR_ENV, build_defs_from_env
+
+    with pytest.raises(SettingsError, match=f"^{TASK_EXECUTOR_ENV}='kubernetes': "):
+        build_defs_from_env({TASK_EXECUTOR_ENV: "kubernetes"})
 
 
 def test_celery_location_is_the_main_location_with_the_task_job_on_celery(

@@ -18,7 +18,8 @@ from polaris_pipeline.dagster import PolarisSweeper
 from polaris_pipeline.dagster.backlog import no_dead_tasks, no_stale_orphans
 from polaris_pipeline.dagster.contract import JOB_NAME
 from polaris_pipeline.dagster.sweeper import SENSOR_NAME
-from polaris_pipeline.metastore import URL_ENV, Metastore
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.settings import URL_ENV
 from tests.support.tasks import seed
 
 ATTRIBUTES: dict[str, Any] = {

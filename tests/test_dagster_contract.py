@@ -53,9 +53,8 @@ from polaris_pipeline.dagster.sweeper import run_request_for
 from polaris_pipeline.dagster.tables import table_of
 from polaris_pipeline.dagster.task_job import build_polaris_task_job, polaris_task_job
 from polaris_pipeline.dagster.translator import PolarisTranslator, translator_from_path
-from polaris_pipeline.metastore import URL_ENV, Metastore, new_entity_id
-from polaris_pipeline.settings import GRACE_ENV
-from polaris_pipeline.storage.config import CONFIG_ENV_VAR
+from polaris_pipeline.metastore import Metastore, new_entity_id
+from polaris_pipeline.settings import CONFIG_ENV_VAR, GRACE_ENV, URL_ENV
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskRow
 from polaris_pipeline.tasks.orphans import CandidateRun
 from polaris_pipeline.tasks.payloads import batch_cleanup_task_name

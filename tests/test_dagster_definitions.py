@@ -24,7 +24,7 @@ from polaris_pipeline.dagster.definitions import (
     build_resources,
     deployment_from_env,
 )
-from polaris_pipeline.metastore import URL_ENV
+from polaris_pipeline.settings import URL_ENV
 
 RESOURCE_KEYS = ["metastore", "storage", "sweeper", "backlog", "retention", "leaks"]
 # build_defs' signature as users call it: keyword-only, in this order.

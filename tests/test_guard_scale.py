@@ -35,7 +35,8 @@ from polaris_pipeline.metastore.guard_indexes import (
     create_guard_indexes,
     missing_guard_indexes,
 )
-from polaris_pipeline.metastore.overlap import GUARD_BOUND_ENV, GuardTimeout, LiveLocations
+from polaris_pipeline.metastore.overlap import GuardTimeout, LiveLocations
+from polaris_pipeline.settings import GUARD_BOUND_ENV, SettingsError
 from polaris_pipeline.storage.uri import parse_location, split_uri
 from polaris_pipeline.tasks.model import TaskPolicy
 from tests.support.iceberg import Warehouse, table_files
@@ -271,8 +272,13 @@ def test_a_bound_that_is_no_number_is_one_clear_error(
     v5_store: Metastore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(GUARD_BOUND_ENV, "soon")
-    with pytest.raises(Exception, match=f"{GUARD_BOUND_ENV}='soon' is not a number of seconds"):
+    with pytest.raises(SettingsError, match=f"^{GUARD_BOUND_ENV}='soon': not a number$"):
         LiveLocations(v5_store.engine, 5)
+    monkeypatch.setenv(GUARD_BOUND_ENV, "0")
+    with pytest.raises(SettingsError, match=f"^{GUARD_BOUND_ENV}='0': .*greater than 0"):
+        LiveLocations(v5_store.engine, 5)
+    monkeypatch.setenv(GUARD_BOUND_ENV, "2.5")
+    assert LiveLocations(v5_store.engine, 5).bound_s == 2.5
 
 
 def test_the_guard_indexes_command_checks_and_creates(

@@ -145,6 +145,7 @@ PACKAGE_LAYERS = (
     ("tasks",),  # rows, states, payloads, references: Polaris's data; how it is written
     ("unreferenced.report",),  # what the unreferenced phase found and did, in tasks' words
     ("storage",),  # locations, filesystems, credentials, the guard, deletes
+    ("settings",),  # every setting, one schema; of the engine only the leaves below
     ("metastore",),  # statements and transitions over the rows
     ("cleanup",),  # one handler per task type, on storage
     ("leaks",),  # leaked table roots: the catalogs' locations listed, owners checked
@@ -153,7 +154,6 @@ PACKAGE_LAYERS = (
     ("execution",),  # start, run, observe one lease: the Runner
     ("restore",),  # a held table: restorable, registered again, its purge ended
     ("report",),  # outcomes shown: view, totals, progress, "nothing available"
-    ("settings",),  # every setting, for the two front ends
     ("cli", "dagster"),  # the two front ends; neither imports the other
 )
 # Imports that point up, each with why it is still there; the test insists each exists,
@@ -317,3 +317,88 @@ def test_the_package_has_no_import_circle() -> None:
     assert _circles(graph) == []
     # The check finds one: a module that imports one of its importers.
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# What settings/ may import of the rest of the package: leaves that import nothing of it
+# but errors and each other (the data a setting is checked against), never the engine.
+SETTINGS_LEAVES = {
+    "polaris_pipeline.errors",
+    "polaris_pipeline.storage.redact",  # masking a URL's password in a repr or an error
+    "polaris_pipeline.storage.uri",  # the location rule of a deletion record's prefix
+    "polaris_pipeline.tasks.model",  # TaskPolicy, the metastore section resolved
+    "polaris_pipeline.tasks.release",
+    "polaris_pipeline.unreferenced.mode",
+}
+
+
+def test_the_settings_import_nothing_of_the_engine() -> None:
+    imports = _package_imports()
+    settings = {rel: ms for rel, ms in imports.items() if rel.startswith("settings/")}
+    outside = {
+        rel: sorted(m for m in ms if not m.startswith("polaris_pipeline.settings"))
+        for rel, ms in settings.items()
+    }
+    assert {rel: [m for m in ms if m not in SETTINGS_LEAVES] for rel, ms in outside.items()} == {
+        rel: [] for rel in settings
+    }
+    # Each leaf is one: it imports of the package only errors and the other leaves.
+    for leaf in SETTINGS_LEAVES:
+        rel = leaf.removeprefix("polaris_pipeline.").replace(".", "/") + ".py"
+        assert imports[rel] <= SETTINGS_LEAVES, leaf
+    assert len(settings) > 10  # the walk found settings/
+
+
+# Where the package reads the environment outside settings/, each with why: none of them
+# is a setting of ours (a regression, an os.environ read of one, fails the test below).
+ENVIRON_READERS: dict[tuple[str, str], str] = {
+    ("dagster/definitions.py", "sweeper_default_status"): (
+        "Dagster's own DAGSTER_IS_DEV_CLI, set by `dagster dev` (no public API reads it)"
+    ),
+    ("dagster/component.py", "_as_env_var"): (
+        "which variable holds a rendered value, so the resource keeps the EnvVar, not it"
+    ),
+    ("storage/config.py", "_resolve_env"): "a storage config's {env: NAME}: the user's names",
+    ("storage/credentials/azure.py", "configured_key"): "the Azure SDK's credential chain",
+    ("storage/credentials/gcs.py", "gcs_emulator"): "the Google SDK's STORAGE_EMULATOR_HOST",
+    ("cli/table.py", "output_width"): "the terminal's COLUMNS",
+}
+
+
+def _environ_reads(path: Path) -> set[str]:
+    """The functions of ``path`` that touch ``os.environ``/``os.getenv`` (``""``: the
+    module's own top level), or import either by name."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST, function: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inside = function
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                inside = child.name
+            if (
+                isinstance(child, ast.Attribute)
+                and child.attr in ("environ", "getenv", "environb", "getenvb")
+                and isinstance(child.value, ast.Name)
+                and child.value.id == "os"
+            ) or (
+                isinstance(child, ast.ImportFrom)
+                and child.module == "os"
+                and any(a.name in ("environ", "getenv") for a in child.names)
+            ):
+                found.add(function)
+            visit(child, inside)
+
+    visit(ast.parse(path.read_text(), str(path)), "")
+    return found
+
+
+def test_nothing_outside_the_settings_reads_the_environment_for_a_setting() -> None:
+    reads = {
+        (path.relative_to(PACKAGE).as_posix(), function)
+        for path in PACKAGE.rglob("*.py")
+        if path.relative_to(PACKAGE).parts[0] != "settings"
+        for function in _environ_reads(path)
+    }
+    assert sorted(reads - set(ENVIRON_READERS)) == []
+    assert sorted(set(ENVIRON_READERS) - reads) == [], "a fixed one leaves the list"
+    # The walk sees a read: the settings' own reader is one.
+    assert _environ_reads(PACKAGE / "settings" / "pipeline.py")

@@ -20,7 +20,7 @@ from polaris_pipeline.dagster.restore_job import (
     polaris_restore_table_job,
 )
 from polaris_pipeline.errors import PolarisPipelineError
-from polaris_pipeline.metastore import URL_ENV, Metastore
+from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.restore.register import RegisterError, RestTarget
 from polaris_pipeline.restore.restore import (
     RestorePlan,
@@ -29,6 +29,7 @@ from polaris_pipeline.restore.restore import (
     restore,
     write_restore_record,
 )
+from polaris_pipeline.settings import URL_ENV
 from polaris_pipeline.tasks.model import NewTask, TaskRow
 from polaris_pipeline.tasks.payloads import TableIdentifier
 from tests.support.cli import run, url_of

@@ -7,16 +7,25 @@ import certifi
 import pytest
 
 from polaris_pipeline.settings import (
+    CONFIG_ENV_VAR,
     ENV_VARIABLES,
     GRACE_ENV,
     LEASE_TIMEOUT_ENV,
     MAX_ATTEMPTS_ENV,
     REALMS_ENV,
+    URL_ENV,
+    ExecutorSection,
+    GuardSection,
     MetastoreSection,
     PipelineSettings,
+    RestoreSection,
     SettingsError,
     env_variable,
+    executor_settings,
+    restore_settings,
+    setting_from_env,
 )
+from polaris_pipeline.settings.pipeline import section_from_env
 from polaris_pipeline.tasks.model import RealmOverride, TaskPolicy
 from polaris_pipeline.unreferenced.mode import UnreferencedMode
 
@@ -78,8 +87,38 @@ def test_every_variable_is_read() -> None:
         "POLARIS_PIPELINE_ALERT_SMTP_LOGIN_INSECURE": "true",
         "POLARIS_PIPELINE_ALERT_WEBHOOK_ALLOW_HTTP_INSECURE": "true",
         "POLARIS_PIPELINE_ALERT_UI_URL": "https://dagster.example.com",
+        "POLARIS_PIPELINE_TASK_EXECUTOR": "celery",
+        "POLARIS_PIPELINE_CELERY_BROKER": "pyamqp://pp:s3cret@rabbit:5672//",
+        "POLARIS_PIPELINE_CELERY_BACKEND": "redis://:s3cret@redis/1",
+        "POLARIS_PIPELINE_CELERY_QUEUE": "polaris",
+        "POLARIS_PIPELINE_IO_BASE_DIR": "/shared/steps",
+        "POLARIS_PIPELINE_GUARD_BOUND_S": "2.5",
+        "POLARIS_PIPELINE_RESTORE_REST_URI": " https://polaris.example.com/api/catalog ",
+        "POLARIS_PIPELINE_RESTORE_CATALOG": "lake",
+        "POLARIS_PIPELINE_RESTORE_CLIENT_ID": "root",
+        "POLARIS_PIPELINE_RESTORE_CLIENT_SECRET": "s3cret",
+        "POLARIS_PIPELINE_RESTORE_SCOPE": "PRINCIPAL_ROLE:admin",
     }
     assert set(env) == set(ENV_VARIABLES.values())
+    steps = executor_settings(env)
+    assert steps == ExecutorSection(
+        task_executor="celery",
+        celery_broker="pyamqp://pp:s3cret@rabbit:5672//",
+        celery_backend="redis://:s3cret@redis/1",
+        celery_queue="polaris",
+        io_base_dir="/shared/steps",
+    )
+    assert "s3cret" not in repr(steps)
+    assert setting_from_env("guard", "bound_s", env) == 2.5
+    restore = restore_settings(env)
+    assert restore == RestoreSection(
+        rest_uri="https://polaris.example.com/api/catalog",
+        catalog="lake",
+        client_id="root",
+        client_secret="s3cret",
+        scope="PRINCIPAL_ROLE:admin",
+    )
+    assert "s3cret" not in repr(restore)
     s = PipelineSettings.from_env(env)
     m = s.metastore
     assert m.url == "sqlite:////tmp/p.db"
@@ -314,3 +353,73 @@ def test_every_section_s_variables_reach_its_resource() -> None:
     resources = deployment_from_env(env).resources
     for section in ("storage", "sweeper", "backlog", "retention", "leaks"):
         assert resources[section].model_dump() == getattr(settings, section).model_dump()
+
+
+@pytest.mark.parametrize(
+    ("section", "name", "raw", "message"),
+    [
+        ("guard", "POLARIS_PIPELINE_GUARD_BOUND_S", "soon", "GUARD_BOUND_S='soon': not a number"),
+        ("guard", "POLARIS_PIPELINE_GUARD_BOUND_S", "-1", "GUARD_BOUND_S='-1': Input should be"),
+        ("guard", "POLARIS_PIPELINE_GUARD_BOUND_S", "inf", "bound must be a finite number"),
+        ("executor", "POLARIS_PIPELINE_TASK_EXECUTOR", "k8s", "TASK_EXECUTOR='k8s': Input should"),
+    ],
+)
+def test_a_bad_value_of_a_process_section_names_its_variable(
+    section: str, name: str, raw: str, message: str
+) -> None:
+    with pytest.raises(SettingsError) as err:
+        section_from_env(section, {name: raw})
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_one_setting_is_read_alone_from_its_section() -> None:
+    """A caller that needs one field (the storage config path, the metastore URL) is not
+    refused for another field's bad value, and gets the default when its own is unset."""
+    env = {"POLARIS_PIPELINE_DELETION_RECORD": "nowhere", CONFIG_ENV_VAR: " /etc/s.yaml "}
+    assert setting_from_env("storage", "config_path", env) == "/etc/s.yaml"
+    with pytest.raises(SettingsError, match="POLARIS_PIPELINE_DELETION_RECORD"):
+        section_from_env("storage", env)
+    assert setting_from_env("storage", "config_path", {}) is None
+    assert setting_from_env("guard", "bound_s", {}) == GuardSection().bound_s == 60.0
+    # Not a block of the pipeline's settings: the CLI and the code location are not
+    # refused for a bad executor variable they never use.
+    assert (
+        PipelineSettings.from_env({"POLARIS_PIPELINE_TASK_EXECUTOR": "k8s"}) == PipelineSettings()
+    )
+
+
+def test_the_metastore_url_not_passed_is_the_variable_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    from polaris_pipeline.errors import MetastoreError
+    from polaris_pipeline.metastore import resolve_url
+
+    monkeypatch.setenv(URL_ENV, " sqlite:////tmp/from-env.db ")
+    assert resolve_url(None).database == "/tmp/from-env.db"
+    assert resolve_url("sqlite:////tmp/given.db").database == "/tmp/given.db"  # given wins
+    monkeypatch.setenv(URL_ENV, "  ")
+    with pytest.raises(
+        MetastoreError, match=f"^no metastore URL: pass --metastore or set {URL_ENV}$"
+    ):
+        resolve_url(None)
+
+
+def test_the_restore_target_takes_flags_over_its_section() -> None:
+    from polaris_pipeline.errors import PolarisPipelineError
+    from polaris_pipeline.restore.register import CATALOG_ENV, URI_ENV, RestTarget
+
+    env = {
+        URI_ENV: "https://polaris/api/catalog",
+        CATALOG_ENV: " lake ",
+        "POLARIS_PIPELINE_RESTORE_CLIENT_SECRET": "s3cret",
+        "POLARIS_PIPELINE_RESTORE_SCOPE": " ",
+    }
+    target = RestTarget.from_env(None, None, env)
+    assert (target.uri, target.catalog, target.scope) == (
+        "https://polaris/api/catalog",
+        "lake",
+        "PRINCIPAL_ROLE:ALL",
+    )
+    assert target.client_secret == "s3cret" and "s3cret" not in repr(target)
+    flagged = RestTarget.from_env("https://other/api/catalog", "sea", env)
+    assert (flagged.uri, flagged.catalog) == ("https://other/api/catalog", "sea")
+    with pytest.raises(PolarisPipelineError, match=f"--catalog or \\${CATALOG_ENV}$"):
+        RestTarget.from_env(None, None, {})

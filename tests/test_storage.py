@@ -18,7 +18,8 @@ import pytest
 from fsspec.implementations.local import LocalFileSystem
 
 from polaris_pipeline.errors import GuardRefusal, StorageConfigError, StorageError
-from polaris_pipeline.storage.config import CONFIG_ENV_VAR, StorageConfig, StorageRule
+from polaris_pipeline.settings import CONFIG_ENV_VAR
+from polaris_pipeline.storage.config import StorageConfig, StorageRule
 from polaris_pipeline.storage.delete import bulk_delete
 from polaris_pipeline.storage.guard import PathGuard
 from polaris_pipeline.storage.redact import mask_options, redact
@@ -101,13 +102,23 @@ def test_load_json(tmp_path: Path) -> None:
     assert config.allowed_prefixes == ()
 
 
-def test_load_path_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_resource_reads_the_path_from_the_environment_at_run_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from polaris_pipeline.dagster.resources.storage import (
+        PolarisStorageResource,
+        clear_storage_cache,
+    )
+
     path = tmp_path / "storage.yml"
     path.write_text("allowed_prefixes: ['s3://b/wh']\n")
+    resource = PolarisStorageResource()  # built with no path, as build_defs does
     monkeypatch.setenv(CONFIG_ENV_VAR, str(path))
-    assert StorageConfig.load().allowed_prefixes == ("s3://b/wh",)
+    clear_storage_cache()
+    assert resource.get_config().allowed_prefixes == ("s3://b/wh",)
     monkeypatch.delenv(CONFIG_ENV_VAR)
-    assert StorageConfig.load() == StorageConfig()
+    clear_storage_cache()
+    assert resource.get_config() == StorageConfig()
 
 
 def test_missing_env_var_names_the_variable(

@@ -14,10 +14,10 @@ from typing import Any, NoReturn
 from polaris_pipeline.cli.argtypes import text as _text
 from polaris_pipeline.cli.restore import add_restore_parser
 from polaris_pipeline.leaks.reclaim import DAY_MS, check_min_age_days
-from polaris_pipeline.metastore import URL_ENV
 from polaris_pipeline.metastore.ddl import LATEST_SCHEMA_VERSION, MIN_SCHEMA_VERSION
 from polaris_pipeline.metastore.privileges import require_role_name
 from polaris_pipeline.settings import (
+    CONFIG_ENV_VAR,
     DELETION_RECORD_ENV,
     GRACE_ENV,
     LEAK_MIN_AGE_ENV,
@@ -25,9 +25,9 @@ from polaris_pipeline.settings import (
     MAX_ATTEMPTS_ENV,
     REALMS_ENV,
     UNREFERENCED_ENV,
+    URL_ENV,
     PipelineSettings,
 )
-from polaris_pipeline.storage.config import CONFIG_ENV_VAR
 from polaris_pipeline.tasks.model import TaskState
 from polaris_pipeline.tasks.release import RELEASE_ENV, PolarisRelease
 from polaris_pipeline.unreferenced.mode import UnreferencedMode

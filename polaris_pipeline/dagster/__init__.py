@@ -14,8 +14,6 @@ the UI shows of a task, and ``contract.py`` names what every run carries.
 
 from polaris_pipeline.dagster.component import PolarisSweeper
 from polaris_pipeline.dagster.definitions import (
-    TASK_EXECUTOR_ENV,
-    TaskExecutor,
     build_defs,
     build_defs_from_env,
 )
@@ -27,6 +25,7 @@ from polaris_pipeline.dagster.resources import (
 )
 from polaris_pipeline.dagster.retention import RetentionSettings
 from polaris_pipeline.dagster.translator import PolarisTranslator
+from polaris_pipeline.settings import TASK_EXECUTOR_ENV, TaskExecutor
 
 __all__ = [
     "TASK_EXECUTOR_ENV",

@@ -7,7 +7,8 @@ is sent through the broker to whichever Celery worker takes it, so a table with
 thousands of manifests fans out over a pool of workers instead of one pod.
 
 The executor reads its broker from the environment of the run worker, never
-from the code: ``POLARIS_PIPELINE_CELERY_BROKER`` (e.g.
+from the code (the executor section, ``settings/executor.py``):
+``POLARIS_PIPELINE_CELERY_BROKER`` (e.g.
 ``pyamqp://user:pass@rabbitmq:5672//`` or ``redis://redis:6379/0``), and
 optionally ``POLARIS_PIPELINE_CELERY_BACKEND`` (result backend, default
 ``rpc://``) and ``POLARIS_PIPELINE_CELERY_QUEUE`` (the queue steps go to,
@@ -19,51 +20,48 @@ The Celery workers must use the same broker and queue: see
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from typing import Any
 
 from dagster import ExecutorDefinition, FilesystemIOManager
 from dagster_celery import celery_executor
 
-BROKER_ENV = "POLARIS_PIPELINE_CELERY_BROKER"
-BACKEND_ENV = "POLARIS_PIPELINE_CELERY_BACKEND"
-QUEUE_ENV = "POLARIS_PIPELINE_CELERY_QUEUE"
+from polaris_pipeline.settings import ENV_VARIABLES, ExecutorSection, executor_settings
+
+BROKER_ENV = ENV_VARIABLES[("executor", "celery_broker")]
+BACKEND_ENV = ENV_VARIABLES[("executor", "celery_backend")]
+QUEUE_ENV = ENV_VARIABLES[("executor", "celery_queue")]
 # Where step outputs (the child leases a table cleanup hands to its children) are
 # kept. The steps of one run execute on different Celery workers, so with workers on
 # more than one host this must be storage they all reach (a shared volume).
-# Unset: $DAGSTER_HOME/storage of each process, enough when all share one host.
-IO_BASE_DIR_ENV = "POLARIS_PIPELINE_IO_BASE_DIR"
+IO_BASE_DIR_ENV = ENV_VARIABLES[("executor", "io_base_dir")]
 
 
-def celery_executor_config(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+def celery_executor_config(section: ExecutorSection) -> dict[str, Any]:
     """Executor config that names the environment variables, never their values.
 
     Broker URLs carry passwords: through ``{"env": NAME}`` they are resolved in
     the run worker when the run starts, and the UI shows only the name.
     """
-    env = os.environ if environ is None else environ
     config: dict[str, Any] = {}
-    if env.get(BROKER_ENV):
+    if section.celery_broker:
         config["broker"] = {"env": BROKER_ENV}
-    if env.get(BACKEND_ENV):
+    if section.celery_backend:
         config["backend"] = {"env": BACKEND_ENV}
-    queue = env.get(QUEUE_ENV)
+    queue = section.celery_queue
     if queue:
         # Steps without a ``dagster-celery/queue`` tag go to the default queue.
         config["config_source"] = {"task_default_queue": queue}
     return config
 
 
-def io_manager_from_env(environ: Mapping[str, str] | None = None) -> FilesystemIOManager | None:
-    """The ``io_manager`` for ``$POLARIS_PIPELINE_IO_BASE_DIR``; None when it is unset."""
-    env = os.environ if environ is None else environ
-    base_dir = env.get(IO_BASE_DIR_ENV, "").strip()
+def io_manager_for(section: ExecutorSection) -> FilesystemIOManager | None:
+    """The ``io_manager`` for the section's ``io_base_dir``; None when it is unset."""
+    base_dir = section.io_base_dir
     return FilesystemIOManager(base_dir=base_dir) if base_dir else None
 
 
 def _config_from_environment(_outer: Any) -> dict[str, Any]:
-    return celery_executor_config()
+    return celery_executor_config(executor_settings())
 
 
 def build_celery_executor() -> ExecutorDefinition:

@@ -14,7 +14,7 @@ import dataclasses
 import os
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from dagster import (
     AssetChecksDefinition,
@@ -60,21 +60,18 @@ from polaris_pipeline.dagster.retention import RetentionSettings, retention_defi
 from polaris_pipeline.dagster.sweeper import build_polaris_task_sweeper
 from polaris_pipeline.dagster.task_job import MULTIPROCESS_EXECUTOR, build_polaris_task_job
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR, PolarisTranslator
-from polaris_pipeline.metastore import URL_ENV
-from polaris_pipeline.settings import PipelineSettings
+from polaris_pipeline.settings import (
+    URL_ENV,
+    PipelineSettings,
+    TaskExecutor,
+    executor_settings,
+)
 
 if TYPE_CHECKING:
     # An asset job (the leak report) before resolution: Dagster 1.13 exports no public name.
     from dagster._core.definitions.unresolved_asset_job_definition import (
         UnresolvedAssetJobDefinition,
     )
-
-# How the task job's steps execute: all in the run's own process (the default: a
-# run is one task's worth of work), one process per step, or on Celery workers
-# (dagster-celery, an extra).
-TaskExecutor = Literal["multiprocess", "in_process", "celery"]
-
-TASK_EXECUTOR_ENV = "POLARIS_PIPELINE_TASK_EXECUTOR"
 
 
 def _task_executor(executor: TaskExecutor | ExecutorDefinition | None) -> ExecutorDefinition | None:
@@ -336,14 +333,14 @@ def deployment_from_env(environ: Mapping[str, str] | None = None) -> EnvDeployme
     """The resources and composition arguments ``build_defs_from_env`` uses: the one
     reading of the environment, the engine's settings (``PipelineSettings.from_env``, the
     variables the CLI reads too) turned into the resources they are sections of."""
-    env = os.environ if environ is None else environ
-    settings = PipelineSettings.from_env(env)
-    executor = env.get(TASK_EXECUTOR_ENV, "").strip() or None
+    settings = PipelineSettings.from_env(environ)
+    steps = executor_settings(environ)
+    executor = steps.task_executor
     io_manager = None
     if executor == "celery":
-        from polaris_pipeline.dagster.celery import io_manager_from_env
+        from polaris_pipeline.dagster.celery import io_manager_for
 
-        io_manager = io_manager_from_env(env)
+        io_manager = io_manager_for(steps)
     given = DeploymentResources(
         # The URL stays a reference to its variable: the UI shows the name, never the URL.
         metastore=PolarisMetastoreResource.from_section(settings.metastore, EnvVar(URL_ENV)),
@@ -356,7 +353,7 @@ def deployment_from_env(environ: Mapping[str, str] | None = None) -> EnvDeployme
     resources = build_resources(given, io_manager=io_manager)
     return EnvDeployment(
         resources=resources,
-        executor=executor,  # type: ignore[arg-type]  # checked by _task_executor
+        executor=executor,
         # The alerts section read above, not the environment once more.
         notify=destinations_of(settings.alerts),
         alert_ui_url=settings.alerts.ui_url,

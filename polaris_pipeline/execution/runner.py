@@ -38,6 +38,7 @@ from polaris_pipeline.execution.task_storage import task_storage
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.metastore.overlap import LiveLocations
 from polaris_pipeline.metastore.release_probe import ReleaseProbe
+from polaris_pipeline.settings.metastore import DEFAULT_EXECUTOR_PREFIX
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.tasks.decoded import DecodedTask
 from polaris_pipeline.tasks.model import NewTask, TaskRow, TaskState
@@ -53,10 +54,6 @@ if TYPE_CHECKING:
     from polaris_pipeline.storage.resolve import StorageResolver
 
 log = logging.getLogger("polaris_pipeline.runner")
-
-
-# The first part of the executor ids written to lastAttemptExecutorId.
-DEFAULT_EXECUTOR_PREFIX = "polaris-pipeline"
 
 
 def make_executor_id(kind: str = "sweep", prefix: str = DEFAULT_EXECUTOR_PREFIX) -> str:

@@ -52,7 +52,7 @@ from polaris_pipeline.leaks.model import CatalogRef
 from polaris_pipeline.leaks.owners import RootOwners
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import LiveLocations
-from polaris_pipeline.settings.bounds import at_least, finite
+from polaris_pipeline.settings.leaks import checked_min_age_days
 from polaris_pipeline.storage.delete import DeleteReport, bulk_delete
 from polaris_pipeline.storage.deletion_record import DeletionRecord, ReclaimHeader
 from polaris_pipeline.storage.listing import (
@@ -65,11 +65,10 @@ from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.uri import Location, checked_location, parse_location
 
 DAY_MS = 86_400_000
+
+
 # A reclaim never deletes an object younger than a day: a writer may be creating a
 # table at the root right now, and a day is far beyond any commit's duration.
-MIN_AGE_FLOOR_DAYS = 1.0
-
-
 @dataclass
 class ReclaimReport:
     """What a reclaim of one root did, or why it was refused."""
@@ -102,15 +101,8 @@ class ReclaimReport:
 
 
 def check_min_age_days(days: float) -> int:
-    """``days`` in milliseconds; ValueError unless a finite number of at least
-    ``MIN_AGE_FLOOR_DAYS`` (the one rule: ``LeakSection.min_age_days`` calls this)."""
-    what = "a reclaim's minimum age in days"
-    try:
-        at_least(finite(days, what), MIN_AGE_FLOOR_DAYS, what)
-    except ValueError as exc:
-        # Given as a number (a flag, a run's config): the message says which.
-        raise ValueError(f"{exc}, not {days:g}") from None
-    return int(days * DAY_MS)
+    """``days`` in milliseconds; ValueError unless ``LeakSection``'s rule accepts it."""
+    return int(checked_min_age_days(days) * DAY_MS)
 
 
 def holding_catalog(catalogs: list[CatalogRef], root: Location) -> CatalogRef | None:

@@ -1,11 +1,10 @@
 """Access to the Polaris metastore: schema, connection, named statements, task state transitions."""
 
-from polaris_pipeline.metastore.connection import URL_ENV, make_engine, resolve_url, safe_url
+from polaris_pipeline.metastore.connection import make_engine, resolve_url, safe_url
 from polaris_pipeline.metastore.store import Metastore, new_entity_id
 from polaris_pipeline.metastore.transitions import CompleteOutcome, FailOutcome, FailureRecord
 
 __all__ = [
-    "URL_ENV",
     "CompleteOutcome",
     "FailOutcome",
     "FailureRecord",

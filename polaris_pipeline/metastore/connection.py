@@ -9,7 +9,6 @@ are read-only transactions.
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -22,9 +21,9 @@ from sqlalchemy.pool import NullPool
 
 from polaris_pipeline.errors import MetastoreError
 from polaris_pipeline.metastore.schema import NOSQL_UNSUPPORTED, POLARIS_SCHEMA
+from polaris_pipeline.settings import URL_ENV, setting_from_env
 from polaris_pipeline.storage.redact import looks_secret, maskable, redact
 
-URL_ENV = "POLARIS_METASTORE_URL"
 # Polaris's NoSQL persistence: named and refused at once (``schema.NOSQL_UNSUPPORTED``).
 NOSQL_BACKENDS = frozenset({"mongodb"})
 
@@ -38,7 +37,7 @@ DB_NOW_MS = {
 
 def resolve_url(url: str | URL | None) -> URL:
     """``url`` (else ``$POLARIS_METASTORE_URL``) as a metastore URL, or one MetastoreError."""
-    raw = url or os.environ.get(URL_ENV)
+    raw = url or setting_from_env("metastore", "url")
     if not raw:
         raise MetastoreError(f"no metastore URL: pass --metastore or set {URL_ENV}")
     try:

@@ -46,7 +46,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -69,6 +68,7 @@ from polaris_pipeline.metastore.guard_indexes import (
 )
 from polaris_pipeline.metastore.queries import ENTITY_REALMS
 from polaris_pipeline.metastore.schema import entities
+from polaris_pipeline.settings import GUARD_BOUND_ENV, setting_from_env
 from polaris_pipeline.storage.guard import ROOT_PROPERTIES
 from polaris_pipeline.storage.uri import Location, parse_location
 from polaris_pipeline.tasks.model import CATALOG_TYPE_CODE, TABLE_LIKE_TYPE_CODE
@@ -89,8 +89,6 @@ CATALOG_ID_INDEX_SINCE = 4
 # How long one guard check may take before it fails the task's attempt (retried):
 # never an answer of "no live entity" for want of time. The environment variable
 # overrides it (seconds).
-GUARD_BOUND_ENV = "POLARIS_PIPELINE_GUARD_BOUND_S"
-DEFAULT_GUARD_BOUND_S = 60.0
 # How often (SQLite virtual-machine steps) the SQLite bound is looked at.
 _SQLITE_PROGRESS_STEPS = 1000
 # How many metadata file names one lookup statement carries.
@@ -244,17 +242,9 @@ class GuardTimeout(MetastoreError):
 
 
 def guard_bound_s() -> float:
-    """The bound of one guard check: ``POLARIS_PIPELINE_GUARD_BOUND_S`` or the default."""
-    raw = os.environ.get(GUARD_BOUND_ENV, "").strip()
-    if not raw:
-        return DEFAULT_GUARD_BOUND_S
-    try:
-        value = float(raw)
-    except ValueError:
-        raise MetastoreError(f"{GUARD_BOUND_ENV}={raw!r} is not a number of seconds") from None
-    if not value > 0:
-        raise MetastoreError(f"{GUARD_BOUND_ENV}={raw!r} must be more than 0 seconds")
-    return value
+    """The bound of one guard check: the guard section's, from this process's environment."""
+    bound: float = setting_from_env("guard", "bound_s")
+    return bound
 
 
 def _timed_out(exc: DBAPIError) -> bool:

@@ -10,23 +10,21 @@ is called: ``register_forms`` gives the exact ``registerTable`` request, Spark's
 from __future__ import annotations
 
 import json
-import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from polaris_pipeline.errors import PolarisPipelineError, one_line
+from polaris_pipeline.settings import ENV_VARIABLES, restore_settings
+from polaris_pipeline.settings.restore import DEFAULT_SCOPE
 from polaris_pipeline.tasks.payloads import TableIdentifier
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.rest import RestCatalog
 
-URI_ENV = "POLARIS_PIPELINE_RESTORE_REST_URI"
-CATALOG_ENV = "POLARIS_PIPELINE_RESTORE_CATALOG"
-CLIENT_ID_ENV = "POLARIS_PIPELINE_RESTORE_CLIENT_ID"
-CLIENT_SECRET_ENV = "POLARIS_PIPELINE_RESTORE_CLIENT_SECRET"
-SCOPE_ENV = "POLARIS_PIPELINE_RESTORE_SCOPE"
-DEFAULT_SCOPE = "PRINCIPAL_ROLE:ALL"  # Polaris's: every role the principal holds
+URI_ENV = ENV_VARIABLES[("restore", "rest_uri")]
+CATALOG_ENV = ENV_VARIABLES[("restore", "catalog")]
 # The REST spec joins namespace levels with the unit separator in a path.
 _LEVEL_SEPARATOR = "\x1f"
 
@@ -47,19 +45,19 @@ class RestTarget:
 
     @classmethod
     def from_env(
-        cls, uri: str | None, catalog: str | None, environ: dict[str, str] | None = None
+        cls, uri: str | None, catalog: str | None, environ: Mapping[str, str] | None = None
     ) -> RestTarget:
-        """Flags first, then the environment; the catalog is required (the REST prefix)."""
-        env = dict(os.environ) if environ is None else environ
-        name = catalog or env.get(CATALOG_ENV, "").strip()
+        """Flags first, then the restore section; the catalog is required (the REST prefix)."""
+        section = restore_settings(environ)
+        name = catalog or section.catalog
         if not name:
             raise PolarisPipelineError(f"name the catalog: --catalog or ${CATALOG_ENV}")
         return cls(
-            uri=(uri or env.get(URI_ENV, "").strip() or None),
+            uri=uri or section.rest_uri,
             catalog=name,
-            client_id=env.get(CLIENT_ID_ENV) or None,
-            client_secret=env.get(CLIENT_SECRET_ENV) or None,
-            scope=env.get(SCOPE_ENV, "").strip() or DEFAULT_SCOPE,
+            client_id=section.client_id,
+            client_secret=section.client_secret,
+            scope=section.scope,
         )
 
     def redact(self, text: str) -> str:

@@ -4,9 +4,23 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from polaris_pipeline.leaks.reclaim import MIN_AGE_FLOOR_DAYS, check_min_age_days
-from polaris_pipeline.settings.bounds import at_least
+from polaris_pipeline.settings.bounds import at_least, finite
 from polaris_pipeline.settings.section import Section, nonblank_cron
+
+# Below a day a reclaim could race a writer (a table being created at the root).
+MIN_AGE_FLOOR_DAYS = 1.0
+
+
+def checked_min_age_days(days: float) -> float:
+    """``days``; ValueError unless a finite number of at least ``MIN_AGE_FLOOR_DAYS`` (the
+    one rule of a reclaim's minimum age: the section, the flag and the reclaim call this)."""
+    what = "a reclaim's minimum age in days"
+    try:
+        at_least(finite(days, what), MIN_AGE_FLOOR_DAYS, what)
+    except ValueError as exc:
+        # Given as a number (a flag, a run's config): the message says which.
+        raise ValueError(f"{exc}, not {days:g}") from None
+    return days
 
 
 class LeakSection(Section):
@@ -21,7 +35,6 @@ class LeakSection(Section):
         default=None, description="Catalogs whose locations are walked; null: every catalog."
     )
     cron: str = Field(default="0 4 * * 0", description="When the report's schedule ticks.")
-    # Below a day a reclaim could race a writer (a table being created at the root).
     min_age_days: float = Field(
         default=7.0,
         description=(
@@ -52,5 +65,5 @@ class LeakSection(Section):
     @field_validator("min_age_days")
     @classmethod
     def _age(cls, value: float) -> float:
-        check_min_age_days(value)
+        checked_min_age_days(value)
         return value

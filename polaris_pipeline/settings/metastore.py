@@ -10,7 +10,6 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from polaris_pipeline.execution.runner import DEFAULT_EXECUTOR_PREFIX
 from polaris_pipeline.settings.section import Section
 from polaris_pipeline.tasks.model import (
     RealmOverride,
@@ -25,6 +24,8 @@ from polaris_pipeline.tasks.release import ALWAYS, PolarisRelease, TaskEvents, p
 from polaris_pipeline.unreferenced.mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
 
 _POLICY = TaskPolicy()
+# The first part of every executor id this package writes (lastAttemptExecutorId).
+DEFAULT_EXECUTOR_PREFIX = "polaris-pipeline"
 
 
 class MetastoreSection(Section):

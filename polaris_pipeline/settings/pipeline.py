@@ -5,6 +5,10 @@ the field's name (``sweeper.interval_seconds`` is
 ``POLARIS_PIPELINE_SWEEPER_INTERVAL_SECONDS``), unless the field names its own
 (``json_schema_extra={"env": ...}``: the metastore URL, the storage config) or none.
 
+The executor, guard and restore sections are read the same way, but by the process that uses
+them (``executor_settings``, ``setting_from_env``): they are not blocks of
+``PipelineSettings``. Nothing outside ``settings/`` reads a setting's variable.
+
 An unset or blank variable means the default. A bad value is a ``SettingsError``
 naming the variable (or the flag) and what is wrong with it.
 """
@@ -22,8 +26,11 @@ from pydantic import Field, ValidationError
 
 from polaris_pipeline.settings.alerts import AlertSection
 from polaris_pipeline.settings.backlog import BacklogSection
+from polaris_pipeline.settings.executor import ExecutorSection
+from polaris_pipeline.settings.guard import GuardSection
 from polaris_pipeline.settings.leaks import LeakSection
 from polaris_pipeline.settings.metastore import MetastoreSection
+from polaris_pipeline.settings.restore import RestoreSection
 from polaris_pipeline.settings.retention import RetentionSection
 from polaris_pipeline.settings.section import ENV_PREFIX, Section, SettingsError
 from polaris_pipeline.settings.storage import StorageSection
@@ -78,11 +85,39 @@ class PipelineSettings(Section):
 def section_from_env(section: str, environ: Mapping[str, str] | None = None) -> Section:
     """One section, read from the environment (``from_env``'s reading, for a front end
     that needs only that section)."""
+    return _read(section, _fields(section), environ)
+
+
+def setting_from_env(section: str, field: str, environ: Mapping[str, str] | None = None) -> Any:
+    """One field of a section, read from the environment and checked alone (a bad value
+    of another field of the section is not this caller's error)."""
+    name = env_variable(section, field)
+    fields = [(field, name)] if name is not None else []
+    return getattr(_read(section, fields, environ), field)
+
+
+def executor_settings(environ: Mapping[str, str] | None = None) -> ExecutorSection:
+    """The executor section, read from the environment of the process that runs the steps."""
+    section = section_from_env("executor", environ)
+    assert isinstance(section, ExecutorSection)
+    return section
+
+
+def restore_settings(environ: Mapping[str, str] | None = None) -> RestoreSection:
+    """The restore section, read from the environment of the command or op that restores."""
+    section = section_from_env("restore", environ)
+    assert isinstance(section, RestoreSection)
+    return section
+
+
+def _read(
+    section: str, fields: list[tuple[str, str]], environ: Mapping[str, str] | None
+) -> Section:
     env = os.environ if environ is None else environ
-    section_type = _SECTIONS[section]
+    section_type = _READABLE[section]
     values: dict[str, Any] = {}
     raws: dict[str, tuple[str, str]] = {}
-    for field, name in _fields(section):
+    for field, name in fields:
         found = _lookup(env, name, section, field)
         if found is None:
             continue
@@ -109,6 +144,13 @@ _SECTIONS: dict[str, type[Section]] = {
     "leaks": LeakSection,
     "alerts": AlertSection,
 }
+# Read by the process that uses them, not blocks of PipelineSettings (see the module doc).
+_PROCESS_SECTIONS: dict[str, type[Section]] = {
+    "executor": ExecutorSection,
+    "guard": GuardSection,
+    "restore": RestoreSection,
+}
+_READABLE = {**_SECTIONS, **_PROCESS_SECTIONS}
 # The words a section's variables start with, after POLARIS_PIPELINE_.
 _ENV_SECTION = {
     "metastore": "",
@@ -118,12 +160,15 @@ _ENV_SECTION = {
     "retention": "RETENTION_",
     "leaks": "LEAK_",
     "alerts": "ALERT_",
+    "executor": "",
+    "guard": "GUARD_",
+    "restore": "RESTORE_",
 }
 
 
 def env_variable(section: str, field: str) -> str | None:
     """The variable that sets ``section.field``; None: none does."""
-    info = _SECTIONS[section].model_fields[field]
+    info = _READABLE[section].model_fields[field]
     extra = info.json_schema_extra
     if isinstance(extra, dict) and "env" in extra:
         named = extra["env"]
@@ -132,13 +177,13 @@ def env_variable(section: str, field: str) -> str | None:
 
 
 def _fields(section: str) -> list[tuple[str, str]]:
-    names = [(f, env_variable(section, f)) for f in _SECTIONS[section].model_fields]
+    names = [(f, env_variable(section, f)) for f in _READABLE[section].model_fields]
     return [(f, n) for f, n in names if n is not None]
 
 
-# Every variable the settings read, by (section, field).
+# Every variable the settings read, by (section, field): the process sections' too.
 ENV_VARIABLES: dict[tuple[str, str], str] = {
-    (section, field): name for section in _SECTIONS for field, name in _fields(section)
+    (section, field): name for section in _READABLE for field, name in _fields(section)
 }
 
 
@@ -203,7 +248,7 @@ def _message(exc: ValidationError) -> str:
 def _named(variable: str, raw: str, section: str, field: str, message: str) -> SettingsError:
     # Name the variable; a URL's value may hold a password, and a secret (a field kept out
     # of the repr) is never shown.
-    info = _SECTIONS[section].model_fields.get(field)
+    info = _READABLE[section].model_fields.get(field)
     secret = field == "url" or looks_secret(field) or (info is not None and info.repr is False)
     shown = "" if secret or not raw else f"={redact(raw.strip())!r}"
     return SettingsError(f"{variable}{shown}: {message}")

@@ -13,8 +13,9 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from polaris_pipeline.settings.section import Section, uri_prefix
-from polaris_pipeline.storage.config import CONFIG_ENV_VAR
 
+# Older than the rule that spells a variable from its field: the field names it.
+CONFIG_ENV_VAR = "POLARIS_PIPELINE_STORAGE_CONFIG"
 DELETION_RECORD_ENV = "POLARIS_PIPELINE_DELETION_RECORD"
 
 

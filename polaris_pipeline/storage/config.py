@@ -42,8 +42,6 @@ from polaris_pipeline.storage.options import check_options
 from polaris_pipeline.storage.redact import mask_options, secret_values
 from polaris_pipeline.storage.uri import location_within, normalize_uri, split_uri
 
-CONFIG_ENV_VAR = "POLARIS_PIPELINE_STORAGE_CONFIG"
-
 # Which S3 endpoint of a catalog's AwsStorageConfigurationInfo the sweeper uses.
 # Polaris's own file access prefers ``endpointInternal`` (the default: a sweeper
 # beside Polaris, in its network); ``endpoint`` is where clients outside reach S3.
@@ -184,12 +182,8 @@ class StorageConfig:
             raise StorageConfigError(f"{source}: {e}") from None
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str] | None = None) -> StorageConfig:
-        """Load from ``path``, else ``$POLARIS_PIPELINE_STORAGE_CONFIG``, else empty."""
-        if path is None:
-            path = os.environ.get(CONFIG_ENV_VAR) or None
-        if path is None:
-            return cls()
+    def load(cls, path: str | os.PathLike[str]) -> StorageConfig:
+        """Load the file at ``path`` (the storage section's ``config_path``)."""
         p = Path(path)
         source = f"storage config {p}"
         try:

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 from dagster import ConfigurableResource
 
-from polaris_pipeline.settings import StorageSection
-from polaris_pipeline.storage.config import CONFIG_ENV_VAR, StorageConfig
+from polaris_pipeline.settings import StorageSection, setting_from_env
+from polaris_pipeline.storage.config import StorageConfig
 
 if TYPE_CHECKING:
     from polaris_pipeline.storage.resolve import StorageResolver
@@ -46,7 +46,7 @@ class PolarisStorageResource(ConfigurableResource, StorageSection):
             "locations": list(self.locations or []),
             "allowed_prefixes": list(self.allowed_prefixes or []),
         }
-        path = self.config_path or os.environ.get(CONFIG_ENV_VAR) or None
+        path = self.config_path or setting_from_env("storage", "config_path")
         # Cached per process and per what is loaded: the inline content, or the file's path.
         source = json.dumps(body, sort_keys=True, default=repr) if inline else path or ""
         key = (os.getpid(), ("inline:" if inline else "file:") + source)
@@ -57,6 +57,8 @@ class PolarisStorageResource(ConfigurableResource, StorageSection):
                     StorageConfig.from_mapping(body, source="storage resource")
                     if inline
                     else StorageConfig.load(path)
+                    if path
+                    else StorageConfig()
                 )
                 # Imported here: the resolver brings in pyiceberg's file IO, which a
                 # sensor tick that only checks the config does not need.
