@@ -31,6 +31,10 @@ INSTALL_JQ = ROOT / "scripts" / "install-jq.sh"
 # Past 2**53: a double cannot hold it (jq 1.6 prints 3912837558989358600).
 CATALOG_ID = 3912837558989358673
 
+# jq 1.7.1 is built from source where missing (about 1.5 minutes): `make test` builds
+# it first (scripts/install-system-packages.sh), `make test-fast` leaves this out.
+pytestmark = pytest.mark.slow
+
 
 def guide_jq_lines() -> list[str]:
     """The guide's ``$ jq ...`` command lines, as written there, comments cut."""
