@@ -38,7 +38,7 @@ from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
 from polaris_pipeline.storage.scope import STORAGE_LOCATION_KEY
 from polaris_pipeline.tasks.decoded import DecodedTask
-from polaris_pipeline.tasks.hold import parent_name_of
+from polaris_pipeline.tasks.hold import catalog_id_of, parent_name_of
 from polaris_pipeline.tasks.model import TaskRow
 
 
@@ -83,14 +83,19 @@ def task_storage(task: TaskRow | DecodedTask, metastore: Metastore) -> TaskStora
 def _child_storage(row: TaskRow, metastore: Metastore) -> TaskStorage | None:
     """A child's storage source: its own internal properties plus its parent's storage
     configuration (the parent's own, or its catalog's); None when it has none to take
-    (no parent name, no location of its own, the parent gone or with none)."""
+    (no parent name, no location of its own, the parent gone or with none). The
+    parent is read, never decoded: its catalogId as the hold rule reads it."""
     parent_name = parent_name_of(row)
     if parent_name is None or not row.internal_properties.get(STORAGE_LOCATION_KEY, "").strip():
         return None
     parent = metastore.task_named(row.realm_id, parent_name)
     if parent is None:
         return None
-    info = task_storage(parent, metastore).properties.get(STORAGE_CONFIG_KEY)
+    info = parent.internal_properties.get(STORAGE_CONFIG_KEY)
+    catalog_id = catalog_id_of(parent)
+    if info is None and catalog_id is not None:
+        catalog = metastore.catalog_internal_properties(row.realm_id, catalog_id)
+        info = (catalog or {}).get(STORAGE_CONFIG_KEY)
     if info is None:
         return None
     return TaskStorage({**row.internal_properties, STORAGE_CONFIG_KEY: info}, info)
