@@ -4,6 +4,8 @@
 #   faketime  the clock-skew scenario of tests/reliability/ (a sweeper hours off)
 #   pgbouncer the pooler in front of Dagster's database (tests/test_pgbouncer_instance.py
 #             and the benchmark start their own, from deploy/pgbouncer/)
+#   jq        1.6, and 1.7.1 built beside it (scripts/install-jq.sh): the operator
+#             guide's jq lines run with both (tests/test_guide_jq.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +26,7 @@ if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
     $SUDO apt-get update -q
     $SUDO apt-get install -y pgbouncer
 fi
+bash scripts/install-jq.sh >/dev/null
 bash scripts/install-browser.sh
 bash scripts/install-iceberg-java.sh
 # Iceberg's REST catalog server (tests/test_restore_rest.py registers a dropped table through it).

@@ -306,6 +306,7 @@ def test_a_versioned_bucket_in_catalog_mode_is_reported_as_keeping(
     assert "kept by the bucket's versioning" in totals.line()
 
 
+@pytest.mark.slow
 def test_denied_roles_fail_clearly_delete_nothing_and_the_sweep_goes_on(
     moto_iam: MotoIam,
     recorder: StsRecorder,
@@ -527,6 +528,7 @@ def test_a_view_task_the_catalog_cannot_reach_is_recorded_and_deletes_nothing(
 # -- which of the catalog's endpoints: endpointInternal (Polaris's) or endpoint ----------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("choice", [None, "endpointInternal", "endpoint"])
 def test_the_catalog_endpoint_the_storage_config_chooses_is_the_one_reached(
     moto_iam: MotoIam, recorder: StsRecorder, store: Metastore, tmp_path: Path, choice: str | None
@@ -560,6 +562,7 @@ def _named(**entries: Any) -> StorageConfig:
     return StorageConfig.from_mapping({"storage_names": entries})
 
 
+@pytest.mark.slow
 def test_a_storage_name_signs_with_its_named_identity_and_not_the_default(
     moto_iam: MotoIam,
     store: Metastore,

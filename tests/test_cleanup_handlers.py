@@ -55,6 +55,13 @@ CAPPED = {"write.metadata.previous-versions-max": "2"}
 # -- the sweep harness ---------------------------------------------------------------
 
 
+# The S3 half of the local/S3 pairs whose S3 run takes 8 s or more (moto): `make test`
+# runs it, `make test-fast` the local half.
+S3_IS_SLOW = pytest.mark.parametrize(
+    "warehouse", ["local", pytest.param("s3", marks=pytest.mark.slow)], indirect=True
+)
+
+
 def run_one(wh: Warehouse, task: TaskRow, **ctx_kwargs: Any) -> tuple[CleanupResult, list[NewTask]]:
     created: list[NewTask] = []
 
@@ -108,6 +115,7 @@ def batch_row(
 # -- a whole table, local and S3 -----------------------------------------------------
 
 
+@S3_IS_SLOW
 def test_sweep_deletes_exactly_the_table(warehouse: Warehouse) -> None:
     table = full_table(warehouse)
     odd = built_tables.add_data_file_named(table, "odd[1]*name.parquet")
@@ -362,6 +370,7 @@ def test_capped_log_removes_older_metadata(local_warehouse: Warehouse) -> None:
 # -- dry run -------------------------------------------------------------------------
 
 
+@S3_IS_SLOW
 def test_dry_run_lists_exactly_the_oracle(warehouse: Warehouse) -> None:
     table = full_table(warehouse)
     oracle = table_files(table)
@@ -423,6 +432,7 @@ def crash_table(local_warehouse: Warehouse, tmp_path: Path) -> tuple[Table, set[
     return table, oracle, restore
 
 
+@pytest.mark.slow
 def test_crash_at_every_fence_call_still_deletes_exactly_the_table(
     local_warehouse: Warehouse, crash_table: tuple[Table, set[str], Any]
 ) -> None:
@@ -466,6 +476,7 @@ def test_crash_after_children_inserted(
 # -- guard ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_batch_guard_refuses_outside_paths(s3_warehouse: Warehouse, moto_server: Any) -> None:
     wh = s3_warehouse
     table = wh.build("t")
@@ -652,6 +663,7 @@ def test_without_storage_location_the_metadata_file_is_not_a_root(
 # -- literal paths -------------------------------------------------------------------
 
 
+@S3_IS_SLOW
 def test_glob_characters_are_taken_literally(warehouse: Warehouse) -> None:
     wh = warehouse
     table = wh.build("t")
@@ -676,6 +688,7 @@ def test_glob_characters_are_taken_literally(warehouse: Warehouse) -> None:
 # -- idempotency, failures, progress -------------------------------------------------
 
 
+@S3_IS_SLOW
 def test_rerunning_finished_tasks_deletes_nothing(warehouse: Warehouse) -> None:
     table = full_table(warehouse)
     runs = sweep(warehouse, drop_task_row(table))

@@ -137,6 +137,7 @@ def test_crc_sidecar_names(uri: str, sidecar: str | None) -> None:
     assert crc_sidecar(uri) == sidecar
 
 
+@pytest.mark.slow
 def test_s3_objects_named_like_sidecars_are_left(s3_warehouse: Warehouse, store: Metastore) -> None:
     """Only file: locations have sidecars; on S3 such a key is just another object."""
     wh = s3_warehouse

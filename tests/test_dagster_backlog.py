@@ -504,6 +504,7 @@ def test_nothing_is_partitioned_and_no_schedule_refreshes_the_backlog() -> None:
 # -- the command line ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("metastore_url", ["postgresql"], indirect=True)
 def test_cli_materializes_the_backlog_with_its_checks(metastore: Metastore, tmp_path: Path) -> None:
     """``dagster asset materialize --partition``, as docs/operations.md shows it."""
@@ -548,6 +549,7 @@ def test_cli_materializes_the_backlog_with_its_checks(metastore: Metastore, tmp_
         assert stored_status(inst, FRESHNESS_CHECK) == "FAILED"
 
 
+@pytest.mark.slow
 def test_the_code_location_loads_without_preview_or_beta_warnings(tmp_path: Path) -> None:
     """What a code server does at start, with Dagster's preview/beta warnings as errors."""
     script = (
@@ -721,6 +723,7 @@ def store_sweeper_state(
         instance.update_instigator_state(state)
 
 
+@pytest.mark.slow
 def test_freshness_check_follows_the_sweeper_sensor(
     metastore: Metastore, instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -131,6 +131,7 @@ def assert_table_purged(
 # -- table cleanup, end to end -----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_table_cleanup_runs_children_in_order(
     metastore: Metastore, local_warehouse: Warehouse, instance: DagsterInstance
 ) -> None:
@@ -192,6 +193,7 @@ def test_table_cleanup_runs_children_in_order(
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("metastore_url", ["postgresql"], indirect=True)
 def test_table_cleanup_on_s3(
     metastore: Metastore,
@@ -723,6 +725,7 @@ def test_multiprocess_run_on_a_postgres_instance(
     assert metastore.list_tasks() == []
 
 
+@pytest.mark.slow
 def test_the_code_location_imports_no_heavy_module() -> None:
     """The code server and each run start without pyiceberg, pyarrow or s3fs; a task imports
     them only when its handler runs."""

@@ -209,6 +209,7 @@ def purge(
     return result, len(before - warehouse.files())
 
 
+@pytest.mark.slow
 def test_a_purge_is_tagged_totalled_and_recorded_in_the_catalog(
     metastore: Metastore, local_warehouse: Warehouse, instance: DagsterInstance
 ) -> None:

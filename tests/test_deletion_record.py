@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -442,45 +441,3 @@ def test_the_unreferenced_phase_records_the_files_it_deletes(
     (root_id,) = root
     (phase,) = [r for r in records if r[0]["task_id"] == str(root_id)]
     assert {line["path"] for line in phase[1:-1]} == unreferenced
-
-
-def _guide_jq_lines() -> list[str]:
-    guide = (Path(__file__).resolve().parent.parent / "docs" / "operator-guide.md").read_text()
-    return [line[2:] for line in guide.splitlines() if line.startswith("$ jq ")]
-
-
-@pytest.mark.skipif(shutil.which("jq") is None, reason="no jq on this machine")
-def test_the_guides_jq_lines_read_a_real_record_and_keep_every_digit_of_its_ids(
-    local_warehouse: Warehouse, store: Metastore, tmp_path: Path
-) -> None:
-    table = local_warehouse.build("t", appends=1)
-    store.insert_tasks([_drop_task(table)])
-    audit = tmp_path / "audit"
-    with Runner(
-        store,
-        local_warehouse.config,
-        resolver=local_warehouse.resolver,
-        deletion_record=f"file://{audit}/",
-    ) as runner:
-        assert all(o.ok for o in runner.sweep(["POLARIS"]))
-    # Each child's record, in records/ as the guide copies one task's; the ids are 63-bit
-    # (past 2**53, where a JSON number loses digits in jq 1.6).
-    records = tmp_path / "records"
-    records.mkdir()
-    ids = set()
-    for path in audit.rglob("*.jsonl"):
-        ids.add(path.parent.name)
-        shutil.copy(path, records / path.name)
-    assert ids and all(int(i) > 2**53 for i in ids)
-    lines = _guide_jq_lines()
-    assert len(lines) >= 5
-    for line in lines:
-        # As the guide runs it, in the directory that holds records/ (any attempt number).
-        command = line.replace("records/attempt-3-*", "records/attempt-*").split("   #")[0]
-        proc = subprocess.run(
-            ["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=30
-        )
-        assert proc.returncode == 0 and not proc.stderr, (command, proc.stderr)
-        if "header" in command:
-            headers = [json.loads(out) for out in proc.stdout.splitlines()]
-            assert {h["task_id"] for h in headers} == ids  # every digit kept

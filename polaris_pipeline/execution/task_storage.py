@@ -17,6 +17,15 @@ properties). Everything comes from the catalog's records, as Polaris's own tasks
 do; nothing from a file. A task without a recorded location, or whose catalog is
 gone or holds no configuration, is left as it is: the guard then refuses it, or
 the static storage config reaches it, as before.
+
+A child (MANIFEST_FILE_CLEANUP or BATCH_FILE_CLEANUP) records no entity: its
+payload names the table but not its catalog. It reaches its catalog through its
+parent, the row its name names (``<parent>_<what>_<uuid>``, ``tasks/hold.py``):
+the parent's own configuration, else the catalog of the entity the parent drops,
+as above. A child with a ``storageLocation`` of its own is then given that
+configuration, so the resolver's scope (``storage/scope.py``) judges its location
+against the catalog's allowedLocations, as it judges a table's. A child whose
+parent row is gone, or that has no location, is left as it is.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
 from polaris_pipeline.storage.scope import STORAGE_LOCATION_KEY
 from polaris_pipeline.tasks.decoded import DecodedTask
+from polaris_pipeline.tasks.hold import catalog_id_of, parent_name_of
 from polaris_pipeline.tasks.model import TaskRow
 
 
@@ -50,10 +60,13 @@ def task_storage(task: TaskRow | DecodedTask, metastore: Metastore) -> TaskStora
     row, entity = decoded.row, decoded.entity
     internal = row.internal_properties
     unchanged = TaskStorage(internal)
-    if STORAGE_CONFIG_KEY in internal or entity is None:
-        # Not a dropped entity's task, or one that did not decode: the handler
-        # records why it cannot run.
+    if STORAGE_CONFIG_KEY in internal:
         return unchanged
+    if entity is None:
+        # A child reaches its catalog through its parent; anything else (not a
+        # cleanup task, or one that did not decode): the handler records why it
+        # cannot run.
+        return _child_storage(row, metastore) or unchanged
     roots = recorded_roots(row, entity)
     if roots is None:
         return unchanged
@@ -65,3 +78,24 @@ def task_storage(task: TaskRow | DecodedTask, metastore: Metastore) -> TaskStora
     if not props.get(STORAGE_LOCATION_KEY, "").strip():
         props[STORAGE_LOCATION_KEY] = roots.location
     return TaskStorage(props, info)
+
+
+def _child_storage(row: TaskRow, metastore: Metastore) -> TaskStorage | None:
+    """A child's storage source: its own internal properties plus its parent's storage
+    configuration (the parent's own, or its catalog's); None when it has none to take
+    (no parent name, no location of its own, the parent gone or with none). The
+    parent is read, never decoded: its catalogId as the hold rule reads it."""
+    parent_name = parent_name_of(row)
+    if parent_name is None or not row.internal_properties.get(STORAGE_LOCATION_KEY, "").strip():
+        return None
+    parent = metastore.task_named(row.realm_id, parent_name)
+    if parent is None:
+        return None
+    info = parent.internal_properties.get(STORAGE_CONFIG_KEY)
+    catalog_id = catalog_id_of(parent)
+    if info is None and catalog_id is not None:
+        catalog = metastore.catalog_internal_properties(row.realm_id, catalog_id)
+        info = (catalog or {}).get(STORAGE_CONFIG_KEY)
+    if info is None:
+        return None
+    return TaskStorage({**row.internal_properties, STORAGE_CONFIG_KEY: info}, info)

@@ -100,6 +100,13 @@ class ReclaimReport:
         return self.refusal is None and self.error is None and not self.failures
 
 
+def min_age_days(report: ReclaimReport) -> float:
+    """The report's minimum age in days, for JSON: a whole number as an integer, since jq
+    1.7 prints the literal written (``3.0``) and jq 1.6 its value (``3``)."""
+    days = report.min_age_ms / DAY_MS
+    return int(days) if days.is_integer() else days
+
+
 def check_min_age_days(days: float) -> int:
     """``days`` in milliseconds; ValueError unless ``LeakSection``'s rule accepts it."""
     return int(checked_min_age_days(days) * DAY_MS)
@@ -252,7 +259,7 @@ def _open_record(
         catalog=report.catalog.name,
         catalog_id=report.catalog.catalog_id,
         root=report.root,
-        min_age_days=report.min_age_ms / DAY_MS,
+        min_age_days=min_age_days(report),
         run_id=run_id,
     )
     return DeletionRecord(prefix, resolver, header)

@@ -377,6 +377,12 @@ class Metastore:
             rows = conn.execute(self._sql(queries.TASK_NAMES, realm_id, wanted))
             return {row.name for row in rows}
 
+    def task_named(self, realm_id: str, name: str) -> TaskRow | None:
+        """The task row of ``realm_id`` named ``name`` (Polaris's unique name index), or None."""
+        with self._begin() as conn:
+            row = conn.execute(self._sql(queries.TASKS_NAMED, realm_id, [name])).first()
+        return decode_row(row) if row is not None else None
+
     def lease_row_for_operator(self, task: TaskRow, executor_id: str) -> TaskRow | None:
         """An operator's "run it now": requeue and lease ``task`` as read, backing off or
         dead, in one CAS (its version guards the write), without reading it again; the row

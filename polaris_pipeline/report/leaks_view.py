@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from polaris_pipeline.leaks.model import CatalogLeaks, LeakedRoot, LeakReport
-from polaris_pipeline.leaks.reclaim import DAY_MS, ReclaimReport
+from polaris_pipeline.leaks.reclaim import DAY_MS, ReclaimReport, min_age_days
 from polaris_pipeline.tasks.formatting import (
     add_json_times,
     format_bytes,
@@ -121,7 +121,7 @@ def reclaim_json(report: ReclaimReport) -> dict[str, Any]:
         "root": report.root,
         "realm": catalog.realm_id if catalog is not None else None,
         "catalog": catalog.name if catalog is not None else None,
-        "min_age_days": report.min_age_ms / DAY_MS,
+        "min_age_days": min_age_days(report),
         "ok": report.ok,
         "refusal": report.refusal,
         "error": report.error,
