@@ -27,8 +27,10 @@ from sqlalchemy import URL, create_engine, make_url, text
 from sqlalchemy.pool import NullPool
 
 from builders.postgres import PG_ADMIN_URL, database_url, throwaway_database
+from builders.restricted_role import restrict, restricted_role_wanted
 from polaris_pipeline.metastore import Metastore
 from tests.reliability.harness import REPO, PgRole, RelDb, Scenario, Workers
+from tests.support.metastore import as_pipeline
 
 RESULTS_ENV = "PP_RELIABILITY_RESULTS"
 DEFAULT_RESULTS = REPO / "build" / "reliability-results"
@@ -51,16 +53,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 @pytest.fixture
 def rel_db() -> Iterator[RelDb]:
     with throwaway_database("pp_rel") as name:
-        db = RelDb(name, database_url(name), PG_ADMIN_URL)
-        store = Metastore(db.url)
+        store = Metastore(database_url(name))
         store.init_schema()
         store.dispose()
-        yield db
+        # The pipeline's URL: the guide's restricted role under PP_TEST_RESTRICTED_ROLE.
+        yield RelDb(name, as_pipeline(database_url(name)), PG_ADMIN_URL)
 
 
 @pytest.fixture
 def pg_role(rel_db: RelDb) -> Iterator[PgRole]:
-    """A login role with a distinctive password, granted the test database's Polaris schema.
+    """A login role with a distinctive password, granted the test database's Polaris schema
+    (under ``PP_TEST_RESTRICTED_ROLE``, the operator guide's grants and policy).
 
     pg_hba trusts 127.0.0.1, so the password is never checked, but it is in every URL
     the scenario uses: exactly what must never be printed.
@@ -73,8 +76,12 @@ def pg_role(rel_db: RelDb) -> Iterator[PgRole]:
         conn.execute(text(f"CREATE ROLE {user} LOGIN PASSWORD '{password}'"))
         conn.execute(text(f'GRANT CONNECT ON DATABASE "{rel_db.name}" TO {user}'))
     admin.dispose()
-    rel_db.execute(f"GRANT USAGE ON SCHEMA polaris_schema TO {user}")
-    rel_db.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA polaris_schema TO {user}")
+    if restricted_role_wanted():
+        # The guide's grants and row-level security (a role without a policy sees no row).
+        restrict(rel_db.name, user)
+    else:
+        rel_db.execute(f"GRANT USAGE ON SCHEMA polaris_schema TO {user}")
+        rel_db.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA polaris_schema TO {user}")
     base = make_url(rel_db.url)
     url = URL.create(
         "postgresql+psycopg",

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 from polaris_pipeline.metastore import Metastore
@@ -220,7 +221,7 @@ class RelDb:
     """One PostgreSQL database of one test."""
 
     name: str
-    url: str  # as the postgres superuser
+    url: str  # as the pipeline connects: the admin, or the restricted role (as_pipeline)
     admin_url: str
 
     def admin(self) -> Any:
@@ -261,7 +262,9 @@ class RelDb:
             engine.dispose()
 
     def execute(self, sql: str, **params: Any) -> None:
-        engine = create_engine(self.url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+        """``sql`` in this database as the admin (grants, rows the pipeline may not write)."""
+        url = make_url(self.admin_url).set(database=self.name)
+        engine = create_engine(url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
         try:
             with engine.connect() as conn:
                 conn.execute(text(sql), params)
