@@ -103,8 +103,8 @@ test-fast: $(BIN)/.installed bytecode emulators services
 
 # The whole suite with the pipeline's side connected as the operator guide's restricted
 # role (grant-role's grants and row-level security) wherever the tests reach PostgreSQL
-# through the metastore fixtures (tests/support/metastore.py as_pipeline); the tests that
-# create schemas or indexes, and the reliability harness's database, stay the admin's.
+# (tests/support/metastore.py as_pipeline, tests/reliability/conftest.py); the tests
+# that create schemas or indexes stay the admin's, as the tables' owner does that.
 test-restricted:
 	PP_TEST_RESTRICTED_ROLE=1 $(MAKE) test
 
