@@ -434,6 +434,7 @@ def report(result: BenchResult, runs: dict[str, Any]) -> None:
                     ratio=round(v / b, 2),
                     target=f"<= {target}{TIMES}",
                     met=v / b <= target,
+                    why="" if v / b <= target else _spread(base[k], sizes[top][k], top),
                 )
             )
     result.section(
@@ -459,6 +460,17 @@ def report(result: BenchResult, runs: dict[str, Any]) -> None:
         result.section("Pages each guard statement reads (8 KiB buffers)", "\n".join(table))
     result.section("Method", METHOD)
     result.section("Raw seconds of every run", "```json\n" + json.dumps(runs) + "\n```")
+
+
+def _spread(base: list[float], top: list[float], n: int) -> str:
+    """The rounds behind a missed ratio: whether their ranges at 0 and at ``n`` overlap."""
+    overlap = min(top) <= max(base)
+    return (
+        f"rounds at 0: {min(base):.2f}-{max(base):.2f} s, at {n:,}: {min(top):.2f}-"
+        f"{max(top):.2f} s ({len(top)} each); "
+        + ("the ranges overlap: within this host's noise, not a measured growth"
+           if overlap else "the ranges do not overlap: a measured growth")
+    )  # fmt: skip
 
 
 METHOD = """
