@@ -27,6 +27,7 @@ from builders import tasks as built_tasks
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
 from polaris_pipeline.cleanup.dispatch import run_cleanup
 from polaris_pipeline.cleanup.manifest import iter_manifest_entries
+from polaris_pipeline.cleanup.shared_location import DROPPED_METADATA_KEY
 from polaris_pipeline.cleanup.stages import CHILD_STAGES
 from polaris_pipeline.errors import LeaseLost, PayloadError
 from polaris_pipeline.metastore import new_entity_id
@@ -225,7 +226,11 @@ def test_children_match_polaris_format(local_warehouse: Warehouse) -> None:
     assert len({c.id for c in children}) == len(children)
     for child in children:
         assert child.realm_id == "realm-1"
-        assert child.internal_properties == task.internal_properties
+        # Polaris copies the parent's; we add the dropped metadata file (a restore check).
+        assert child.internal_properties == {
+            **task.internal_properties,
+            DROPPED_METADATA_KEY: table.metadata_location,
+        }
         assert set(child.properties) == {"taskType", "data"}
 
     seen: set[str] = set()
