@@ -92,17 +92,12 @@ def policy(request: pytest.FixtureRequest) -> TaskPolicy:
 
 
 @pytest.fixture
-def metastore(
-    metastore_url: str, policy: TaskPolicy, request: pytest.FixtureRequest
-) -> Iterator[Metastore]:
+def metastore(metastore_url: str, policy: TaskPolicy) -> Iterator[Metastore]:
     """A metastore with the Polaris schema created, on each backend in turn.
 
     With ``PP_TEST_RESTRICTED_ROLE=1``, on PostgreSQL: connected as a role under the
     operator guide's grants and row-level security (TASK rows only)."""
-    admin = Metastore(metastore_url, policy=policy)
-    admin.init_schema()
-    admin.dispose()
-    store = Metastore(as_pipeline(metastore_url), policy=policy)
+    store = pipeline_store(metastore_url, policy)
     yield store
     store.dispose()
 
