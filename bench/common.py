@@ -532,24 +532,6 @@ def random_suffix() -> str:
     return secrets.token_hex(4)
 
 
-def orphaned_task(
-    realm: str, name: str, task_type: Any, data: str, location: str, created: int
-) -> Any:
-    """An orphaned task as Polaris writes it, with its own ``storageLocation``."""
-    from polaris_pipeline.metastore import new_entity_id
-    from polaris_pipeline.tasks.model import NewTask
-    from polaris_pipeline.tasks.payloads import task_properties
-
-    return NewTask(
-        realm_id=realm,
-        id=new_entity_id(),
-        name=name,
-        properties=task_properties(task_type, data),
-        internal_properties={"storageLocation": location},
-        create_timestamp=created,
-    )
-
-
 @dataclass(frozen=True)
 class DeployedSweeper:
     """The sweeper sensor as ``build_defs`` deploys it, with the resources it requires."""

@@ -32,15 +32,15 @@ import os
 import statistics
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import orphaned_task, temp_database
+from bench.common import temp_database
 from bench.proc_cpu import ProcessCpu
 from bench.report import BenchResult, Figure, fmt
+from builders.orphans import orphaned_batch, orphaned_children, touch_files
 
 TITLE = "1. Through dagster-daemon: a mixed backlog, a 2,000-child table, Dagster's floor"
 REALM = "POLARIS"
@@ -81,69 +81,6 @@ LEASE_MS = 300_000  # the production default
 # ------------------------------------------------------------------ fixtures
 
 
-def _touch(directory: Path, n: int) -> list[str]:
-    directory.mkdir(parents=True, exist_ok=True)
-    out = []
-    for i in range(n):
-        path = directory / f"{i:05d}-{uuid.uuid4().hex[:6]}.parquet"
-        path.write_bytes(b"PAR1")
-        out.append(f"file://{path}")
-    return out
-
-
-def _batch(location: Path, table: str, files: list[str], parent: str, created: int) -> Any:
-    from polaris_pipeline.tasks.model import TaskType
-    from polaris_pipeline.tasks.payloads import (
-        BatchCleanupPayload,
-        TableIdentifier,
-        batch_cleanup_task_name,
-        encode_batch_cleanup,
-    )
-
-    data = encode_batch_cleanup(BatchCleanupPayload(TableIdentifier(("ns",), table), tuple(files)))
-    name = batch_cleanup_task_name(parent, files)
-    return orphaned_task(
-        REALM, name, TaskType.BATCH_FILE_CLEANUP, data, f"file://{location}", created
-    )
-
-
-def orphaned_children(root: Path, table: str, n: int, created: int) -> list[Any]:
-    """What a Polaris purge of ``ns.<table>`` leaves when it dies after creating its
-    children: ``n - 2`` manifest children (3 data files each) and 2 batch children
-    (old metadata files), all named after a parent row that is gone."""
-    from bench.manifests import write_with_pyiceberg
-    from polaris_pipeline.metastore import new_entity_id
-    from polaris_pipeline.tasks.model import TaskType
-    from polaris_pipeline.tasks.payloads import (
-        ManifestCleanupPayload,
-        TableIdentifier,
-        encode_manifest_cleanup,
-        manifest_cleanup_task_name,
-    )
-
-    location = root / "ns" / table
-    parent = f"entityCleanup_{new_entity_id()}"
-    tasks = []
-    for i in range(max(0, n - 2)):
-        files = _touch(location / "data" / f"m{i}", 3)
-        local = location / "metadata" / f"{uuid.uuid4()}-m{i}.avro"
-        local.parent.mkdir(parents=True, exist_ok=True)
-        written = write_with_pyiceberg(str(local), files)
-        uri = f"file://{local}"
-        payload = ManifestCleanupPayload(TableIdentifier(("ns",), table), written.ref(uri))
-        name = manifest_cleanup_task_name(parent, uri)
-        data = encode_manifest_cleanup(payload)
-        tasks.append(
-            orphaned_task(
-                REALM, name, TaskType.MANIFEST_FILE_CLEANUP, data, f"file://{location}", created
-            )
-        )
-    for j in range(min(2, n)):
-        old = _touch(location / "metadata" / f"old{j}", 2)
-        tasks.append(_batch(location, table, old, parent, created))
-    return tasks
-
-
 def seed_mixed(root: Path, store: Any, size: dict[str, int]) -> dict[str, int]:
     """The mixed backlog (see the module docstring); returns its counts."""
     from builders import tables as built_tables
@@ -157,11 +94,15 @@ def seed_mixed(root: Path, store: Any, size: dict[str, int]) -> dict[str, int]:
         table = built_tables.build_table(catalog, ("ns", f"dropped_{i}"), appends=1)
         tasks.append(built_tasks.drop_table_task(table, realm_id=REALM, create_timestamp=created))
     for i in range(size["orphan_tables"]):
-        tasks += orphaned_children(root / "wh", f"orphans_{i}", size["children_each"], created)
+        tasks += orphaned_children(
+            REALM, root / "wh", f"orphans_{i}", size["children_each"], created
+        )
     for i in range(size["batch"]):
         location = root / "wh" / "ns" / f"batch_{i}"
-        files = _touch(location / "metadata", 5)
-        tasks.append(_batch(location, f"batch_{i}", files, f"entityCleanup_b{i}", created))
+        files = touch_files(location / "metadata", 5)
+        tasks.append(
+            orphaned_batch(REALM, location, f"batch_{i}", files, f"entityCleanup_b{i}", created)
+        )
     for start in range(0, len(tasks), 500):
         store.insert_tasks(tasks[start : start + 500])
     return {
@@ -453,7 +394,7 @@ def _mixed_seed(size: dict[str, int]) -> Any:
 def _fanout_seed(n: int) -> Any:
     def seed(root: Path, store: Any) -> dict[str, int]:
         created = store.now_ms() - OLD_MS
-        tasks = orphaned_children(root / "wh", "fanout", n, created)
+        tasks = orphaned_children(REALM, root / "wh", "fanout", n, created)
         for start in range(0, len(tasks), 500):
             store.insert_tasks(tasks[start : start + 500])
         return {"tasks": len(tasks)}
@@ -467,8 +408,10 @@ def _queue_seed(n: int) -> Any:
         tasks = []
         for i in range(n):
             location = root / "wh" / "ns" / f"q{i}"
-            files = _touch(location, 1)
-            tasks.append(_batch(location, f"q{i}", files, f"entityCleanup_q{i}", created))
+            files = touch_files(location, 1)
+            tasks.append(
+                orphaned_batch(REALM, location, f"q{i}", files, f"entityCleanup_q{i}", created)
+            )
         store.insert_tasks(tasks)
         return {"tasks": n}
 

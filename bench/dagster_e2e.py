@@ -37,11 +37,11 @@ from bench.common import (
     DeployedSweeper,
     connection_lost,
     deployed_sweeper,
-    orphaned_task,
     temp_database,
     wait_for_database,
 )
 from bench.report import BenchResult, Figure, fmt
+from builders.orphans import orphaned_task
 
 if TYPE_CHECKING:
     from polaris_pipeline.tasks.model import NewTask
@@ -177,9 +177,9 @@ def _fanout_table(catalog: Any, name: str, n_manifests: int, files_each: int) ->
 
 def build_fixture(root: Path, store: Any, size: dict[str, int]) -> dict[str, Any]:
     """Files and the 1,000 orphaned tasks that clean them up; returns what was made."""
-    from bench.manifests import write_with_pyiceberg
     from builders import tables as built_tables
     from builders import tasks as built_tasks
+    from builders.manifests import write_with_pyiceberg
     from polaris_pipeline.tasks.model import TaskType
     from polaris_pipeline.tasks.payloads import (
         BatchCleanupPayload,

@@ -32,8 +32,8 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from bench.manifests import data_file_paths, write_with_pyiceberg
 from bench.report import TIMES, BenchResult, Figure, fmt
+from builders.manifests import data_file_paths, write_with_pyiceberg
 
 TITLE = "5. Deleting a manifest's files on S3 (moto)"
 FULL = {"objects": 20_000}

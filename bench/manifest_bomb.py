@@ -82,7 +82,7 @@ def _run_child(mode: str, manifest: Path) -> dict[str, Any]:
 
 def _real_manifest(path: Path, size: int) -> int:
     """A real manifest about ``size`` bytes on disk; its entries."""
-    from bench.manifests import data_file_paths, write_with_fastavro
+    from builders.manifests import data_file_paths, write_with_fastavro
 
     location = "file:///wh/ns/t"
     n = 1000

@@ -76,7 +76,7 @@ def child(mode: str, manifest: str, location: str, entries: int) -> dict[str, An
     from pyiceberg.manifest import ManifestFile
 
     import polaris_pipeline.cleanup.manifest as handler_module
-    from bench.manifests import WrittenManifest
+    from builders.manifests import WrittenManifest
     from builders.tasks import task_row
     from polaris_pipeline.cleanup.context import CleanupContext
     from polaris_pipeline.storage.config import StorageConfig
@@ -215,7 +215,7 @@ def per_entry_costs(manifest: Path, location: str, entries: int) -> dict[str, fl
 
 
 def run(quick: bool = False) -> BenchResult:
-    from bench.manifests import data_file_paths, write_with_fastavro
+    from builders.manifests import data_file_paths, write_with_fastavro
 
     sizes = (QUICK if quick else FULL)["sizes"]
     small, large = sizes

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.delete import KEY, REGION, SECRET, _client, _handler, _server, _upload
-from bench.manifests import data_file_paths
 from bench.report import BenchResult, Figure
+from builders.manifests import data_file_paths
 
 TITLE = "9. Unreferenced files of a dropped table (S3 on moto; RSS on local files)"
 FULL = {"objects": 100_000, "referenced": 20_000, "rss_objects": 1_000_000}

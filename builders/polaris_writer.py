@@ -23,7 +23,7 @@ see the same proportions:
 - ``batch``: an orphaned BATCH_FILE_CLEANUP task over five old metadata files;
 - ``manifests``: a purge that died after writing its children, parent row gone:
   manifest children of three data files each and two batch children
-  (``bench.daemon_e2e.orphaned_children``);
+  (``builders.orphans.orphaned_children``);
 - ``hostile``: one row the pipeline must refuse, in rotation (unknown task type,
   data that is not JSON, manifest bytes that are not base64, a batch naming a
   file outside its table, which must survive, and the cleanup of a dropped
@@ -50,10 +50,9 @@ from typing import Any
 
 from sqlalchemy import delete
 
-from bench.common import orphaned_task
-from bench.daemon_e2e import orphaned_children
 from builders import tables as built_tables
 from builders import tasks as built_tasks
+from builders.orphans import orphaned_children, orphaned_task
 from builders.tasks import dropped_entity_json, manifest_task_data
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.metastore.schema import entities
@@ -321,7 +320,7 @@ class PolarisWriter:
 
     def _manifests(self, n: int) -> Event:
         table = f"m{n:05d}"
-        tasks = orphaned_children(self.warehouse, table, 5, self.store.now_ms())
+        tasks = orphaned_children(self.realm, self.warehouse, table, 5, self.store.now_ms())
         self.store.insert_tasks(tasks)
         files = sorted(built_tables.list_files(f"file://{self.warehouse}/ns/{table}"))
         prefix = tasks[0].name.split("_file://", 1)[0]

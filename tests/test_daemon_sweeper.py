@@ -18,8 +18,8 @@ import pytest
 from dagster import DagsterEventType, DagsterRunStatus, RunsFilter
 from dagster._core.scheduler.instigation import TickStatus
 
-from bench.manifests import write_with_pyiceberg
 from builders.daemon import DaemonHarness, kill_tree
+from builders.manifests import write_with_pyiceberg
 from builders.tasks import batch_task
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.tasks.model import NewTask, TaskState, TaskType

@@ -101,8 +101,8 @@ def test_the_check_sees_every_spelling_of_a_test_module_import() -> None:
     ]
 
 
-def _imports_of_tests(trees: dict[str, ast.Module]) -> set[tuple[str, str]]:
-    """``(path, module of tests/)`` for each import of the suite, in a function too."""
+def _imports_of_tests(trees: dict[str, ast.Module], package: str = "tests") -> set[tuple[str, str]]:
+    """``(path, module of package)`` for each import of ``package``, in a function too."""
     found: set[tuple[str, str]] = set()
     for path, tree in trees.items():
         for node in ast.walk(tree):
@@ -112,7 +112,7 @@ def _imports_of_tests(trees: dict[str, ast.Module]) -> set[tuple[str, str]]:
                 modules = [node.module]
             else:
                 continue
-            found.update((path, m) for m in modules if m.split(".")[0] == "tests")
+            found.update((path, m) for m in modules if m.split(".")[0] == package)
     return found
 
 
@@ -124,6 +124,16 @@ def test_the_benchmarks_and_builders_import_nothing_of_the_suite() -> None:
     assert _imports_of_tests(trees) == set()
     probe = ast.parse("def f() -> None:\n    import tests.support.tasks\n")
     assert _imports_of_tests({"bench/x.py": probe}) == {("bench/x.py", "tests.support.tasks")}
+
+
+def test_the_builders_import_nothing_of_the_benchmarks() -> None:
+    # builders/ is what the demo, the suite and bench/ share: it sits below all three.
+    trees = _trees("builders")
+    assert _imports_of_tests(trees, "bench") == set()
+    probe = ast.parse("from bench.common import temp_database\n")
+    assert _imports_of_tests({"builders/x.py": probe}, "bench") == {
+        ("builders/x.py", "bench.common")
+    }
 
 
 def test_a_free_port_is_found_in_one_place() -> None:

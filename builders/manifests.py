@@ -1,4 +1,4 @@
-"""Real Iceberg manifests for the benchmarks.
+"""Real Iceberg manifests for the benchmarks and the tests that seed them.
 
 Two writers, both producing files pyiceberg and Java Iceberg read:
 
