@@ -167,10 +167,14 @@ def test_ending_takes_the_parent_and_its_children_and_refuses_while_leased(
         purge_child("POLARIS", parent.name, ("ns", "t"), [f"file:///x{i}"], create_timestamp=1)
         for i in range(2)
     ]
-    other = purge_child(
-        "POLARIS", "entityCleanup_1", ("ns", "u"), ["file:///y"], create_timestamp=1
-    )
-    metastore.insert_tasks([parent, *children, other])
+    others = [
+        purge_child("POLARIS", "entityCleanup_1", ("ns", "u"), ["file:///y"], create_timestamp=1),
+        # Another family whose name starts with this one's, and this family's name in
+        # another realm: neither is this table's.
+        purge_child("POLARIS", f"{parent.name}9", ("ns", "v"), ["file:///z"], create_timestamp=1),
+        purge_child("acme", parent.name, ("ns", "t"), ["file:///w"], create_timestamp=1),
+    ]
+    metastore.insert_tasks([parent, *children, *others])
     lease = metastore.lease_task("POLARIS", children[0].id, "run-7")
     assert lease is not None
     with pytest.raises(PolarisPipelineError, match="leased by run-7"):
@@ -180,7 +184,7 @@ def test_ending_takes_the_parent_and_its_children_and_refuses_while_leased(
     ended = metastore.end_restored(_row(metastore, parent))
     assert {t.id for t in ended} == {parent.id, children[1].id}
     assert metastore.get_task("POLARIS", parent.id) is None
-    assert metastore.get_task("POLARIS", other.id) is not None
+    assert all(metastore.get_task(t.realm_id, t.id) is not None for t in others)
 
 
 def drop_table_task_of(name: str) -> NewTask:

@@ -232,6 +232,20 @@ def _task_names(realm_id: str, names: Sequence[str]) -> Executable:
 TASK_NAMES = _both("TASK_NAMES", _task_names)
 
 
+def _task_family(realm_id: str, parent_name: str) -> Executable:
+    # The parent row and every row named "<parent>_...": a range on the name (the
+    # next character after "_" is "`"), which the name index serves and which, unlike
+    # LIKE, needs no escaping of the name's own "_".
+    name = entities.c.name
+    return select(*TASK_COLUMNS).where(
+        _task_rows([realm_id]),
+        (name == parent_name) | and_(name >= f"{parent_name}_", name < f"{parent_name}`"),
+    )
+
+
+TASK_FAMILY = _both("TASK_FAMILY", _task_family)
+
+
 def _count_tasks(realms: Iterable[str] | None) -> Executable:
     return select(func.count()).select_from(entities).where(_task_rows(realms))
 

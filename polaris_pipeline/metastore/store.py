@@ -558,7 +558,7 @@ class Metastore:
             now = self.now_ms(conn)
             rows = [
                 decode_row(r)
-                for r in conn.execute(self._sql(queries.LIST_TASKS, [task.realm_id], None))
+                for r in conn.execute(self._sql(queries.TASK_FAMILY, task.realm_id, family))
             ]
             ended = sorted(
                 (t for t in rows if family in (t.name, parent_name_of(t))),
