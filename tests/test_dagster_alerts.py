@@ -746,3 +746,30 @@ def test_the_alerts_ui_address_is_read_blank_as_unset(
 ) -> None:
     env = {} if value is None else {"POLARIS_PIPELINE_ALERT_UI_URL": value}
     assert ui_url_from_env(env) == expected
+
+
+def test_the_ui_never_sees_an_alert_secret() -> None:
+    """What the code server hands the webserver (the repository's snapshot: sensors,
+    their descriptions and metadata) holds neither the webhook's secrets nor the
+    password."""
+    # Tests only: Dagster has no public name for the snapshot the UI reads.
+    from dagster._core.remote_representation.external_data import RepositorySnap
+    from dagster._serdes import serialize_value
+
+    from polaris_pipeline.dagster import build_defs
+
+    alerts = AlertSection(
+        webhook_url="https://hooks.example.com/T0/PATHSECRET?sig=QSECRET",
+        email_to=["ops@example.com"],
+        smtp_starttls=True,
+        smtp_user="alerts",
+        smtp_password="PASSWORDSECRET",
+        ui_url="https://dagster.example.com",
+    )
+    repository = build_defs(alerts=alerts).get_repository_def()
+    assert {RUN_ALERT_NAME, "polaris_check_failure_alert"} <= {
+        s.name for s in repository.sensor_defs
+    }
+    snapshot = serialize_value(RepositorySnap.from_def(repository))
+    assert "polaris_check_failure_alert" in snapshot
+    assert not {"PATHSECRET", "QSECRET", "PASSWORDSECRET"} & set(re.findall(r"\w+", snapshot))
