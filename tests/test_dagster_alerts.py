@@ -625,6 +625,21 @@ def test_run_failure_sensor_sends_the_failed_run(instance: DagsterInstance) -> N
     assert "realm: POLARIS" in alert.body and alert.url == f"http://ui/runs/{run.run_id}"
 
 
+def test_a_webhook_at_the_root_path_masks_its_query_not_every_slash(
+    webhook_server: tuple[str, list[dict[str, Any]], list[str]], root_log: list[str]
+) -> None:
+    url, _, paths = webhook_server
+    root = url.removesuffix("/hook")
+    notify = notifier_from_env(
+        {"POLARIS_PIPELINE_ALERT_WEBHOOK_URL": f"{root}/?sig=QSECRET", **_HTTP_OK}
+    )
+    assert notify is not None
+    notify(Alert("t", "b"))
+    assert paths == ["/?sig=QSECRET"]
+    [request] = [line for line in root_log if '"POST' in line]
+    assert "QSECRET" not in request and "HTTP/1.1" in request
+
+
 def test_the_run_failure_sensor_mails_the_failed_run_over_starttls(
     instance: DagsterInstance, starttls_smtp: tuple[int, _Inbox, list[tuple[str, str]]]
 ) -> None:

@@ -25,7 +25,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 import apprise
 
 from polaris_pipeline.settings import AlertSection
-from polaris_pipeline.storage.redact import redact
+from polaris_pipeline.storage.redact import maskable, redact
 
 # Apprise logs each URL it loads and sends to, secrets included, at DEBUG: its records
 # never reach the application's handlers. They are still made, at every level, since a
@@ -165,7 +165,7 @@ def webhook_destination(url: str) -> Destination:
     # Apprise reads its own options from the query: the webhook's go as "-name" (GET).
     own = [(f"-{k}", v) for k, v in parse_qsl(parts.query, keep_blank_values=True)]
     query = urlencode([*_WEBHOOK_PAYLOAD.items(), *own])
-    secrets = tuple(s for s in (url, parts.path, parts.query) if s)
+    secrets = tuple(maskable((url, parts.path, parts.query)))
     _MASK_WEBHOOK_SECRETS.secrets.update(secrets)
     return Destination("webhook", f"{scheme}://{parts.netloc}{parts.path}?{query}", False, secrets)
 
@@ -189,7 +189,7 @@ def email_destination(section: AlertSection) -> Destination | None:
     scheme = "mailtos" if section.smtp_starttls else "mailto"
     url = f"{scheme}://{login}{section.smtp_host}:{section.smtp_port}/?{urlencode(options)}"
     password = section.smtp_password or ""
-    secrets = (password, quote(password, safe="")) if password else ()
+    secrets = tuple(maskable({password, quote(password, safe="")}))
     return Destination("e-mail", url, True, secrets)
 
 
