@@ -11,7 +11,6 @@ from resources.location import DEPLOYMENT, resources
 sensors: list[SensorDefinition] = build_sensors(
     task_job,
     resources,
-    notify=DEPLOYMENT.notify,
-    alert_ui_url=DEPLOYMENT.alert_ui_url,
+    alerts=DEPLOYMENT.alerts,
     translator=DEFAULT_TRANSLATOR,
 )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import re
 import socket
 import ssl
 import threading
@@ -36,15 +38,17 @@ from dagster import (
 )
 
 from polaris_pipeline.cleanup.context import CleanupResult
-from polaris_pipeline.dagster.alerts import (
+from polaris_pipeline.dagster.alert_delivery import (
     Alert,
-    SmtpSettings,
+    Destinations,
+    destinations_of,
+    email_destination,
+)
+from polaris_pipeline.dagster.alerts import (
+    RUN_ALERT_NAME,
     alert_sensors,
     build_polaris_check_alert,
     build_polaris_failure_alert,
-    build_polaris_failure_email,
-    email_notifier,
-    fan_out,
     run_failure_alert,
 )
 from polaris_pipeline.dagster.backlog import (
@@ -58,13 +62,14 @@ from polaris_pipeline.dagster.sweeper import SENSOR_NAME
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.settings import AlertSection
 from polaris_pipeline.tasks.ref import Lease
 from tests.support.dagster import (
+    alert_section,
     alert_sensors_from_env,
     deployed_sensor,
     metastore_resource,
     notifier_from_env,
-    smtp_from_env,
     sweeper_resources,
     ui_url_from_env,
 )
@@ -75,9 +80,11 @@ from tests.support.tasks import seed
 
 class _Hook(BaseHTTPRequestHandler):
     received: list[dict[str, Any]] = []
+    paths: list[str] = []
 
     def do_POST(self) -> None:  # http.server's name
         length = int(self.headers["Content-Length"])
+        self.paths.append(self.path)
         self.received.append(json.loads(self.rfile.read(length)))
         self.send_response(200)
         self.end_headers()
@@ -88,17 +95,26 @@ class _Hook(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def webhook() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+def webhook_server() -> Iterator[tuple[str, list[dict[str, Any]], list[str]]]:
+    """An HTTP server on 127.0.0.1: its URL, the JSON bodies and the paths it received."""
     received: list[dict[str, Any]] = []
-    handler = type("Hook", (_Hook,), {"received": received})
+    paths: list[str] = []
+    handler = type("Hook", (_Hook,), {"received": received, "paths": paths})
     server = HTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_port}/hook", received
+        yield f"http://127.0.0.1:{server.server_port}/hook", received, paths
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def webhook(
+    webhook_server: tuple[str, list[dict[str, Any]], list[str]],
+) -> tuple[str, list[dict[str, Any]]]:
+    return webhook_server[:2]
 
 
 class _Inbox:
@@ -124,8 +140,8 @@ def smtp() -> Iterator[tuple[int, _Inbox]]:
         controller.stop()
 
 
-# Dagster's e-mail sensor always starts TLS and logs in: a server that requires both,
-# its certificate (for 127.0.0.1) trusted through SSL_CERT_FILE, as an operator's CA is.
+# A server that requires STARTTLS and a login, its certificate (for 127.0.0.1) trusted
+# through SSL_CERT_FILE, as an operator's private CA is.
 _STARTTLS_ENV = {
     "POLARIS_PIPELINE_ALERT_EMAIL_TO": "ops@example.com",
     "POLARIS_PIPELINE_ALERT_EMAIL_FROM": "dagster@example.com",
@@ -225,8 +241,7 @@ def starttls_smtp(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[int, _Inbox, list[tuple[str, str]]]]:
     cert, key = _self_signed_certificate(tmp_path)
-    # Trusted as an operator's CA is, through the system's store (Dagster's sensor
-    # reads only that).
+    # Trusted as an operator's CA is, through the system's store.
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))
     server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_tls.load_cert_chain(cert, key)
@@ -254,6 +269,24 @@ def starttls_smtp(
         yield port, inbox, logins
     finally:
         controller.stop()
+
+
+@pytest.fixture
+def root_log() -> Iterator[list[str]]:
+    """Every record that reaches the root logger's handlers, at every level: what an
+    application's logging (Dagster's, a file, a collector) would write."""
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(f"{record.name} {record.getMessage()}")  # type: ignore[method-assign]
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield lines
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
 
 
 # -- the messages --------------------------------------------------------------------
@@ -306,59 +339,73 @@ def test_webhook_and_email_receive_the_alert(
     assert received == [
         {"text": "Polaris check no_dead_tasks failed (ERROR)\n2 dead\nhttp://ui/runs/x"}
     ]
-    [(recipients, message)] = inbox.messages
-    assert recipients == ["ops@example.com", "oncall@example.com"]
-    assert message["Subject"] == "Polaris check no_dead_tasks failed (ERROR)"
-    assert message["From"] == "dagster@example.com"
-    assert "2 dead" in message.get_payload()
+    # One message per recipient, the title as its subject, the body and link as text.
+    assert sorted(r for r, _ in inbox.messages) == [["oncall@example.com"], ["ops@example.com"]]
+    for _, message in inbox.messages:
+        assert message["Subject"] == "Polaris check no_dead_tasks failed (ERROR)"
+        assert message["From"] == "dagster@example.com"
+        assert message.get_content_type() == "text/plain"
+        assert message.get_payload().splitlines() == ["2 dead", "http://ui/runs/x"]
+
+
+def _email(port: int, to: str = "ops@example.com", **more: Any) -> Destinations:
+    """The e-mail destination of an alerts section for the server on ``port``."""
+    section = AlertSection(email_to=[to], smtp_host="127.0.0.1", smtp_port=port, **more)
+    notify = destinations_of(section)
+    assert notify is not None
+    return notify
 
 
 def test_one_destination_down_does_not_silence_the_other(smtp: tuple[int, _Inbox]) -> None:
     port, inbox = smtp
-    down = email_notifier(SmtpSettings(to=("a@example.com",), host="127.0.0.1", port=1))
-    up = email_notifier(SmtpSettings(to=("b@example.com",), host="127.0.0.1", port=port))
-    with pytest.raises(RuntimeError, match="1 alert destination"):
-        fan_out([down, up])(Alert("t", "b"))
+    [down] = _email(1, "a@example.com").destinations
+    [up] = _email(port, "b@example.com").destinations
+    with pytest.raises(RuntimeError, match="1 alert destination") as failed:
+        Destinations((down, up))(Alert("t", "b"))
+    # It says which destination failed, and why, on one line.
+    assert "e-mail:" in str(failed.value) and "Connection refused" in str(failed.value)
+    assert len(str(failed.value).splitlines()) == 1
     assert [r for r, _ in inbox.messages] == [["b@example.com"]]
+
+
+def test_a_destination_apprise_refuses_is_refused_at_load() -> None:
+    with pytest.raises(ValueError, match=r"alerts: apprise refuses the e-mail: .*From") as bad:
+        _email(25, email_from="polaris-pipeline")
+    assert len(str(bad.value).splitlines()) == 1
 
 
 # -- credentials never travel unprotected ---------------------------------------------
 
 
-def _login_settings(port: int, **more: Any) -> SmtpSettings:
-    return SmtpSettings(
-        to=("ops@example.com",),
-        host="127.0.0.1",
-        port=port,
-        user="alerts",
-        password="s3cret",
-        **more,
-    )
+def _login(port: int, **more: Any) -> Destinations:
+    return _email(port, smtp_user="alerts", smtp_password="s3cret", **more)
 
 
 def test_no_login_to_a_server_whose_certificate_is_not_verified(
     tmp_path: Path, smtp_server: Callable[..., _SmtpServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Nothing in the system's store trusts the test's certificates.
-    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "no-such-bundle.pem"))
-    # A certificate for another name, self-signed: untrusted, and trusted (its own CA
-    # file given) but naming mail.example.com while we connect to 127.0.0.1.
+    # A certificate for another name, self-signed: untrusted (nothing in the store
+    # trusts it), and trusted (the store is its own file) but naming mail.example.com
+    # while we connect to 127.0.0.1.
     other_cert, other_key = _self_signed_certificate(tmp_path, "mail.example.com")
     server = smtp_server(other_cert, other_key)
-    for settings in (
-        _login_settings(server.port, starttls=True),
-        _login_settings(server.port, starttls=True, ca_file=str(other_cert)),
+    for store, why in (
+        (tmp_path / "no-such-bundle.pem", "self-signed certificate"),
+        (other_cert, "IP address mismatch"),
     ):
-        with pytest.raises(ssl.SSLCertVerificationError):
-            email_notifier(settings)(Alert("t", "b"))
+        monkeypatch.setenv("SSL_CERT_FILE", str(store))
+        with pytest.raises(RuntimeError, match="certificate verify failed") as refused:
+            _login(server.port, smtp_starttls=True)(Alert("t", "b"))
+        assert why in str(refused.value) and "s3cret" not in str(refused.value)
     assert server.logins == [] and server.inbox.messages == []
 
 
-def test_a_login_goes_through_to_a_server_verified_against_the_ca_file(
+def test_a_login_goes_through_to_a_server_verified_against_the_trusted_store(
     tmp_path: Path, smtp_server: Callable[..., _SmtpServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "no-such-bundle.pem"))
     cert, key = _self_signed_certificate(tmp_path, "127.0.0.1")
+    # A private CA, trusted as the operator's: the store SSL_CERT_FILE names.
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
     server = smtp_server(cert, key)
     env = {
         "POLARIS_PIPELINE_ALERT_EMAIL_TO": "ops@example.com",
@@ -367,7 +414,6 @@ def test_a_login_goes_through_to_a_server_verified_against_the_ca_file(
         "POLARIS_PIPELINE_ALERT_SMTP_STARTTLS": "true",
         "POLARIS_PIPELINE_ALERT_SMTP_USER": "alerts",
         "POLARIS_PIPELINE_ALERT_SMTP_PASSWORD": "s3cret",
-        "POLARIS_PIPELINE_ALERT_SMTP_CA_FILE": str(cert),
     }
     notify = notifier_from_env(env)
     assert notify is not None
@@ -376,7 +422,7 @@ def test_a_login_goes_through_to_a_server_verified_against_the_ca_file(
     assert [m["Subject"] for _, m in server.inbox.messages] == [
         "Polaris check no_dead_tasks failed (ERROR)"
     ]
-    # Dagster's e-mail sensor trusts the system's store only: ours mails run failures.
+    # One e-mail path: the same sensors mail run failures and checks alike.
     assert {s.name for s in alert_sensors_from_env(env)} == {
         "polaris_run_failure_alert",
         "polaris_check_failure_alert",
@@ -398,7 +444,7 @@ def test_no_login_in_clear_unless_the_link_is_declared_trusted(
     with pytest.raises(ValueError, match="SMTP_USER='alerts': an SMTP login without STARTTLS"):
         notifier_from_env(env)
     with pytest.raises(ValueError, match="smtp_login_insecure"):
-        _login_settings(server.port)
+        _login(server.port)
     assert server.logins == [] and server.inbox.messages == []
     trusted = notifier_from_env({**env, "POLARIS_PIPELINE_ALERT_SMTP_LOGIN_INSECURE": "true"})
     assert trusted is not None
@@ -415,7 +461,9 @@ def test_an_http_webhook_is_refused_unless_allowed(
         notifier_from_env({"POLARIS_PIPELINE_ALERT_WEBHOOK_URL": secret_url})
     assert "SECRET" not in str(refused.value) and len(str(refused.value).splitlines()) == 1
     https = notifier_from_env({"POLARIS_PIPELINE_ALERT_WEBHOOK_URL": "https://h.example/T0/S"})
-    assert https is not None and https.webhook_url == "https://h.example/T0/S"
+    assert https is not None
+    [destination] = https.destinations
+    assert destination.url.startswith("jsons://h.example/T0/S?")  # apprise's JSON over TLS
     allowed = notifier_from_env({"POLARIS_PIPELINE_ALERT_WEBHOOK_URL": secret_url, **_HTTP_OK})
     assert allowed is not None
     allowed(Alert("t", "b"))
@@ -429,19 +477,22 @@ def test_settings_from_env_refuse_bad_values_without_showing_secrets() -> None:
         notifier_from_env({"POLARIS_PIPELINE_ALERT_WEBHOOK_URL": "hooks.slack.com/T0/SECRET"})
     assert "SECRET" not in str(bad_url.value)
     with pytest.raises(ValueError, match="e-mail addresses"):
-        smtp_from_env({"POLARIS_PIPELINE_ALERT_EMAIL_TO": "ops"})
+        alert_section({"POLARIS_PIPELINE_ALERT_EMAIL_TO": "ops"})
     with pytest.raises(ValueError, match="SMTP_PORT"):
-        smtp_from_env(
+        alert_section(
             {"POLARIS_PIPELINE_ALERT_EMAIL_TO": "a@b.c", "POLARIS_PIPELINE_ALERT_SMTP_PORT": "x"}
         )
-    settings = smtp_from_env(
+    section = alert_section(
         {
-            "POLARIS_PIPELINE_ALERT_EMAIL_TO": "a@b.c",
+            "POLARIS_PIPELINE_ALERT_EMAIL_TO": "ops@example.com",
+            "POLARIS_PIPELINE_ALERT_SMTP_STARTTLS": "true",
+            "POLARIS_PIPELINE_ALERT_SMTP_USER": "alerts",
             "POLARIS_PIPELINE_ALERT_SMTP_PASSWORD": "hunter2",
         }
     )
-    assert settings is not None and settings.password == "hunter2"
-    assert "hunter2" not in repr(settings)
+    email = email_destination(section)
+    assert section.smtp_password == "hunter2" and email is not None and "hunter2" in email.url
+    assert "hunter2" not in repr(section) and "hunter2" not in repr(destinations_of(section))
 
 
 def test_no_alert_sensor_until_configured(webhook: tuple[str, list[dict[str, Any]]]) -> None:
@@ -452,27 +503,53 @@ def test_no_alert_sensor_until_configured(webhook: tuple[str, list[dict[str, Any
     assert all(s.default_status is DefaultSensorStatus.RUNNING for s in on)
 
 
-def test_email_over_starttls_with_a_login_is_dagsters_sensor(
-    webhook: tuple[str, list[dict[str, Any]]],
+def test_one_e_mail_path_whatever_the_server(webhook: tuple[str, list[dict[str, Any]]]) -> None:
+    # STARTTLS with a login, a plain relay, with a webhook or without: the same two sensors.
+    for env in (
+        {**_STARTTLS_ENV, "POLARIS_PIPELINE_ALERT_SMTP_PORT": "587"},
+        {**_STARTTLS_ENV, "POLARIS_PIPELINE_ALERT_WEBHOOK_URL": webhook[0], **_HTTP_OK},
+        {"POLARIS_PIPELINE_ALERT_EMAIL_TO": "ops@example.com"},
+    ):
+        assert {s.name for s in alert_sensors_from_env(env)} == {
+            "polaris_run_failure_alert",
+            "polaris_check_failure_alert",
+        }
+
+
+def test_a_webhook_keeps_its_own_query_and_secrets_stay_out_of_the_log(
+    webhook_server: tuple[str, list[dict[str, Any]], list[str]],
+    smtp_server: Callable[..., _SmtpServer],
+    root_log: list[str],
 ) -> None:
-    tls = {**_STARTTLS_ENV, "POLARIS_PIPELINE_ALERT_SMTP_PORT": "587"}
-    names = {s.name: s for s in alert_sensors_from_env(tls)}
-    # Run failures by Dagster's e-mail sensor; no sensor of ours with nothing to send.
-    assert set(names) == {"polaris_run_failure_email", "polaris_check_failure_alert"}
-    assert names["polaris_run_failure_email"].default_status is DefaultSensorStatus.RUNNING
-    both = alert_sensors_from_env(
-        {**tls, "POLARIS_PIPELINE_ALERT_WEBHOOK_URL": webhook[0], **_HTTP_OK}
-    )
-    assert {s.name for s in both} == {
-        "polaris_run_failure_email",
-        "polaris_run_failure_alert",
-        "polaris_check_failure_alert",
+    url, received, paths = webhook_server
+    server = smtp_server(require_tls=False)
+    env = {
+        # A Teams-workflow-like URL: its signature is in the query.
+        "POLARIS_PIPELINE_ALERT_WEBHOOK_URL": f"{url}/T0/PATHSECRET?api-version=1&sig=QSECRET",
+        **_HTTP_OK,
+        "POLARIS_PIPELINE_ALERT_EMAIL_TO": "ops@example.com",
+        "POLARIS_PIPELINE_ALERT_SMTP_HOST": "127.0.0.1",
+        "POLARIS_PIPELINE_ALERT_SMTP_PORT": str(server.port),
+        "POLARIS_PIPELINE_ALERT_SMTP_USER": "alerts",
+        "POLARIS_PIPELINE_ALERT_SMTP_PASSWORD": "s3cret",
+        "POLARIS_PIPELINE_ALERT_SMTP_LOGIN_INSECURE": "true",
     }
-    # A plain relay (no TLS, no login) Dagster's sensor cannot use: ours sends it.
-    relay = alert_sensors_from_env({"POLARIS_PIPELINE_ALERT_EMAIL_TO": "ops@example.com"})
-    assert {s.name for s in relay} == {"polaris_run_failure_alert", "polaris_check_failure_alert"}
-    with pytest.raises(ValueError, match="STARTTLS"):
-        build_polaris_failure_email(SmtpSettings(to=("a@example.com",), starttls=True))
+    notify = notifier_from_env(env)
+    assert notify is not None
+    notify(Alert("t", "b"))
+    assert paths == ["/hook/T0/PATHSECRET?api-version=1&sig=QSECRET"]
+    assert received == [{"text": "t\nb"}] and server.logins == [("alerts", "s3cret")]
+    # A failing send: its error and every log line keep the secrets out.
+    down = {**env, "POLARIS_PIPELINE_ALERT_SMTP_PORT": "1"}
+    down["POLARIS_PIPELINE_ALERT_WEBHOOK_URL"] = "http://127.0.0.1:1/T0/PATHSECRET?sig=QSECRET"
+    failing = notifier_from_env(down)
+    assert failing is not None
+    with pytest.raises(RuntimeError, match="2 alert destination") as failed:
+        failing(Alert("t", "b"))
+    # The log was listening: urllib3 logged each request, its path masked.
+    assert any(line.startswith("urllib3.connectionpool") for line in root_log)
+    for text in (str(failed.value), *root_log):
+        assert not {"PATHSECRET", "QSECRET", "s3cret"} & set(re.findall(r"\w+", text))
 
 
 # -- the sensors on real runs ----------------------------------------------------------
@@ -548,7 +625,22 @@ def test_run_failure_sensor_sends_the_failed_run(instance: DagsterInstance) -> N
     assert "realm: POLARIS" in alert.body and alert.url == f"http://ui/runs/{run.run_id}"
 
 
-def test_dagsters_email_sensor_sends_the_failed_run_over_starttls(
+def test_a_webhook_at_the_root_path_masks_its_query_not_every_slash(
+    webhook_server: tuple[str, list[dict[str, Any]], list[str]], root_log: list[str]
+) -> None:
+    url, _, paths = webhook_server
+    root = url.removesuffix("/hook")
+    notify = notifier_from_env(
+        {"POLARIS_PIPELINE_ALERT_WEBHOOK_URL": f"{root}/?sig=QSECRET", **_HTTP_OK}
+    )
+    assert notify is not None
+    notify(Alert("t", "b"))
+    assert paths == ["/?sig=QSECRET"]
+    [request] = [line for line in root_log if '"POST' in line]
+    assert "QSECRET" not in request and "HTTP/1.1" in request
+
+
+def test_the_run_failure_sensor_mails_the_failed_run_over_starttls(
     instance: DagsterInstance, starttls_smtp: tuple[int, _Inbox, list[tuple[str, str]]]
 ) -> None:
     port, inbox, logins = starttls_smtp
@@ -557,7 +649,7 @@ def test_dagsters_email_sensor_sends_the_failed_run_over_starttls(
         "POLARIS_PIPELINE_ALERT_SMTP_PORT": str(port),
         "POLARIS_PIPELINE_ALERT_UI_URL": "http://ui/",
     }
-    [email] = [s for s in alert_sensors_from_env(env) if s.name == "polaris_run_failure_email"]
+    [email] = [s for s in alert_sensors_from_env(env) if s.name == RUN_ALERT_NAME]
     result = failing_job.execute_in_process(instance=instance, raise_on_error=False)
     run = instance.get_run_by_id(result.run_id)
     assert run is not None and run.status is DagsterRunStatus.FAILURE
@@ -573,10 +665,11 @@ def test_dagsters_email_sensor_sends_the_failed_run_over_starttls(
     [(recipients, message)] = inbox.messages
     assert recipients == ["ops@example.com"] and logins == [("alerts", "s3cret")]
     assert message["Subject"] == "Dagster run of failing_job failed (sales.payments)"
-    body = message.get_payload()
-    assert "realm: POLARIS<br>" in body and "error: guard refused 1 path(s)" in body
-    assert f'href="http://ui/runs/{run.run_id}"' in body
-    # The check alerts, which no Dagster sensor sends, go through the same server.
+    body = message.get_payload().splitlines()
+    assert "realm: POLARIS" in body
+    assert "error: guard refused 1 path(s), first 's3://other/x'" in body
+    assert body[-1] == f"http://ui/runs/{run.run_id}"
+    # The check alerts go through the same server, the same way.
     notify = notifier_from_env(env)
     assert notify is not None
     notify(Alert("Polaris check no_dead_tasks failed (ERROR)", "2 dead"))
@@ -668,3 +761,30 @@ def test_the_alerts_ui_address_is_read_blank_as_unset(
 ) -> None:
     env = {} if value is None else {"POLARIS_PIPELINE_ALERT_UI_URL": value}
     assert ui_url_from_env(env) == expected
+
+
+def test_the_ui_never_sees_an_alert_secret() -> None:
+    """What the code server hands the webserver (the repository's snapshot: sensors,
+    their descriptions and metadata) holds neither the webhook's secrets nor the
+    password."""
+    # Tests only: Dagster has no public name for the snapshot the UI reads.
+    from dagster._core.remote_representation.external_data import RepositorySnap
+    from dagster._serdes import serialize_value
+
+    from polaris_pipeline.dagster import build_defs
+
+    alerts = AlertSection(
+        webhook_url="https://hooks.example.com/T0/PATHSECRET?sig=QSECRET",
+        email_to=["ops@example.com"],
+        smtp_starttls=True,
+        smtp_user="alerts",
+        smtp_password="PASSWORDSECRET",
+        ui_url="https://dagster.example.com",
+    )
+    repository = build_defs(alerts=alerts).get_repository_def()
+    assert {RUN_ALERT_NAME, "polaris_check_failure_alert"} <= {
+        s.name for s in repository.sensor_defs
+    }
+    snapshot = serialize_value(RepositorySnap.from_def(repository))
+    assert "polaris_check_failure_alert" in snapshot
+    assert not {"PATHSECRET", "QSECRET", "PASSWORDSECRET"} & set(re.findall(r"\w+", snapshot))

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import certifi
 import pytest
 from dagster import DagsterInstance, EnvVar, SensorResult, build_sensor_context
 from dagster.components.testing import create_defs_folder_sandbox
@@ -256,7 +255,6 @@ EVERY_SETTING: dict[str, dict[str, Any]] = {
         "smtp_password": "not-shown",
         "smtp_starttls": True,
         "smtp_login_insecure": True,
-        "smtp_ca_file": certifi.where(),
         "ui_url": "https://dagster.example.com",
     },
     "leaks": {

@@ -32,8 +32,7 @@ PUBLIC_PARAMETERS = [
     *RESOURCE_KEYS,
     "executor",
     "io_manager",
-    "notify",
-    "alert_ui_url",
+    "alerts",
     "translator",
 ]
 

@@ -3,7 +3,6 @@ named."""
 
 from __future__ import annotations
 
-import certifi
 import pytest
 
 from polaris_pipeline.settings import (
@@ -83,7 +82,6 @@ def test_every_variable_is_read() -> None:
         "POLARIS_PIPELINE_ALERT_SMTP_USER": "pp",
         "POLARIS_PIPELINE_ALERT_SMTP_PASSWORD": "hunter2",
         "POLARIS_PIPELINE_ALERT_SMTP_STARTTLS": "yes",
-        "POLARIS_PIPELINE_ALERT_SMTP_CA_FILE": certifi.where(),
         "POLARIS_PIPELINE_ALERT_SMTP_LOGIN_INSECURE": "true",
         "POLARIS_PIPELINE_ALERT_WEBHOOK_ALLOW_HTTP_INSECURE": "true",
         "POLARIS_PIPELINE_ALERT_UI_URL": "https://dagster.example.com",
@@ -157,7 +155,6 @@ def test_every_variable_is_read() -> None:
     a = s.alerts
     assert a.email_to == ["ops@example.com", "oncall@example.com"] and a.smtp_port == 587
     assert a.smtp_starttls is True  # "yes", as every boolean setting reads it
-    assert a.smtp_ca_file == certifi.where()
     assert a.smtp_login_insecure is True and a.webhook_allow_http_insecure is True
     assert (a.email_from, a.smtp_host, a.smtp_user) == ("pp@example.com", "mail.example.com", "pp")
     assert a.ui_url == "https://dagster.example.com" and a.configured

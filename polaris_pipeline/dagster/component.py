@@ -29,7 +29,6 @@ from typing import Annotated, Any, Literal
 import dagster as dg
 from pydantic import Field
 
-from polaris_pipeline.dagster.alerts import destinations_of
 from polaris_pipeline.dagster.backlog import BacklogSettings
 from polaris_pipeline.dagster.definitions import build_defs
 from polaris_pipeline.dagster.leaks import LeakSettings
@@ -146,8 +145,7 @@ class PolarisSweeper(dg.Component, dg.Model, dg.Resolvable):
             retention=self.retention,
             leaks=self.leaks,
             executor=self.executor,
-            notify=destinations_of(self.alerts) if self.alerts else None,
-            alert_ui_url=self.alerts.ui_url if self.alerts else None,
+            alerts=self.alerts,
             translator=translator_from_path(self.translator) if self.translator else None,
         )
 

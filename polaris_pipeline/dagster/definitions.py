@@ -31,11 +31,7 @@ from dagster import (
     in_process_executor,
 )
 
-from polaris_pipeline.dagster.alerts import (
-    Notify,
-    alert_sensors,
-    destinations_of,
-)
+from polaris_pipeline.dagster.alerts import alert_sensors
 from polaris_pipeline.dagster.backlog import (
     BACKLOG_CHECKS,
     STORAGE_CHECKS,
@@ -62,6 +58,7 @@ from polaris_pipeline.dagster.task_job import MULTIPROCESS_EXECUTOR, build_polar
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR, PolarisTranslator
 from polaris_pipeline.settings import (
     URL_ENV,
+    AlertSection,
     PipelineSettings,
     TaskExecutor,
     executor_settings,
@@ -144,8 +141,7 @@ def build_defs(
     leaks: LeakSettings | None = None,
     executor: TaskExecutor | ExecutorDefinition | None = None,
     io_manager: FilesystemIOManager | None = None,
-    notify: Notify | None = None,
-    alert_ui_url: str | None = None,
+    alerts: AlertSection | None = None,
     translator: PolarisTranslator | None = None,
 ) -> Definitions:
     """The sweeper sensor, the task and backfill jobs, the backlog and its checks.
@@ -155,8 +151,8 @@ def build_defs(
     the realms' task policy included), ``storage``, ``sweeper``, ``backlog``,
     ``retention`` (its job and schedule only when an age is set), ``leaks``
     (``DeploymentResources``). ``executor`` chooses how the task job's steps run.
-    ``notify`` turns the alert sensors on (polaris_pipeline.dagster.alerts);
-    ``alert_ui_url`` is the UI's base URL for the links in alerts. ``translator`` (a
+    ``alerts`` (the component's ``alerts:`` block) turns the alert sensors on when it
+    names a destination (polaris_pipeline.dagster.alerts). ``translator`` (a
     ``PolarisTranslator`` subclass) decides the runs' tags, the steps' metadata and the
     tables' asset keys and events.
     """
@@ -173,8 +169,7 @@ def build_defs(
     return _assemble(
         build_resources(given, io_manager=io_manager),
         executor=executor,
-        notify=notify,
-        alert_ui_url=alert_ui_url,
+        alerts=alerts,
         translator=translator,
     )
 
@@ -183,8 +178,7 @@ def _assemble(
     resources: Mapping[str, Any],
     *,
     executor: TaskExecutor | ExecutorDefinition | None,
-    notify: Notify | None,
-    alert_ui_url: str | None,
+    alerts: AlertSection | None,
     translator: PolarisTranslator | None,
 ) -> Definitions:
     """``build_defs``' ``Definitions`` over resources already built (``build_resources``)."""
@@ -200,8 +194,7 @@ def _assemble(
         sensors=build_sensors(
             task_job,
             resources,
-            notify=notify,
-            alert_ui_url=alert_ui_url,
+            alerts=alerts,
             translator=translator,
         ),
     )
@@ -252,12 +245,11 @@ def build_sensors(
     task_job: JobDefinition,
     resources: Mapping[str, Any],
     *,
-    notify: Notify | None,
-    alert_ui_url: str | None,
+    alerts: AlertSection | None,
     translator: PolarisTranslator,
 ) -> list[SensorDefinition]:
     """The sweeper (its cadence the ``sweeper`` resource's), its watch, the run report and
-    the alerts (none without ``notify``)."""
+    the alerts (none without a destination in ``alerts``)."""
     return [
         build_polaris_task_sweeper(
             task_job,
@@ -268,7 +260,7 @@ def build_sensors(
         ),
         build_sweeper_watch(),
         build_run_report_sensor(task_job.name, translator=translator),
-        *alert_sensors(notify, alert_ui_url),
+        *alert_sensors(alerts),
     ]
 
 
@@ -325,8 +317,7 @@ class EnvDeployment:
 
     resources: dict[str, Any]
     executor: TaskExecutor | None
-    notify: Notify | None
-    alert_ui_url: str | None
+    alerts: AlertSection
 
 
 def deployment_from_env(environ: Mapping[str, str] | None = None) -> EnvDeployment:
@@ -355,8 +346,7 @@ def deployment_from_env(environ: Mapping[str, str] | None = None) -> EnvDeployme
         resources=resources,
         executor=executor,
         # The alerts section read above, not the environment once more.
-        notify=destinations_of(settings.alerts),
-        alert_ui_url=settings.alerts.ui_url,
+        alerts=settings.alerts,
     )
 
 
@@ -371,7 +361,6 @@ def build_defs_from_env(
     return _assemble(
         deployment.resources,
         executor=deployment.executor,
-        notify=deployment.notify,
-        alert_ui_url=deployment.alert_ui_url,
+        alerts=deployment.alerts,
         translator=translator,
     )

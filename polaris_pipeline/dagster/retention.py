@@ -54,8 +54,7 @@ from dagster import (
     schedule,
 )
 
-# Dagster exports no name for its SQLite event log, the one storage that leaves a
-# per-run file behind ``delete_run``.
+# No public name for the SQLite event log, the one storage whose delete_run leaves a file.
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
     INDEX_SHARD_NAME,
     SqliteEventLogStorage,

@@ -4,12 +4,10 @@ No destination, no alert sensor. The webhook URL and the SMTP password are secre
 they never appear in a repr, a log or an error message, and never travel in clear
 unless a setting named ``..._insecure`` says the link is trusted: an ``http://``
 webhook is refused, and so is an SMTP login without STARTTLS (whose certificate is
-verified, against ``smtp_ca_file`` when set).
+verified against the system's CAs: ``SSL_CERT_FILE`` names a private one's bundle).
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from pydantic import Field, ValidationInfo, field_validator
 
@@ -41,8 +39,8 @@ class AlertSection(Section):
     smtp_starttls: bool = Field(
         default=False,
         description=(
-            "Start TLS, verifying the server's certificate and name; with a user, failed "
-            "runs are mailed by Dagster's own make_email_on_run_failure_sensor."
+            "Start TLS, verifying the server's certificate and name against the system's "
+            "CAs (SSL_CERT_FILE's, when set) before any login."
         ),
     )
     smtp_login_insecure: bool = Field(
@@ -65,13 +63,6 @@ class AlertSection(Section):
     smtp_port: int = Field(default=25, description="Its port.")
     smtp_user: str | None = Field(default=None, description="Its login, if it asks for one.")
     smtp_password: str | None = Field(default=None, repr=False, description="Its password.")
-    smtp_ca_file: str | None = Field(
-        default=None,
-        description=(
-            "A PEM file of the CAs the SMTP server's certificate is verified against (a "
-            "private CA); null: the system's. Set, our sensor mails the failed runs too."
-        ),
-    )
     ui_url: str | None = Field(
         default=None, description="The Dagster UI's base URL, for the links in alerts."
     )
@@ -103,15 +94,6 @@ class AlertSection(Section):
         if refusal:
             raise ValueError(refusal)
         return value
-
-    @field_validator("smtp_ca_file")
-    @classmethod
-    def _ca_file(cls, value: str | None) -> str | None:
-        if value is None or not value.strip():
-            return None
-        if not Path(value.strip()).is_file():
-            raise ValueError("no such file")
-        return value.strip()
 
     @field_validator("email_to")
     @classmethod

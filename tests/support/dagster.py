@@ -13,13 +13,8 @@ from dagster import DagsterInstance, Definitions, ExecuteInProcessResult, Sensor
 from sqlalchemy.engine import make_url
 
 from builders.postgres import PG_ADMIN_URL, database_url, throwaway_database
-from polaris_pipeline.dagster.alerts import (
-    Destinations,
-    SmtpSettings,
-    alert_sensors,
-    destinations_of,
-    smtp_of,
-)
+from polaris_pipeline.dagster.alert_delivery import Destinations, destinations_of
+from polaris_pipeline.dagster.alerts import alert_sensors
 from polaris_pipeline.dagster.backlog import BacklogSettings
 from polaris_pipeline.dagster.contract import run_config_for
 from polaris_pipeline.dagster.definitions import build_defs
@@ -121,7 +116,8 @@ def metastore_resource(store: Metastore, **overrides: Any) -> PolarisMetastoreRe
     return PolarisMetastoreResource(**values)
 
 
-def _alert_section(env: Mapping[str, str]) -> AlertSection:
+def alert_section(env: Mapping[str, str]) -> AlertSection:
+    """The environment's alerts section (the settings' one reading of it)."""
     section = section_from_env("alerts", env)
     assert isinstance(section, AlertSection)
     return section
@@ -129,22 +125,17 @@ def _alert_section(env: Mapping[str, str]) -> AlertSection:
 
 def ui_url_from_env(env: Mapping[str, str]) -> str | None:
     """The Dagster UI address alerts link to (``POLARIS_PIPELINE_ALERT_UI_URL``), if set."""
-    return _alert_section(env).ui_url
-
-
-def smtp_from_env(env: Mapping[str, str]) -> SmtpSettings | None:
-    """``smtp_of`` the environment's alerts section (the settings' one reading of it)."""
-    return smtp_of(_alert_section(env))
+    return alert_section(env).ui_url
 
 
 def notifier_from_env(env: Mapping[str, str]) -> Destinations | None:
     """The configured destinations (a ``Notify``); None when none is configured."""
-    return destinations_of(_alert_section(env))
+    return destinations_of(alert_section(env))
 
 
 def alert_sensors_from_env(env: Mapping[str, str]) -> list[SensorDefinition]:
     """Both alert sensors as ``build_defs_from_env`` configures them from ``env``."""
-    return alert_sensors(notifier_from_env(env), ui_url_from_env(env))
+    return alert_sensors(alert_section(env))
 
 
 @functools.cache

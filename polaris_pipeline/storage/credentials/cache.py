@@ -7,6 +7,10 @@ the same key (a table's children share their parent's). A value is made again
 half way; values whose expiry has passed are dropped when a new one is stored,
 and at most ``max_entries`` are kept (oldest out), since every table brings its
 own location set.
+
+Not botocore's ``RefreshableCredentials``: that refreshes one AWS credential set,
+with no key, while this keys Azure SAS and GCS tokens too; and s3fs signs through
+aiobotocore, which awaits ``get_frozen_credentials`` (botocore's is synchronous).
 """
 
 from __future__ import annotations
