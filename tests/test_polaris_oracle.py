@@ -29,8 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyiceberg import __version__ as pyiceberg_version
 from pyiceberg.manifest import ManifestContent
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.table import StaticTable, Table
+from pyiceberg.table.metadata import new_table_metadata
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from sqlalchemy import create_engine, text
 
 from builders import tables as built_tables
@@ -79,6 +83,30 @@ SHAPES: dict[str, dict[str, Any]] = {
     "Iceberg Java v2 (Spark, position deletes)": {"java_format": 2},
     "Iceberg Java v3 (Spark, deletion vectors)": {"java_format": 3},
 }
+
+
+def _pyiceberg_v3_refusal() -> str | None:
+    """The venv's pyiceberg's error serialising format-version 3 table metadata (what
+    writing a v3 table does first), or None when it can: a table pyiceberg writes at v3 is
+    a shape where it can (test_a_pyiceberg_v3_table_is_a_shape_where_pyiceberg_writes_one)."""
+    metadata = new_table_metadata(
+        built_tables.TABLE_SCHEMA,
+        UNPARTITIONED_PARTITION_SPEC,
+        UNSORTED_SORT_ORDER,
+        "file:///pyiceberg-v3-probe",
+        {"format-version": "3"},
+    )
+    try:
+        metadata.model_dump_json()
+    except NotImplementedError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+PYICEBERG_V3 = "pyiceberg v3"
+PYICEBERG_V3_REFUSAL = _pyiceberg_v3_refusal()
+if PYICEBERG_V3_REFUSAL is None:
+    SHAPES[PYICEBERG_V3] = {"format_version": 3}
 # What we delete beyond Polaris 1.4.1, and why (the page lists it).
 UNNAMED_REASON = (
     "files the current metadata does not name (metadata files out of the log, files only "
@@ -175,10 +203,11 @@ def harness() -> PolarisHarness:
 SHAPE_IDS = dict(
     zip(
         SHAPES,
-        ("v1", "v2-deletes-stats", "v2-capped-log", "v2-expired", "java-v2", "java-v3"),
-        strict=True,
+        ("v1", "v2-deletes-stats", "v2-capped-log", "v2-expired", "java-v2", "java-v3", "v3"),
+        strict=False,  # the last only where pyiceberg writes v3
     )
 )
+assert list(SHAPE_IDS) == list(SHAPES)
 # The Hadoop catalog's pointer to the current metadata file: no metadata file names it,
 # and a table held by Polaris has none (as tests/test_java_spark_purge.py removes it).
 VERSION_HINT = "version-hint.text"
@@ -396,6 +425,28 @@ def test_our_imitation_writes_the_children_polaris_writes(purges: Purges) -> Non
     ]
     ours = [json.loads(data)["batchFiles"] for _, kind, data in purges.imitation if kind is batch]
     assert ours == polaris_batches
+
+
+def test_a_pyiceberg_v3_table_is_a_shape_where_pyiceberg_writes_one(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A table pyiceberg writes at format version 3 is an oracle shape (A, B, C above) where
+    the venv's pyiceberg writes one; where it cannot, writing one fails with the error this
+    page shows, and the v3 shapes are Iceberg Java's alone."""
+    props = request.node.user_properties
+    props.append(("polaris_release", RELEASE))
+    fact = f"polaris_fact:oracle, {PYICEBERG_V3} (a table pyiceberg {pyiceberg_version} writes)"
+    if PYICEBERG_V3_REFUSAL is None:
+        assert SHAPES[PYICEBERG_V3] == {"format_version": 3}
+        props.append((fact, "written: a shape of its own"))
+        return
+    assert PYICEBERG_V3 not in SHAPES
+    uri = built_tables.local_warehouse_uri(tmp_path / "wh")
+    catalog = built_tables.open_catalog(uri, tmp_path / "catalog.db", name="local")
+    with pytest.raises(NotImplementedError) as refused:
+        built_tables.build_table(catalog, ("ns", "t"), format_version=3)
+    assert f"{type(refused.value).__name__}: {refused.value}" == PYICEBERG_V3_REFUSAL
+    props.append((fact, f"not written: pyiceberg refuses ({PYICEBERG_V3_REFUSAL})"))
 
 
 # A view at 1.4.1: its row names view metadata, which the table handler reads as a table's.
