@@ -3,10 +3,11 @@
 Per table shape, on the same files (restored from a copy between runs), and the same task
 row our builders write for the dropped table (as Polaris writes it):
 
-- (A) Polaris plans and runs its own purge: the release's TableCleanupTaskHandler, then its
-  MANIFEST and BATCH handlers on the children it created (tests/polaris/oracle);
+- (A) Polaris plans and runs its own purge: the release's own TaskExecutorImpl runs the row
+  with its TableCleanupTaskHandler, and the MANIFEST and BATCH children that handler hands
+  back to it with its other handlers (tests/polaris/oracle);
 - (B) we plan and run ours: our Runner executes the task, its children and its last stage;
-- (C) Polaris's handlers run the children our Runner wrote, as it wrote them.
+- (C) Polaris's executor and handlers run the children our Runner wrote, as it wrote them.
 
 C deletes exactly what A deletes; B deletes all of it, plus only the extras named here with
 their reason; B deletes nothing outside the table (a live neighbour ``t_2`` beside it); the
@@ -350,7 +351,7 @@ def _report(request: pytest.FixtureRequest, purges: Purges) -> None:
 
 @pytest.mark.usefixtures("_report")
 def test_polaris_on_our_children_deletes_exactly_what_polaris_deletes(purges: Purges) -> None:
-    """(C) Polaris's handlers running the children our code wrote delete exactly the files
+    """(C) Polaris's executor running the children our code wrote deletes exactly the files
     (A) Polaris's own purge deletes, and leave the same kinds of rows; beyond them only
     files the current metadata does not name (older metadata files our children name)."""
     on_ours, polaris = purges.deleted[POLARIS_C], purges.deleted[POLARIS_A]
@@ -477,11 +478,11 @@ def _write_view(location: Path, versions: int) -> list[str]:
 def test_a_dropped_view_polaris_keeps_its_row_and_we_delete_its_metadata_file(
     harness: PolarisHarness, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """A dropped view's row: (A) Polaris 1.4.1's own handlers take it as a table's and fail
-    reading the view metadata on every attempt, so they delete nothing, create no child and
+    """A dropped view's row: (A) Polaris 1.4.1's own executor and handlers take it as a table's and
+    fail reading the view metadata on every attempt, so they delete nothing, create no child and
     leave the row; (B) we delete the view's current metadata file alone (nothing of the live
-    neighbour view ``v_2``) and leave no row; (C) there is nothing to run: we create no
-    child for a view."""
+    neighbour view ``v_2``) and leave no row; (C) there is nothing to run: we create no child
+    for a view."""
     props = request.node.user_properties
     props.append(("polaris_release", RELEASE))
     root = tmp_path / "wh"
@@ -591,7 +592,7 @@ def _hostile_rows(realm: str, warehouse: Path, outside: Path) -> dict[str, NewTa
 def test_hostile_rows_through_polaris_and_us(
     harness: PolarisHarness, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """The same hostile rows go to Polaris 1.4.1's handlers and to our sweep: the page lists
+    """The same hostile rows go to Polaris 1.4.1's executor and to our sweep: the page lists
     what each does with each; we never delete the file a BATCH row names outside its table
     (Polaris does: it deletes any path it is given)."""
     props = request.node.user_properties
@@ -618,7 +619,13 @@ def test_hostile_rows_through_polaris_and_us(
                 outcomes = {o.lease.task_id: o for o in runner.sweep([HOSTILE_REALMS["ours"]])}
             for kind, task in rows["polaris"].items():
                 ours = rows["ours"][kind]
-                polaris_did = "; ".join(dict.fromkeys(runs.get(task.id, ["not run"])))
+                attempts = runs.get(task.id, ["not run"])
+                # Each distinct outcome once, its first exception alone (not its causes).
+                polaris_did = "; ".join(
+                    dict.fromkeys(a.split(" | caused by ")[0] for a in attempts)
+                )
+                if len(attempts) > 1:
+                    polaris_did += f" ({len(attempts)} attempts)"
                 polaris_did += ", row left" if task.id in left else ", row dropped"
                 outcome = outcomes.get(ours.id)
                 we_did = (
