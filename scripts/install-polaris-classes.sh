@@ -8,10 +8,12 @@
 #
 # Per release: ${PP_POLARIS_DIR:-~/.cache/polaris-pipeline/polaris-classes}/VERSION/ with
 #   lib/*.jar          polaris-core, its dependencies (see tests/polaris/harness/pom.xml),
-#                      the PostgreSQL driver, and polaris-runtime-service where served
+#                      the PostgreSQL driver, and where served polaris-runtime-service and
+#                      the three jars its TaskExecutorImpl needs beside it (EXECUTOR_JARS)
 #   classes/           the compiled harness, and where polaris-runtime-service is served,
-#                      tests/polaris/oracle (Polaris's own purge, run by its handlers: the
-#                      oracle of tests/test_polaris_oracle.py; no jar beyond the release's)
+#                      tests/polaris/oracle (Polaris's own purge, run by its TaskExecutorImpl
+#                      and handlers: the oracle of tests/test_polaris_oracle.py) with the
+#                      empty stand-ins tests/polaris/harness/stand-ins/empty-classes lists
 #   classpath          the class path, one entry a line
 #   java-home          the JDK to run it with (>= 21 where polaris-runtime-service is there:
 #                      its classes target Java 21)
@@ -74,6 +76,13 @@ fi
 ROOT="${PP_POLARIS_DIR:-$HOME/.cache/polaris-pipeline/polaris-classes}"
 HARNESS=tests/polaris/harness
 ORACLE=tests/polaris/oracle
+EMPTY_STAND_INS="$HARNESS/stand-ins/empty-classes"
+# What Polaris's TaskExecutorImpl needs beside polaris-runtime-service (copied without its
+# dependencies): CDI's Instance (the type of its error handler) and OpenTelemetry's trace API
+# and Context (it traces each attempt). OpenTelemetry 1.44.1: any 1.x has the stable API it calls.
+EXECUTOR_JARS="jakarta.enterprise:jakarta.enterprise.cdi-api:4.1.0
+io.opentelemetry:opentelemetry-api:1.44.1
+io.opentelemetry:opentelemetry-context:1.44.1"
 # Plugin 2.8's copy fetches an artifact without reading its pom's parent (which the
 # registry does not serve for Polaris's modules; 3.x fails there); 3.8.1 resolves our
 # generated pom.
@@ -81,7 +90,7 @@ COPY=org.apache.maven.plugins:maven-dependency-plugin:2.8:copy
 COPY_DEPENDENCIES=org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies
 
 sources() {
-    printf '%s\n' scripts/install-polaris-classes.sh "$HARNESS/pom.xml" \
+    printf '%s\n' scripts/install-polaris-classes.sh "$HARNESS/pom.xml" "$EMPTY_STAND_INS" \
         $(find "$HARNESS" "$ORACLE" -name '*.java' | LC_ALL=C sort)
 }
 stamp() {  # version
@@ -221,6 +230,11 @@ PY
         mv "$stage/poms/polaris-runtime-service-$version.jar" "$stage/lib/"
         runtime_service="served"
         min_java=21
+        local artifact
+        for artifact in $EXECUTOR_JARS; do
+            mvn_logged "$COPY" "-Dartifact=$artifact:jar" "-DoutputDirectory=$stage/lib" \
+                || { fail resolve "$(maven_reason)"; return 1; }
+        done
     elif ! grep -qE "Could not find artifact org.apache.polaris:polaris-runtime-service:jar:$version|polaris-runtime-service:jar:$version was not found" "$log"; then
         fail resolve "polaris-runtime-service: $(maven_reason)"
         return 1
@@ -237,9 +251,18 @@ PY
         *) api=api-1.4 ;;
     esac
     echo "+ javac ($jdk, $api)" >>"$log"
-    # stand-ins/: classes of modules the registry does not serve (see each file).
-    local oracle=()
-    [ "$runtime_service" = "not served" ] || oracle=("$ORACLE"/*.java)
+    # stand-ins/: classes of modules the registry does not serve (see each file, and the
+    # empty ones' list, written out here where the oracle is built).
+    local oracle=() class
+    if [ "$runtime_service" = "served" ]; then
+        oracle=("$ORACLE"/*.java)
+        while read -r class _; do
+            mkdir -p "$stage/build/stand-ins/${class%.*}"
+            echo "package ${class%.*}; public class ${class##*.} {}" \
+                >"$stage/build/stand-ins/${class%.*}/${class##*.}.java"
+            oracle+=("$stage/build/stand-ins/${class%.*}/${class##*.}.java")
+        done < <(sed -e 's/#.*//' "$EMPTY_STAND_INS" | awk 'NF')
+    fi
     "$jdk/bin/javac" -nowarn --release 17 -d "$stage/classes" -cp "$stage/lib/*" \
         "$HARNESS"/*.java "$HARNESS/$api"/*.java "$HARNESS"/stand-ins/*.java "${oracle[@]}" \
         >>"$log" 2>&1 \

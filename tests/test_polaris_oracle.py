@@ -3,10 +3,11 @@
 Per table shape, on the same files (restored from a copy between runs), and the same task
 row our builders write for the dropped table (as Polaris writes it):
 
-- (A) Polaris plans and runs its own purge: the release's TableCleanupTaskHandler, then its
-  MANIFEST and BATCH handlers on the children it created (tests/polaris/oracle);
+- (A) Polaris plans and runs its own purge: the release's own TaskExecutorImpl runs the row
+  with its TableCleanupTaskHandler, and the MANIFEST and BATCH children that handler hands
+  back to it with its other handlers (tests/polaris/oracle);
 - (B) we plan and run ours: our Runner executes the task, its children and its last stage;
-- (C) Polaris's handlers run the children our Runner wrote, as it wrote them.
+- (C) Polaris's executor and handlers run the children our Runner wrote, as it wrote them.
 
 C deletes exactly what A deletes; B deletes all of it, plus only the extras named here with
 their reason; B deletes nothing outside the table (a live neighbour ``t_2`` beside it); the
@@ -29,8 +30,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyiceberg import __version__ as pyiceberg_version
 from pyiceberg.manifest import ManifestContent
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.table import StaticTable, Table
+from pyiceberg.table.metadata import new_table_metadata
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from sqlalchemy import create_engine, text
 
 from builders import tables as built_tables
@@ -79,6 +84,30 @@ SHAPES: dict[str, dict[str, Any]] = {
     "Iceberg Java v2 (Spark, position deletes)": {"java_format": 2},
     "Iceberg Java v3 (Spark, deletion vectors)": {"java_format": 3},
 }
+
+
+def _pyiceberg_v3_refusal() -> str | None:
+    """The venv's pyiceberg's error serialising format-version 3 table metadata (what
+    writing a v3 table does first), or None when it can: a table pyiceberg writes at v3 is
+    a shape where it can (test_a_pyiceberg_v3_table_is_a_shape_where_pyiceberg_writes_one)."""
+    metadata = new_table_metadata(
+        built_tables.TABLE_SCHEMA,
+        UNPARTITIONED_PARTITION_SPEC,
+        UNSORTED_SORT_ORDER,
+        "file:///pyiceberg-v3-probe",
+        {"format-version": "3"},
+    )
+    try:
+        metadata.model_dump_json()
+    except NotImplementedError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+PYICEBERG_V3 = "pyiceberg v3"
+PYICEBERG_V3_REFUSAL = _pyiceberg_v3_refusal()
+if PYICEBERG_V3_REFUSAL is None:
+    SHAPES[PYICEBERG_V3] = {"format_version": 3}
 # What we delete beyond Polaris 1.4.1, and why (the page lists it).
 UNNAMED_REASON = (
     "files the current metadata does not name (metadata files out of the log, files only "
@@ -175,10 +204,11 @@ def harness() -> PolarisHarness:
 SHAPE_IDS = dict(
     zip(
         SHAPES,
-        ("v1", "v2-deletes-stats", "v2-capped-log", "v2-expired", "java-v2", "java-v3"),
-        strict=True,
+        ("v1", "v2-deletes-stats", "v2-capped-log", "v2-expired", "java-v2", "java-v3", "v3"),
+        strict=False,  # the last only where pyiceberg writes v3
     )
 )
+assert list(SHAPE_IDS) == list(SHAPES)
 # The Hadoop catalog's pointer to the current metadata file: no metadata file names it,
 # and a table held by Polaris has none (as tests/test_java_spark_purge.py removes it).
 VERSION_HINT = "version-hint.text"
@@ -321,7 +351,7 @@ def _report(request: pytest.FixtureRequest, purges: Purges) -> None:
 
 @pytest.mark.usefixtures("_report")
 def test_polaris_on_our_children_deletes_exactly_what_polaris_deletes(purges: Purges) -> None:
-    """(C) Polaris's handlers running the children our code wrote delete exactly the files
+    """(C) Polaris's executor running the children our code wrote deletes exactly the files
     (A) Polaris's own purge deletes, and leave the same kinds of rows; beyond them only
     files the current metadata does not name (older metadata files our children name)."""
     on_ours, polaris = purges.deleted[POLARIS_C], purges.deleted[POLARIS_A]
@@ -398,6 +428,28 @@ def test_our_imitation_writes_the_children_polaris_writes(purges: Purges) -> Non
     assert ours == polaris_batches
 
 
+def test_a_pyiceberg_v3_table_is_a_shape_where_pyiceberg_writes_one(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A table pyiceberg writes at format version 3 is an oracle shape (A, B, C above) where
+    the venv's pyiceberg writes one; where it cannot, writing one fails with the error this
+    page shows, and the v3 shapes are Iceberg Java's alone."""
+    props = request.node.user_properties
+    props.append(("polaris_release", RELEASE))
+    fact = f"polaris_fact:oracle, {PYICEBERG_V3} (a table pyiceberg {pyiceberg_version} writes)"
+    if PYICEBERG_V3_REFUSAL is None:
+        assert SHAPES[PYICEBERG_V3] == {"format_version": 3}
+        props.append((fact, "written: a shape of its own"))
+        return
+    assert PYICEBERG_V3 not in SHAPES
+    uri = built_tables.local_warehouse_uri(tmp_path / "wh")
+    catalog = built_tables.open_catalog(uri, tmp_path / "catalog.db", name="local")
+    with pytest.raises(NotImplementedError) as refused:
+        built_tables.build_table(catalog, ("ns", "t"), format_version=3)
+    assert f"{type(refused.value).__name__}: {refused.value}" == PYICEBERG_V3_REFUSAL
+    props.append((fact, f"not written: pyiceberg refuses ({PYICEBERG_V3_REFUSAL})"))
+
+
 # A view at 1.4.1: its row names view metadata, which the table handler reads as a table's.
 VIEW_SHAPE = "a dropped view (Iceberg view metadata, two versions on disk)"
 VIEW_REALMS = {POLARIS_A: "VA", OURS: "VB"}
@@ -426,11 +478,11 @@ def _write_view(location: Path, versions: int) -> list[str]:
 def test_a_dropped_view_polaris_keeps_its_row_and_we_delete_its_metadata_file(
     harness: PolarisHarness, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """A dropped view's row: (A) Polaris 1.4.1's own handlers take it as a table's and fail
-    reading the view metadata on every attempt, so they delete nothing, create no child and
+    """A dropped view's row: (A) Polaris 1.4.1's own executor and handlers take it as a table's and
+    fail reading the view metadata on every attempt, so they delete nothing, create no child and
     leave the row; (B) we delete the view's current metadata file alone (nothing of the live
-    neighbour view ``v_2``) and leave no row; (C) there is nothing to run: we create no
-    child for a view."""
+    neighbour view ``v_2``) and leave no row; (C) there is nothing to run: we create no child
+    for a view."""
     props = request.node.user_properties
     props.append(("polaris_release", RELEASE))
     root = tmp_path / "wh"
@@ -540,7 +592,7 @@ def _hostile_rows(realm: str, warehouse: Path, outside: Path) -> dict[str, NewTa
 def test_hostile_rows_through_polaris_and_us(
     harness: PolarisHarness, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """The same hostile rows go to Polaris 1.4.1's handlers and to our sweep: the page lists
+    """The same hostile rows go to Polaris 1.4.1's executor and to our sweep: the page lists
     what each does with each; we never delete the file a BATCH row names outside its table
     (Polaris does: it deletes any path it is given)."""
     props = request.node.user_properties
@@ -567,7 +619,13 @@ def test_hostile_rows_through_polaris_and_us(
                 outcomes = {o.lease.task_id: o for o in runner.sweep([HOSTILE_REALMS["ours"]])}
             for kind, task in rows["polaris"].items():
                 ours = rows["ours"][kind]
-                polaris_did = "; ".join(dict.fromkeys(runs.get(task.id, ["not run"])))
+                attempts = runs.get(task.id, ["not run"])
+                # Each distinct outcome once, its first exception alone (not its causes).
+                polaris_did = "; ".join(
+                    dict.fromkeys(a.split(" | caused by ")[0] for a in attempts)
+                )
+                if len(attempts) > 1:
+                    polaris_did += f" ({len(attempts)} attempts)"
                 polaris_did += ", row left" if task.id in left else ", row dropped"
                 outcome = outcomes.get(ours.id)
                 we_did = (

@@ -1,11 +1,11 @@
 """Polaris 1.4.1's own purge failing part-way, and our sweep finishing it (issue 48); and the
 reliability worker's Polaris-style executor held to Polaris's own executor.
 
-- Polaris's handlers (tests/polaris/oracle) run a table's purge on storage that refuses every
-  delete, or stop after 5 deletes; the rows they leave are written to the metastore as
-  Polaris wrote them; then our CLI sweep (both faults) or our sensor and runs through a real
-  ``dagster-daemon`` (one) finish: every file the metadata names is gone, the live neighbour
-  keeps every file, no row is left.
+- Polaris's executor and handlers (tests/polaris/oracle) run a table's purge on storage that
+  refuses every delete, or stop after 5 deletes; the rows they leave are written to the
+  metastore as Polaris wrote them; then our CLI sweep (both faults) or our sensor and runs
+  through a real ``dagster-daemon`` (one) finish: every file the metadata names is gone, the
+  live neighbour keeps every file, no row is left.
 - The same BATCH rows go to Polaris's executor and to tests/reliability/polaris_executor.py.
 
 Apart from tests/test_polaris_oracle.py so that ``make test`` runs these tests on workers of
@@ -94,8 +94,8 @@ class PolarisFailed:
 def _polaris_failed(
     harness: PolarisHarness, tmp_path: Path, fault: str, request: pytest.FixtureRequest
 ) -> Iterator[PolarisFailed]:
-    """Polaris 1.4.1's handlers fail part-way on a table with deletes and statistics (live
-    neighbour ``t_2`` beside it); the rows they leave (those they created, and the parent
+    """Polaris 1.4.1's executor and handlers fail part-way on a table with deletes and statistics
+    (live neighbour ``t_2`` beside it); the rows they leave (those they created, and the parent
     unless its own run succeeded) are written to the metastore as Polaris wrote them."""
     request.node.user_properties.append(("polaris_release", RELEASE))
     root = tmp_path / "wh"
@@ -165,10 +165,10 @@ def test_polaris_fails_and_our_sweeper_finishes(
     request: pytest.FixtureRequest,
     repo_bin: Path,
 ) -> None:
-    """Polaris 1.4.1's handlers fail part-way and leave rows (those it created, and the
-    parent unless its own run succeeded), written to the metastore as Polaris wrote them;
-    then our CLI sweep runs: every file the table's metadata names is gone, the live
-    neighbour keeps every file, and no row is left."""
+    """Polaris 1.4.1's executor and handlers fail part-way and leave rows (those it created, and the
+    parent unless its own run succeeded), written to the metastore as Polaris wrote them; then
+    our CLI sweep runs: every file the table's metadata names is gone, the live neighbour keeps
+    every file, and no row is left."""
     with _polaris_failed(harness, tmp_path, fault, request) as failed:
         done = subprocess.run(
             [
@@ -198,10 +198,10 @@ def test_polaris_fails_and_our_daemon_finishes(
     request: pytest.FixtureRequest,
     start_daemon: Callable[..., DaemonHarness],
 ) -> None:
-    """Polaris 1.4.1's handlers stop after 5 deletes and leave their rows as Polaris wrote
-    them; then our sensor and its runs, through a real ``dagster-daemon``, finish the
-    purge: every file the table's metadata names is gone, the live neighbour keeps every
-    file, no row is left, and every run succeeded."""
+    """Polaris 1.4.1's executor and handlers stop after 5 deletes and leave their rows as Polaris
+    wrote them; then our sensor and its runs, through a real ``dagster-daemon``, finish the
+    purge: every file the table's metadata names is gone, the live neighbour keeps every file,
+    no row is left, and every run succeeded."""
     with _polaris_failed(harness, tmp_path, "stopped after 5 deletes", request) as failed:
         daemon = start_daemon(
             metastore_url=failed.url,

@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 
 INSTALL_SCRIPT = "scripts/install-polaris-classes.sh"
 HARNESS_CLASS = "PolarisTaskHarness"
-ORACLE_CLASS = "PolarisPurgeOracle"  # tests/polaris/oracle: where the handlers are served
+ORACLE_CLASS = "PolarisPurgeOracle"  # tests/polaris/oracle: where the executor is served
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -147,9 +147,10 @@ class PolarisHarness:
         return self._java("locations", stdin=text)
 
     def purge(self, database_url: str, realm: str, fault: str | None = None) -> dict[str, Any]:
-        """The release's own handlers run every task row of ``realm`` (tests/polaris/oracle):
-        ``deleted`` paths, ``deleteCalls``, each task's ``runs``, the children Polaris
-        ``created`` and the rows ``left``. ``fault``: ``refuse-deletes`` or ``stop-after=N``."""
+        """The release's own executor and handlers run every task row of ``realm``
+        (tests/polaris/oracle): ``deleted`` paths, ``deleteCalls``, each task's ``runs``, the
+        children Polaris ``created`` and the rows ``left``. ``fault``: ``refuse-deletes`` or
+        ``stop-after=N``."""
         args = ["purge", realm, *([fault] if fault else [])]
         (answer,) = self._run(*args, database_url=database_url, main=ORACLE_CLASS)
         return dict(answer)

@@ -3,14 +3,12 @@ import java.net.URI;
 import java.time.Clock;
 import java.util.ArrayList;
 import java.util.Collections;
+import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
-import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.iceberg.Files;
 import org.apache.iceberg.catalog.TableIdentifier;
@@ -30,12 +28,7 @@ import org.apache.polaris.core.persistence.transactional.TransactionalMetaStoreM
 import org.apache.polaris.core.persistence.transactional.TreeMapMetaStore;
 import org.apache.polaris.core.persistence.transactional.TreeMapTransactionalPersistenceImpl;
 import org.apache.polaris.core.storage.PolarisStorageIntegrationProvider;
-import org.apache.polaris.service.task.BatchFileCleanupTaskHandler;
-import org.apache.polaris.service.task.ManifestFileCleanupTaskHandler;
-import org.apache.polaris.service.task.TableCleanupTaskHandler;
-import org.apache.polaris.service.task.TaskExecutor;
 import org.apache.polaris.service.task.TaskFileIOSupplier;
-import org.apache.polaris.service.task.TaskHandler;
 
 /**
  * Polaris 1.4.1's own purge, run on the task rows of a realm (our code, not Polaris's; built by
@@ -46,22 +39,22 @@ import org.apache.polaris.service.task.TaskHandler;
  * </pre>
  *
  * The realm's task rows (PostgreSQL, as PolarisTaskHarness reads them) are copied into Polaris's
- * in-memory TreeMap metastore; each runs through the release's own handlers
- * (TableCleanupTaskHandler, ManifestFileCleanupTaskHandler, BatchFileCleanupTaskHandler, built
- * with a TaskFileIOSupplier), under the release's executor rules (TaskExecutorImpl): a handler
- * that throws is tried again, 3 attempts in all; one that returns true has its row dropped; one
- * that returns false is left. The children a TableCleanupTaskHandler creates run after it, in
- * the order it created them. TaskExecutorImpl itself is not used: its constructor needs CDI,
- * OpenTelemetry and the event classes of modules the registry does not serve; nor are its
- * delays between attempts (1 s x attempt), which change no outcome here.
+ * in-memory TreeMap metastore and handed, all at once, to the release's own TaskExecutorImpl
+ * (OracleTaskExecutor), which runs them with its own handlers (TableCleanupTaskHandler,
+ * ManifestFileCleanupTaskHandler, BatchFileCleanupTaskHandler, over a TaskFileIOSupplier) under
+ * its own rules: its attempts and the delays between them, the children the table handler
+ * hands back to it, the row dropped when a handler returns true. The run ends when the executor
+ * is done with every task (TaskTracker).
  *
  * Files are local: a FileIO of ours over java.io records every delete call (and deletes, unless
  * refuse-deletes; stop-after=N refuses every delete after the N-th). One JSON line: the paths
- * deleted, the delete calls, each handler run, the children Polaris created (name, type, data)
- * and the rows left (id, name, type, data).
+ * deleted, the delete calls, each task's attempts (in the order tasks were handed to the
+ * executor), the children Polaris created (name, type, data) and the rows left (id, name, type,
+ * data).
  */
 public final class PolarisPurgeOracle {
-  static final int ATTEMPTS = 3; // TaskExecutorImpl's
+  // Longer than any purge here, shorter than the Python side's 120 s limit on the JVM.
+  static final long IDLE_TIMEOUT_MS = 100_000;
 
   private PolarisPurgeOracle() {}
 
@@ -113,42 +106,46 @@ public final class PolarisPurgeOracle {
             return io;
           }
         };
-    List<Long> queue = Collections.synchronizedList(new ArrayList<>());
-    TaskExecutor executor = (taskId, callContext) -> queue.add(taskId);
-    ExecutorService deletes = Executors.newFixedThreadPool(4);
-    List<TaskHandler> handlers =
-        List.of(
-            new TableCleanupTaskHandler(executor, clock, factory, supplier),
-            new ManifestFileCleanupTaskHandler(supplier, deletes),
-            new BatchFileCleanupTaskHandler(supplier, deletes));
+    Set<Long> given = new HashSet<>();
+    Map<Long, String> names = new ConcurrentHashMap<>();
+    for (PolarisBaseEntity row : rows) {
+      given.add(row.getId());
+      names.put(row.getId(), row.getName());
+    }
+    // A child is described when the table handler hands it to the executor: it may be done
+    // (and its row dropped) before the parent's run ends.
+    List<Map<String, Object>> created = Collections.synchronizedList(new ArrayList<>());
+    TaskTracker tracker =
+        new TaskTracker(
+            id -> {
+              if (!given.contains(id)) {
+                PolarisBaseEntity entity = load(manager, context, id);
+                if (entity != null) {
+                  names.put(id, entity.getName());
+                  created.add(describe(entity));
+                }
+              }
+            });
+    OracleTaskExecutor executor = OracleTaskExecutor.create(realm, clock, factory, supplier, tracker);
+    for (PolarisBaseEntity row : rows) {
+      executor.addTaskHandlerContext(row.getId(), context);
+    }
+    tracker.awaitIdle(IDLE_TIMEOUT_MS);
+    tracker.shutdown();
 
     List<Map<String, Object>> runs = new ArrayList<>();
-    List<Map<String, Object>> created = new ArrayList<>();
-    for (PolarisBaseEntity row : rows) {
-      queue.clear();
-      runs.add(runTask(row.getId(), manager, context, handlers));
-      for (long child : List.copyOf(queue)) {
-        PolarisBaseEntity entity = load(manager, context, child);
-        if (entity != null) {
-          created.add(describe(entity));
-        }
-      }
-      for (long child : List.copyOf(queue)) {
-        runs.add(runTask(child, manager, context, handlers));
-      }
-    }
-    deletes.shutdown();
-    deletes.awaitTermination(60, TimeUnit.SECONDS);
-
+    tracker
+        .attempts()
+        .forEach(
+            (id, attempts) -> {
+              Map<String, Object> run = new LinkedHashMap<>();
+              run.put("id", id);
+              run.put("name", names.get(id));
+              run.put("attempts", attempts);
+              runs.add(run);
+            });
     List<Map<String, Object>> left = new ArrayList<>();
-    Set<Long> seen = new java.util.HashSet<>();
-    for (PolarisBaseEntity row : rows) {
-      seen.add(row.getId());
-    }
-    for (Map<String, Object> child : created) {
-      seen.add((Long) child.get("id"));
-    }
-    for (long id : seen.stream().sorted().toList()) {
+    for (long id : tracker.attempts().keySet().stream().sorted().toList()) {
       PolarisBaseEntity entity = load(manager, context, id);
       if (entity != null) {
         left.add(describe(entity));
@@ -158,7 +155,7 @@ public final class PolarisPurgeOracle {
     out.put("deleted", io.deleted.stream().sorted().toList());
     out.put("deleteCalls", io.calls.get());
     out.put("runs", runs);
-    out.put("created", created);
+    out.put("created", List.copyOf(created));
     out.put("left", left);
     return out;
   }
@@ -166,51 +163,6 @@ public final class PolarisPurgeOracle {
   static PolarisBaseEntity load(PolarisMetaStoreManager manager, PolarisCallContext context, long id) {
     var result = manager.loadEntity(context, 0L, id, PolarisEntityType.TASK);
     return result.isSuccess() ? result.getEntity() : null;
-  }
-
-  /** One task under TaskExecutorImpl's rules: 3 attempts while the handler throws. */
-  static Map<String, Object> runTask(
-      long id, PolarisMetaStoreManager manager, PolarisCallContext context, List<TaskHandler> handlers) {
-    Map<String, Object> out = new LinkedHashMap<>();
-    out.put("id", id);
-    List<String> attempts = new ArrayList<>();
-    out.put("attempts", attempts);
-    for (int attempt = 1; attempt <= ATTEMPTS; attempt++) {
-      PolarisBaseEntity entity = load(manager, context, id);
-      if (entity == null) {
-        attempts.add("row gone");
-        break;
-      }
-      TaskEntity task = TaskEntity.of(entity);
-      out.put("name", task.getName());
-      TaskHandler handler = null;
-      for (TaskHandler candidate : handlers) {
-        try {
-          if (candidate.canHandleTask(task)) {
-            handler = candidate;
-            break;
-          }
-        } catch (RuntimeException e) {
-          // a row whose type or data does not decode: no handler takes it
-        }
-      }
-      if (handler == null) {
-        attempts.add("no handler");
-        continue;
-      }
-      try {
-        if (handler.handleTask(task, context)) {
-          manager.dropEntityIfExists(context, null, entity, Map.of(), false);
-          attempts.add("succeeded");
-        } else {
-          attempts.add("returned false");
-        }
-        break;
-      } catch (RuntimeException e) {
-        attempts.add("threw " + PolarisTaskHarness.message(e));
-      }
-    }
-    return out;
   }
 
   static Map<String, Object> describe(PolarisBaseEntity entity) {
