@@ -11,7 +11,8 @@ Polaris's rules, as the oracle runs them:
   executor then leaves the row (leased: another executor takes it after the timeout). No
   executor retry follows a false (TaskExecutorImpl retries a handler that throws);
 - when every delete succeeded the executor drops the row;
-- a row whose payload does not decode has no handler: left as it is.
+- a row whose payload does not decode makes the executor's handler lookup throw (it
+  decodes the payload to choose a handler): tried 3 times, then left as it is.
 
 Only BATCH rows are modelled (the oracle runs Polaris's own handlers for the others): a row
 of another type is left and reported as not modelled. ``type`` in a BATCH payload is read
@@ -39,7 +40,7 @@ class Verdict(StrEnum):
 
     DONE = "done"  # every delete succeeded: the executor drops the row
     LEFT = "left"  # a delete failed 3 times: the handler returned false, the row stays
-    NO_HANDLER = "no handler"  # the payload does not decode: the row stays
+    UNDECODABLE = "does not decode"  # the handler lookup throws on it, 3 times: the row stays
     NOT_MODELLED = "not modelled"  # not a BATCH row: left (the oracle covers it)
 
 
@@ -49,17 +50,17 @@ def batch_files(properties: Any) -> list[str] | Verdict:
         try:
             properties = json.loads(properties)
         except ValueError:
-            return Verdict.NO_HANDLER
+            return Verdict.UNDECODABLE
     if not isinstance(properties, dict):
-        return Verdict.NO_HANDLER
+        return Verdict.UNDECODABLE
     if str(properties.get(Prop.TASK_TYPE)) != TaskType.BATCH_FILE_CLEANUP.code:
         return Verdict.NOT_MODELLED
     try:
         files = json.loads(properties.get(Prop.DATA, ""))["batchFiles"]
     except (ValueError, TypeError, KeyError):
-        return Verdict.NO_HANDLER
+        return Verdict.UNDECODABLE
     if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
-        return Verdict.NO_HANDLER
+        return Verdict.UNDECODABLE
     return files
 
 
