@@ -31,6 +31,7 @@ from polaris_pipeline.dagster.resources import PolarisStorageResource, SweeperSe
 from polaris_pipeline.dagster.sweeper import SENSOR_NAME
 from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.execution.runner import Runner, Status, TaskOutcome
+from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY, decode_storage_config
 from polaris_pipeline.storage.config import StorageConfig
@@ -225,7 +226,7 @@ def _drop(table: Table, recorded: str, **internal: str) -> NewTask:
 def _sweep(store: Metastore, task: NewTask) -> list[Any]:
     store.insert_tasks([task])
     with Runner(store, StorageConfig(), resolver=StorageResolver()) as runner:
-        return runner.sweep()
+        return sweep_tasks(runner)
 
 
 def _parent(outcomes: list[TaskOutcome], task: NewTask) -> TaskOutcome:
