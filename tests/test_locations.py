@@ -26,6 +26,7 @@ from pyiceberg.table import Table
 
 from builders import tasks as built_tasks
 from builders.tasks import batch_task
+from polaris_pipeline.cleanup.guard.paths import PathGuard
 from polaris_pipeline.cli import main
 from polaris_pipeline.dagster.resources import PolarisStorageResource, SweeperSettings
 from polaris_pipeline.dagster.sweeper import SENSOR_NAME
@@ -38,7 +39,6 @@ from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.credentials.azure import parse_location as azure_location_of
 from polaris_pipeline.storage.credentials.gcs import EMULATOR_ENV, boundary_rules
 from polaris_pipeline.storage.credentials.s3 import session_policy
-from polaris_pipeline.storage.guard import PathGuard
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.scope import task_scope
 from polaris_pipeline.storage.uri import location_within, same_location, split_uri

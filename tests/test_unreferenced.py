@@ -179,7 +179,7 @@ def _refused(store: Metastore, wh: Warehouse, dropped: Dropped) -> str:
     """The refusal of a sweep in ``delete`` mode, checked to have deleted nothing.
 
     The live entities of these cases share the table's location, so its referenced
-    purge would be refused first (``cleanup/shared_location.py``): the task carries
+    purge would be refused first (``cleanup/guard/shared_location.py``): the task carries
     an operator's override, which lets that purge go on and never this phase.
     """
     dropped.task.properties[Prop.ALLOW_SHARED_LOCATION] = "true"
