@@ -4,7 +4,7 @@ A metastore of Polaris's schema v5 (``init-metastore --schema-version 5``) holds
 0, 100,000 and 1,000,000 live tables and views (``bench/guards_seed.py``: three
 realms, nine catalogs, a namespace per 100 tables, S3, local and GCS
 warehouses), then a dropped pyiceberg table of 6 and one of 300 manifests
-(local storage) is purged through the ``Runner`` (``runner.sweep``), every guard
+(local storage) is purged through the ``Runner`` (``sweep_tasks``), every guard
 applied: the shared-location overlap of each recorded root, the metadata-file
 users, the path guard. Each purge is timed whole (lease to done) and reported
 as a ratio to the same purge at 0 live tables, measured side by side (one

@@ -144,7 +144,7 @@ PACKAGE_LAYERS = (
     ("errors", "settings.bounds", "unreferenced.mode"),
     ("tasks",),  # rows, states, payloads, references: Polaris's data; how it is written
     ("unreferenced.report",),  # what the unreferenced phase found and did, in tasks' words
-    ("storage",),  # locations, filesystems, credentials, the guard, deletes
+    ("storage",),  # locations, filesystems, credentials, deletes
     ("settings",),  # every setting, one schema; of the engine only the leaves below
     ("metastore",),  # statements and transitions over the rows
     ("cleanup",),  # one handler per task type, on storage
