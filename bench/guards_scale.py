@@ -4,7 +4,7 @@ A metastore of Polaris's schema v5 (``init-metastore --schema-version 5``) holds
 0, 100,000 and 1,000,000 live tables and views (``bench/guards_seed.py``: three
 realms, nine catalogs, a namespace per 100 tables, S3, local and GCS
 warehouses), then a dropped pyiceberg table of 6 and one of 300 manifests
-(local storage) is purged through the ``Runner`` (``runner.sweep``), every guard
+(local storage) is purged through the ``Runner`` (``sweep_tasks``), every guard
 applied: the shared-location overlap of each recorded root, the metadata-file
 users, the path guard. Each purge is timed whole (lease to done) and reported
 as a ratio to the same purge at 0 live tables, measured side by side (one
@@ -50,6 +50,7 @@ from builders.tasks import DropSpec, drop_task, task_row
 from polaris_pipeline.cleanup.context import CleanupContext
 from polaris_pipeline.execution.outcome import Status
 from polaris_pipeline.execution.runner import Runner
+from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.leaks.find import metastore_leaks
 from polaris_pipeline.metastore import Metastore, new_entity_id, queries
 from polaris_pipeline.metastore.guard_indexes import create_guard_indexes
@@ -121,7 +122,7 @@ def purge_seconds(store: Metastore, dropped: Dropped, config: StorageConfig) -> 
     store.insert_tasks([dropped.task()])
     with Runner(store, config, resolver=StorageResolver(config), run_id="bench-guards") as runner:
         t0 = time.perf_counter()
-        outcomes = runner.sweep(["POLARIS"])
+        outcomes = sweep_tasks(runner, ["POLARIS"])
         seconds = time.perf_counter() - t0
     bad = [o for o in outcomes if o.status is not Status.DONE]
     if bad or not outcomes:

@@ -178,9 +178,9 @@ def per_entry_costs(manifest: Path, location: str, entries: int) -> dict[str, fl
     """Microseconds per entry of the handler's steps, measured one by one in this process."""
     from pyiceberg.io.pyarrow import PyArrowFileIO
 
+    from polaris_pipeline.cleanup.guard.paths import PathGuard
     from polaris_pipeline.cleanup.manifest import iter_manifest_entries
     from polaris_pipeline.storage.config import StorageConfig
-    from polaris_pipeline.storage.guard import PathGuard
 
     io = PyArrowFileIO()
     t0 = time.perf_counter()
@@ -372,7 +372,7 @@ def run(quick: bool = False) -> BenchResult:
         + "\n".join(f"| {k} | {v:.1f} |" for k, v in costs.items())
         + "\n\nMeasured step by step in the benchmark's own process. The guard's check "
         "of a path searches it for control characters with one compiled regex and splits "
-        "it into segments (`storage/guard.py` `_parse`); for a local path it resolves the "
+        "it into segments (`cleanup/guard/paths.py` `_parse`); for a local path it resolves the "
         "parent directory on every check (`os.path.realpath`, never cached: a directory "
         "checked once can be swapped for a link; the file name itself is never resolved, "
         "since unlinking a symlink removes the link).",

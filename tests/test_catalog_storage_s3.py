@@ -22,6 +22,7 @@ from builders import tasks as built_tasks
 from builders.ports import free_port
 from polaris_pipeline.errors import PayloadError, StorageConfigError, StorageError
 from polaris_pipeline.execution.runner import Runner, Status
+from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.storage.catalog_config import (
@@ -251,7 +252,7 @@ def _keys_of(moto_iam: MotoIam, bucket: str, table: Table) -> set[str]:
 def _sweep(store: Metastore, recorder: StsRecorder, config: StorageConfig | None = None) -> Any:
     resolver = StorageResolver(config, sts=StsCredentials(session=recorder.session))
     with Runner(store, config, resolver=resolver) as runner:
-        return runner.sweep()
+        return sweep_tasks(runner)
 
 
 def test_table_purged_with_assumed_role_and_no_storage_config(

@@ -24,6 +24,7 @@ from polaris_pipeline.cleanup.stages import (
     orphan_stage,
 )
 from polaris_pipeline.execution.runner import Runner
+from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.tasks import payloads
 from polaris_pipeline.tasks.model import NewTask, TaskType
@@ -207,7 +208,7 @@ def test_a_sweep_runs_the_children_stage_by_stage_not_in_creation_order(
     metastore.insert_tasks([parent])
 
     with Runner(metastore, local_warehouse.config, resolver=local_warehouse.resolver) as runner:
-        outcomes = runner.sweep(["POLARIS"])
+        outcomes = sweep_tasks(runner, ["POLARIS"])
 
     assert all(o.ok for o in outcomes)
     first, second, third = made

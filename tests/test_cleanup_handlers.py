@@ -26,8 +26,8 @@ from builders import tables as built_tables
 from builders import tasks as built_tasks
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
 from polaris_pipeline.cleanup.dispatch import run_cleanup
+from polaris_pipeline.cleanup.guard.shared_location import DROPPED_METADATA_KEY
 from polaris_pipeline.cleanup.manifest import iter_manifest_entries
-from polaris_pipeline.cleanup.shared_location import DROPPED_METADATA_KEY
 from polaris_pipeline.cleanup.stages import CHILD_STAGES
 from polaris_pipeline.errors import LeaseLost, PayloadError
 from polaris_pipeline.metastore import new_entity_id

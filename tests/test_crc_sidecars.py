@@ -14,7 +14,9 @@ from pyiceberg.table import Table
 
 from builders import tasks as built_tasks
 from builders.tasks import batch_task
+from polaris_pipeline.execution import dry_run
 from polaris_pipeline.execution.runner import Runner
+from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.delete import bulk_delete, crc_sidecar
@@ -51,7 +53,7 @@ def test_purge_deletes_every_sidecar_and_nothing_else(
 
     store.insert_tasks([_polaris_drop_task(table)])
     with Runner(store, wh.config, resolver=wh.resolver) as runner:
-        outcomes = runner.sweep(["POLARIS"])
+        outcomes = sweep_tasks(runner, ["POLARIS"])
 
     assert outcomes and all(o.ok for o in outcomes), [o.error for o in outcomes]
     assert before - wh.files() == oracle | sidecars
@@ -75,7 +77,7 @@ def test_sidecar_of_a_file_already_gone_is_finished(tmp_path: Path, store: Metas
     store.insert_tasks([task])
 
     with Runner(store) as runner:
-        (outcome,) = runner.sweep(["r1"])
+        (outcome,) = sweep_tasks(runner, ["r1"])
 
     assert outcome.ok and outcome.result is not None
     assert sorted(p.name for p in table_dir.iterdir()) == []
@@ -152,7 +154,7 @@ def test_s3_objects_named_like_sidecars_are_left(s3_warehouse: Warehouse, store:
     store.insert_tasks([_polaris_drop_task(table)])
 
     with Runner(store, wh.config, resolver=wh.resolver) as runner:
-        outcomes = runner.sweep(["POLARIS"])
+        outcomes = sweep_tasks(runner, ["POLARIS"])
 
     assert all(o.ok for o in outcomes), [o.error for o in outcomes]
     assert not any(wh.exists(p) for p in oracle)
@@ -170,7 +172,7 @@ def test_dry_run_lists_the_sidecars_it_would_delete(
     before = wh.files()
 
     with Runner(store, wh.config, resolver=wh.resolver) as runner:
-        plan = runner.plan(built_tasks.task_row(_polaris_drop_task(table)))
+        plan = dry_run.plan(runner, built_tasks.task_row(_polaris_drop_task(table)))
 
     assert plan.ok, plan.error_summary()
     assert set(plan.would_delete) == oracle | sidecars

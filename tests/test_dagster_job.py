@@ -815,6 +815,7 @@ def test_a_batch_task_purges_without_importing_pyiceberg(tmp_path: Path) -> None
 import sys
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.execution.runner import Runner
+from polaris_pipeline.execution.sweep import sweep_tasks
 from tests.support.tasks import batch_task
 store = Metastore("sqlite:///{tmp_path / "m.db"}")
 store.init_schema()
@@ -823,7 +824,7 @@ task = batch_task("R", [{victim.as_uri()!r}],
                   create_timestamp=1)
 store.insert_tasks([task])
 with Runner(store) as runner:
-    outcomes = runner.sweep()
+    outcomes = sweep_tasks(runner)
 print([o.status.value for o in outcomes])
 print(",".join(m for m in ("pyiceberg", "pyarrow", "botocore") if m in sys.modules) or "none")
 """
@@ -856,8 +857,9 @@ def test_a_table_purge_imports_no_pyiceberg_catalog_nor_pyarrow(tmp_path: Path) 
 import sys
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.execution.runner import Runner
+from polaris_pipeline.execution.sweep import sweep_tasks
 with Runner(Metastore("sqlite:///{tmp_path / "m.db"}")) as runner:
-    outcomes = runner.sweep()
+    outcomes = sweep_tasks(runner)
 print(sorted({{o.status.value for o in outcomes}}), sum(len(o.children) for o in outcomes))
 heavy = ("pyiceberg.catalog.rest", "pyiceberg.io.fsspec", "pyarrow")
 print(",".join(m for m in heavy if m in sys.modules) or "none")

@@ -19,13 +19,16 @@ import pytest
 from builders import tasks as built_tasks
 from polaris_pipeline.cli.output import OutcomeReport, plan_json
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
+from polaris_pipeline.execution.dry_run import dry_run
 from polaris_pipeline.execution.outcome import Status, TableFinish, TaskOutcome
 from polaris_pipeline.execution.runner import Runner
+from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.outcome_view import OutcomeView
 from polaris_pipeline.tasks.decoded import DecodedTask
 from polaris_pipeline.tasks.model import Prop, TaskRow
 from tests.support.iceberg import Warehouse
+from tests.support.metastore import with_policy
 from tests.support.unreferenced import add_unreferenced, settle
 
 
@@ -75,9 +78,11 @@ def test_a_table_purge_decodes_each_task_once_however_its_outcome_is_shown(
     report = OutcomeReport(io.StringIO(), as_json=True)  # the CLI's per-task records
 
     with Runner(
-        store, local_warehouse.config, resolver=local_warehouse.resolver, unreferenced=mode
+        with_policy(store, unreferenced=mode),
+        local_warehouse.config,
+        resolver=local_warehouse.resolver,
     ) as runner:
-        outcomes = runner.sweep(["POLARIS"], on_outcome=report)
+        outcomes = sweep_tasks(runner, ["POLARIS"], on_outcome=report)
     for outcome in outcomes:
         _shown(outcome)
 
@@ -99,7 +104,9 @@ def test_a_table_s_last_step_decodes_the_row_it_is_handed_once(
     table's finish carried to its last step as JSON and decoded once there."""
     table_id = _dropped_table(store, local_warehouse)
     with Runner(
-        store, local_warehouse.config, resolver=local_warehouse.resolver, unreferenced="delete"
+        with_policy(store, unreferenced="delete"),
+        local_warehouse.config,
+        resolver=local_warehouse.resolver,
     ) as runner:
         decision = runner.start("POLARIS", table_id)
         assert decision.lease is not None and decision.decoded is not None
@@ -125,9 +132,11 @@ def test_a_dry_run_decodes_each_task_once_for_its_plan_and_its_record(
 ) -> None:
     table_id = _dropped_table(store, local_warehouse)
     with Runner(
-        store, local_warehouse.config, resolver=local_warehouse.resolver, unreferenced="report"
+        with_policy(store, unreferenced="report"),
+        local_warehouse.config,
+        resolver=local_warehouse.resolver,
     ) as runner:
-        docs = [plan_json(task, plan) for task, plan in runner.dry_run(["POLARIS"])]
+        docs = [plan_json(task, plan) for task, plan in dry_run(runner, ["POLARIS"])]
 
     [doc] = docs
     assert doc["would_delete"] and doc["unreferenced"] is not None  # both plans made

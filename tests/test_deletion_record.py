@@ -30,6 +30,7 @@ from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.errors import LeaseLost
 from polaris_pipeline.execution.outcome import Status
 from polaris_pipeline.execution.runner import Runner
+from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.settings import PipelineSettings, SettingsError
 from polaris_pipeline.storage.config import StorageConfig, StorageRule
@@ -38,6 +39,7 @@ from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.tasks.model import NewTask
 from tests.support.cli import POLICY_FLAGS, run, url_of
 from tests.support.iceberg import Warehouse, drop_task_row, table_files
+from tests.support.metastore import with_policy
 from tests.support.s3 import MotoS3
 from tests.support.table_metadata import content_files
 from tests.support.unreferenced import add_unreferenced, settle
@@ -93,7 +95,7 @@ def test_a_purge_records_every_deleted_path_and_the_one_already_gone(
         resolver=local_warehouse.resolver,
         deletion_record=f"file://{audit}/",
     ) as runner:
-        outcomes = runner.sweep(["POLARIS"])
+        outcomes = sweep_tasks(runner, ["POLARIS"])
         executor_id = runner.executor_id
 
     assert outcomes and all(o.ok for o in outcomes), [o.error for o in outcomes]
@@ -143,7 +145,7 @@ def test_a_batch_records_deleted_refused_and_already_gone(store: Metastore, tmp_
     audit = tmp_path / "audit"
 
     with Runner(store, deletion_record=str(audit), run_id="dagster-run-1") as runner:
-        (outcome,) = runner.sweep(["r1"])
+        (outcome,) = sweep_tasks(runner, ["r1"])
 
     assert outcome.status is Status.DEAD and outcome.permanent  # a guard refusal
     assert not present.exists() and kept_out.exists()
@@ -175,7 +177,7 @@ def test_an_unwritable_prefix_fails_the_attempt_before_any_delete(
         resolver=local_warehouse.resolver,
         deletion_record=f"file://{blocker}/audit/",
     ) as runner:
-        outcomes = runner.sweep(["POLARIS"])
+        outcomes = sweep_tasks(runner, ["POLARIS"])
 
     assert all(local_warehouse.exists(p) for p in oracle)  # nothing deleted
     failed = [o for o in outcomes if not o.ok]
@@ -212,7 +214,7 @@ def test_an_s3_table_recorded_on_s3_holds_its_paths_and_no_secret(
     with Runner(
         store, config, resolver=StorageResolver(config), deletion_record=f"s3://{audit}/pp/"
     ) as runner:
-        outcomes = runner.sweep(["POLARIS"])
+        outcomes = sweep_tasks(runner, ["POLARIS"])
 
     assert all(o.ok for o in outcomes), [o.error for o in outcomes]
     objects = _s3_records(moto_server, audit)
@@ -241,7 +243,7 @@ def test_a_missing_bucket_fails_the_attempt_with_nothing_deleted(
     with Runner(
         store, config, resolver=StorageResolver(config), deletion_record=f"s3://{absent}/"
     ) as runner:
-        outcomes = runner.sweep(["POLARIS"])
+        outcomes = sweep_tasks(runner, ["POLARIS"])
 
     assert all(local_warehouse.exists(p) for p in oracle)
     errors = [o.error or "" for o in outcomes if not o.ok]
@@ -254,12 +256,13 @@ CRASH = textwrap.dedent(
     """
     import os, sys
     from polaris_pipeline.execution.runner import Runner
+    from polaris_pipeline.execution.sweep import sweep_tasks
     from polaris_pipeline.metastore import Metastore
 
     store = Metastore(sys.argv[1])
     # Dies (no cleanup, no footer) once the first chunk of deletes is done.
     with Runner(store, deletion_record=sys.argv[2], progress=lambda *a: os._exit(9)) as runner:
-        runner.sweep(["r1"])
+        sweep_tasks(runner, ["r1"])
     """
 )
 
@@ -420,13 +423,12 @@ def test_the_unreferenced_phase_records_the_files_it_deletes(
     audit = tmp_path / "audit"
 
     with Runner(
-        store,
+        with_policy(store, unreferenced="delete"),
         local_warehouse.config,
         resolver=local_warehouse.resolver,
-        unreferenced="delete",
         deletion_record=str(audit),
     ) as runner:
-        outcomes = runner.sweep(["POLARIS"])
+        outcomes = sweep_tasks(runner, ["POLARIS"])
 
     assert all(o.status is Status.DONE for o in outcomes), [o.error for o in outcomes]
     records = _local_records(audit)

@@ -16,6 +16,7 @@ import pytest
 
 from polaris_pipeline.cleanup.gc_policy import gc_disabling_value, gc_enabled
 from polaris_pipeline.execution.runner import Runner
+from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.tasks.manifest_codec import encode_manifest_file, manifest_ref_from_pyiceberg
 from polaris_pipeline.tasks.model import NewTask, Prop
@@ -48,7 +49,7 @@ def test_any_one_source_turning_gc_off_is_enough() -> None:
 def _purge(store: Metastore, wh: Warehouse, task: NewTask) -> None:
     store.insert_tasks([task])
     with Runner(store, wh.config, resolver=wh.resolver) as runner:
-        outcomes = runner.sweep([task.realm_id])
+        outcomes = sweep_tasks(runner, [task.realm_id])
     assert outcomes and all(o.ok for o in outcomes), [o.error for o in outcomes]
 
 

@@ -13,6 +13,7 @@ import pytest
 from pyiceberg.table import Table
 
 from polaris_pipeline.execution.runner import Runner, Status, TaskOutcome
+from polaris_pipeline.execution.sweep import execute_tree, sweep_tasks
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.uri import same_location
 from polaris_pipeline.tasks.model import NewTask, bounded_error
@@ -23,7 +24,7 @@ def _sweep(store: Metastore, wh: Warehouse, task: NewTask) -> TaskOutcome:
     """Insert ``task``, sweep everything, return the task's own outcome."""
     store.insert_tasks([task])
     with Runner(store, wh.config, resolver=wh.resolver) as runner:
-        outcomes = {o.lease.task_id: o for o in runner.sweep([task.realm_id])}
+        outcomes = {o.lease.task_id: o for o in sweep_tasks(runner, [task.realm_id])}
     return outcomes[task.id]
 
 
@@ -123,7 +124,7 @@ def test_entity_location_alone_purges_exactly_the_table(
         parent = runner.execute(lease)
         children = [store.get_task("POLARIS", c.task_id) for c in parent.children]
         # The children are leased to this runner already: run them as the sweep would.
-        rest = [o for child in parent.children for o in runner.execute_tree(child)]
+        rest = [o for child in parent.children for o in execute_tree(runner, child)]
 
     assert parent.ok and children and all(rest_o.ok for rest_o in rest)
     assert {c.internal_properties["storageLocation"] for c in children if c} == {table.location()}
@@ -322,7 +323,7 @@ def test_root_properties_the_entity_recorded_reach_the_children(
         (lease,) = runner.lease(1, ["POLARIS"])
         parent = runner.execute(lease)
         children = [store.get_task("POLARIS", c.task_id) for c in parent.children]
-        rest = [o for child in parent.children for o in runner.execute_tree(child)]
+        rest = [o for child in parent.children for o in execute_tree(runner, child)]
 
     assert parent.ok and children and all(o.ok for o in rest), [o.error for o in rest]
     for child in children:

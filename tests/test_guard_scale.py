@@ -26,6 +26,7 @@ from sqlalchemy import Engine, event, text
 from builders import tasks as built_tasks
 from polaris_pipeline.cli.main import main as cli
 from polaris_pipeline.execution.runner import Runner, Status
+from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.leaks.catalogs import read_catalogs
 from polaris_pipeline.metastore import Metastore, overlap
 from polaris_pipeline.metastore.guard_indexes import (
@@ -252,7 +253,7 @@ def test_a_guard_past_its_bound_fails_the_attempt_and_deletes_nothing(
     monkeypatch.setenv(GUARD_BOUND_ENV, "0.001")
 
     with Runner(v5_store, local_warehouse.config, resolver=local_warehouse.resolver) as runner:
-        [outcome] = runner.sweep(["POLARIS"])
+        [outcome] = sweep_tasks(runner, ["POLARIS"])
 
     assert (outcome.status, outcome.permanent) == (Status.FAILED, False), outcome.error
     assert outcome.error is not None and "\n" not in outcome.error

@@ -24,6 +24,7 @@ from botocore.exceptions import ClientError
 
 from builders import tasks as built_tasks
 from polaris_pipeline.execution.runner import Runner, Status
+from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.restore.held import check_held_tables
 from polaris_pipeline.restore.restorable import check_restorable
@@ -67,7 +68,7 @@ def _sweep(store: Metastore) -> list[Status]:
     # No storage config: our identity is the catalog's role, assumed by the sweeper's
     # base user from the environment (sweeper_identity).
     with Runner(store, resolver=StorageResolver()) as runner:
-        return [o.status for o in runner.sweep()]
+        return [o.status for o in sweep_tasks(runner)]
 
 
 @pytest.mark.slow  # 12 s: a purge through assumed-role sessions, two sweeps

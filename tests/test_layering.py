@@ -72,7 +72,7 @@ STORAGE_LAYERS = (
     ("options", "named"),  # which filesystem serves a scheme, which options it takes; names
     ("retention_probe",),  # whether a bucket keeps what is deleted from it
     ("config", "catalog_config"),
-    ("guard", "scope", "local_walk"),  # what may be deleted; a delete that follows no link
+    ("scope", "local_walk"),  # a task's credential scope; a delete that follows no link
     ("credentials.cache",),
     ("credentials.s3", "credentials.azure", "credentials.gcs"),
     ("input_file",),  # a pyiceberg file read through a resolver it does not import
@@ -144,7 +144,7 @@ PACKAGE_LAYERS = (
     ("errors", "settings.bounds", "unreferenced.mode"),
     ("tasks",),  # rows, states, payloads, references: Polaris's data; how it is written
     ("unreferenced.report",),  # what the unreferenced phase found and did, in tasks' words
-    ("storage",),  # locations, filesystems, credentials, the guard, deletes
+    ("storage",),  # locations, filesystems, credentials, deletes
     ("settings",),  # every setting, one schema; of the engine only the leaves below
     ("metastore",),  # statements and transitions over the rows
     ("cleanup",),  # one handler per task type, on storage
@@ -160,8 +160,7 @@ PACKAGE_LAYERS = (
 # so fixing one means removing its entry.
 UPWARD_IMPORTS: dict[tuple[str, str], str] = {
     ("tasks/decoded.py", "storage"): (
-        "a decoded task's table carries its recorded location in storage/uri.py's one "
-        "spelling, under storage/scope.py's storageLocation key"
+        "a decoded task's table carries its recorded location in storage/uri.py's one spelling"
     ),
 }
 

@@ -19,6 +19,7 @@ from builders import tables as built_tables
 from builders import tasks as built_tasks
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
 from polaris_pipeline.execution.runner import Runner, Status, TaskOutcome
+from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.schema import entities
 from polaris_pipeline.report.fields import UNREFERENCED
@@ -28,6 +29,7 @@ from polaris_pipeline.tasks.model import NewTask, Prop
 from polaris_pipeline.tasks.ref import Lease
 from polaris_pipeline.unreferenced.leftover_check import ROW_GONE
 from tests.support.iceberg import Warehouse
+from tests.support.metastore import with_policy
 from tests.support.unreferenced import add_unreferenced, live_entity, settle
 
 
@@ -64,7 +66,7 @@ def _run_changing_the_row_at_first_fence(
     """Lease the task and run it; ``change`` the row right before the attempt's first fence."""
     with Runner(store, wh.config, resolver=wh.resolver) as runner:
         [lease] = runner.lease(1, ["POLARIS"])
-        fence = runner._deadlines.fence
+        fence = runner.holder.deadlines.fence
         changed: list[bool] = []
 
         def changing_fence(held: Lease) -> None:
@@ -73,7 +75,7 @@ def _run_changing_the_row_at_first_fence(
                 change()
             fence(held)  # the real check, on the real metastore
 
-        runner._deadlines.fence = changing_fence  # type: ignore[method-assign,assignment]
+        runner.holder.deadlines.fence = changing_fence  # type: ignore[method-assign,assignment]
         outcome = runner.execute(lease)
     assert changed, "the attempt never fenced"
     return outcome
@@ -152,13 +154,12 @@ def test_a_table_whose_row_vanished_while_its_children_ran_says_what_is_left(
     # ``delete``: the table's row stays held until its children are done, then its
     # unreferenced phase runs; the row gone, the phase never runs, the check does.
     with Runner(
-        metastore,
+        with_policy(metastore, unreferenced="delete"),
         local_warehouse.config,
         resolver=local_warehouse.resolver,
         progress=progress,
-        unreferenced="delete",
     ) as runner:
-        outcomes = runner.sweep(["POLARIS"])
+        outcomes = sweep_tasks(runner, ["POLARIS"])
 
     assert removed, "no child deleted anything"
     [root] = [o for o in outcomes if o.lease.task_id == task.id]

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from polaris_pipeline.cleanup.guard.paths import PathGuard
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.delete import DeleteReport, bulk_delete
-from polaris_pipeline.storage.guard import PathGuard
 from polaris_pipeline.storage.resolve import StorageResolver
 
 LINK_FAILURE = "not deleted: directory 'data' on its path is a symbolic link (never followed)"

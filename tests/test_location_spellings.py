@@ -27,13 +27,14 @@ from pyiceberg.table import Table
 from builders import tables as built_tables
 from builders import tasks as built_tasks
 from builders.catalogs import catalog_entity
+from polaris_pipeline.cleanup.guard.paths import PathGuard
 from polaris_pipeline.cli.main import main
 from polaris_pipeline.errors import GuardRefusal
 from polaris_pipeline.execution.runner import Runner, Status
+from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.leaks.reclaim import DAY_MS, reclaim_root
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import judge
-from polaris_pipeline.storage.guard import PathGuard
 from polaris_pipeline.storage.uri import checked_location, split_uri
 from polaris_pipeline.tasks.model import TABLE_LIKE_TYPE_CODE
 from tests.support.iceberg import Warehouse, table_files
@@ -280,7 +281,7 @@ def test_a_dropped_tables_write_path_inside_a_live_table_refuses_the_purge(
     before = wh.files()
 
     with Runner(metastore, wh.config, resolver=wh.resolver, run_id="run-roots") as runner:
-        outcomes = runner.sweep(["POLARIS"])
+        outcomes = sweep_tasks(runner, ["POLARIS"])
 
     [parent] = outcomes
     assert (parent.status, parent.permanent) == (Status.DEAD, True), parent.error

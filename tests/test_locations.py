@@ -26,18 +26,19 @@ from pyiceberg.table import Table
 
 from builders import tasks as built_tasks
 from builders.tasks import batch_task
+from polaris_pipeline.cleanup.guard.paths import PathGuard
 from polaris_pipeline.cli import main
 from polaris_pipeline.dagster.resources import PolarisStorageResource, SweeperSettings
 from polaris_pipeline.dagster.sweeper import SENSOR_NAME
 from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.execution.runner import Runner, Status, TaskOutcome
+from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY, decode_storage_config
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.credentials.azure import parse_location as azure_location_of
 from polaris_pipeline.storage.credentials.gcs import EMULATOR_ENV, boundary_rules
 from polaris_pipeline.storage.credentials.s3 import session_policy
-from polaris_pipeline.storage.guard import PathGuard
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.scope import task_scope
 from polaris_pipeline.storage.uri import location_within, same_location, split_uri
@@ -225,7 +226,7 @@ def _drop(table: Table, recorded: str, **internal: str) -> NewTask:
 def _sweep(store: Metastore, task: NewTask) -> list[Any]:
     store.insert_tasks([task])
     with Runner(store, StorageConfig(), resolver=StorageResolver()) as runner:
-        return runner.sweep()
+        return sweep_tasks(runner)
 
 
 def _parent(outcomes: list[TaskOutcome], task: NewTask) -> TaskOutcome:

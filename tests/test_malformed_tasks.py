@@ -9,6 +9,7 @@ import pytest
 
 from builders.tasks import TABLE_ID, batch_task, dropped_entity_json, manifest_task_data
 from polaris_pipeline.execution.runner import Runner, Status
+from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.tasks.manifest_codec import encode_manifest_file
 from polaris_pipeline.tasks.model import NewTask, Prop
@@ -116,7 +117,7 @@ def test_malformed_payload_recorded_on_that_task_only(
     metastore.insert_tasks([after])
 
     with Runner(metastore) as runner:
-        outcomes = {o.lease.task_id: o for o in runner.sweep(["r1"])}
+        outcomes = {o.lease.task_id: o for o in sweep_tasks(runner, ["r1"])}
 
     assert outcomes[before.id].status is Status.DONE
     assert outcomes[after.id].status is Status.DONE
@@ -145,7 +146,7 @@ def test_properties_not_a_json_object_recorded_and_original_kept(
     raw = "not json at all {" if not pg else '["an", "array"]'
     insert_raw_task(metastore, "r1", 5, "weird; DROP TABLE x", json.loads(raw) if pg else raw)
     with Runner(metastore) as runner:
-        outcomes = {o.lease.task_id: o for o in runner.sweep(["r1"])}
+        outcomes = {o.lease.task_id: o for o in sweep_tasks(runner, ["r1"])}
     assert not good.exists()
     weird = outcomes[5]
     assert weird.status is Status.DEAD and weird.permanent and weird.error is not None

@@ -20,6 +20,7 @@ from builders.tasks import batch_task, task_row
 from polaris_pipeline.cleanup.context import CleanupContext
 from polaris_pipeline.cleanup.dispatch import run_cleanup
 from polaris_pipeline.execution.runner import Runner
+from polaris_pipeline.execution.sweep import execute_tree
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask, Prop, RealmOverride, TaskPolicy, TaskType
 from polaris_pipeline.tasks.payloads import (
@@ -77,7 +78,7 @@ def test_children_follow_the_metastore_schema_version(
         (lease,) = runner.lease(1, ["POLARIS"])
         parent = runner.execute(lease)
         rows = [metastore.get_task("POLARIS", c.task_id) for c in parent.children]
-        rest = [o for child in parent.children for o in runner.execute_tree(child)]
+        rest = [o for child in parent.children for o in execute_tree(runner, child)]
 
     assert parent.ok and rows and all(r is not None for r in rows)
     batches = [
@@ -119,7 +120,7 @@ def _batch_children(
         (lease,) = runner.lease(1, [realm])
         parent = runner.execute(lease)
         rows = [store.get_task(realm, c.task_id) for c in parent.children]
-        rest = [o for child in parent.children for o in runner.execute_tree(child)]
+        rest = [o for child in parent.children for o in execute_tree(runner, child)]
     assert parent.ok and rows and all(r is not None for r in rows)
     # Our own runner reads either form: the table is gone, exactly.
     assert all(o.ok for o in rest), [o.error for o in rest]

@@ -13,6 +13,7 @@ from polaris_pipeline.errors import (
     is_permanent,
 )
 from polaris_pipeline.execution.runner import Runner, Status
+from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskState
 
@@ -25,7 +26,7 @@ def _task(realm: str, task_type: str, data: str, internal: dict[str, str] | None
 
 def _sweep_once(store: Metastore) -> list[Status]:
     with Runner(store, run_id="run-1") as runner:
-        return [o.status for o in runner.sweep(["r"])]
+        return [o.status for o in sweep_tasks(runner, ["r"])]
 
 
 def test_classification() -> None:
@@ -40,7 +41,7 @@ def test_undecodable_payload_is_dead_after_one_attempt(metastore: Metastore) -> 
     bad = _task("r", "3", "{not json")
     metastore.insert_tasks([bad])
     with Runner(metastore, run_id="run-1") as runner:
-        outcomes = runner.sweep(["r"])
+        outcomes = sweep_tasks(runner, ["r"])
     assert [(o.status, o.permanent) for o in outcomes] == [(Status.DEAD, True)]
     row = metastore.get_task("r", bad.id)
     assert row is not None

@@ -43,7 +43,8 @@ from builders import tasks as built_tasks
 from builders.polaris_writer import polaris_children
 from builders.postgres import database_url, throwaway_database
 from builders.tasks import dropped_entity_json, manifest_task_data
-from polaris_pipeline.execution.runner import Runner, child_stages
+from polaris_pipeline.execution.runner import Runner
+from polaris_pipeline.execution.sweep import child_stages, execute_tree, sweep_tasks
 from polaris_pipeline.metastore import new_entity_id
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.resolve import StorageResolver
@@ -300,7 +301,7 @@ def purges(
                     outcome
                     for _, stage in child_stages(root_outcome)
                     for child in stage
-                    for outcome in runner.execute_tree(child)
+                    for outcome in execute_tree(runner, child)
                 ]
                 if root_outcome.finish is not None:
                     runner.finish_table(
@@ -512,7 +513,7 @@ def test_a_dropped_view_polaris_keeps_its_row_and_we_delete_its_metadata_file(
             shutil.rmtree(root)
             shutil.copytree(original, root)
             with Runner(store, StorageConfig()) as runner:
-                outcomes = runner.sweep([VIEW_REALMS[OURS]])
+                outcomes = sweep_tasks(runner, [VIEW_REALMS[OURS]])
             deleted[OURS] = every - files_under(root)
             left[OURS] = [
                 f"{task.name.split('_')[0]} type {task.properties.get('taskType')}"
@@ -616,7 +617,9 @@ def test_hostile_rows_through_polaris_and_us(
             runs = {run["id"]: run["attempts"] for run in answer["runs"]}
             left = {row["id"] for row in answer["left"]}
             with Runner(store, StorageConfig()) as runner:
-                outcomes = {o.lease.task_id: o for o in runner.sweep([HOSTILE_REALMS["ours"]])}
+                outcomes = {
+                    o.lease.task_id: o for o in sweep_tasks(runner, [HOSTILE_REALMS["ours"]])
+                }
             for kind, task in rows["polaris"].items():
                 ours = rows["ours"][kind]
                 attempts = runs.get(task.id, ["not run"])

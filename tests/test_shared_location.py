@@ -27,6 +27,7 @@ from builders import tables as built_tables
 from builders import tasks as built_tasks
 from polaris_pipeline.errors import MetastoreError
 from polaris_pipeline.execution.runner import Runner, Status, TaskOutcome
+from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import LiveLocations
 from polaris_pipeline.storage.uri import parse_location, split_uri
@@ -79,7 +80,7 @@ def _live(store: Metastore, location: str, **kwargs: Any) -> int:
 
 def _sweep(store: Metastore, wh: Warehouse) -> list[TaskOutcome]:
     with Runner(store, wh.config, resolver=wh.resolver, run_id="run-guard") as runner:
-        return runner.sweep(["POLARIS"])
+        return sweep_tasks(runner, ["POLARIS"])
 
 
 def _assert_refused(store: Metastore, dropped: Dropped, outcomes: list[TaskOutcome]) -> str:
@@ -310,7 +311,7 @@ def test_a_view_sharing_a_live_views_location_is_refused(
     live_entity(metastore, location, name="live_view", realm_id=OTHER_REALM)
 
     with Runner(metastore) as runner:
-        [outcome] = runner.sweep(["POLARIS"])
+        [outcome] = sweep_tasks(runner, ["POLARIS"])
 
     assert (outcome.status, outcome.permanent) == (Status.DEAD, True)
     assert outcome.error is not None and "'live_view'" in outcome.error

@@ -17,11 +17,11 @@ import fsspec
 import pytest
 from fsspec.implementations.local import LocalFileSystem
 
+from polaris_pipeline.cleanup.guard.paths import PathGuard
 from polaris_pipeline.errors import GuardRefusal, StorageConfigError, StorageError
 from polaris_pipeline.settings import CONFIG_ENV_VAR
 from polaris_pipeline.storage.config import StorageConfig, StorageRule
 from polaris_pipeline.storage.delete import bulk_delete
-from polaris_pipeline.storage.guard import PathGuard
 from polaris_pipeline.storage.redact import mask_options, redact
 from polaris_pipeline.storage.resolve import StorageResolver
 from tests.support.s3 import MotoS3

@@ -24,13 +24,14 @@ from builders.restricted_role import admin_connection
 from builders.tasks import batch_task
 from polaris_pipeline.dagster.definitions import build_defs_from_env
 from polaris_pipeline.execution.runner import Runner, Status
+from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.execution.telemetry import AttemptSpan, AttemptTracer
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.events import event_catalog
 from polaris_pipeline.settings import PipelineSettings
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskPolicy
-from polaris_pipeline.tasks.release import parse_task_events
-from tests.support.metastore import pipeline_store
+from polaris_pipeline.tasks.release import TaskEvents, parse_task_events
+from tests.support.metastore import pipeline_store, with_policy
 
 EVENT_COLUMNS = (
     "realm_id, catalog_id, event_id, request_id, event_type, timestamp_ms, principal_name, "
@@ -91,9 +92,13 @@ def refused_task(tmp_path: Path, realm: str = "r1") -> NewTask:
     return batch_task(realm, [str(outside)], internal={"storageLocation": f"file://{table}"})
 
 
-def sweep(store: Metastore, **runner_kwargs: Any) -> tuple[Runner, list[Any]]:
+def sweep(
+    store: Metastore, write_task_events: TaskEvents | None = None, **runner_kwargs: Any
+) -> tuple[Runner, list[Any]]:
+    if write_task_events is not None:
+        store = with_policy(store, task_events=write_task_events)
     with Runner(store, **runner_kwargs) as runner:
-        outcomes = runner.sweep()
+        outcomes = sweep_tasks(runner)
     return runner, outcomes
 
 
@@ -249,7 +254,7 @@ def test_events_take_the_shape_of_the_configured_release(
 
 @pytest.mark.parametrize(("setting", "written"), [(True, 0), ("always", 2)])
 def test_always_writes_events_for_a_release_that_has_none(
-    metastore_url: str, tmp_path: Path, setting: bool | str, written: int
+    metastore_url: str, tmp_path: Path, setting: TaskEvents, written: int
 ) -> None:
     """Polaris 1.4 persists no task events: none unless the setting says ``always``, when
     the rows take the shape of the events table that is there (the sentinel below v5)."""
@@ -292,7 +297,7 @@ def test_unset_the_release_is_inferred_for_events_too(
     store.insert_tasks([task if task_typed else untyped(task)])
     runner, outcomes = sweep(store, write_task_events=True)
     assert [o.status for o in outcomes] == [Status.DONE]
-    resolved = runner.releases.resolve("r1")
+    resolved = runner.contexts.releases.resolve("r1")
     assert str(resolved.release) == ("1.7" if task_typed else "1.4")
     assert [e["catalog_id"] for e in read_events(store)] == (
         ["__realm__", "__realm__"] if written else []
@@ -395,12 +400,13 @@ def test_an_attempt_that_raises_ends_its_span_and_writes_after(
     def broken_complete(*_: Any, **__: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(v5, "complete", broken_complete)
+    store = with_policy(v5, task_events=True)
+    monkeypatch.setattr(store, "complete", broken_complete)
     with (
-        Runner(v5, tracer_provider=provider, write_task_events=True) as runner,
+        Runner(store, tracer_provider=provider) as runner,
         pytest.raises(KeyboardInterrupt),
     ):
-        runner.sweep()
+        sweep_tasks(runner)
     (span,) = exporter.get_finished_spans()
     assert not span.status.is_ok
     assert [e["event_type"] for e in read_events(v5)] == [

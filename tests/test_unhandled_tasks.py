@@ -8,7 +8,9 @@ import pytest
 from sqlalchemy import update
 
 from polaris_pipeline.errors import MetastoreError
+from polaris_pipeline.execution.dry_run import dry_run
 from polaris_pipeline.execution.runner import Runner
+from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.schema import entities
 from polaris_pipeline.metastore.transitions import DiscardOutcome
@@ -44,8 +46,8 @@ def test_unhandled_tasks_are_never_leased(metastore: Metastore) -> None:
 def test_sweep_leaves_unhandled_tasks_alone(metastore: Metastore) -> None:
     unhandled, _ = seed_unhandled(metastore)
     with Runner(metastore) as runner:
-        outcomes = runner.sweep(["POLARIS"])
-        plans = runner.dry_run(["POLARIS"])
+        outcomes = sweep_tasks(runner, ["POLARIS"])
+        plans = dry_run(runner, ["POLARIS"])
     assert {o.lease.task_id for o in outcomes}.isdisjoint({t.id for t in unhandled})
     assert all(t.row.id not in {u.id for u in unhandled} for t, _ in plans)
     for task in unhandled:

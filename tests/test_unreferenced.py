@@ -19,7 +19,9 @@ from pyiceberg.table import Table
 from builders import tables as built_tables
 from builders import tasks as built_tasks
 from polaris_pipeline.cleanup.context import CleanupContext
+from polaris_pipeline.execution.dry_run import dry_run
 from polaris_pipeline.execution.runner import Runner, Status, TaskOutcome
+from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import LiveLocations, Overlap, escape_like, overlap_terms
 from polaris_pipeline.storage.config import StorageConfig
@@ -31,6 +33,7 @@ from polaris_pipeline.unreferenced.listing import prefix_refusal, run_unreferenc
 from polaris_pipeline.unreferenced.mode import UnreferencedMode
 from polaris_pipeline.unreferenced.report import UnreferencedReport
 from tests.support.iceberg import Warehouse, table_files
+from tests.support.metastore import with_policy
 from tests.support.unreferenced import (
     NAMESPACE_TYPE_CODE,
     add_unreferenced,
@@ -64,8 +67,12 @@ def _drop(wh: Warehouse) -> Dropped:
 
 def _sweep(store: Metastore, wh: Warehouse, dropped: Dropped, mode: str) -> TaskOutcome:
     store.insert_tasks([dropped.task])
-    with Runner(store, wh.config, resolver=wh.resolver, unreferenced=mode) as runner:
-        outcomes = runner.sweep(["POLARIS"])
+    with Runner(
+        with_policy(store, unreferenced=mode),
+        wh.config,
+        resolver=wh.resolver,
+    ) as runner:
+        outcomes = sweep_tasks(runner, ["POLARIS"])
     assert all(o.status is Status.DONE for o in outcomes), [o.error for o in outcomes]
     [root] = [o for o in outcomes if o.lease.task_id == dropped.task.id]
     assert store.list_tasks() == []
@@ -151,9 +158,11 @@ def test_an_object_newer_than_the_drop_is_kept_and_reported(
     )
 
     with Runner(
-        store, warehouse.config, resolver=warehouse.resolver, unreferenced="delete"
+        with_policy(store, unreferenced="delete"),
+        warehouse.config,
+        resolver=warehouse.resolver,
     ) as runner:
-        outcomes = runner.sweep(["POLARIS"])
+        outcomes = sweep_tasks(runner, ["POLARIS"])
 
     [root] = [o for o in outcomes if o.lease.task_id == dropped.task.id]
     report = _report(root)
@@ -170,7 +179,7 @@ def _refused(store: Metastore, wh: Warehouse, dropped: Dropped) -> str:
     """The refusal of a sweep in ``delete`` mode, checked to have deleted nothing.
 
     The live entities of these cases share the table's location, so its referenced
-    purge would be refused first (``cleanup/shared_location.py``): the task carries
+    purge would be refused first (``cleanup/guard/shared_location.py``): the task carries
     an operator's override, which lets that purge go on and never this phase.
     """
     dropped.task.properties[Prop.ALLOW_SHARED_LOCATION] = "true"
@@ -382,9 +391,11 @@ def test_a_table_at_the_bucket_root_keeps_everything(
     store.insert_tasks([task])
 
     with Runner(
-        store, s3_warehouse.config, resolver=s3_warehouse.resolver, unreferenced="delete"
+        with_policy(store, unreferenced="delete"),
+        s3_warehouse.config,
+        resolver=s3_warehouse.resolver,
     ) as r:
-        [outcome, *_] = r.sweep(["POLARIS"])
+        [outcome, *_] = sweep_tasks(r, ["POLARIS"])
 
     # The referenced purge refuses a root; the unreferenced phase never runs.
     assert not outcome.ok and outcome.result is not None and outcome.result.unreferenced is None
@@ -409,8 +420,12 @@ def test_the_dry_run_lists_unreferenced_files_apart_from_referenced_ones(
     dropped = _drop(warehouse)
     store.insert_tasks([dropped.task])
 
-    with Runner(store, warehouse.config, resolver=warehouse.resolver, unreferenced="delete") as r:
-        [(_, result)] = r.dry_run(["POLARIS"])
+    with Runner(
+        with_policy(store, unreferenced="delete"),
+        warehouse.config,
+        resolver=warehouse.resolver,
+    ) as r:
+        [(_, result)] = dry_run(r, ["POLARIS"])
 
     assert not isinstance(result, str) and result.unreferenced is not None
     assert set(result.unreferenced.paths) == dropped.unreferenced
@@ -431,9 +446,11 @@ def test_a_listing_that_fails_half_way_fails_the_attempt_and_the_retry_finishes(
     store.insert_tasks([dropped.task])
 
     with Runner(
-        store, local_warehouse.config, resolver=local_warehouse.resolver, unreferenced="delete"
+        with_policy(store, unreferenced="delete"),
+        local_warehouse.config,
+        resolver=local_warehouse.resolver,
     ) as r:
-        outcomes = r.sweep(["POLARIS"])
+        outcomes = sweep_tasks(r, ["POLARIS"])
 
     [root] = [o for o in outcomes if o.lease.task_id == dropped.task.id]
     assert root.status is Status.FAILED and not root.permanent, root
@@ -449,9 +466,11 @@ def test_a_listing_that_fails_half_way_fails_the_attempt_and_the_retry_finishes(
     shutil.rmtree(table_dir / "data" / ("d" * 250))
     assert store.requeue("POLARIS", dropped.task.id) is TaskState.ORPHANED
     with Runner(
-        store, local_warehouse.config, resolver=local_warehouse.resolver, unreferenced="delete"
+        with_policy(store, unreferenced="delete"),
+        local_warehouse.config,
+        resolver=local_warehouse.resolver,
     ) as r:
-        [again] = r.sweep(["POLARIS"])
+        [again] = sweep_tasks(r, ["POLARIS"])
 
     assert again.ok and not again.children
     assert _report(again).error is None

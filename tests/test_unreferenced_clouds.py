@@ -13,6 +13,7 @@ import pytest
 
 from builders import tasks as built_tasks
 from polaris_pipeline.execution.runner import Runner, Status
+from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
 from polaris_pipeline.storage.resolve import StorageResolver
@@ -20,6 +21,7 @@ from polaris_pipeline.unreferenced.report import UnreferencedReport
 from tests.support.azurite import azurite  # noqa: F401
 from tests.support.clouds import Cloud, open_cloud
 from tests.support.gcs import fake_gcs  # noqa: F401
+from tests.support.metastore import with_policy
 from tests.support.unreferenced import settle
 
 STRAYS = (
@@ -47,8 +49,11 @@ def _sweep(
         cloud.table, extra_internal_properties={STORAGE_CONFIG_KEY: cloud.storage_info}
     )
     store.insert_tasks([task])
-    with Runner(store, resolver=StorageResolver(), unreferenced=mode) as runner:
-        outcomes = runner.sweep()
+    with Runner(
+        with_policy(store, unreferenced=mode),
+        resolver=StorageResolver(),
+    ) as runner:
+        outcomes = sweep_tasks(runner)
     assert outcomes and all(o.status is Status.DONE for o in outcomes), [o.error for o in outcomes]
     assert store.list_tasks() == []
     [root] = [o for o in outcomes if o.lease.task_id == task.id]

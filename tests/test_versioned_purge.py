@@ -18,6 +18,7 @@ from polaris_pipeline.dagster.tables import TableRef
 from polaris_pipeline.dagster.translator import PolarisTranslator
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.execution.runner import Runner
+from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.leaks.reclaim import ReclaimReport
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.leaks_view import reclaim_json, reclaim_line
@@ -30,6 +31,7 @@ from polaris_pipeline.tasks.ref import Lease
 from polaris_pipeline.unreferenced.report import UnreferencedReport
 from tests.support.cleanup_sweep import assert_all_ok, sweep
 from tests.support.iceberg import Warehouse, drop_task_row, table_files
+from tests.support.metastore import with_policy
 from tests.support.unreferenced import add_unreferenced, settle
 
 KEPT = "kept by the bucket's versioning until its lifecycle expires them"
@@ -164,9 +166,11 @@ def test_a_runner_sweep_with_unreferenced_files_on_a_versioned_bucket(
     versions = _versions(moto_server, s3_bucket)
     store.insert_tasks([task])
     with Runner(
-        store, s3_warehouse.config, resolver=s3_warehouse.resolver, unreferenced="delete"
+        with_policy(store, unreferenced="delete"),
+        s3_warehouse.config,
+        resolver=s3_warehouse.resolver,
     ) as runner:
-        outcomes = runner.sweep(["POLARIS"])
+        outcomes = sweep_tasks(runner, ["POLARIS"])
     assert all(o.status is Status.DONE for o in outcomes), [o.error for o in outcomes]
     assert _versions(moto_server, s3_bucket) == versions
     totals = OutcomeTotals.of(outcomes)

@@ -10,7 +10,7 @@ from polaris_pipeline.cleanup.deleting import (
     existing_with_sizes,
     list_dry_run_sidecars,
 )
-from polaris_pipeline.cleanup.guard import Guard
+from polaris_pipeline.cleanup.guard.task import Guard
 from polaris_pipeline.tasks.payloads import BatchCleanupPayload
 
 
@@ -18,7 +18,7 @@ def run_batch_cleanup(ctx: CleanupContext) -> CleanupResult:
     """Guard every path, then delete those that exist; missing ones are counted."""
     payload = ctx.decoded.require(BatchCleanupPayload)
     result = CleanupResult()
-    guard = Guard.build(ctx)
+    guard = Guard.for_task(ctx)
     admitted = [p for p in dedupe(payload.batch_files) if guard.admit(p, result)]
     # Stat first (batches are small, at most the metadata batch size): it is how
     # Polaris skips missing files, and gives sizes S3's delete call does not.

@@ -58,7 +58,7 @@ class CleanupContext:
     # their payloads take its shape. Unknown: 1.0, whose shape 1.0-1.6 read.
     release: PolarisRelease = FIRST_RELEASE
     # The live entities of the whole metastore, for the shared-location guard
-    # (``cleanup/shared_location.py``). The runner always gives one; None (a handler
+    # (``cleanup/guard/shared_location.py``). The runner always gives one; None (a handler
     # run on its own, in a test) skips that guard.
     live: LiveLocations | None = None
     # The attempt's deletion record (``storage/deletion_record.py``), when the

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
-from polaris_pipeline.cleanup.guard import Guard
+from polaris_pipeline.cleanup.guard.task import Guard
 from polaris_pipeline.cleanup.tally import tally
 from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.storage.delete import (
@@ -82,7 +82,9 @@ def delete_leftover_sidecars(
     local = [u for u in gone if crc_sidecar(u) is not None]
     if not local or ctx.dry_run:
         return
-    guard.check_shared(ctx, result, local)
+    local = guard.may_delete(result, local)
+    if not local:
+        return
     ctx.fence()
     report = delete_guarded(ctx, guard, local)
     result.sidecars_deleted += len(report.sidecars)
@@ -108,9 +110,11 @@ def delete_one(
     uri: str,
     sizes: Mapping[str, int | None],
 ) -> CleanupResult:
-    """Delete the admitted ``uri`` with its sidecar, fenced; in a dry run, list them."""
+    """Delete ``uri`` with its sidecar once the guard lets it go (``Guard.may_delete``),
+    fenced; in a dry run, list them."""
     # In a dry run too, so that a view's plan says it would be refused.
-    guard.check_shared(ctx, result, [uri])
+    if not guard.may_delete(result, [uri]):
+        return result
     if ctx.dry_run:
         result.would_delete.append(uri)
         list_dry_run_sidecars(result, guard)
@@ -131,23 +135,25 @@ def delete_chunked(
     done_before: int = 0,
     total: int = 0,
 ) -> int:
-    """Delete ``uris`` (admitted by ``guard``) in chunks of ``ctx.delete_chunk_size``,
-    fencing before each; checksum sidecars go with their files.
+    """Delete ``uris`` in chunks of ``ctx.delete_chunk_size``, each once the guard lets
+    it go (``Guard.may_delete``) and fenced; checksum sidecars go with their files.
 
     Returns how many paths were processed, for progress across several calls.
     """
     chunk_size = max(1, ctx.delete_chunk_size)
     done = done_before
     for start in range(0, len(uris), chunk_size):
-        chunk = uris[start : start + chunk_size]
-        # Again before every chunk: a table created at the path meanwhile stops the rest.
-        guard.check_shared(ctx, result, chunk)
+        given = uris[start : start + chunk_size]
+        # Before every chunk: a table created at the path meanwhile stops the rest.
+        chunk = guard.may_delete(result, given)
+        done += len(given)
+        if not chunk:
+            continue
         ctx.fence()
         report = delete_guarded(
             ctx, guard, chunk, chunk_size=min(chunk_size, MAX_KEYS_PER_REQUEST), sizes=sizes
         )
         tally(result, report, sizes)
-        done += len(chunk)
         if ctx.progress is not None:
             ctx.progress(done, total, what)
     return done

@@ -27,7 +27,7 @@ from polaris_pipeline.cleanup.deleting import (
     existing_with_sizes,
 )
 from polaris_pipeline.cleanup.gc_policy import gc_disabling_value, gc_kept_note
-from polaris_pipeline.cleanup.guard import Guard
+from polaris_pipeline.cleanup.guard.task import Guard
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.tasks.manifest_codec import ManifestFileRef
 from polaris_pipeline.tasks.payloads import ManifestCleanupPayload
@@ -93,11 +93,11 @@ def sweep_manifest_entries(
     chunk: dict[str, None] = {}
     done = 0
     for entry in iter_manifest_entries(ctx.resolver.input_file(ref.manifest_path)):
-        if not guard.admit(entry.path, result):
-            continue
         if ctx.dry_run:
-            result.would_delete.append(entry.path)
+            if guard.admit(entry.path, result):
+                result.would_delete.append(entry.path)
             continue
+        # Judged once, right before its chunk is deleted (``Guard.may_delete``).
         chunk.setdefault(entry.path, None)
         if len(chunk) >= chunk_size:
             done = delete_chunked(
@@ -114,7 +114,7 @@ def run_manifest_cleanup(ctx: CleanupContext) -> CleanupResult:
     ref = payload.manifest
     result = CleanupResult()
     props = ctx.task.internal_properties
-    guard = Guard.build(ctx)
+    guard = Guard.for_task(ctx)
     if not guard.admit(ref.manifest_path, result):
         result.notes.append("manifest path refused by the guard: nothing read or deleted")
         return result

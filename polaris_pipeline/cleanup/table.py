@@ -48,12 +48,14 @@ from polaris_pipeline.cleanup.deleting import (
     list_dry_run_sidecars,
 )
 from polaris_pipeline.cleanup.gc_policy import gc_disabling_value, gc_kept_note
-from polaris_pipeline.cleanup.guard import Guard
+from polaris_pipeline.cleanup.guard.shared_location import (
+    DROPPED_METADATA_KEY,
+    dropped_metadata_file,
+)
+from polaris_pipeline.cleanup.guard.task import Guard
 from polaris_pipeline.cleanup.manifest import sweep_manifest_entries
 from polaris_pipeline.cleanup.manifest_list import read_bounded_manifest_list
 from polaris_pipeline.cleanup.metadata_file import read_metadata_bytes
-from polaris_pipeline.cleanup.roots import RecordedRoots
-from polaris_pipeline.cleanup.shared_location import DROPPED_METADATA_KEY, dropped_metadata_file
 from polaris_pipeline.cleanup.stages import (
     CURRENT_METADATA,
     MANIFESTS,
@@ -65,7 +67,6 @@ from polaris_pipeline.cleanup.tally import tally
 from polaris_pipeline.cleanup.view import run_view_cleanup
 from polaris_pipeline.errors import PolarisPipelineError, StorageError, one_line
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
-from polaris_pipeline.storage.scope import STORAGE_LOCATION_KEY
 from polaris_pipeline.tasks.manifest_codec import ManifestFileRef, manifest_ref_from_pyiceberg
 from polaris_pipeline.tasks.model import NewTask, TaskType
 from polaris_pipeline.tasks.payloads import (
@@ -80,6 +81,7 @@ from polaris_pipeline.tasks.payloads import (
     require_metadata_location,
     table_identifier,
 )
+from polaris_pipeline.tasks.roots import STORAGE_LOCATION_KEY, RecordedRoots
 
 # Bound on how many older metadata files the log walk may discover, so a cyclic
 # or hostile chain of logs cannot keep a run busy forever.
@@ -229,7 +231,7 @@ def plan_table_cleanup(
     internal = ctx.task.internal_properties
     table_id = table_identifier(entity)
 
-    guard = Guard.build(ctx, entity)
+    guard = Guard.for_task(ctx)
     # Judged before it is read. A guard without recorded roots refuses every path,
     # so ``roots`` is only None here when the refusal is already recorded.
     if not guard.admit(metadata_uri, result) or guard.roots is None:
@@ -364,11 +366,11 @@ def run_table_cleanup(ctx: CleanupContext) -> CleanupResult:
     plan = plan_table_cleanup(ctx, entity, result)
     if plan is None:
         return result
-    guard = Guard.build(ctx, entity)
+    guard = Guard.for_task(ctx)
     if not result.refused:
         # Before any child exists: a live table sharing the files refuses the whole
         # task (a dry run too, so that its plan says so).
-        guard.check_shared(ctx, result, plan.all_files())
+        guard.may_delete(result, plan.all_files())
     if ctx.dry_run:
         return result
     if result.refused:

@@ -17,7 +17,7 @@ from polaris_pipeline.cleanup.deleting import (
     delete_one,
     existing_with_sizes,
 )
-from polaris_pipeline.cleanup.guard import Guard
+from polaris_pipeline.cleanup.guard.task import Guard
 from polaris_pipeline.errors import GuardRefusal, StorageError
 from polaris_pipeline.tasks.payloads import (
     DroppedEntity,
@@ -45,7 +45,7 @@ def run_view_cleanup(ctx: CleanupContext, entity: DroppedEntity | None = None) -
         entity = ctx.decoded.require(DroppedEntity)
     metadata_uri = require_metadata_location(entity)
     result = CleanupResult()
-    guard = Guard.build(ctx, entity)
+    guard = Guard.for_task(ctx)
     if not guard.admit(metadata_uri, result):
         result.notes.append("view metadata file refused by the guard: nothing read or deleted")
         return result

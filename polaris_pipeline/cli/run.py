@@ -26,8 +26,11 @@ from polaris_pipeline.cli.output import (
     print_plans,
     would_fail,
 )
+from polaris_pipeline.execution.dry_run import dry_run
+from polaris_pipeline.execution.holder import make_executor_id
 from polaris_pipeline.execution.outcome import ProgressFn
-from polaris_pipeline.execution.runner import Runner, make_executor_id
+from polaris_pipeline.execution.runner import Runner
+from polaris_pipeline.execution.sweep import execute_tree, sweep_tasks
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.nothing_available import nothing_available_reason
 from polaris_pipeline.settings import PipelineSettings
@@ -72,7 +75,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
             return EXIT_TASK_FAILED
         if not args.json:
             print(decision.message, file=out)
-        runner.execute_tree(decision.lease, on_outcome=report)
+        execute_tree(runner, decision.lease, on_outcome=report)
         report.progress.clear()
     report.finish("ran", {"started": True, **start})
     return EXIT_TASK_FAILED if report.totals.failed else EXIT_OK
@@ -93,7 +96,7 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
         sweep_args: dict[str, Any] = {}
         if args.batch_size is not None:
             sweep_args["batch_size"] = args.batch_size
-        outcomes = runner.sweep(realms, on_outcome=report, **sweep_args)
+        outcomes = sweep_tasks(runner, realms, on_outcome=report, **sweep_args)
         report.progress.clear()
     report.finish("swept")
     if not outcomes and not args.json:
@@ -106,7 +109,7 @@ def _dry_run(
 ) -> int:
     store = checked_metastore(settings, read_only=True)
     with _runner(settings, store, DRY_RUN) as runner:
-        docs = [plan_json(task, plan) for task, plan in runner.dry_run(realms)]
+        docs = [plan_json(task, plan) for task, plan in dry_run(runner, realms)]
     reason = None if docs else _nothing_available(store, realms)
     failing = would_fail(docs)
     if as_json:

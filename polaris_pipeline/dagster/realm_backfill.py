@@ -39,6 +39,7 @@ from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResourc
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.execution.runner import Runner
+from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.report.outcome_view import OutcomeView
 from polaris_pipeline.report.progress import ProgressSink
 from polaris_pipeline.report.totals import OutcomeTotals, status_word
@@ -177,8 +178,12 @@ def sweep_realm(
         progress=tally.progress,
         deletion_record=storage.get_deletion_record(),
     ) as runner:
-        runner.sweep(
-            [realm], batch_size=config.batch_size, max_tasks=config.max_tasks, on_outcome=tally
+        sweep_tasks(
+            runner,
+            [realm],
+            batch_size=config.batch_size,
+            max_tasks=config.max_tasks,
+            on_outcome=tally,
         )
     elapsed = time.monotonic() - started
     left = store.count_by_state([realm]).get(realm, Counter())

@@ -68,7 +68,7 @@ from polaris_pipeline.dagster.task_step import (
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR, PolarisTranslator
 from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.execution.outcome import Status, TableFinish, TaskOutcome
-from polaris_pipeline.execution.runner import child_stages
+from polaris_pipeline.execution.sweep import child_stages
 from polaris_pipeline.report.fields import UNREFERENCED
 from polaris_pipeline.report.outcome_view import OutcomeView
 from polaris_pipeline.report.step_record import StepRecord

@@ -8,15 +8,15 @@ its ``catalogId`` and its ``properties["location"]``. Polaris never runs them, s
 nothing but a sweeper ever reaches their files, and on a cloud store it needs the
 catalog's credentials to.
 
-For such an ENTITY_CLEANUP_SCHEDULER task this looks the catalog up in the
-metastore (the row of type CATALOG whose id is the entity's ``catalogId``, in the
-task's realm) and, when it holds a storage configuration, gives the resolver the
-task's internal properties plus that configuration and the recorded roots
-(``cleanup/roots.py``'s ``recorded_roots``: the entity's ``location`` and root
-properties). Everything comes from the catalog's records, as Polaris's own tasks
-do; nothing from a file. A task without a recorded location, or whose catalog is
-gone or holds no configuration, is left as it is: the guard then refuses it, or
-the static storage config reaches it, as before.
+For such an ENTITY_CLEANUP_SCHEDULER task this looks the catalog up in the metastore
+(the row of type CATALOG whose id is the entity's ``catalogId``, in the task's
+realm) and, when it holds a storage configuration, gives the resolver the task's
+internal properties plus that configuration and the recorded roots
+(``DecodedTask.roots``: the entity's ``location`` and root properties). Everything
+comes from the catalog's records, as Polaris's own tasks do; nothing from a file. A
+task without a recorded location, or whose catalog is gone or holds no
+configuration, is left as it is: the guard then refuses it, or the static storage
+config reaches it, as before.
 
 A child (MANIFEST_FILE_CLEANUP or BATCH_FILE_CLEANUP) records no entity: its
 payload names the table but not its catalog. It reaches its catalog through its
@@ -33,13 +33,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from polaris_pipeline.cleanup.roots import recorded_roots
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
-from polaris_pipeline.storage.scope import STORAGE_LOCATION_KEY
 from polaris_pipeline.tasks.decoded import DecodedTask
 from polaris_pipeline.tasks.hold import catalog_id_of, parent_name_of
 from polaris_pipeline.tasks.model import TaskRow
+from polaris_pipeline.tasks.roots import STORAGE_LOCATION_KEY
 
 
 @dataclass(frozen=True)
@@ -67,7 +66,7 @@ def task_storage(task: TaskRow | DecodedTask, metastore: Metastore) -> TaskStora
         # cleanup task, or one that did not decode): the handler records why it
         # cannot run.
         return _child_storage(row, metastore) or unchanged
-    roots = recorded_roots(row, entity)
+    roots = decoded.roots
     if roots is None:
         return unchanged
     catalog = metastore.catalog_internal_properties(row.realm_id, entity.catalog_id)

@@ -4,7 +4,7 @@ The live side is ``metastore/overlap.py``, over every realm and catalog: a live
 table or view at, above or under the root, or a namespace or catalog at or under
 it, owns it (a namespace above is where tables live and does not). The task side:
 every task still in the metastore, of any state, may yet clean its location, so
-a root that a task's recorded location (``cleanup/roots.py``'s
+a root that a task's recorded location (``tasks/roots.py``'s
 ``recorded_roots``: ``storageLocation``, else the dropped entity's ``location``)
 is at, above or under is not leaked; it is the sweeper's.
 """
@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from polaris_pipeline.cleanup.roots import recorded_roots
 from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.metastore.overlap import LiveLocations, Overlap
 from polaris_pipeline.storage.uri import Location, parse_location
 from polaris_pipeline.tasks.model import TaskRow, TaskType
 from polaris_pipeline.tasks.payloads import decode_dropped_entity
+from polaris_pipeline.tasks.roots import recorded_roots
 
 
 def task_location(task: TaskRow) -> Location | None:

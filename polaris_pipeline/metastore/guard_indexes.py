@@ -17,7 +17,7 @@ Polaris's own database, beside its tables):
   name, so the lookup by name misses none; the candidates are then judged as
   locations;
 - ``polaris_pipeline_guard_write_paths``: only the tables and views whose properties
-  name a ``write.data.path``-style root (``storage.guard.ROOT_PROPERTIES``): few in a
+  name a ``write.data.path``-style root (``tasks/roots.py``'s ``ROOT_PROPERTIES``): few in a
   warehouse, so the unreferenced phase and the reclaim read those rows alone to find
   a live table writing under a prefix.
 
@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, text
 
 from polaris_pipeline.metastore.schema import POLARIS_SCHEMA
-from polaris_pipeline.storage.guard import ROOT_PROPERTIES
 from polaris_pipeline.tasks.model import TABLE_LIKE_TYPE_CODE
+from polaris_pipeline.tasks.roots import ROOT_PROPERTIES
 
 LOCATIONS_INDEX = "polaris_pipeline_guard_locations"
 METADATA_FILES_INDEX = "polaris_pipeline_guard_metadata_files"

@@ -69,9 +69,9 @@ from polaris_pipeline.metastore.guard_indexes import (
 from polaris_pipeline.metastore.queries import ENTITY_REALMS
 from polaris_pipeline.metastore.schema import entities
 from polaris_pipeline.settings import GUARD_BOUND_ENV, setting_from_env
-from polaris_pipeline.storage.guard import ROOT_PROPERTIES
 from polaris_pipeline.storage.uri import Location, parse_location
 from polaris_pipeline.tasks.model import CATALOG_TYPE_CODE, TABLE_LIKE_TYPE_CODE
+from polaris_pipeline.tasks.roots import ROOT_PROPERTIES
 
 NAMESPACE_TYPE_CODE = 6
 log = logging.getLogger(__name__)

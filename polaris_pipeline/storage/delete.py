@@ -139,7 +139,7 @@ def bulk_delete(
     local_roots: Sequence[str] = (),
 ) -> DeleteReport:
     """Delete ``uris`` (literal paths, already admitted by a
-    :class:`~polaris_pipeline.storage.guard.PathGuard`), returning the outcome of each.
+    :class:`~polaris_pipeline.cleanup.guard.paths.PathGuard`), returning the outcome of each.
 
     Never raises for a single path: its error goes to ``failed``, credentials masked.
     ``check()`` runs before every request (S3) or file (elsewhere) and may raise to

@@ -13,11 +13,8 @@ from collections.abc import Mapping
 
 from polaris_pipeline.errors import OutsideCatalogLocations, StorageError
 from polaris_pipeline.storage.catalog_config import CatalogStorage, FileStorage
-from polaris_pipeline.storage.guard import ROOT_PROPERTIES
 from polaris_pipeline.storage.uri import location_within, normalize_uri
-
-# Where Polaris records the table's location on each of its tasks.
-STORAGE_LOCATION_KEY = "storageLocation"
+from polaris_pipeline.tasks.roots import ROOT_PROPERTIES, STORAGE_LOCATION_KEY
 
 
 def within_allowed(storage: CatalogStorage, uri: str) -> bool:

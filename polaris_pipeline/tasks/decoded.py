@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from polaris_pipeline.errors import PayloadError
-from polaris_pipeline.storage.scope import STORAGE_LOCATION_KEY
 from polaris_pipeline.storage.uri import normalize_uri
 from polaris_pipeline.tasks.model import Prop, TaskRow, TaskType
 from polaris_pipeline.tasks.payloads import (
@@ -35,9 +34,12 @@ from polaris_pipeline.tasks.payloads import (
     table_identifier,
 )
 from polaris_pipeline.tasks.ref import TableRef
-
-# Where Polaris records a table's (or view's) base location on the entity itself.
-ENTITY_LOCATION_KEY = "location"
+from polaris_pipeline.tasks.roots import (
+    ROOT_PROPERTIES,
+    STORAGE_LOCATION_KEY,
+    RecordedRoots,
+    recorded_roots,
+)
 
 Payload = DroppedEntity | ManifestCleanupPayload | BatchCleanupPayload
 _P = TypeVar("_P", DroppedEntity, ManifestCleanupPayload, BatchCleanupPayload)
@@ -67,34 +69,20 @@ def polaris_type_name(code: str | None) -> str | None:
     return kind.name if kind is not None else code
 
 
-def recorded_location(task: TaskRow, entity: DroppedEntity | None) -> tuple[str, str] | None:
-    """The table location the catalog recorded, and which record it came from (for
-    messages); None when it recorded none.
-
-    The task's ``storageLocation``, else the dropped entity's ``location`` property;
-    blank values count as absent.
-    """
-    location = task.internal_properties.get(STORAGE_LOCATION_KEY, "")
-    if location.strip():
-        return location, "the task's storageLocation"
-    location = entity.properties.get(ENTITY_LOCATION_KEY, "") if entity is not None else ""
-    if location.strip():
-        return location, "the dropped entity's location property"
-    return None
-
-
 def _table(
-    task: TaskRow, identifier: TableIdentifier | None, entity: DroppedEntity | None
+    task: TaskRow,
+    identifier: TableIdentifier | None,
+    entity: DroppedEntity | None,
+    roots: RecordedRoots | None,
 ) -> TableRef | None:
     if identifier is None or (entity is not None and entity.is_view):
         return None
-    found = recorded_location(task, entity)
     return TableRef(
         realm=task.realm_id,
         namespace=identifier.namespace,
         name=identifier.name,
         catalog_id=(entity.catalog_id or None) if entity is not None else None,
-        location=normalize_uri(found[0]) if found else None,
+        location=normalize_uri(roots.location) if roots is not None else None,
     )
 
 
@@ -109,7 +97,8 @@ class DecodedTask:
     ``error``: why the kind or the payload did not decode (None: both did).
     ``identifier``: the table (or view) the payload names, also when only a child's
     ``tableId`` decoded. ``table``: the dropped table, None for a view or a payload
-    that names none.
+    that names none. ``roots``: the table roots the catalog recorded (``tasks/roots.py``),
+    from the row and its dropped entity; None when it recorded no location.
     """
 
     row: TaskRow
@@ -118,6 +107,7 @@ class DecodedTask:
     identifier: TableIdentifier | None = None
     table: TableRef | None = None
     error: PayloadError | None = None
+    roots: RecordedRoots | None = None
 
     @classmethod
     def from_row(cls, row: TaskRow) -> DecodedTask:
@@ -125,17 +115,22 @@ class DecodedTask:
         try:
             kind = row.task_type()
         except PayloadError as exc:
-            return cls(row, error=_named(exc, row))
+            return cls(row, error=_named(exc, row), roots=recorded_roots(row))
         try:
             payload = _DECODERS[kind](row.data())
         except PayloadError as exc:
             identifier = _child_table_id(row) if kind in _CHILD_KINDS else None
-            return cls(row, kind, None, identifier, _table(row, identifier, None), _named(exc, row))
+            roots = recorded_roots(row)
+            table = _table(row, identifier, None, roots)
+            return cls(row, kind, None, identifier, table, _named(exc, row), roots)
         entity = payload if isinstance(payload, DroppedEntity) else None
         identifier = (
             table_identifier(payload) if isinstance(payload, DroppedEntity) else payload.table_id
         )
-        return cls(row, kind, payload, identifier, _table(row, identifier, entity))
+        roots = recorded_roots(row, entity)
+        return cls(
+            row, kind, payload, identifier, _table(row, identifier, entity, roots), None, roots
+        )
 
     @classmethod
     def of(cls, task: TaskRow | DecodedTask) -> DecodedTask:
@@ -210,7 +205,8 @@ def _decoded_from(row: TaskRow) -> tuple[object, ...]:
         props.get(Prop.TASK_TYPE),
         props.get(Prop.DATA),
         Prop.ORIGINAL in props,
-        row.internal_properties.get(STORAGE_LOCATION_KEY),
+        # The recorded roots: the location and root properties the catalog handed the task.
+        *(row.internal_properties.get(key) for key in (STORAGE_LOCATION_KEY, *ROOT_PROPERTIES)),
     )
 
 

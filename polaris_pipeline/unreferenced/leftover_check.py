@@ -17,11 +17,12 @@ when the loss is found; children this attempt created may still delete more. A r
 gone before the attempt read it (``Runner.execute`` found nothing) records no
 location to list.
 
-The ``Runner`` calls ``after_attempt`` when an attempt ends, and ``after_table_vanished``
-when a table whose unreferenced phase waited for its children finds its row gone. Both
-read the task as the attempt decoded it (``TaskOutcome.task``), and list through the
-Runner's public dry-run context (``Runner.cleanup_context``, ``Runner.reach_storage``),
-which ``Lister`` names so that this module needs nothing of ``runner.py``.
+The ``Runner`` calls ``after_attempt`` when an attempt ends, and its table's last stage
+(``execution/table_finish.py``) ``after_table_vanished`` when a table whose unreferenced
+phase waited for its children finds its row gone. Both read the task as the attempt
+decoded it (``TaskOutcome.task``), and list through a dry-run context of the runner's
+(``execution/contexts.py``), which ``Lister`` names so that this module needs nothing
+of ``execution/``.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ ROW_GONE = (
 
 
 class Lister(Protocol):
-    """What the check needs of the ``Runner``: its metastore and a dry run's storage."""
+    """What the check needs of a runner's contexts: its metastore and a dry run's storage."""
 
     @property
     def metastore(self) -> Metastore: ...

@@ -9,7 +9,7 @@ live table is needed for orphan-file maintenance). This phase does, last in a
 table's run, after every referenced file and child is done:
 
 1. The prefix is the catalog's: the task's recorded table location
-   (``recorded_roots``, what the guard uses), never a location read from a file.
+   (``DecodedTask.roots``, what the guard uses), never a location read from a file.
    Refused, with the reason, when it is a bucket or filesystem root, equal to or
    above an ``allowedLocations`` entry of the catalog's storage configuration (or
    an allowed prefix of the static config).
@@ -40,8 +40,7 @@ from collections.abc import Callable, Set
 
 from polaris_pipeline.cleanup.context import CleanupContext
 from polaris_pipeline.cleanup.deleting import recorded
-from polaris_pipeline.cleanup.guard import Guard
-from polaris_pipeline.cleanup.roots import recorded_roots
+from polaris_pipeline.cleanup.guard.task import Guard
 from polaris_pipeline.errors import MetastoreError, PayloadError, StorageError
 from polaris_pipeline.metastore.overlap import Overlap
 from polaris_pipeline.storage.catalog_config import catalog_storage
@@ -111,7 +110,7 @@ def run_unreferenced(
     would go, up to ``PLAN_PATHS``, not a sample (a dry run's plan). Raises only LeaseLost.
     """
     report = UnreferencedReport(mode=mode.value, dry_run=ctx.dry_run)
-    roots = recorded_roots(ctx.task, entity)
+    roots = ctx.decoded.roots
     if roots is None:
         report.refusal = "the catalog recorded no table location"
         return report
@@ -123,7 +122,7 @@ def run_unreferenced(
     if overlaps is None:
         report.refusal = "no metastore to check for overlapping live entities"
         return report
-    guard = Guard.build(ctx, entity)
+    guard = Guard.for_task(ctx)
     try:
         found = overlaps(prefix) or (writers(prefix) if writers is not None else [])
         if found:

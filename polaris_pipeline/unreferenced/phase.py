@@ -1,13 +1,9 @@
 """Where the unreferenced phase sits in a table's run, for the ``Runner``.
 
 Once per dropped table (an ENTITY_CLEANUP task of a table, never a view or a
-child, whose referenced purge refused and failed nothing), last: in ``delete``
-mode a table whose attempt created children stays held by its holder (the
-heartbeat renews it) until its last stage is done, then ``Runner.finish_table``
-runs the phase and completes the row. In ``report`` mode the row completes as
-ever and the report is made afterwards from the row the attempt read. A table
-with no children runs the phase inside its attempt. What fails an attempt and
-what only refuses: ``unreferenced/listing.py``.
+child, whose referenced purge refused and failed nothing), last: inside its
+attempt, or in its last stage once its children ran (``execution/table_finish.py``).
+What fails an attempt and what only refuses: ``unreferenced/listing.py``.
 """
 
 from __future__ import annotations
@@ -15,22 +11,14 @@ from __future__ import annotations
 from collections.abc import Set
 
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
-from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import LiveLocations
 from polaris_pipeline.storage.uri import normalize_uri
 from polaris_pipeline.tasks.decoded import DecodedTask
-from polaris_pipeline.tasks.model import TaskPolicy, TaskRow
+from polaris_pipeline.tasks.model import TaskRow
 from polaris_pipeline.tasks.payloads import DroppedEntity
 from polaris_pipeline.unreferenced.listing import run_unreferenced
 from polaris_pipeline.unreferenced.mode import UnreferencedMode
 from polaris_pipeline.unreferenced.report import UnreferencedReport
-
-
-def mode_for(policy: TaskPolicy, realm_id: str, default: UnreferencedMode) -> UnreferencedMode:
-    """The mode one realm runs under: its override, else ``default``."""
-    override = policy.realm_overrides.get(realm_id)
-    value = getattr(override, "unreferenced", None) if override is not None else None
-    return UnreferencedMode.parse(value) if value is not None else default
 
 
 def table_of(task: TaskRow | DecodedTask) -> DroppedEntity | None:
@@ -53,16 +41,16 @@ def run_phase(
     ctx: CleanupContext,
     entity: DroppedEntity,
     mode: UnreferencedMode,
-    metastore: Metastore,
-    schema_version: int | None,
     result: CleanupResult,
 ) -> str | None:
     """Run the phase into ``result.unreferenced``; the attempt's error, or None.
 
-    In a dry run the referenced plan's paths (``result.would_delete``) are listed
-    apart and every path that would go is kept for the plan.
+    The live entities are asked afresh of the context's metastore (``CleanupContext.live``;
+    none: the phase refuses), catalogs included. In a dry run the referenced plan's
+    paths (``result.would_delete``) are listed apart and every path that would go is
+    kept for the plan.
     """
-    live = LiveLocations(metastore.engine, schema_version)
+    live = LiveLocations(ctx.live.engine, ctx.live.schema_version) if ctx.live else None
     referenced: Set[str] = (
         frozenset(normalize_uri(u) for u in result.would_delete) if ctx.dry_run else frozenset()
     )
@@ -70,8 +58,8 @@ def run_phase(
         ctx,
         entity,
         mode,
-        live.overlaps,
-        writers=live.write_path_users,
+        live.overlaps if live is not None else None,
+        writers=live.write_path_users if live is not None else None,
         referenced=referenced,
         all_paths=ctx.dry_run,
     )

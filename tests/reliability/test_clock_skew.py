@@ -9,7 +9,7 @@ import pytest
 
 from builders import polaris_leaser
 from builders.tasks import batch_task
-from polaris_pipeline.execution.runner import Heartbeat
+from polaris_pipeline.execution.heartbeat import Heartbeat
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Prop, TaskRow
 from tests.reliability import journal as jr

@@ -327,6 +327,7 @@ def test_runner_surviving_a_metastore_error_lets_the_task_be_retried(
     again within a lease period, not stay leased for as long as the process lives."""
     from polaris_pipeline.errors import MetastoreError
     from polaris_pipeline.execution.runner import Runner
+    from polaris_pipeline.execution.sweep import sweep_tasks
 
     policy = rel_policy()
     store = Metastore(rel_db.url, policy=policy)
@@ -361,10 +362,10 @@ def test_runner_surviving_a_metastore_error_lets_the_task_be_retried(
     runner = Runner(store)
     try:
         with pytest.raises(MetastoreError):
-            runner.sweep()
+            sweep_tasks(runner)
         deadline = time.monotonic() + 6 * policy.lease_timeout_ms / 1000
         while store.count_tasks() and time.monotonic() < deadline:
-            runner.sweep()
+            sweep_tasks(runner)
             time.sleep(0.2)
         stuck = store.list_tasks()
     finally:

@@ -1,7 +1,7 @@
 """One sweeper process of a reliability scenario: ``python -m tests.reliability.worker CFG.json``.
 
 What runs is the engine itself: ``polaris_pipeline.execution.runner.Runner`` with its
-handlers, heartbeat and fencing (mode ``runner``: ``Runner.sweep()`` in a loop),
+handlers, heartbeat and fencing (mode ``runner``: ``sweep_tasks`` in a loop),
 or the operator CLI's ``main`` (mode ``cli``: ``polaris-pipeline sweep``
 and friends), or a model of Polaris's own executor (mode ``polaris``: list-then-CAS
 leasing from ``builders/polaris_leaser.py``, then a BATCH row run as Polaris 1.4.1's
@@ -174,9 +174,10 @@ def _stopped(cfg: dict[str, Any]) -> bool:
 
 
 def run_runner(cfg: dict[str, Any], journal: Journal) -> int:
-    """``Runner.sweep()`` in a loop until the realms are empty (or once)."""
+    """``sweep_tasks`` in a loop until the realms are empty (or once)."""
     from polaris_pipeline.errors import MetastoreError
-    from polaris_pipeline.execution.runner import make_executor_id
+    from polaris_pipeline.execution.holder import make_executor_id
+    from polaris_pipeline.execution.sweep import sweep_tasks
     from polaris_pipeline.metastore import Metastore
 
     runner_cls = journal_runner_class(journal)
@@ -204,7 +205,7 @@ def run_runner(cfg: dict[str, Any], journal: Journal) -> int:
     try:
         while True:
             try:
-                runner.sweep(realms, batch_size=int(cfg.get("batch_size", 32)))
+                sweep_tasks(runner, realms, batch_size=int(cfg.get("batch_size", 32)))
                 if cfg.get("until", "empty") == "once":
                     break
                 if store.count_tasks(realms) == 0:
@@ -379,7 +380,7 @@ def run_freeze(cfg: dict[str, Any], journal: Journal) -> int:
     import signal
     from contextlib import contextmanager
 
-    from polaris_pipeline.execution.runner import make_executor_id
+    from polaris_pipeline.execution.holder import make_executor_id
     from polaris_pipeline.metastore import Metastore
 
     store = Metastore(cfg["url"], policy=_policy(cfg))

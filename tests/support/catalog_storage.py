@@ -25,10 +25,11 @@ from pyiceberg.table import Table
 from builders import tables as built_tables
 from builders.tables import S3Options
 from builders.tasks import batch_task, insert_row
+from polaris_pipeline.cleanup.guard.paths import PathGuard
 from polaris_pipeline.execution.runner import Runner
+from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.storage.catalog_config import STORAGE_CONFIG_KEY
-from polaris_pipeline.storage.guard import PathGuard
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.tasks.model import CATALOG_TYPE_CODE, NewTask, Prop
 from tests.support.azurite import ACCOUNT, Azurite
@@ -42,7 +43,7 @@ CATALOG_ID = 1
 
 def catalog_sweep(store: Metastore) -> Any:
     with Runner(store, resolver=StorageResolver()) as runner:
-        return runner.sweep()
+        return sweep_tasks(runner)
 
 
 def guard_reasons(root: str, inside: str, sibling: str, other: str, dotdot: str) -> dict[str, str]:

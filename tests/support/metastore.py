@@ -7,6 +7,7 @@ per test.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -149,6 +150,12 @@ def store(tmp_path: Path) -> Iterator[Metastore]:
     sqlite = sqlite_metastore(tmp_path)
     yield sqlite
     sqlite.dispose()
+
+
+def with_policy(store: Metastore, **changes: Any) -> Metastore:
+    """``store``'s database under its policy with ``changes``: a deployment's other setting
+    (a Runner applies its metastore's policy)."""
+    return Metastore(policy=dataclasses.replace(store.policy, **changes), engine=store.engine)
 
 
 def restart_lease(store: Metastore, lease: Lease, executor_id: str | None = None) -> Lease | None:

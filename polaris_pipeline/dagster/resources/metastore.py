@@ -14,7 +14,7 @@ import threading
 from dagster import Config, ConfigurableResource, EnvVar
 from pydantic import Field
 
-from polaris_pipeline.execution.runner import make_executor_id
+from polaris_pipeline.execution.holder import make_executor_id
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.connection import resolve_url, safe_url
 from polaris_pipeline.settings import MetastoreSection

@@ -1,17 +1,17 @@
-"""The guard a handler deletes through: a PathGuard on the recorded roots, or a refusal."""
+"""The guard of one task: the path rule on its recorded roots and the shared-location
+rule, asked through one object (``Guard.for_task``), or a refusal of every path."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
-from polaris_pipeline.cleanup.roots import RecordedRoots, recorded_roots
-from polaris_pipeline.cleanup.shared_location import check_shared_location
+from polaris_pipeline.cleanup.guard.paths import PathGuard
+from polaris_pipeline.cleanup.guard.shared_location import check_shared_location
 from polaris_pipeline.errors import GuardRefusal
-from polaris_pipeline.storage.guard import PathGuard
 from polaris_pipeline.storage.uri import same_location
-from polaris_pipeline.tasks.decoded import ENTITY_LOCATION_KEY
 from polaris_pipeline.tasks.payloads import DroppedEntity
+from polaris_pipeline.tasks.roots import ENTITY_LOCATION_KEY, RecordedRoots
 
 
 def _no_roots_reason(entity: DroppedEntity | None) -> str:
@@ -25,36 +25,37 @@ def _no_roots_reason(entity: DroppedEntity | None) -> str:
 
 
 class Guard:
-    """A PathGuard on the recorded roots, or the reason there is none (all refused)."""
+    """A PathGuard on the task's recorded roots (or the reason there is none: all refused)
+    and the shared-location rule over the same roots."""
 
     def __init__(
         self,
+        ctx: CleanupContext,
         guard: PathGuard | None,
         reason: str | None = None,
         roots: RecordedRoots | None = None,
     ) -> None:
+        self._ctx = ctx
         self._guard = guard
         self._reason = reason
         self.roots = roots
 
     @classmethod
-    def build(cls, ctx: CleanupContext, entity: DroppedEntity | None = None) -> Guard:
-        """The guard for the task's table, on the roots the catalog recorded only.
-
-        ``entity`` is the dropped table or view, for the table and view handlers;
-        child tasks have only their own internal properties.
-        """
-        roots = recorded_roots(ctx.task, entity)
+    def for_task(cls, ctx: CleanupContext) -> Guard:
+        """The guard of ``ctx``'s task, on the roots the catalog recorded only
+        (``DecodedTask.roots``: a table's or view's from its task and dropped entity,
+        a child's from its own internal properties)."""
+        roots = ctx.decoded.roots
         if roots is None:
-            return cls(None, _no_roots_reason(entity))
+            return cls(ctx, None, _no_roots_reason(ctx.decoded.entity))
         try:
             guard = PathGuard.for_table(roots.location, roots.properties, ctx.config)
         except GuardRefusal as e:
-            return cls(None, f"no usable table location ({e.reason})", roots)
-        return cls(guard, roots=roots)
+            return cls(ctx, None, f"no usable table location ({e.reason})", roots)
+        return cls(ctx, guard, roots=roots)
 
     def check(self, uri: str) -> GuardRefusal | None:
-        """None when ``uri`` may be deleted, else the refusal."""
+        """The path rule: None when ``uri`` may be deleted, else the refusal."""
         if self._guard is None:
             return GuardRefusal(uri, self._reason or "no guard")
         try:
@@ -64,34 +65,37 @@ class Guard:
             return e.with_traceback(None)
         return None
 
-    @property
-    def delete_roots(self) -> tuple[str, ...]:
-        """The admitted roots, where a local delete starts its no-follow walk (see
-        ``storage.local_walk``); none without a guard."""
-        return self._guard.roots if self._guard is not None else ()
-
-    def allows(self, uri: str) -> bool:
-        """Whether ``uri`` may be deleted (nothing recorded): for checksum sidecars."""
-        return self.check(uri) is None
-
     def admit(self, uri: str, result: CleanupResult) -> bool:
-        """Check ``uri``; a refusal is recorded in ``result``."""
+        """The path rule on ``uri`` (read or planned); a refusal is recorded in ``result``."""
         refusal = self.check(uri)
         if refusal is not None:
             result.refused.append(refusal)
             return False
         return True
 
-    def check_shared(
-        self, ctx: CleanupContext, result: CleanupResult, files: Sequence[str]
-    ) -> None:
-        """The shared-location guard before deleting ``files`` (``cleanup/shared_location.py``):
-        raises SharedLocationRefusal, or notes the task's override. Without recorded
-        roots this guard refuses every path anyway."""
-        if self.roots is None:
-            return
-        roots = [self.roots.location, *self.roots.properties.values()]
-        check_shared_location(ctx, result, self.roots.location, roots, files)
+    def allows(self, uri: str) -> bool:
+        """Whether ``uri`` may be deleted (nothing recorded): for checksum sidecars."""
+        return self.check(uri) is None
+
+    def may_delete(self, result: CleanupResult, uris: Sequence[str]) -> list[str]:
+        """The question before deleting ``uris`` now: those the path rule admits (each
+        refusal recorded in ``result``), once the shared-location rule
+        (``shared_location.py``) has passed them; asked right before each delete.
+
+        Raises SharedLocationRefusal or TableRestored, or notes the task's override.
+        Without recorded roots every path is refused by the path rule already.
+        """
+        allowed = [uri for uri in uris if self.admit(uri, result)]
+        if self.roots is not None and allowed:
+            roots = [self.roots.location, *self.roots.properties.values()]
+            check_shared_location(self._ctx, result, self.roots.location, roots, allowed)
+        return allowed
+
+    @property
+    def delete_roots(self) -> tuple[str, ...]:
+        """The admitted roots, where a local delete starts its no-follow walk (see
+        ``storage.local_walk``); none without a guard."""
+        return self._guard.roots if self._guard is not None else ()
 
     def admit_declared_location(
         self, metadata_uri: str, declared: object, result: CleanupResult

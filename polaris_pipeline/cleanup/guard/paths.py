@@ -10,7 +10,7 @@ Checks are lexical, by the location rule of ``storage.uri`` (no URL decoding),
 plus, for local files, symlink resolution of the parent directory.
 
 The roots must come from what the catalog recorded, never from a file the guard
-is about to judge: ``polaris_pipeline.cleanup.roots.recorded_roots`` picks them
+is about to judge: ``DecodedTask.roots`` (``tasks/roots.py``) holds them
 (the task's ``storageLocation``, else the dropped entity's ``location``).
 """
 
@@ -22,16 +22,7 @@ from collections.abc import Iterable, Mapping
 from polaris_pipeline.errors import GuardRefusal
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.uri import BUCKET_SCHEMES, Location, checked_location
-
-# Table properties that place files outside the table location (the live-entity
-# checks of ``metastore/overlap.py`` read the same list). The last two are the older
-# names Iceberg still honours.
-ROOT_PROPERTIES = (
-    "write.data.path",
-    "write.metadata.path",
-    "write.object-storage.path",
-    "write.folder-storage.path",
-)
+from polaris_pipeline.tasks.roots import ROOT_PROPERTIES
 
 
 def _parse(uri: str, *, root: bool = False) -> Location:

@@ -1,0 +1,79 @@
+"""Running leased tasks to the end: a task, its children stage by stage, its last stage;
+and a sweep (``sweep_tasks``), which leases and runs every available task until none remains.
+
+The CLI's ``sweep`` and ``tasks run`` and the realm backfill run tasks this way; a
+Dagster run places each stage in steps of its own (``dagster/task_job.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from polaris_pipeline.cleanup.stages import CHILD_STAGES, ChildStage, Staged, leases_in_stages
+from polaris_pipeline.execution.outcome import TaskOutcome
+from polaris_pipeline.execution.runner import Runner
+from polaris_pipeline.tasks.ref import Lease
+
+
+def child_stages(outcome: TaskOutcome, plan: Sequence[ChildStage] = CHILD_STAGES) -> Staged[Lease]:
+    """The children an attempt created, in the stages its handler put them in."""
+    staged = outcome.result.child_stages if outcome.result is not None else []
+    return leases_in_stages(staged, outcome.children, plan)
+
+
+def execute_tree(
+    runner: Runner, lease: Lease, on_outcome: Callable[[TaskOutcome], None] | None = None
+) -> list[TaskOutcome]:
+    """Execute a task, then the children it created, stage by stage, then (a table
+    waiting for them) its last stage, ``Runner.finish_table``.
+
+    ``on_outcome`` is told each outcome once it is final, a parent before its
+    children: a table's children are told after its last stage.
+    """
+    root = runner.execute(lease)
+    tell = None if root.finish is not None else on_outcome
+    if tell is not None:
+        tell(root)
+    # One at a time, so each stage is done before the next one starts.
+    rest = [
+        outcome
+        for _, stage in child_stages(root)
+        for child in stage
+        for outcome in execute_tree(runner, child, tell)
+    ]
+    if root.finish is None:
+        return [root, *rest]
+    done = all(outcome.ok for outcome in rest)
+    finished = runner.finish_table(root.finish, children_done=done, result=root.result)
+    outcomes = [finished.evolve(children=root.children), *rest]
+    if on_outcome is not None:
+        for outcome in outcomes:
+            on_outcome(outcome)
+    return outcomes
+
+
+def sweep_tasks(
+    runner: Runner,
+    realms: Iterable[str] | None = None,
+    *,
+    batch_size: int = 32,
+    max_tasks: int | None = None,
+    on_outcome: Callable[[TaskOutcome], None] | None = None,
+) -> list[TaskOutcome]:
+    """Lease and run every available task (and its children) until none remains."""
+    realm_list = list(realms) if realms is not None else None
+    outcomes: list[TaskOutcome] = []
+    while max_tasks is None or len(outcomes) < max_tasks:
+        limit = batch_size if max_tasks is None else min(batch_size, max_tasks - len(outcomes))
+        leases = runner.lease(limit, realm_list)
+        if not leases:
+            break
+        try:
+            for lease in leases:
+                outcomes += execute_tree(runner, lease, on_outcome)
+        except BaseException:
+            # The batch is abandoned: stop renewing its leases so they lapse and
+            # any sweeper (this one included, under a new id) can take them.
+            runner.holder.renew()
+            raise
+    return outcomes
