@@ -36,10 +36,7 @@ KEPT = "kept by the bucket's versioning until its lifecycle expires them"
 
 
 def _totals(runs: Any) -> OutcomeTotals:
-    totals = OutcomeTotals()
-    for run in runs:
-        totals.add_result(run.result)
-    return totals
+    return OutcomeTotals.of_results(run.result for run in runs)
 
 
 def _versions(moto_server: Any, bucket: str) -> set[tuple[str, str]]:
