@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupTally
 from polaris_pipeline.cleanup.roots import RecordedRoots, recorded_roots
 from polaris_pipeline.cleanup.shared_location import check_shared_location
 from polaris_pipeline.errors import GuardRefusal
@@ -74,7 +74,7 @@ class Guard:
         """Whether ``uri`` may be deleted (nothing recorded): for checksum sidecars."""
         return self.check(uri) is None
 
-    def admit(self, uri: str, result: CleanupResult) -> bool:
+    def admit(self, uri: str, result: CleanupTally) -> bool:
         """Check ``uri``; a refusal is recorded in ``result``."""
         refusal = self.check(uri)
         if refusal is not None:
@@ -82,9 +82,7 @@ class Guard:
             return False
         return True
 
-    def check_shared(
-        self, ctx: CleanupContext, result: CleanupResult, files: Sequence[str]
-    ) -> None:
+    def check_shared(self, ctx: CleanupContext, result: CleanupTally, files: Sequence[str]) -> None:
         """The shared-location guard before deleting ``files`` (``cleanup/shared_location.py``):
         raises SharedLocationRefusal, or notes the task's override. Without recorded
         roots this guard refuses every path anyway."""
@@ -94,7 +92,7 @@ class Guard:
         check_shared_location(ctx, result, self.roots.location, roots, files)
 
     def admit_declared_location(
-        self, metadata_uri: str, declared: object, result: CleanupResult
+        self, metadata_uri: str, declared: object, result: CleanupTally
     ) -> bool:
         """Whether the ``location`` a metadata file declares is the recorded root.
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult, CleanupTally
 from polaris_pipeline.cleanup.dispatch import run_cleanup
 from polaris_pipeline.cleanup.stages import CHILD_STAGES, ChildStage, Staged, leases_in_stages
 from polaris_pipeline.errors import (
@@ -308,7 +308,7 @@ class Runner:
                     lease,
                     Status.DONE,
                     task.task_type_code,
-                    result=result,
+                    result=result.freeze(),
                     children=tuple(children),
                     finish=finish,
                 )
@@ -331,7 +331,7 @@ class Runner:
         task: TaskRow,
         ctx: CleanupContext,
         entity: Any,
-        result: CleanupResult,
+        result: CleanupTally,
         record_failure: bool,
         mode: UnreferencedMode,
     ) -> TaskOutcome | None:
@@ -366,30 +366,33 @@ class Runner:
         here: in ``delete`` mode the row is re-read (still held?) and keeps that decoding
         (``DecodedTask.reread``).
         """
-        lease, result, held = finish.lease, result or CleanupResult(), finish.task
+        # The phase adds to a tally of its own: the attempt's outcome keeps its result.
+        tally = result.thaw() if result is not None else CleanupTally.start()
+        lease, held = finish.lease, finish.task
         task_type = held.row.task_type_code if held is not None else lease.task_type_code
         report = finish.mode is UnreferencedMode.REPORT
         task = held if report else self._read(lease, held)
         if task is None or report:
             if task is not None and children_done:
-                self._phase(lease, task, result, UnreferencedMode.REPORT)
+                self._phase(lease, task, tally, UnreferencedMode.REPORT)
                 # A report deletes nothing: its record was never opened, and goes.
-                self._records.close(lease, RecordStatus.DONE, result=result)
-            outcome = TaskOutcome(lease, Status.DONE, task_type, result=result, task=held)
+                self._records.close(lease, RecordStatus.DONE, result=tally)
+            done = tally.freeze()
+            outcome = TaskOutcome(lease, Status.DONE, task_type, result=done, task=held)
             if task is None:  # vanished while its children ran: what is left is said
                 return leftover_check.after_table_vanished(self, outcome)
             return outcome
         failed: TaskOutcome | None
         if not children_done:
             error = "unreferenced files not looked at: child task(s) of this table not done"
-            failed = self._ends.fail(lease, task.row, error, result=result)
+            failed = self._ends.fail(lease, task.row, error, result=tally)
         else:
-            failed = self._phase(lease, task, result, self.unreferenced_mode(task.row.realm_id))
-        final = failed or self._ends.complete(lease, task.row, result)
+            failed = self._phase(lease, task, tally, self.unreferenced_mode(task.row.realm_id))
+        final = failed or self._ends.complete(lease, task.row, tally)
         return final.evolve(task=held or task)
 
     def _phase(
-        self, lease: Lease, task: DecodedTask, result: CleanupResult, mode: UnreferencedMode
+        self, lease: Lease, task: DecodedTask, result: CleanupTally, mode: UnreferencedMode
     ) -> TaskOutcome | None:
         entity = phase_entity(mode, task, result)
         if entity is None:
@@ -538,7 +541,7 @@ class Runner:
             error = run_phase(ctx, entity, mode, self.metastore, self.schema_version(), result)
             if error is not None:
                 result.notes.append(error)
-        return result
+        return result.freeze()
 
     def dry_run(
         self, realms: Iterable[str] | None = None
