@@ -25,16 +25,18 @@ from dagster import (
     op,
 )
 
+from builders.tasks import batch_task, task_row
 from polaris_pipeline.cleanup.context import CleanupResult
 from polaris_pipeline.dagster.reporting import report_run
 from polaris_pipeline.dagster.step_result import TaskResult
-from polaris_pipeline.dagster.tables import TableRef
+from polaris_pipeline.dagster.tables import TABLE_REF_KEY, TableRef, table_of
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
 from polaris_pipeline.errors import GuardRefusal
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.report import outcome_view, totals
 from polaris_pipeline.report.step_record import STEP_RECORD_KEY, StepRecord, read_step
 from polaris_pipeline.report.totals import OutcomeTotals
+from polaris_pipeline.tasks.decoded import DecodedTask
 from polaris_pipeline.tasks.ref import Lease, TaskRef
 from polaris_pipeline.unreferenced.report import UnreferencedReport
 
@@ -267,3 +269,15 @@ def test_a_run_report_from_structured_entries(instance: DagsterInstance) -> None
 @pytest.mark.usefixtures("renamed_labels")
 def test_a_run_report_is_the_same_with_every_label_renamed(instance: DagsterInstance) -> None:
     assert _report(instance, recorded_run) == _expected_recorded_run()
+
+
+def test_a_group_step_records_the_table_its_children_clean_up() -> None:
+    """A run of orphaned children has no root step: its group steps name the table, which
+    the run report reads back (never from the run's tags)."""
+    child = batch_task("R", ["s3://bucket/wh/sales/payments/data/a.parquet"])
+    decoded = DecodedTask.from_row(task_row(child))
+    done = TaskOutcome(lease(11), Status.DONE, result=CleanupResult(deleted=1), task=decoded)
+    group = [TaskResult({"status": "already-done"}, {}), TaskResult({"status": "done"}, {}, done)]
+    meta = plain(DEFAULT_TRANSLATOR.group_metadata(REFS, "exec", group))
+    recorded = TableRef.from_json(meta[TABLE_REF_KEY])
+    assert recorded is not None and recorded == table_of(decoded)
