@@ -12,12 +12,10 @@ import pytest
 from polaris_pipeline.cleanup.context import CleanupResult
 from polaris_pipeline.errors import GuardRefusal
 from polaris_pipeline.execution.runner import Status, TaskOutcome
-from polaris_pipeline.report.fields import SIZES_UNREPORTED
+from polaris_pipeline.report.fields import BY_STATUS, SIZES_UNREPORTED, STATUS
 from polaris_pipeline.report.totals import (
-    BY_STATUS,
     CHILD_TASKS,
     RECORD_NUMBERS,
-    STATUS,
     OutcomeTotals,
     RunningTotals,
     format_counts,

@@ -36,22 +36,19 @@ from polaris_pipeline.dagster.tables import (
     table_of,
 )
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
-from polaris_pipeline.report.fields import UNREFERENCED
-from polaris_pipeline.report.outcome_view import (
-    RESTORED_AS,
-    SHARED_LOCATION_OVERRIDDEN,
-    OutcomeView,
-    per_task_metadata,
-    restored_text,
-)
-from polaris_pipeline.report.step_record import STEP_RECORD_KEY, StepRecord
-from polaris_pipeline.report.totals import (
+from polaris_pipeline.report.fields import (
     CHILDREN_DONE,
     FAILED_CHILDREN,
     PERMANENT,
+    RESTORED_AS,
+    SHARED_LOCATION_OVERRIDDEN,
     STATUS,
-    OutcomeTotals,
+    UNREFERENCED,
+    restored_text,
 )
+from polaris_pipeline.report.outcome_view import OutcomeView, per_task_metadata
+from polaris_pipeline.report.step_record import STEP_RECORD_KEY, StepRecord
+from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.storage.uri import split_uri
 from polaris_pipeline.tasks.decoded import DecodedTask, task_type_name
 from polaris_pipeline.tasks.formatting import PATH_SAMPLE, iso_utc_seconds, quoted_task_label

@@ -1,9 +1,10 @@
 """What tasks did, added up: one total for a CLI sweep, a run, a backfill and the demo.
 
-``OutcomeTotals`` adds the Runner's ``TaskOutcome``s. It is stored as a record with
-machine field names (``to_record``, read back by ``from_record``: a step's record,
-``step_record.py``), and shown under the labels of ``OUTCOME_FIELDS`` and the keys
-below (``metadata``), which nothing reads back. ``line`` and ``tasks_text`` are the
+``OutcomeTotals`` adds the Runner's ``TaskOutcome``s, once (``of``), and is never
+changed: totals add up with ``+``; ``RunningTotals`` remakes one per outcome of a sweep.
+It is stored as a record with machine field names (``to_record``, read back by
+``from_record``: a step's record, ``step_record.py``), and shown under the labels of
+``fields.py`` (``metadata``), which nothing reads back. ``line`` and ``tasks_text`` are the
 one wording of a total; ``format_counts`` the one wording of counts by status.
 """
 
@@ -15,7 +16,13 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
-from polaris_pipeline.report.fields import OUTCOME_FIELDS, RETENTION_FIELDS, SIZES_UNREPORTED
+from polaris_pipeline.report.fields import (
+    BY_STATUS,
+    OUTCOME_FIELDS,
+    RETAINED_SIZES_UNREPORTED,
+    RETENTION_FIELDS,
+    SIZES_UNREPORTED,
+)
 from polaris_pipeline.tasks.formatting import format_bytes, retention_text
 
 if TYPE_CHECKING:
@@ -28,14 +35,6 @@ FILES_DELETED, FILES_MISSING, BYTES_FREED, REFUSED_PATHS, CHILD_TASKS = (
     f.label for f in OUTCOME_FIELDS
 )
 FILES_RETAINED, BYTES_RETAINED, RETENTION_UNKNOWN = (f.label for f in RETENTION_FIELDS)
-# Tasks whose kept files' sizes storage did not report: BYTES_RETAINED is a lower bound.
-RETAINED_SIZES_UNREPORTED = "tasks without sizes of kept files"
-STATUS = "status"  # a step that ran one task: its status
-BY_STATUS = "by status"  # the child tasks a step ran, by status
-PERMANENT = "permanent"  # a failed task's step: whether the failure is permanent
-# A group of child tasks that failed: how many failed, how many were done before.
-FAILED_CHILDREN = "failed child tasks"
-CHILDREN_DONE = "child tasks done"
 
 _FAILED = (Status.FAILED.value, Status.DEAD.value)
 
