@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import InitVar, dataclass, field, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from polaris_pipeline.cleanup.stages import ChildStage, Staged
 from polaris_pipeline.errors import GuardRefusal
@@ -144,18 +144,7 @@ class CleanupResult(_ResultReading):
 
     def thaw(self) -> CleanupTally:
         """A tally starting from this result (its own copies: this result stays as it is)."""
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        return CleanupTally(
-            **{
-                **values,
-                "failed": dict(self.failed),
-                "refused": list(self.refused),
-                "child_stages": [(stage, list(kids)) for stage, kids in self.child_stages],
-                "would_delete": list(self.would_delete),
-                "deleted_paths_sample": list(self.deleted_paths_sample),
-                "notes": list(self.notes),
-            }
-        )
+        return CleanupTally(**_copied(self, list))
 
 
 @dataclass
@@ -186,15 +175,16 @@ class CleanupTally(_ResultReading):
 
     def freeze(self) -> CleanupResult:
         """The result as it stands, made once: later additions to the tally do not reach it."""
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        return CleanupResult(
-            **{
-                **values,
-                "failed": dict(self.failed),
-                "refused": tuple(self.refused),
-                "child_stages": tuple((stage, tuple(kids)) for stage, kids in self.child_stages),
-                "would_delete": tuple(self.would_delete),
-                "deleted_paths_sample": tuple(self.deleted_paths_sample),
-                "notes": tuple(self.notes),
-            }
-        )
+        return CleanupResult(**_copied(self, tuple))
+
+
+def _copied(source: CleanupResult | CleanupTally, make: type[Any]) -> dict[str, Any]:
+    """``source``'s fields, each container a new one (``make``: tuple or list)."""
+    values = {f.name: getattr(source, f.name) for f in fields(source)}
+    for name, value in values.items():
+        if isinstance(value, Mapping):
+            values[name] = dict(value)
+        elif isinstance(value, list | tuple):
+            values[name] = make(value)
+    values["child_stages"] = make((stage, make(kids)) for stage, kids in source.child_stages)
+    return values
