@@ -310,9 +310,7 @@ def report(demo: Demo, out: Any) -> bool:
 
     purged = [t for t in demo.tables if t.role == "orphaned"]
     succeeded = [r for r in demo.runs if r.success]
-    total = OutcomeTotals()
-    for run in succeeded:
-        total.merge(run.total)
+    total = sum((run.total for run in succeeded), OutcomeTotals())
     print("\nRecovered (orphaned cleanups Polaris never finished):", file=out)
     for t in purged:
         gone = t.files_after == 0 and t.task_id not in remaining

@@ -11,7 +11,7 @@ from builders import tasks as built_tasks
 from builders.tasks import dropped_entity_json
 from polaris_pipeline.cleanup import dispatch
 from polaris_pipeline.cleanup.children import new_child
-from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupTally
 from polaris_pipeline.cleanup.stages import (
     CHILD_STAGES,
     CURRENT_METADATA,
@@ -177,7 +177,7 @@ def test_a_sweep_runs_the_children_stage_by_stage_not_in_creation_order(
     root = f"{local_warehouse.uri}/ns/t"
     made: list[NewTask] = []
 
-    def backwards(ctx: CleanupContext) -> CleanupResult:
+    def backwards(ctx: CleanupContext) -> CleanupTally:
         """Creates three batch children, then puts the first created in the last stage."""
         children = []
         for i in range(3):
@@ -189,7 +189,7 @@ def test_a_sweep_runs_the_children_stage_by_stage_not_in_creation_order(
         assert ctx.create_children is not None
         ctx.create_children(children)
         made.extend(children)
-        result = CleanupResult()
+        result = CleanupTally.start()
         first, second, third = children
         result.child_stages = in_plan_order(
             [(CURRENT_METADATA, [first]), (METADATA, [second]), (MANIFESTS, [third])]

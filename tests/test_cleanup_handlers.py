@@ -24,7 +24,7 @@ from pyiceberg.table.statistics import StatisticsFile
 
 from builders import tables as built_tables
 from builders import tasks as built_tasks
-from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupTally
 from polaris_pipeline.cleanup.dispatch import run_cleanup
 from polaris_pipeline.cleanup.guard.shared_location import DROPPED_METADATA_KEY
 from polaris_pipeline.cleanup.manifest import iter_manifest_entries
@@ -63,7 +63,7 @@ S3_IS_SLOW = pytest.mark.parametrize(
 )
 
 
-def run_one(wh: Warehouse, task: TaskRow, **ctx_kwargs: Any) -> tuple[CleanupResult, list[NewTask]]:
+def run_one(wh: Warehouse, task: TaskRow, **ctx_kwargs: Any) -> tuple[CleanupTally, list[NewTask]]:
     created: list[NewTask] = []
 
     def create(children: Sequence[NewTask]) -> Sequence[NewTask]:
@@ -75,7 +75,7 @@ def run_one(wh: Warehouse, task: TaskRow, **ctx_kwargs: Any) -> tuple[CleanupRes
     return run_cleanup(ctx), created
 
 
-def stage_sizes(result: CleanupResult) -> list[int]:
+def stage_sizes(result: CleanupTally) -> list[int]:
     """How many children the handler put in each stage of the engine's plan."""
     return [len(children) for _, children in result.child_stages]
 

@@ -151,8 +151,6 @@ def test_tags_and_location_of_a_table() -> None:
         TAG_CATALOG: "12",
         TAG_LOCATION: "s3://b/wh/ns/t",
     }
-    assert DEFAULT_TRANSLATOR.table_from_tags(tags) == ref
-    assert DEFAULT_TRANSLATOR.table_from_tags({TAG_TABLE: "ns.t"}) is None  # no realm: no key
     assert DEFAULT_TRANSLATOR.table_tags(None) == {}
     long = TableRef("R", ("n" * 300,), "t")
     assert len(DEFAULT_TRANSLATOR.table_tags(long)[TAG_TABLE]) == 255
@@ -304,24 +302,6 @@ def test_a_run_that_found_its_task_gone_records_no_table_event(
     assert not [k for k in instance.get_asset_keys() if k.path[0] == "polaris"]
     tagged = instance.get_run_by_id(result.run_id)
     assert tagged is not None and json.dumps(tagged.tags[TAG_TOTAL]).startswith('"0 file(s)')
-
-
-@pytest.mark.parametrize("label", ["", "."])
-def test_ref_from_hostile_tags(label: str) -> None:
-    ref = DEFAULT_TRANSLATOR.table_from_tags(
-        {TAG_TABLE: label, "polaris/realm": "R", TAG_CATALOG: "x"}
-    )
-    if not label:
-        assert ref is None
-    else:
-        assert ref is not None and ref.catalog_id is None
-        assert DEFAULT_TRANSLATOR.table_asset_key(ref).path == [
-            "polaris",
-            "R",
-            "catalog_unknown",
-            "_",
-            "_",
-        ]
 
 
 def test_a_long_identifier_gets_its_own_asset_key(

@@ -12,7 +12,7 @@ import pytest
 from dagster import DagsterInstance
 
 from builders import tasks as built_tasks
-from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupTally
 from polaris_pipeline.cleanup.stages import (
     CHILD_STAGES,
     CURRENT_METADATA,
@@ -122,7 +122,7 @@ def test_the_job_follows_a_plan_of_four_stages(
     """A fourth stage in the plan is a fourth slot, without a change to the job."""
     plan = (MANIFESTS, MORE_MANIFESTS, METADATA, CURRENT_METADATA)
 
-    def split_manifests(ctx: CleanupContext) -> CleanupResult:
+    def split_manifests(ctx: CleanupContext) -> CleanupTally:
         # The table cleanup, its manifest children over two stages.
         result = run_table_cleanup(ctx)
         staged = dict(result.child_stages)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from builders.tasks import batch_task, task_row
-from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupTally
 from polaris_pipeline.cleanup.guard.task import Guard
 from polaris_pipeline.errors import SharedLocationRefusal
 from polaris_pipeline.metastore import Metastore
@@ -36,13 +36,13 @@ def test_a_path_outside_the_recorded_roots_is_refused_and_recorded(
     table = tmp_path / "wh" / "ns" / "t"
     inside = (table / "data" / "a.parquet").as_uri()
     neighbour = (tmp_path / "wh" / "ns" / "t_2" / "a.parquet").as_uri()
-    result = CleanupResult()
+    result = CleanupTally.start()
     assert _guard(store, table.as_uri()).may_delete(result, [inside, neighbour]) == [inside]
     assert [refusal.path for refusal in result.refused] == [neighbour]
 
 
 def test_without_a_recorded_location_every_path_is_refused(store: Metastore) -> None:
-    result = CleanupResult()
+    result = CleanupTally.start()
     assert _guard(store, " ").may_delete(result, ["file:///wh/ns/t/a.parquet"]) == []
     [refusal] = result.refused
     assert "the catalog recorded no table location" in refusal.reason
@@ -53,4 +53,4 @@ def test_a_live_table_at_the_location_refuses_the_delete(store: Metastore, tmp_p
     live_entity(store, table.as_uri())
     guard = _guard(store, table.as_uri())
     with pytest.raises(SharedLocationRefusal):
-        guard.may_delete(CleanupResult(), [(table / "data" / "a.parquet").as_uri()])
+        guard.may_delete(CleanupTally.start(), [(table / "data" / "a.parquet").as_uri()])

@@ -24,7 +24,7 @@ from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.schema import entities
 from polaris_pipeline.report.fields import UNREFERENCED
 from polaris_pipeline.report.outcome_view import OutcomeView
-from polaris_pipeline.report.step_record import STEP_RECORD_KEY
+from polaris_pipeline.report.step_record import STEP_RECORD_KEY, StepRecord
 from polaris_pipeline.tasks.model import NewTask, Prop
 from polaris_pipeline.tasks.ref import Lease
 from polaris_pipeline.unreferenced.leftover_check import ROW_GONE
@@ -106,8 +106,8 @@ def test_a_row_gone_at_the_fence_reports_what_is_left_and_deletes_nothing(
     assert metastore.list_tasks() == []  # no child was created for a row that is gone
     # The Dagster step says it too, in its structured record and beside the lease lost.
     meta = DEFAULT_TRANSLATOR.lease_lost_metadata(outcome.lease, "lost", view)
-    record = meta[STEP_RECORD_KEY].value
-    assert record["unreferenced"] == report.summary()
+    record = StepRecord.from_json(meta[STEP_RECORD_KEY].value)
+    assert record is not None and record.unreferenced == report
     assert meta[UNREFERENCED] == report.summary()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import fields
 from typing import Any
@@ -11,13 +12,12 @@ import pytest
 from polaris_pipeline.cleanup.context import CleanupResult
 from polaris_pipeline.errors import GuardRefusal
 from polaris_pipeline.execution.runner import Status, TaskOutcome
-from polaris_pipeline.report.fields import SIZES_UNREPORTED
+from polaris_pipeline.report.fields import BY_STATUS, SIZES_UNREPORTED, STATUS
 from polaris_pipeline.report.totals import (
-    BY_STATUS,
     CHILD_TASKS,
     RECORD_NUMBERS,
-    STATUS,
     OutcomeTotals,
+    RunningTotals,
     format_counts,
 )
 from polaris_pipeline.tasks.ref import Lease
@@ -53,25 +53,24 @@ def outcome(
     )
 
 
+# A table cleanup with three children (one dead), and a batch refused by the guard.
+SWEEP = [
+    outcome(1, children=(11, 12, 13)),
+    outcome(11, deleted=4, freed=4096),
+    outcome(12, deleted=2, missing=1, freed=None),  # storage without sizes
+    outcome(13, Status.DEAD, refused=1, permanent=True),
+    outcome(2, Status.DEAD, deleted=1, freed=10, refused=2, permanent=True),
+]
+
+
 def a_sweep() -> OutcomeTotals:
-    """A table cleanup with three children (one dead), and a batch refused by the guard."""
-    return OutcomeTotals.of(
-        [
-            outcome(1, children=(11, 12, 13)),
-            outcome(11, deleted=4, freed=4096),
-            outcome(12, deleted=2, missing=1, freed=None),  # storage without sizes
-            outcome(13, Status.DEAD, refused=1, permanent=True),
-            outcome(2, Status.DEAD, deleted=1, freed=10, refused=2, permanent=True),
-        ]
-    )
+    return OutcomeTotals.of(SWEEP)
 
 
 def test_a_sweep_tells_roots_from_the_children_they_created() -> None:
     totals = a_sweep()
     assert dict(totals.tasks) == {"done": 1, "dead": 1}
     assert dict(totals.children) == {"done": 2, "dead": 1}
-    assert totals.parent_of("R", 12) == 1 and totals.parent_of("R", 2) is None
-    assert totals.parent_of("OTHER", 12) is None  # a child is known by realm and id
     assert (totals.files_deleted, totals.files_missing, totals.refused) == (7, 1, 3)
     assert totals.bytes_freed == 4106 and totals.bytes_unknown
     assert totals.children_created == 3 and totals.child_tasks == 3
@@ -116,9 +115,8 @@ def test_the_record_reads_back_to_the_same_total() -> None:
     )
     run = OutcomeTotals()
     for step in (root, group):
-        run.merge(OutcomeTotals.from_record(json.loads(json.dumps(step.to_record()))))
-    expected = OutcomeTotals.of([outcome(1, children=(11, 12))])
-    expected.merge(group)
+        run += OutcomeTotals.from_record(json.loads(json.dumps(step.to_record())))
+    expected = OutcomeTotals.of([outcome(1, children=(11, 12))]) + group
     assert run == expected  # the same numbers, tasks and children
     assert run.line() == (
         "3 file(s) deleted, 2 already gone, 0 refused, 30 B or more freed; children: 2 done"
@@ -148,8 +146,24 @@ def test_every_number_of_a_total_is_in_its_record() -> None:
     assert set(RECORD_NUMBERS) == ints
 
 
-def test_merge_adds_everything() -> None:
-    a, b = a_sweep(), a_sweep()
-    a.merge(b)
+def test_adding_adds_everything() -> None:
+    a = a_sweep() + a_sweep()
     assert a.files_deleted == 14 and a.sizes_unreported == 2
     assert dict(a.children) == {"done": 4, "dead": 2} and a.children_created == 6
+
+
+def test_a_running_total_knows_each_childs_parent() -> None:
+    """Told one at a time, as a sweep runs them: the same total as all at once."""
+    running = RunningTotals()
+    parents = [running.add(o) for o in SWEEP]
+    assert parents == [None, 1, 1, 1, None]
+    assert running.parent_of("R", 12) == 1 and running.parent_of("R", 2) is None
+    assert running.parent_of("OTHER", 12) is None  # a child is known by realm and id
+    assert running.totals == a_sweep()
+
+
+def test_a_total_is_never_changed() -> None:
+    totals = a_sweep()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        totals.files_deleted = 0  # type: ignore[misc]
+    assert (totals + a_sweep()).files_deleted == 14 and totals.files_deleted == 7

@@ -28,7 +28,8 @@ from polaris_pipeline.dagster.translator import PolarisTranslator
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.report.outcome_view import RESTORED_AS, OutcomeView
+from polaris_pipeline.report.fields import RESTORED_AS
+from polaris_pipeline.report.outcome_view import OutcomeView
 from polaris_pipeline.tasks.model import NewTask, Prop
 from tests.support.cli import url_of
 from tests.support.dagster import run_task_job

@@ -12,6 +12,7 @@ are given by setting ``runs.update_timestamp`` in the run storage's own table
 
 # No ``from __future__ import annotations``: Dagster reads an op's config
 # annotation as a class, not a string.
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -75,7 +76,7 @@ from polaris_pipeline.dagster.retention import (
 )
 from polaris_pipeline.dagster.tables import TableRef
 from polaris_pipeline.dagster.task_job import polaris_task_job
-from polaris_pipeline.dagster.translator import PolarisTranslator
+from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR, PolarisTranslator
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.step_record import STEP_RECORD_KEY, StepRecord
 from polaris_pipeline.report.totals import OutcomeTotals
@@ -98,12 +99,17 @@ def stand_in_step(context: OpExecutionContext, config: StandInConfig) -> Output[
         context.log_event(
             AssetMaterialization(config.in_run_asset.split("/"), metadata={"files deleted": 1})
         )
+    # The table, recorded in each step as the task job records it (here: from the tag
+    # the test gave the run).
+    label = context.dagster_run.tags.get(TAG_TABLE)
+    *namespace, name = label.split(".") if label else [""]
+    ref = TableRef("POLARIS", tuple(namespace), name) if label else None
+    table = DEFAULT_TRANSLATOR.table_metadata(ref)
     if config.fail:
-        raise Failure("told to fail", allow_retries=False)
+        raise Failure("told to fail", metadata=table, allow_retries=False)
     # The task job's step record, as the run report reads it back.
-    totals = OutcomeTotals(files_deleted=2, bytes_freed=20)
-    totals.add_status("done")
-    return Output(1, metadata={STEP_RECORD_KEY: StepRecord(totals).to_json()})
+    totals = OutcomeTotals(files_deleted=2, bytes_freed=20, tasks=Counter(done=1))
+    return Output(1, metadata={**table, STEP_RECORD_KEY: StepRecord(totals).to_json()})
 
 
 @job(name=JOB_NAME)

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import event
 
 from builders.tasks import batch_task
-from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupTally
 from polaris_pipeline.execution import runner as runner_module
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.execution.start import StartAction
@@ -219,10 +219,10 @@ def test_a_run_start_reads_its_task_row_at_most_twice(
     handed: list[CleanupContext] = []
     reads_at_handler: list[int] = []
 
-    def handler(ctx: CleanupContext) -> CleanupResult:
+    def handler(ctx: CleanupContext) -> CleanupTally:
         handed.append(ctx)
         reads_at_handler.append(len(reads))
-        return CleanupResult()
+        return CleanupTally.start()
 
     monkeypatch.setattr(runner_module, "run_cleanup", handler)
     try:

@@ -25,15 +25,18 @@ from dagster import (
     op,
 )
 
+from builders.tasks import batch_task, task_row
 from polaris_pipeline.cleanup.context import CleanupResult
 from polaris_pipeline.dagster.reporting import report_run
-from polaris_pipeline.dagster.tables import TableRef
+from polaris_pipeline.dagster.step_result import TaskResult
+from polaris_pipeline.dagster.tables import TABLE_REF_KEY, TableRef, table_of
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
 from polaris_pipeline.errors import GuardRefusal
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.report import outcome_view, totals
 from polaris_pipeline.report.step_record import STEP_RECORD_KEY, StepRecord, read_step
 from polaris_pipeline.report.totals import OutcomeTotals
+from polaris_pipeline.tasks.decoded import DecodedTask
 from polaris_pipeline.tasks.ref import Lease, TaskRef
 from polaris_pipeline.unreferenced.report import UnreferencedReport
 
@@ -71,9 +74,9 @@ DEAD = TaskOutcome(
     recorded=True,
 )
 GROUP = [
-    ({"status": "done"}, KEPT),
-    ({"status": "done"}, FREED),
-    ({"status": "already-done"}, None),
+    TaskResult({"status": "done"}, {}, KEPT),
+    TaskResult({"status": "done"}, {}, FREED),
+    TaskResult({"status": "already-done"}, {}),
 ]
 REFS = [TaskRef("R", 11, 1, name="t11")]
 TABLE = TableRef("R", ("ns",), "t", catalog_id=5)
@@ -89,10 +92,11 @@ def step_total(meta: dict[str, Any], *, failed: bool = False) -> OutcomeTotals:
 
 
 def _expected_run() -> OutcomeTotals:
-    expected = OutcomeTotals.of([ROOT])
-    expected.merge(OutcomeTotals.of([KEPT, FREED], child=True))
-    expected.add_status("already-done", child=True)
-    return expected
+    return (
+        OutcomeTotals.of([ROOT])
+        + OutcomeTotals.of([KEPT, FREED], child=True)
+        + OutcomeTotals.counted("already-done", child=True)
+    )
 
 
 # -- the record ----------------------------------------------------------------------
@@ -102,8 +106,7 @@ def test_each_step_writes_one_record_that_totals_it() -> None:
     done = DEFAULT_TRANSLATOR.done_metadata(ROOT, None)
     group = DEFAULT_TRANSLATOR.group_metadata(REFS, "exec", GROUP)
     assert type(done[STEP_RECORD_KEY]).__name__ == "JsonMetadataValue"
-    run = step_total(done)
-    run.merge(step_total(group))
+    run = step_total(done) + step_total(group)
     assert run == _expected_run()
     failed = step_total(DEFAULT_TRANSLATOR.failure_metadata(DEAD, "run", "boom"), failed=True)
     assert failed == OutcomeTotals.of([DEAD]) and dict(failed.tasks) == {"dead": 1}
@@ -125,8 +128,7 @@ def test_renaming_a_display_label_changes_no_total() -> None:
     group = DEFAULT_TRANSLATOR.group_metadata(REFS, "exec", GROUP)
     assert "files deleted (renamed)" in done and "files deleted" not in done
     assert "files kept by versioning (renamed)" in group
-    run = step_total(done)
-    run.merge(step_total(group))
+    run = step_total(done) + step_total(group)
     assert run == _expected_run()
     assert run.files_deleted == 9 and run.files_retained == 2 and run.refused == 1
 
@@ -134,7 +136,7 @@ def test_renaming_a_display_label_changes_no_total() -> None:
 def test_a_record_as_this_release_writes_it_reads_back() -> None:
     """The stored form, spelled out: a renamed field name here is a data migration."""
     record = {
-        "version": 1,
+        "version": 2,
         "totals": {
             "files_deleted": 7,
             "files_missing": 2,
@@ -156,8 +158,7 @@ def test_a_record_as_this_release_writes_it_reads_back() -> None:
     assert plain(group)[STEP_RECORD_KEY] == record
     step = read_step({STEP_RECORD_KEY: record})
     expected = OutcomeTotals.of([KEPT, FREED], child=True)
-    expected.add_status("already-done", child=True)
-    assert step.totals == expected
+    assert step.totals == expected + OutcomeTotals.counted("already-done", child=True)
 
 
 def test_a_record_wins_over_labels_beside_it() -> None:
@@ -193,14 +194,20 @@ def test_a_failed_step_without_a_record_is_one_failed_task() -> None:
     assert not read_step({"note": "no child task"}).totals.tasks
 
 
-def test_the_unreferenced_line_travels_in_the_record() -> None:
+def test_the_unreferenced_report_travels_whole_in_the_record() -> None:
     report = UnreferencedReport("delete", deleted=2, bytes_deleted=20, listed=2)
     table = TaskOutcome(lease(1), Status.DONE, result=CleanupResult(unreferenced=report))
     step = read_step(plain(DEFAULT_TRANSLATOR.done_metadata(table, None)))
-    assert step.unreferenced == report.summary()
-    assert StepRecord.from_json(StepRecord(unreferenced="x").to_json()) == StepRecord(
-        unreferenced="x"
+    assert step.unreferenced == report
+    assert StepRecord.from_json(StepRecord(unreferenced=report).to_json()) == StepRecord(
+        unreferenced=report
     )
+
+
+@pytest.mark.parametrize("value", ["unreferenced: 2 files", {"deleted": 2}, 3])
+def test_an_unreferenced_entry_that_is_not_a_report_reads_as_none(value: object) -> None:
+    record = {**StepRecord().to_json(), "unreferenced": value}
+    assert StepRecord.from_json(record) == StepRecord()
 
 
 # -- a run report -------------------------------------------------------------------
@@ -241,10 +248,11 @@ def _report(instance: DagsterInstance, job_def: Any) -> OutcomeTotals:
 
 
 def _expected_recorded_run() -> OutcomeTotals:
-    expected = _expected_run()
-    expected.merge(OutcomeTotals.of([KEPT, FREED, DEAD], child=True))
-    expected.add_status("already-done", child=True)
-    return expected
+    return (
+        _expected_run()
+        + OutcomeTotals.of([KEPT, FREED, DEAD], child=True)
+        + OutcomeTotals.counted("already-done", child=True)
+    )
 
 
 def test_a_run_report_from_structured_entries(instance: DagsterInstance) -> None:
@@ -261,3 +269,15 @@ def test_a_run_report_from_structured_entries(instance: DagsterInstance) -> None
 @pytest.mark.usefixtures("renamed_labels")
 def test_a_run_report_is_the_same_with_every_label_renamed(instance: DagsterInstance) -> None:
     assert _report(instance, recorded_run) == _expected_recorded_run()
+
+
+def test_a_group_step_records_the_table_its_children_clean_up() -> None:
+    """A run of orphaned children has no root step: its group steps name the table, which
+    the run report reads back (never from the run's tags)."""
+    child = batch_task("R", ["s3://bucket/wh/sales/payments/data/a.parquet"])
+    decoded = DecodedTask.from_row(task_row(child))
+    done = TaskOutcome(lease(11), Status.DONE, result=CleanupResult(deleted=1), task=decoded)
+    group = [TaskResult({"status": "already-done"}, {}), TaskResult({"status": "done"}, {}, done)]
+    meta = plain(DEFAULT_TRANSLATOR.group_metadata(REFS, "exec", group))
+    recorded = TableRef.from_json(meta[TABLE_REF_KEY])
+    assert recorded is not None and recorded == table_of(decoded)

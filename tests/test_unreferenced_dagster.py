@@ -14,7 +14,6 @@ from polaris_pipeline.dagster.contract import FINISH_STEP
 from polaris_pipeline.dagster.realm_backfill import polaris_realm_backfill_job
 from polaris_pipeline.dagster.reporting import report_run
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
-from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Prop
 from tests.support.dagster import metastore_resource, realm_run_config, run_task_job
@@ -66,9 +65,7 @@ def test_delete_mode_runs_last_and_the_tables_event_says_what_went(
     assert run is not None
     total = report_run(instance, run)
     assert dict(total.tasks) == {"done": 1}  # the table counted once
-    ref = DEFAULT_TRANSLATOR.table_from_tags(run.tags)
-    assert ref is not None
-    key = DEFAULT_TRANSLATOR.table_asset_key(ref)
+    [key] = [k for k in instance.get_asset_keys() if k.path[0] == "polaris"]
     [record] = instance.fetch_materializations(AssetRecordsFilter(asset_key=key), limit=5).records
     event = record.asset_materialization
     assert event is not None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from builders import tasks as built_tasks
-from polaris_pipeline.cleanup.context import CleanupResult
+from polaris_pipeline.cleanup.context import CleanupResult, CleanupTally
 from polaris_pipeline.cleanup.tally import tally
 from polaris_pipeline.dagster.tables import TableRef
 from polaris_pipeline.dagster.translator import PolarisTranslator
@@ -38,10 +38,7 @@ KEPT = "kept by the bucket's versioning until its lifecycle expires them"
 
 
 def _totals(runs: Any) -> OutcomeTotals:
-    totals = OutcomeTotals()
-    for run in runs:
-        totals.add_result(run.result)
-    return totals
+    return OutcomeTotals.of_results(run.result for run in runs)
 
 
 def _versions(moto_server: Any, bucket: str) -> set[tuple[str, str]]:
@@ -94,12 +91,12 @@ def test_only_what_the_store_neither_keeps_nor_leaves_unsaid_is_freed() -> None:
     a, b, c, d = (f"s3://wh/t/data/{n}.parquet" for n in "abcd")
     report = DeleteReport(deleted=[a, b, c, d], retained=[b], retention_unknown=[c])
     assert report.freed == [a, d]
-    result = CleanupResult()
+    result = CleanupTally.start()
     tally(result, report, {a: 10, b: 20, c: 30, d: 40})
     assert (result.deleted, result.retained, result.retention_unknown) == (4, 1, 1)
     assert (result.bytes_freed, result.bytes_retained) == (50, 20)
     # One size not known: the freed bytes are not known either, never a partial sum.
-    result = CleanupResult()
+    result = CleanupTally.start()
     tally(result, DeleteReport(deleted=[a, d], bytes_freed=None), {a: 10, d: None})
     assert result.bytes_freed is None
     assert DeleteReport(deleted=[a], retained=[a]).freed == []

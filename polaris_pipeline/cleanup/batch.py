@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupTally
 from polaris_pipeline.cleanup.deleting import (
     dedupe,
     delete_chunked,
@@ -14,10 +14,10 @@ from polaris_pipeline.cleanup.guard.task import Guard
 from polaris_pipeline.tasks.payloads import BatchCleanupPayload
 
 
-def run_batch_cleanup(ctx: CleanupContext) -> CleanupResult:
+def run_batch_cleanup(ctx: CleanupContext) -> CleanupTally:
     """Guard every path, then delete those that exist; missing ones are counted."""
     payload = ctx.decoded.require(BatchCleanupPayload)
-    result = CleanupResult()
+    result = CleanupTally.start()
     guard = Guard.for_task(ctx)
     admitted = [p for p in dedupe(payload.batch_files) if guard.admit(p, result)]
     # Stat first (batches are small, at most the metadata batch size): it is how

@@ -8,11 +8,11 @@ own and keeps the lease rules in one place.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import InitVar, dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import InitVar, dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
-from polaris_pipeline.cleanup.stages import Staged
+from polaris_pipeline.cleanup.stages import ChildStage, Staged
 from polaris_pipeline.errors import GuardRefusal
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.tasks.decoded import DecodedTask
@@ -82,34 +82,12 @@ class CleanupContext:
         )
 
 
-@dataclass
-class CleanupResult:
-    """What one handler run did (or, in a dry run, would do)."""
+class _ResultReading:
+    """What a tally and a result both say: read from the fields alone."""
 
-    deleted: int = 0
-    # Hadoop checksum sidecars (.NAME.crc) deleted with local files; not in ``deleted``.
-    sidecars_deleted: int = 0
-    missing: int = 0
-    bytes_freed: int | None = 0
-    # Files deleted on a store that keeps deleted objects (versioning, soft delete):
-    # in ``deleted``, their bytes never in ``bytes_freed`` but in ``bytes_retained``
-    # (None: some size was not known). ``retention_unknown``: deleted where the store
-    # would not say whether it keeps them (``storage/retention_probe.py``).
-    retained: int = 0
-    bytes_retained: int | None = 0
-    retention_unknown: int = 0
-    failed: dict[str, str] = field(default_factory=dict)  # uri -> error
-    refused: list[GuardRefusal] = field(default_factory=list)
-    # The children created, by stage of the engine's plan (``stages.CHILD_STAGES``).
-    child_stages: Staged[NewTask] = field(default_factory=list)
-    would_delete: list[str] = field(default_factory=list)  # dry run only
-    deleted_paths_sample: list[str] = field(default_factory=list)  # first few, for run logs
-    notes: list[str] = field(default_factory=list)
-    # The live entity the shared-location guard found, when the task's override
-    # (``allowSharedLocation``) let the purge go on anyway; None: nothing overridden.
-    shared_location_override: str | None = None
-    # The table's unreferenced files, once the phase ran (``unreferenced/listing.py``).
-    unreferenced: UnreferencedReport | None = None
+    refused: Sequence[GuardRefusal]
+    failed: Mapping[str, str]
+    child_stages: Sequence[tuple[ChildStage, Sequence[NewTask]]]
 
     @property
     def children(self) -> list[NewTask]:
@@ -132,3 +110,81 @@ class CleanupResult:
             uri, err = next(iter(self.failed.items()))
             parts.append(f"{len(self.failed)} delete(s) failed, first {uri!r}: {err}")
         return "; ".join(parts) or None
+
+
+@dataclass(frozen=True)
+class CleanupResult(_ResultReading):
+    """What one handler run did (or, in a dry run, would do): made once, from a tally
+    (``CleanupTally.freeze``), and never changed."""
+
+    deleted: int = 0
+    # Hadoop checksum sidecars (.NAME.crc) deleted with local files; not in ``deleted``.
+    sidecars_deleted: int = 0
+    missing: int = 0
+    bytes_freed: int | None = 0
+    # Files deleted on a store that keeps deleted objects (versioning, soft delete):
+    # in ``deleted``, their bytes never in ``bytes_freed`` but in ``bytes_retained``
+    # (None: some size was not known). ``retention_unknown``: deleted where the store
+    # would not say whether it keeps them (``storage/retention_probe.py``).
+    retained: int = 0
+    bytes_retained: int | None = 0
+    retention_unknown: int = 0
+    failed: Mapping[str, str] = field(default_factory=dict)  # uri -> error
+    refused: Sequence[GuardRefusal] = ()
+    # The children created, by stage of the engine's plan (``stages.CHILD_STAGES``).
+    child_stages: Sequence[tuple[ChildStage, Sequence[NewTask]]] = ()
+    would_delete: Sequence[str] = ()  # dry run only
+    deleted_paths_sample: Sequence[str] = ()  # first few, for run logs
+    notes: Sequence[str] = ()
+    # The live entity the shared-location guard found, when the task's override
+    # (``allowSharedLocation``) let the purge go on anyway; None: nothing overridden.
+    shared_location_override: str | None = None
+    # The table's unreferenced files, once the phase ran (``unreferenced/listing.py``).
+    unreferenced: UnreferencedReport | None = None
+
+    def thaw(self) -> CleanupTally:
+        """A tally starting from this result (its own copies: this result stays as it is)."""
+        return CleanupTally(**_copied(self, list))
+
+
+@dataclass
+class CleanupTally(_ResultReading):
+    """A handler's result while it runs, added to in place: ``CleanupResult``'s fields
+    (their meaning and defaults are there). ``start`` one, ``freeze`` it once done."""
+
+    deleted: int
+    sidecars_deleted: int
+    missing: int
+    bytes_freed: int | None
+    retained: int
+    bytes_retained: int | None
+    retention_unknown: int
+    failed: dict[str, str]
+    refused: list[GuardRefusal]
+    child_stages: Staged[NewTask]
+    would_delete: list[str]
+    deleted_paths_sample: list[str]
+    notes: list[str]
+    shared_location_override: str | None
+    unreferenced: UnreferencedReport | None
+
+    @classmethod
+    def start(cls) -> CleanupTally:
+        """An empty tally: nothing done yet."""
+        return CleanupResult().thaw()
+
+    def freeze(self) -> CleanupResult:
+        """The result as it stands, made once: later additions to the tally do not reach it."""
+        return CleanupResult(**_copied(self, tuple))
+
+
+def _copied(source: CleanupResult | CleanupTally, make: type[Any]) -> dict[str, Any]:
+    """``source``'s fields, each container a new one (``make``: tuple or list)."""
+    values = {f.name: getattr(source, f.name) for f in fields(source)}
+    for name, value in values.items():
+        if isinstance(value, Mapping):
+            values[name] = dict(value)
+        elif isinstance(value, list | tuple):
+            values[name] = make(value)
+    values["child_stages"] = make((stage, make(kids)) for stage, kids in source.child_stages)
+    return values

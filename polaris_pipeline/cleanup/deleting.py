@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupTally
 from polaris_pipeline.cleanup.guard.task import Guard
 from polaris_pipeline.cleanup.tally import tally
 from polaris_pipeline.errors import PolarisPipelineError
@@ -71,7 +71,7 @@ def recorded(
 
 
 def delete_leftover_sidecars(
-    ctx: CleanupContext, result: CleanupResult, guard: Guard, gone: Iterable[str]
+    ctx: CleanupContext, result: CleanupTally, guard: Guard, gone: Iterable[str]
 ) -> None:
     """Delete the checksum sidecars of admitted local files found already gone.
 
@@ -93,7 +93,7 @@ def delete_leftover_sidecars(
         result.bytes_freed += report.sidecar_bytes
 
 
-def list_dry_run_sidecars(result: CleanupResult, guard: Guard) -> None:
+def list_dry_run_sidecars(result: CleanupTally, guard: Guard) -> None:
     """Add to ``would_delete`` the checksum sidecars a real run would delete with its files."""
     sidecars = [
         sidecar
@@ -105,11 +105,11 @@ def list_dry_run_sidecars(result: CleanupResult, guard: Guard) -> None:
 
 def delete_one(
     ctx: CleanupContext,
-    result: CleanupResult,
+    result: CleanupTally,
     guard: Guard,
     uri: str,
     sizes: Mapping[str, int | None],
-) -> CleanupResult:
+) -> CleanupTally:
     """Delete ``uri`` with its sidecar once the guard lets it go (``Guard.may_delete``),
     fenced; in a dry run, list them."""
     # In a dry run too, so that a view's plan says it would be refused.
@@ -126,7 +126,7 @@ def delete_one(
 
 def delete_chunked(
     ctx: CleanupContext,
-    result: CleanupResult,
+    result: CleanupTally,
     guard: Guard,
     uris: Sequence[str],
     *,
@@ -160,7 +160,7 @@ def delete_chunked(
 
 
 def existing_with_sizes(
-    ctx: CleanupContext, result: CleanupResult, uris: Iterable[str]
+    ctx: CleanupContext, result: CleanupTally, uris: Iterable[str]
 ) -> dict[str, int | None]:
     """The paths of ``uris`` that exist, with their sizes; stat errors go to ``failed``.
 

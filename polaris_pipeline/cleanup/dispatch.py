@@ -10,7 +10,7 @@ from polaris_pipeline.errors import PayloadError
 from polaris_pipeline.tasks.model import TaskType
 
 if TYPE_CHECKING:
-    from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+    from polaris_pipeline.cleanup.context import CleanupContext, CleanupTally
 
 # (module, function) per type, imported on first use: the handlers pull in
 # pyiceberg, pyarrow and the filesystems, which the code location (sensor ticks,
@@ -22,15 +22,15 @@ HANDLERS: dict[TaskType, tuple[str, str]] = {
 }
 
 
-def handler_for(task_type: TaskType) -> Callable[[CleanupContext], CleanupResult]:
+def handler_for(task_type: TaskType) -> Callable[[CleanupContext], CleanupTally]:
     module, name = HANDLERS[task_type]
-    handler: Callable[[CleanupContext], CleanupResult] = getattr(
+    handler: Callable[[CleanupContext], CleanupTally] = getattr(
         importlib.import_module(module), name
     )
     return handler
 
 
-def run_cleanup(ctx: CleanupContext) -> CleanupResult:
+def run_cleanup(ctx: CleanupContext) -> CleanupTally:
     """Run the handler for ``ctx.task``'s type.
 
     A payload that cannot be decoded raises PayloadError naming the task; the

@@ -19,7 +19,7 @@ from typing import IO, Any, cast
 from pyiceberg.io import InputFile
 
 from polaris_pipeline.cleanup.avro_blocks import AvroBlocks, exceeded
-from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupTally
 from polaris_pipeline.cleanup.deleting import (
     delete_chunked,
     delete_leftover_sidecars,
@@ -78,7 +78,7 @@ def _expected_entries(ref: ManifestFileRef) -> int:
 
 def sweep_manifest_entries(
     ctx: CleanupContext,
-    result: CleanupResult,
+    result: CleanupTally,
     guard: Guard,
     ref: ManifestFileRef,
 ) -> None:
@@ -108,11 +108,11 @@ def sweep_manifest_entries(
         delete_chunked(ctx, result, guard, list(chunk), what=what, done_before=done, total=total)
 
 
-def run_manifest_cleanup(ctx: CleanupContext) -> CleanupResult:
+def run_manifest_cleanup(ctx: CleanupContext) -> CleanupTally:
     """Delete the files a manifest names, then (if all went well) the manifest."""
     payload = ctx.decoded.require(ManifestCleanupPayload)
     ref = payload.manifest
-    result = CleanupResult()
+    result = CleanupTally.start()
     props = ctx.task.internal_properties
     guard = Guard.for_task(ctx)
     if not guard.admit(ref.manifest_path, result):

@@ -89,7 +89,9 @@ def in_plan_order(
 
 
 def leases_in_stages(
-    staged: Staged[NewTask], leases: Sequence[Lease], plan: Sequence[ChildStage] = CHILD_STAGES
+    staged: Sequence[tuple[ChildStage, Sequence[NewTask]]],
+    leases: Sequence[Lease],
+    plan: Sequence[ChildStage] = CHILD_STAGES,
 ) -> Staged[Lease]:
     """The leases of the children ``staged`` names, in their stages, each in creation order.
 

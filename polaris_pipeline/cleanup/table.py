@@ -40,7 +40,7 @@ from pyiceberg.exceptions import ValidationError
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
 from polaris_pipeline.cleanup.children import new_child
-from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupTally
 from polaris_pipeline.cleanup.deleting import (
     dedupe,
     delete_guarded,
@@ -138,7 +138,7 @@ def _chunks(items: list[str], size: int) -> Iterable[list[str]]:
 
 
 class _Planner:
-    def __init__(self, ctx: CleanupContext, result: CleanupResult, guard: Guard) -> None:
+    def __init__(self, ctx: CleanupContext, result: CleanupTally, guard: Guard) -> None:
         self.ctx = ctx
         self.result = result
         self.guard = guard
@@ -218,7 +218,7 @@ class _Planner:
 
 
 def plan_table_cleanup(
-    ctx: CleanupContext, entity: DroppedEntity, result: CleanupResult
+    ctx: CleanupContext, entity: DroppedEntity, result: CleanupTally
 ) -> TablePlan | None:
     """Read the table and list what to delete; None when there is nothing to do.
 
@@ -275,7 +275,7 @@ def plan_table_cleanup(
     return plan
 
 
-def _dry_run(ctx: CleanupContext, result: CleanupResult, guard: Guard, plan: TablePlan) -> None:
+def _dry_run(ctx: CleanupContext, result: CleanupTally, guard: Guard, plan: TablePlan) -> None:
     """Fill ``would_delete`` with the whole plan, children included."""
     if not plan.keep_content:
         for ref in plan.manifests:
@@ -357,12 +357,12 @@ def _batch_child(
     return new_child(ctx, TaskType.BATCH_FILE_CLEANUP, name, data, internal)
 
 
-def run_table_cleanup(ctx: CleanupContext) -> CleanupResult:
+def run_table_cleanup(ctx: CleanupContext) -> CleanupTally:
     """Clean up a dropped table (or view): see the module docstring."""
     entity = ctx.decoded.require(DroppedEntity)
     if entity.is_view:
         return run_view_cleanup(ctx, entity)
-    result = CleanupResult()
+    result = CleanupTally.start()
     plan = plan_table_cleanup(ctx, entity, result)
     if plan is None:
         return result

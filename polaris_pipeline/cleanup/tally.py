@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from polaris_pipeline.cleanup.context import CleanupResult
+from polaris_pipeline.cleanup.context import CleanupTally
 from polaris_pipeline.storage.delete import DeleteReport
 from polaris_pipeline.tasks.formatting import PATH_SAMPLE
 
 
 def tally(
-    result: CleanupResult,
+    result: CleanupTally,
     report: DeleteReport,
     sizes: Mapping[str, int | None] | None = None,
 ) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupTally
 from polaris_pipeline.cleanup.deleting import (
     delete_leftover_sidecars,
     delete_one,
@@ -39,12 +39,12 @@ def _read_view_metadata(ctx: CleanupContext, metadata_uri: str) -> object | None
         raise StorageError(f"view metadata {metadata_uri} is not JSON: {e}") from None
 
 
-def run_view_cleanup(ctx: CleanupContext, entity: DroppedEntity | None = None) -> CleanupResult:
+def run_view_cleanup(ctx: CleanupContext, entity: DroppedEntity | None = None) -> CleanupTally:
     """Delete the dropped view's metadata file, guarded; a missing file is done."""
     if entity is None:
         entity = ctx.decoded.require(DroppedEntity)
     metadata_uri = require_metadata_location(entity)
-    result = CleanupResult()
+    result = CleanupTally.start()
     guard = Guard.for_task(ctx)
     if not guard.admit(metadata_uri, result):
         result.notes.append("view metadata file refused by the guard: nothing read or deleted")

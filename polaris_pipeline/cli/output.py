@@ -18,7 +18,7 @@ from polaris_pipeline.execution.outcome import TaskOutcome
 from polaris_pipeline.metastore.transitions import DiscardOutcome, DiscardResult
 from polaris_pipeline.report.outcome_view import OutcomeView, totals_json, unreferenced_json
 from polaris_pipeline.report.progress import ProgressSink
-from polaris_pipeline.report.totals import OutcomeTotals
+from polaris_pipeline.report.totals import OutcomeTotals, RunningTotals
 from polaris_pipeline.settings import PipelineSettings
 from polaris_pipeline.storage.redact import mask_value
 from polaris_pipeline.tasks.decoded import DecodedTask
@@ -354,7 +354,7 @@ class OutcomeReport:
     """
 
     def __init__(self, out: TextIO, *, as_json: bool) -> None:
-        self.totals = OutcomeTotals()  # also knows each child's parent
+        self.running = RunningTotals()  # also knows each child's parent
         self.records: list[dict[str, Any]] = []
         self.progress = TerminalProgress(sys.stderr)
         self._out = out
@@ -362,13 +362,15 @@ class OutcomeReport:
         self._width = output_width(out)
 
     def __call__(self, outcome: TaskOutcome) -> None:
-        lease = outcome.lease
-        self.totals.add(outcome)
-        view = OutcomeView(outcome, self.totals.parent_of(lease.realm_id, lease.task_id))
+        view = OutcomeView(outcome, self.running.add(outcome))
         self.records.append(view.json())
         if not self._as_json:
             self.progress.clear()
             print(view.line(self._width), file=self._out, flush=True)
+
+    @property
+    def totals(self) -> OutcomeTotals:
+        return self.running.totals
 
     def finish(self, verb: str, head: dict[str, Any] | None = None) -> None:
         """The total: ``verb`` and two lines, or the JSON document (``head`` first)."""

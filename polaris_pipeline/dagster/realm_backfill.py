@@ -42,7 +42,7 @@ from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.report.outcome_view import OutcomeView
 from polaris_pipeline.report.progress import ProgressSink
-from polaris_pipeline.report.totals import OutcomeTotals, status_word
+from polaris_pipeline.report.totals import OutcomeTotals, RunningTotals, status_word
 from polaris_pipeline.tasks.formatting import realms_text
 from polaris_pipeline.tasks.model import TaskState
 
@@ -99,12 +99,12 @@ class _Tally:
     def __init__(self, context: OpExecutionContext, realm: str) -> None:
         self.context = context
         self.realm = realm
-        self.totals = OutcomeTotals()
+        self.running = RunningTotals()
         self.failures: list[dict[str, str]] = []
         self.progress = ProgressSink(context.log.info)
 
     def __call__(self, outcome: TaskOutcome) -> None:
-        self.totals.add(outcome)
+        self.running.add(outcome)
         failed = outcome.status in (Status.FAILED, Status.DEAD)
         if failed and len(self.failures) < _SAMPLE_SIZE:
             self.failures.append(
@@ -117,6 +117,10 @@ class _Tally:
         log = self.context.log.debug if outcome.ok else self.context.log.warning
         log(OutcomeView(outcome).log_line())
         self.progress.note(f"realm {self.realm}: {self.line()} so far")
+
+    @property
+    def totals(self) -> OutcomeTotals:
+        return self.running.totals
 
     @property
     def total(self) -> int:

@@ -40,6 +40,7 @@ from polaris_pipeline.dagster.tables import TABLE_REF_KEY, TableRef
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR, PolarisTranslator, tag_value
 from polaris_pipeline.report.step_record import read_step
 from polaris_pipeline.report.totals import OutcomeTotals
+from polaris_pipeline.unreferenced.report import UnreferencedReport
 
 REPORT_SENSOR_NAME = "polaris_run_report"
 
@@ -55,11 +56,11 @@ def run_total(instance: DagsterInstance, run_id: str) -> OutcomeTotals:
 
 def _read_run(
     instance: DagsterInstance, run_id: str
-) -> tuple[OutcomeTotals, str | None, TableRef | None]:
-    """The run's total, the line of its table's unreferenced phase (None: none ran), and
-    its table as its steps recorded it (None: no step named one)."""
+) -> tuple[OutcomeTotals, UnreferencedReport | None, TableRef | None]:
+    """The run's total, its table's unreferenced phase (None: none ran), and its table
+    as its steps recorded it (None: no step named one)."""
     total = OutcomeTotals()
-    unreferenced: str | None = None
+    unreferenced: UnreferencedReport | None = None
     table: TableRef | None = None
     for event_type in (DagsterEventType.STEP_OUTPUT, DagsterEventType.STEP_FAILURE):
         records = instance.get_records_for_run(run_id, of_type=event_type, limit=10_000).records
@@ -74,7 +75,7 @@ def _read_run(
                 entries = user.metadata if user is not None else {}
             values = {k: v.value for k, v in entries.items()}
             step = read_step(values, failed=event_type is DagsterEventType.STEP_FAILURE)
-            total.merge(step.totals)
+            total += step.totals
             unreferenced = step.unreferenced or unreferenced
             table = table or TableRef.from_json(values.get(TABLE_REF_KEY))
     return total, unreferenced, table
@@ -98,10 +99,8 @@ def report_run(
 ) -> OutcomeTotals:
     """Tag ``run`` with its total and record its table's event; returns the total."""
     translator = translator or DEFAULT_TRANSLATOR
-    total, unreferenced, recorded = _read_run(instance, run.run_id)
+    total, unreferenced, ref = _read_run(instance, run.run_id)
     instance.add_run_tags(run.run_id, {TAG_TOTAL: tag_value(total.line())})
-    # The tags only for a run whose steps recorded no table (one of an older release).
-    ref = recorded or translator.table_from_tags(run.tags)
     if ref is not None and (total.files_deleted or total.files_missing or total.tasks):
         status = "success" if run.status == DagsterRunStatus.SUCCESS else "failure"
         event = translator.table_materialization(

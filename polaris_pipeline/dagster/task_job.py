@@ -151,8 +151,9 @@ def _root_op(plan: tuple[ChildStage, ...], translator: PolarisTranslator) -> OpD
             return
         task_id = config.task_number()
         with open_step(context, metastore, storage, config.realm_id, translator) as step:
-            summary, meta, outcome = run_task(context, step, config.realm_id, task_id)
-        yield Output(summary, OUTCOME_OUTPUT, metadata=meta)
+            ran = run_task(context, step, config.realm_id, task_id)
+        yield Output(ran.output, OUTCOME_OUTPUT, metadata=ran.metadata)
+        outcome = ran.outcome
         if outcome is None or not outcome.children:
             return
         if outcome.finish is not None:
@@ -348,12 +349,12 @@ def _finished(
     """The table's last step told: the phase's numbers and line, never a task status
     (the root step counted the table, so the run's total counts it once)."""
     view = OutcomeView(final)
-    line = view.unreferenced.summary() if view.unreferenced is not None else None
-    summary = line or "no unreferenced phase"
+    left = view.unreferenced
+    summary = left.summary() if left is not None else "no unreferenced phase"
     meta = {
         **translator.lease_metadata(final.lease),
         **view.unreferenced_metadata(),
-        **translator.step_record_metadata(StepRecord(unreferenced=line)),
+        **translator.step_record_metadata(StepRecord(unreferenced=left)),
     }
     label = translator.task_label(final.lease)
     if final.status is Status.DONE:

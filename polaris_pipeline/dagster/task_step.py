@@ -37,9 +37,10 @@ from polaris_pipeline.dagster.contract import (
 from polaris_pipeline.dagster.lineage import RunIntent, intent_of, lineage_busy
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
+from polaris_pipeline.dagster.step_result import TaskResult
 from polaris_pipeline.dagster.translator import PolarisTranslator
 from polaris_pipeline.errors import StorageConfigError
-from polaris_pipeline.execution.outcome import Status, TaskOutcome
+from polaris_pipeline.execution.outcome import Status
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.execution.start import StartAction, StartDecision
 from polaris_pipeline.report.outcome_view import OutcomeView
@@ -47,9 +48,6 @@ from polaris_pipeline.report.progress import ProgressSink
 from polaris_pipeline.tasks.decoded import task_type_name
 from polaris_pipeline.tasks.formatting import iso_utc_seconds
 from polaris_pipeline.tasks.ref import Lease, TaskRef
-
-# (summary: the step's output; metadata; the outcome, None when nothing ran)
-TaskResult = tuple[dict[str, Any], dict[str, Any], TaskOutcome | None]
 
 
 class TransientTaskError(Exception):
@@ -148,7 +146,7 @@ def _refused(
     if child and decision.action is StartAction.GONE:
         # A child finished by an earlier try of this run (or its lineage): done.
         context.log.info(decision.message)
-        return {**summary, "status": "already-done"}, {"note": decision.message}, None
+        return TaskResult({**summary, "status": "already-done"}, {"note": decision.message})
     if step.intent.operator:
         context.log.error(f"{decision.message} ({step.intent.how})")
         raise Failure(
@@ -159,7 +157,7 @@ def _refused(
     context.log.info(f"skipped: {decision.message}; nothing was done")
     if not child:
         add_tags(context, step.translator.outcome_tags(OUTCOME_SKIPPED))
-    return summary, step.translator.skipped_metadata(decision.message), None
+    return TaskResult(summary, step.translator.skipped_metadata(decision.message))
 
 
 def _start_tags(step: TaskStep, decision: StartDecision) -> dict[str, str]:
@@ -185,7 +183,7 @@ def run_task(
     child: bool = False,
     held: Lease | None = None,
 ) -> TaskResult:
-    """Start (``Runner.start``) and execute one task; returns (summary, metadata, outcome).
+    """Start (``Runner.start``) and execute one task; returns its output and metadata.
 
     ``held``: the lease an earlier step handed over (a table's child), kept while
     it holds the task (``Runner.resume``).
@@ -245,14 +243,18 @@ def run_task(
             context.log.info(f"deleted ({of}): " + ", ".join(sample))
         if not child:
             add_tags(context, translator.outcome_tags(OUTCOME_DONE))
-        return view.output(), translator.done_metadata(outcome, decision.decoded), outcome
+        return TaskResult(
+            view.output(), translator.done_metadata(outcome, decision.decoded), outcome
+        )
 
     if outcome.status is Status.RESTORED:
         # The table is live again: not a failure, and nothing was deleted.
         context.log.info(view.log_line())
         if not child:
             add_tags(context, translator.outcome_tags(OUTCOME_RESTORED))
-        return view.output(), translator.done_metadata(outcome, decision.decoded), outcome
+        return TaskResult(
+            view.output(), translator.done_metadata(outcome, decision.decoded), outcome
+        )
 
     if outcome.status is Status.LEASE_LOST:
         # Taken away mid-way (this run stalled past its lease): the current holder
@@ -264,8 +266,8 @@ def run_task(
         context.log.warning(message)
         if not child:
             add_tags(context, translator.outcome_tags(OUTCOME_LEASE_LOST))
-        summary = {**view.output(), "message": message}
-        return summary, translator.lease_lost_metadata(mine, message, view), None
+        output = {**view.output(), "message": message}
+        return TaskResult(output, translator.lease_lost_metadata(mine, message, view))
 
     error = _first_line(outcome.error)
     if not outcome.recorded:
@@ -313,7 +315,7 @@ def run_child_group(
     # the children of runs made before leases were handed on) as references.
     children = [TaskRef.from_dict(data) for data in refs]
     leases = [_held(data) for data in refs]
-    done: list[tuple[dict[str, Any], TaskOutcome | None]] = []
+    done: list[TaskResult] = []
     transient: list[str] = []
     failures: list[Failure] = []
     with open_step(context, metastore, storage, children[0].realm_id, translator) as step:
@@ -321,23 +323,22 @@ def run_child_group(
             # Every child is run even when one fails: one bad file must not hold
             # back the rest of the table. Finished children are gone on a retry.
             try:
-                summary, _meta, outcome = run_task(
-                    context, step, child.realm_id, child.task_id, child=True, held=held
-                )
+                ran = run_task(context, step, child.realm_id, child.task_id, child=True, held=held)
             except TransientTaskError as exc:
                 transient.append(str(exc))
                 continue
             except Failure as exc:
                 failures.append(exc)
                 continue
+            outcome = ran.outcome
             if outcome is not None and outcome.children:
                 # Only table cleanups create children, and a child is never one.
                 context.log.warning(
                     f"child {translator.task_label(child)} created {len(outcome.children)} "
                     "task(s) of its own; they are left to the sweeper"
                 )
-            summary.setdefault("task_id", str(child.task_id))
-            done.append((summary, outcome))
+            ran.output.setdefault("task_id", str(child.task_id))
+            done.append(ran)
         executor_id = step.runner.executor_id
     if is_group_run(context.dagster_run.run_config):
         _tag_group(context, translator, executor_id, done)
@@ -355,7 +356,7 @@ def run_child_group(
             metadata=translator.group_failure_metadata(done, failures),
             allow_retries=False,
         )
-    summaries = [summary for summary, _ in done]
+    summaries = [ran.output for ran in done]
     group = {
         "tasks": summaries,
         "deleted": sum(s.get("deleted") or 0 for s in summaries),
@@ -373,7 +374,7 @@ def _tag_group(
     context: OpExecutionContext,
     translator: PolarisTranslator,
     executor_id: str,
-    done: Sequence[tuple[dict[str, Any], TaskOutcome | None]],
+    done: Sequence[TaskResult],
 ) -> None:
     """A run of orphaned children: its executor and the highest attempt of its children.
 
@@ -381,7 +382,7 @@ def _tag_group(
     and of the tag earlier steps wrote (read from the instance, not the step's
     copy of the run, which is the run as it started).
     """
-    attempts = [o.lease.attempt for _, o in done if o is not None]
+    attempts = [ran.outcome.lease.attempt for ran in done if ran.outcome is not None]
     try:
         run = context.instance.get_run_by_id(context.run_id)
         tagged = (run.tags if run is not None else {}).get(TAG_ATTEMPT, "")

@@ -21,12 +21,13 @@ and changes values it alone reads, never the contract's names.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from dagster import AssetKey, AssetMaterialization, Failure, MetadataValue
 
 from polaris_pipeline.dagster import contract
+from polaris_pipeline.dagster.step_result import TaskResult
 from polaris_pipeline.dagster.tables import (
     ASSET_KEY_PREFIX,
     TABLE_REF_KEY,
@@ -35,28 +36,26 @@ from polaris_pipeline.dagster.tables import (
     table_of,
 )
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
-from polaris_pipeline.report.fields import UNREFERENCED
-from polaris_pipeline.report.outcome_view import (
-    RESTORED_AS,
-    SHARED_LOCATION_OVERRIDDEN,
-    OutcomeView,
-    per_task_metadata,
-    restored_text,
-)
-from polaris_pipeline.report.step_record import STEP_RECORD_KEY, StepRecord
-from polaris_pipeline.report.totals import (
+from polaris_pipeline.report.fields import (
     CHILDREN_DONE,
     FAILED_CHILDREN,
     PERMANENT,
+    RESTORED_AS,
+    SHARED_LOCATION_OVERRIDDEN,
     STATUS,
-    OutcomeTotals,
+    UNREFERENCED,
+    restored_text,
 )
+from polaris_pipeline.report.outcome_view import OutcomeView, per_task_metadata
+from polaris_pipeline.report.step_record import STEP_RECORD_KEY, StepRecord
+from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.storage.uri import split_uri
 from polaris_pipeline.tasks.decoded import DecodedTask, task_type_name
 from polaris_pipeline.tasks.formatting import PATH_SAMPLE, iso_utc_seconds, quoted_task_label
 from polaris_pipeline.tasks.model import TaskRow
 from polaris_pipeline.tasks.orphans import CandidateRun
 from polaris_pipeline.tasks.ref import Lease, TaskRef
+from polaris_pipeline.unreferenced.report import UnreferencedReport
 
 
 def tag_value(text: str) -> str:
@@ -98,24 +97,6 @@ class PolarisTranslator:
             tags[contract.TAG_LOCATION] = tag_value(ref.location)
         return tags
 
-    def table_from_tags(self, tags: Mapping[str, str]) -> TableRef | None:
-        """The table of a run, from the tags ``table_tags`` gave it."""
-        label = tags.get(contract.TAG_TABLE)
-        realm = tags.get(contract.TAG_REALM)
-        if not label or not realm:
-            return None
-        # The label joins the levels with dots; a level holding a dot cannot be told
-        # apart, which only moves the key's split, never the table it names.
-        *namespace, name = label.split(".")
-        raw_catalog = tags.get(contract.TAG_CATALOG, "")
-        return TableRef(
-            realm=realm,
-            namespace=tuple(namespace),
-            name=name,
-            catalog_id=int(raw_catalog) if raw_catalog.isdigit() else None,
-            location=tags.get(contract.TAG_LOCATION) or None,
-        )
-
     def table_metadata(self, ref: TableRef | None) -> dict[str, MetadataValue]:
         """The table and its location: a URL value for URLs, a path otherwise; and the
         table whole (``TABLE_REF_KEY``), which the run report reads back."""
@@ -139,10 +120,10 @@ class PolarisTranslator:
         run_id: str,
         status: str = "success",
         *,
-        unreferenced: str | None = None,
+        unreferenced: UnreferencedReport | None = None,
     ) -> AssetMaterialization:
-        """The catalog's record of one table's purge by one run. ``unreferenced``: the
-        line of its unreferenced phase (``unreferenced: N files, B bytes deleted ...``)."""
+        """The catalog's record of one table's purge by one run. ``unreferenced``: what
+        its unreferenced phase did (None: none ran)."""
         meta: dict[str, Any] = {
             **total.metadata(),
             **self.table_metadata(ref),
@@ -153,9 +134,10 @@ class PolarisTranslator:
         if ref.catalog_id is not None:
             meta["catalog id"] = MetadataValue.int(ref.catalog_id)
         description = f"table {ref.label} of realm {ref.realm} purged: {total.line()}"
-        if unreferenced:
-            meta[UNREFERENCED] = MetadataValue.text(unreferenced)
-            description += f"; {unreferenced}"
+        if unreferenced is not None:
+            line = unreferenced.summary()
+            meta[UNREFERENCED] = MetadataValue.text(line)
+            description += f"; {line}"
         return AssetMaterialization(
             asset_key=self.table_asset_key(ref), description=description, metadata=meta
         )
@@ -237,9 +219,8 @@ class PolarisTranslator:
         return {STEP_RECORD_KEY: MetadataValue.json(record.to_json())}
 
     def _outcome_record(self, outcome: TaskOutcome) -> dict[str, MetadataValue]:
-        view = OutcomeView(outcome)
-        line = view.unreferenced.summary() if view.unreferenced is not None else None
-        return self.step_record_metadata(StepRecord(OutcomeTotals.of([outcome]), line))
+        record = StepRecord(OutcomeTotals.of([outcome]), OutcomeView(outcome).unreferenced)
+        return self.step_record_metadata(record)
 
     def done_metadata(
         self, outcome: TaskOutcome, task: TaskRow | DecodedTask | None
@@ -313,55 +294,51 @@ class PolarisTranslator:
         """A step whose task was taken away mid-way: counted as lease lost, no numbers
         (the current holder finishes it and claims its work); with ``view``, what is left
         under the table's location when its row vanished meanwhile."""
-        totals = OutcomeTotals()
-        totals.add_status("lease-lost")
+        totals = OutcomeTotals.counted("lease-lost")
         left = view.unreferenced if view is not None else None
         return {
             **self.lease_metadata(lease),
             STATUS: "lease-lost",
             "message": message,
             **(view.unreferenced_metadata() if view is not None else {}),
-            **self.step_record_metadata(
-                StepRecord(totals, left.summary() if left is not None else None)
-            ),
+            **self.step_record_metadata(StepRecord(totals, left)),
         }
 
     def skipped_metadata(self, message: str) -> dict[str, Any]:
         """A sweeper's run that found its task taken or not due: skipped, nothing done."""
-        totals = OutcomeTotals()
-        totals.add_status("skipped")
         return {
             STATUS: "skipped",
             "message": message,
-            **self.step_record_metadata(StepRecord(totals)),
+            **self.step_record_metadata(StepRecord(OutcomeTotals.counted("skipped"))),
         }
 
-    def _group_totals(
-        self, done: Sequence[tuple[dict[str, Any], TaskOutcome | None]]
-    ) -> OutcomeTotals:
-        totals = OutcomeTotals()
-        for summary, outcome in done:
-            if outcome is not None:
-                totals.add(outcome, child=True)
-            else:  # found already done: a status, no outcome
-                totals.add_status(summary["status"], child=True)
-        return totals
+    def _group_totals(self, done: Sequence[TaskResult]) -> OutcomeTotals:
+        ran = OutcomeTotals.of([r.outcome for r in done if r.outcome is not None], child=True)
+        # Found already done: a status, no outcome.
+        found = [
+            OutcomeTotals.counted(r.output["status"], child=True) for r in done if r.outcome is None
+        ]
+        return sum(found, ran)
 
     def group_metadata(
         self,
         refs: Sequence[TaskRef],
         executor_id: str,
-        done: Sequence[tuple[dict[str, Any], TaskOutcome | None]],
+        done: Sequence[TaskResult],
     ) -> dict[str, Any]:
-        """What a group step did, in total and per task (each child's attempt too)."""
+        """What a group step did, in total and per task (each child's attempt too), and
+        the table its children clean up (the run report's, read back)."""
         totals = self._group_totals(done)
-        results = [o.result for _, o in done if o is not None and o.result is not None]
+        outcomes = [r.outcome for r in done if r.outcome is not None]
+        results = [o.result for o in outcomes if o.result is not None]
+        tables = (self.table_of(o.task) for o in outcomes if o.task is not None)
         sample = [p for r in results for p in r.deleted_paths_sample][:PATH_SAMPLE]
         meta: dict[str, Any] = {
+            **self.table_metadata(next((t for t in tables if t is not None), None)),
             "realm": ", ".join(sorted({ref.realm_id for ref in refs})),
             "lease executor": executor_id,
             **totals.metadata(),
-            "tasks": MetadataValue.json([per_task_metadata(s) for s, _ in done]),
+            "tasks": MetadataValue.json([per_task_metadata(r.output) for r in done]),
         }
         if sample:
             meta["deleted paths (sample)"] = MetadataValue.json(sample)
@@ -370,7 +347,7 @@ class PolarisTranslator:
 
     def group_failure_metadata(
         self,
-        done: Sequence[tuple[dict[str, Any], TaskOutcome | None]],
+        done: Sequence[TaskResult],
         failures: Sequence[Failure],
     ) -> dict[str, Any]:
         """A group step some of whose child tasks failed (recorded): the first failure's
@@ -379,10 +356,12 @@ class PolarisTranslator:
         for failure in failures:
             values = {k: getattr(v, "value", v) for k, v in (failure.metadata or {}).items()}
             record = StepRecord.from_json(values.get(STEP_RECORD_KEY))
-            if record is not None:
-                totals.merge(record.totals.as_children())
-            else:  # failed before running (an operator's child that could not start)
-                totals.add_status(Status.FAILED.value, child=True)
+            totals += (
+                record.totals.as_children()
+                if record is not None
+                # Failed before running (an operator's child that could not start).
+                else OutcomeTotals.counted(Status.FAILED.value, child=True)
+            )
         first = {k: v for k, v in (failures[0].metadata or {}).items() if k != STEP_RECORD_KEY}
         return {
             **first,

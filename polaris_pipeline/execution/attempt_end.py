@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from polaris_pipeline.cleanup.context import CleanupResult
+from polaris_pipeline.cleanup.context import CleanupTally
 from polaris_pipeline.errors import MetastoreError, StorageError, TableRestored
 from polaris_pipeline.execution.attempt_record import AttemptRecords, RecordStatus
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
@@ -27,7 +27,7 @@ class AttemptEnds:
         self._run_id = run_id
 
     def complete(
-        self, lease: Lease, task: TaskRow, result: CleanupResult, children: Sequence[Lease] = ()
+        self, lease: Lease, task: TaskRow, result: CleanupTally, children: Sequence[Lease] = ()
     ) -> TaskOutcome:
         """Done: the record closed, then the row completed (deleted)."""
         # The record is closed before the row goes: a completed task has a whole record.
@@ -38,7 +38,11 @@ class AttemptEnds:
         if completed is CompleteOutcome.LEASE_LOST:
             return self.lost(lease, task.task_type_code, "before its result was written", children)
         return TaskOutcome(
-            lease, Status.DONE, task.task_type_code, result=result, children=tuple(children)
+            lease,
+            Status.DONE,
+            task.task_type_code,
+            result=result.freeze(),
+            children=tuple(children),
         )
 
     def restored(
@@ -81,7 +85,7 @@ class AttemptEnds:
         task: TaskRow,
         error: str,
         *,
-        result: CleanupResult | None = None,
+        result: CleanupTally | None = None,
         children: Sequence[Lease] = (),
         permanent: bool = False,
         record: bool = True,
@@ -89,6 +93,7 @@ class AttemptEnds:
         """Failed: recorded on the row (backing off or dead), unless ``record`` is False
         and the failure is not permanent (the caller retries under the same lease)."""
         kids = tuple(children)
+        done = result.freeze() if result is not None else None
         # Written to the row, logged, sent as metadata and alerts: masked once, here.
         error = redact(error)
         closing = self._records.close(lease, RecordStatus.FAILED, error, result)
@@ -100,7 +105,7 @@ class AttemptEnds:
                 Status.FAILED,
                 task.task_type_code,
                 error=error,
-                result=result,
+                result=done,
                 children=kids,
                 recorded=False,
             )
@@ -108,9 +113,7 @@ class AttemptEnds:
         if written.outcome is FailOutcome.LEASE_LOST:
             return self.lost(lease, task.task_type_code, "before its failure was written", kids)
         if written.outcome is FailOutcome.ALREADY_GONE:
-            return TaskOutcome(
-                lease, Status.DONE, task.task_type_code, result=result, children=kids
-            )
+            return TaskOutcome(lease, Status.DONE, task.task_type_code, result=done, children=kids)
         status = Status.DEAD if written.outcome is FailOutcome.DEAD else Status.FAILED
         log.warning("task %s failed (attempt %d): %s", task.label, lease.attempt, error)
         return TaskOutcome(
@@ -118,7 +121,7 @@ class AttemptEnds:
             status,
             task.task_type_code,
             error=error,
-            result=result,
+            result=done,
             children=kids,
             next_attempt_ms=written.next_attempt_ms,
             permanent=permanent,

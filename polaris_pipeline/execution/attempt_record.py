@@ -6,7 +6,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from polaris_pipeline.cleanup.context import CleanupResult
+from polaris_pipeline.cleanup.context import CleanupTally
 from polaris_pipeline.errors import StorageError, one_line
 from polaris_pipeline.storage.deletion_record import (
     DeletionRecord,
@@ -74,7 +74,7 @@ class AttemptRecords:
         lease: Lease,
         status: RecordStatus,
         error: str | None = None,
-        result: CleanupResult | None = None,
+        result: CleanupTally | None = None,
         restored_as: str | None = None,
     ) -> str | None:
         """Close the attempt's record (refusals, then totals); the error when it cannot.

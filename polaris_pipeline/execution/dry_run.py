@@ -27,7 +27,7 @@ def plan(runner: Runner, task: TaskRow | DecodedTask) -> CleanupResult:
         error = run_phase(ctx, entity, mode, result)
         if error is not None:
             result.notes.append(error)
-    return result
+    return result.freeze()
 
 
 def dry_run(

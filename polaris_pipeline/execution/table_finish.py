@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult, CleanupTally
 from polaris_pipeline.errors import LeaseLost, PolarisPipelineError, one_line
 from polaris_pipeline.execution.attempt_end import AttemptEnds
 from polaris_pipeline.execution.attempt_record import RecordStatus
@@ -43,7 +43,7 @@ class TableFinisher:
         lease: Lease,
         decoded: DecodedTask,
         ctx: CleanupContext,
-        result: CleanupResult,
+        result: CleanupTally,
         children: Sequence[Lease],
         record_failure: bool,
     ) -> TaskOutcome:
@@ -65,7 +65,7 @@ class TableFinisher:
                     lease,
                     Status.DONE,
                     task.task_type_code,
-                    result=result,
+                    result=result.freeze(),
                     children=tuple(children),
                     finish=finish,
                 )
@@ -92,30 +92,33 @@ class TableFinisher:
         here: in ``delete`` mode the row is re-read (still held?) and keeps that decoding
         (``DecodedTask.reread``).
         """
-        lease, result, held = finish.lease, result or CleanupResult(), finish.task
+        # The phase adds to a tally of its own: the attempt's outcome keeps its result.
+        tally = result.thaw() if result is not None else CleanupTally.start()
+        lease, held = finish.lease, finish.task
         task_type = held.row.task_type_code if held is not None else lease.task_type_code
         report = finish.mode is UnreferencedMode.REPORT
         task = held if report else self._contexts.read(lease, held)
         if task is None or report:
             if task is not None and children_done:
-                self._phase(lease, task, result, UnreferencedMode.REPORT)
+                self._phase(lease, task, tally, UnreferencedMode.REPORT)
                 # A report deletes nothing: its record was never opened, and goes.
-                self._contexts.records.close(lease, RecordStatus.DONE, result=result)
-            outcome = TaskOutcome(lease, Status.DONE, task_type, result=result, task=held)
+                self._contexts.records.close(lease, RecordStatus.DONE, result=tally)
+            done = tally.freeze()
+            outcome = TaskOutcome(lease, Status.DONE, task_type, result=done, task=held)
             if task is None:  # vanished while its children ran: what is left is said
                 return leftover_check.after_table_vanished(self._contexts, outcome)
             return outcome
         failed: TaskOutcome | None
         if not children_done:
             error = "unreferenced files not looked at: child task(s) of this table not done"
-            failed = self._ends.fail(lease, task.row, error, result=result)
+            failed = self._ends.fail(lease, task.row, error, result=tally)
         else:
-            failed = self._phase(lease, task, result, self.mode(task.row.realm_id))
-        final = failed or self._ends.complete(lease, task.row, result)
+            failed = self._phase(lease, task, tally, self.mode(task.row.realm_id))
+        final = failed or self._ends.complete(lease, task.row, tally)
         return final.evolve(task=held or task)
 
     def _phase(
-        self, lease: Lease, task: DecodedTask, result: CleanupResult, mode: UnreferencedMode
+        self, lease: Lease, task: DecodedTask, result: CleanupTally, mode: UnreferencedMode
     ) -> TaskOutcome | None:
         entity = phase_entity(mode, task, result)
         if entity is None:
@@ -136,7 +139,7 @@ class TableFinisher:
         task: TaskRow,
         ctx: CleanupContext,
         entity: DroppedEntity,
-        result: CleanupResult,
+        result: CleanupTally,
         record_failure: bool,
         mode: UnreferencedMode,
     ) -> TaskOutcome | None:

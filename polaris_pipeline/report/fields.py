@@ -1,5 +1,6 @@
-"""The numbers of an outcome, each named once per surface (CLI JSON key, Dagster metadata
-label, step output key): the leaf ``outcome_view`` and ``totals`` both read.
+"""The wording of an outcome, in one place: each number named once per surface (CLI JSON
+key, Dagster metadata label, step output key), and every other label, key and phrase
+the renderers (``outcome_view``, ``totals``, the translator) share.
 
 The CLI's JSON keys and the step output keys are public (scripts): never rename one.
 The metadata labels are for display only: a step's numbers are stored and read back
@@ -78,3 +79,26 @@ UNREFERENCED_FIELDS: tuple[OutcomeField, ...] = (
 )
 # The metadata entry and JSON key holding the phase's whole report (its one line).
 UNREFERENCED = "unreferenced"
+
+# Tasks whose kept files' sizes storage did not report: BYTES_RETAINED is a lower bound.
+RETAINED_SIZES_UNREPORTED = "tasks without sizes of kept files"
+STATUS = "status"  # a step that ran one task: its status
+BY_STATUS = "by status"  # the child tasks a step ran, by status
+PERMANENT = "permanent"  # a failed task's step: whether the failure is permanent
+# A group of child tasks that failed: how many failed, how many were done before.
+FAILED_CHILDREN = "failed child tasks"
+CHILDREN_DONE = "child tasks done"
+
+# What an outcome whose shared-location guard an operator overrode says, and the key of
+# the live entity it went past in the CLI's JSON and a step's output.
+SHARED_LOCATION_OVERRIDDEN = "shared-location guard overridden"
+SHARED_LOCATION_KEY = "shared_location_overridden"
+# A restored outcome (``Status.RESTORED``): the live entity, under this label in a step's
+# metadata and this key in the CLI's JSON and a step's output.
+RESTORED_AS = "restored as"
+RESTORED_AS_KEY = "restored_as"
+
+
+def restored_text(entity: str) -> str:
+    """What a restored outcome says on every surface: the table is live again."""
+    return f"{RESTORED_AS} {entity} (its last metadata file): purge ended, nothing deleted"

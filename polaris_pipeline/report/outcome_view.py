@@ -16,11 +16,15 @@ from typing import TYPE_CHECKING, Any
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.report.fields import (
     OUTCOME_FIELDS,
+    RESTORED_AS_KEY,
     RETENTION,
     RETENTION_FIELDS,
+    SHARED_LOCATION_KEY,
+    SHARED_LOCATION_OVERRIDDEN,
     UNREFERENCED,
     UNREFERENCED_FIELDS,
     OutcomeField,
+    restored_text,
 )
 from polaris_pipeline.report.totals import OutcomeTotals, retention_state
 from polaris_pipeline.tasks.decoded import task_type_name
@@ -307,21 +311,6 @@ class OutcomeView:
         doc[RESTORED_AS_KEY] = self.outcome.restored_as
         doc["error"] = self.outcome.error
         return doc
-
-
-# What an outcome whose shared-location guard an operator overrode says, and the key of
-# the live entity it went past in the CLI's JSON and a step's output.
-SHARED_LOCATION_OVERRIDDEN = "shared-location guard overridden"
-SHARED_LOCATION_KEY = "shared_location_overridden"
-# A restored outcome (``Status.RESTORED``): the live entity, under this label in a step's
-# metadata and this key in the CLI's JSON and a step's output.
-RESTORED_AS = "restored as"
-RESTORED_AS_KEY = "restored_as"
-
-
-def restored_text(entity: str) -> str:
-    """What a restored outcome says on every surface: the table is live again."""
-    return f"{RESTORED_AS} {entity} (its last metadata file): purge ended, nothing deleted"
 
 
 # The numbers each task of a group step's list shows (the step's totals show all).

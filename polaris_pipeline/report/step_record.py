@@ -2,7 +2,7 @@
 
 Every step of the task job that runs a task (or a group of child tasks) writes a
 ``StepRecord`` under ``STEP_RECORD_KEY``: its ``OutcomeTotals`` under machine
-field names (``OutcomeTotals.to_record``) and its table's unreferenced line. The
+field names (``OutcomeTotals.to_record``) and its table's unreferenced report. The
 run report, the alerts and the demo add a run up from these (``read_step``). The
 labels beside them (``fields.py``) are derived from the same totals for the UI and
 are never read back: renaming one changes no total.
@@ -11,31 +11,33 @@ are never read back: renaming one changes no total.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from polaris_pipeline.execution.outcome import Status
 from polaris_pipeline.report.totals import OutcomeTotals
+from polaris_pipeline.unreferenced.report import UnreferencedReport
 
 # The step metadata entry holding the record (a JSON value). Stored in runs' event
 # logs: never renamed.
 STEP_RECORD_KEY = "polaris/step"
 # Written into each record; a later change of its fields says so here.
-RECORD_VERSION = 1
+RECORD_VERSION = 2
 
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One step's totals, and the line of its table's unreferenced phase (None: none ran)."""
+    """One step's totals, and its table's unreferenced phase (None: none ran)."""
 
     totals: OutcomeTotals = field(default_factory=OutcomeTotals)
-    unreferenced: str | None = None
+    unreferenced: UnreferencedReport | None = None
 
     def to_json(self) -> dict[str, Any]:
+        unreferenced = self.unreferenced
         return {
             "version": RECORD_VERSION,
             "totals": self.totals.to_record(),
-            "unreferenced": self.unreferenced,
+            "unreferenced": unreferenced.to_record() if unreferenced is not None else None,
         }
 
     @classmethod
@@ -44,10 +46,9 @@ class StepRecord:
         if not isinstance(value, Mapping) or not isinstance(value.get("version"), int):
             return None
         totals = value.get("totals")
-        unreferenced = value.get("unreferenced")
         return cls(
             OutcomeTotals.from_record(totals if isinstance(totals, Mapping) else {}),
-            unreferenced if isinstance(unreferenced, str) else None,
+            UnreferencedReport.from_record(value.get("unreferenced")),
         )
 
 
@@ -58,10 +59,8 @@ def read_step(metadata: Mapping[str, Any], *, failed: bool = False) -> StepRecor
     (it failed before running one: an operator's run that could not start its task,
     an unexpected error) counts as one failed task.
     """
-    record = StepRecord.from_json(metadata.get(STEP_RECORD_KEY))
-    if record is None:
-        record = StepRecord()
+    record = StepRecord.from_json(metadata.get(STEP_RECORD_KEY)) or StepRecord()
     counted = record.totals.tasks.total() + record.totals.children.total()
     if failed and not counted:
-        record.totals.add_status(Status.FAILED.value)
+        return replace(record, totals=record.totals + OutcomeTotals.counted(Status.FAILED.value))
     return record

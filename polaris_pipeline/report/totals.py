@@ -1,9 +1,10 @@
 """What tasks did, added up: one total for a CLI sweep, a run, a backfill and the demo.
 
-``OutcomeTotals`` adds the Runner's ``TaskOutcome``s. It is stored as a record with
-machine field names (``to_record``, read back by ``from_record``: a step's record,
-``step_record.py``), and shown under the labels of ``OUTCOME_FIELDS`` and the keys
-below (``metadata``), which nothing reads back. ``line`` and ``tasks_text`` are the
+``OutcomeTotals`` adds the Runner's ``TaskOutcome``s, once (``of``), and is never
+changed: totals add up with ``+``; ``RunningTotals`` remakes one per outcome of a sweep.
+It is stored as a record with machine field names (``to_record``, read back by
+``from_record``: a step's record, ``step_record.py``), and shown under the labels of
+``fields.py`` (``metadata``), which nothing reads back. ``line`` and ``tasks_text`` are the
 one wording of a total; ``format_counts`` the one wording of counts by status.
 """
 
@@ -11,11 +12,17 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
-from polaris_pipeline.report.fields import OUTCOME_FIELDS, RETENTION_FIELDS, SIZES_UNREPORTED
+from polaris_pipeline.report.fields import (
+    BY_STATUS,
+    OUTCOME_FIELDS,
+    RETAINED_SIZES_UNREPORTED,
+    RETENTION_FIELDS,
+    SIZES_UNREPORTED,
+)
 from polaris_pipeline.tasks.formatting import format_bytes, retention_text
 
 if TYPE_CHECKING:
@@ -28,14 +35,6 @@ FILES_DELETED, FILES_MISSING, BYTES_FREED, REFUSED_PATHS, CHILD_TASKS = (
     f.label for f in OUTCOME_FIELDS
 )
 FILES_RETAINED, BYTES_RETAINED, RETENTION_UNKNOWN = (f.label for f in RETENTION_FIELDS)
-# Tasks whose kept files' sizes storage did not report: BYTES_RETAINED is a lower bound.
-RETAINED_SIZES_UNREPORTED = "tasks without sizes of kept files"
-STATUS = "status"  # a step that ran one task: its status
-BY_STATUS = "by status"  # the child tasks a step ran, by status
-PERMANENT = "permanent"  # a failed task's step: whether the failure is permanent
-# A group of child tasks that failed: how many failed, how many were done before.
-FAILED_CHILDREN = "failed child tasks"
-CHILDREN_DONE = "child tasks done"
 
 _FAILED = (Status.FAILED.value, Status.DEAD.value)
 
@@ -95,9 +94,34 @@ def _counts(value: Any) -> Counter[str]:
     return Counter({str(s): n for s, n in value.items() if _int(n) > 0})
 
 
-@dataclass
+def _result_numbers(result: CleanupResult | None) -> Counter[str]:
+    """The numbers one cleanup result adds to a total, by their record names."""
+    if result is None:
+        return Counter()
+    numbers = Counter(
+        files_deleted=result.deleted,
+        files_missing=result.missing,
+        refused=len(result.refused),
+        files_retained=result.retained,
+        retention_unknown=result.retention_unknown,
+    )
+    if result.bytes_freed is None:
+        numbers["sizes_unreported"] += 1
+    else:
+        numbers["bytes_freed"] += result.bytes_freed
+    if result.bytes_retained is None:
+        numbers["retained_sizes_unreported"] += 1
+    else:
+        numbers["bytes_retained"] += result.bytes_retained
+    return numbers
+
+
+@dataclass(frozen=True)
 class OutcomeTotals:
-    """Outcomes added up: the numbers, and the tasks and the child tasks by status."""
+    """Outcomes added up: the numbers, and the tasks and the child tasks by status.
+
+    Made once (``of``, ``counted``, ``from_record``) and added with ``+``: never changed.
+    """
 
     files_deleted: int = 0
     files_missing: int = 0
@@ -113,68 +137,54 @@ class OutcomeTotals:
     permanent: int = 0
     tasks: Counter[str] = field(default_factory=Counter)  # tasks by status
     children: Counter[str] = field(default_factory=Counter)  # child tasks by status
-    # Child task -> its parent's id, for the children created by outcomes added here.
-    _parents: dict[tuple[str, int], int] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def of(cls, outcomes: Iterable[TaskOutcome], *, child: bool | None = None) -> OutcomeTotals:
-        totals = cls()
+        """``outcomes`` added up. ``child``: each counted as a child task; None: when an
+        outcome before it created it (a sweep runs children after their parent)."""
+        numbers: Counter[str] = Counter()
+        by_status: dict[bool, Counter[str]] = {False: Counter(), True: Counter()}
+        parents: set[tuple[str, int]] = set()
         for outcome in outcomes:
-            totals.add(outcome, child=child)
-        return totals
+            lease = outcome.lease
+            is_child = (lease.realm_id, lease.task_id) in parents if child is None else child
+            by_status[is_child][outcome.status.value] += 1
+            numbers.update(_result_numbers(outcome.result))
+            numbers["permanent"] += int(outcome.permanent)
+            numbers["children_created"] += len(outcome.children)
+            parents.update((c.realm_id, c.task_id) for c in outcome.children)
+        return cls(
+            **{name: numbers[name] for name in RECORD_NUMBERS},
+            tasks=by_status[False],
+            children=by_status[True],
+        )
 
-    # -------------------------------------------------------------- adding
+    @classmethod
+    def of_results(cls, results: Iterable[CleanupResult | None]) -> OutcomeTotals:
+        """The numbers of ``results`` alone, no task counted."""
+        numbers: Counter[str] = Counter()
+        for result in results:
+            numbers.update(_result_numbers(result))
+        counts: dict[str, Any] = {name: numbers[name] for name in RECORD_NUMBERS}
+        return cls(**counts)
 
-    def add(self, outcome: TaskOutcome, *, child: bool | None = None) -> None:
-        """One outcome. ``child``: counted as a child task; None: when an outcome added
-        before created it (a sweep runs children after their parent)."""
-        lease = outcome.lease
-        if child is None:
-            child = self.parent_of(lease.realm_id, lease.task_id) is not None
-        self.add_status(outcome.status.value, child=child)
-        self.add_result(outcome.result)
-        self.permanent += int(outcome.permanent)
-        self.children_created += len(outcome.children)
-        for created in outcome.children:
-            self._parents[(created.realm_id, created.task_id)] = lease.task_id
+    @classmethod
+    def counted(cls, status: str, *, child: bool = False, count: int = 1) -> OutcomeTotals:
+        """Tasks counted by status only (a child found already done has no outcome)."""
+        counts = Counter({status: count}) if count else Counter()
+        return cls(children=counts) if child else cls(tasks=counts)
 
-    def add_status(self, status: str, *, child: bool = False, count: int = 1) -> None:
-        """A task counted by status only (a child found already done has no outcome)."""
-        if count:
-            (self.children if child else self.tasks)[status] += count
-
-    def add_result(self, result: CleanupResult | None) -> None:
-        if result is None:
-            return
-        self.files_deleted += result.deleted
-        self.files_missing += result.missing
-        self.refused += len(result.refused)
-        if result.bytes_freed is None:
-            self.sizes_unreported += 1
-        else:
-            self.bytes_freed += result.bytes_freed
-        self.files_retained += result.retained
-        self.retention_unknown += result.retention_unknown
-        if result.bytes_retained is None:
-            self.retained_sizes_unreported += 1
-        else:
-            self.bytes_retained += result.bytes_retained
-
-    def merge(self, other: OutcomeTotals) -> None:
-        for f in fields(self):
-            mine, theirs = getattr(self, f.name), getattr(other, f.name)
-            if isinstance(mine, int):
-                setattr(self, f.name, mine + theirs)
-            else:  # the counters add up, the parents join
-                mine.update(theirs)
+    def __add__(self, other: OutcomeTotals) -> OutcomeTotals:
+        return OutcomeTotals(
+            **{name: getattr(self, name) + getattr(other, name) for name in RECORD_NUMBERS},
+            tasks=self.tasks + other.tasks,
+            children=self.children + other.children,
+        )
 
     def as_children(self) -> OutcomeTotals:
-        """A copy whose tasks are counted as child tasks (a group's child, run as a task)."""
-        copy = OutcomeTotals()
-        copy.merge(self)
-        copy.children.update(copy.tasks)
-        copy.tasks = Counter()
-        return copy
+        """These totals with their tasks counted as child tasks (a group's child, run as a
+        task)."""
+        return replace(self, tasks=Counter(), children=self.children + self.tasks)
 
     # -------------------------------------------------------------- the record
 
@@ -188,18 +198,13 @@ class OutcomeTotals:
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> OutcomeTotals:
         """What ``to_record`` wrote; a number missing or not a count reads as 0."""
-        totals = cls()
-        for name in RECORD_NUMBERS:
-            setattr(totals, name, max(_int(record.get(name)), 0))
-        totals.tasks = _counts(record.get("tasks"))
-        totals.children = _counts(record.get("children"))
-        return totals
+        return cls(
+            **{name: max(_int(record.get(name)), 0) for name in RECORD_NUMBERS},
+            tasks=_counts(record.get("tasks")),
+            children=_counts(record.get("children")),
+        )
 
     # -------------------------------------------------------------- reading
-
-    def parent_of(self, realm_id: str, task_id: int) -> int | None:
-        """The id of the task (added here) that created this one; None for a root."""
-        return self._parents.get((realm_id, task_id))
 
     @property
     def bytes_unknown(self) -> bool:
@@ -272,3 +277,26 @@ class OutcomeTotals:
         (``line`` says how the children ended)."""
         every = self.by_status
         return f"{sum(every.values())} task(s): {format_counts(every)}"
+
+
+class RunningTotals:
+    """Outcomes told one at a time (a CLI sweep, a realm backfill): the total so far,
+    remade frozen after each, and the parent of each child task seen."""
+
+    def __init__(self) -> None:
+        self.totals = OutcomeTotals()
+        self._parents: dict[tuple[str, int], int] = {}
+
+    def add(self, outcome: TaskOutcome) -> int | None:
+        """Adds ``outcome``; returns the id of the task (added before) that created it,
+        None for a root."""
+        lease = outcome.lease
+        parent = self.parent_of(lease.realm_id, lease.task_id)
+        self.totals += OutcomeTotals.of([outcome], child=parent is not None)
+        for created in outcome.children:
+            self._parents[(created.realm_id, created.task_id)] = lease.task_id
+        return parent
+
+    def parent_of(self, realm_id: str, task_id: int) -> int | None:
+        """The id of the task (added here) that created this one; None for a root."""
+        return self._parents.get((realm_id, task_id))

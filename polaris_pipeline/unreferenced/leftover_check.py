@@ -28,6 +28,7 @@ of ``execution/``.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Protocol
 
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
@@ -101,8 +102,7 @@ def _checked(runner: Lister, outcome: TaskOutcome) -> TaskOutcome:
     if runner.metastore.get_task(task.row.realm_id, task.row.id) is not None:
         return outcome  # lost to a holder who still holds it: the rest is theirs
     report = left_under(runner, task, entity)
-    result = result if result is not None else CleanupResult()
-    result.unreferenced = report
+    result = replace(result or CleanupResult(), unreferenced=report)
     error = f"{outcome.error}; {ROW_GONE}" if outcome.error else None
     log.warning("task %s: %s: %s", task.label, ROW_GONE, report.summary())
     return outcome.evolve(result=result, error=error)

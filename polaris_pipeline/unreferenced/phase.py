@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Set
 
-from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupTally
 from polaris_pipeline.metastore.overlap import LiveLocations
 from polaris_pipeline.storage.uri import normalize_uri
 from polaris_pipeline.tasks.decoded import DecodedTask
@@ -29,7 +29,7 @@ def table_of(task: TaskRow | DecodedTask) -> DroppedEntity | None:
 
 
 def phase_entity(
-    mode: UnreferencedMode, task: TaskRow | DecodedTask, result: CleanupResult | None
+    mode: UnreferencedMode, task: TaskRow | DecodedTask, result: CleanupTally | None
 ) -> DroppedEntity | None:
     """The table to run the phase for, or None when it does not apply."""
     if mode is UnreferencedMode.OFF or result is None or not result.ok:
@@ -41,7 +41,7 @@ def run_phase(
     ctx: CleanupContext,
     entity: DroppedEntity,
     mode: UnreferencedMode,
-    result: CleanupResult,
+    result: CleanupTally,
 ) -> str | None:
     """Run the phase into ``result.unreferenced``; the attempt's error, or None.
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 from polaris_pipeline.tasks.formatting import PATH_SAMPLE, retention_text
 
@@ -43,6 +45,17 @@ class UnreferencedReport:
     paths: list[str] = field(default_factory=list)
     more_paths: int = 0
     kept_sample: list[str] = field(default_factory=list)  # "path: why"
+
+    def to_record(self) -> dict[str, Any]:
+        """Every field as plain JSON, under its name: what a step's record stores."""
+        return asdict(self)
+
+    @classmethod
+    def from_record(cls, record: object) -> UnreferencedReport | None:
+        """What ``to_record`` wrote (unknown keys dropped); None for anything else."""
+        if not isinstance(record, Mapping) or not isinstance(record.get("mode"), str):
+            return None
+        return cls(**{f.name: record[f.name] for f in fields(cls) if f.name in record})
 
     def add_paths(self, paths: list[str], cap: int = PATH_SAMPLE) -> None:
         """Keep ``paths`` while ``paths`` holds fewer than ``cap``; count the rest."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from builders import tasks as built_tasks
-from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupTally
 from polaris_pipeline.cleanup.dispatch import run_cleanup
 from polaris_pipeline.errors import LeaseLost
 from polaris_pipeline.tasks.model import NewTask, TaskRow
@@ -22,7 +22,7 @@ from tests.support.iceberg import Warehouse
 @dataclass
 class Run:
     task: TaskRow
-    result: CleanupResult
+    result: CleanupTally
     created: list[NewTask] = field(default_factory=list)
 
 

@@ -7,10 +7,10 @@ from collections.abc import Callable
 import pytest
 
 from polaris_pipeline.cleanup import dispatch
-from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupTally
 from polaris_pipeline.tasks.model import TaskType
 
-Handler = Callable[[CleanupContext], CleanupResult]
+Handler = Callable[[CleanupContext], CleanupTally]
 
 
 def replace_table_handler(monkeypatch: pytest.MonkeyPatch, handler: Handler) -> None:

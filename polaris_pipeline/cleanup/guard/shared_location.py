@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupTally
 from polaris_pipeline.errors import SHARED_LOCATION_REFUSED, SharedLocationRefusal, TableRestored
 from polaris_pipeline.metastore.overlap import Overlap
 from polaris_pipeline.storage.uri import Location, parse_location
@@ -72,7 +72,7 @@ def _locations(uris: Iterable[str]) -> list[Location]:
 
 def check_shared_location(
     ctx: CleanupContext,
-    result: CleanupResult,
+    result: CleanupTally,
     location: str,
     roots: Sequence[str],
     files: Sequence[str],

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from polaris_pipeline.cleanup.context import CleanupContext, CleanupResult
+from polaris_pipeline.cleanup.context import CleanupContext, CleanupTally
 from polaris_pipeline.cleanup.guard.paths import PathGuard
 from polaris_pipeline.cleanup.guard.shared_location import check_shared_location
 from polaris_pipeline.errors import GuardRefusal
@@ -65,7 +65,7 @@ class Guard:
             return e.with_traceback(None)
         return None
 
-    def admit(self, uri: str, result: CleanupResult) -> bool:
+    def admit(self, uri: str, result: CleanupTally) -> bool:
         """The path rule on ``uri`` (read or planned); a refusal is recorded in ``result``."""
         refusal = self.check(uri)
         if refusal is not None:
@@ -77,7 +77,7 @@ class Guard:
         """Whether ``uri`` may be deleted (nothing recorded): for checksum sidecars."""
         return self.check(uri) is None
 
-    def may_delete(self, result: CleanupResult, uris: Sequence[str]) -> list[str]:
+    def may_delete(self, result: CleanupTally, uris: Sequence[str]) -> list[str]:
         """The question before deleting ``uris`` now: those the path rule admits (each
         refusal recorded in ``result``), once the shared-location rule
         (``shared_location.py``) has passed them; asked right before each delete.
@@ -98,7 +98,7 @@ class Guard:
         return self._guard.roots if self._guard is not None else ()
 
     def admit_declared_location(
-        self, metadata_uri: str, declared: object, result: CleanupResult
+        self, metadata_uri: str, declared: object, result: CleanupTally
     ) -> bool:
         """Whether the ``location`` a metadata file declares is the recorded root.
 
