@@ -272,7 +272,11 @@ def test_cli_honours_realms_in_list_and_sweep(
 @pytest.mark.parametrize(
     ("name", "value", "message"),
     [
-        ("POLARIS_PIPELINE_MAX_ATTEMPTS", "eight", "POLARIS_PIPELINE_MAX_ATTEMPTS='eight': not an"),
+        (
+            "POLARIS_PIPELINE_MAX_ATTEMPTS",
+            "eight",
+            "POLARIS_PIPELINE_MAX_ATTEMPTS='eight': Input should be a valid integer",
+        ),
         (
             "POLARIS_PIPELINE_LEASE_TIMEOUT_MS",
             "-1",

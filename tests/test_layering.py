@@ -401,4 +401,4 @@ def test_nothing_outside_the_settings_reads_the_environment_for_a_setting() -> N
     assert sorted(reads - set(ENVIRON_READERS)) == []
     assert sorted(set(ENVIRON_READERS) - reads) == [], "a fixed one leaves the list"
     # The walk sees a read: the settings' own reader is one.
-    assert _environ_reads(PACKAGE / "settings" / "pipeline.py")
+    assert _environ_reads(PACKAGE / "settings" / "env.py")

@@ -201,11 +201,19 @@ def test_blank_variables_mean_the_default() -> None:
 @pytest.mark.parametrize(
     ("name", "raw", "message"),
     [
-        (LEASE_TIMEOUT_ENV, "5m", "POLARIS_PIPELINE_LEASE_TIMEOUT_MS='5m': not an integer"),
+        (
+            LEASE_TIMEOUT_ENV,
+            "5m",
+            "POLARIS_PIPELINE_LEASE_TIMEOUT_MS='5m': Input should be a valid integer",
+        ),
         (LEASE_TIMEOUT_ENV, "0", "POLARIS_PIPELINE_LEASE_TIMEOUT_MS='0': lease timeout must be"),
         (GRACE_ENV, "-1", "POLARIS_PIPELINE_GRACE_MS='-1': grace period must not be negative"),
         (MAX_ATTEMPTS_ENV, "0", "POLARIS_PIPELINE_MAX_ATTEMPTS='0': max attempts must be"),
-        (MAX_ATTEMPTS_ENV, "2.5", "POLARIS_PIPELINE_MAX_ATTEMPTS='2.5': not an integer"),
+        (
+            MAX_ATTEMPTS_ENV,
+            "2.5",
+            "POLARIS_PIPELINE_MAX_ATTEMPTS='2.5': Input should be a valid integer",
+        ),
         (REALMS_ENV, " , ,", "POLARIS_PIPELINE_REALMS=', ,': names nothing"),
         (
             "POLARIS_PIPELINE_SWEEPER_JITTER",
@@ -222,7 +230,11 @@ def test_blank_variables_mean_the_default() -> None:
         ("POLARIS_PIPELINE_EXECUTOR_PREFIX", "a b", "must not contain white space"),
         ("POLARIS_PIPELINE_METADATA_BATCH_SIZE", "0", "metadata batch size must be at least 1"),
         ("POLARIS_PIPELINE_REALM_OVERRIDES", "{TEST: 1}", "REALM_OVERRIDES='{TEST: 1}': not JSON"),
-        ("POLARIS_PIPELINE_REALM_OVERRIDES", "[]", "not a JSON object"),
+        (
+            "POLARIS_PIPELINE_REALM_OVERRIDES",
+            "[]",
+            "REALM_OVERRIDES='[]': Input should be a valid dict",
+        ),
         (
             "POLARIS_PIPELINE_REALM_OVERRIDES",
             '{"TEST": {"lease_timeout": 5}}',
@@ -304,7 +316,9 @@ def test_a_bad_override_names_its_flag() -> None:
 def test_a_section_is_frozen_and_refuses_an_unknown_key() -> None:
     with pytest.raises(ValueError, match="max attempts must be at least 1"):
         MetastoreSection(max_attempts=0)
-    with pytest.raises(ValueError, match="Extra inputs are not permitted"):
+    with pytest.raises(
+        ValueError, match=r"unknown setting 'max_attempt' .*did you mean max_attempts"
+    ):
         MetastoreSection(max_attempt=3)  # type: ignore[call-arg]
     section = MetastoreSection()
     with pytest.raises(ValueError, match="frozen"):
@@ -358,7 +372,12 @@ def test_every_section_s_variables_reach_its_resource() -> None:
 @pytest.mark.parametrize(
     ("section", "name", "raw", "message"),
     [
-        ("guard", "POLARIS_PIPELINE_GUARD_BOUND_S", "soon", "GUARD_BOUND_S='soon': not a number"),
+        (
+            "guard",
+            "POLARIS_PIPELINE_GUARD_BOUND_S",
+            "soon",
+            "GUARD_BOUND_S='soon': Input should be a valid number",
+        ),
         ("guard", "POLARIS_PIPELINE_GUARD_BOUND_S", "-1", "GUARD_BOUND_S='-1': Input should be"),
         ("guard", "POLARIS_PIPELINE_GUARD_BOUND_S", "inf", "bound must be a finite number"),
         ("executor", "POLARIS_PIPELINE_TASK_EXECUTOR", "k8s", "TASK_EXECUTOR='k8s': Input should"),
@@ -423,3 +442,38 @@ def test_the_restore_target_takes_flags_over_its_section() -> None:
     assert (flagged.uri, flagged.catalog) == ("https://other/api/catalog", "sea")
     with pytest.raises(PolarisPipelineError, match=f"--catalog or \\${CATALOG_ENV}$"):
         RestTarget.from_env(None, None, {})
+
+
+def test_an_unknown_variable_under_the_prefix_is_warned_of_with_the_nearest_name(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A typo of a variable is not silently ignored: the settings still load (it may be
+    another tool's), and the warning names it and the setting it is closest to."""
+    from polaris_pipeline.settings.env import warn_unknown_variables
+
+    env = {
+        "POLARIS_PIPELINE_SWEEPER_INTERVAL_SECOND": "30",
+        "POLARIS_PIPELINE_TEST_PG": "postgresql://127.0.0.1/",  # the test suite's own
+        "OTHER_SWEEPER_INTERVAL": "1",
+        "POLARIS_PIPELINE_SWEEPER_JITTER": "0.5",
+    }
+    with caplog.at_level("WARNING", logger="polaris_pipeline.settings.env"):
+        settings = PipelineSettings.from_env(env)
+    assert settings.sweeper.jitter == 0.5
+    assert settings.sweeper.interval_seconds == 60.0  # the typo set nothing
+    [record] = caplog.records
+    assert record.getMessage() == (
+        "POLARIS_PIPELINE_SWEEPER_INTERVAL_SECOND names no setting of polaris-pipeline and is "
+        "ignored (did you mean POLARIS_PIPELINE_SWEEPER_INTERVAL_SECONDS?)"
+    )
+    # Once per process: the next reading does not repeat it.
+    assert warn_unknown_variables(env) == []
+
+
+def test_an_unknown_key_names_the_nearest_field() -> None:
+    from polaris_pipeline.dagster.resources import SweeperSettings
+
+    with pytest.raises(ValueError, match=r"unknown setting 'intervall_seconds' .*interval_sec"):
+        SweeperSettings(intervall_seconds=3)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match=r"unknown setting 'cronn' of LeakSection .*\bcron\b"):
+        PipelineSettings.model_validate({"leaks": {"cronn": "0 * * * *"}})
