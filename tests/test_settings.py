@@ -477,3 +477,21 @@ def test_an_unknown_key_names_the_nearest_field() -> None:
         SweeperSettings(intervall_seconds=3)  # type: ignore[call-arg]
     with pytest.raises(ValueError, match=r"unknown setting 'cronn' of LeakSection .*\bcron\b"):
         PipelineSettings.model_validate({"leaks": {"cronn": "0 * * * *"}})
+
+
+def test_set_reads_a_value_as_its_variable_and_names_itself_in_an_error() -> None:
+    s = PipelineSettings().with_assignments(
+        [
+            ("metastore", "realms", " A, B,A"),
+            ("metastore", "realm_overrides", '{"A": {"lease_timeout_ms": 1000}}'),
+            ("sweeper", "autostart", "yes"),
+            ("storage", "allowed_prefixes", '["s3://b/wh/"]'),
+        ]
+    )
+    assert s.metastore.realms == ["A", "B"] and s.sweeper.autostart is True
+    assert s.metastore.policy().for_realm("A").lease_timeout_ms == 1000
+    assert s.storage.allowed_prefixes == ["s3://b/wh/"]
+    with pytest.raises(SettingsError, match=r"^--set sweeper.jitter 11.0: .*between 0 and 10$"):
+        PipelineSettings().with_assignments([("sweeper", "jitter", "11")])
+    with pytest.raises(SettingsError, match=r"^--set metastore.grace_ms 'soon': Input should"):
+        PipelineSettings().with_assignments([("metastore", "grace_ms", "soon")])

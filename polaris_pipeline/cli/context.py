@@ -46,7 +46,12 @@ def settings_for(args: argparse.Namespace) -> PipelineSettings:
     for dest, (_, section, field) in _FLAGS.items():
         changes.setdefault(section, {})[field] = getattr(args, dest, None)
     labels = {(section, field): flag for flag, section, field in _FLAGS.values()}
-    settings = PipelineSettings.from_env().with_overrides(changes, labels)
+    # --set first: a flag of its own is the more specific.
+    settings = (
+        PipelineSettings.from_env()
+        .with_assignments(getattr(args, "assignments", None) or [])
+        .with_overrides(changes, labels)
+    )
     release = settings.metastore.polaris_version
     warning = untested_warning(PolarisRelease.parse(release)) if release else None
     if warning:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from importlib.metadata import version
 from typing import Any, NoReturn
 
+from polaris_pipeline.cli.argtypes import assignment as _assignment
 from polaris_pipeline.cli.argtypes import text as _text
 from polaris_pipeline.cli.restore import add_restore_parser
 from polaris_pipeline.leaks.reclaim import DAY_MS, check_min_age_days
@@ -125,6 +126,17 @@ def _add_metastore(p: argparse.ArgumentParser) -> None:
         type=_text("a SQLAlchemy URL"),
         help=f"SQLAlchemy URL of Polaris's metastore, e.g. postgresql+psycopg://user@host/polaris "
         f"or sqlite:///polaris.db (default: ${URL_ENV})",
+    )
+    # Every command that opens the metastore reads the settings: each is reachable here.
+    p.add_argument(
+        "--set",
+        action="append",
+        dest="assignments",
+        metavar="SECTION.FIELD=VALUE",
+        type=_assignment,
+        help="any setting, named as in a YAML block and read as its variable is (a list "
+        "comma-separated, a mapping JSON), e.g. --set sweeper.jitter=0.5; repeat for several; "
+        "beats the environment, and a flag of its own beats it (docs/dagster.md)",
     )
 
 

@@ -14,7 +14,7 @@ once per process, with the nearest name: it may be a typo.
 
 from __future__ import annotations
 
-import difflib
+import json
 import logging
 import os
 import typing
@@ -34,7 +34,7 @@ from polaris_pipeline.settings.leaks import LeakSection
 from polaris_pipeline.settings.metastore import MetastoreSection
 from polaris_pipeline.settings.restore import RestoreSection
 from polaris_pipeline.settings.retention import RetentionSection
-from polaris_pipeline.settings.section import Section, SettingsError, first_problem
+from polaris_pipeline.settings.section import Section, SettingsError, first_problem, nearest
 from polaris_pipeline.settings.storage import StorageSection
 from polaris_pipeline.settings.sweeper import SweeperSection
 from polaris_pipeline.storage.redact import looks_secret, redact
@@ -166,6 +166,20 @@ def _is_mapping(annotation: Any) -> bool:
     return typing.get_origin(_optional_inner(annotation)) is dict
 
 
+def decode_text(section: str, field: str, raw: str) -> Any:
+    """``raw`` as the variable of ``section.field`` would be read (a list comma-separated,
+    a mapping or a field with no variable JSON, a number typed): the CLI's ``--set``
+    values are read by this one rule. ValueError: it cannot be."""
+    model = _MODELS[section]
+    info = model.model_fields.get(field)
+    if info is None:  # no variable (the inline storage rules): JSON, as YAML would give
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise ValueError("not JSON") from None
+    return _Environment(model, {}).prepare_field_value(field, info, raw, False)
+
+
 def read_section(
     section: str, environ: Mapping[str, str] | None = None, only: str | None = None
 ) -> Section:
@@ -233,7 +247,6 @@ def warn_unknown_variables(environ: Mapping[str, str] | None = None) -> list[str
     ]
     for name in sorted(unknown):
         _warned.add(name)
-        close = difflib.get_close_matches(name.upper(), sorted(known), n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
+        hint = nearest(name.upper(), known)
         _log.warning("%s names no setting of polaris-pipeline and is ignored%s", name, hint)
     return sorted(unknown)

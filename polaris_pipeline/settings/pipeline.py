@@ -18,7 +18,7 @@ from pydantic import Field, ValidationError
 
 from polaris_pipeline.settings.alerts import AlertSection
 from polaris_pipeline.settings.backlog import BacklogSection
-from polaris_pipeline.settings.env import read_section, warn_unknown_variables
+from polaris_pipeline.settings.env import decode_text, read_section, warn_unknown_variables
 from polaris_pipeline.settings.executor import ExecutorSection
 from polaris_pipeline.settings.leaks import LeakSection
 from polaris_pipeline.settings.metastore import MetastoreSection
@@ -46,6 +46,27 @@ class PipelineSettings(Section):
         a variable under the prefix that names no setting is warned of."""
         warn_unknown_variables(environ)
         return cls.model_validate({name: read_section(name, environ) for name in cls.model_fields})
+
+    @classmethod
+    def section_type(cls, section: str) -> type[Section]:
+        """The model of the block ``section``."""
+        kind = cls.model_fields[section].annotation
+        assert isinstance(kind, type) and issubclass(kind, Section)
+        return kind
+
+    def with_assignments(self, assignments: list[tuple[str, str, str]]) -> PipelineSettings:
+        """These settings with each (section, field, text) set, the text read as its
+        variable would be (``--set section.field=text``)."""
+        changes: dict[str, dict[str, Any]] = {}
+        labels: dict[tuple[str, str], str] = {}
+        for section, field, text in assignments:
+            label = f"--set {section}.{field}"
+            try:
+                changes.setdefault(section, {})[field] = decode_text(section, field, text)
+            except ValueError as exc:
+                raise SettingsError(f"{label} {text!r}: {exc}") from None
+            labels[(section, field)] = label
+        return self.with_overrides(changes, labels)
 
     def with_overrides(
         self,

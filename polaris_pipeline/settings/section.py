@@ -10,7 +10,7 @@ component's YAML.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
@@ -40,14 +40,19 @@ class Section(BaseModel):
             }
             for key in values:
                 if isinstance(key, str) and key not in fields:
-                    close = difflib.get_close_matches(key, sorted(fields), n=1)
-                    hint = f" (did you mean {close[0]}?)" if close else ""
+                    hint = nearest(key, fields)
                     raise ValueError(f"unknown setting {key!r} of {cls.__name__}{hint}")
         return values
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         # A URL's password, an inline storage option's key: masked in every repr.
         return masked_repr_args(super().__repr_args__())
+
+
+def nearest(name: str, names: Iterable[str]) -> str:
+    """ " (did you mean X?)" for the name of ``names`` nearest ``name``; "" for none."""
+    close = difflib.get_close_matches(name, sorted(names), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def first_problem(exc: ValidationError) -> str:
