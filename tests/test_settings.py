@@ -26,14 +26,15 @@ from polaris_pipeline.settings import (
     setting_from_env,
 )
 from polaris_pipeline.settings.pipeline import section_from_env
-from polaris_pipeline.tasks.model import RealmOverride, TaskPolicy
+from polaris_pipeline.settings.realm import RealmOverride
+from polaris_pipeline.tasks.model import TaskPolicy
 from polaris_pipeline.unreferenced.mode import UnreferencedMode
 
 
 def test_defaults_are_the_lease_policy_s() -> None:
     settings = PipelineSettings.from_env({})
     assert settings == PipelineSettings()
-    assert settings.metastore.policy() == TaskPolicy()
+    assert TaskPolicy.from_section(settings.metastore) == TaskPolicy()
     assert settings.metastore.url is None and settings.metastore.realms is None
     assert settings.storage.config_path is None
 
@@ -123,7 +124,7 @@ def test_every_variable_is_read() -> None:
     m = s.metastore
     assert m.url == "sqlite:////tmp/p.db"
     assert m.realms == ["POLARIS", "TEST"]  # trimmed, blanks and repeats dropped
-    assert m.policy() == TaskPolicy(
+    assert TaskPolicy.from_section(m) == TaskPolicy(
         lease_timeout_ms=60000,
         grace_ms=0,
         max_attempts=3,
@@ -136,9 +137,9 @@ def test_every_variable_is_read() -> None:
         catalog_hold_ms={"finance": 30 * 86_400_000, "scratch": 0},
     )
     assert m.polaris_version == "1.7"  # written as the release's own text
-    assert m.policy().for_realm("TEST").polaris_version == "1.7"
-    assert m.policy().for_realm("TEST").lease_timeout_ms == 1000
-    assert m.policy().for_realm("POLARIS").lease_timeout_ms == 60000
+    assert TaskPolicy.from_section(m).for_realm("TEST").polaris_version == "1.7"
+    assert TaskPolicy.from_section(m).for_realm("TEST").lease_timeout_ms == 1000
+    assert TaskPolicy.from_section(m).for_realm("POLARIS").lease_timeout_ms == 60000
     assert s.storage.config_path == "/etc/storage.yaml" and m.executor_prefix == "site-b"
     assert s.storage.deletion_record == "s3://audit/polaris-pipeline/"
     assert (s.sweeper.interval_seconds, s.sweeper.jitter) == (30.0, 0.5)
@@ -342,7 +343,7 @@ def test_the_code_location_takes_the_whole_policy_and_the_events_switch() -> Non
     resources = build_defs_from_env(env).resources or {}
     metastore = resources["metastore"]
     assert metastore.executor_id("sensor").startswith("site-b:")
-    assert metastore.policy() == PipelineSettings.from_env(env).metastore.policy()
+    assert metastore.policy() == TaskPolicy.from_section(PipelineSettings.from_env(env).metastore)
     assert metastore.policy().for_realm("TEST").lease_timeout_ms == 1000
     assert metastore.policy().for_realm("TEST").polaris_version == "1.7"
     assert metastore.policy().for_realm("OTHER").polaris_version == "1.4.1"
@@ -489,7 +490,7 @@ def test_set_reads_a_value_as_its_variable_and_names_itself_in_an_error() -> Non
         ]
     )
     assert s.metastore.realms == ["A", "B"] and s.sweeper.autostart is True
-    assert s.metastore.policy().for_realm("A").lease_timeout_ms == 1000
+    assert TaskPolicy.from_section(s.metastore).for_realm("A").lease_timeout_ms == 1000
     assert s.storage.allowed_prefixes == ["s3://b/wh/"]
     with pytest.raises(SettingsError, match=r"^--set sweeper.jitter 11.0: .*between 0 and 10$"):
         PipelineSettings().with_assignments([("sweeper", "jitter", "11")])

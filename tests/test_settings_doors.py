@@ -23,8 +23,9 @@ from polaris_pipeline.cli.context import settings_for
 from polaris_pipeline.cli.parser import build_parser
 from polaris_pipeline.dagster import PolarisSweeper, build_defs
 from polaris_pipeline.dagster.definitions import deployment_from_env
-from polaris_pipeline.settings import PipelineSettings, Section
+from polaris_pipeline.settings import MetastoreSection, PipelineSettings, Section
 from polaris_pipeline.settings.env import SECTIONS, env_variable, read_section
+from polaris_pipeline.tasks.model import TaskPolicy
 
 # section -> cases, each case field -> (value, the text a variable or --set gives).
 # Storage has two cases: a file, or the same rules inline (one source at a time).
@@ -231,3 +232,18 @@ def test_the_component_yaml(section: str, index: int) -> None:
     if section in RESOURCES:
         defs = component.build_defs(ComponentTree.for_test().load_context)
         assert _dump((defs.resources or {})[section]) == expected
+
+
+# The metastore section's fields that say where and as whom, not how tasks are run.
+NOT_POLICY = {"url", "realms", "executor_prefix"}
+
+
+def test_every_policy_field_of_the_metastore_section_reaches_the_task_policy() -> None:
+    """TaskPolicy is the section resolved: a field it drops fails here, and its defaults
+    are the section's (no second list)."""
+    assert TaskPolicy.from_section(MetastoreSection()) == TaskPolicy()
+    for field, (value, _) in VALUES["metastore"][0].items():
+        if field in NOT_POLICY:
+            continue
+        policy = TaskPolicy.from_section(MetastoreSection(**{field: value}))
+        assert policy != TaskPolicy(), field

@@ -18,7 +18,7 @@ from polaris_pipeline.metastore.connection import make_engine, resolve_url
 from polaris_pipeline.settings import PipelineSettings
 from polaris_pipeline.storage.config import UNBOUNDED_WARNING, StorageConfig
 from polaris_pipeline.tasks.formatting import realms_text
-from polaris_pipeline.tasks.model import TaskRow
+from polaris_pipeline.tasks.model import TaskPolicy, TaskRow
 from polaris_pipeline.tasks.release import PolarisRelease, untested_warning
 
 # 0 success, 1 a task run or swept failed, 2 bad input or unreachable services.
@@ -62,9 +62,9 @@ def settings_for(args: argparse.Namespace) -> PipelineSettings:
 def open_metastore(settings: PipelineSettings, *, read_only: bool) -> Metastore:
     """The metastore; ``read_only`` for commands that must not create or change anything."""
     if not read_only:
-        return Metastore(settings.metastore.url, policy=settings.metastore.policy())
+        return Metastore(settings.metastore.url, policy=TaskPolicy.from_section(settings.metastore))
     engine = make_engine(resolve_url(settings.metastore.url), read_only=True)
-    return Metastore(policy=settings.metastore.policy(), engine=engine)
+    return Metastore(policy=TaskPolicy.from_section(settings.metastore), engine=engine)
 
 
 def checked_metastore(settings: PipelineSettings, *, read_only: bool) -> Metastore:
