@@ -325,7 +325,12 @@ def test_a_bad_variable_is_one_line_and_exit_2(
             ["tasks", "list", "--metastore", "postgresql://u:topsecret@127.0.0.1:1/db"],
             "metastore postgresql+psycopg://u:***@127.0.0.1:1/db",
         ),
-        (["tasks", "list", "--lease-timeout-ms", "0"], "--lease-timeout-ms 0: lease timeout"),
+        # A flag's bad value is argparse's (tests/test_cli_setting_flags.py); --set's is
+        # read with the settings.
+        (
+            ["tasks", "list", "--set", "metastore.lease_timeout_ms=0"],
+            "--set metastore.lease_timeout_ms 0: lease timeout",
+        ),
     ],
 )
 def test_errors_are_one_line_without_traceback(

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
+from polaris_pipeline.cli.setting_flags import flagged_settings
 from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.connection import make_engine, resolve_url
@@ -25,27 +25,9 @@ from polaris_pipeline.tasks.release import PolarisRelease, untested_warning
 EXIT_OK, EXIT_TASK_FAILED, EXIT_ERROR = 0, 1, 2
 
 
-# Each flag that overrides a setting: its argparse destination, its (section, field).
-_FLAGS: dict[str, tuple[str, str, str]] = {
-    "metastore": ("--metastore", "metastore", "url"),
-    "realms": ("--realm", "metastore", "realms"),
-    "lease_timeout_ms": ("--lease-timeout-ms", "metastore", "lease_timeout_ms"),
-    "grace_ms": ("--grace-ms", "metastore", "grace_ms"),
-    "max_attempts": ("--max-attempts", "metastore", "max_attempts"),
-    "polaris_version": ("--polaris-version", "metastore", "polaris_version"),
-    "unreferenced": ("--unreferenced", "metastore", "unreferenced"),
-    "storage_config": ("--storage-config", "storage", "config_path"),
-    "deletion_record": ("--deletion-record", "storage", "deletion_record"),
-    "min_age_days": ("--min-age-days", "leaks", "min_age_days"),
-}
-
-
 def settings_for(args: argparse.Namespace) -> PipelineSettings:
     """The environment's settings with this command's flags on top."""
-    changes: dict[str, dict[str, Any]] = {}
-    for dest, (_, section, field) in _FLAGS.items():
-        changes.setdefault(section, {})[field] = getattr(args, dest, None)
-    labels = {(section, field): flag for flag, section, field in _FLAGS.values()}
+    changes, labels = flagged_settings(args)
     # --set first: a flag of its own is the more specific.
     settings = (
         PipelineSettings.from_env()

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
+from polaris_pipeline.settings.bounds import JAVA_LONG_MAX, at_most
 from polaris_pipeline.settings.realm import (
     DEFAULT_METADATA_BATCH_SIZE,
     RealmOverride,
@@ -124,6 +125,7 @@ class MetastoreSection(Section):
     def _policy_number(cls, value: int | None, info: ValidationInfo) -> int | None:
         # One field at a time, so an error names its variable; the rules are the policy's.
         if value is not None:
+            at_most(value, JAVA_LONG_MAX, str(info.field_name).replace("_", " "))
             if info.field_name == "max_attempts":
                 check_max_attempts(value)
             elif info.field_name == "metadata_batch_size":
