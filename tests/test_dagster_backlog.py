@@ -51,14 +51,8 @@ from polaris_pipeline.dagster.resources import SweeperSettings
 from polaris_pipeline.dagster.retention import RETENTION_JOB_NAME, RETENTION_SCHEDULE_NAME
 from polaris_pipeline.dagster.sweeper import SENSOR_NAME, SweepCursor
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.tasks.model import (
-    NewTask,
-    Prop,
-    RealmOverride,
-    TaskPolicy,
-    TaskRow,
-    TaskState,
-)
+from polaris_pipeline.settings.realm import RealmOverride
+from polaris_pipeline.tasks.model import NewTask, Prop, TaskPolicy, TaskRow, TaskState
 from polaris_pipeline.tasks.summary import orphaned_since_ms
 from tests.support.dagster import (
     dagster_home,

@@ -7,7 +7,6 @@ a crash after the first chunk leaves that chunk recorded.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import subprocess
@@ -25,6 +24,7 @@ from builders.tasks import batch_task
 from polaris_pipeline.cleanup.batch import run_batch_cleanup
 from polaris_pipeline.cleanup.context import CleanupContext
 from polaris_pipeline.cli.context import settings_for
+from polaris_pipeline.cli.parser import build_parser
 from polaris_pipeline.dagster.definitions import build_defs, build_defs_from_env
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.errors import LeaseLost
@@ -330,15 +330,18 @@ def test_the_cli_sweep_records_and_its_dry_run_writes_nothing(
 
 
 def test_the_setting_reaches_the_cli_env_and_the_dagster_storage_resource(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert PipelineSettings().storage.deletion_record is None  # off by default
     env = {"POLARIS_PIPELINE_DELETION_RECORD": "s3://audit/pp/"}
     assert PipelineSettings.from_env(env).storage.deletion_record == "s3://audit/pp/"
     with pytest.raises(SettingsError, match="POLARIS_PIPELINE_DELETION_RECORD"):
         PipelineSettings.from_env({"POLARIS_PIPELINE_DELETION_RECORD": "relative/dir"})
-    with pytest.raises(SettingsError, match="--deletion-record"):
-        settings_for(argparse.Namespace(deletion_record="audit"))
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["sweep", "--deletion-record", "audit"])
+    assert "argument --deletion-record: 'audit': " in capsys.readouterr().err
+    flagged = build_parser().parse_args(["sweep", "--deletion-record", "s3://audit/pp/"])
+    assert settings_for(flagged).storage.deletion_record == "s3://audit/pp/"
 
     resources = dict(
         build_defs(storage=PolarisStorageResource(deletion_record="s3://audit/pp/")).resources or {}

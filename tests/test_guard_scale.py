@@ -273,7 +273,10 @@ def test_a_bound_that_is_no_number_is_one_clear_error(
     v5_store: Metastore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(GUARD_BOUND_ENV, "soon")
-    with pytest.raises(SettingsError, match=f"^{GUARD_BOUND_ENV}='soon': not a number$"):
+    with pytest.raises(
+        SettingsError,
+        match=f"^{GUARD_BOUND_ENV}='soon': Input should be a valid number, unable to parse",
+    ):
         LiveLocations(v5_store.engine, 5)
     monkeypatch.setenv(GUARD_BOUND_ENV, "0")
     with pytest.raises(SettingsError, match=f"^{GUARD_BOUND_ENV}='0': .*greater than 0"):

@@ -23,7 +23,7 @@ from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.report.nothing_available import no_orphans_reason
 from polaris_pipeline.settings import MetastoreSection, PipelineSettings, SettingsError
 from polaris_pipeline.tasks import payloads
-from polaris_pipeline.tasks.model import NewTask, Prop, TaskState, TaskType
+from polaris_pipeline.tasks.model import NewTask, Prop, TaskPolicy, TaskState, TaskType
 from tests.support.cli import run, url_of
 from tests.support.tasks import catalog_row, insert_row, purge_child
 
@@ -180,17 +180,18 @@ def test_a_bad_hold_variable_is_named() -> None:
 
 
 def test_the_catalog_beats_the_realm_which_beats_the_default() -> None:
-    policy = MetastoreSection.model_validate(
+    section = MetastoreSection.model_validate(
         {
             "hold_days": 1,
             "realm_overrides": {"R": {"hold_days": 2.5}},
             "catalog_hold_days": {"c": 0},
         }
-    ).policy()
+    )
+    policy = TaskPolicy.from_section(section)
     assert policy.hold_ms_for("R", None) == 2.5 * DAY_MS
     assert policy.hold_ms_for("OTHER", "d") == DAY_MS
     assert policy.hold_ms_for("R", "c") == 0
-    assert MetastoreSection().policy().holds_any is False
+    assert TaskPolicy.from_section(MetastoreSection()).holds_any is False
 
 
 def test_types_as_polaris_writes_them() -> None:

@@ -139,13 +139,29 @@ def test_storage_is_layered() -> None:
 # and so does the engine), the unreferenced phase's mode and report (a realm's policy and
 # a handler's result carry them) and execution/outcome.py (the phase's leftover check
 # reads the outcome the Runner made).
-LEAVES = ("settings.bounds", "unreferenced.mode", "unreferenced.report", "execution.outcome")
+LEAVES = (
+    "settings.bounds",
+    "unreferenced.mode",
+    "unreferenced.report",
+    "execution.outcome",
+    "tasks.release",
+    "storage.redact",
+    "storage.uri",
+)
 PACKAGE_LAYERS = (
-    ("errors", "settings.bounds", "unreferenced.mode"),
+    # The values a setting is checked against: a release, a mode, a URI, a mask.
+    ("errors",),
+    (
+        "settings.bounds",
+        "unreferenced.mode",
+        "tasks.release",
+        "storage.redact",
+        "storage.uri",
+    ),
+    ("settings",),  # every setting, one schema; of the engine only the leaves above
     ("tasks",),  # rows, states, payloads, references: Polaris's data; how it is written
     ("unreferenced.report",),  # what the unreferenced phase found and did, in tasks' words
     ("storage",),  # locations, filesystems, credentials, deletes
-    ("settings",),  # every setting, one schema; of the engine only the leaves below
     ("metastore",),  # statements and transitions over the rows
     ("cleanup",),  # one handler per task type, on storage
     ("leaks",),  # leaked table roots: the catalogs' locations listed, owners checked
@@ -324,7 +340,6 @@ SETTINGS_LEAVES = {
     "polaris_pipeline.errors",
     "polaris_pipeline.storage.redact",  # masking a URL's password in a repr or an error
     "polaris_pipeline.storage.uri",  # the location rule of a deletion record's prefix
-    "polaris_pipeline.tasks.model",  # TaskPolicy, the metastore section resolved
     "polaris_pipeline.tasks.release",
     "polaris_pipeline.unreferenced.mode",
 }
@@ -400,4 +415,4 @@ def test_nothing_outside_the_settings_reads_the_environment_for_a_setting() -> N
     assert sorted(reads - set(ENVIRON_READERS)) == []
     assert sorted(set(ENVIRON_READERS) - reads) == [], "a fixed one leaves the list"
     # The walk sees a read: the settings' own reader is one.
-    assert _environ_reads(PACKAGE / "settings" / "pipeline.py")
+    assert _environ_reads(PACKAGE / "settings" / "env.py")

@@ -22,7 +22,8 @@ from polaris_pipeline.cleanup.dispatch import run_cleanup
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.execution.sweep import execute_tree
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.tasks.model import NewTask, Prop, RealmOverride, TaskPolicy, TaskType
+from polaris_pipeline.settings.realm import RealmOverride
+from polaris_pipeline.tasks.model import NewTask, Prop, TaskPolicy, TaskType
 from polaris_pipeline.tasks.payloads import (
     BATCH_TYPE_TABLE_METADATA,
     BatchCleanupPayload,

@@ -21,7 +21,8 @@ from builders.tasks import batch_task
 from polaris_pipeline.metastore import Metastore, queries
 from polaris_pipeline.metastore.queries import Query
 from polaris_pipeline.metastore.schema import events
-from polaris_pipeline.tasks.model import Prop, RealmOverride, TaskPolicy, TaskRow
+from polaris_pipeline.settings.realm import RealmOverride
+from polaris_pipeline.tasks.model import Prop, TaskPolicy, TaskRow
 from tests.support.metastore import ALL_QUERIES
 
 REALM = "r"

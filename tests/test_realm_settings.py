@@ -11,13 +11,8 @@ import pytest
 from builders.tasks import batch_task, drop_table_task
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.tasks.model import (
-    DEFAULT_METADATA_BATCH_SIZE,
-    Prop,
-    RealmOverride,
-    TaskPolicy,
-    TaskState,
-)
+from polaris_pipeline.settings.realm import DEFAULT_METADATA_BATCH_SIZE, RealmOverride
+from polaris_pipeline.tasks.model import Prop, TaskPolicy, TaskState
 from polaris_pipeline.tasks.payloads import decode_batch_cleanup
 from tests.support.iceberg import Warehouse
 

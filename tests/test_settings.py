@@ -25,14 +25,15 @@ from polaris_pipeline.settings import (
     setting_from_env,
 )
 from polaris_pipeline.settings.pipeline import section_from_env
-from polaris_pipeline.tasks.model import RealmOverride, TaskPolicy
+from polaris_pipeline.settings.realm import RealmOverride
+from polaris_pipeline.tasks.model import TaskPolicy
 from polaris_pipeline.unreferenced.mode import UnreferencedMode
 
 
 def test_defaults_are_the_lease_policy_s() -> None:
     settings = PipelineSettings.from_env({})
     assert settings == PipelineSettings()
-    assert settings.metastore.policy() == TaskPolicy()
+    assert TaskPolicy.from_section(settings.metastore) == TaskPolicy()
     assert settings.metastore.url is None and settings.metastore.realms is None
     assert settings.storage.config_path is None
 
@@ -121,7 +122,7 @@ def test_every_variable_is_read() -> None:
     m = s.metastore
     assert m.url == "sqlite:////tmp/p.db"
     assert m.realms == ["POLARIS", "TEST"]  # trimmed, blanks and repeats dropped
-    assert m.policy() == TaskPolicy(
+    assert TaskPolicy.from_section(m) == TaskPolicy(
         lease_timeout_ms=60000,
         grace_ms=0,
         max_attempts=3,
@@ -134,9 +135,9 @@ def test_every_variable_is_read() -> None:
         catalog_hold_ms={"finance": 30 * 86_400_000, "scratch": 0},
     )
     assert m.polaris_version == "1.7"  # written as the release's own text
-    assert m.policy().for_realm("TEST").polaris_version == "1.7"
-    assert m.policy().for_realm("TEST").lease_timeout_ms == 1000
-    assert m.policy().for_realm("POLARIS").lease_timeout_ms == 60000
+    assert TaskPolicy.from_section(m).for_realm("TEST").polaris_version == "1.7"
+    assert TaskPolicy.from_section(m).for_realm("TEST").lease_timeout_ms == 1000
+    assert TaskPolicy.from_section(m).for_realm("POLARIS").lease_timeout_ms == 60000
     assert s.storage.config_path == "/etc/storage.yaml" and m.executor_prefix == "site-b"
     assert s.storage.deletion_record == "s3://audit/polaris-pipeline/"
     assert (s.sweeper.interval_seconds, s.sweeper.jitter) == (30.0, 0.5)
@@ -198,11 +199,19 @@ def test_blank_variables_mean_the_default() -> None:
 @pytest.mark.parametrize(
     ("name", "raw", "message"),
     [
-        (LEASE_TIMEOUT_ENV, "5m", "POLARIS_PIPELINE_LEASE_TIMEOUT_MS='5m': not an integer"),
+        (
+            LEASE_TIMEOUT_ENV,
+            "5m",
+            "POLARIS_PIPELINE_LEASE_TIMEOUT_MS='5m': Input should be a valid integer",
+        ),
         (LEASE_TIMEOUT_ENV, "0", "POLARIS_PIPELINE_LEASE_TIMEOUT_MS='0': lease timeout must be"),
         (GRACE_ENV, "-1", "POLARIS_PIPELINE_GRACE_MS='-1': grace period must not be negative"),
         (MAX_ATTEMPTS_ENV, "0", "POLARIS_PIPELINE_MAX_ATTEMPTS='0': max attempts must be"),
-        (MAX_ATTEMPTS_ENV, "2.5", "POLARIS_PIPELINE_MAX_ATTEMPTS='2.5': not an integer"),
+        (
+            MAX_ATTEMPTS_ENV,
+            "2.5",
+            "POLARIS_PIPELINE_MAX_ATTEMPTS='2.5': Input should be a valid integer",
+        ),
         (REALMS_ENV, " , ,", "POLARIS_PIPELINE_REALMS=', ,': names nothing"),
         (
             "POLARIS_PIPELINE_SWEEPER_JITTER",
@@ -219,7 +228,11 @@ def test_blank_variables_mean_the_default() -> None:
         ("POLARIS_PIPELINE_EXECUTOR_PREFIX", "a b", "must not contain white space"),
         ("POLARIS_PIPELINE_METADATA_BATCH_SIZE", "0", "metadata batch size must be at least 1"),
         ("POLARIS_PIPELINE_REALM_OVERRIDES", "{TEST: 1}", "REALM_OVERRIDES='{TEST: 1}': not JSON"),
-        ("POLARIS_PIPELINE_REALM_OVERRIDES", "[]", "not a JSON object"),
+        (
+            "POLARIS_PIPELINE_REALM_OVERRIDES",
+            "[]",
+            "REALM_OVERRIDES='[]': Input should be a valid dict",
+        ),
         (
             "POLARIS_PIPELINE_REALM_OVERRIDES",
             '{"TEST": {"lease_timeout": 5}}',
@@ -301,7 +314,9 @@ def test_a_bad_override_names_its_flag() -> None:
 def test_a_section_is_frozen_and_refuses_an_unknown_key() -> None:
     with pytest.raises(ValueError, match="max attempts must be at least 1"):
         MetastoreSection(max_attempts=0)
-    with pytest.raises(ValueError, match="Extra inputs are not permitted"):
+    with pytest.raises(
+        ValueError, match=r"unknown setting 'max_attempt' .*did you mean max_attempts"
+    ):
         MetastoreSection(max_attempt=3)  # type: ignore[call-arg]
     section = MetastoreSection()
     with pytest.raises(ValueError, match="frozen"):
@@ -325,7 +340,7 @@ def test_the_code_location_takes_the_whole_policy_and_the_events_switch() -> Non
     resources = build_defs_from_env(env).resources or {}
     metastore = resources["metastore"]
     assert metastore.executor_id("sensor").startswith("site-b:")
-    assert metastore.policy() == PipelineSettings.from_env(env).metastore.policy()
+    assert metastore.policy() == TaskPolicy.from_section(PipelineSettings.from_env(env).metastore)
     assert metastore.policy().for_realm("TEST").lease_timeout_ms == 1000
     assert metastore.policy().for_realm("TEST").polaris_version == "1.7"
     assert metastore.policy().for_realm("OTHER").polaris_version == "1.4.1"
@@ -355,7 +370,12 @@ def test_every_section_s_variables_reach_its_resource() -> None:
 @pytest.mark.parametrize(
     ("section", "name", "raw", "message"),
     [
-        ("guard", "POLARIS_PIPELINE_GUARD_BOUND_S", "soon", "GUARD_BOUND_S='soon': not a number"),
+        (
+            "guard",
+            "POLARIS_PIPELINE_GUARD_BOUND_S",
+            "soon",
+            "GUARD_BOUND_S='soon': Input should be a valid number",
+        ),
         ("guard", "POLARIS_PIPELINE_GUARD_BOUND_S", "-1", "GUARD_BOUND_S='-1': Input should be"),
         ("guard", "POLARIS_PIPELINE_GUARD_BOUND_S", "inf", "bound must be a finite number"),
         ("executor", "POLARIS_PIPELINE_TASK_EXECUTOR", "k8s", "TASK_EXECUTOR='k8s': Input should"),
@@ -420,3 +440,56 @@ def test_the_restore_target_takes_flags_over_its_section() -> None:
     assert (flagged.uri, flagged.catalog) == ("https://other/api/catalog", "sea")
     with pytest.raises(PolarisPipelineError, match=f"--catalog or \\${CATALOG_ENV}$"):
         RestTarget.from_env(None, None, {})
+
+
+def test_an_unknown_variable_under_the_prefix_is_warned_of_with_the_nearest_name(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A typo of a variable is not silently ignored: the settings still load (it may be
+    another tool's), and the warning names it and the setting it is closest to."""
+    from polaris_pipeline.settings.env import warn_unknown_variables
+
+    env = {
+        "POLARIS_PIPELINE_SWEEPER_INTERVAL_SECOND": "30",
+        "POLARIS_PIPELINE_TEST_PG": "postgresql://127.0.0.1/",  # the test suite's own
+        "OTHER_SWEEPER_INTERVAL": "1",
+        "POLARIS_PIPELINE_SWEEPER_JITTER": "0.5",
+    }
+    with caplog.at_level("WARNING", logger="polaris_pipeline.settings.env"):
+        settings = PipelineSettings.from_env(env)
+    assert settings.sweeper.jitter == 0.5
+    assert settings.sweeper.interval_seconds == 60.0  # the typo set nothing
+    [record] = caplog.records
+    assert record.getMessage() == (
+        "POLARIS_PIPELINE_SWEEPER_INTERVAL_SECOND names no setting of polaris-pipeline and is "
+        "ignored (did you mean POLARIS_PIPELINE_SWEEPER_INTERVAL_SECONDS?)"
+    )
+    # Once per process: the next reading does not repeat it.
+    assert warn_unknown_variables(env) == []
+
+
+def test_an_unknown_key_names_the_nearest_field() -> None:
+    from polaris_pipeline.dagster.resources import SweeperSettings
+
+    with pytest.raises(ValueError, match=r"unknown setting 'intervall_seconds' .*interval_sec"):
+        SweeperSettings(intervall_seconds=3)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match=r"unknown setting 'cronn' of LeakSection .*\bcron\b"):
+        PipelineSettings.model_validate({"leaks": {"cronn": "0 * * * *"}})
+
+
+def test_set_reads_a_value_as_its_variable_and_names_itself_in_an_error() -> None:
+    s = PipelineSettings().with_assignments(
+        [
+            ("metastore", "realms", " A, B,A"),
+            ("metastore", "realm_overrides", '{"A": {"lease_timeout_ms": 1000}}'),
+            ("sweeper", "autostart", "yes"),
+            ("storage", "allowed_prefixes", '["s3://b/wh/"]'),
+        ]
+    )
+    assert s.metastore.realms == ["A", "B"] and s.sweeper.autostart is True
+    assert TaskPolicy.from_section(s.metastore).for_realm("A").lease_timeout_ms == 1000
+    assert s.storage.allowed_prefixes == ["s3://b/wh/"]
+    with pytest.raises(SettingsError, match=r"^--set sweeper.jitter 11.0: .*between 0 and 10$"):
+        PipelineSettings().with_assignments([("sweeper", "jitter", "11")])
+    with pytest.raises(SettingsError, match=r"^--set metastore.grace_ms 'soon': Input should"):
+        PipelineSettings().with_assignments([("metastore", "grace_ms", "soon")])

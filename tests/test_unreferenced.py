@@ -24,10 +24,11 @@ from polaris_pipeline.execution.runner import Runner, Status, TaskOutcome
 from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import LiveLocations, Overlap, escape_like, overlap_terms
+from polaris_pipeline.settings.realm import RealmOverride
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.uri import Location, parse_location, split_uri
-from polaris_pipeline.tasks.model import NewTask, Prop, RealmOverride, TaskPolicy, TaskState
+from polaris_pipeline.tasks.model import NewTask, Prop, TaskPolicy, TaskState
 from polaris_pipeline.tasks.payloads import decode_dropped_entity
 from polaris_pipeline.unreferenced.listing import prefix_refusal, run_unreferenced
 from polaris_pipeline.unreferenced.mode import UnreferencedMode

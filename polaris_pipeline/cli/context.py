@@ -10,43 +10,30 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
+from polaris_pipeline.cli.setting_flags import flagged_settings
 from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.connection import make_engine, resolve_url
 from polaris_pipeline.settings import PipelineSettings
 from polaris_pipeline.storage.config import UNBOUNDED_WARNING, StorageConfig
 from polaris_pipeline.tasks.formatting import realms_text
-from polaris_pipeline.tasks.model import TaskRow
+from polaris_pipeline.tasks.model import TaskPolicy, TaskRow
 from polaris_pipeline.tasks.release import PolarisRelease, untested_warning
 
 # 0 success, 1 a task run or swept failed, 2 bad input or unreachable services.
 EXIT_OK, EXIT_TASK_FAILED, EXIT_ERROR = 0, 1, 2
 
 
-# Each flag that overrides a setting: its argparse destination, its (section, field).
-_FLAGS: dict[str, tuple[str, str, str]] = {
-    "metastore": ("--metastore", "metastore", "url"),
-    "realms": ("--realm", "metastore", "realms"),
-    "lease_timeout_ms": ("--lease-timeout-ms", "metastore", "lease_timeout_ms"),
-    "grace_ms": ("--grace-ms", "metastore", "grace_ms"),
-    "max_attempts": ("--max-attempts", "metastore", "max_attempts"),
-    "polaris_version": ("--polaris-version", "metastore", "polaris_version"),
-    "unreferenced": ("--unreferenced", "metastore", "unreferenced"),
-    "storage_config": ("--storage-config", "storage", "config_path"),
-    "deletion_record": ("--deletion-record", "storage", "deletion_record"),
-    "min_age_days": ("--min-age-days", "leaks", "min_age_days"),
-}
-
-
 def settings_for(args: argparse.Namespace) -> PipelineSettings:
     """The environment's settings with this command's flags on top."""
-    changes: dict[str, dict[str, Any]] = {}
-    for dest, (_, section, field) in _FLAGS.items():
-        changes.setdefault(section, {})[field] = getattr(args, dest, None)
-    labels = {(section, field): flag for flag, section, field in _FLAGS.values()}
-    settings = PipelineSettings.from_env().with_overrides(changes, labels)
+    changes, labels = flagged_settings(args)
+    # --set first: a flag of its own is the more specific.
+    settings = (
+        PipelineSettings.from_env()
+        .with_assignments(getattr(args, "assignments", None) or [])
+        .with_overrides(changes, labels)
+    )
     release = settings.metastore.polaris_version
     warning = untested_warning(PolarisRelease.parse(release)) if release else None
     if warning:
@@ -57,9 +44,9 @@ def settings_for(args: argparse.Namespace) -> PipelineSettings:
 def open_metastore(settings: PipelineSettings, *, read_only: bool) -> Metastore:
     """The metastore; ``read_only`` for commands that must not create or change anything."""
     if not read_only:
-        return Metastore(settings.metastore.url, policy=settings.metastore.policy())
+        return Metastore(settings.metastore.url, policy=TaskPolicy.from_section(settings.metastore))
     engine = make_engine(resolve_url(settings.metastore.url), read_only=True)
-    return Metastore(policy=settings.metastore.policy(), engine=engine)
+    return Metastore(policy=TaskPolicy.from_section(settings.metastore), engine=engine)
 
 
 def checked_metastore(settings: PipelineSettings, *, read_only: bool) -> Metastore:

@@ -34,7 +34,7 @@ from polaris_pipeline.tasks.formatting import (
     truncate,
 )
 from polaris_pipeline.tasks.hold import DROP_TIME_SOURCE
-from polaris_pipeline.tasks.model import TaskRow, TaskState
+from polaris_pipeline.tasks.model import TaskPolicy, TaskRow, TaskState
 from polaris_pipeline.tasks.release import ResolvedRelease
 from polaris_pipeline.tasks.summary import available_at_ms, summarize
 
@@ -102,7 +102,7 @@ def task_json(
         doc["hold"] = hold_json(task)
     add_json_times(
         doc,
-        available_at=available_at_ms(task, state, now_ms, settings.metastore.policy()),
+        available_at=available_at_ms(task, state, now_ms, _policy(settings)),
         next_attempt=task.next_attempt_ms,
         last_attempt_start=task.start_time_ms,
         last_attempt_end=task.end_time_ms,
@@ -145,7 +145,7 @@ def _next_text(task: TaskRow, state: TaskState, now: int, settings: PipelineSett
         return "now"
     if state is TaskState.HELD:
         return purges_after(task.held_until_ms)
-    return relative_time(available_at_ms(task, state, now, settings.metastore.policy()), now)
+    return relative_time(available_at_ms(task, state, now, _policy(settings)), now)
 
 
 def print_task_list(
@@ -254,7 +254,7 @@ def _show_pairs(
         lines.append(
             ("hold", f"{purges_after(task.held_until_ms)} (drop time: {DROP_TIME_SOURCE})")
         )
-    available = available_at_ms(task, state, now, settings.metastore.policy())
+    available = available_at_ms(task, state, now, _policy(settings))
     if state is not TaskState.ORPHANED and available is not None:
         lines.append(("available", when(available)))
     lines.append(("created", when(task.create_timestamp)))
@@ -448,3 +448,7 @@ def print_plans(docs: Sequence[dict[str, Any]], reason: str | None, out: TextIO)
     )
     if reason:
         print(reason, file=out)
+
+
+def _policy(settings: PipelineSettings) -> TaskPolicy:
+    return TaskPolicy.from_section(settings.metastore)

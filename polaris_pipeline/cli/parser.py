@@ -11,26 +11,16 @@ from collections.abc import Callable
 from importlib.metadata import version
 from typing import Any, NoReturn
 
+from polaris_pipeline.cli.argtypes import assignment as _assignment
 from polaris_pipeline.cli.argtypes import text as _text
 from polaris_pipeline.cli.restore import add_restore_parser
-from polaris_pipeline.leaks.reclaim import DAY_MS, check_min_age_days
+from polaris_pipeline.cli.setting_flags import add_setting
 from polaris_pipeline.metastore.ddl import LATEST_SCHEMA_VERSION, MIN_SCHEMA_VERSION
 from polaris_pipeline.metastore.privileges import require_role_name
 from polaris_pipeline.settings import (
-    CONFIG_ENV_VAR,
-    DELETION_RECORD_ENV,
-    GRACE_ENV,
-    LEAK_MIN_AGE_ENV,
-    LEASE_TIMEOUT_ENV,
-    MAX_ATTEMPTS_ENV,
-    REALMS_ENV,
-    UNREFERENCED_ENV,
     URL_ENV,
-    PipelineSettings,
 )
 from polaris_pipeline.tasks.model import TaskState
-from polaris_pipeline.tasks.release import RELEASE_ENV, PolarisRelease
-from polaris_pipeline.unreferenced.mode import UnreferencedMode
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -88,66 +78,30 @@ def _role(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def _release(text: str) -> str:
-    """An argparse type: a Polaris release, as the settings read it."""
-    try:
-        return PolarisRelease.normalise(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _days(text: str) -> float:
-    """An argparse type: the reclaim's minimum age in days, by its one rule."""
-    try:
-        days = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days") from None
-    try:
-        age_ms = check_min_age_days(days)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    if age_ms > _LONG_MAX:
-        raise argparse.ArgumentTypeError(f"{text} is out of range: at most {_LONG_MAX // DAY_MS}")
-    return days
-
-
 _ENTITY_ID = _whole_number(0, "an entity id")
-_MS = _whole_number(0, "a duration in milliseconds")
-
-
-_DEFAULTS = PipelineSettings()
 
 
 def _add_metastore(p: argparse.ArgumentParser) -> None:
+    add_setting(p, "metastore", "url", metavar="URL")
+    # Every command that opens the metastore reads the settings: each is reachable here.
     p.add_argument(
-        "--metastore",
-        metavar="URL",
-        type=_text("a SQLAlchemy URL"),
-        help=f"SQLAlchemy URL of Polaris's metastore, e.g. postgresql+psycopg://user@host/polaris "
-        f"or sqlite:///polaris.db (default: ${URL_ENV})",
+        "--set",
+        action="append",
+        dest="assignments",
+        metavar="SECTION.FIELD=VALUE",
+        type=_assignment,
+        help="any setting, named as in a YAML block and read as its variable is (a list "
+        "comma-separated, a mapping JSON), e.g. --set sweeper.jitter=0.5; repeat for several; "
+        "beats the environment, and a flag of its own beats it (docs/dagster.md)",
     )
 
 
 def _add_realms(p: argparse.ArgumentParser, every: str = "every realm with tasks") -> None:
-    p.add_argument(
-        "--realm",
-        action="append",
-        dest="realms",
-        metavar="REALM",
-        type=_text("a realm's name"),
-        help="limit to this realm; repeat for several, e.g. --realm POLARIS --realm TEST "
-        f"(default: ${REALMS_ENV}, else {every})",
-    )
+    add_setting(p, "metastore", "realms", metavar="REALM", default=every)
 
 
 def _add_storage_config(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--storage-config",
-        metavar="FILE",
-        type=_text("a file's path"),
-        help="YAML or JSON mapping location prefixes to fsspec options "
-        f"(default: ${CONFIG_ENV_VAR})",
-    )
+    add_setting(p, "storage", "config_path", metavar="FILE", default="no rules")
 
 
 def _add_task_ref(p: argparse.ArgumentParser) -> None:
@@ -168,58 +122,18 @@ def _add_task_ref(p: argparse.ArgumentParser) -> None:
 
 
 def _add_policy(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--lease-timeout-ms",
-        type=_MS,
-        metavar="MS",
-        help="lease period, as Polaris's POLARIS_TASK_TIMEOUT_MILLIS "
-        f"(default: ${LEASE_TIMEOUT_ENV}, else {_DEFAULTS.metastore.lease_timeout_ms})",
-    )
-    p.add_argument(
-        "--grace-ms",
-        type=_MS,
-        metavar="MS",
-        help="never-leased tasks younger than this are left to Polaris's in-process "
-        f"executor (default: ${GRACE_ENV}, else the lease timeout)",
-    )
-    p.add_argument(
-        "--max-attempts",
-        type=_whole_number(1, "the number of attempts"),
-        metavar="N",
-        help=f"dead-letter a task after N attempts (default: ${MAX_ATTEMPTS_ENV}, "
-        f"else {_DEFAULTS.metastore.max_attempts})",
-    )
-
-    p.add_argument(
-        "--polaris-version",
-        metavar="X.Y[.Z]",
-        type=_release,
-        help="the Polaris release that reads the rows written, e.g. 1.7: the BATCH payload's "
-        f"type and task events follow it (default: ${RELEASE_ENV}, else inferred per realm "
-        "from the rows Polaris wrote and the schema version)",
-    )
+    add_setting(p, "metastore", "lease_timeout_ms", metavar="MS")
+    add_setting(p, "metastore", "grace_ms", metavar="MS", default="the lease timeout")
+    add_setting(p, "metastore", "max_attempts", metavar="N")
+    add_setting(p, "metastore", "polaris_version", metavar="X.Y[.Z]", default="inferred per realm")
 
 
 def _add_unreferenced(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--unreferenced",
-        choices=[mode.value for mode in UnreferencedMode],
-        help="what a dropped table's run does, last, with the files under its location that "
-        "its metadata no longer names: off; report (list them, delete nothing); delete "
-        f"(default: ${UNREFERENCED_ENV}, else {_DEFAULTS.metastore.unreferenced})",
-    )
+    add_setting(p, "metastore", "unreferenced")
 
 
 def _add_deletion_record(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--deletion-record",
-        metavar="URI",
-        type=_text("an fsspec URI prefix"),
-        help="fsspec URI prefix (s3://audit/pp/, file:///var/log/pp/) under which each "
-        "attempt that deletes anything writes every path it deleted, one JSON Lines file "
-        f"per attempt; reached through the storage config (default: ${DELETION_RECORD_ENV}, "
-        "else none)",
-    )
+    add_setting(p, "storage", "deletion_record", metavar="URI")
 
 
 def _add_json(p: argparse.ArgumentParser, what: str) -> None:
@@ -516,13 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
         "naming it, its newest metadata readable and not gc.enabled=false); only objects older "
         "than --min-age-days; its metadata last, once nothing else is left",
     )
-    leaks.add_argument(
-        "--min-age-days",
-        type=_days,
-        metavar="DAYS",
-        help="with --reclaim: delete only objects last modified at least this many days ago, "
-        f"at least 1 (default: ${LEAK_MIN_AGE_ENV}, else {_DEFAULTS.leaks.min_age_days:g})",
-    )
+    add_setting(leaks, "leaks", "min_age_days", metavar="DAYS")
     _add_json(
         leaks, "the report (per catalog: roots, not-a-table directories, errors) or the reclaim"
     )

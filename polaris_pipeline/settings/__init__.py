@@ -1,21 +1,21 @@
 """Every setting of the engine, one typed schema of nested sections.
 
 The command line, ``build_defs``, the ``PolarisSweeper`` component and the
-environment all build these sections; the Dagster resources are the same models
-with Dagster's base added (``polaris_pipeline/dagster/resources``). Each field,
-default and rule is written once, in its section's module.
+environment (read by pydantic-settings, ``settings/env.py``) all build these sections;
+the Dagster resources are the same models with Dagster's base added
+(``polaris_pipeline/dagster/resources``). Each field, default and rule is written once,
+in its section's module.
 """
 
 from polaris_pipeline.settings.alerts import AlertSection
 from polaris_pipeline.settings.backlog import BacklogSection
+from polaris_pipeline.settings.env import ENV_PREFIX, ENV_VARIABLES, env_variable
 from polaris_pipeline.settings.executor import ExecutorSection, TaskExecutor
 from polaris_pipeline.settings.guard import GuardSection
 from polaris_pipeline.settings.leaks import LeakSection
 from polaris_pipeline.settings.metastore import MetastoreSection
 from polaris_pipeline.settings.pipeline import (
-    ENV_VARIABLES,
     PipelineSettings,
-    env_variable,
     executor_settings,
     restore_settings,
     setting_from_env,
@@ -39,6 +39,7 @@ TASK_EXECUTOR_ENV = ENV_VARIABLES[("executor", "task_executor")]
 __all__ = [
     "CONFIG_ENV_VAR",
     "DELETION_RECORD_ENV",
+    "ENV_PREFIX",
     "ENV_VARIABLES",
     "GRACE_ENV",
     "GUARD_BOUND_ENV",

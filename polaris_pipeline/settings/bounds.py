@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import math
 
+# Polaris's ids, times and counts are Java longs: a larger number names nothing, and
+# SQLite refuses to bind it.
+JAVA_LONG_MAX = 2**63 - 1
+
 
 def finite(value: float, what: str) -> float:
     """``value``; ValueError "<what> must be a finite number" for NaN or an infinity."""
@@ -16,3 +20,10 @@ def at_least(value: float, bound: float, what: str) -> None:
     """ValueError "<what> must be at least <bound>" when ``value`` is below ``bound``."""
     if value < bound:
         raise ValueError(f"{what} must be at least {bound:g}")
+
+
+def at_most(value: float, bound: float, what: str) -> None:
+    """ValueError "<what> must be at most <bound>" when ``value`` is above ``bound``."""
+    if value > bound:
+        shown = f"{bound:d}" if isinstance(bound, int) else f"{bound:g}"
+        raise ValueError(f"{what} must be at most {shown}")

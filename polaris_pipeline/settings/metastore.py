@@ -1,7 +1,8 @@
 """The metastore section: where the tasks are, which realms, and each realm's task policy.
 
-``policy()`` resolves it into the ``TaskPolicy`` every ``Metastore`` and ``Runner``
-is built with, so no caller can leave a setting out.
+Each default of the task policy is declared here; ``TaskPolicy.from_section``
+(tasks/model.py) resolves the section into the policy every ``Metastore`` and
+``Runner`` is built with, so no caller can leave a setting out.
 """
 
 from __future__ import annotations
@@ -10,20 +11,19 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from polaris_pipeline.settings.section import Section
-from polaris_pipeline.tasks.model import (
+from polaris_pipeline.settings.bounds import JAVA_LONG_MAX, at_most
+from polaris_pipeline.settings.realm import (
+    DEFAULT_METADATA_BATCH_SIZE,
     RealmOverride,
-    TaskPolicy,
     check_batch_size,
     check_hold_days,
     check_lease_timing,
     check_max_attempts,
-    hold_days_ms,
 )
+from polaris_pipeline.settings.section import Section
 from polaris_pipeline.tasks.release import ALWAYS, PolarisRelease, TaskEvents, parse_task_events
 from polaris_pipeline.unreferenced.mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
 
-_POLICY = TaskPolicy()
 # The first part of every executor id this package writes (lastAttemptExecutorId).
 DEFAULT_EXECUTOR_PREFIX = "polaris-pipeline"
 
@@ -45,26 +45,26 @@ class MetastoreSection(Section):
         default=None, description="Realms to sweep; null sweeps every realm that has tasks."
     )
     lease_timeout_ms: int = Field(
-        default=_POLICY.lease_timeout_ms,
+        default=300_000,  # Polaris's POLARIS_TASK_TIMEOUT_MILLIS
         description="Lease period; must equal Polaris's POLARIS_TASK_TIMEOUT_MILLIS.",
     )
     grace_ms: int | None = Field(
-        default=_POLICY.grace_ms,
+        default=None,
         description=(
             "How old a never-leased task must be before the sweeper takes it (a Polaris "
             "server may be running it in-process); null means the lease timeout."
         ),
     )
     max_attempts: int = Field(
-        default=_POLICY.max_attempts,
+        default=8,
         description="Attempts before a task is dead-lettered (then only requeue).",
     )
     metadata_batch_size: int = Field(
-        default=_POLICY.metadata_batch_size,
+        default=DEFAULT_METADATA_BATCH_SIZE,
         description="Paths per metadata batch child; Polaris's TABLE_METADATA_CLEANUP_BATCH_SIZE.",
     )
     polaris_version: str | None = Field(
-        default=_POLICY.polaris_version,
+        default=None,
         description=(
             "The Polaris release serving the metastore (1.7, 1.4.1): the shape of the rows "
             "we write (BATCH payload type, task events). Null: inferred per realm from the "
@@ -125,6 +125,7 @@ class MetastoreSection(Section):
     def _policy_number(cls, value: int | None, info: ValidationInfo) -> int | None:
         # One field at a time, so an error names its variable; the rules are the policy's.
         if value is not None:
+            at_most(value, JAVA_LONG_MAX, str(info.field_name).replace("_", " "))
             if info.field_name == "max_attempts":
                 check_max_attempts(value)
             elif info.field_name == "metadata_batch_size":
@@ -194,24 +195,6 @@ class MetastoreSection(Section):
         if any(c.isspace() for c in value):
             raise ValueError("the executor prefix must not contain white space")
         return value
-
-    def policy(self) -> TaskPolicy:
-        """The lease policy this section gives: every Metastore and Runner takes it."""
-        return TaskPolicy(
-            lease_timeout_ms=self.lease_timeout_ms,
-            grace_ms=self.grace_ms,
-            max_attempts=self.max_attempts,
-            metadata_batch_size=self.metadata_batch_size,
-            unreferenced=UnreferencedMode.parse(self.unreferenced),
-            polaris_version=self.polaris_version,
-            task_events=self.events(),
-            hold_ms=hold_days_ms(self.hold_days),
-            catalog_hold_ms={c: hold_days_ms(d) for c, d in self.catalog_hold_days.items()},
-            realm_overrides={
-                realm: RealmOverride(**RealmOverride.values_of(o))
-                for realm, o in self.realm_overrides.items()
-            },
-        )
 
     def events(self) -> TaskEvents:
         """The task-events setting as the Runner takes it (False, True or "always")."""

@@ -9,17 +9,15 @@ component's YAML.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import difflib
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.storage.redact import masked_repr_args
 from polaris_pipeline.storage.uri import split_uri
-
-# The prefix of every variable the package reads (but the metastore URL's).
-ENV_PREFIX = "POLARIS_PIPELINE_"
 
 
 class SettingsError(PolarisPipelineError, ValueError):
@@ -31,9 +29,38 @@ class Section(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, values: Any) -> Any:
+        # pydantic's own refusal says only "Extra inputs are not permitted": name the
+        # nearest field, as a typo in a YAML block usually is one.
+        if isinstance(values, dict):
+            fields = set(cls.model_fields) | {
+                f.alias for f in cls.model_fields.values() if f.alias is not None
+            }
+            for key in values:
+                if isinstance(key, str) and key not in fields:
+                    hint = nearest(key, fields)
+                    raise ValueError(f"unknown setting {key!r} of {cls.__name__}{hint}")
+        return values
+
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         # A URL's password, an inline storage option's key: masked in every repr.
         return masked_repr_args(super().__repr_args__())
+
+
+def nearest(name: str, names: Iterable[str]) -> str:
+    """ " (did you mean X?)" for the name of ``names`` nearest ``name``; "" for none."""
+    close = difflib.get_close_matches(name, sorted(names), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def first_problem(exc: ValidationError) -> str:
+    """The first problem of ``exc``, one line, without the field its caller names."""
+    first = exc.errors()[0]
+    message = str(first["msg"]).removeprefix("Value error, ")
+    inner = ".".join(str(part) for part in first["loc"][1:])
+    return f"{inner}: {message}" if inner else message
 
 
 def nonblank_cron(value: str) -> str:

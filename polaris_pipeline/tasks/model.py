@@ -9,18 +9,30 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from polaris_pipeline.errors import PayloadError
+from polaris_pipeline.settings.metastore import MetastoreSection
+from polaris_pipeline.settings.realm import (
+    RealmOverride,
+    check_batch_size,
+    check_lease_timing,
+    check_max_attempts,
+    hold_days_ms,
+    release_text,
+)
+from polaris_pipeline.tasks.release import TaskEvents, parse_task_events
+from polaris_pipeline.unreferenced.mode import UnreferencedMode
 
-from polaris_pipeline.errors import PayloadError, first_error
-from polaris_pipeline.tasks.release import PolarisRelease, TaskEvents
-from polaris_pipeline.unreferenced.mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
+# Where the policy's defaults are declared: a default TaskPolicy is the default section's.
+_SECTION = MetastoreSection()
+_DEFAULT_UNREFERENCED = UnreferencedMode.parse(_SECTION.unreferenced)
+_DEFAULT_TASK_EVENTS = parse_task_events(_SECTION.task_events)
+_DEFAULT_HOLD_MS = hold_days_ms(_SECTION.hold_days)
 
 TASK_TYPE_CODE = 8
 # The entity type of a catalog, whose internal properties hold its storage configuration.
@@ -99,183 +111,62 @@ STATUS_REQUEUED = "requeued"
 PERMANENT_TRUE = "true"
 CREATOR = "polaris-pipeline"
 MAX_ERROR_LENGTH = 2000
-# Polaris's TABLE_METADATA_CLEANUP_BATCH_SIZE default.
-DEFAULT_METADATA_BATCH_SIZE = 10
-
-
-def check_hold_days(days: float | None) -> None:
-    """A hold is a finite number of days, 0 (off) or more; a bool is not a number."""
-    if days is None:
-        return
-    if isinstance(days, bool) or not isinstance(days, int | float):
-        raise ValueError("a hold must be a number of days")
-    if not math.isfinite(days) or days < 0:
-        raise ValueError("a hold must be 0 (off) or a positive number of days")
-
-
-def hold_days_ms(days: float) -> int:
-    """``days`` of hold in milliseconds (the rule's unit)."""
-    return round(days * 86_400_000)
-
-
-def check_lease_timing(lease_timeout_ms: int | None, grace_ms: int | None) -> None:
-    if lease_timeout_ms is not None and lease_timeout_ms <= 0:
-        raise ValueError("lease timeout must be positive")
-    if grace_ms is not None and grace_ms < 0:
-        raise ValueError("grace period must not be negative")
-
-
-def check_max_attempts(attempts: int) -> None:
-    if attempts < 1:
-        raise ValueError("max attempts must be at least 1")
-
-
-def check_batch_size(size: int | None) -> None:
-    if size is not None and size < 1:
-        raise ValueError("metadata batch size must be at least 1")
-
-
-def _release_text(value: object) -> str:
-    if not isinstance(value, str):
-        raise ValueError("polaris_version must be a release such as 1.7 or 1.4.1")
-    return PolarisRelease.normalise(value)
-
-
-# Overrides whose values are text, not integers.
-_TEXT_OVERRIDES = frozenset({"unreferenced", "polaris_version"})
-# Overrides that are any number, not only an integer.
-_NUMBER_OVERRIDES = frozenset({"hold_days"})
-
-
-class RealmOverride(BaseModel):
-    """One realm's own values; a field left None takes the global one.
-
-    Polaris lets a realm override ``POLARIS_TASK_TIMEOUT_MILLIS`` and
-    ``TABLE_METADATA_CLEANUP_BATCH_SIZE``; the grace period follows the lease
-    timeout unless set. A typed model: the settings, the ``metastore`` resource and
-    the component all nest this one (``realm_overrides``), each rule checked here.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    lease_timeout_ms: int | None = Field(
-        default=None, description="The realm's POLARIS_TASK_TIMEOUT_MILLIS."
-    )
-    grace_ms: int | None = Field(
-        default=None, description="The realm's grace period; null: its lease timeout."
-    )
-    metadata_batch_size: int | None = Field(
-        default=None, description="The realm's TABLE_METADATA_CLEANUP_BATCH_SIZE."
-    )
-    unreferenced: str | None = Field(
-        default=None, description="The realm's own unreferenced mode: off, report or delete."
-    )
-    # Realms of one metastore may be served by different deployments.
-    polaris_version: str | None = Field(
-        default=None, description="The Polaris release serving the realm (1.7, 1.4.1)."
-    )
-    hold_days: float | None = Field(
-        default=None,
-        description="Days a dropped table's purge is held in this realm's catalogs (0: off).",
-    )
-
-    @field_validator("hold_days", mode="before")
-    @classmethod
-    def _hold(cls, value: object) -> object:
-        check_hold_days(value)  # type: ignore[arg-type]
-        return value
-
-    @field_validator("unreferenced")
-    @classmethod
-    def _mode(cls, value: str | None) -> str | None:
-        return None if value is None else UnreferencedMode.parse(value).value
-
-    @field_validator("polaris_version", mode="before")
-    @classmethod
-    def _release(cls, value: object) -> str | None:
-        return None if value is None else _release_text(value)
-
-    @model_validator(mode="after")
-    def _rules(self) -> RealmOverride:
-        check_lease_timing(self.lease_timeout_ms, self.grace_ms)
-        check_batch_size(self.metadata_batch_size)
-        return self
-
-    @staticmethod
-    def values_of(value: RealmOverride | Mapping[str, Any]) -> dict[str, Any]:
-        """The fields a realm's override sets, from the model or from a plain mapping."""
-        if isinstance(value, RealmOverride):
-            return value.model_dump(exclude_none=True)
-        return dict(value)
-
-    @classmethod
-    def from_json_obj(cls, value: object, *, realm: str = "?") -> RealmOverride:
-        """From ``{"lease_timeout_ms": .., "grace_ms": .., "metadata_batch_size": ..}``.
-
-        Unknown keys and non-integer values are a ValueError naming the realm, so a
-        typo in a setting is not silently the default.
-        """
-        if isinstance(value, RealmOverride):
-            return value
-        if not isinstance(value, Mapping):
-            raise ValueError(f"realm {realm!r}: overrides must be a JSON object")
-        unknown = sorted(str(k) for k in value if k not in cls.model_fields)
-        if unknown:
-            raise ValueError(f"realm {realm!r}: unknown override(s) {', '.join(unknown)}")
-        for key, item in value.items():
-            if key in _TEXT_OVERRIDES:
-                continue  # text, checked by the validators
-            if key in _NUMBER_OVERRIDES:
-                try:
-                    check_hold_days(item)
-                except ValueError as exc:
-                    raise ValueError(f"realm {realm!r}: {key}: {exc}") from None
-                continue
-            if item is not None and (isinstance(item, bool) or not isinstance(item, int)):
-                raise ValueError(f"realm {realm!r}: {key} must be an integer")
-        try:
-            return cls(**{str(k): v for k, v in value.items()})
-        except ValidationError as exc:
-            raise ValueError(f"realm {realm!r}: {first_error(exc)}") from None
 
 
 @dataclass(frozen=True)
 class TaskPolicy:
-    """How the realms' tasks are run: leasing (timeout, grace, attempts, backoff), the
-    metadata batch size, the unreferenced mode and the Polaris release. Defaults match
-    Polaris where Polaris has one.
+    """How the realms' tasks are run: the metastore section resolved (``from_section``):
+    leasing (timeout, grace, attempts, backoff), the metadata batch size, the
+    unreferenced mode, the Polaris release, the task events and the holds, in the units
+    the engine uses. Each default is the section's (``settings/metastore.py``), declared
+    there once; only the backoff, which no setting changes, is declared here.
 
     ``realm_overrides`` gives realms their own values; ``for_realm`` resolves the
     policy one realm runs under. The rule (``TaskRow.state``) and the lease
     statement both apply it per row.
     """
 
-    lease_timeout_ms: int = 300_000  # POLARIS_TASK_TIMEOUT_MILLIS
-    grace_ms: int | None = None  # None: the lease timeout
-    max_attempts: int = 8
+    lease_timeout_ms: int = _SECTION.lease_timeout_ms
+    grace_ms: int | None = _SECTION.grace_ms  # None: the lease timeout
+    max_attempts: int = _SECTION.max_attempts
     backoff_base_ms: int = 30_000
     backoff_max_ms: int = 3_600_000
-    metadata_batch_size: int = DEFAULT_METADATA_BATCH_SIZE  # TABLE_METADATA_CLEANUP_BATCH_SIZE
-    # What a dropped table's run does last with the files its metadata no longer names.
+    metadata_batch_size: int = _SECTION.metadata_batch_size
     # Part of the policy so that every Runner (CLI, task job, realm backfill) reads the
     # deployment's mode from the one object they are all built with.
-    unreferenced: UnreferencedMode = DEFAULT_UNREFERENCED_MODE
-    # The Polaris release that reads the rows we write; None: inferred per realm
-    # (``metastore/release_probe.py``). Text, as the settings write it.
-    polaris_version: str | None = None
-    # Write Polaris's BEFORE/AFTER_ATTEMPT_TASK rows where the realm's release writes
-    # them (True), for every release ("always"), or not (False, as Polaris's default).
-    task_events: TaskEvents = False
+    unreferenced: UnreferencedMode = _DEFAULT_UNREFERENCED
+    # None: inferred per realm (``metastore/release_probe.py``). Text, as the settings
+    # write it.
+    polaris_version: str | None = _SECTION.polaris_version
+    task_events: TaskEvents = _DEFAULT_TASK_EVENTS
     realm_overrides: Mapping[str, RealmOverride] = field(default_factory=dict, hash=False)
-    # How long a dropped table's purge is held after the drop (``tasks/hold.py``); 0: off.
-    hold_ms: int = 0
+    hold_ms: int = _DEFAULT_HOLD_MS
     # Catalog name -> its own hold, in every realm; beats the realm's.
     catalog_hold_ms: Mapping[str, int] = field(default_factory=dict, hash=False)
+
+    @classmethod
+    def from_section(cls, section: MetastoreSection) -> TaskPolicy:
+        """The policy ``section`` gives: every Metastore and Runner is built with it."""
+        return cls(
+            lease_timeout_ms=section.lease_timeout_ms,
+            grace_ms=section.grace_ms,
+            max_attempts=section.max_attempts,
+            metadata_batch_size=section.metadata_batch_size,
+            unreferenced=UnreferencedMode.parse(section.unreferenced),
+            polaris_version=section.polaris_version,
+            task_events=parse_task_events(section.task_events),
+            hold_ms=hold_days_ms(section.hold_days),
+            catalog_hold_ms={c: hold_days_ms(d) for c, d in section.catalog_hold_days.items()},
+            realm_overrides={
+                realm: RealmOverride(**RealmOverride.values_of(o))
+                for realm, o in section.realm_overrides.items()
+            },
+        )
 
     def __post_init__(self) -> None:
         check_lease_timing(self.lease_timeout_ms, self.grace_ms)
         if self.polaris_version is not None:
-            object.__setattr__(self, "polaris_version", _release_text(self.polaris_version))
+            object.__setattr__(self, "polaris_version", release_text(self.polaris_version))
         check_max_attempts(self.max_attempts)
         if self.backoff_base_ms < 0 or self.backoff_max_ms < self.backoff_base_ms:
             raise ValueError("backoff bounds must satisfy 0 <= base <= max")

@@ -18,7 +18,8 @@ from polaris_pipeline.execution.holder import make_executor_id
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.connection import resolve_url, safe_url
 from polaris_pipeline.settings import MetastoreSection
-from polaris_pipeline.tasks.model import RealmOverride, TaskPolicy
+from polaris_pipeline.settings.realm import RealmOverride
+from polaris_pipeline.tasks.model import TaskPolicy
 
 _cache: dict[tuple[int, str, TaskPolicy], Metastore] = {}
 _cache_lock = threading.Lock()
@@ -73,6 +74,10 @@ class PolarisMetastoreResource(ConfigurableResource, MetastoreSection):
     def from_section(cls, section: MetastoreSection, url: str | EnvVar) -> PolarisMetastoreResource:
         """The resource of ``section``, its URL given as the UI should show it."""
         return cls(**{**section.model_dump(exclude={"url"}), "url": url})
+
+    def policy(self) -> TaskPolicy:
+        """The task policy this resource's section gives."""
+        return TaskPolicy.from_section(self)
 
     def get_metastore(self) -> Metastore:
         """The shared Metastore of this process for this configuration."""
