@@ -13,7 +13,6 @@ import json
 import os
 from typing import Any
 
-import certifi
 import pytest
 import yaml
 from dagster import EnvVar
@@ -111,7 +110,6 @@ VALUES: dict[str, list[dict[str, tuple[Any, str]]]] = {
             "smtp_port": (587, "587"),
             "smtp_user": ("pp", "pp"),
             "smtp_password": ("pw", "pw"),
-            "smtp_ca_file": (certifi.where(), certifi.where()),
             "ui_url": ("https://dagster.example.com", "https://dagster.example.com"),
         }
     ],
