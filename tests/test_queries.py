@@ -143,13 +143,19 @@ def _cases(
         ),
         # The tasks' realm has no catalog row: the hold rule finds no name.
         "CATALOG_NAMES": (([REALM],), None, rows(0)),
+        # The realm has no drop event of that name.
+        "DROP_EVENTS": ((REALM, ["ns.t"]), None, rows(0)),
         "TASKS_NAMED": ((REALM, [held.name, "no such task"]), None, ids(held.id)),
         "COUNT_TASKS": (([REALM],), None, scalar(lambda v: v == 2)),
-        "COUNT_BY_STATE": ((policy, True), {**rule, "now": now, "realms": [REALM]}, by_state),
+        "COUNT_BY_STATE": ((policy, True, True), {**rule, "now": now, "realms": [REALM]}, by_state),
         "TASKS_BY_AGE": ((None,), None, ids(orphan.id, held.id)),
-        "SELECT_AVAILABLE": ((policy,), {**rule, "limit": 10, "realms": [REALM]}, ids(orphan.id)),
+        "SELECT_AVAILABLE": (
+            (policy, True),
+            {**rule, "limit": 10, "realms": [REALM]},
+            ids(orphan.id),
+        ),
         "LEASE_BATCH": (
-            (policy,),
+            (policy, True),
             {**rule, "executor": "me", "limit": 10, "realms": [REALM]},
             lease_batch,
         ),
@@ -206,7 +212,7 @@ def test_the_registry_lists_every_statement_under_its_own_name() -> None:
 
 def test_a_statement_without_a_variant_refuses_to_build() -> None:
     with pytest.raises(ValueError, match="LEASE_BATCH has no sqlite variant"):
-        queries.LEASE_BATCH.build("sqlite", TaskPolicy())
+        queries.LEASE_BATCH.build("sqlite", TaskPolicy(), False)
     with pytest.raises(ValueError, match="unsupported metastore dialect 'mysql'"):
         queries.NOW.build("mysql")
 

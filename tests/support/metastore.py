@@ -38,6 +38,7 @@ ALL_QUERIES: tuple[Query[...], ...] = (
     queries.CATALOG_INTERNAL_PROPERTIES,
     queries.TASK_NAMES,
     queries.CATALOG_NAMES,
+    queries.DROP_EVENTS,
     queries.TASKS_NAMED,
     queries.COUNT_TASKS,
     queries.COUNT_BY_STATE,
