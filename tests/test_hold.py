@@ -61,7 +61,7 @@ def _drop(
     name: str = "t",
     namespace: tuple[str, ...] = ("ns",),
     is_view: bool = False,
-    **extra: str,
+    extra: dict[str, str] | None = None,
 ) -> NewTask:
     """Polaris's cleanup task of table (or view) ``namespace.name`` dropped from catalog
     ``catalog_id``."""
@@ -80,7 +80,7 @@ def _drop(
         task.realm_id,
         task.id,
         task.name,
-        {**task.properties, Prop.DATA: data, **extra},
+        {**task.properties, Prop.DATA: data, **(extra or {})},
         task.internal_properties,
         created,
     )
@@ -106,7 +106,7 @@ def _seed(store: Metastore) -> dict[str, NewTask]:
         "expired": _drop(HELD_CATALOG_ID, created=now - 8 * DAY_MS, name="old"),
         "free": _drop(FREE_CATALOG_ID, created=now - DAY_MS, name="free"),
         "dead": _drop(
-            HELD_CATALOG_ID, created=now - DAY_MS, name="dead", **{Prop.ATTEMPT_COUNT: "99"}
+            HELD_CATALOG_ID, created=now - DAY_MS, name="dead", extra={Prop.ATTEMPT_COUNT: "99"}
         ),
         "stray": purge_child(
             "POLARIS",
@@ -364,7 +364,9 @@ def test_without_a_drop_event_the_hold_counts_from_the_task(metastore: Metastore
     _catalog(metastore, HELD_CATALOG_ID, HELD_CATALOG)
     task = _drop(HELD_CATALOG_ID, created=now - DAY_MS, name="quiet")
     metastore.insert_tasks([task])
-    _, judged, state = metastore.task_state(metastore.get_task("POLARIS", task.id))  # type: ignore[arg-type]
+    row = metastore.get_task("POLARIS", task.id)
+    assert row is not None
+    _, judged, state = metastore.task_state(row)
     assert state is TaskState.HELD
     assert judged.held_until_ms == now - DAY_MS + HOLD_MS
     assert judged.drop_time_source is DropTimeSource.TASK_CREATION
