@@ -315,9 +315,11 @@ def _seed_events(store: Metastore) -> tuple[dict[str, NewTask], int]:
         "other_realm",
         "view_event",
         "before_event",
-        "too_early",
     )
     tasks = {key: _drop(HELD_CATALOG_ID, created=created, name=key) for key in names}
+    # Held by its creation for half an hour more; an earlier drop of its name does not count.
+    recent = now - HOLD_MS + HOUR_MS // 2
+    tasks["too_early"] = _drop(HELD_CATALOG_ID, created=recent, name="too_early")
     tasks["view"] = _drop(
         HELD_CATALOG_ID, created=created, name="v", namespace=("a", "b c"), is_view=True
     )
@@ -333,7 +335,8 @@ def _seed_events(store: Metastore) -> tuple[dict[str, NewTask], int]:
     _event(store, dropped, "ns.other_realm", realm="OTHER")
     _event(store, dropped, "ns.view_event", kind=DROP_VIEW_EVENT)  # a view's, not a table's
     _event(store, dropped, "ns.before_event", kind="BEFORE_DROP_TABLE")
-    _event(store, created - DROP_EVENT_SLACK_MS - 1, "ns.too_early")  # an earlier drop
+    _event(store, recent - HOUR_MS, "ns.too_early")  # an earlier drop
+    _event(store, recent - DROP_EVENT_SLACK_MS - 1, "ns.too_early")  # just before the slack
     return tasks, dropped
 
 
@@ -341,12 +344,15 @@ def test_a_drop_event_later_than_the_task_holds_until_event_plus_hold(
     metastore: Metastore,
 ) -> None:
     tasks, dropped = _seed_events(metastore)
-    held = {"event", "view", "child"}
+    held = {"event", "view", "child", "too_early"}
     _, rows = metastore.tasks_with_state()
     by_id = {t.id: (t, s) for t, s in rows}
     states = {key: by_id[t.id][1] for key, t in tasks.items()}
     assert states == {key: TaskState.HELD if key in held else TaskState.ORPHANED for key in tasks}
-    for key in held:
+    too_early = by_id[tasks["too_early"].id][0]
+    assert too_early.drop_time_source is DropTimeSource.TASK_CREATION
+    assert too_early.held_until_ms == (tasks["too_early"].create_timestamp or 0) + HOLD_MS
+    for key in held - {"too_early"}:
         row = by_id[tasks[key].id][0]
         assert row.held_until_ms == dropped + HOLD_MS, key
         assert (row.dropped_at_ms, row.drop_time_source) == (dropped, DropTimeSource.DROP_EVENT)
@@ -414,10 +420,11 @@ def test_the_output_says_where_each_drop_time_comes_from(
     report = read_report(metastore, ["POLARIS"])
     meta = backlog_metadata(report.backlogs)
     assert meta[held_from_key(DropTimeSource.DROP_EVENT)].value == 3  # the table, view, child
-    assert meta[held_from_key(DropTimeSource.TASK_CREATION)].value == 1
+    assert meta[held_from_key(DropTimeSource.TASK_CREATION)].value == 2  # too_early, quiet
     (line,) = backlog_lines(report)
-    assert "3 from the drop event, 1 from the task creation" in line, line
-    # The oldest held drop is by its drop event (by its task, an hour older still).
+    assert "3 from the drop event, 2 from the task creation" in line, line
+    # The oldest held drop is too_early's, by its creation: the event-held tasks were made
+    # earlier, but dropped (by their events) later.
     oldest = meta[OLDEST_HELD_KEY].value
-    expected = (metastore.now_ms() - dropped) / 1000
+    expected = (metastore.now_ms() - (tasks["too_early"].create_timestamp or 0)) / 1000
     assert isinstance(oldest, float) and expected - 60 <= oldest <= expected + 60
