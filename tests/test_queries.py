@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.engine import Connection, CursorResult
 
 from builders.restricted_role import restricted_role_wanted
@@ -110,6 +110,9 @@ def _cases(
         count = conn.execute(queries.COUNT_TASKS.build(store.dialect, [REALM])).scalar_one()
         assert count == 3
 
+    def jit_off(conn: Connection, result: CursorResult[Any]) -> None:
+        assert conn.execute(text("SHOW jit")).scalar_one() == "off"
+
     def event_written(conn: Connection, result: CursorResult[Any]) -> None:
         if store.dialect == "postgresql" and restricted_role_wanted():
             return  # the pipeline's role inserts events (no error) but may not read them
@@ -147,6 +150,7 @@ def _cases(
         "DROP_EVENTS": ((REALM, ["ns.t"]), None, rows(0)),
         "TASKS_NAMED": ((REALM, [held.name, "no such task"]), None, ids(held.id)),
         "COUNT_TASKS": (([REALM],), None, scalar(lambda v: v == 2)),
+        "NO_JIT": ((), None, jit_off),
         "COUNT_BY_STATE": ((policy, True, True), {**rule, "now": now, "realms": [REALM]}, by_state),
         "TASKS_BY_AGE": ((None,), None, ids(orphan.id, held.id)),
         "SELECT_AVAILABLE": (
@@ -199,7 +203,7 @@ def test_every_statement_runs_on_each_backend(metastore: Metastore) -> None:
             check(conn, conn.execute(query.build(metastore.dialect, *args), params))
             tx.rollback()
         ran.append(query.name)
-    expected_missing = {"COUNT_BY_STATE", "SELECT_AVAILABLE", "LEASE_BATCH"}
+    expected_missing = {"NO_JIT", "COUNT_BY_STATE", "SELECT_AVAILABLE", "LEASE_BATCH"}
     missing = {q.name for q in ALL_QUERIES} - set(ran)
     assert missing == (expected_missing if metastore.dialect == "sqlite" else set())
 

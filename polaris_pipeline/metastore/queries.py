@@ -325,6 +325,12 @@ def _state(policy: TaskPolicy, now: str, drop_events: bool) -> tuple[str, str]:
     return predicates.state_case(now, timeout, grace, ":max_attempts", held), timeout
 
 
+# For one transaction: PostgreSQL's JIT compiles the state rule when its cost estimate
+# is high, as the drop events' scans make it (measured: 5.7 s of JIT for a 100-row
+# lease over 100,000 events, docs/operator-guide.md), and never pays back on a lease.
+NO_JIT = Query("NO_JIT", postgresql=_constant(text("SET LOCAL jit = off")), sqlite=None)
+
+
 def _count_by_state(policy: TaskPolicy, drop_events: bool, in_realms: bool) -> Executable:
     state, _ = _state(policy, ":now", drop_events)
     realm_filter = "AND e.realm_id = ANY(:realms)" if in_realms else ""

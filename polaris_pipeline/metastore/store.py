@@ -179,6 +179,11 @@ class Metastore:
             self._events_table = has_events_table(conn)
         return self._events_table
 
+    def _no_jit(self, conn: Connection) -> None:
+        """No JIT for the rule statements of this transaction where they read drop events."""
+        if self.drop_events_table(conn) and queries.NO_JIT.runs_on(self.dialect):
+            conn.execute(self._sql(queries.NO_JIT))
+
     def hold_view(self, tasks: Sequence[TaskRow], conn: Connection | None = None) -> HoldView:
         """What the hold rule needs to judge ``tasks``: their catalogs' names, the parent
         rows their children name and the parents' drop events (nothing read when no realm
@@ -281,6 +286,7 @@ class Metastore:
                 queries.COUNT_BY_STATE, self.policy, self.drop_events_table(), realms is not None
             )
             with self._begin() as conn:
+                self._no_jit(conn)
                 params["now"] = self.now_ms(conn)
                 for realm, state, n in conn.execute(statement, params):
                     out.setdefault(realm, Counter())[TaskState(state)] += int(n)
@@ -328,6 +334,7 @@ class Metastore:
         params.update(queries.policy_params(self.policy))
         statement = self._sql(query, self.policy, self.drop_events_table())
         with self._begin() as conn:
+            self._no_jit(conn)
             # Naming the realms lets the scan use Polaris's unique index.
             params["realms"] = self._realms(conn) if realms is None else realms
             return conn.execute(statement, params).all() if params["realms"] else []

@@ -41,6 +41,7 @@ ALL_QUERIES: tuple[Query[...], ...] = (
     queries.DROP_EVENTS,
     queries.TASKS_NAMED,
     queries.COUNT_TASKS,
+    queries.NO_JIT,
     queries.COUNT_BY_STATE,
     queries.TASKS_BY_AGE,
     queries.SELECT_AVAILABLE,
