@@ -201,15 +201,9 @@ def _hold_ms(
     return f"COALESCE({own}, {realm_hold})"
 
 
-def _drop_event_time(alias: str, entities: str, events: str) -> str:
-    """The earliest drop event of parent task ``alias`` (``HoldView.drop_time``); NULL: none.
-
-    The event's kind, identifier and catalog are worked out once per task, in a
-    subquery kept apart by OFFSET 0 (else PostgreSQL would work them out again for
-    each events row it scans), and reach the events scan as values: an index on
-    (realm_id, resource_identifier) serves it where the operator made one (Polaris's
-    schema has none: docs/operator-guide.md says the cost).
-    """
+def drop_event_key(alias: str) -> str:
+    """A query of the drop event parent task ``alias`` would have (``hold.drop_key_of``):
+    one row (kind, ident), no row or NULLs where the payload cannot be read plainly."""
     data = f"({alias}.properties->>'{Prop.DATA}')"
     once = " AND ".join(
         f"strpos(substr({data}, strpos({data}, {_literal(k)}) + {len(k)}), {_literal(k)}) = 0"
@@ -225,14 +219,28 @@ def _drop_event_time(alias: str, entities: str, events: str) -> str:
         f" '+', ' '), '{NAMESPACE_LEVEL_SEPARATOR}', '.')"
     )
     return (
+        f"SELECT {kind} AS kind,"
+        f" CASE WHEN d.levels = '' THEN d.name ELSE d.levels || '.' || d.name END AS ident"
+        f" FROM (SELECT {name} AS name, {levels} AS levels WHERE {once}) d"
+    )
+
+
+def _drop_event_time(alias: str, entities: str, events: str) -> str:
+    """The earliest drop event of parent task ``alias`` (``HoldView.drop_time``); NULL: none.
+
+    The event's kind, identifier and catalog are worked out once per task, in a
+    subquery kept apart by OFFSET 0 (else PostgreSQL would work them out again for
+    each events row it scans), and reach the events scan as values: an index on
+    (realm_id, resource_identifier) serves it where the operator made one (Polaris's
+    schema has none: docs/operator-guide.md says the cost).
+    """
+    return (
         f"(SELECT (SELECT min(ev.timestamp_ms) FROM {events} ev"
         f" WHERE ev.realm_id = {alias}.realm_id AND ev.resource_identifier = k.ident"
         f" AND ev.event_type = k.kind AND ev.catalog_id = k.catalog"
         f" AND ev.timestamp_ms >= {alias}.create_timestamp - {DROP_EVENT_SLACK_MS})"
-        f" FROM (SELECT {kind} AS kind,"
-        f" CASE WHEN d.levels = '' THEN d.name ELSE d.levels || '.' || d.name END AS ident,"
-        f" {_catalog_name(alias, entities)} AS catalog"
-        f" FROM (SELECT {name} AS name, {levels} AS levels WHERE {once}) d OFFSET 0) k)"
+        f" FROM (SELECT d.kind, d.ident, {_catalog_name(alias, entities)} AS catalog"
+        f" FROM ({drop_event_key(alias)}) d OFFSET 0) k)"
     )
 
 
