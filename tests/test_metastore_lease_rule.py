@@ -15,6 +15,7 @@ from builders.tasks import dropped_entity_json
 from polaris_pipeline.metastore import Metastore, new_entity_id, predicates
 from polaris_pipeline.metastore.connection import DB_NOW_MS
 from polaris_pipeline.metastore.schema import POLARIS_SCHEMA
+from polaris_pipeline.tasks.hold import drop_key_of
 from polaris_pipeline.tasks.model import (
     CREATOR,
     Prop,
@@ -426,3 +427,74 @@ def test_counts_in_sql_match_the_python_rule(strict: Metastore) -> None:
     python = Counter(_states(strict, "zoo").values())
     assert strict.count_by_state(["zoo"])["zoo"] == python
     assert python[TaskState.UNHANDLED] > 0
+
+
+def _dropped(
+    name: str = "t",
+    namespace: str = "ns",
+    sub_type: int = 2,
+    properties: dict[str, str] | None = None,
+) -> str:
+    """``data`` of a dropped table (``sub_type`` 3: a view) whose ``parent-namespace`` is
+    ``namespace`` (already URL-encoded, levels joined by ``%1F``), as Polaris writes it."""
+    return encode_dropped_entity(
+        DroppedEntity(
+            id=7,
+            name=name,
+            sub_type_code=sub_type,
+            catalog_id=11,
+            properties=properties or {},
+            internal_properties={
+                "metadata-location": "s3://b/m.json",
+                "parent-namespace": namespace,
+            },
+        )
+    )
+
+
+# ``data`` of a parent task, and the drop event (type, identifier) it is matched to.
+DROP_KEY_CASES: list[tuple[str | None, tuple[str, str] | None]] = [
+    (_dropped(), ("AFTER_DROP_TABLE", "ns.t")),
+    (_dropped(sub_type=3), ("AFTER_DROP_VIEW", "ns.t")),
+    (_dropped(namespace="a%1Fb+c"), ("AFTER_DROP_TABLE", "a.b c.t")),  # levels a, "b c"
+    (_dropped(namespace=""), ("AFTER_DROP_TABLE", "t")),  # the empty namespace
+    # Jackson writes non-ASCII as is (Python's json would escape it).
+    (_dropped(name="tä").replace("\\u00e4", "ä"), ("AFTER_DROP_TABLE", "ns.tä")),
+    (_dropped(name="tä"), None),  # escaped: a JSON escape in the name
+    (_dropped(name='t"x'), None),  # a JSON escape in the name
+    (_dropped(name="t\\x"), None),
+    (_dropped(namespace="a%2Fb"), None),  # a %-escape other than the separator
+    (_dropped(sub_type=9), None),  # neither an Iceberg table nor a view
+    (_dropped()[:-1] + ',"name":"u"}', None),  # a second name
+    (_dropped(properties={"parent-namespace": "evil"}), None),  # in the table's properties too
+    (_dropped().replace('"subTypeCode":2', '"subTypeCode": 2'), None),  # not compact
+    (_dropped().replace("parent-namespace", "parent-space"), None),
+    ('{"name":"t","subTypeCode":2', None),
+    ("{", None),
+    ("", None),
+    (None, None),
+]
+
+
+@pg_only
+def test_sql_drop_event_key_matches_python(metastore: Metastore) -> None:
+    """The hold's drop event key in SQL, on every shape: the same answers as Python's."""
+    bodies = [
+        json.dumps({Prop.TASK_TYPE: "1", **({Prop.DATA: d} if d is not None else {})})
+        for d, _ in DROP_KEY_CASES
+    ]
+    with metastore.engine.begin() as conn:
+        got = conn.execute(
+            text(
+                "SELECT k.kind, k.ident FROM (SELECT CAST(b AS JSONB) AS properties, n"
+                " FROM unnest(CAST(:bodies AS TEXT[])) WITH ORDINALITY AS u(b, n)) e"
+                f" LEFT JOIN LATERAL ({predicates.drop_event_key('e')}) k ON TRUE ORDER BY n"
+            ),
+            {"bodies": bodies},
+        ).all()
+    sql = [(r.kind, r.ident) if r.kind is not None and r.ident is not None else None for r in got]
+    assert sql == [key for _, key in DROP_KEY_CASES]
+    for (data, key), body in zip(DROP_KEY_CASES, bodies, strict=True):
+        task = TaskRow("r", 1, "entityCleanup_7", 1, 1, 0, 0, properties=json.loads(body))
+        found = drop_key_of(task)
+        assert (None if found is None else (found.event_type, found.identifier)) == key, data

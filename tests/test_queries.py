@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.engine import Connection, CursorResult
 
 from builders.restricted_role import restricted_role_wanted
@@ -111,6 +111,9 @@ def _cases(
         count = conn.execute(queries.COUNT_TASKS.build(store.dialect, [REALM])).scalar_one()
         assert count == 3
 
+    def jit_off(conn: Connection, result: CursorResult[Any]) -> None:
+        assert conn.execute(text("SHOW jit")).scalar_one() == "off"
+
     def event_written(conn: Connection, result: CursorResult[Any]) -> None:
         if store.dialect == "postgresql" and restricted_role_wanted():
             return  # the pipeline's role inserts events (no error) but may not read them
@@ -144,13 +147,20 @@ def _cases(
         ),
         # The tasks' realm has no catalog row: the hold rule finds no name.
         "CATALOG_NAMES": (([REALM],), None, rows(0)),
+        # The realm has no drop event of that name.
+        "DROP_EVENTS": ((REALM, ["ns.t"]), None, rows(0)),
         "TASKS_NAMED": ((REALM, [held.name, "no such task"]), None, ids(held.id)),
         "COUNT_TASKS": (([REALM],), None, scalar(lambda v: v == 2)),
-        "COUNT_BY_STATE": ((policy, True), {**rule, "now": now, "realms": [REALM]}, by_state),
+        "NO_JIT": ((), None, jit_off),
+        "COUNT_BY_STATE": ((policy, True, True), {**rule, "now": now, "realms": [REALM]}, by_state),
         "TASKS_BY_AGE": ((None,), None, ids(orphan.id, held.id)),
-        "SELECT_AVAILABLE": ((policy,), {**rule, "limit": 10, "realms": [REALM]}, ids(orphan.id)),
+        "SELECT_AVAILABLE": (
+            (policy, True),
+            {**rule, "limit": 10, "realms": [REALM]},
+            ids(orphan.id),
+        ),
         "LEASE_BATCH": (
-            (policy,),
+            (policy, True),
             {**rule, "executor": "me", "limit": 10, "realms": [REALM]},
             lease_batch,
         ),
@@ -194,7 +204,7 @@ def test_every_statement_runs_on_each_backend(metastore: Metastore) -> None:
             check(conn, conn.execute(query.build(metastore.dialect, *args), params))
             tx.rollback()
         ran.append(query.name)
-    expected_missing = {"COUNT_BY_STATE", "SELECT_AVAILABLE", "LEASE_BATCH"}
+    expected_missing = {"NO_JIT", "COUNT_BY_STATE", "SELECT_AVAILABLE", "LEASE_BATCH"}
     missing = {q.name for q in ALL_QUERIES} - set(ran)
     assert missing == (expected_missing if metastore.dialect == "sqlite" else set())
 
@@ -207,7 +217,7 @@ def test_the_registry_lists_every_statement_under_its_own_name() -> None:
 
 def test_a_statement_without_a_variant_refuses_to_build() -> None:
     with pytest.raises(ValueError, match="LEASE_BATCH has no sqlite variant"):
-        queries.LEASE_BATCH.build("sqlite", TaskPolicy())
+        queries.LEASE_BATCH.build("sqlite", TaskPolicy(), False)
     with pytest.raises(ValueError, match="unsupported metastore dialect 'mysql'"):
         queries.NOW.build("mysql")
 

@@ -50,7 +50,7 @@ _SAMPLE_ROW = TaskRow(
 
 # The builder arguments of each statement that writes ``entities``.
 _WRITE_ARGS: dict[str, tuple[Any, ...]] = {
-    "LEASE_BATCH": (TaskPolicy(),),
+    "LEASE_BATCH": (TaskPolicy(), True),
     "CAS_WRITE": (_SAMPLE_ROW, {Prop.EXECUTOR: "me"}, 1),
     "RENEW_HELD_BY": (),
     "COMPLETE": (_SAMPLE_ROW,),
@@ -140,9 +140,10 @@ def _read_args(query: Query[...]) -> tuple[Any, ...]:
         "TASKS_NAMED": (REALM, ["n"]),
         "CATALOG_NAMES": ([REALM],),
         "COUNT_TASKS": (None,),
-        "COUNT_BY_STATE": (TaskPolicy(), False),
+        "COUNT_BY_STATE": (TaskPolicy(), True, False),
         "TASKS_BY_AGE": (None,),
-        "SELECT_AVAILABLE": (TaskPolicy(),),
+        "SELECT_AVAILABLE": (TaskPolicy(), True),
+        "DROP_EVENTS": (REALM, ["ns.t"]),
         "LIST_FOR_DISCARD": (None, None),
         "INSERT_EVENT": (REALM, None, "e", "BEFORE_ATTEMPT_TASK", {}),
     }
@@ -214,7 +215,7 @@ def _run(store: Metastore, name: str, forged: TaskRow) -> int:
         "COMPLETE": ((forged,), None),
         "DISCARD": ((forged,), None),
         "RENEW_HELD_BY": ((), {"realm": REALM, "executor": HOLDER, "timeout": 120_000}),
-        "LEASE_BATCH": ((policy,), {**rule, "executor": "me", "limit": 10, "realms": [REALM]}),
+        "LEASE_BATCH": ((policy, True), {**rule, "executor": "me", "limit": 10, "realms": [REALM]}),
     }
     args, params = builds[name]
     with store.engine.begin() as conn:

@@ -33,7 +33,6 @@ from polaris_pipeline.tasks.formatting import (
     task_label,
     truncate,
 )
-from polaris_pipeline.tasks.hold import DROP_TIME_SOURCE
 from polaris_pipeline.tasks.model import TaskPolicy, TaskRow, TaskState
 from polaris_pipeline.tasks.release import ResolvedRelease
 from polaris_pipeline.tasks.summary import available_at_ms, summarize
@@ -61,11 +60,15 @@ def _last_error_cause(task: TaskRow) -> str:
 
 
 def hold_json(task: TaskRow) -> dict[str, Any]:
-    """A held task's hold: when it purges, and where its drop time comes from."""
+    """A held task's hold: when it purges, its drop time and where that comes from."""
     doc: dict[str, Any] = {"text": purges_after(task.held_until_ms)}
-    add_json_times(doc, purges_after=task.held_until_ms)
-    doc["drop_time_source"] = DROP_TIME_SOURCE
+    add_json_times(doc, purges_after=task.held_until_ms, dropped=task.dropped_at_ms)
+    doc["drop_time_source"] = _source(task)
     return doc
+
+
+def _source(task: TaskRow) -> str | None:
+    return None if task.drop_time_source is None else task.drop_time_source.value
 
 
 def task_json(
@@ -144,7 +147,7 @@ def _next_text(task: TaskRow, state: TaskState, now: int, settings: PipelineSett
     if state is TaskState.ORPHANED:
         return "now"
     if state is TaskState.HELD:
-        return purges_after(task.held_until_ms)
+        return f"{purges_after(task.held_until_ms)} ({_source(task)})"
     return relative_time(available_at_ms(task, state, now, _policy(settings)), now)
 
 
@@ -251,9 +254,8 @@ def _show_pairs(
         return f"{iso_utc(ms)} ({relative_time(ms, now)})"
 
     if state is TaskState.HELD:
-        lines.append(
-            ("hold", f"{purges_after(task.held_until_ms)} (drop time: {DROP_TIME_SOURCE})")
-        )
+        dropped = f"{iso_utc(task.dropped_at_ms)}, from the {_source(task)}"
+        lines.append(("hold", f"{purges_after(task.held_until_ms)} (dropped {dropped})"))
     available = available_at_ms(task, state, now, _policy(settings))
     if state is not TaskState.ORPHANED and available is not None:
         lines.append(("available", when(available)))

@@ -43,9 +43,8 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from polaris_pipeline.metastore.ddl import EVENTS_SINCE_SCHEMA_VERSION
 from polaris_pipeline.metastore.schema import events
+from polaris_pipeline.tasks.model import DROP_TABLE_EVENT, DROP_VIEW_EVENT
 
-DROP_TABLE_EVENT = "AFTER_DROP_TABLE"
-DROP_VIEW_EVENT = "AFTER_DROP_VIEW"
 # The leak walk's root kind (``leaks/metadata.py``) each event type can be.
 _KINDS = {DROP_TABLE_EVENT: ("table", "unknown"), DROP_VIEW_EVENT: ("view", "unknown")}
 _NAME_KEYS = {DROP_TABLE_EVENT: "table_name", DROP_VIEW_EVENT: "view_name"}

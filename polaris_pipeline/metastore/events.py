@@ -34,12 +34,11 @@ import logging
 import uuid
 from collections.abc import Mapping
 
-from sqlalchemy import inspect
 from sqlalchemy.exc import SQLAlchemyError
 
 from polaris_pipeline.metastore import queries
 from polaris_pipeline.metastore.release_probe import ReleaseProbe
-from polaris_pipeline.metastore.schema import schema_name
+from polaris_pipeline.metastore.schema import has_events_table
 from polaris_pipeline.metastore.store import Metastore
 from polaris_pipeline.tasks.ref import Lease
 from polaris_pipeline.tasks.release import (
@@ -112,8 +111,7 @@ class TaskEventWriter:
     def _events_table(self) -> bool:
         if self._has_table is None:
             with self.metastore.engine.connect() as conn:
-                schema = schema_name(conn.dialect.name)
-                self._has_table = inspect(conn).has_table("events", schema=schema)
+                self._has_table = has_events_table(conn)
         return self._has_table
 
     def write(self, lease: Lease, event_type: str, properties: Mapping[str, str]) -> bool:

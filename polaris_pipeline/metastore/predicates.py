@@ -13,12 +13,19 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from polaris_pipeline.tasks.hold import DROP_EVENT_SLACK_MS
 from polaris_pipeline.tasks.model import (
     CATALOG_ID_DATA_PATTERN,
     CATALOG_TYPE_CODE,
     CHILD_NAME_PATTERN,
     CREATOR,
+    DROP_EVENT_BY_SUB_TYPE,
+    DROP_KEYS,
+    DROP_NAME_DATA_PATTERN,
+    DROP_NAMESPACE_DATA_PATTERN,
+    DROP_SUB_TYPE_DATA_PATTERN,
     INTEGER_PATTERN,
+    NAMESPACE_LEVEL_SEPARATOR,
     STATUS_DEAD,
     TABLE_LIKE_TYPE_CODE,
     TASK_TYPE_CODE,
@@ -173,6 +180,15 @@ def _catalog_id(alias: str) -> str:
     )
 
 
+def _catalog_name(alias: str, entities: str) -> str:
+    """The name of the catalog parent task ``alias`` drops from (``HoldView.catalog_name``)."""
+    return (
+        f"(SELECT c.name FROM {entities} c"
+        f" WHERE c.realm_id = {alias}.realm_id AND c.id = {_catalog_id(alias)}"
+        f" AND c.type_code = {CATALOG_TYPE_CODE})"
+    )
+
+
 def _hold_ms(
     alias: str, entities: str, realm_hold: str, catalogs: Sequence[tuple[str, str]]
 ) -> str:
@@ -181,28 +197,84 @@ def _hold_ms(
     if not catalogs:
         return realm_hold
     whens = " ".join(f"WHEN {name} THEN CAST({ms} AS BIGINT)" for name, ms in catalogs)
-    own = (
-        f"(SELECT CASE c.name {whens} END FROM {entities} c"
-        f" WHERE c.realm_id = {alias}.realm_id AND c.id = {_catalog_id(alias)}"
-        f" AND c.type_code = {CATALOG_TYPE_CODE})"
-    )
+    own = f"(SELECT CASE {_catalog_name(alias, entities)} {whens} END)"
     return f"COALESCE({own}, {realm_hold})"
 
 
-def _parent_held(alias: str, now: str, hold_ms: str) -> str:
+def drop_event_key(alias: str) -> str:
+    """A query of the drop event parent task ``alias`` would have (``hold.drop_key_of``):
+    one row (kind, ident), no row or NULLs where the payload cannot be read plainly."""
+    data = f"({alias}.properties->>'{Prop.DATA}')"
+    once = " AND ".join(
+        f"strpos(substr({data}, strpos({data}, {_literal(k)}) + {len(k)}), {_literal(k)}) = 0"
+        for k in DROP_KEYS
+    )
+    kinds = " ".join(
+        f"WHEN '{code}' THEN '{kind}'" for code, kind in DROP_EVENT_BY_SUB_TYPE.items()
+    )
+    kind = f"CASE substring({data} FROM {_literal(DROP_SUB_TYPE_DATA_PATTERN)}) {kinds} END"
+    name = f"substring({data} FROM {_literal(DROP_NAME_DATA_PATTERN)})"
+    levels = (
+        f"replace(replace(substring({data} FROM {_literal(DROP_NAMESPACE_DATA_PATTERN)}),"
+        f" '+', ' '), '{NAMESPACE_LEVEL_SEPARATOR}', '.')"
+    )
     return (
-        f"(COALESCE({alias}.properties->>'{Prop.TASK_TYPE}' = '1', FALSE)"
-        f" AND {hold_ms} > 0 AND {now} < {alias}.create_timestamp + {hold_ms})"
+        f"SELECT {kind} AS kind,"
+        f" CASE WHEN d.levels = '' THEN d.name ELSE d.levels || '.' || d.name END AS ident"
+        f" FROM (SELECT {name} AS name, {levels} AS levels WHERE {once}) d"
     )
 
 
-def held(now: str, entities: str, realm_hold: str, catalogs: Sequence[tuple[str, str]]) -> str:
+def _drop_event_time(alias: str, entities: str, events: str) -> str:
+    """The earliest drop event of parent task ``alias`` (``HoldView.drop_time``); NULL: none.
+
+    The event's kind, identifier and catalog are worked out once per task, in a
+    subquery kept apart by OFFSET 0 (else PostgreSQL would work them out again for
+    each events row it scans), and reach the events scan as values: an index on
+    (realm_id, resource_identifier) serves it where the operator made one (Polaris's
+    schema has none: docs/operator-guide.md says the cost).
+    """
+    return (
+        f"(SELECT (SELECT min(ev.timestamp_ms) FROM {events} ev"
+        f" WHERE ev.realm_id = {alias}.realm_id AND ev.resource_identifier = k.ident"
+        f" AND ev.event_type = k.kind AND ev.catalog_id = k.catalog"
+        f" AND ev.timestamp_ms >= {alias}.create_timestamp - {DROP_EVENT_SLACK_MS})"
+        f" FROM (SELECT d.kind, d.ident, {_catalog_name(alias, entities)} AS catalog"
+        f" FROM ({drop_event_key(alias)}) d OFFSET 0) k)"
+    )
+
+
+def _parent_held(alias: str, now: str, hold_ms: str, entities: str, events: str | None) -> str:
+    created = f"{alias}.create_timestamp"
+    within = f"{now} < {created} + {hold_ms}"
+    if events is not None:
+        # No event counts from before ``created - slack``: within that much of the
+        # hold the task is held whatever the events say, and none is read.
+        drop_time = f"COALESCE({_drop_event_time(alias, entities, events)}, {created})"
+        within = (
+            f"({now} < {created} - {DROP_EVENT_SLACK_MS} + {hold_ms}"
+            f" OR {now} < {drop_time} + {hold_ms})"
+        )
+    return (
+        f"(COALESCE({alias}.properties->>'{Prop.TASK_TYPE}' = '1', FALSE)"
+        f" AND {hold_ms} > 0 AND {within})"
+    )
+
+
+def held(
+    now: str,
+    entities: str,
+    realm_hold: str,
+    catalogs: Sequence[tuple[str, str]],
+    events: str | None,
+) -> str:
     """Row ``e`` is held at ``now`` (``tasks.hold.HoldView.held_until_ms``).
 
     A parent task within its hold; or a child (MANIFEST/BATCH named after its parent)
     whose parent row exists and is within its hold: one probe of Polaris's unique
     name index. ``realm_hold`` is per realm for each row (``per_realm``); for the
-    parent too: a child and its parent share the realm.
+    parent too: a child and its parent share the realm. ``events``: Polaris's events
+    table, None where the schema has none (the drop time is then the task's creation).
     """
     parent_hold = _hold_ms("p", entities, realm_hold, catalogs)
     child = (
@@ -211,10 +283,16 @@ def held(now: str, entities: str, realm_hold: str, catalogs: Sequence[tuple[str,
         f" AND EXISTS (SELECT 1 FROM {entities} p WHERE p.realm_id = e.realm_id"
         f" AND {task_rows('p')}"
         f" AND p.name = substring(e.name FROM {_literal(CHILD_NAME_PATTERN)})"
-        f" AND {_parent_held('p', now, parent_hold)}))"
+        f" AND {_parent_held('p', now, parent_hold, entities, events)}))"
     )
-    own = _parent_held("e", now, _hold_ms("e", entities, realm_hold, catalogs))
+    own_hold = _hold_ms("e", entities, realm_hold, catalogs)
+    own = _parent_held("e", now, own_hold, entities, events)
     return f"({own} OR {child})"
+
+
+# No ":<word>" in the drop event's literals either (see UNHANDLED).
+if re.search(r"(?<![:\w]):\w", _drop_event_time("e", "x", "y")):
+    raise RuntimeError("predicates._drop_event_time contains ':<word>': reword the pattern")
 
 
 def state_case(

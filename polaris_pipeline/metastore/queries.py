@@ -37,6 +37,7 @@ from polaris_pipeline.metastore.schema import POLARIS_SCHEMA, entities, events
 from polaris_pipeline.tasks.model import (
     CATALOG_TYPE_CODE,
     CREATOR,
+    DROP_EVENT_BY_SUB_TYPE,
     TASK_TYPE_CODE,
     Prop,
     TaskPolicy,
@@ -218,6 +219,23 @@ def _catalog_names(realms: Sequence[str]) -> Executable:
 CATALOG_NAMES = _both("CATALOG_NAMES", _catalog_names)
 
 
+def _drop_events(realm_id: str, identifiers: Sequence[str]) -> Executable:
+    """Polaris's drop events of ``identifiers`` in ``realm_id``: the hold's drop times."""
+    return select(
+        events.c.catalog_id,
+        events.c.event_type,
+        events.c.resource_identifier,
+        events.c.timestamp_ms,
+    ).where(
+        events.c.realm_id == realm_id,
+        events.c.event_type.in_(sorted(set(DROP_EVENT_BY_SUB_TYPE.values()))),
+        events.c.resource_identifier.in_(list(identifiers)),
+    )
+
+
+DROP_EVENTS = _both("DROP_EVENTS", _drop_events)
+
+
 def _tasks_named(realm_id: str, names: Sequence[str]) -> Executable:
     return select(*TASK_COLUMNS).where(_task_rows([realm_id]), entities.c.name.in_(names))
 
@@ -288,9 +306,11 @@ def policy_params(policy: TaskPolicy) -> dict[str, Any]:
     return params
 
 
-def _state(policy: TaskPolicy, now: str) -> tuple[str, str]:
+def _state(policy: TaskPolicy, now: str, drop_events: bool) -> tuple[str, str]:
     """(the rule's state of row ``e`` at ``now``, its lease timeout), both as SQL.
 
+    ``drop_events``: the database has Polaris's events table (schema v3+), whose drop
+    events a hold counts from.
     The lease timeout and grace are per realm: one CASE on realm_id over the realms
     with overrides (bound by ``policy_params``, never spliced); with none, plain
     ``:timeout`` and ``:grace``.
@@ -309,12 +329,24 @@ def _state(policy: TaskPolicy, now: str) -> tuple[str, str]:
             (f":hold_catalog_{i}", f":hold_catalog_ms_{i}")
             for i in range(len(policy.catalog_hold_ms))
         ]
-        held = predicates.held(now, f"{POLARIS_SCHEMA}.entities", hold, catalogs)
+        held = predicates.held(
+            now,
+            f"{POLARIS_SCHEMA}.entities",
+            hold,
+            catalogs,
+            f"{POLARIS_SCHEMA}.events" if drop_events else None,
+        )
     return predicates.state_case(now, timeout, grace, ":max_attempts", held), timeout
 
 
-def _count_by_state(policy: TaskPolicy, in_realms: bool) -> Executable:
-    state, _ = _state(policy, ":now")
+# For one transaction: PostgreSQL's JIT compiles the state rule when its cost estimate
+# is high, as the drop events' scans make it (measured: 5.7 s of JIT for a 100-row
+# lease over 100,000 events, docs/operator-guide.md), and never pays back on a lease.
+NO_JIT = Query("NO_JIT", postgresql=_constant(text("SET LOCAL jit = off")), sqlite=None)
+
+
+def _count_by_state(policy: TaskPolicy, drop_events: bool, in_realms: bool) -> Executable:
+    state, _ = _state(policy, ":now", drop_events)
     realm_filter = "AND e.realm_id = ANY(:realms)" if in_realms else ""
     return text(
         f"SELECT e.realm_id, {state} AS state, count(*) AS n "
@@ -326,9 +358,9 @@ def _count_by_state(policy: TaskPolicy, in_realms: bool) -> Executable:
 COUNT_BY_STATE = Query("COUNT_BY_STATE", postgresql=_count_by_state, sqlite=None)
 
 
-def _select_available(policy: TaskPolicy) -> Executable:
+def _select_available(policy: TaskPolicy, drop_events: bool) -> Executable:
     clock = "c.now_ms"
-    state, timeout = _state(policy, clock)
+    state, timeout = _state(policy, clock, drop_events)
     columns = ", ".join(f"e.{column.name}" for column in TASK_COLUMNS)
     return text(f"""
 WITH c AS (SELECT {_PG_NOW} AS now_ms)
@@ -344,9 +376,9 @@ LIMIT :limit
 SELECT_AVAILABLE = Query("SELECT_AVAILABLE", postgresql=_select_available, sqlite=None)
 
 
-def _lease_batch(policy: TaskPolicy) -> Executable:
+def _lease_batch(policy: TaskPolicy, drop_events: bool) -> Executable:
     now = "c.now_ms"
-    state, timeout = _state(policy, now)
+    state, timeout = _state(policy, now, drop_events)
     attempts = predicates.attempts("t")
     return text(f"""
 WITH c AS (

@@ -164,6 +164,11 @@ def create_schema(conn: Connection, schema_version: int = LATEST_SCHEMA_VERSION)
     return True
 
 
+def has_events_table(conn: Connection) -> bool:
+    """Whether the database has Polaris's ``events`` table (schema v3+)."""
+    return inspect(conn).has_table("events", schema=schema_name(conn.dialect.name))
+
+
 def read_schema_version(conn: Connection) -> int | None:
     schema = schema_name(conn.dialect.name)
     if not inspect(conn).has_table("version", schema=schema):

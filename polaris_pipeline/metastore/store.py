@@ -38,7 +38,12 @@ from polaris_pipeline.metastore.rows import (
     inserted,
     raw_text,
 )
-from polaris_pipeline.metastore.schema import create_schema, read_schema_version, require_schema
+from polaris_pipeline.metastore.schema import (
+    create_schema,
+    has_events_table,
+    read_schema_version,
+    require_schema,
+)
 from polaris_pipeline.metastore.transitions import (
     CompleteOutcome,
     DiscardOutcome,
@@ -47,11 +52,19 @@ from polaris_pipeline.metastore.transitions import (
     HolderCas,
 )
 from polaris_pipeline.storage.redact import redact
-from polaris_pipeline.tasks.hold import HoldView, parent_name_of, parent_names
+from polaris_pipeline.tasks.hold import (
+    DropEventTimes,
+    HoldView,
+    drop_keys,
+    parent_name_of,
+    parent_names,
+)
 from polaris_pipeline.tasks.model import NewTask, TaskPolicy, TaskRow, TaskState, parse_properties
 from polaris_pipeline.tasks.ref import Lease
 
 _CAS_RETRIES = 20
+# Values per IN list of a read: far below any driver's limit on bound parameters.
+_IN_LIST_CHUNK = 500
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -81,6 +94,9 @@ class Metastore:
             )
         )
         self.dialect = self.engine.dialect.name
+        # Whether the database has Polaris's events table (schema v3+), read once when a
+        # hold needs its drop events: None until then.
+        self._events_table: bool | None = None
 
     @property
     def display_url(self) -> str:
@@ -151,9 +167,27 @@ class Metastore:
     ) -> list[TaskRow]:
         return [decode_row(r) for r in conn.execute(self._sql(queries.LIST_TASKS, realms, limit))]
 
+    def drop_events_table(self, conn: Connection | None = None) -> bool:
+        """Whether a hold counts from Polaris's drop events here: a hold is set and the
+        database has the events table (read once; an older schema has none)."""
+        if not self.policy.holds_any:
+            return False
+        if self._events_table is None:
+            if conn is None:
+                with self._begin() as c:
+                    return self.drop_events_table(c)
+            self._events_table = has_events_table(conn)
+        return self._events_table
+
+    def _no_jit(self, conn: Connection) -> None:
+        """No JIT for the rule statements of this transaction where they read drop events."""
+        if self.drop_events_table(conn) and queries.NO_JIT.runs_on(self.dialect):
+            conn.execute(self._sql(queries.NO_JIT))
+
     def hold_view(self, tasks: Sequence[TaskRow], conn: Connection | None = None) -> HoldView:
-        """What the hold rule needs to judge ``tasks``: their catalogs' names and the parent
-        rows their children name (nothing read when no realm or catalog has a hold)."""
+        """What the hold rule needs to judge ``tasks``: their catalogs' names, the parent
+        rows their children name and the parents' drop events (nothing read when no realm
+        or catalog has a hold)."""
         if conn is None:
             with self._begin() as c:
                 return self.hold_view(tasks, c)
@@ -173,7 +207,23 @@ class Metastore:
                 for row in conn.execute(self._sql(queries.TASKS_NAMED, realm, missing)):
                     parent = decode_row(row)
                     parents[(realm, parent.name)] = parent
-        return HoldView(self.policy, catalogs, parents)
+        drops = self._drop_event_times([*tasks, *parents.values()], conn)
+        return HoldView(self.policy, catalogs, parents, drops)
+
+    def _drop_event_times(self, tasks: Sequence[TaskRow], conn: Connection) -> DropEventTimes:
+        """The drop events ``tasks``' parent tasks may count their hold from."""
+        times: dict[tuple[str, str, str, str], list[int]] = {}
+        if not self.drop_events_table(conn):
+            return times
+        for realm, keys in drop_keys(tasks).items():
+            identifiers = sorted({k.identifier for k in keys})
+            for start in range(0, len(identifiers), _IN_LIST_CHUNK):
+                chunk = identifiers[start : start + _IN_LIST_CHUNK]
+                for r in conn.execute(self._sql(queries.DROP_EVENTS, realm, chunk)):
+                    if r.catalog_id is not None:
+                        key = (realm, str(r.catalog_id), str(r.event_type), r.resource_identifier)
+                        times.setdefault(key, []).append(int(r.timestamp_ms))
+        return times
 
     def _states(
         self, conn: Connection, tasks: Sequence[TaskRow], now: int
@@ -232,8 +282,11 @@ class Metastore:
             params = queries.policy_params(self.policy)
             if realms is not None:
                 params["realms"] = list(realms)
-            statement = self._sql(queries.COUNT_BY_STATE, self.policy, realms is not None)
+            statement = self._sql(
+                queries.COUNT_BY_STATE, self.policy, self.drop_events_table(), realms is not None
+            )
             with self._begin() as conn:
+                self._no_jit(conn)
                 params["now"] = self.now_ms(conn)
                 for realm, state, n in conn.execute(statement, params):
                     out.setdefault(realm, Counter())[TaskState(state)] += int(n)
@@ -272,15 +325,16 @@ class Metastore:
         return leases
 
     def _rule_rows(
-        self, query: Query[[TaskPolicy]], realms: list[str] | None, **params: Any
+        self, query: Query[[TaskPolicy, bool]], realms: list[str] | None, **params: Any
     ) -> Sequence[Any]:
         """The rows of ``query`` (a statement of the state rule) in ``realms``.
 
         ``realms`` None: every realm with a task, found in the same transaction.
         """
         params.update(queries.policy_params(self.policy))
-        statement = self._sql(query, self.policy)
+        statement = self._sql(query, self.policy, self.drop_events_table())
         with self._begin() as conn:
+            self._no_jit(conn)
             # Naming the realms lets the scan use Polaris's unique index.
             params["realms"] = self._realms(conn) if realms is None else realms
             return conn.execute(statement, params).all() if params["realms"] else []

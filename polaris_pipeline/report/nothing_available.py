@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from polaris_pipeline.tasks.formatting import iso_utc, realms_text, relative_time
+from polaris_pipeline.tasks.hold import DROP_TIME_RULE
 from polaris_pipeline.tasks.model import TaskPolicy, TaskRow, TaskState
 from polaris_pipeline.tasks.summary import available_at_ms
 
@@ -105,7 +106,8 @@ def no_orphans_reason(
     held = counts.get(TaskState.HELD, 0)
     if held:  # only where a hold is set: most deployments hold nothing
         parts.append(
-            f"{_count(TaskState.HELD, held)} (purges on hold, `tasks list` says until when)"
+            f"{_count(TaskState.HELD, held)} (purges on hold; {DROP_TIME_RULE}; "
+            "`tasks list` says until when and which)"
         )
     orphaned = counts.get(TaskState.ORPHANED, 0)
     if orphaned:

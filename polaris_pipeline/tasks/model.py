@@ -38,6 +38,7 @@ TASK_TYPE_CODE = 8
 # The entity type of a catalog, whose internal properties hold its storage configuration.
 CATALOG_TYPE_CODE = 4
 TABLE_LIKE_TYPE_CODE = 7
+ICEBERG_TABLE_SUB_TYPE = 2
 ICEBERG_VIEW_SUB_TYPE = 3
 
 
@@ -73,6 +74,13 @@ class TaskState(StrEnum):
     # A dropped table's purge (or a child of one) inside its catalog's hold window
     # (``tasks/hold.py``): never leased until the window ends.
     HELD = "held"
+
+
+class DropTimeSource(StrEnum):
+    """Where a held task's drop time comes from (``tasks/hold.py``), as the output says it."""
+
+    DROP_EVENT = "drop event"  # Polaris's AFTER_DROP_TABLE / AFTER_DROP_VIEW row
+    TASK_CREATION = "task creation"  # the task's create_timestamp: no such event
 
 
 class Prop:
@@ -274,6 +282,27 @@ CHILD_NAME_PATTERN = rf"^(entityCleanup_[0-9]+)_.*_{_UUID}$"
 # The dropped entity's catalogId, read the same way (Jackson writes it first): the
 # hold rule's catalog, in Python and in PostgreSQL alike.
 CATALOG_ID_DATA_PATTERN = rf'^\{{(?:"[A-Za-z]+":{_JSON_SCALAR},)*"catalogId":({_JSON_INT})[,}}]'
+# The dropped entity's kind, name and namespace, read the same way, for its drop
+# event (``tasks/hold.py``): its subTypeCode; its name, only without a JSON escape;
+# its ``parent-namespace`` inside the ``internalProperties`` text, levels joined by
+# ``%1F`` with no other %-escape (``+`` is a space). A payload they cannot read
+# plainly, or that names one of ``DROP_KEYS`` twice, matches no event.
+_MEMBERS = rf'(?:"[A-Za-z]+":{_JSON_SCALAR},)*'
+DROP_SUB_TYPE_DATA_PATTERN = rf'^\{{{_MEMBERS}"subTypeCode":({_JSON_INT})[,}}]'
+DROP_NAME_DATA_PATTERN = rf'^\{{{_MEMBERS}"name":"([^"\\]+)"[,}}]'
+DROP_NAMESPACE_DATA_PATTERN = (
+    rf'^\{{{_MEMBERS}"internalProperties":"(?:[^"\\]|\\["\\/bfnrt])*'
+    r'[{,]\\"parent-namespace\\":\\"([^"\\%]*(?:%1F[^"\\%]*)*)\\"[,}]'
+)
+DROP_KEYS = ('"subTypeCode":', '"name":', '"internalProperties":', "parent-namespace")
+NAMESPACE_LEVEL_SEPARATOR = "%1F"
+# Polaris's drop events by the dropped entity's subTypeCode (``leaks/drops.py``).
+DROP_TABLE_EVENT = "AFTER_DROP_TABLE"
+DROP_VIEW_EVENT = "AFTER_DROP_VIEW"
+DROP_EVENT_BY_SUB_TYPE = {
+    str(ICEBERG_TABLE_SUB_TYPE): DROP_TABLE_EVENT,
+    str(ICEBERG_VIEW_SUB_TYPE): DROP_VIEW_EVENT,
+}
 _UNHANDLED_DATA = re.compile(UNHANDLED_DATA_PATTERN)
 UNHANDLED_TASK_TYPE = "1"  # ENTITY_CLEANUP_SCHEDULER, exactly as Polaris writes it
 
@@ -356,6 +385,9 @@ class TaskRow:
     # When the task's hold ends (``tasks/hold.py``), set by the store that judged the
     # row with its catalog and parent; None: no hold.
     held_until_ms: int | None = None
+    # The drop time that hold counts from, and where it came from; None: no hold.
+    dropped_at_ms: int | None = None
+    drop_time_source: DropTimeSource | None = None
 
     @property
     def label(self) -> str:

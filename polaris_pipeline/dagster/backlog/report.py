@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dagster import AssetKey, MetadataValue
 
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.formatting import purges_after
-from polaris_pipeline.tasks.model import TaskRow, TaskState
+from polaris_pipeline.tasks.model import DropTimeSource, TaskRow, TaskState
 from polaris_pipeline.tasks.summary import orphaned_since_ms
 
 ASSET_NAME = "polaris_task_backlog"
@@ -27,6 +27,12 @@ TOTAL_KEY = "total"
 OLDEST_ORPHAN_KEY = "oldest orphan age (s)"
 # How long ago the oldest held drop was dropped (its purge on hold, ``tasks/hold.py``).
 OLDEST_HELD_KEY = "oldest held drop age (s)"
+
+
+def held_from_key(source: DropTimeSource) -> str:
+    """The metadata key of how many held tasks count their hold from ``source``."""
+    return f"held, drop time from {source.value}"
+
 
 # States whose rows the report reads: the checks list them, the orphans' waits need them,
 # and the held ones' age.
@@ -53,6 +59,8 @@ class RealmBacklog:
     orphans: list[Orphan]
     oldest_held_s: float = 0.0
     first_purge_ms: int | None = None  # when the first held task's hold ends
+    # How many held tasks count their hold from each drop time source.
+    held_from: Counter[DropTimeSource] = field(default_factory=Counter)
 
     @property
     def oldest_orphan_age_s(self) -> float:
@@ -97,7 +105,8 @@ def read_report(
         ]
         orphans.sort(key=lambda o: o.waited_s, reverse=True)
         held = [t for t, s in rows if s is TaskState.HELD and t.realm_id == realm]
-        oldest_held = max(((now - t.create_timestamp) / 1000 for t in held), default=0.0)
+        dropped = [t.dropped_at_ms for t in held if t.dropped_at_ms is not None]
+        oldest_held = max(((now - ms) / 1000 for ms in dropped), default=0.0)
         ends = [t.held_until_ms for t in held if t.held_until_ms is not None]
         backlogs.append(
             RealmBacklog(
@@ -106,6 +115,7 @@ def read_report(
                 orphans,
                 max(0.0, oldest_held),
                 min(ends, default=None),
+                Counter(t.drop_time_source for t in held if t.drop_time_source is not None),
             )
         )
     return BacklogReport(list(realms), backlogs, rows)
@@ -122,6 +132,8 @@ def backlog_metadata(backlogs: Iterable[RealmBacklog]) -> dict[str, MetadataValu
     meta[OLDEST_HELD_KEY] = MetadataValue.float(
         round(max((b.oldest_held_s for b in listed), default=0.0), 3)
     )
+    for source in DropTimeSource:
+        meta[held_from_key(source)] = MetadataValue.int(sum(b.held_from[source] for b in listed))
     for backlog in listed:
         for state in TaskState:
             meta[realm_key(backlog.realm, state.value)] = MetadataValue.int(backlog.counts[state])
@@ -139,9 +151,12 @@ def backlog_lines(report: BacklogReport) -> list[str]:
         counts = ", ".join(f"{backlog.counts[s]} {s.value}" for s in TaskState)
         held = ""
         if backlog.counts[TaskState.HELD]:
+            sources = ", ".join(
+                f"{n} from the {source.value}" for source, n in sorted(backlog.held_from.items())
+            )
             held = (
                 f"; oldest held drop {backlog.oldest_held_s:.0f} s ago, the first "
-                f"{purges_after(backlog.first_purge_ms)}"
+                f"{purges_after(backlog.first_purge_ms)} (drop time: {sources})"
             )
         lines.append(
             f"realm {backlog.realm}: {counts}; "
