@@ -466,6 +466,9 @@ def test_the_deployed_sensor_requires_the_storage_resource() -> None:
     assert "storage" in sensor_def.required_resource_keys
 
 
+# 10,000 rows and 400 run requests (5 s of CPU): the cap is held in the edit loop by
+# test_the_tick_cap_counts_runs_so_one_tables_orphans_are_one_run, its scale here.
+@pytest.mark.slow
 @pytest.mark.parametrize("metastore_url", ["postgresql"], indirect=True)
 def test_per_tick_cap_with_a_large_backlog(metastore: Metastore, instance: DagsterInstance):
     old = metastore.now_ms() - OLD_MS

@@ -47,6 +47,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
+@pytest.mark.slow  # builds the wheel: 19 s, for the edit loop a fifth of a core's minute
 def test_the_wheel_holds_one_top_level_package(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         tops = {name.split("/")[0] for name in zf.namelist()}

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
+from alembic.config import Config as AlembicConfig
+from alembic.script import ScriptDirectory
 from dagster import DagsterInstance, Definitions, ExecuteInProcessResult, SensorDefinition
 from sqlalchemy.engine import make_url
 
@@ -30,6 +32,29 @@ from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.settings import AlertSection
 from polaris_pipeline.settings.pipeline import section_from_env
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _alembic_scripts_read_once() -> Iterator[None]:
+    """Each migration directory's scripts read once per test process, not at every check.
+
+    Dagster checks and stamps a SQLite database's alembic revision each time it opens
+    its run, event and schedule storage, and for every run's event shard, loading its
+    90 migration scripts each time: 0.25 of the 0.35 s of CPU an instance took, and
+    0.06 s of every run. The scripts do not change while the tests run; the databases
+    are still created, checked and stamped as before."""
+    read = ScriptDirectory.from_config
+    scripts: dict[tuple[str | None, str | None], ScriptDirectory] = {}
+
+    def read_once(config: AlembicConfig) -> ScriptDirectory:
+        key = (config.config_file_name, config.get_main_option("script_location"))
+        if key not in scripts:
+            scripts[key] = read(config)
+        return scripts[key]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ScriptDirectory, "from_config", read_once)
+        yield
 
 
 @pytest.fixture(autouse=True)

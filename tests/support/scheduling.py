@@ -26,6 +26,7 @@ ONE_WORKER_MODULES = frozenset(
         "tests/test_catalog_storage_gcs.py",  # one fake-gcs-server
         "tests/test_catalog_storage_s3.py",  # one IAM-enforcing moto server
         "tests/test_restorable_clouds.py",  # one Azurite, fake-gcs-server, IAM moto each
+        "tests/test_test_layout.py",  # the suite's syntax trees, parsed once
     }
 )
 
