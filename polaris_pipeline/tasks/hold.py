@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from polaris_pipeline.tasks.model import (
     CATALOG_ID_DATA_PATTERN,
@@ -48,6 +49,7 @@ DROP_TIME_RULE = (
     f"drop time: Polaris's drop event where it wrote one ({DropTimeSource.DROP_EVENT.value}), "
     f"else the task's creation ({DropTimeSource.TASK_CREATION.value})"
 )
+K = TypeVar("K")
 PARENT_TASK_TYPE = TaskType.ENTITY_CLEANUP_SCHEDULER.code
 CHILD_TASK_TYPES = (TaskType.MANIFEST_FILE_CLEANUP.code, TaskType.BATCH_FILE_CLEANUP.code)
 
@@ -188,21 +190,21 @@ class HoldView:
         return None if catalog_id is None else self.catalogs.get((task.realm_id, catalog_id))
 
 
-def drop_keys(tasks: Iterable[TaskRow]) -> dict[str, set[DropKey]]:
-    """Realm -> the drop events ``tasks``' parent tasks would have."""
-    out: dict[str, set[DropKey]] = {}
+def _by_realm(tasks: Iterable[TaskRow], key_of: Callable[[TaskRow], K | None]) -> dict[str, set[K]]:
+    """Realm -> the keys ``key_of`` gives ``tasks`` (None: none)."""
+    out: dict[str, set[K]] = {}
     for task in tasks:
-        key = drop_key_of(task)
+        key = key_of(task)
         if key is not None:
             out.setdefault(task.realm_id, set()).add(key)
     return out
 
 
+def drop_keys(tasks: Iterable[TaskRow]) -> dict[str, set[DropKey]]:
+    """Realm -> the drop events ``tasks``' parent tasks would have."""
+    return _by_realm(tasks, drop_key_of)
+
+
 def parent_names(tasks: Iterable[TaskRow]) -> dict[str, set[str]]:
     """Realm -> the parent task names ``tasks``' children name."""
-    out: dict[str, set[str]] = {}
-    for task in tasks:
-        name = parent_name_of(task)
-        if name is not None:
-            out.setdefault(task.realm_id, set()).add(name)
-    return out
+    return _by_realm(tasks, parent_name_of)
