@@ -150,6 +150,8 @@ def _cases(
         # The realm has no drop event of that name.
         "DROP_EVENTS": ((REALM, ["ns.t"]), None, rows(0)),
         "TASKS_NAMED": ((REALM, [held.name, "no such task"]), None, ids(held.id)),
+        # The rows named "<name>_..." (both tasks are children of entityCleanup_1).
+        "TASK_FAMILY": ((REALM, "entityCleanup_1"), None, ids(orphan.id, held.id)),
         "COUNT_TASKS": (([REALM],), None, scalar(lambda v: v == 2)),
         "NO_JIT": ((), None, jit_off),
         "COUNT_BY_STATE": ((policy, True, True), {**rule, "now": now, "realms": [REALM]}, by_state),

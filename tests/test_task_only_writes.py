@@ -138,6 +138,7 @@ def _read_args(query: Query[...]) -> tuple[Any, ...]:
         "CATALOG_INTERNAL_PROPERTIES": (REALM, ENTITY_ID),
         "TASK_NAMES": (REALM, ["n"]),
         "TASKS_NAMED": (REALM, ["n"]),
+        "TASK_FAMILY": (REALM, "entityCleanup_1"),
         "CATALOG_NAMES": ([REALM],),
         "COUNT_TASKS": (None,),
         "COUNT_BY_STATE": (TaskPolicy(), True, False),

@@ -38,13 +38,16 @@ if os.environ.get(BACKOFF_BASE_ENV):
     _base_ms = int(os.environ[BACKOFF_BASE_ENV])
     _max_ms = int(os.environ.get(BACKOFF_MAX_ENV) or _base_ms)
 
-    def _scaled_policy(**fields: Any) -> TaskPolicy:
-        return dataclasses.replace(
-            TaskPolicy(**fields), backoff_base_ms=_base_ms, backoff_max_ms=_max_ms
-        )
+    class _ScaledPolicy:
+        """``TaskPolicy`` as the resource builds it, with the backoff scaled."""
+
+        @staticmethod
+        def from_section(section: Any) -> TaskPolicy:
+            policy = TaskPolicy.from_section(section)
+            return dataclasses.replace(policy, backoff_base_ms=_base_ms, backoff_max_ms=_max_ms)
 
     # The resource builds its TaskPolicy by this name (resources/metastore.py).
-    metastore_resource.TaskPolicy = _scaled_policy  # type: ignore[misc,assignment]
+    metastore_resource.TaskPolicy = _ScaledPolicy  # type: ignore[misc,assignment]
 
 from tests.support.daemon_location import defs  # noqa: E402  # after the patches, which it must see
 

@@ -41,6 +41,7 @@ ALL_QUERIES: tuple[Query[...], ...] = (
     queries.CATALOG_NAMES,
     queries.DROP_EVENTS,
     queries.TASKS_NAMED,
+    queries.TASK_FAMILY,
     queries.COUNT_TASKS,
     queries.NO_JIT,
     queries.COUNT_BY_STATE,
