@@ -82,6 +82,9 @@ class SoakConfig:
     max_concurrent_runs: int = 4
     retention_age_s: float = 240.0
     drain_s: float = 240.0
+    # The drain also ends once no task has finished for this long: a stalled deployment
+    # fails at once, a slow one that still progresses gets the whole ``drain_s``.
+    stall_s: float = 180.0
     sample_s: float = 5.0
     db_sample_s: float = 30.0
 
@@ -321,6 +324,21 @@ def _only_hostile_left(store: Metastore, writer: PolarisWriter) -> bool:
     return all(row.id in hostile for row in store.list_tasks())
 
 
+def _drain(cfg: SoakConfig, store: Metastore, writer: PolarisWriter) -> None:
+    """Wait until only hostile rows are left, for at most ``cfg.drain_s``, and no longer
+    than ``cfg.stall_s`` after the row count last changed."""
+    now = time.monotonic()
+    drain_until, last_progress = now + cfg.drain_s, now
+    left = _retrying(store.count_tasks)
+    while time.monotonic() < drain_until and time.monotonic() - last_progress < cfg.stall_s:
+        if _retrying(lambda: _only_hostile_left(store, writer)):
+            return
+        time.sleep(2)
+        count = _retrying(store.count_tasks)
+        if count != left:  # rows gone, or children a purge wrote: the deployment acts
+            left, last_progress = count, time.monotonic()
+
+
 def _retrying(read: Callable[[], T], attempts: int = 30) -> T:
     """``read()``, again every 5 s while it fails: PostgreSQL restarted by other work."""
     for attempt in range(attempts):
@@ -387,11 +405,7 @@ def run_soak(
         _, present = _retrying(store.tasks_with_state)
         at_writer_end = account(writer.events, watcher.snapshot(), present, writer)
         log(f"writer stopped at {writer_end:.0f} s: {json.dumps(at_writer_end)[:400]}")
-        drain_until = time.monotonic() + cfg.drain_s
-        while time.monotonic() < drain_until and not _retrying(
-            lambda: _only_hostile_left(store, writer)
-        ):
-            time.sleep(2)
+        _drain(cfg, store, writer)
         drained = time.time() - t0
         time.sleep(2 * cfg.sample_s)  # the last runs' ends, one more sample
         watcher.sample()

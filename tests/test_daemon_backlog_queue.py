@@ -43,9 +43,11 @@ def test_queued_runs_do_not_outlive_their_leases(tmp_path: Path, pg_url: str, st
     store.insert_tasks(tasks)
     daemon = start_daemon(metastore_url=pg_url, max_concurrent_runs=2, lease_timeout_ms=LEASE_MS)
 
+    # A bound, not a target: a loaded CI host starts a run every 15 s or more (the last
+    # clean-clone run had 15 of 16 done at 252 s); the assertions below are the rule.
     daemon.wait_for(
         lambda: store.count_tasks() == 0,
-        timeout_s=60 + TASKS * 12,
+        timeout_s=60 + TASKS * 25,
         what=f"all {TASKS} tasks done",
         interval_s=2,
     )

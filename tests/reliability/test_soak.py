@@ -41,9 +41,11 @@ CONFIG = SoakConfig(
     lease_timeout_ms=20_000,
     grace_ms=5_000,
     retention_age_s=30.0,
-    # A bound, not a wait: the drain ends as soon as only hostile rows are left; on a
-    # loaded host the last queued runs need more than a quiet host's two minutes.
-    drain_s=360.0,
+    # A bound, not a wait: the drain ends as soon as only hostile rows are left, or once
+    # no task finished for stall_s; on a loaded host the last queued runs need more than
+    # a quiet host's two minutes (a CI host had 14 tasks left after 360 s).
+    drain_s=540.0,
+    stall_s=150.0,
     sample_s=3.0,
     db_sample_s=10.0,
 )
@@ -99,7 +101,8 @@ def test_soak(
     scenario.check("no two holders on one task at the same time (the rows' executor history)")
 
     by_state = final["writer_tasks_by_state"]
-    assert by_state == {"done": final["writer_tasks"]}, (by_state, result["daemon"])
+    drain_s = round(result["drained_s"] - result["writer_end_s"])
+    assert by_state == {"done": final["writer_tasks"]}, (by_state, drain_s, result["daemon"])
     assert final["children_seen"] > 0 and final["children_left"] == 0
     scenario.check("after the drain every task is done, the children the runs created too")
 
