@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -417,7 +418,14 @@ class DaemonHarness:
         return self.wait_for(finished, timeout_s=timeout_s, what=f"run {run_id} to finish")
 
     def diagnose(self, tail_lines: int = 40) -> str:
-        lines = [f"runs: {[(r.run_id[:8], r.job_name, r.status.value) for r in self.runs(None)]}"]
+        runs = self.runs(None)
+        # Counts first, then only the runs that did not succeed: a soak's hundreds of
+        # green runs would push what matters past the report's truncation.
+        by_status = Counter(r.status.value for r in runs)
+        others = [
+            (r.run_id[:8], r.job_name, r.status.value) for r in runs if r.status.value != "SUCCESS"
+        ]
+        lines = [f"runs by status: {dict(by_status)}; not succeeded: {others[:30]}"]
         ticks = self.sensor_ticks(limit=3)
         for tick in ticks:
             lines.append(
