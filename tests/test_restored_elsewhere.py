@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dagster import DagsterInstance
@@ -27,10 +28,12 @@ from polaris_pipeline.dagster.contract import OUTCOME_RESTORED, TAG_OUTCOME
 from polaris_pipeline.dagster.translator import PolarisTranslator
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.execution.runner import Runner
+from polaris_pipeline.execution.sweep import execute_tree
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.fields import RESTORED_AS
 from polaris_pipeline.report.outcome_view import OutcomeView
 from polaris_pipeline.tasks.model import NewTask, Prop
+from polaris_pipeline.tasks.ref import Lease
 from tests.support.cli import url_of
 from tests.support.dagster import run_task_job
 from tests.support.iceberg import Warehouse, table_files, write_view_metadata
@@ -239,4 +242,35 @@ def test_the_operator_s_override_never_deletes_a_restored_table(
     outcome = _run_parent(metastore, local_warehouse, task, tmp_path / "records")
 
     assert outcome.status is Status.RESTORED
+    assert _all_exist(local_warehouse, files)
+
+
+def test_a_table_whose_child_found_it_restored_is_reported_restored_not_done(
+    metastore: Metastore, local_warehouse: Warehouse
+) -> None:
+    """The CLI's path (``execute_tree``): the table is said restored, its last stage does
+    not run, and no child after the one that found it is started."""
+    table = local_warehouse.build("t", appends=2)
+    files = table_files(table)
+    parent = drop_table_task(table)
+    metastore.insert_tasks([parent])
+
+    class RegisteredAfterPlanning(Runner):
+        def execute(self, lease: Lease, **kwargs: Any) -> TaskOutcome:
+            outcome = super().execute(lease, **kwargs)
+            if lease.task_id == parent.id:
+                _register(metastore, table, table.metadata_location)
+            return outcome
+
+    with RegisteredAfterPlanning(
+        metastore, local_warehouse.config, resolver=local_warehouse.resolver
+    ) as runner:
+        decision = runner.start("POLARIS", parent.id, operator=True)
+        assert decision.lease is not None
+        root, *children = execute_tree(runner, decision.lease)
+
+    assert root.status is Status.RESTORED and "'t_back'" in (root.restored_as or "")
+    assert root.finish is None
+    assert [c.status for c in children] == [Status.RESTORED]
+    assert metastore.list_tasks() == []
     assert _all_exist(local_warehouse, files)

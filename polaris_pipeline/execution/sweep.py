@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from polaris_pipeline.cleanup.stages import CHILD_STAGES, ChildStage, Staged, leases_in_stages
-from polaris_pipeline.execution.outcome import TaskOutcome
+from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.tasks.ref import Lease
 
@@ -34,15 +34,28 @@ def execute_tree(
     tell = None if root.finish is not None else on_outcome
     if tell is not None:
         tell(root)
+    rest: list[TaskOutcome] = []
+    restored: TaskOutcome | None = None
     # One at a time, so each stage is done before the next one starts.
-    rest = [
-        outcome
-        for _, stage in child_stages(root)
-        for child in stage
-        for outcome in execute_tree(runner, child, tell)
-    ]
+    for _, stage in child_stages(root):
+        for child in stage:
+            rest.extend(execute_tree(runner, child, tell))
+            restored = next((o for o in rest if o.status is Status.RESTORED), None)
+            if restored is not None:
+                break
+        if restored is not None:
+            break
     if root.finish is None:
         return [root, *rest]
+    if restored is not None:
+        # A child found the table live again and ended the whole family (its rows are
+        # gone): the table is restored, not done, and has no last stage to run.
+        outcome = root.evolve(status=Status.RESTORED, restored_as=restored.restored_as, finish=None)
+        outcomes = [outcome, *rest]
+        if on_outcome is not None:
+            for each in outcomes:
+                on_outcome(each)
+        return outcomes
     done = all(outcome.ok for outcome in rest)
     finished = runner.finish_table(root.finish, children_done=done, result=root.result)
     outcomes = [finished.evolve(children=root.children), *rest]
