@@ -3,8 +3,8 @@
 Composed from this location's own modules, one per kind: ``resources.location``
 (read from the environment: ``POLARIS_METASTORE_URL``, ``POLARIS_PIPELINE_*``,
 docs/dagster.md), ``jobs.location``, ``sensors.location`` and
-``assets.location``, each built from the library's pieces. The result is what
-``build_defs_from_env()`` gives (tests/test_code_location.py keeps them equal).
+``assets.location``, each built from the library's pieces
+(tests/test_code_location.py names what it holds).
 """
 
 from assets.location import asset_checks, assets
