@@ -19,12 +19,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import DagsterInstance
+from dagster import DagsterInstance, HookContext, success_hook
 from pyiceberg.table import Table
 
 from builders.tasks import DropSpec, drop_table_task, drop_task
 from polaris_pipeline.cli import main
-from polaris_pipeline.dagster.contract import OUTCOME_RESTORED, TAG_OUTCOME
+from polaris_pipeline.dagster.contract import (
+    OUTCOME_RESTORED,
+    ROOT_STEP,
+    TAG_OUTCOME,
+    run_config_for,
+)
+from polaris_pipeline.dagster.resources import PolarisStorageResource
+from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.dagster.translator import PolarisTranslator
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.execution.runner import Runner
@@ -35,7 +42,7 @@ from polaris_pipeline.report.outcome_view import OutcomeView
 from polaris_pipeline.tasks.model import NewTask, Prop
 from polaris_pipeline.tasks.ref import Lease
 from tests.support.cli import url_of
-from tests.support.dagster import run_task_job
+from tests.support.dagster import metastore_resource, run_task_job
 from tests.support.iceberg import Warehouse, table_files, write_view_metadata
 from tests.support.tasks import purge_child
 from tests.support.unreferenced import live_entity
@@ -274,3 +281,35 @@ def test_a_table_whose_child_found_it_restored_is_reported_restored_not_done(
     assert [c.status for c in children] == [Status.RESTORED]
     assert metastore.list_tasks() == []
     assert _all_exist(local_warehouse, files)
+
+
+def test_a_table_run_whose_child_found_it_restored_is_tagged_restored(
+    metastore: Metastore, local_warehouse: Warehouse, instance: DagsterInstance
+) -> None:
+    """The task job's path: the table is re-registered after its root step planned (a
+    success hook on that step), so a child step finds it; the run says restored."""
+    table = local_warehouse.build("t", appends=2)
+    files = table_files(table)
+    task = drop_table_task(table)
+    metastore.insert_tasks([task])
+
+    @success_hook
+    def register_after_planning(context: HookContext) -> None:
+        if context.op.name == ROOT_STEP:
+            _register(metastore, table, table.metadata_location)
+
+    job = polaris_task_job.with_hooks({register_after_planning})
+    result = job.execute_in_process(
+        run_config=run_config_for("POLARIS", task.id, entity_version=1),
+        instance=instance,
+        resources={
+            "metastore": metastore_resource(metastore),
+            "storage": PolarisStorageResource(allowed_prefixes=[local_warehouse.uri]),
+        },
+        raise_on_error=False,
+    )
+
+    assert result.success
+    assert _all_exist(local_warehouse, files) and metastore.list_tasks() == []
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None and run.tags.get(TAG_OUTCOME) == OUTCOME_RESTORED

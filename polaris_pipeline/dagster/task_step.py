@@ -250,8 +250,9 @@ def run_task(
     if outcome.status is Status.RESTORED:
         # The table is live again: not a failure, and nothing was deleted.
         context.log.info(view.log_line())
-        if not child:
-            add_tags(context, translator.outcome_tags(OUTCOME_RESTORED))
+        # A child too: the whole family was ended, so the run's table (or group) is
+        # restored, whatever its root said before.
+        add_tags(context, translator.outcome_tags(OUTCOME_RESTORED))
         return TaskResult(
             view.output(), translator.done_metadata(outcome, decision.decoded), outcome
         )
