@@ -43,6 +43,7 @@ from dagster._core.run_coordinator import QueuedRunCoordinator
 from sqlalchemy.engine import make_url
 
 from builders import tasks as built_tasks
+from polaris_pipeline.dagster import TASK_EXECUTOR_ENV
 from polaris_pipeline.dagster.celery import (
     BACKEND_ENV,
     BROKER_ENV,
@@ -55,6 +56,7 @@ from polaris_pipeline.dagster.sweeper import SENSOR_NAME
 from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.settings import URL_ENV, SettingsError, executor_settings
+from tests.support.code_location import import_location
 from tests.support.iceberg import Warehouse, table_files
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -148,6 +150,7 @@ def celery_env(
         # Step outputs where every worker reaches them (a shared volume in production).
         IO_BASE_DIR_ENV: str(tmp_path / "step-outputs"),
         BROKER_ENV: broker,
+        TASK_EXECUTOR_ENV: "celery",
         # A queue of this test's own: no other worker on the broker takes its steps.
         QUEUE_ENV: f"polaris-test-{uuid.uuid4().hex[:10]}",
         "DAGSTER_HOME": str(dagster_home),
@@ -339,10 +342,9 @@ def test_table_cleanup_steps_run_in_the_celery_worker(
     for key, value in celery_env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("POLARIS_PIPELINE_STORAGE_CONFIG", raising=False)
-    import celery_definitions
-
-    # Read this test's environment (IO base dir) even if an earlier test imported it.
-    importlib.reload(celery_definitions)
+    # Read this test's environment (IO base dir) even if an earlier test imported the
+    # location: its modules read the environment when they load.
+    celery_definitions = import_location(monkeypatch, "celery_definitions")
     # The code location as a run launcher loads it: module celery_definitions, attribute defs.
 
     repository = ReconstructableRepository.for_module(

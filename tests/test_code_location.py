@@ -6,21 +6,14 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from dagster import DefaultScheduleStatus, DefaultSensorStatus, Definitions
 
-# The modules that read the environment when imported, dependencies first.
-LOCATION_MODULES = (
-    "resources.location",
-    "jobs.location",
-    "sensors.location",
-    "assets.location",
-    "definitions",
-)
+from polaris_pipeline.dagster import TASK_EXECUTOR_ENV
+from tests.support.code_location import import_location
 
 ENVIRONMENT = {
     "POLARIS_PIPELINE_REALMS": "POLARIS,TEST",
@@ -35,11 +28,7 @@ ENVIRONMENT = {
 
 
 def _location_defs(monkeypatch: pytest.MonkeyPatch) -> Definitions:
-    """``definitions.defs`` imported afresh under the current environment; the modules
-    other tests imported are put back afterwards."""
-    for name in LOCATION_MODULES:
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    defs = importlib.import_module("definitions").defs
+    defs = import_location(monkeypatch).defs
     assert isinstance(defs, Definitions)
     return defs
 
@@ -144,3 +133,16 @@ def test_each_top_level_package_defines_nothing_but_its_location(package: str) -
     assert set(public) <= {"location"}  # location: once something imported it
     with pytest.raises(AttributeError, match=f"module '{package}' has no attribute 'nothing'"):
         module.nothing  # noqa: B018
+
+
+@pytest.mark.usefixtures("environment")
+def test_the_celery_location_is_this_location_on_celery(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One composition: ``celery_definitions`` is ``definitions`` when the environment
+    chooses Celery, and refuses to load when it does not."""
+    with pytest.raises(ImportError, match=f"needs {TASK_EXECUTOR_ENV}=celery .* not unset"):
+        import_location(monkeypatch, "celery_definitions")
+    monkeypatch.setenv(TASK_EXECUTOR_ENV, "celery")
+    celery = import_location(monkeypatch, "celery_definitions").defs
+    assert celery is importlib.import_module("definitions").defs
+    assert celery.get_job_def("polaris_task_job").executor_def.name == "celery"
+    assert _shape(celery)["jobs"] == JOBS
