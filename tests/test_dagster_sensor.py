@@ -359,24 +359,24 @@ def test_a_task_of_a_run_started_within_a_lease_is_not_selected_again(
     """A started run may not have leased its task yet; after a lease timeout it counts no more
     (its worker may have died without run monitoring noticing)."""
     [task] = old_tasks(metastore, "A", 1)
-    resource = metastore_resource(metastore, lease_timeout_ms=1_500)
     run = DagsterRun(
         job_name=JOB_NAME,
         run_id=str(uuid.uuid4()),
         tags={"polaris/realm": "A", "polaris/task_id": str(task.id)},
     )
     instance.add_run(run)
+    # Started 10 s ago, by the run storage's clock: no sleep, whatever the host's load.
     instance.report_dagster_event(
         DagsterEvent(event_type_value=DagsterEventType.RUN_START.value, job_name=JOB_NAME),
         run_id=run.run_id,
+        timestamp=time.time() - 10,
     )
 
-    held_back = evaluate(resource, instance)
-    assert isinstance(held_back, SensorResult) and not held_back.run_requests
-    time.sleep(1.6)
-    later = evaluate(resource, instance)
-    assert isinstance(later, SensorResult)
-    assert [int(r.tags["polaris/task_id"]) for r in later.run_requests or []] == [task.id]
+    within = evaluate(metastore_resource(metastore, lease_timeout_ms=60_000), instance)
+    assert isinstance(within, SensorResult) and not within.run_requests
+    past = evaluate(metastore_resource(metastore, lease_timeout_ms=5_000), instance)
+    assert isinstance(past, SensorResult)
+    assert [int(r.tags["polaris/task_id"]) for r in past.run_requests or []] == [task.id]
 
 
 def test_configuration_errors_select_nothing_and_say_why(
