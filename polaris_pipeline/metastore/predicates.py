@@ -1,11 +1,8 @@
 """The task-state rule of ``tasks.model.TaskRow.state`` written as SQL.
 
-PostgreSQL has the whole rule, for the statements that run it inside the
-database (``metastore/queries.py``: the batch lease, the selection of available
-tasks, the per-state counts, the heartbeat). SQLite has only the held test the
-heartbeat needs; its other statements list rows for the Python rule.
-``tests/test_metastore_lease_rule.py`` checks that this SQL and the Python rule
-classify the same rows the same way.
+PostgreSQL has the whole rule (batch lease, available tasks, per-state counts, heartbeat);
+SQLite only the held test the heartbeat needs, and lists rows for the Python rule.
+``tests/test_metastore_lease_rule.py`` checks both rules classify rows alike.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Every statement the metastore runs, by name, with its PostgreSQL and SQLite variants.
 
-``metastore/store.py`` runs them (what each transition writes is
-``metastore/transitions.py``). A ``Query`` has a builder per dialect; None where
-that dialect has no such statement and the store lists ``TASKS_BY_AGE`` or
-``LIST_TASKS`` and applies the Python rule (``TaskRow.state``) instead. The
-task-state rule is not written here: the PostgreSQL variants embed it from
+A ``Query`` has a builder per dialect; None where that dialect lacks the statement and
+the store applies the Python rule (``TaskRow.state``) to ``TASKS_BY_AGE`` or
+``LIST_TASKS`` instead. PostgreSQL variants embed the task-state rule from
 ``predicates``, its one SQL source.
-
-Text statements take their values as bind parameters at execution
-(``policy_params`` gives the lease policy's); Core statements carry theirs.
 """
 
 from __future__ import annotations

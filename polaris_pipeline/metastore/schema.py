@@ -1,11 +1,8 @@
-"""Polaris's ``entities`` and ``version`` tables, as SQLAlchemy Core tables.
+"""Polaris's ``entities`` and ``version`` tables, as SQLAlchemy Core tables to query.
 
-The statements use these; creating a metastore uses ``ddl`` (Polaris's whole
-schema of a chosen version), and these tables only describe what is queried.
-
-PostgreSQL keeps them in schema ``polaris_schema`` with JSONB properties;
-SQLite (the embedded default) has no schemas and stores the JSON as text. One
-``MetaData`` serves both through a schema translate map.
+Creating a metastore uses ``ddl``. PostgreSQL keeps them in schema ``polaris_schema``
+with JSONB; SQLite has no schemas and stores JSON as text: one ``MetaData`` serves both
+through a schema translate map.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Every state transition of a Polaris task, against PostgreSQL or SQLite.
 
-Each transition is one guarded write: a compare-and-set on
-(realm_id, id, entity_version, grant_records_version) exactly as Polaris
-writes its own leases, so a live Polaris and any number of our sweepers can
-share the table. Holders are identified by (executor id, attemptCount): every
-lease grant increments attemptCount, which makes it a fencing token.
-
-What each transition writes is a pure function of ``metastore/transitions.py``;
-the statements are named in ``metastore/queries.py``, with their dialect
-variants. A method here reads the row, asks the transition, runs the statement
-and reads the rows: I/O and the compare-and-set loop, nothing else.
+Each transition is one compare-and-set on (realm_id, id, entity_version,
+grant_records_version), as Polaris writes its own leases, so a live Polaris and any
+number of sweepers can share the table. A holder is (executor id, attemptCount): every
+grant increments attemptCount, which makes it a fencing token. What a transition writes
+is ``transitions.py``; the statements are ``queries.py``; here: I/O and the CAS loop.
 """
 
 from __future__ import annotations
