@@ -1,14 +1,10 @@
 """Decode the storage configuration Polaris copies onto each task.
 
-Polaris writes its ``PolarisStorageConfigurationInfo`` as Jackson JSON into the
-task's internal property ``storage_configuration_info``: a type id under ``@type``
-(the subclass's ``@JsonTypeName``) and one field per getter. This module reads
-the four types Polaris knows (S3, Azure, GCS, FILE) into frozen dataclasses and
-refuses everything else with a :class:`PayloadError`: a malformed or unknown
-document is the catalog's record being wrong, so nothing is read or deleted.
-
-Unknown fields are ignored, as Polaris's own reader does, so a newer Polaris
-adding a field does not stop the sweep.
+Polaris writes ``PolarisStorageConfigurationInfo`` as Jackson JSON into the internal
+property ``storage_configuration_info`` (type id under ``@type``). The four types it knows
+(S3, Azure, GCS, FILE) decode to frozen dataclasses; anything else is a
+:class:`PayloadError`, so nothing is read or deleted. Unknown fields are ignored, as
+Polaris's reader does, so a newer Polaris does not stop the sweep.
 """
 
 from __future__ import annotations

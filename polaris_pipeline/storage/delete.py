@@ -1,28 +1,19 @@
 """Delete files by literal path, reporting the outcome of every path.
 
-Paths are never handed to a call that expands globs: fsspec's ``rm`` (and s3fs's)
-expands ``*``, ``?`` and ``[...]``, so deleting ``a[1].parquet`` through it deletes
-``a1.parquet``. Instead:
+Never through a call that expands globs (fsspec's and s3fs's ``rm`` would delete
+``a1.parquet`` for ``a[1].parquet``):
 
-- S3: one ``DeleteObjects`` request per (bucket, up to 1000 keys), whose per-key
-  ``Errors`` are read. s3fs's own ``_bulk_delete`` returns the ``Deleted`` list and
-  drops ``Errors`` silently, so it is not used.
-- Local files: ``os.unlink`` per path, relative to its parent directory opened
-  without following a link below the table's root (``storage.local_walk``): a
-  directory swapped for a symlink after the guard's check fails the path;
-  directories are refused. With
-  ``sidecar_check`` given, the Hadoop checksum sidecar ``<dir>/.<name>.crc`` of
-  each local path goes too, when it is a regular file the check admits (see
-  :func:`crc_sidecar`).
-- Other filesystems: ``fs.rm_file(path)`` per path.
+- S3: one ``DeleteObjects`` per (bucket, up to 1000 keys), its per-key ``Errors`` read
+  (s3fs's ``_bulk_delete`` drops them silently).
+- Local: ``os.unlink`` relative to the parent opened without following a link below the
+  table's root (``storage.local_walk``), so a directory swapped for a symlink after the
+  guard's check fails the path; directories are refused. With ``sidecar_check``, each
+  path's Hadoop ``.<name>.crc`` sidecar goes too when the check admits it.
+- Others: ``fs.rm_file(path)``.
 
-A store that keeps what is deleted (S3 versioning, Azure soft delete, GCS
-versioning or soft delete) answers a delete by hiding the object: its bytes stay
-until the store's own lifecycle expires them. Before the first delete in each
-bucket the resolver's :class:`~polaris_pipeline.storage.retention_probe.RetentionProbe`
-asks the store; objects deleted there are reported as ``retained`` (or
-``retention_unknown`` when the store would not say), never as bytes freed. Only
-the current version is ever deleted: no request names a version.
+On a store that keeps deleted objects (``RetentionProbe``, asked before the first delete
+per bucket) deletions are reported ``retained`` or ``retention_unknown``, never freed.
+No request names a version: only the current one is ever deleted.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """Open a local file's parent directory without following a symbolic link below a trusted root.
 
-The guard judges a local path by resolving its parent, but a directory inside a
-table can be swapped for a symlink after that check. A delete therefore never
-goes by the path string: it opens the deepest trusted root that holds the path
-(the table's roots, resolved when the delete starts: a link ABOVE a root, such as
-``/tmp -> /private/tmp``, is the operator's and is followed), then each directory
-below it with ``O_NOFOLLOW`` relative to the one before, and unlinks the name
-relative to the last. A symlinked (or otherwise swapped) component fails with
-:class:`UnsafeComponent`. Without a root that holds the path the walk starts at
-``/`` and no link at all is followed.
+A directory inside a table can be swapped for a symlink after the guard's check, so a
+delete never goes by the path string: it opens the deepest trusted root holding the path
+(the table's roots, resolved at the delete's start: a link above a root, such as
+``/tmp -> /private/tmp``, is the operator's and is followed), then each directory below
+with ``O_NOFOLLOW``, and unlinks relative to the last. A swapped component raises
+:class:`UnsafeComponent`. With no root holding the path the walk starts at ``/``.
 """
 
 from __future__ import annotations

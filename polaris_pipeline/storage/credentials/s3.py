@@ -1,15 +1,10 @@
 """S3 credentials scoped to one task's locations, the way Polaris vends them.
 
-The sweeper's own AWS identity (botocore's default chain: environment, web
-identity, profile, instance role) calls STS AssumeRole on the catalog's
-``roleARN`` with its ``externalId`` and an inline session policy that allows
-reading, listing and deleting only under the task's locations. The session
-policy is a second fence behind the path guard: even a guard bug cannot delete
-outside the table, because the credentials cannot.
-
-Credentials are cached per (role, external id, STS endpoint, region, location
-set) and asked for again ``refresh_margin_s`` before they expire, so a long
-manifest never runs on an expired token.
+The sweeper's own AWS identity (botocore's default chain) calls STS AssumeRole on the
+catalog's ``roleARN`` with its ``externalId`` and an inline session policy allowing read,
+list and delete only under the task's locations: a second fence behind the path guard,
+so even a guard bug cannot delete outside the table. Cached per (role, external id, STS
+endpoint, region, location set).
 """
 
 from __future__ import annotations
