@@ -1,15 +1,10 @@
 """A task decoded once from its row: its kind, its payload and its table.
 
-``DecodedTask.from_row`` is the one place a row's ``taskType`` and ``data`` are
-decoded, as procrastinate's ``Job.from_row`` builds a job: a frozen object,
-never edited, that travels from the run start to the handler, the run's tags
-and the report. Task types are named here too (``task_type_name``,
-``polaris_type_name``), for every surface.
-
-A payload that does not decode is kept as its ``PayloadError`` (naming the
-task): ``require_kind`` and the payload accessors raise it where the work needs
-them, so the attempt records the same clear error; views that only show a task
-read ``problem`` and every part that did decode (a child's ``tableId``).
+``DecodedTask.from_row`` is the one place a row's ``taskType`` and ``data`` are decoded:
+a frozen object that travels from the run start to the handler, tags and report. Task
+type names live here too. An undecodable payload is kept as its ``PayloadError``:
+``require_kind`` and the payload accessors raise it where the work needs them; views
+read ``problem`` and whatever did decode.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Iceberg's ``ManifestFiles.encode`` bytes: the payload of a MANIFEST_FILE_CLEANUP task.
 
-Layout (Iceberg ``AvroEncoderUtil``): magic ``0xC2 0x01``; the Avro writer
-schema as JSON, written like Java's ``DataOutputStream.writeUTF`` (2-byte
-big-endian length, then modified UTF-8); then one Avro binary datum of that
-schema, without a container.
-
-Decoding always uses the schema embedded in the bytes, and finds fields by
-their Iceberg ``field-id`` rather than by name: writers differ in both the set
-of fields (older ones lack ``first_row_id``, ``key_metadata``, ``contains_nan``)
-and the names (Java names 504-506 ``added_data_files_count`` and so on).
+Layout (``AvroEncoderUtil``): magic ``0xC2 0x01``; the writer schema as JSON in Java's
+``writeUTF`` form (2-byte big-endian length, modified UTF-8); one Avro binary datum.
+Decoding uses the embedded schema and finds fields by ``field-id``: writers differ in the
+fields (older lack ``first_row_id``, ``key_metadata``, ``contains_nan``) and names.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """How a task is referred to: ``TaskRef`` (which task), ``Lease`` (a claim on it), and
 ``TableRef`` (the dropped table it cleans up).
 
-Both are built from a row in one place each: ``TaskRef.from_row`` and
-``Lease.from_row``, from a decoded ``TaskRow``; the PostgreSQL lease statement's
-rows take ``Lease.from_leased_columns``.
-
-``to_dict``/``from_dict`` are their JSON-safe forms (Dagster run config, child
-payloads). The keys are the ones Dagster run configs have always carried:
-
-- reference: ``realm_id``, ``task_id`` (a decimal string: ids are 63-bit),
-  ``entity_version``, ``name``, ``task_type`` (the ``taskType`` code or null);
-- lease: those, and ``executor_id``, ``attempt``, ``start_time_ms``.
-
-``from_dict`` reads either form (a reference from a lease's dict too) and
-raises ValueError naming the key that is missing or malformed.
+Built from a decoded ``TaskRow`` by ``from_row`` (the lease statement's rows by
+``Lease.from_leased_columns``). ``to_dict``/``from_dict`` are the JSON-safe forms of
+run configs and child payloads: ``realm_id``, ``task_id`` (a decimal string: ids are
+63-bit), ``entity_version``, ``name``, ``task_type``; a lease adds ``executor_id``,
+``attempt``, ``start_time_ms``. ``from_dict`` raises ValueError naming the bad key.
 """
 
 from __future__ import annotations
