@@ -1,14 +1,9 @@
 """The order a cleanup's children run in: named stages, declared here as data.
 
-A handler puts each child it creates into a stage of ``CHILD_STAGES``. Each
-stage runs only after every child of the stage before it is done; children
-within a stage may run in parallel. The CLI sweep goes stage by stage, and the
-Dagster job builds one slot per stage from this tuple, so a stage added here is
-a step of both without touching either.
-
-The table cleanup's plan: manifests with their content files, then manifest
-lists and older metadata, then the current metadata file, last, so that a
-parent retried after a crash can still plan again from it.
+Each stage runs after every child of the one before is done; children within a stage may
+run in parallel. The CLI sweep and the Dagster job (one slot per stage) both read
+``CHILD_STAGES``. The table's plan: manifests with their content files, then lists and
+older metadata, then the current metadata file last, so a retried parent can plan again.
 """
 
 from __future__ import annotations
