@@ -1,14 +1,9 @@
 """Carrying one lease down the data path: start, execute, finish.
 
-A task is started (leased, adopted or refused: ``execution/start.py``), executed (its
-row read and fenced, its handler run inside the attempt's span and events, its end
-written: ``execution/attempt_end.py``), and a table waiting for its children is
-finished in its last stage (``execution/table_finish.py``). Who holds the leases is
-``execution/holder.py``; the handlers' contexts, ``execution/contexts.py``; running
-a task's children and sweeping, ``execution/sweep.py``; a dry run, ``execution/dry_run.py``.
-
-The CLI sweep and every Dagster run use this same ``Runner``; Dagster adds
-scheduling, UI and retries around it, never a second implementation.
+Start: ``start.py``; execute (fence, handler in the attempt's span and events, end:
+``attempt_end.py``); finish a table after its children: ``table_finish.py``. Holders:
+``holder.py``; contexts: ``contexts.py``; children and sweeps: ``sweep.py``; dry run:
+``dry_run.py``. The CLI sweep and every Dagster run use this one ``Runner``.
 """
 
 from __future__ import annotations
