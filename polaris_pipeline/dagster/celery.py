@@ -1,21 +1,11 @@
 """``polaris_task_job`` on dagster-celery's executor: every step is a Celery task.
 
-The graph, its ops, their retry policies and the run tags are those of
-``task_job.py``; only the executor differs. The run worker (the process the
-run launcher starts) orchestrates; each step (the root task, every mapped child)
-is sent through the broker to whichever Celery worker takes it, so a table with
-thousands of manifests fans out over a pool of workers instead of one pod.
-
-The executor reads its broker from the environment of the run worker, never
-from the code (the executor section, ``settings/executor.py``):
-``POLARIS_PIPELINE_CELERY_BROKER`` (e.g.
-``pyamqp://user:pass@rabbitmq:5672//`` or ``redis://redis:6379/0``), and
-optionally ``POLARIS_PIPELINE_CELERY_BACKEND`` (result backend, default
-``rpc://``) and ``POLARIS_PIPELINE_CELERY_QUEUE`` (the queue steps go to,
-default ``dagster``). Unset, dagster-celery's own defaults apply
-(``pyamqp://guest@$DAGSTER_CELERY_BROKER_HOST:5672//``, ``rpc://``).
-The Celery workers must use the same broker and queue: see
-``deploy/celery/dagster_celery_config.py`` and docs/scale-out.md.
+Graph, ops, retries and tags are ``task_job.py``'s; each step (root, every mapped child)
+goes through the broker to any worker, so a table of thousands of manifests fans out.
+The broker comes from the run worker's environment (``settings/executor.py``):
+``POLARIS_PIPELINE_CELERY_BROKER``, ``_BACKEND`` (default ``rpc://``), ``_QUEUE`` (default
+``dagster``); unset, dagster-celery's defaults. Workers must use the same broker and queue
+(``deploy/celery/dagster_celery_config.py``, docs/scale-out.md).
 """
 
 from __future__ import annotations

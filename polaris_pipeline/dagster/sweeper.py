@@ -1,25 +1,12 @@
 """``polaris_task_sweeper``: select available Polaris tasks and request one run per task.
 
-The sensor leases nothing: each run leases its task when it starts
-(``Runner.start``), so a run waiting in the queue holds no lease that could lapse.
-
-Cadence: the daemon evaluates the sensor every few seconds
-(``minimum_interval_seconds``), but it only touches the metastore when the time
-stored in its cursor has come. After each sweep the next one is set a base
-interval plus a random jitter ahead, so several deployments sweeping one
-metastore spread out instead of hitting it together. A sweep that filled its
-per-tick cap sets the next sweep to now: the backlog drains one capped batch
-per evaluation, and each tick stays small and fast.
-
-Cursor: ``sweeper_state.SweepCursor`` (the next sweep's time, and when the backlog
-was last reported).
-
-Backlog report: a sweep also reports the ``polaris_task_backlog`` asset's numbers
-and its three metastore checks as the tick's asset events, when it is due
-(``backlog.sweep_report``, which owns the rule).
-
-What a tick decides from what it read (the queue's room, the runs to request,
-the lines to log) is ``sweep_plan``'s, pure; ``sweep_tick`` does the reading.
+The sensor leases nothing: each run leases its task when it starts (``Runner.start``), so
+a queued run holds no lease that could lapse. It is evaluated every few seconds but
+touches the metastore only when its cursor's (``sweeper_state.SweepCursor``) time has
+come: base interval plus random jitter, so deployments sharing a metastore spread out; a
+sweep that filled its cap sets the next to now, draining the backlog in small ticks. A
+due sweep also reports the backlog asset and its metastore checks (``backlog.sweep_report``).
+``sweep_plan`` decides (pure), ``sweep_tick`` reads.
 """
 
 import math

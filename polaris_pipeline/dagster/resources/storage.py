@@ -1,12 +1,9 @@
 """The ``storage`` resource: where table files live and which prefixes may be deleted.
 
-Either a storage config file (``config_path``, else ``$POLARIS_PIPELINE_STORAGE_CONFIG``,
-else no rules), or the same content inline (``locations``, ``allowed_prefixes``).
-Secrets belong in the file or inline as ``{env: NAME}``, resolved when the config
-is loaded, so neither the UI nor the run config ever shows them.
-
-The loaded config and its ``StorageResolver`` (which keeps filesystem clients) are
-cached per process and per configuration, like the metastore.
+A config file (``config_path``, else ``$POLARIS_PIPELINE_STORAGE_CONFIG``, else no rules)
+or the same content inline; secrets as ``{env: NAME}``, resolved at load, so neither the
+UI nor run config shows them. Config and ``StorageResolver`` are cached per process and
+configuration.
 """
 
 from __future__ import annotations
