@@ -294,11 +294,9 @@ def _metadata_user(row: Any, wanted: set[Location]) -> Overlap | None:
 class LiveLocations:
     """The overlap check against one metastore (its engine and schema version).
 
-    Every check is one or two statements that an index answers in time independent of
-    the number of live tables, given the guard indexes (``guard_indexes.py``; without
-    them each reads every row, and the first check warns). Each is bounded by
-    ``bound_s`` (default ``guard_bound_s()``): past it a ``GuardTimeout`` names the
-    check and the time taken; the task's attempt fails and is retried.
+    One or two index-answered statements per check given the guard indexes (else a read of
+    every row, warned at the first check). Bounded by ``bound_s`` (``guard_bound_s()``): past
+    it a ``GuardTimeout`` names check and time; the attempt fails and is retried.
     """
 
     def __init__(

@@ -304,11 +304,9 @@ def policy_params(policy: TaskPolicy) -> dict[str, Any]:
 def _state(policy: TaskPolicy, now: str, drop_events: bool) -> tuple[str, str]:
     """(the rule's state of row ``e`` at ``now``, its lease timeout), both as SQL.
 
-    ``drop_events``: the database has Polaris's events table (schema v3+), whose drop
-    events a hold counts from.
-    The lease timeout and grace are per realm: one CASE on realm_id over the realms
-    with overrides (bound by ``policy_params``, never spliced); with none, plain
-    ``:timeout`` and ``:grace``.
+    ``drop_events``: the database has Polaris's events table (v3+) for holds to count from.
+    Timeout and grace are per realm: one CASE on realm_id over the overridden realms (bound by
+    ``policy_params``, never spliced); with none, plain ``:timeout`` and ``:grace``.
     """
     realms = range(len(policy.realm_overrides))
     timeout = predicates.per_realm(
