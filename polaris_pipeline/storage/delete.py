@@ -129,20 +129,14 @@ def bulk_delete(
     report: DeleteReport | None = None,
     local_roots: Sequence[str] = (),
 ) -> DeleteReport:
-    """Delete ``uris`` (literal paths, already admitted by a
-    :class:`~polaris_pipeline.cleanup.guard.paths.PathGuard`), returning the outcome of each.
+    """Delete ``uris`` (literal paths a ``PathGuard`` admitted), returning each one's outcome.
 
-    Never raises for a single path: its error goes to ``failed``, credentials masked.
-    ``check()`` runs before every request (S3) or file (elsewhere) and may raise to
-    stop at once: a holder whose lease lapsed mid-chunk deletes nothing more.
-    ``sidecar_check(uri)`` (the caller's guard) admits a local file's checksum
-    sidecar; without it none is touched. A sidecar is looked for whether its file
-    was deleted or found missing: a crash between the two unlinks leaves only the
-    sidecar, and the retry must finish it. ``report``, when given, is filled in
-    place: a caller whose ``check()`` raised still knows what was deleted before.
-    ``local_roots`` (the guard's roots) are where a local delete starts its walk:
-    links above them are followed, none below (``storage.local_walk``); a local path
-    under none of them is walked from ``/`` without following any link.
+    Never raises for one path: its error goes to ``failed``, masked. ``check()`` runs before
+    each request (S3) or file and may raise to stop at once (a lapsed lease deletes nothing
+    more); ``report``, filled in place, still says what went before. ``sidecar_check`` admits
+    a local file's checksum sidecar (none touched without it), looked for also when the file
+    was already missing: a crash between the two unlinks leaves only the sidecar.
+    ``local_roots`` start a local delete's walk (``storage.local_walk``).
     """
     guard_step = check or (lambda: None)
     if not 1 <= chunk_size <= MAX_KEYS_PER_REQUEST:

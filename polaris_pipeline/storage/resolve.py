@@ -90,14 +90,11 @@ class StorageResolver:
         self, task: TaskRow, storage_properties: Mapping[str, str] | None = None
     ) -> StorageResolver:
         """The resolver for one task: catalog storage mode when the task carries
-        ``storage_configuration_info``, the static config's resolver otherwise.
+        ``storage_configuration_info``, the static config's otherwise.
 
-        ``storage_properties`` replaces the task's internal properties as the source
-        of its storage configuration and scope: the caller's lookup of the task's
-        catalog, for a task Polaris wrote without them (``execution/task_storage.py``).
-
-        Raises PayloadError for a malformed configuration and StorageError when the
-        task's location cannot be scoped (none, or outside ``allowedLocations``).
+        ``storage_properties`` replaces the task's internal properties (the catalog lookup for
+        tasks Polaris wrote without them, ``execution/task_storage.py``). PayloadError for a
+        malformed configuration; StorageError when the location cannot be scoped.
         """
         props = task.internal_properties if storage_properties is None else storage_properties
         storage = catalog_storage(props)
@@ -106,13 +103,9 @@ class StorageResolver:
         return self.for_storage(storage, task_scope(storage, props))
 
     def for_storage(self, storage: CatalogStorage, scope: tuple[str, ...]) -> StorageResolver:
-        """The resolver reaching ``scope`` with a catalog's ``storage`` configuration (its
-        role, endpoint, ``storageName``), credentials made for ``scope`` only; a URI under
-        a static storage rule still goes through that rule. A task's (``for_task``), or
-        the locations of a catalog the leak report walks.
-
-        Raises StorageError when the ``storageName`` maps to an identity that cannot sign
-        for that storage.
+        """The resolver reaching ``scope`` with a catalog's ``storage`` configuration, credentials
+        for ``scope`` only (a static storage rule still wins); for a task or a leak walk.
+        StorageError when the ``storageName`` maps to an identity that cannot sign for it.
         """
         if (
             isinstance(storage, AwsStorage)
