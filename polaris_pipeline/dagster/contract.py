@@ -234,16 +234,13 @@ def is_group_run(run_config: Mapping[str, Any]) -> bool:
 
 
 def run_key(run: CandidateRun, *, again_at_ms: int | None = None) -> str:
-    """The run key of the run the sweeper requests for ``run``: the one place keys are made.
+    """The run key of the sweeper's request for ``run``: the one place keys are made.
 
-    - one task: ``<realm>:<task id>:<entity_version>``. Unchanged while the task
-      waits, so Dagster drops a second request for the same candidate; every
-      lease, failure, renewal or requeue bumps the version, so the next run of
-      the task is never dropped as a repeat;
-    - orphaned children of one purge: ``<realm>:orphans:<parent name>:<digest>``,
-      the digest over every member's id and version (a change to any is a new run);
-    - ``again_at_ms``: the key asked again after a finished run used it without
-      writing the row (``<key>:again:<ms>``; see ``sweeper._relaunch_used_keys``).
+    - one task: ``<realm>:<task id>:<entity_version>``: Dagster drops a repeat while the task
+      waits; every lease, failure, renewal or requeue bumps the version;
+    - orphans of one purge: ``<realm>:orphans:<parent name>:<digest>`` over members' ids and
+      versions;
+    - ``again_at_ms``: ``<key>:again:<ms>`` (``sweeper._relaunch_used_keys``).
     """
     first = run.first
     if run.parent_name is None:

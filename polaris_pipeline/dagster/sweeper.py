@@ -235,13 +235,10 @@ def release_line(store: Metastore, realms: Iterable[str]) -> str:
 def _unreachable(exc: BaseException) -> bool:
     """Whether ``exc`` is the metastore out of reach rather than misconfigured.
 
-    The store raises ``MetastoreError`` from the driver's ``OperationalError`` when
-    it cannot connect or loses the connection (refused, reset, timed out, server
-    shutting down, SQLite locked); its other ``MetastoreError`` (no URL, no
-    driver, no Polaris tables) and a refused statement (``ProgrammingError``: a
-    missing grant) are configuration. psycopg gives a refused login no error
-    code, so a wrong password or database name reads as unreachable too, with
-    the server's own words after it.
+    The store raises ``MetastoreError`` from an ``OperationalError`` when it cannot connect or
+    loses the connection; other ``MetastoreError`` (no URL, driver or tables) and
+    ``ProgrammingError`` (a missing grant) are configuration. psycopg gives a refused login no
+    code, so a wrong password or database reads as unreachable, with the server's words.
     """
     if isinstance(exc, OperationalError):
         return True
@@ -364,14 +361,11 @@ def _relaunch_used_keys(
 ) -> list[RunRequest]:
     """``requests``, with a fresh key for each whose key a run that holds nothing used.
 
-    Dagster silently drops a request whose run key it has seen. A key repeats only
-    when its run left the row unwritten: it ended before leasing (its retries used
-    up), or it is still "started" longer than ``started_within_s`` after its start,
-    which ``_recently_started`` no longer counts either (its worker died: with the
-    default run launcher, run monitoring never marks such a run failed). Waiting and
-    recently started runs were filtered out above, and every lease bumps the version
-    in the key. Asking again under a new key keeps the promise of eventual execution,
-    the lease's compare-and-set keeps two runs off one task, and the log says so.
+    Dagster silently drops a seen run key. A key repeats only when its run left the row
+    unwritten: ended before leasing, or "started" past ``started_within_s`` (its worker died;
+    the default launcher never fails such a run). Every lease bumps the version in the key.
+    A new key keeps the promise of eventual execution; the lease's CAS keeps two runs off one
+    task; the log says so.
     """
     keys = [r.run_key for _, r in requests if r.run_key]
     if not keys:
@@ -423,20 +417,12 @@ def build_polaris_task_sweeper(
     backlog_resource: bool = False,
     translator: PolarisTranslator = DEFAULT_TRANSLATOR,
 ) -> SensorDefinition:
-    """The sweeper sensor for ``job`` (a job built by ``build_polaris_task_job``).
+    """The sweeper sensor for ``job`` (built by ``build_polaris_task_job``, with ``translator``).
 
-    ``cadence``: the sweeper settings the sensor will run with, so that its
-    description states the real cadence (the resource is only read at a tick).
-
-    ``check_storage`` gives the sensor the ``storage`` resource (required), so every
-    sweep checks that the runs' storage config loads (``build_defs`` does); without it
-    no sweep checks storage.
-
-    ``backlog_resource`` gives it the ``backlog`` resource (required), so the backlog
-    checks the sweeps report use its thresholds (``build_defs`` does); without it they
-    use the defaults.
-
-    ``translator``: the one the job was built with (``build_polaris_task_job``).
+    ``cadence``: the sweeper settings, so the description states the real cadence.
+    ``check_storage``: require the ``storage`` resource, so each sweep checks the runs' storage
+    config loads. ``backlog_resource``: require the ``backlog`` resource, so the reported
+    checks use its thresholds (else the defaults). ``build_defs`` sets both.
     """
 
     def tick(
