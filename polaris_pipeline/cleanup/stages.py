@@ -103,12 +103,9 @@ def leases_in_stages(
 def orphan_stage(task: TaskRow) -> ChildStage:
     """The stage of an orphaned child of a table cleanup (its parent row gone), from its row.
 
-    A manifest child runs with the manifests. A batch child that holds one metadata
-    file and nothing else runs last: that is how a table cleanup hands down its
-    current metadata file. Its payload cannot tell the current file from an older
-    one that fell alone into the last batch, and running an older one last is as
-    safe. Any other task, or a payload that does not decode (its own run records
-    why), runs with the batches.
+    Manifest children run with the manifests. A batch child of one metadata file alone runs
+    last: how a table hands down its current metadata file (an older one alone in the last
+    batch runs last as safely). Anything else, or an undecodable payload, runs with batches.
     """
     if task.task_type_code == TaskType.MANIFEST_FILE_CLEANUP.code:
         return MANIFESTS

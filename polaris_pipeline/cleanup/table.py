@@ -315,13 +315,11 @@ def build_children(ctx: CleanupContext, plan: TablePlan) -> Staged[NewTask]:
 def child_internal_properties(ctx: CleanupContext, roots: RecordedRoots) -> dict[str, str]:
     """The children's internal properties: the parent's, plus the roots it guarded with.
 
-    Children run after the metadata file is gone and see no dropped entity, so a
-    parent whose root came from the entity's ``location`` (Polaris wrote no
-    ``storageLocation``) hands it down as ``storageLocation``, with the root
-    properties the entity recorded. Everything handed down came from the catalog,
-    never from the metadata file. Extra keys are safe: Polaris reads a map. A
-    storage configuration looked up from the catalog is handed down too: the
-    children have no entity to look it up by, and Polaris's own children carry it.
+    Children run after the metadata file is gone and see no dropped entity, so a root taken
+    from the entity's ``location`` goes down as ``storageLocation`` with the entity's root
+    properties, and a storage configuration looked up from the catalog goes down too (as
+    Polaris's children carry it). All from the catalog, never the metadata file; extra keys
+    are safe: Polaris reads a map.
     """
     internal = dict(ctx.task.internal_properties)
     if not internal.get(STORAGE_LOCATION_KEY, "").strip():
