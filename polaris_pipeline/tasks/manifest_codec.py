@@ -68,9 +68,7 @@ class ManifestFileRef:
     first_row_id: int | None = None
 
 
-# ---------------------------------------------------------------------------
-# The writer schema. (field id, name, Avro type, optional)
-# ---------------------------------------------------------------------------
+# ------------------------------ The writer schema. (field id, name, Avro type, optional)
 
 _SUMMARY_FIELDS: tuple[tuple[int, str, str, bool], ...] = (
     (509, "contains_null", "boolean", False),
@@ -138,9 +136,7 @@ _SCHEMA_JSON = json.dumps(manifest_file_avro_schema(), separators=(",", ":"))
 _PARSED_WRITER_SCHEMA = fastavro.parse_schema(json.loads(_SCHEMA_JSON))
 
 
-# ---------------------------------------------------------------------------
-# Java's modified UTF-8 (DataOutputStream.writeUTF / DataInputStream.readUTF)
-# ---------------------------------------------------------------------------
+# ----------- Java's modified UTF-8 (DataOutputStream.writeUTF / DataInputStream.readUTF)
 
 
 def encode_modified_utf8(text: str) -> bytes:
@@ -204,9 +200,7 @@ def java_write_utf(text: str) -> bytes:
     return struct.pack(">H", len(body)) + body
 
 
-# ---------------------------------------------------------------------------
-# Encode
-# ---------------------------------------------------------------------------
+# -------------------------------------------------------------------------------- Encode
 
 
 def _check_range(name: str, value: int | None, bounds: tuple[int, int]) -> None:
@@ -239,9 +233,7 @@ def encode_manifest_file(ref: ManifestFileRef) -> bytes:
     return out.getvalue()
 
 
-# ---------------------------------------------------------------------------
-# Decode
-# ---------------------------------------------------------------------------
+# -------------------------------------------------------------------------------- Decode
 
 
 def _read_schema(data: bytes) -> tuple[dict[str, Any], int]:
@@ -439,9 +431,7 @@ def _ref_from_datum(
     return ManifestFileRef(manifest_path=path, content=content, partitions=partitions, **values)
 
 
-# ---------------------------------------------------------------------------
-# pyiceberg
-# ---------------------------------------------------------------------------
+# ----------------------------------------------------------------------------- pyiceberg
 
 
 def manifest_ref_from_pyiceberg(mf: ManifestFile) -> ManifestFileRef:
