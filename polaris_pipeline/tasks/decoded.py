@@ -133,12 +133,8 @@ class DecodedTask:
         return task if isinstance(task, DecodedTask) else cls.from_row(task)
 
     def reread(self, row: TaskRow) -> DecodedTask:
-        """``row``, a later read of this task's row, decoded: this decoding kept (with
-        ``row``) when what it was decoded from is unchanged, else ``from_row(row)``.
-
-        A held row changes between reads only in what its holder writes (the lease,
-        the attempt), never in its kind or payload: a table's last stage re-reads its
-        row to know it still holds it, and need not decode it again.
+        """``row``, a later read of this task's row, decoded: this decoding kept when what it came
+        from is unchanged (a held row changes only in its lease and attempt), else ``from_row``.
         """
         if row is self.row:
             return self
