@@ -67,12 +67,10 @@ def check_shared_location(
     roots: Sequence[str],
     files: Sequence[str],
 ) -> None:
-    """Raise ``SharedLocationRefusal`` when a live entity shares ``location`` or uses one
-    of ``files`` (see the module docstring); with the task's override, note it instead.
+    """Raise ``SharedLocationRefusal`` when a live entity shares ``location`` or uses one of
+    ``files`` (see the module docstring); with the task's override, note it instead.
 
-    ``location``: the task's recorded table location; ``roots``: every recorded root
-    (the location and ``write.data.path``-style roots), where ``files`` lie: each is
-    looked up, as the path guard admits deletes under each.
+    ``roots``: every recorded root, each looked up, as the path guard admits deletes under each.
     MetastoreError (the check could not be made) propagates: a transient failure.
     """
     live = ctx.live

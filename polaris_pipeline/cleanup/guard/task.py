@@ -78,12 +78,9 @@ class Guard:
         return self.check(uri) is None
 
     def may_delete(self, result: CleanupTally, uris: Sequence[str]) -> list[str]:
-        """The question before deleting ``uris`` now: those the path rule admits (each
-        refusal recorded in ``result``), once the shared-location rule
-        (``shared_location.py``) has passed them; asked right before each delete.
-
+        """Of ``uris``, those the path rule admits (none without recorded roots; refusals recorded
+        in ``result``) once the shared-location rule passed them; asked right before each delete.
         Raises SharedLocationRefusal or TableRestored, or notes the task's override.
-        Without recorded roots every path is refused by the path rule already.
         """
         allowed = [uri for uri in uris if self.admit(uri, result)]
         if self.roots is not None and allowed:
