@@ -65,12 +65,9 @@ def catalog_ref(
 def catalog_resolver(
     resolver: StorageResolver, catalog: CatalogRef, locations: Iterable[str]
 ) -> StorageResolver:
-    """How ``locations`` of ``catalog`` are reached: through its storage configuration,
-    credentials scoped to those of them inside its ``allowedLocations`` (see the module
-    docstring); ``resolver`` itself without a configuration or such a location.
-
-    Raises StorageError when the configuration's ``storageName`` maps to an identity
-    that cannot sign for it.
+    """How ``locations`` of ``catalog`` are reached: its storage configuration, credentials scoped
+    to those inside its ``allowedLocations``; ``resolver`` itself otherwise. StorageError when
+    its ``storageName`` maps to an identity that cannot sign for it.
     """
     storage = catalog.storage
     if storage is None:
