@@ -41,10 +41,8 @@ _LEASE, _MODE, _ROW = "lease", "mode", "row"
 class TableFinish:
     """A table waiting for its children: what its last stage needs once they ran.
 
-    ``mode`` is the unreferenced mode its phase runs in: ``DELETE``, its row is
-    still held by ``lease`` until then; ``REPORT``, its attempt completed the row
-    (a report changes nothing) and the report is made from ``task``, the task as
-    the attempt read and decoded it.
+    ``mode``: ``DELETE``, its row still held by ``lease`` until then; ``REPORT``, its attempt
+    completed the row and the report is made from ``task`` as the attempt decoded it.
     """
 
     lease: Lease
