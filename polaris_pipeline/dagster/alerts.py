@@ -184,11 +184,8 @@ def build_polaris_check_alert(
     asset_key: AssetKey = ASSET_KEY,
     check_names: Sequence[str] = CHECK_NAMES,
 ) -> SensorDefinition:
-    """Calls ``notify`` when a backlog check starts failing.
-
-    The checks are reported by sensors, with no run (polaris_pipeline.dagster.backlog):
-    this sensor reads the checks' stored evaluations after its cursor (the last
-    record id it saw).
+    """Calls ``notify`` when a backlog check starts failing, reading the checks' stored
+    evaluations (sensors report them with no run) after its cursor, the last record id seen.
     """
 
     @sensor(

@@ -27,10 +27,8 @@ IO_BASE_DIR_ENV = ENV_VARIABLES[("executor", "io_base_dir")]
 
 
 def celery_executor_config(section: ExecutorSection) -> dict[str, Any]:
-    """Executor config that names the environment variables, never their values.
-
-    Broker URLs carry passwords: through ``{"env": NAME}`` they are resolved in
-    the run worker when the run starts, and the UI shows only the name.
+    """Executor config naming the variables, never their values: broker URLs carry passwords,
+    resolved through ``{"env": NAME}`` in the run worker; the UI shows only the name.
     """
     config: dict[str, Any] = {}
     if section.celery_broker:
@@ -55,10 +53,7 @@ def _config_from_environment(_outer: Any) -> dict[str, Any]:
 
 
 def build_celery_executor() -> ExecutorDefinition:
-    """dagster-celery's executor, configured from the environment (see the module doc).
-
-    The environment is read when a run's config is resolved (in the run worker,
-    and again in each Celery worker), not when the code location is imported:
-    importing needs no variable, and each process uses its own environment.
+    """dagster-celery's executor, configured from the environment when a run's config is resolved
+    (run worker and each Celery worker), never at import: each process uses its own.
     """
     return celery_executor.configured(_config_from_environment, config_schema={}, name="celery")

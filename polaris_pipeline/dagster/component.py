@@ -40,10 +40,8 @@ from polaris_pipeline.storage.redact import masked_repr_args
 
 
 def _as_env_var(value: str) -> str | dg.EnvVar:
-    """``value`` as a reference to the variable it came from, when one holds it.
-
-    ``{{ env.NAME }}`` in a defs.yaml resolves to the URL itself; passing the
-    variable instead keeps the password out of the UI's resource page.
+    """``value`` as a reference to the variable it came from, when one holds it: ``{{ env.NAME }}``
+    resolves to the URL itself, and the variable keeps the password off the UI's resource page.
     """
     for name, env_value in os.environ.items():
         if env_value == value and name.isupper():

@@ -143,10 +143,8 @@ CHILDREN_PER_STEP = 20
 
 
 class TaskRunConfig(Config):
-    """Which task the run cleans up: all the launchpad asks for.
-
-    ``task_id`` is text: Polaris ids use 63 bits, more than a JavaScript number
-    holds exactly, and the run config passes through the UI.
+    """Which task the run cleans up: all the launchpad asks for. ``task_id`` is text: Polaris's
+    63-bit ids exceed a JavaScript number, and the run config passes through the UI.
     """
 
     realm_id: str = Field(description="Realm of the task.")

@@ -59,10 +59,8 @@ class RealmSweepConfig(Config):
 
 
 def check_realm(realm: str, known: list[str], deployment: list[str] | None) -> None:
-    """Refuse a realm the metastore does not have, or this deployment does not sweep.
-
-    Raised before anything is leased; the message lists the realms there are, so a
-    typo is obvious.
+    """Refuse, before leasing, a realm the metastore lacks or this deployment does not sweep,
+    listing the realms there are.
     """
     if deployment is not None and realm not in deployment:
         raise Failure(

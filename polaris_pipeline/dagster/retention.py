@@ -351,10 +351,8 @@ def build_run_retention_job(
 def build_run_retention_schedule(
     retention_job: JobDefinition, settings: RetentionSettings
 ) -> ScheduleDefinition:
-    """Runs ``retention_job`` on ``settings.cron``; RUNNING once an age is set.
-
-    A status set in the UI is kept by the instance and beats this default. A tick
-    while a retention run waits or runs is skipped.
+    """Runs ``retention_job`` on ``settings.cron``; RUNNING once an age is set (a status set in the
+    UI wins). A tick while a retention run waits or runs is skipped.
     """
 
     @schedule(

@@ -134,10 +134,8 @@ def _drain_note(context: SensorEvaluationContext, job_name: str, pending: int) -
 def _recently_started(
     context: SensorEvaluationContext, job_name: str, within_s: float
 ) -> list[DagsterRun]:
-    """Runs of the job in progress that started less than ``within_s`` ago.
-
-    Older ones are not counted: a run whose worker died stays "started" until run
-    monitoring notices, and its tasks must not wait on it beyond their lease.
+    """Runs of the job in progress that started less than ``within_s`` ago: a run whose worker
+    died stays "started" until monitoring notices, and its tasks must not wait beyond their lease.
     """
     try:
         records = context.instance.get_run_records(
@@ -156,10 +154,8 @@ def _idle_reason(
     limit_note: str = "",
     per_realm: dict[str, Counter[TaskState]] | None = None,
 ) -> str:
-    """Why nothing was leased, from one count per state (one query on PostgreSQL).
-
-    ``per_realm``: that count, when the tick has made it already. The wording is
-    the one explanation's (``report.nothing_available.no_orphans_reason``).
+    """Why nothing was leased, from one count per state (one query on PostgreSQL; ``per_realm``
+    when the tick has it already), in ``report.nothing_available``'s words.
     """
     if per_realm is None:
         per_realm = metastore.get_metastore().count_by_state(metastore.realms)
@@ -174,10 +170,8 @@ def _idle_reason(
 
 @dataclass(frozen=True)
 class CheckProblem:
-    """Why a tick selects nothing before reading a task (``config_problem``).
-
-    ``unreachable``: the metastore could not be connected to, or lost the
-    connection; it heals by itself, unlike a configuration error.
+    """Why a tick selects nothing before reading a task (``config_problem``). ``unreachable``: the
+    metastore could not be reached; it heals by itself, unlike a configuration error.
     """
 
     detail: str
@@ -197,11 +191,8 @@ class CheckProblem:
 def config_problem(
     metastore: PolarisMetastoreResource, storage: PolarisStorageResource | None
 ) -> CheckProblem | None:
-    """What would make every run fail, found before anything is selected; None if all is well.
-
-    The lease settings are valid, the metastore answers and has Polaris's tables,
-    and the storage config loads (``PolarisStorageResource``'s own loading, the
-    same the runs use).
+    """What would make every run fail, found before anything is selected; None if all is well:
+    valid lease settings, a metastore with Polaris's tables, a storage config that loads.
     """
     try:
         metastore.policy()
@@ -220,10 +211,8 @@ def config_problem(
 
 
 def release_line(store: Metastore, realms: Iterable[str]) -> str:
-    """The Polaris release the runs of ``realms`` will write for, and its evidence.
-
-    A probe per tick: one bounded query per realm, so an upgrade shows at the next tick.
-    Never fails the tick: the runs resolve the release again and fail on their own.
+    """The Polaris release the runs of ``realms`` will write for, and its evidence: one bounded
+    query per realm each tick (an upgrade shows at once); never fails the tick.
     """
     probe = ReleaseProbe(store)
     try:
@@ -271,10 +260,8 @@ def sweep_tick(
     backlog: BacklogSettings | None = None,
     translator: PolarisTranslator = DEFAULT_TRANSLATOR,
 ) -> SensorResult | SkipReason:
-    """One evaluation of the sweeper; see the module docstring.
-
-    ``backlog``: the thresholds of the backlog checks it reports (defaults if None);
-    ``translator``: the tags of the runs it requests (the task job's).
+    """One evaluation of the sweeper (see the module docstring). ``backlog``: the reported checks'
+    thresholds (defaults if None); ``translator``: the requested runs' tags.
     """
     now = int(time.time() * 1000) if now_ms is None else now_ms
     cursor = SweepCursor.parse(context.cursor)

@@ -31,10 +31,8 @@ def clear_storage_cache() -> None:
 
 
 class PolarisStorageResource(ConfigurableResource, StorageSection):
-    """Filesystem options per location prefix, and the prefixes deletion is confined to.
-
-    Its fields are ``StorageSection``'s; ``config_path`` unset reads
-    ``$POLARIS_PIPELINE_STORAGE_CONFIG`` when a run starts.
+    """Filesystem options per location prefix, and the prefixes deletion is confined to
+    (``StorageSection``'s fields); no ``config_path`` reads ``$POLARIS_PIPELINE_STORAGE_CONFIG``.
     """
 
     def _load(self) -> tuple[StorageConfig, StorageResolver]:
