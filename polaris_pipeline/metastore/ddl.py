@@ -1,10 +1,10 @@
 """The tables, keys and indexes of Polaris's relational-JDBC schema, per schema version.
 
-From Polaris's ``postgres/schema-v1.sql`` .. ``schema-v5.sql`` (read at 1.7.0), so that
-``init-metastore --schema-version N`` leaves a database that Polaris version can start on.
-Rendered per dialect: PostgreSQL gets Polaris's types; SQLite stores JSON as text, as
-Polaris's H2 schema does. Not reproduced: ``COMMENT ON`` and v1's ``DROP TABLE IF EXISTS
-policy_mapping_record`` (this tool never drops a table).
+From Polaris's ``postgres/schema-v1.sql`` .. ``schema-v5.sql`` (read at 1.7.0; every
+release's file of a version is the same), so that ``init-metastore --schema-version N``
+leaves a database that Polaris version can start on. PostgreSQL gets Polaris's types;
+SQLite stores JSON as text, as Polaris's H2 schema does. Not reproduced: ``COMMENT ON`` and
+v1's ``DROP TABLE IF EXISTS policy_mapping_record`` (this tool never drops a table).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ TASK_EXECUTION) with ``task_entity_id``, ``task_attempt`` and, after, ``task_suc
 ``PolarisPersistenceEventListener`` maps it to resource type REALM, the event type's name
 as identifier, a null catalog, and the ``otel.*`` context then every attribute, as
 strings, in ``additional_properties``; ``ModelEvent.fromEvent`` stores a null catalog as
-``__realm__`` below schema v5 (NOT NULL there). Request id and principal come from the
+``__realm__`` below schema v5 (NOT NULL there); ``JdbcBasePersistenceImpl.writeEvents``
+adds the realm; event ids are random UUIDs. Request id and principal come from the
 HTTP request, which a sweeper lacks: null. Our extra ``task_executor_id`` key is harmless
 (Polaris reads the JSON as Map<String, String>).
 

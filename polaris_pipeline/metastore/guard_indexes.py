@@ -6,17 +6,18 @@ of ``overlap.py`` read every row (bounded, warned once). ``polaris-pipeline
 guard-indexes`` creates them (opt-in, in Polaris's own database):
 
 - ``polaris_pipeline_guard_locations``: ``location_without_scheme`` alone
-  (``text_pattern_ops`` on PostgreSQL, so ``LIKE 'prefix/%'`` ranges over it in any collation);
+  (``text_pattern_ops`` on PostgreSQL, so ``LIKE 'prefix/%'`` ranges over it in any
+  collation), rows with a location only;
 - ``polaris_pipeline_guard_metadata_files``: the file name of each table's or view's
   ``metadata-location``; every spelling of a file has the same name, so the lookup
   misses none, and candidates are then judged as locations;
 - ``polaris_pipeline_guard_write_paths``: only entities naming a ``write.data.path``-style
   root (``tasks/roots.py``): few, so the unreferenced phase and the reclaim read those alone.
 
-PostgreSQL builds them ``CONCURRENTLY`` (no lock on Polaris's writes; ~60 MB and 40 MB at
-1,000,000 entities); each entity write then maintains two more entries. Creating needs
-the table's owner, not the pipeline's role. Schema v1 has no ``location_without_scheme``:
-only the second index is made.
+PostgreSQL builds them ``CONCURRENTLY`` (no lock on Polaris's writes; about one read of the
+table; ~60 MB and 40 MB at 1,000,000 entities); each entity write then maintains two more
+entries. Creating needs the table's owner, not the pipeline's role. Schema v1 has no
+``location_without_scheme``: only the second index is made.
 """
 
 from __future__ import annotations
