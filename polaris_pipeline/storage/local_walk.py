@@ -5,7 +5,8 @@ delete never goes by the path string: it opens the deepest trusted root holding 
 (the table's roots, resolved at the delete's start: a link above a root, such as
 ``/tmp -> /private/tmp``, is the operator's and is followed), then each directory below
 with ``O_NOFOLLOW``, and unlinks relative to the last. A swapped component raises
-:class:`UnsafeComponent`. With no root holding the path the walk starts at ``/``.
+:class:`UnsafeComponent`. With no root holding the path the walk starts at ``/``, following
+no link at all.
 """
 
 from __future__ import annotations

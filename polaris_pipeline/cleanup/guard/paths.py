@@ -2,10 +2,10 @@
 
 Polaris has no such fence (vended credentials are its only limit, and a manifest or
 crafted task can name any path). A path is admitted only strictly inside one of the
-table's roots and, when the storage config lists allowed prefixes, inside one of those.
-Checks are lexical (``storage.uri``, no URL decoding), plus symlink resolution of a local
-parent. The roots come from what the catalog recorded (``DecodedTask.roots``), never
-from a file the guard is about to judge.
+table's roots (its location and data/metadata paths) and, when the storage config lists
+allowed prefixes, inside one of those. Checks are lexical (``storage.uri``, no URL
+decoding), plus symlink resolution of a local parent. The roots come from what the
+catalog recorded (``DecodedTask.roots``), never from a file the guard is about to judge.
 """
 
 from __future__ import annotations
