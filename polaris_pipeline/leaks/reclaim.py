@@ -3,10 +3,11 @@
 Just before anything is deleted the root is judged again against the metastore as it is:
 under a catalog's base or allowed location and not a bucket root; a table root (Iceberg
 metadata under ``metadata/``), never other data; spelt by ``storage.uri.checked_location``
-(no ``..``, ``.`` or empty segment), a local symlinked root judged at its real location
-too; no live entity enclosing or overlapping it, no live ``write.data.path`` or
-``write.metadata.path`` at, above or under it, no task recording it; its newest metadata
-readable and not turning ``gc.enabled`` off (``cleanup/gc_policy.py``).
+(no ``..``, ``.`` or empty segment: the filesystem would resolve them, the checks compare
+text), a local symlinked root judged at its real location too; no live entity enclosing
+or overlapping it, no live ``write.data.path`` or ``write.metadata.path`` at, above or
+under it, no task recording it; its newest metadata readable and not turning
+``gc.enabled`` off (``cleanup/gc_policy.py``).
 
 Storage is reached as the walk reached it (``catalogs.py``). Objects are listed in pages
 and deleted by ``bulk_delete``, only those older than ``min_age_ms``, the overlap checked

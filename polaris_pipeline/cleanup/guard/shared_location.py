@@ -9,12 +9,15 @@ path meanwhile stops the rest.
 
 A live table or view of the task's realm whose ``metadata-location`` is exactly the
 dropped entity's last metadata file (handed to children as ``DROPPED_METADATA_KEY``) is
-the drop restored: the purge ends ``restored`` (``TableRestored``), nothing deleted,
-even under the override. Another realm's table of that file is another table: refused.
+the drop restored (re-registered by any client): the purge ends ``restored``
+(``TableRestored``), nothing deleted, whatever else was found and even under the
+override: deleting a live table's files is never what an operator meant. Another realm's
+table of that file is another table: refused.
 
-Any other hit refuses permanently (``SharedLocationRefusal``, naming the entity) unless
-an operator requeued with ``--allow-shared-location`` (``Prop.ALLOW_SHARED_LOCATION``);
-the result then says what was overridden. The unreferenced phase keeps refusing.
+Any other hit refuses permanently (``SharedLocationRefusal``: dead-lettered at once,
+naming the entity) unless an operator requeued with ``--allow-shared-location``
+(``Prop.ALLOW_SHARED_LOCATION``); the result then says what was overridden. The
+unreferenced phase keeps refusing.
 """
 
 from __future__ import annotations
