@@ -109,10 +109,8 @@ _TYPES: dict[str, str] = {
 
 
 def catalog_storage(internal_properties: Mapping[str, str]) -> CatalogStorage | None:
-    """The task's storage configuration, or None when the task carries none.
-
-    A present but blank value is malformed, not absent: the catalog meant to say
-    something, and guessing the static config instead could reach other storage.
+    """The task's storage configuration, or None when it carries none. A present but blank value
+    is malformed, not absent: guessing the static config instead could reach other storage.
     """
     if STORAGE_CONFIG_KEY not in internal_properties:
         return None
@@ -120,10 +118,8 @@ def catalog_storage(internal_properties: Mapping[str, str]) -> CatalogStorage | 
 
 
 def decode_storage_config(text: object) -> CatalogStorage:
-    """Decode one ``storage_configuration_info`` document; PayloadError if malformed.
-
-    Messages name fields and types, never values: the document is the catalog's,
-    and an external id is a shared secret of sorts.
+    """Decode one ``storage_configuration_info`` document; PayloadError if malformed, naming
+    fields and types, never values (an external id is a shared secret of sorts).
     """
     where = STORAGE_CONFIG_KEY
     if not isinstance(text, str) or not text.strip():

@@ -44,11 +44,9 @@ _GLOB_CHARS = frozenset("*?[")
 
 @dataclass
 class DeleteReport:
-    """What happened to each path of a delete.
-
-    ``bytes_freed`` is None when any deleted file's size was not known (S3 sizes
-    are not fetched: that would cost a request per key). ``requests`` counts
-    DeleteObjects calls for S3, files elsewhere.
+    """What happened to each path of a delete. ``bytes_freed`` is None when a deleted file's size
+    was unknown (S3 sizes are not fetched: a request per key). ``requests``: DeleteObjects
+    calls for S3, files elsewhere.
     """
 
     deleted: list[str] = field(default_factory=list)
@@ -104,11 +102,9 @@ def is_crc_sidecar_name(name: str) -> bool:
 def crc_sidecar(uri: str) -> str | None:
     """The Hadoop checksum sidecar of the local file ``uri``: ``<dir>/.<name>.crc``.
 
-    Hadoop's local filesystem (what Polaris's FileIO uses for ``file:``) writes it
-    beside every file and deletes it with the file. None for any other scheme, and
-    for a name that is itself a checksum file (Hadoop gives those no sidecar). The
-    sidecar keeps the URI's own spelling (``file:/``, ``file:///`` or a bare path)
-    so that the guard judges it exactly as it judged the file.
+    Hadoop's local filesystem (Polaris's FileIO for ``file:``) writes one beside every file and
+    deletes it with the file. None for other schemes and for a checksum file itself. It keeps
+    the URI's own spelling, so the guard judges it exactly as it judged the file.
     """
     scheme, _ = split_uri(uri)
     if scheme != "file":

@@ -135,9 +135,8 @@ def _header_fields(header: RecordHeader | ReclaimHeader) -> dict[str, Any]:
 
 class DeletionRecord:
     """One attempt's (or reclaim's) record under ``prefix``, opened at its first delete.
-
-    ``resolver`` reaches the prefix (the static storage config: the record is
-    the deployment's, never reached with a task's scoped credentials).
+    ``resolver`` is the static storage config's: the record is the deployment's, never
+    reached with a task's scoped credentials.
     """
 
     def __init__(

@@ -44,11 +44,9 @@ def _not_a_directory(name: str, dir_fd: int) -> str:
 
 
 class TrustedRoots:
-    """Local directories a walk may start from, each resolved once, here.
-
-    ``roots`` are URIs or absolute paths (other schemes are ignored). Each is kept
-    with its spelling (to find the root of a path spelt the same way) and its real
-    path (what is opened).
+    """Local directories a walk may start from, each resolved once, here: ``roots`` (URIs or
+    absolute paths; other schemes ignored), each kept with its spelling (to match a path spelt
+    alike) and its real path (what is opened).
     """
 
     def __init__(self, roots: Iterable[str] = ()) -> None:

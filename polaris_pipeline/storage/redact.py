@@ -81,10 +81,8 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
 
 
 def mask_options(options: Mapping[Any, Any]) -> dict[Any, Any]:
-    """A copy of ``options`` whose secret-looking values are replaced by ``***``.
-
-    Nested mappings and lists (``client_kwargs``, ``config_kwargs``) are masked too,
-    and every string goes through ``redact``.
+    """A copy of ``options`` with secret-looking values as ``***``, nested mappings and lists
+    (``client_kwargs``, ``config_kwargs``) too, and every string through ``redact``.
     """
     return {k: MASK if looks_secret(k) and v else mask_value(v) for k, v in options.items()}
 

@@ -51,11 +51,9 @@ MAX_CATALOG_FILESYSTEMS = 32
 
 
 class StorageResolver:
-    """Filesystems for URIs, built once per (protocol, options) and then reused.
-
-    The cache lives in the resolver rather than in fsspec's global instance cache so
-    that one resolver owns its clients (and their listing caches) for as long as it
-    lives, e.g. across sensor ticks, whatever else in the process does with fsspec.
+    """Filesystems for URIs, built once per (protocol, options) and reused. Cached here, not in
+    fsspec's global instance cache, so one resolver owns its clients (and listing caches) for
+    its life, across sensor ticks, whatever else the process does with fsspec.
     """
 
     def __init__(
@@ -232,10 +230,9 @@ class StorageResolver:
 class CatalogStorageResolver(StorageResolver):
     """One task's filesystems, reached with credentials from the catalog's storage config.
 
-    A URI under a static storage rule still goes through that rule (the explicit
-    override); every other URI is reached as Polaris reaches it, with credentials
-    scoped to ``scope``. Filesystems are cached here, not in the parent: each
-    holds this task's credentials and goes away with the task.
+    A URI under a static storage rule still goes through that rule (the explicit override);
+    any other is reached as Polaris reaches it, with credentials scoped to ``scope``, cached
+    here (not in the parent) so they go away with the task.
     """
 
     def __init__(

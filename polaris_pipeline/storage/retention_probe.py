@@ -36,10 +36,8 @@ class Retention(Enum):
 
 
 class RetentionProbe:
-    """Each bucket's answer, asked at most once for the life of the probe.
-
-    One probe lives in a resolver and is shared by the resolvers it makes per task,
-    so a run asks each bucket once however many tasks delete in it.
+    """Each bucket's answer, asked at most once for the probe's life: shared by a resolver and
+    the per-task resolvers it makes, so a run asks each bucket once.
     """
 
     def __init__(self) -> None:

@@ -115,9 +115,7 @@ _CacheKey = tuple[str, str, str, str, str, tuple[str, ...]]
 
 class StsCredentials:
     """AssumeRole results per (role, external id, endpoint, region, locations), refreshed early.
-
-    ``session`` is the botocore session whose default credential chain is the
-    sweeper's identity (a fresh one by default); ``clock`` is for tests.
+    ``session``: the botocore session whose default chain is the sweeper's identity.
     """
 
     def __init__(
@@ -239,10 +237,8 @@ def _client_credentials(identity: NamedIdentity | None) -> dict[str, Any]:
 def s3_options(
     storage: AwsStorage, session: AwsSession | None, identity: NamedIdentity | None = None
 ) -> dict[str, Any]:
-    """s3fs keyword arguments for the catalog's endpoint, region and addressing style.
-
-    With no session (STS unavailable) the named identity's keys sign, else the keys
-    are left out, so botocore's default chain (the sweeper's identity) signs.
+    """s3fs keyword arguments for the catalog's endpoint, region and addressing style. With no
+    session (STS unavailable) the named identity's keys sign, else botocore's default chain.
     """
     options: dict[str, Any] = {}
     if session is not None:
