@@ -1,20 +1,12 @@
 """An Avro object container file (a manifest, a manifest list) read block by block, within bounds.
 
-Anyone who can write a file inside a table's directory can write a manifest, so
-its blocks are hostile input: a 200 KiB deflate block can inflate to 200 MB. The
-container is therefore read here, not by fastavro's or pyiceberg's readers,
-which inflate a whole block whatever its size: the header (magic, metadata map,
-sync marker), then per block its record count and byte size (Avro longs), its
-bytes and its sync marker. Each block is inflated with the codec's ``max_length``
-(deflate, bzip2, xz) or a bounded stream read (zstandard), so a bomb is refused
-after at most ``MAX_BLOCK_BYTES`` of output, never inflated whole. Snappy, and
-any codec not named here, is refused (no snappy library is installed with the
-package, so fastavro could not read it either).
-
-Every bound is generous for real tables (Iceberg's Java writers make blocks of
-about 64 KB; pyiceberg writes a manifest list as one block) and each refusal is
-one StorageError line naming the file and the bound, the path a corrupt manifest
-takes: the task fails, nothing is marked done.
+Anyone who can write inside a table can write a manifest, so blocks are hostile: 200 KiB
+of deflate can inflate to 200 MB, and fastavro's and pyiceberg's readers inflate a block
+whole. So the container is read here, each block inflated with the codec's ``max_length``
+(deflate, bzip2, xz) or a bounded stream read (zstandard): a bomb is refused after
+``MAX_BLOCK_BYTES`` of output. Snappy and unnamed codecs are refused (none installed).
+Bounds are generous (Java writes ~64 KB blocks); each refusal is one StorageError line
+naming file and bound: the task fails, nothing is marked done.
 """
 
 from __future__ import annotations

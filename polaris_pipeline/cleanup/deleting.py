@@ -52,12 +52,10 @@ def recorded(
     delete: Callable[[DeleteReport], DeleteReport],
     sizes: Mapping[str, int | None] | None = None,
 ) -> DeleteReport:
-    """Run ``delete`` (filling the report it is given) between the deletion record's
-    header and its paths.
+    """Run ``delete`` (filling its report) between the deletion record's header and its paths.
 
-    The header first: a record that cannot be written stops the attempt before
-    anything is deleted, never a purge without its record. A delete stopped
-    midway (the lease lost) still has what it did recorded.
+    The header first: a record that cannot be written stops the attempt before anything is
+    deleted. A delete stopped midway (lease lost) still has what it did recorded.
     """
     report = DeleteReport()
     if ctx.record is None:

@@ -1,13 +1,9 @@
 """MANIFEST_FILE_CLEANUP: delete every file a manifest names, then the manifest.
 
-Entries are streamed block by block (``cleanup/avro_blocks.py``, each block
-inflated within bounds, then decoded by fastavro) over the file object the
-storage layer opens: memory stays flat however many entries a manifest has, and
-bounded however its blocks are crafted, for every format version (1, 2 or 3) and
-content (data or deletes). A path longer than ``MAX_PATH_LENGTH`` fails the
-manifest too: no store takes one (S3 and GCS keys end at 1,024 bytes). Fields
-are read by the names the Iceberg spec fixes for manifest entries (``status``,
-``data_file.file_path`` ...); v1 files have no ``content`` and mean data.
+Entries stream block by block (``cleanup/avro_blocks.py``, then fastavro): memory stays
+flat and bounded however the blocks are crafted, for format v1-v3, data or deletes. A
+path longer than ``MAX_PATH_LENGTH`` fails the manifest (S3 and GCS keys end at 1,024
+bytes). Fields are read by the spec's names; v1 has no ``content`` and means data.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """The order a cleanup's children run in: named stages, declared here as data.
 
-A handler puts each child it creates into a stage of ``CHILD_STAGES``. Each
-stage runs only after every child of the stage before it is done; children
-within a stage may run in parallel. The CLI sweep goes stage by stage, and the
-Dagster job builds one slot per stage from this tuple, so a stage added here is
-a step of both without touching either.
-
-The table cleanup's plan: manifests with their content files, then manifest
-lists and older metadata, then the current metadata file, last, so that a
-parent retried after a crash can still plan again from it.
+Each stage runs after every child of the one before is done; children within a stage may
+run in parallel. The CLI sweep and the Dagster job (one slot per stage) both read
+``CHILD_STAGES``. The table's plan: manifests with their content files, then lists and
+older metadata, then the current metadata file last, so a retried parent can plan again.
 """
 
 from __future__ import annotations
@@ -108,12 +103,9 @@ def leases_in_stages(
 def orphan_stage(task: TaskRow) -> ChildStage:
     """The stage of an orphaned child of a table cleanup (its parent row gone), from its row.
 
-    A manifest child runs with the manifests. A batch child that holds one metadata
-    file and nothing else runs last: that is how a table cleanup hands down its
-    current metadata file. Its payload cannot tell the current file from an older
-    one that fell alone into the last batch, and running an older one last is as
-    safe. Any other task, or a payload that does not decode (its own run records
-    why), runs with the batches.
+    Manifest children run with the manifests. A batch child of one metadata file alone runs
+    last: how a table hands down its current metadata file (an older one alone in the last
+    batch runs last as safely). Anything else, or an undecodable payload, runs with batches.
     """
     if task.task_type_code == TaskType.MANIFEST_FILE_CLEANUP.code:
         return MANIFESTS

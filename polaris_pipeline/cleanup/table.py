@@ -1,34 +1,23 @@
 """ENTITY_CLEANUP_SCHEDULER for a dropped table: plan the cleanup as child tasks.
 
-What a run does (Polaris's TableCleanupTaskHandler, plus what it misses):
+Polaris's TableCleanupTaskHandler, plus what it misses:
 
-1. Build the guard on the roots the catalog recorded (the task's
-   ``storageLocation``, else the dropped entity's ``location``; never the metadata
-   file's). Without either the task is refused. Guard the current metadata file;
-   if it is gone, the table is done.
-2. Read it; refuse the table unless its ``location`` is the recorded root. Read
-   every snapshot's manifest list; keep the distinct manifests that still exist.
-   Collect metadata-level files: manifest lists, the metadata log, older metadata
-   files that fell out of a capped log (found by following the log of the oldest
-   metadata file that still exists, repeatedly), statistics and partition
-   statistics files.
-3. Fence, then create, in one ``create_children`` call, the children of the
-   engine's stages (``stages.CHILD_STAGES``, see ``build_children``): one
-   MANIFEST_FILE_CLEANUP child per manifest (its files, then itself), then
-   BATCH_FILE_CLEANUP children of metadata-level paths, then one holding only
-   the current metadata file, deleted last.
+1. Guard on the roots the catalog recorded (``storageLocation``, else the entity's
+   ``location``; never the metadata file's; neither: refused). Guard the current
+   metadata file; gone means done.
+2. Read it; refuse unless its ``location`` is the recorded root. Keep the distinct
+   existing manifests of every snapshot; collect manifest lists, the metadata log,
+   older metadata files that fell out of a capped log (following the oldest existing
+   file's log, repeatedly), statistics and partition statistics.
+3. Fence, then create in one ``create_children`` call the children of
+   ``stages.CHILD_STAGES``: one MANIFEST_FILE_CLEANUP per manifest, BATCH_FILE_CLEANUP
+   of metadata-level paths, then one of the current metadata file, last.
 
-The parent deletes nothing itself (unless the table has nothing but its metadata
-file, which it then deletes directly). A crash before the children are committed
-leaves everything in place, so a retry plans again; a crash after it leaves the
-children, each a durable record of its part, and the metadata file, so a retry of
-the parent plans again too (children created twice are harmless: each one's second
-run finds its files gone). Every child is in Polaris's format: a Polaris server
-can run them, in any order, and each order is safe because no child needs a file
-another child deletes.
-
-With ``gc.enabled`` anything but ``true`` (as Iceberg reads it) no child deletes
-content files: the manifests themselves go into batch children instead.
+The parent deletes nothing itself (but a lone metadata file). A crash before the
+children commit leaves everything, after it the children and the metadata file: either
+way a retry plans again (duplicate children are harmless). Children are in Polaris's
+format and any order is safe: no child needs a file another deletes. With ``gc.enabled``
+not ``true`` (as Iceberg reads it) no content file is deleted: manifests go into batches.
 """
 
 from __future__ import annotations
@@ -326,13 +315,11 @@ def build_children(ctx: CleanupContext, plan: TablePlan) -> Staged[NewTask]:
 def child_internal_properties(ctx: CleanupContext, roots: RecordedRoots) -> dict[str, str]:
     """The children's internal properties: the parent's, plus the roots it guarded with.
 
-    Children run after the metadata file is gone and see no dropped entity, so a
-    parent whose root came from the entity's ``location`` (Polaris wrote no
-    ``storageLocation``) hands it down as ``storageLocation``, with the root
-    properties the entity recorded. Everything handed down came from the catalog,
-    never from the metadata file. Extra keys are safe: Polaris reads a map. A
-    storage configuration looked up from the catalog is handed down too: the
-    children have no entity to look it up by, and Polaris's own children carry it.
+    Children run after the metadata file is gone and see no dropped entity, so a root taken
+    from the entity's ``location`` goes down as ``storageLocation`` with the entity's root
+    properties, and a storage configuration looked up from the catalog goes down too (as
+    Polaris's children carry it). All from the catalog, never the metadata file; extra keys
+    are safe: Polaris reads a map.
     """
     internal = dict(ctx.task.internal_properties)
     if not internal.get(STORAGE_LOCATION_KEY, "").strip():

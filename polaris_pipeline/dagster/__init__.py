@@ -1,15 +1,11 @@
-"""The Dagster integration of polaris-pipeline.
-
-One import gives a Dagster project everything::
+"""The Dagster integration of polaris-pipeline::
 
     from polaris_pipeline.dagster import PolarisMetastoreResource, build_defs
     defs = build_defs(metastore=PolarisMetastoreResource(url=..., realms=["POLARIS"]))
 
-or one ``defs.yaml`` (``type: polaris_pipeline.dagster.PolarisSweeper``). The
-pieces (resources, the sweeper sensor, the task job, the backlog) are importable
-from their modules for projects that compose their own ``Definitions``;
-``PolarisTranslator`` (subclassed, ``build_defs(translator=...)``) decides what
-the UI shows of a task, and ``contract.py`` names what every run carries.
+or one ``defs.yaml`` (``type: polaris_pipeline.dagster.PolarisSweeper``). The pieces are
+importable for projects composing their own ``Definitions``; ``PolarisTranslator`` decides
+what the UI shows of a task; ``contract.py`` names what every run carries.
 """
 
 from polaris_pipeline.dagster.component import PolarisSweeper

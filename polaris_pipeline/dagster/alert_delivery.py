@@ -1,17 +1,10 @@
 """An alert and where it goes: the alerts section's webhook and e-mail, sent by apprise.
 
-Apprise is the one client for both (one e-mail path for run failures and check
-alerts alike). Each destination is an apprise URL made from the section's fields:
-
-- the webhook: apprise's JSON service, its payload mapped to ``{"text": ...}`` (the
-  body a Slack, Mattermost or Teams-workflow incoming webhook takes);
-- e-mail: ``mailtos://`` with STARTTLS (the server's certificate and name verified
-  against the system's CAs, or ``SSL_CERT_FILE``'s, before the login), else
-  ``mailto://`` to a plain relay; plain text, one message per recipient.
-
-The URLs hold the secrets (the webhook's path, the SMTP password): they are never in
-a repr, and apprise's own log, whose debug lines quote them, is kept from the
-application's handlers; a failure is raised here, one line, its secrets masked.
+One client, one e-mail path: the webhook is apprise's JSON service with ``{"text": ...}``
+(Slack, Mattermost, Teams workflow); e-mail is ``mailtos://`` with verified STARTTLS
+(system CAs or ``SSL_CERT_FILE``), else ``mailto://`` to a plain relay, one message per
+recipient. The URLs hold secrets: never in a repr; apprise's own log (which quotes them)
+is kept from the application's handlers; a failure is one line, secrets masked.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Alerts, off unless configured: a failed run, or a backlog check that starts failing.
 
-With no destination there is no alert sensor at all. With one (the alerts section's
-webhook, e-mail, or both, sent by apprise: ``alert_delivery``):
-
-- ``polaris_run_failure_alert`` (``build_polaris_failure_alert``): every failed run of
-  the code location (table, realm, task, error, a link);
-- ``polaris_check_failure_alert`` (``build_polaris_check_alert``): a backlog check
-  (dead tasks, permanent failures, stale orphans, sweeper freshness) that starts
-  failing, once: Dagster OSS has no alert on asset checks.
-
-Both take any ``Notify`` (a callable of ``Alert``), for a code location that sends
-elsewhere; docs/dagster.md has the variables.
+With no destination there is no alert sensor. With one (``alert_delivery``):
+``polaris_run_failure_alert`` for every failed run of the code location, and
+``polaris_check_failure_alert`` once for a backlog check that starts failing (Dagster OSS
+has no alert on asset checks). Both take any ``Notify`` for other destinations.
 """
 
 from __future__ import annotations
@@ -191,11 +184,8 @@ def build_polaris_check_alert(
     asset_key: AssetKey = ASSET_KEY,
     check_names: Sequence[str] = CHECK_NAMES,
 ) -> SensorDefinition:
-    """Calls ``notify`` when a backlog check starts failing.
-
-    The checks are reported by sensors, with no run (polaris_pipeline.dagster.backlog):
-    this sensor reads the checks' stored evaluations after its cursor (the last
-    record id it saw).
+    """Calls ``notify`` when a backlog check starts failing, reading the checks' stored
+    evaluations (sensors report them with no run) after its cursor, the last record id seen.
     """
 
     @sensor(

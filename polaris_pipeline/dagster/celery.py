@@ -1,21 +1,11 @@
 """``polaris_task_job`` on dagster-celery's executor: every step is a Celery task.
 
-The graph, its ops, their retry policies and the run tags are those of
-``task_job.py``; only the executor differs. The run worker (the process the
-run launcher starts) orchestrates; each step (the root task, every mapped child)
-is sent through the broker to whichever Celery worker takes it, so a table with
-thousands of manifests fans out over a pool of workers instead of one pod.
-
-The executor reads its broker from the environment of the run worker, never
-from the code (the executor section, ``settings/executor.py``):
-``POLARIS_PIPELINE_CELERY_BROKER`` (e.g.
-``pyamqp://user:pass@rabbitmq:5672//`` or ``redis://redis:6379/0``), and
-optionally ``POLARIS_PIPELINE_CELERY_BACKEND`` (result backend, default
-``rpc://``) and ``POLARIS_PIPELINE_CELERY_QUEUE`` (the queue steps go to,
-default ``dagster``). Unset, dagster-celery's own defaults apply
-(``pyamqp://guest@$DAGSTER_CELERY_BROKER_HOST:5672//``, ``rpc://``).
-The Celery workers must use the same broker and queue: see
-``deploy/celery/dagster_celery_config.py`` and docs/scale-out.md.
+Graph, ops, retries and tags are ``task_job.py``'s; each step (root, every mapped child)
+goes through the broker to any worker, so a table of thousands of manifests fans out.
+The broker comes from the run worker's environment (``settings/executor.py``):
+``POLARIS_PIPELINE_CELERY_BROKER``, ``_BACKEND`` (default ``rpc://``), ``_QUEUE`` (default
+``dagster``); unset, dagster-celery's defaults. Workers must use the same broker and queue
+(``deploy/celery/dagster_celery_config.py``, docs/scale-out.md).
 """
 
 from __future__ import annotations
@@ -37,10 +27,8 @@ IO_BASE_DIR_ENV = ENV_VARIABLES[("executor", "io_base_dir")]
 
 
 def celery_executor_config(section: ExecutorSection) -> dict[str, Any]:
-    """Executor config that names the environment variables, never their values.
-
-    Broker URLs carry passwords: through ``{"env": NAME}`` they are resolved in
-    the run worker when the run starts, and the UI shows only the name.
+    """Executor config naming the variables, never their values: broker URLs carry passwords,
+    resolved through ``{"env": NAME}`` in the run worker; the UI shows only the name.
     """
     config: dict[str, Any] = {}
     if section.celery_broker:
@@ -65,10 +53,7 @@ def _config_from_environment(_outer: Any) -> dict[str, Any]:
 
 
 def build_celery_executor() -> ExecutorDefinition:
-    """dagster-celery's executor, configured from the environment (see the module doc).
-
-    The environment is read when a run's config is resolved (in the run worker,
-    and again in each Celery worker), not when the code location is imported:
-    importing needs no variable, and each process uses its own environment.
+    """dagster-celery's executor, configured from the environment when a run's config is resolved
+    (run worker and each Celery worker), never at import: each process uses its own.
     """
     return celery_executor.configured(_config_from_environment, config_schema={}, name="celery")

@@ -1,10 +1,8 @@
 """``PolarisSweeper``: the integration as a ``dg`` Component.
 
-A ``defs.yaml`` of a few lines gives a Dagster project the sweeper sensor, the
-task and backfill jobs, the backlog asset and its checks. Each block is one of the
-resources, resolved into the resource itself (dagster-sling's ``sling:`` block is
-the example), so every setting of ``build_defs`` is here, spelt as the resource
-spells it::
+A few lines of ``defs.yaml`` give the sweeper sensor, the task and backfill jobs, the
+backlog asset and checks. Each block resolves into its resource (as dagster-sling's
+``sling:``), spelt as the resource spells it::
 
     type: polaris_pipeline.dagster.PolarisSweeper
     attributes:
@@ -17,7 +15,7 @@ spells it::
       retention: {success_days: 14, failure_days: 90}
       executor: in_process
 
-Every block or field left out keeps the library's default (``polaris_pipeline.settings``).
+What is left out keeps the library's default (``polaris_pipeline.settings``).
 """
 
 from __future__ import annotations
@@ -42,10 +40,8 @@ from polaris_pipeline.storage.redact import masked_repr_args
 
 
 def _as_env_var(value: str) -> str | dg.EnvVar:
-    """``value`` as a reference to the variable it came from, when one holds it.
-
-    ``{{ env.NAME }}`` in a defs.yaml resolves to the URL itself; passing the
-    variable instead keeps the password out of the UI's resource page.
+    """``value`` as a reference to the variable it came from, when one holds it: ``{{ env.NAME }}``
+    resolves to the URL itself, and the variable keeps the password off the UI's resource page.
     """
     for name, env_value in os.environ.items():
         if env_value == value and name.isupper():

@@ -1,23 +1,15 @@
 """The task job's contract: what its runs carry, declared once and versioned.
 
-Everything that reads or makes a run of the task job (the sweeper, the run
-report, the alerts, the backlog's queue note, the realm backfill, operators'
-scripts and run-queue rules) meets it through these names:
+Everything that reads or makes a task run (sweeper, run report, alerts, backfill,
+operators' scripts and queue rules) meets it through these names: run tags (public, never
+renamed), run keys (``run_key`` alone), the run config (``TaskRunConfig``), step names
+(``ROOT_STEP``, ``child_step``, ``gate_step``, ``stage_output``, ``FINISH_STEP``; the last
+added in version 2: an older run re-executes with it skipped).
 
-- run tags (names and fixed values: public, never renamed);
-- run keys, built by ``run_key`` alone;
-- the run config (``TaskRunConfig`` under ``ops.run_polaris_task.config``);
-- step names (``ROOT_STEP``, ``child_step``, ``gate_step``, ``stage_output``, and
-  ``FINISH_STEP``, added to version 2 without renaming anything: a run made before
-  it re-executes with it skipped, since its root step never handed it a table).
-
-Every run carries ``polaris/contract`` (the job's own tags give it): the
-version of this contract that made it. Version 1 is every run made before the
-tag existed; its tags, run config and step names are version 2's, so such a
-run re-executes as one of today. A run of a version this code does not read
-fails at its first step with one line naming both versions
-(``check_run_contract``). A change that renames a step, a config field or a
-tag value must bump ``CONTRACT_VERSION`` and say here how older runs are read.
+Every run carries ``polaris/contract``, the version that made it (1: before the tag, read
+as 2). A run of an unknown version fails at its first step naming both
+(``check_run_contract``). Renaming a step, config field or tag value must bump
+``CONTRACT_VERSION`` and say here how older runs are read.
 """
 
 from __future__ import annotations
@@ -151,10 +143,8 @@ CHILDREN_PER_STEP = 20
 
 
 class TaskRunConfig(Config):
-    """Which task the run cleans up: all the launchpad asks for.
-
-    ``task_id`` is text: Polaris ids use 63 bits, more than a JavaScript number
-    holds exactly, and the run config passes through the UI.
+    """Which task the run cleans up: all the launchpad asks for. ``task_id`` is text: Polaris's
+    63-bit ids exceed a JavaScript number, and the run config passes through the UI.
     """
 
     realm_id: str = Field(description="Realm of the task.")
@@ -242,16 +232,13 @@ def is_group_run(run_config: Mapping[str, Any]) -> bool:
 
 
 def run_key(run: CandidateRun, *, again_at_ms: int | None = None) -> str:
-    """The run key of the run the sweeper requests for ``run``: the one place keys are made.
+    """The run key of the sweeper's request for ``run``: the one place keys are made.
 
-    - one task: ``<realm>:<task id>:<entity_version>``. Unchanged while the task
-      waits, so Dagster drops a second request for the same candidate; every
-      lease, failure, renewal or requeue bumps the version, so the next run of
-      the task is never dropped as a repeat;
-    - orphaned children of one purge: ``<realm>:orphans:<parent name>:<digest>``,
-      the digest over every member's id and version (a change to any is a new run);
-    - ``again_at_ms``: the key asked again after a finished run used it without
-      writing the row (``<key>:again:<ms>``; see ``sweeper._relaunch_used_keys``).
+    - one task: ``<realm>:<task id>:<entity_version>``: Dagster drops a repeat while the task
+      waits; every lease, failure, renewal or requeue bumps the version;
+    - orphans of one purge: ``<realm>:orphans:<parent name>:<digest>`` over members' ids and
+      versions;
+    - ``again_at_ms``: ``<key>:again:<ms>`` (``sweeper._relaunch_used_keys``).
     """
     first = run.first
     if run.parent_name is None:

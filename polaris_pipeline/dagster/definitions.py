@@ -87,11 +87,9 @@ def _task_executor(executor: TaskExecutor | ExecutorDefinition | None) -> Execut
 
 
 def sweeper_default_status(autostart: bool | None) -> DefaultSensorStatus:
-    """RUNNING unless told otherwise, but never by itself under ``dagster dev``/``dg dev``.
-
-    A development start against a production metastore URL must not purge by
-    surprise; ``POLARIS_PIPELINE_SWEEPER_AUTOSTART=true`` starts it there too. A
-    status set in the UI is kept by the instance and beats this default.
+    """RUNNING unless told otherwise, but never by itself under ``dagster dev``/``dg dev``: a
+    development start against a production URL must not purge by surprise
+    (``POLARIS_PIPELINE_SWEEPER_AUTOSTART=true`` starts it). A status set in the UI wins.
     """
     if autostart is None:
         # Set by `dagster dev` and `dg dev` for the processes they start; Dagster has no
@@ -292,13 +290,9 @@ def compose_defs(
 
 
 def _resolve_quietly(defs: Definitions) -> None:
-    """Build the repository now, without Dagster's own ``owners`` beta warning.
-
-    Binding resources to a sensor's job copies the sensor with
-    ``SensorDefinition.with_attributes``, which passes ``owners=[]`` to the beta
-    ``owners`` parameter: Dagster 1.13 warns although nobody set owners. The
-    repository is cached on ``defs``, so the code server never builds it again;
-    only that message is silenced (docs/dagster.md).
+    """Build the repository now, without Dagster 1.13's ``owners`` beta warning, which binding
+    resources to a sensor's job raises (``with_attributes`` passes ``owners=[]``) although
+    nobody set owners. The repository is cached on ``defs`` (docs/dagster.md).
     """
     with warnings.catch_warnings():
         warnings.filterwarnings(

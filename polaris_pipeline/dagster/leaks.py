@@ -1,24 +1,15 @@
 """The leak report as a Dagster asset: leaked table roots per catalog, and a check on their bytes.
 
-``polaris_leaked_roots`` runs the engine's report (``leaks/find.py``: each
-catalog's locations listed one level at a time, live tables pruned) and records
-per catalog the bytes and roots leaked and when the longest-leaked root was last
-written. Its check, ``leaked_bytes_below_threshold``, warns when the leaked bytes
-exceed ``LeakSettings.max_bytes``. The walk lists whole catalogs, so its schedule
-is STOPPED until an operator starts it.
+``polaris_leaked_roots`` runs ``leaks/find.py`` and records per catalog the leaked bytes,
+roots and the oldest root's last write; ``leaked_bytes_below_threshold`` warns above
+``LeakSettings.max_bytes``. The walk lists whole catalogs: its schedule is STOPPED until
+an operator starts it.
 
-Reclaiming, through the engine's ``reclaim_root`` (``leaks/reclaim.py``: judged
-again, only objects older than the minimum age, bulk deletes with a result per
-key, the deletion record when one is kept), happens two ways:
-
-- ``polaris_leak_reclaim_job``, launched by an operator with run config naming
-  the roots (as ``polaris-pipeline leaks --reclaim`` does one); its per-root
-  results are the op's metadata and an observation of ``polaris_leaked_roots``
-  (on the asset's page); a root refused or not wholly reclaimed fails the run;
-- auto-reclaim: a run of the report with ``auto_reclaim`` set in its config (its
-  schedule sets it) reclaims the reported roots of the catalogs named in
-  ``LeakSettings.auto_reclaim_catalogs`` whose newest object is older than the
-  minimum age. None are named by default: the report then deletes nothing.
+Reclaiming (``leaks/reclaim.py``) happens two ways: ``polaris_leak_reclaim_job``, launched
+with run config naming the roots (its results are op metadata and an observation of the
+asset; a root refused or not wholly reclaimed fails the run); or auto-reclaim, a report
+run with ``auto_reclaim`` reclaiming roots of ``LeakSettings.auto_reclaim_catalogs`` (none
+by default) older than the minimum age.
 """
 
 # No ``from __future__ import annotations``: Dagster reads the op's config and

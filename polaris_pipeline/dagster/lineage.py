@@ -1,17 +1,11 @@
 """Who launched a run of the task job, read from its tags, and the runs of its lineage.
 
-What a run does at start depends on it (``RunIntent``):
-
-- a run the sweeper requested (``polaris/launched_by: sweeper``): leases its
-  task when it is available; one taken meanwhile, gone or not available ends
-  the run skipped (the sweeper lost a race: not a failure);
-- an operator's run (the launchpad, a re-execution from the UI): a
-  backing-off or dead task is retried now; a task held by another live
-  holder, pending or gone fails the run with the reason;
-- a Dagster run retry (``dagster/retry_number``: its worker died): the intent
-  of the original run holds. Every run of a lineage (re-executions, retries)
-  leases under its root run's executor id, so a later run adopts the lease an
-  earlier one held, unless one of them is still in progress (``lineage_busy``).
+What a run does at start (``RunIntent``): a sweeper's run (``polaris/launched_by:
+sweeper``) leases an available task, else ends skipped (a lost race, no failure); an
+operator's run retries a backing-off or dead task now, and fails naming the reason for
+one held elsewhere, pending or gone; a Dagster run retry keeps its original's intent.
+Every run of a lineage leases under its root run's executor id, so a later run adopts an
+earlier one's lease unless one is still in progress (``lineage_busy``).
 """
 
 from __future__ import annotations

@@ -1,21 +1,15 @@
 """``polaris_realm_backfill_job``: sweep one realm, on demand.
 
-The job is not partitioned: a realm sweep is never "missing" or "completed",
-it takes what is available now. The realm is the op's config, checked against
-the metastore when the run starts (a mistyped realm fails at once, naming the
-realms that exist). Launch it from the UI's Launchpad or the command line::
+Not partitioned: a realm sweep takes what is available now. The realm is the op's config,
+checked at start (a typo fails naming the realms that exist)::
 
     dagster job launch -w workspace.yaml -j polaris_realm_backfill_job \
-        --tags '{"polaris/realm": "POLARIS"}' \
-        --config-json '{"ops": {"sweep_realm": {"config": {"realm": "POLARIS"}}}}'
+      --tags '{"polaris/realm": "POLARIS"}' \
+      --config-json '{"ops": {"sweep_realm": {"config": {"realm": "POLARIS"}}}}'
 
-A run leases every orphaned task of its realm under its own executor id
-(``polaris-pipeline:run:<run id>``) and runs each with the engine's ``Runner``,
-children included, exactly as the CLI sweep does; the outcomes become the
-step's metadata. The sweeper's rules hold: tasks leased by someone else,
-backing off, dead-lettered or within the grace period are left alone. The run
-is tagged ``polaris/realm`` when it starts; give the tag at launch too (as
-above) so the per-realm run cap of the run queue counts it while it is queued.
+A run leases every orphaned task of the realm under ``polaris-pipeline:run:<run id>`` and
+runs each, children included, as the CLI sweep does, under the sweeper's rules. Give the
+``polaris/realm`` tag at launch so the per-realm run cap counts it while queued.
 """
 
 import time
@@ -65,10 +59,8 @@ class RealmSweepConfig(Config):
 
 
 def check_realm(realm: str, known: list[str], deployment: list[str] | None) -> None:
-    """Refuse a realm the metastore does not have, or this deployment does not sweep.
-
-    Raised before anything is leased; the message lists the realms there are, so a
-    typo is obvious.
+    """Refuse, before leasing, a realm the metastore lacks or this deployment does not sweep,
+    listing the realms there are.
     """
     if deployment is not None and realm not in deployment:
         raise Failure(

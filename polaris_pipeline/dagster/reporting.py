@@ -1,20 +1,11 @@
 """What a task run did, told the way an operator asks: by table, for the whole run.
 
-- ``run_total``: files deleted, already gone, refused, bytes freed and children by
-  status over every step of a run, added up from each step's one structured entry
-  (``report/step_record.py``: machine field names, never a display label) into the
-  engine's ``OutcomeTotals``, whose ``line`` is the run's total;
-- ``report_run``: writes that total into the run's ``polaris/total`` tag and
-  records the purged table's ``AssetMaterialization`` (the translator's
-  ``table_materialization``: keyed ``["polaris", realm, "catalog_<id>",
-  *namespace, table]`` by default, with the run's numbers and a link to the
-  run), so the catalog answers "when was this table purged and how much was
-  freed" over time;
-- ``polaris_run_report``: the sensor that reports each finished run of the task
-  job once.
-
-The table of a task (``table_of``, ``TableRef``) is ``tables.py``'s; its tags,
-metadata and event are the translator's.
+- ``run_total``: every step's one structured entry (``report/step_record.py``) added up
+  into ``OutcomeTotals``;
+- ``report_run``: that total into the ``polaris/total`` tag, and the purged table's
+  ``AssetMaterialization`` (the translator's ``table_materialization``), so the catalog
+  answers when a table was purged and how much was freed;
+- ``polaris_run_report``: the sensor reporting each finished task run once.
 """
 
 from __future__ import annotations

@@ -1,26 +1,17 @@
 """Run retention, opt-in: finished runs of the task job deleted after N days.
 
-Dagster OSS keeps every run and its event log for ever (dagster-io/dagster#4100),
-and the sweeper makes one run per task. ``retention_definitions`` gives the job
-``polaris_run_retention_job`` and its schedule ``polaris_run_retention`` only when
-a retention age is configured; a deployment without one carries neither.
+Dagster OSS keeps every run for ever (dagster-io/dagster#4100) and the sweeper makes one
+per task. ``retention_definitions`` gives ``polaris_run_retention_job`` and its schedule
+only when an age is configured. Each run selects (``get_run_records``) finished runs of
+the task job and its own, older than ``success_days`` (SUCCESS) or ``failure_days``
+(FAILURE, CANCELED), oldest first, ``batch_size`` a tick, and ``delete_run``s them; a run
+not finished, or of another job, is never selected. ``dry_run`` deletes nothing. Its runs
+carry a higher ``dagster/priority`` so a backlog does not hold it back.
 
-Each run of the job selects, with Dagster's ``get_run_records(RunsFilter(...))``,
-the finished runs of the task job (and its own) last updated more than
-``success_days`` (SUCCESS) or ``failure_days`` (FAILURE, CANCELED) ago, oldest
-first, at most ``batch_size`` a tick, and deletes each with
-``DagsterInstance.delete_run`` (its row, tags and events). A run queued,
-starting, started or canceling is never selected, nor a run of another job.
-``dry_run`` records what would go and deletes nothing. Its runs carry a
-``dagster/priority`` above the task runs' so that a backlog does not hold it back.
-
-What ``delete_run`` leaves, this job removes after it: the run's captured logs
-(the compute log manager's ``delete_logs``; a manager that cannot is counted in
-the result, never a failed retention) and, on SQLite, the emptied per-run
-event-log file. What must outlive the run is recorded before it goes: a run the
-report sensor has not reported yet is reported (``reporting.report_run``), and an
-in-run materialization still its asset's latest is reported again as a runless
-event, so every table keeps its purges and every asset its latest state.
+After ``delete_run`` it removes the captured logs (a manager that cannot is counted, not a
+failure) and, on SQLite, the per-run event-log file. Before, what must outlive the run is
+recorded: an unreported run is reported (``reporting.report_run``) and an in-run
+materialization still its asset's latest is re-reported as a runless event.
 """
 
 # No ``from __future__ import annotations``: Dagster reads the op's config and
@@ -360,10 +351,8 @@ def build_run_retention_job(
 def build_run_retention_schedule(
     retention_job: JobDefinition, settings: RetentionSettings
 ) -> ScheduleDefinition:
-    """Runs ``retention_job`` on ``settings.cron``; RUNNING once an age is set.
-
-    A status set in the UI is kept by the instance and beats this default. A tick
-    while a retention run waits or runs is skipped.
+    """Runs ``retention_job`` on ``settings.cron``; RUNNING once an age is set (a status set in the
+    UI wins). A tick while a retention run waits or runs is skipped.
     """
 
     @schedule(

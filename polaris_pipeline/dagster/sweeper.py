@@ -1,25 +1,12 @@
 """``polaris_task_sweeper``: select available Polaris tasks and request one run per task.
 
-The sensor leases nothing: each run leases its task when it starts
-(``Runner.start``), so a run waiting in the queue holds no lease that could lapse.
-
-Cadence: the daemon evaluates the sensor every few seconds
-(``minimum_interval_seconds``), but it only touches the metastore when the time
-stored in its cursor has come. After each sweep the next one is set a base
-interval plus a random jitter ahead, so several deployments sweeping one
-metastore spread out instead of hitting it together. A sweep that filled its
-per-tick cap sets the next sweep to now: the backlog drains one capped batch
-per evaluation, and each tick stays small and fast.
-
-Cursor: ``sweeper_state.SweepCursor`` (the next sweep's time, and when the backlog
-was last reported).
-
-Backlog report: a sweep also reports the ``polaris_task_backlog`` asset's numbers
-and its three metastore checks as the tick's asset events, when it is due
-(``backlog.sweep_report``, which owns the rule).
-
-What a tick decides from what it read (the queue's room, the runs to request,
-the lines to log) is ``sweep_plan``'s, pure; ``sweep_tick`` does the reading.
+The sensor leases nothing: each run leases its task when it starts (``Runner.start``), so
+a queued run holds no lease that could lapse. It is evaluated every few seconds but
+touches the metastore only when its cursor's (``sweeper_state.SweepCursor``) time has
+come: base interval plus random jitter, so deployments sharing a metastore spread out; a
+sweep that filled its cap sets the next to now, draining the backlog in small ticks. A
+due sweep also reports the backlog asset and its metastore checks (``backlog.sweep_report``).
+``sweep_plan`` decides (pure), ``sweep_tick`` reads.
 """
 
 import math
@@ -147,10 +134,8 @@ def _drain_note(context: SensorEvaluationContext, job_name: str, pending: int) -
 def _recently_started(
     context: SensorEvaluationContext, job_name: str, within_s: float
 ) -> list[DagsterRun]:
-    """Runs of the job in progress that started less than ``within_s`` ago.
-
-    Older ones are not counted: a run whose worker died stays "started" until run
-    monitoring notices, and its tasks must not wait on it beyond their lease.
+    """Runs of the job in progress that started less than ``within_s`` ago: a run whose worker
+    died stays "started" until monitoring notices, and its tasks must not wait beyond their lease.
     """
     try:
         records = context.instance.get_run_records(
@@ -169,10 +154,8 @@ def _idle_reason(
     limit_note: str = "",
     per_realm: dict[str, Counter[TaskState]] | None = None,
 ) -> str:
-    """Why nothing was leased, from one count per state (one query on PostgreSQL).
-
-    ``per_realm``: that count, when the tick has made it already. The wording is
-    the one explanation's (``report.nothing_available.no_orphans_reason``).
+    """Why nothing was leased, from one count per state (one query on PostgreSQL; ``per_realm``
+    when the tick has it already), in ``report.nothing_available``'s words.
     """
     if per_realm is None:
         per_realm = metastore.get_metastore().count_by_state(metastore.realms)
@@ -187,10 +170,8 @@ def _idle_reason(
 
 @dataclass(frozen=True)
 class CheckProblem:
-    """Why a tick selects nothing before reading a task (``config_problem``).
-
-    ``unreachable``: the metastore could not be connected to, or lost the
-    connection; it heals by itself, unlike a configuration error.
+    """Why a tick selects nothing before reading a task (``config_problem``). ``unreachable``: the
+    metastore could not be reached; it heals by itself, unlike a configuration error.
     """
 
     detail: str
@@ -210,11 +191,8 @@ class CheckProblem:
 def config_problem(
     metastore: PolarisMetastoreResource, storage: PolarisStorageResource | None
 ) -> CheckProblem | None:
-    """What would make every run fail, found before anything is selected; None if all is well.
-
-    The lease settings are valid, the metastore answers and has Polaris's tables,
-    and the storage config loads (``PolarisStorageResource``'s own loading, the
-    same the runs use).
+    """What would make every run fail, found before anything is selected; None if all is well:
+    valid lease settings, a metastore with Polaris's tables, a storage config that loads.
     """
     try:
         metastore.policy()
@@ -233,10 +211,8 @@ def config_problem(
 
 
 def release_line(store: Metastore, realms: Iterable[str]) -> str:
-    """The Polaris release the runs of ``realms`` will write for, and its evidence.
-
-    A probe per tick: one bounded query per realm, so an upgrade shows at the next tick.
-    Never fails the tick: the runs resolve the release again and fail on their own.
+    """The Polaris release the runs of ``realms`` will write for, and its evidence: one bounded
+    query per realm each tick (an upgrade shows at once); never fails the tick.
     """
     probe = ReleaseProbe(store)
     try:
@@ -248,13 +224,10 @@ def release_line(store: Metastore, realms: Iterable[str]) -> str:
 def _unreachable(exc: BaseException) -> bool:
     """Whether ``exc`` is the metastore out of reach rather than misconfigured.
 
-    The store raises ``MetastoreError`` from the driver's ``OperationalError`` when
-    it cannot connect or loses the connection (refused, reset, timed out, server
-    shutting down, SQLite locked); its other ``MetastoreError`` (no URL, no
-    driver, no Polaris tables) and a refused statement (``ProgrammingError``: a
-    missing grant) are configuration. psycopg gives a refused login no error
-    code, so a wrong password or database name reads as unreachable too, with
-    the server's own words after it.
+    The store raises ``MetastoreError`` from an ``OperationalError`` when it cannot connect or
+    loses the connection; other ``MetastoreError`` (no URL, driver or tables) and
+    ``ProgrammingError`` (a missing grant) are configuration. psycopg gives a refused login no
+    code, so a wrong password or database reads as unreachable, with the server's words.
     """
     if isinstance(exc, OperationalError):
         return True
@@ -287,10 +260,8 @@ def sweep_tick(
     backlog: BacklogSettings | None = None,
     translator: PolarisTranslator = DEFAULT_TRANSLATOR,
 ) -> SensorResult | SkipReason:
-    """One evaluation of the sweeper; see the module docstring.
-
-    ``backlog``: the thresholds of the backlog checks it reports (defaults if None);
-    ``translator``: the tags of the runs it requests (the task job's).
+    """One evaluation of the sweeper (see the module docstring). ``backlog``: the reported checks'
+    thresholds (defaults if None); ``translator``: the requested runs' tags.
     """
     now = int(time.time() * 1000) if now_ms is None else now_ms
     cursor = SweepCursor.parse(context.cursor)
@@ -377,14 +348,11 @@ def _relaunch_used_keys(
 ) -> list[RunRequest]:
     """``requests``, with a fresh key for each whose key a run that holds nothing used.
 
-    Dagster silently drops a request whose run key it has seen. A key repeats only
-    when its run left the row unwritten: it ended before leasing (its retries used
-    up), or it is still "started" longer than ``started_within_s`` after its start,
-    which ``_recently_started`` no longer counts either (its worker died: with the
-    default run launcher, run monitoring never marks such a run failed). Waiting and
-    recently started runs were filtered out above, and every lease bumps the version
-    in the key. Asking again under a new key keeps the promise of eventual execution,
-    the lease's compare-and-set keeps two runs off one task, and the log says so.
+    Dagster silently drops a seen run key. A key repeats only when its run left the row
+    unwritten: ended before leasing, or "started" past ``started_within_s`` (its worker died;
+    the default launcher never fails such a run). Every lease bumps the version in the key.
+    A new key keeps the promise of eventual execution; the lease's CAS keeps two runs off one
+    task; the log says so.
     """
     keys = [r.run_key for _, r in requests if r.run_key]
     if not keys:
@@ -436,20 +404,12 @@ def build_polaris_task_sweeper(
     backlog_resource: bool = False,
     translator: PolarisTranslator = DEFAULT_TRANSLATOR,
 ) -> SensorDefinition:
-    """The sweeper sensor for ``job`` (a job built by ``build_polaris_task_job``).
+    """The sweeper sensor for ``job`` (built by ``build_polaris_task_job``, with ``translator``).
 
-    ``cadence``: the sweeper settings the sensor will run with, so that its
-    description states the real cadence (the resource is only read at a tick).
-
-    ``check_storage`` gives the sensor the ``storage`` resource (required), so every
-    sweep checks that the runs' storage config loads (``build_defs`` does); without it
-    no sweep checks storage.
-
-    ``backlog_resource`` gives it the ``backlog`` resource (required), so the backlog
-    checks the sweeps report use its thresholds (``build_defs`` does); without it they
-    use the defaults.
-
-    ``translator``: the one the job was built with (``build_polaris_task_job``).
+    ``cadence``: the sweeper settings, so the description states the real cadence.
+    ``check_storage``: require the ``storage`` resource, so each sweep checks the runs' storage
+    config loads. ``backlog_resource``: require the ``backlog`` resource, so the reported
+    checks use its thresholds (else the defaults). ``build_defs`` sets both.
     """
 
     def tick(

@@ -25,10 +25,8 @@ TABLE_REF_KEY = "table identity"
 
 
 def safe_key_part(text: str) -> str:
-    """``text`` as one asset key part: characters outside ``[A-Za-z0-9_-]`` become ``_``.
-
-    Dagster's UI links asset keys by their parts (the exact name stays in the
-    event's metadata).
+    """``text`` as one asset key part (Dagster's UI links keys by parts): characters outside
+    ``[A-Za-z0-9_-]`` become ``_``; the exact name stays in the event's metadata.
     """
     return "".join(c if c.isascii() and (c.isalnum() or c in "_-") else "_" for c in text) or "_"
 

@@ -66,10 +66,8 @@ class TaskContexts:
         return held.reread(row) if held is not None else DecodedTask.from_row(row)
 
     def reach_storage(self, ctx: CleanupContext) -> None:
-        """Give ``ctx`` the resolver for its task: the task's storage configuration,
-        else its catalog's, looked up (``execution/task_storage.py``).
-
-        Raises PayloadError when the configuration is malformed, or the
+        """Give ``ctx`` the resolver for its task: its storage configuration, else its catalog's
+        (``execution/task_storage.py``). Raises PayloadError for a malformed configuration, or the
         ``PolarisPipelineError``/``OSError`` of a storage not reached.
         """
         storage = task_storage(ctx.decoded, self.metastore)

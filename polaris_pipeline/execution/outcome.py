@@ -1,17 +1,9 @@
 """What one attempt of a task came to: its ``Status`` and its ``TaskOutcome``.
 
-A leaf: the value types only, so that what reads outcomes (``report/``, the
-run-report sensor) loads no cleanup engine. The ``Runner`` (``runner.py``)
-makes them.
-
-A ``TaskOutcome`` is never edited: it is frozen, and a changed one is a new
-one (``evolve``). A table whose unreferenced phase runs after its children
-carries a ``TableFinish``: what its last stage (``Runner.finish_table``) needs,
-in a form one Dagster step can hand to another.
-
-Both carry the task as its attempt decoded it (``DecodedTask``, once, from the
-row the attempt read): what reads them (the views, a table's last stage, the
-leftover check) reads that, and never decodes the row again.
+A leaf of value types, so readers (``report/``, the run-report sensor) load no engine. A
+``TaskOutcome`` is frozen (``evolve`` makes a changed one). A table whose unreferenced
+phase runs after its children carries a ``TableFinish`` for its last stage, in a form one
+Dagster step can hand another. Both carry the attempt's ``DecodedTask``: never decoded again.
 """
 
 from __future__ import annotations
@@ -49,10 +41,8 @@ _LEASE, _MODE, _ROW = "lease", "mode", "row"
 class TableFinish:
     """A table waiting for its children: what its last stage needs once they ran.
 
-    ``mode`` is the unreferenced mode its phase runs in: ``DELETE``, its row is
-    still held by ``lease`` until then; ``REPORT``, its attempt completed the row
-    (a report changes nothing) and the report is made from ``task``, the task as
-    the attempt read and decoded it.
+    ``mode``: ``DELETE``, its row still held by ``lease`` until then; ``REPORT``, its attempt
+    completed the row and the report is made from ``task`` as the attempt decoded it.
     """
 
     lease: Lease

@@ -1,14 +1,9 @@
 """Carrying one lease down the data path: start, execute, finish.
 
-A task is started (leased, adopted or refused: ``execution/start.py``), executed (its
-row read and fenced, its handler run inside the attempt's span and events, its end
-written: ``execution/attempt_end.py``), and a table waiting for its children is
-finished in its last stage (``execution/table_finish.py``). Who holds the leases is
-``execution/holder.py``; the handlers' contexts, ``execution/contexts.py``; running
-a task's children and sweeping, ``execution/sweep.py``; a dry run, ``execution/dry_run.py``.
-
-The CLI sweep and every Dagster run use this same ``Runner``; Dagster adds
-scheduling, UI and retries around it, never a second implementation.
+Start: ``start.py``; execute (fence, handler in the attempt's span and events, end:
+``attempt_end.py``); finish a table after its children: ``table_finish.py``. Holders:
+``holder.py``; contexts: ``contexts.py``; children and sweeps: ``sweep.py``; dry run:
+``dry_run.py``. The CLI sweep and every Dagster run use this one ``Runner``.
 """
 
 from __future__ import annotations
@@ -67,13 +62,11 @@ class Runner:
         tracer_provider: Any | None = None,
         deletion_record: str | None = None,
     ) -> None:
-        """The policy is the metastore's (``Metastore.policy``), resolved once: the runner
-        applies it to all it does (its leases, each realm's unreferenced mode, Polaris's
-        task events, the metadata batch size). ``tracer_provider``: OpenTelemetry's, else
-        the global one (spans are no-ops when none is configured or OpenTelemetry is not
-        installed). ``deletion_record``: an fsspec URI prefix under which every attempt
-        that deletes anything writes what it deleted (``storage/deletion_record.py``),
-        reached through the static storage config; None: no record."""
+        """The policy is the metastore's, resolved once, for all the runner does.
+        ``tracer_provider``: else the global one (no-op without OpenTelemetry). ``deletion_record``:
+        the fsspec prefix of ``storage/deletion_record.py``'s records (static storage config);
+        None: no record.
+        """
         self.metastore = metastore
         config = config or StorageConfig()
         if resolver is None:
@@ -146,12 +139,8 @@ class Runner:
     def resume(
         self, lease: Lease, *, operator: bool = False, may_adopt: bool = True
     ) -> StartDecision:
-        """Carry on with ``lease``, handed over by an earlier step (a table's child).
-
-        The lease the table's attempt created is kept, not derived again: when it
-        still holds its task, the same attempt continues under it. Otherwise (it
-        lapsed, or an earlier try finished the task) the task is started as any
-        other (``start``).
+        """Carry on with ``lease``, handed over by an earlier step (a table's child): the same
+        attempt continues while it still holds its task; otherwise the task is ``start``ed anew.
         """
         if may_adopt and lease.executor_id == self.executor_id:
             task = self.metastore.get_task(lease.realm_id, lease.task_id)
@@ -178,13 +167,10 @@ class Runner:
     ) -> TaskOutcome:
         """Run one leased task to an outcome, which is written back to its row.
 
-        With ``record_failure=False`` a transient failure is returned without
-        being written, and the lease stays held, so that the caller (a Dagster
-        op with a RetryPolicy) can retry within the same lease. Permanent
-        failures are always recorded. ``decoded``: the task as its start leased it
-        (``StartDecision.decoded``), so that it is not read and decoded again.
-        Otherwise its row is read and decoded here, once: the outcome carries that
-        decoding (``TaskOutcome.task``) to whatever reads it.
+        ``record_failure=False``: a transient failure is returned unwritten and the lease kept,
+        for a Dagster op's RetryPolicy; permanent ones are always recorded. ``decoded``: the task
+        as its start leased it; else the row is read and decoded here, once, and the outcome
+        carries it (``TaskOutcome.task``).
         """
         if lease.executor_id != self.executor_id:
             raise ValueError("a lease granted to another executor is not this runner's to execute")

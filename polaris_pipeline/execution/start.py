@@ -1,29 +1,19 @@
 """What a holder does with one named task when its work starts: lease, adopt, or refuse.
 
-The one decision behind ``Runner.start``, used by every Dagster run (its root
-and child steps) and by the CLI wherever a single task is leased. The sweeper
-only selects candidates (``Metastore.select_available``); the lease is taken
-here, when the work starts, so an attempt is counted only for work that
-started, and no lease lapses while a run waits in a queue.
+Behind ``Runner.start`` for every Dagster run and single-task CLI command. The sweeper only
+selects (``select_available``); the lease is taken here, so an attempt counts only work
+that started and no lease lapses in a queue. In order:
 
-The cases, in order:
+- the row is gone: nothing to do;
+- held by this holder's executor id (an op or run retry) and ``may_adopt``: adopt it;
+- held by anyone else: refused, naming holder and expiry;
+- available: lease it (attempt + 1) by compare-and-set;
+- backing off or dead: leased only on an operator's intent (requeue and lease in one CAS);
+- pending (a Polaris server may be running it) or unhandled: refused, operators too.
 
-- the task row is gone: completed (or discarded) by someone; nothing to do;
-- the task is held by this holder's own executor id (an op retry, or a Dagster
-  run retry: a run's executor id comes from its root run) and ``may_adopt``:
-  adopt the lease, continue the same attempt;
-- the task is held by anyone else: refused, with who holds it and until when;
-- the task is available: lease it (attempt + 1) in one compare-and-set;
-- the task is backing off or dead: leased only on an operator's intent
-  (requeue and lease in one compare-and-set, attempts restart); refused otherwise;
-- the task is pending (within the grace period, a Polaris server may be running
-  it in-process) or unhandled: refused, for operators too.
-
-A compare-and-set lost to a concurrent writer is re-read and judged again.
-The row is read once per round: the lease is written on the row as read (its
-version guards the write), and a started decision carries the row as the lease
-left it, decoded (``DecodedTask``), for the attempt: a run start reads its row
-once here, and once more for the fence before the work (``Runner.execute``).
+A lost CAS is re-read and judged again. The lease is written on the row as read and the
+started decision carries it decoded, so a run reads its row here and once more for the
+fence (``Runner.execute``).
 """
 
 from __future__ import annotations

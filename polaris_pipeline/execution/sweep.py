@@ -24,11 +24,9 @@ def child_stages(outcome: TaskOutcome, plan: Sequence[ChildStage] = CHILD_STAGES
 def execute_tree(
     runner: Runner, lease: Lease, on_outcome: Callable[[TaskOutcome], None] | None = None
 ) -> list[TaskOutcome]:
-    """Execute a task, then the children it created, stage by stage, then (a table
-    waiting for them) its last stage, ``Runner.finish_table``.
-
-    ``on_outcome`` is told each outcome once it is final, a parent before its
-    children: a table's children are told after its last stage.
+    """Execute a task, its children stage by stage, then a waiting table's last stage.
+    ``on_outcome`` hears each final outcome, a parent before its children (a table's after
+    its last stage).
     """
     root = runner.execute(lease)
     tell = None if root.finish is not None else on_outcome

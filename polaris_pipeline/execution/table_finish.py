@@ -83,14 +83,11 @@ class TableFinisher:
     ) -> TaskOutcome:
         """A table's last stage, once its children ran (``Runner.finish_table``).
 
-        ``delete``: with every child done, its unreferenced phase, then its row is
-        completed; otherwise the row is failed (recorded, retried after a backoff)
-        without the phase: a retry plans again from what is left. ``report``: its
-        row was completed by its attempt; the report is made from the task it read.
-        ``result``: the attempt's, which the phase adds to; else the phase's alone.
-        The task is the one the attempt decoded (``finish.task``), never decoded again
-        here: in ``delete`` mode the row is re-read (still held?) and keeps that decoding
-        (``DecodedTask.reread``).
+        ``delete``: with every child done, the unreferenced phase, then the row completes;
+        otherwise the row fails without the phase (a retry plans again). ``report``: the attempt
+        completed the row; the report comes from the task it read. ``result``: the attempt's, which
+        the phase adds to. The task is the attempt's decoding (``finish.task``); in ``delete`` mode
+        the row is re-read (still held?) and keeps it (``DecodedTask.reread``).
         """
         # The phase adds to a tally of its own: the attempt's outcome keeps its result.
         tally = result.thaw() if result is not None else CleanupTally.start()

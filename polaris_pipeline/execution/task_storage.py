@@ -1,31 +1,17 @@
 """Where a task's storage configuration comes from: the task, else its catalog.
 
-Polaris copies its catalog's ``storage_configuration_info`` onto the cleanup tasks
-it writes, with ``storageLocation``. Some it writes without either: every view
-cleanup task of Polaris 1.0-1.6, and a table's when Polaris found no storage
-configuration at the drop. Those record only the dropped entity (in ``data``):
-its ``catalogId`` and its ``properties["location"]``. Polaris never runs them, so
-nothing but a sweeper ever reaches their files, and on a cloud store it needs the
-catalog's credentials to.
+Polaris writes some cleanup tasks without ``storage_configuration_info`` and
+``storageLocation`` (every view cleanup of 1.0-1.6; a table's when it found no
+configuration at the drop): only the entity's ``catalogId`` and ``location``. Polaris never
+runs them, and on a cloud store only the catalog's credentials reach their files.
 
-For such an ENTITY_CLEANUP_SCHEDULER task this looks the catalog up in the metastore
-(the row of type CATALOG whose id is the entity's ``catalogId``, in the task's
-realm) and, when it holds a storage configuration, gives the resolver the task's
-internal properties plus that configuration and the recorded roots
-(``DecodedTask.roots``: the entity's ``location`` and root properties). Everything
-comes from the catalog's records, as Polaris's own tasks do; nothing from a file. A
-task without a recorded location, or whose catalog is gone or holds no
-configuration, is left as it is: the guard then refuses it, or the static storage
-config reaches it, as before.
-
-A child (MANIFEST_FILE_CLEANUP or BATCH_FILE_CLEANUP) records no entity: its
-payload names the table but not its catalog. It reaches its catalog through its
-parent, the row its name names (``<parent>_<what>_<uuid>``, ``tasks/hold.py``):
-the parent's own configuration, else the catalog of the entity the parent drops,
-as above. A child with a ``storageLocation`` of its own is then given that
-configuration, so the resolver's scope (``storage/scope.py``) judges its location
-against the catalog's allowedLocations, as it judges a table's. A child whose
-parent row is gone, or that has no location, is left as it is.
+For such an ENTITY_CLEANUP_SCHEDULER task the catalog row (type CATALOG, the entity's
+``catalogId``, the task's realm) supplies its configuration, with the recorded roots
+(``DecodedTask.roots``): all from the catalog's records, nothing from a file. A child
+reaches the catalog through its parent row (``<parent>_<what>_<uuid>``): the parent's
+configuration, else its entity's catalog's; a child's own ``storageLocation`` is then
+judged against allowedLocations (``storage/scope.py``). Otherwise the task is left as
+it is: the guard refuses it, or the static storage config reaches it.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """The catalogs to walk: catalog entities (type code 4) and their locations.
 
-A catalog's tables live under its ``properties["default-base-location"]`` and
-the ``allowedLocations`` of its storage configuration (internal property
-``storage_configuration_info``, decoded by ``storage/catalog_config.py``). A
-FILE catalog's ``*`` (anywhere local) names no place to list and is left out.
-
-Its locations are reached as its tables' tasks reach them (``catalog_resolver``):
-with the catalog's own storage configuration (role, endpoint, ``storageName``),
-credentials made for those locations only, except where the deployment's storage
-config has a rule of its own for a location (the explicit override, as for tasks).
-A catalog without a configuration is reached through the deployment's alone.
+A catalog's tables live under ``default-base-location`` and its storage configuration's
+``allowedLocations`` (a FILE catalog's ``*`` names no place and is left out). They are
+reached as its tasks reach them (``catalog_resolver``): the catalog's own configuration,
+credentials for those locations only, unless the deployment's storage config has a rule
+for a location; with no configuration, through the deployment's alone.
 """
 
 from __future__ import annotations
@@ -70,12 +65,9 @@ def catalog_ref(
 def catalog_resolver(
     resolver: StorageResolver, catalog: CatalogRef, locations: Iterable[str]
 ) -> StorageResolver:
-    """How ``locations`` of ``catalog`` are reached: through its storage configuration,
-    credentials scoped to those of them inside its ``allowedLocations`` (see the module
-    docstring); ``resolver`` itself without a configuration or such a location.
-
-    Raises StorageError when the configuration's ``storageName`` maps to an identity
-    that cannot sign for it.
+    """How ``locations`` of ``catalog`` are reached: its storage configuration, credentials scoped
+    to those inside its ``allowedLocations``; ``resolver`` itself otherwise. StorageError when
+    its ``storageName`` maps to an identity that cannot sign for it.
     """
     storage = catalog.storage
     if storage is None:

@@ -1,35 +1,24 @@
 """Best effort: who dropped a leaked root's table and when, from Polaris's ``events`` table.
 
-What Polaris writes, read from apache/polaris at the 1.6.0 and 1.7.0 release tags
-(``runtime/service/.../events/listeners/PolarisPersistenceEventListener.java``,
-``.../catalog/iceberg/IcebergRestCatalogEventServiceDelegator.java``,
-``.../events/EventAttributes.java``, ``.../events/PolarisEventType.java``,
-``persistence/relational-jdbc/src/main/resources/postgres/schema-v3.sql`` to ``-v5``,
-``persistence/relational-jdbc/.../models/ModelEvent.java``), when its persistence
-event listener is enabled:
+What Polaris 1.6/1.7 writes with its persistence listener on (read at the release tags:
+``PolarisPersistenceEventListener``, ``IcebergRestCatalogEventServiceDelegator``,
+``EventAttributes``, ``PolarisEventType``, ``schema-v3.sql``..``-v5``, ``ModelEvent``):
 
-- a successful drop writes ``event_type`` ``AFTER_DROP_TABLE`` or ``AFTER_DROP_VIEW``
-  (the enum's name). ``BEFORE_DROP_*`` is written before the drop is tried, also for
-  a drop that then fails, so it proves nothing and is not read;
-- ``catalog_id`` holds the catalog's *name* (the ``catalog_name`` attribute), not its id;
-- ``resource_identifier`` is Iceberg's ``TableIdentifier.of(namespace, name)``
-  rendered: the namespace levels and the name joined by ``.``;
-- ``additional_properties`` is a JSON object of strings: the attributes by key
-  (``catalog_name``, ``namespace`` (levels joined by ``.``), ``table_name`` or
-  ``view_name``, and ``purge_requested`` for a table) plus OpenTelemetry keys.
-  A drop event carries no table metadata, so no table uuid to match by;
-- ``principal_name`` is the caller's principal (null without one); ``timestamp_ms``
-  when the event was made, after the drop.
+- a successful drop writes ``AFTER_DROP_TABLE`` / ``AFTER_DROP_VIEW``; ``BEFORE_DROP_*``
+  is written for failed drops too, so it proves nothing and is not read;
+- ``catalog_id`` holds the catalog's *name*;
+- ``resource_identifier`` is ``TableIdentifier.of(namespace, name)``: levels and name
+  joined by ``.``;
+- ``additional_properties``: string attributes (``catalog_name``, ``namespace``,
+  ``table_name`` or ``view_name``, ``purge_requested``) plus OpenTelemetry keys; no
+  table uuid to match by;
+- ``principal_name`` (null without one); ``timestamp_ms`` after the drop.
 
-A root is matched to the drop events of its realm and catalog whose table (or view)
-name is the root's last path segment, made no earlier than the root's newest
-metadata says it was last updated (an earlier drop of that name was another
-table's). An event whose namespace levels are also the segments before it (a
-default location is ``<base>/<namespace levels>/<name>``) is preferred; of equals,
-the earliest. A table root takes only table drops, a view root only view drops.
-No events table, no listener, no match: nothing is said. Before 1.6 nothing is: the
-1.2-1.5 listener persisted only ``AFTER_CREATE_TABLE`` (with a ``table-uuid``) and
-``AFTER_CREATE_CATALOG`` (the same file at the 1.5.0 tag), never a drop.
+A root matches its realm's and catalog's drops named as its last segment, made no earlier
+than its newest metadata's last update (earlier drops were another table's); an event
+whose namespace levels are the segments before is preferred, then the earliest. Table
+roots take table drops, view roots view drops. Nothing found: nothing said. Before 1.6
+no drop is persisted (1.2-1.5 wrote only ``AFTER_CREATE_TABLE``/``_CATALOG``).
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """The walk: each catalog's locations, one directory level at a time, live tables pruned.
 
-For every catalog (``catalogs.py``), its locations are walked depth first with
-``storage/listing.py``'s ``list_directory`` (one level per listing: S3's
-delimiter, one ``scandir`` or ``ls``). A directory inside a live table or view
-(``owners.py``) is never listed. A directory whose ``metadata/`` holds Iceberg
-metadata is a table root and is not descended: it is reported when no live
-entity overlaps it and no task names it, with its totals from a paged listing
-(``list_prefix``) and what its newest metadata says (``metadata.py``). A
-directory of loose files that is no table root is counted as "not a table".
-Memory holds one directory level and the directories still to visit, never a
-whole listing. Each catalog's locations are reached through its own storage
-configuration, where the deployment's has no rule for them (``catalogs.py``).
-
-A listing that fails is recorded on the catalog (its report is then partial);
-what it gave before failing is still walked, and the walk goes on.
+Each catalog's (``catalogs.py``) locations are walked depth first with ``list_directory``.
+A directory inside a live table or view (``owners.py``) is never listed. A table root
+(Iceberg metadata under ``metadata/``) is not descended: it is reported when nothing live
+overlaps it and no task names it, with its totals (``list_prefix``) and newest metadata
+(``metadata.py``); loose files elsewhere count as "not a table". Memory holds one level
+and the stack. A failed listing is recorded on the catalog (partial report), the walk
+goes on with what it gave.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """A table root's metadata: whether a directory is one, and what its newest metadata says.
 
-A table root is a directory whose ``metadata/`` holds Iceberg metadata files
-(``*.metadata.json``, ``v<N>.metadata.json``, gzipped ones) or Hadoop tables'
-``version-hint.text``; a view's is the same with ``view-uuid`` inside. The
-newest metadata file is the one ``version-hint.text`` names, else the one with
-the highest version in its name (``00012-<uuid>`` or ``v12``), the newer
-last-modified time breaking a tie. Reading it never raises: an unreadable or
-malformed file is the root's error.
+A table root's ``metadata/`` holds Iceberg metadata (``*.metadata.json``, ``v<N>``, gzipped)
+or a Hadoop ``version-hint.text``; a view's has ``view-uuid`` inside. The newest is the
+one the hint names, else the highest version, newer mtime breaking ties. Reading never
+raises: an unreadable file is the root's error.
 """
 
 from __future__ import annotations

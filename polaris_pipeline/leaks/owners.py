@@ -1,12 +1,9 @@
 """Who still owns a table root: a live entity (Polaris's overlap rule) or a task.
 
-The live side is ``metastore/overlap.py``, over every realm and catalog: a live
-table or view at, above or under the root, or a namespace or catalog at or under
-it, owns it (a namespace above is where tables live and does not). The task side:
-every task still in the metastore, of any state, may yet clean its location, so
-a root that a task's recorded location (``tasks/roots.py``'s
-``recorded_roots``: ``storageLocation``, else the dropped entity's ``location``)
-is at, above or under is not leaked; it is the sweeper's.
+Live: ``metastore/overlap.py`` over every realm and catalog (a table or view at, above or
+under the root; a namespace or catalog at or under it). Tasks: any task of any state whose
+recorded location (``recorded_roots``) is at, above or under the root may yet clean it:
+the root is the sweeper's, not leaked.
 """
 
 from __future__ import annotations

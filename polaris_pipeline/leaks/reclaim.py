@@ -1,35 +1,20 @@
 """Reclaim one leaked root: delete its files, on the operator's word, after checking again.
 
-Immediately before anything is deleted, the root is judged again as the report
-judged it, against the metastore as it is now:
+Just before anything is deleted the root is judged again against the metastore as it is:
+under a catalog's base or allowed location and not a bucket root; a table root (Iceberg
+metadata under ``metadata/``), never other data; spelt by ``storage.uri.checked_location``
+(no ``..``, ``.`` or empty segment: the filesystem would resolve them, the checks compare
+text), a local symlinked root judged at its real location too; no live entity enclosing
+or overlapping it, no live ``write.data.path`` or ``write.metadata.path`` at, above or
+under it, no task recording it; its newest metadata readable and not turning
+``gc.enabled`` off (``cleanup/gc_policy.py``).
 
-- it lies under a catalog's base or allowed location, and is not a bucket root;
-- it is a table root (its ``metadata/`` holds Iceberg metadata): a directory of
-  other data is never reclaimed;
-- it is spelt by the one rule of ``storage.uri.checked_location`` (no ``..``, ``.``
-  or empty segment: the filesystem would resolve them, the checks compare text);
-  a local root reached through a symlink is judged at its real location too;
-- no live table or view encloses it, no live entity overlaps it
-  (``metastore/overlap.py``), no live table's ``write.data.path`` or
-  ``write.metadata.path`` lies at, above or under it, and no task records its
-  location;
-- its newest metadata is readable and does not turn ``gc.enabled`` off (Java's
-  ``parseBoolean``, ``cleanup/gc_policy.py``).
-
-Its storage is reached as the walk reached it: through the catalog's storage
-configuration, credentials made for the root alone, where the deployment's storage
-config has no rule for it (``catalogs.py``). Then its objects are listed in pages
-and deleted with ``bulk_delete`` (literal paths, a result per key), only those last
-modified at least ``min_age_ms`` ago, the overlap checked again before each batch.
-Everything outside ``metadata/`` goes first; the metadata last, and only when
-nothing else stayed (a young object, a failed delete): until then the root stays a
-table root that the report finds.
-
-With a deletion record prefix (``storage/deletion_record.py``) the paths go
-into a record of the reclaim (its header names the root and the catalog it lies
-under: the first in realm and name order, as the report attributes it), opened
-before the first delete: a record that cannot be written stops the reclaim
-before anything is deleted.
+Storage is reached as the walk reached it (``catalogs.py``). Objects are listed in pages
+and deleted by ``bulk_delete``, only those older than ``min_age_ms``, the overlap checked
+again before each batch. ``metadata/`` goes last, only when nothing else stayed: until
+then the root stays a table root the report finds. A deletion record (header: root and
+its first catalog in realm and name order) is opened before the first delete: one that
+cannot be written stops the reclaim before anything is deleted.
 """
 
 from __future__ import annotations

@@ -100,13 +100,10 @@ def make_engine(
     read_only: bool = False,
     **kwargs: Any,
 ) -> Engine:
-    """An engine for the metastore.
+    """An engine for the metastore; ``read_only`` for the commands that only look.
 
-    ``read_only``: see the module's doc; for the commands that only look.
-
-    ``idle_in_transaction_timeout_ms`` (PostgreSQL): a session frozen inside a
-    transaction (a paused VM, a partition) is ended by the server after this
-    long, so its row locks cannot keep other sweepers and Polaris off the tasks.
+    ``idle_in_transaction_timeout_ms`` (PostgreSQL): the server ends a session frozen in a
+    transaction (a paused VM, a partition), so its row locks cannot block sweepers and Polaris.
     """
     parsed = resolve_url(url)
     backend = parsed.get_backend_name()
@@ -146,11 +143,9 @@ def make_engine(
 def _sqlite_transactions(engine: Engine, *, read_only: bool) -> None:
     """Begin every SQLite transaction ourselves.
 
-    Writable: BEGIN IMMEDIATE takes the write lock up front. A deferred transaction
-    that reads and then writes can fail at once with "database is locked" when
-    another process wrote in between; this one waits for the lock instead, so
-    several sweepers can share a file. Read-only: each transaction is one
-    snapshot, and no lock is written.
+    Writable: BEGIN IMMEDIATE takes the write lock up front, so a read-then-write waits for
+    it instead of failing "database is locked" when another process wrote in between:
+    several sweepers can share a file. Read-only: one snapshot, no lock written.
     """
     begin = "BEGIN" if read_only else "BEGIN IMMEDIATE"
 
@@ -169,10 +164,8 @@ def _sqlite_transactions(engine: Engine, *, read_only: bool) -> None:
 
 
 def _sqlite_read_only(database: str) -> Any:
-    """A connection factory opening ``database`` read-only; the file must exist.
-
-    SQLite would otherwise create an empty database on first connect, and a read-only
-    command would leave a file behind that later looks like a metastore without tables.
+    """A connection factory opening ``database`` read-only; the file must exist (SQLite would
+    create an empty one, later mistaken for a metastore without tables).
     """
     path = Path(database).expanduser()
     if not path.is_file():

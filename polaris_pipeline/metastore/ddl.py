@@ -1,15 +1,10 @@
 """The tables, keys and indexes of Polaris's relational-JDBC schema, per schema version.
 
-Written from what Polaris's ``postgres/schema-v1.sql`` .. ``schema-v5.sql``
-create (persistence/relational-jdbc, read at Polaris 1.7.0; every released
-file of a version is the same), so that ``init-metastore --schema-version N``
-leaves a database a Polaris server of that version can start on. Stated as
-data here and rendered per dialect: PostgreSQL gets Polaris's types
-(``JSONB NOT NULL DEFAULT '{}'::JSONB``); SQLite, the embedded default, gets
-the same tables with JSON as text, as Polaris's own H2 schema does.
-
-Not reproduced: the ``COMMENT ON`` statements (documentation only) and v1's
-``DROP TABLE IF EXISTS policy_mapping_record`` (this tool never drops a table).
+From Polaris's ``postgres/schema-v1.sql`` .. ``schema-v5.sql`` (read at 1.7.0; every
+release's file of a version is the same), so that ``init-metastore --schema-version N``
+leaves a database that Polaris version can start on. PostgreSQL gets Polaris's types;
+SQLite stores JSON as text, as Polaris's H2 schema does. Not reproduced: ``COMMENT ON`` and
+v1's ``DROP TABLE IF EXISTS policy_mapping_record`` (this tool never drops a table).
 """
 
 from __future__ import annotations

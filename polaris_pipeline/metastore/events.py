@@ -1,31 +1,19 @@
 """Task attempt events in Polaris's ``events`` table, as Polaris's own listener writes them.
 
-Read from Polaris (1.7): ``TaskExecutorImpl.handleTask`` emits BEFORE_ATTEMPT_TASK
-and AFTER_ATTEMPT_TASK (category TASK_EXECUTION) with the attributes
-``task_entity_id``, ``task_attempt`` and, after, ``task_success``;
-``PolarisPersistenceEventListener.onEvent`` maps the TASK_EXECUTION category to
-resource type REALM, takes the event type's name as the resource identifier,
-leaves the catalog null (no catalog attribute), and puts the OpenTelemetry
-context (``otel.*``) and then every attribute, as strings, into
-``additional_properties``; ``ModelEvent.fromEvent`` stores a null catalog as
-``__realm__`` below schema v5, where the column is NOT NULL, and
-``JdbcBasePersistenceImpl.writeEvents`` inserts the row with the realm. The
-event id is a random UUID (``PolarisEventMetadata.eventId``); request id and
-principal come from the HTTP request that created the task, which a sweeper
-does not have, so they stay null.
+Polaris 1.7: ``TaskExecutorImpl.handleTask`` emits BEFORE_/AFTER_ATTEMPT_TASK (category
+TASK_EXECUTION) with ``task_entity_id``, ``task_attempt`` and, after, ``task_success``;
+``PolarisPersistenceEventListener`` maps it to resource type REALM, the event type's name
+as identifier, a null catalog, and the ``otel.*`` context then every attribute, as
+strings, in ``additional_properties``; ``ModelEvent.fromEvent`` stores a null catalog as
+``__realm__`` below schema v5 (NOT NULL there); ``JdbcBasePersistenceImpl.writeEvents``
+adds the realm; event ids are random UUIDs. Request id and principal come from the
+HTTP request, which a sweeper lacks: null. Our extra ``task_executor_id`` key is harmless
+(Polaris reads the JSON as Map<String, String>).
 
-Our one addition, ``task_executor_id``, is another string in the same JSON
-object: Polaris reads ``additional_properties`` as a Map<String, String>
-(``EventEntity.getAdditionalPropertiesAsMap``), so an extra key is harmless.
-
-Writing an event is best effort: a failure is logged and never reaches the
-attempt, and nothing is written to a database without an ``events`` table.
-
-The realm's Polaris release decides the rest (``tasks/release.py``): releases
-before 1.6 persist no task events, so none is written for them unless the setting
-says ``always`` (an audit tool of the operator's own reads them); 1.6 writes the
-catalog ``__realm__`` on any schema, 1.7+ below v5 only. Every row has a fresh
-``event_id``: 1.7's own rows of one task share one, which loses them.
+Best effort: a failure is logged, never reaches the attempt; nothing is written without
+an ``events`` table. By release (``tasks/release.py``): before 1.6 none is written unless
+the setting says ``always``; 1.6 writes catalog ``__realm__`` on any schema, 1.7+ below v5
+only. Every row gets a fresh ``event_id`` (1.7's rows of one task share one, losing them).
 """
 
 from __future__ import annotations

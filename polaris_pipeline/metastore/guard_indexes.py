@@ -1,32 +1,23 @@
-"""The indexes the shared-location guards look up by, which Polaris's schema lacks.
+"""Indexes the shared-location guards look up by, which Polaris's schema lacks.
 
-Polaris's ``idx_locations`` is ``(realm_id, parent_id, location_without_scheme)``:
-an overlap lookup knows neither the realm of a live table nor its parent, so
-that index cannot serve it, and nothing indexes a table's ``metadata-location``.
-Without these two the guards of ``metastore/overlap.py`` read every row of
-``entities`` at each check (bounded, a warning said once at the first check);
-``polaris-pipeline guard-indexes`` creates them (opt-in: they are written into
-Polaris's own database, beside its tables):
+Polaris's ``idx_locations`` is led by realm and parent, which an overlap lookup
+does not know, and nothing indexes ``metadata-location``: without these the guards
+of ``overlap.py`` read every row (bounded, warned once). ``polaris-pipeline
+guard-indexes`` creates them (opt-in, in Polaris's own database):
 
 - ``polaris_pipeline_guard_locations``: ``location_without_scheme`` alone
-  (``text_pattern_ops`` on PostgreSQL, so that ``LIKE 'prefix/%'`` ranges over it
-  whatever the database's collation), rows with a location only;
-- ``polaris_pipeline_guard_metadata_files``: the file name (last segment) of each
-  table's or view's ``metadata-location`` internal property. Every spelling of a
-  file (``s3a://``/``s3://``, ``file:/``/``file:///``/a bare path) has the same
-  name, so the lookup by name misses none; the candidates are then judged as
-  locations;
-- ``polaris_pipeline_guard_write_paths``: only the tables and views whose properties
-  name a ``write.data.path``-style root (``tasks/roots.py``'s ``ROOT_PROPERTIES``): few in a
-  warehouse, so the unreferenced phase and the reclaim read those rows alone to find
-  a live table writing under a prefix.
+  (``text_pattern_ops`` on PostgreSQL, so ``LIKE 'prefix/%'`` ranges over it in any
+  collation), rows with a location only;
+- ``polaris_pipeline_guard_metadata_files``: the file name of each table's or view's
+  ``metadata-location``; every spelling of a file has the same name, so the lookup
+  misses none, and candidates are then judged as locations;
+- ``polaris_pipeline_guard_write_paths``: only entities naming a ``write.data.path``-style
+  root (``tasks/roots.py``): few, so the unreferenced phase and the reclaim read those alone.
 
-Cost on PostgreSQL: built ``CONCURRENTLY`` (no lock that stops Polaris's writes;
-about one read of the table; at 1,000,000 entities about 60 MB and 40 MB),
-then each insert or update of an entity maintains two more index entries.
-Creating an index needs the table's owner: run the command as Polaris's database
-owner, not as the pipeline's role (which needs no grant to use them).
-Schema v1 has no ``location_without_scheme``: only the second index is made.
+PostgreSQL builds them ``CONCURRENTLY`` (no lock on Polaris's writes; about one read of the
+table; ~60 MB and 40 MB at 1,000,000 entities); each entity write then maintains two more
+entries. Creating needs the table's owner, not the pipeline's role. Schema v1 has no
+``location_without_scheme``: only the second index is made.
 """
 
 from __future__ import annotations

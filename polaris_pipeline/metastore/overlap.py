@@ -1,43 +1,26 @@
 """Which live entities own a location: Polaris's overlap rule, over the whole metastore.
 
-Before a dropped table's unreferenced files are listed, and again before each
-batch of them is deleted, every live table, view, namespace and catalog that
-could own a file under the table's prefix is looked for. The rule is Polaris's
-(``QueryGenerator.generateOverlapQuery`` with ``StorageLocation.isChildOf``):
-an entity whose ``location_without_scheme`` (schema v2 and later) equals an
-ancestor of the prefix, with or without the trailing slash, or lies under it
-(``LIKE 'prefix/%'``, with ``%`` and ``_`` of the prefix escaped); then the
-candidates are judged by the location rule of ``storage/uri.py``. It is scoped
-wider than Polaris's: every realm and every catalog (one statement for all),
-and the catalogs' own ``default-base-location``. On schema v1 (no such column)
-the entities' ``properties["location"]`` are read instead.
+Asked before a dropped table's unreferenced files are listed and again before each
+batch is deleted. The rule is Polaris's (``QueryGenerator.generateOverlapQuery``,
+``StorageLocation.isChildOf``): an entity whose ``location_without_scheme`` (schema v2+;
+v1 reads ``properties["location"]``) equals an ancestor of the prefix, with or without
+the trailing slash, or lies under it (``LIKE 'prefix/%'``, ``%``/``_`` escaped); the
+candidates are then judged by ``storage/uri.py``'s location rule. Wider than Polaris's:
+every realm and catalog in one statement, and the catalogs' ``default-base-location``.
 
-Cost (issue 46): Polaris's ``idx_locations`` is led by realm and parent, which a
-lookup by location knows neither of; with the guard indexes of
-``guard_indexes.py`` (``polaris-pipeline guard-indexes``) every check is a few
-index searches whatever the number of live tables, without them a read of every
-row (warned of at the first check). Catalogs are found by catalog id 0 through
-Polaris's own indexes. Each check is bounded (``GUARD_BOUND_ENV``): past it a
-``GuardTimeout`` fails the task's attempt, never an answer of "none".
+Cost: Polaris's ``idx_locations`` is led by realm and parent, which a lookup by location
+lacks; with ``guard_indexes.py`` each check is a few index searches, without them a read
+of every row (warned at the first check). Each check is bounded (``GUARD_BOUND_ENV``):
+past it a ``GuardTimeout`` fails the attempt, never an answer of "none".
 
-What counts as an overlap (``judge``):
+Overlaps (``judge``): any entity at or under the prefix; a table or view at an ancestor
+(a namespace or catalog above owns no file); an entity whose location or properties do
+not parse (refused rather than guessed).
 
-- any entity at the prefix or under it (a table created at the same path after
-  the drop, a table nested under it, a namespace or catalog whose base location
-  is the prefix);
-- a table or view at an ancestor of the prefix (the prefix is inside a live
-  table's files). A namespace or catalog above the prefix is where tables live,
-  owns no file and does not count;
-- an entity whose location does not parse, or whose properties do not decode:
-  refused rather than guessed.
-
-``metadata_users`` answers a second question, for the referenced purge: which
-live table or view has one of the files about to be deleted as its
-``metadata-location`` internal property (a table registered over the dropped
-one's metadata file, wherever its own location says it is). Its rows are found by
-the file's name, which every spelling of the file shares, then judged as locations.
-``restored_as`` asks it of one realm and one file, the dropped entity's last metadata
-file: a live table of that very file is the dropped one restored (re-registered).
+``metadata_users``: which live table or view has a file about to be deleted as its
+``metadata-location`` (registered over the dropped one's metadata), found by file name,
+which every spelling shares, then judged as locations. ``restored_as`` asks it for the
+dropped entity's last metadata file: a live table of that file is the drop restored.
 """
 
 from __future__ import annotations
@@ -86,9 +69,6 @@ CATALOG_ROWS_CATALOG_ID = 0
 # Polaris's catalog-id-led index exists from schema v4.
 CATALOG_ID_INDEX = "idx_entities_catalog_id_id"
 CATALOG_ID_INDEX_SINCE = 4
-# How long one guard check may take before it fails the task's attempt (retried):
-# never an answer of "no live entity" for want of time. The environment variable
-# overrides it (seconds).
 # How often (SQLite virtual-machine steps) the SQLite bound is looked at.
 _SQLITE_PROGRESS_STEPS = 1000
 # How many metadata file names one lookup statement carries.
@@ -314,11 +294,9 @@ def _metadata_user(row: Any, wanted: set[Location]) -> Overlap | None:
 class LiveLocations:
     """The overlap check against one metastore (its engine and schema version).
 
-    Every check is one or two statements that an index answers in time independent of
-    the number of live tables, given the guard indexes (``guard_indexes.py``; without
-    them each reads every row, and the first check warns). Each is bounded by
-    ``bound_s`` (default ``guard_bound_s()``): past it a ``GuardTimeout`` names the
-    check and the time taken; the task's attempt fails and is retried.
+    One or two index-answered statements per check given the guard indexes (else a read of
+    every row, warned at the first check). Bounded by ``bound_s`` (``guard_bound_s()``): past
+    it a ``GuardTimeout`` names check and time; the attempt fails and is retried.
     """
 
     def __init__(

@@ -1,11 +1,8 @@
 """The task-state rule of ``tasks.model.TaskRow.state`` written as SQL.
 
-PostgreSQL has the whole rule, for the statements that run it inside the
-database (``metastore/queries.py``: the batch lease, the selection of available
-tasks, the per-state counts, the heartbeat). SQLite has only the held test the
-heartbeat needs; its other statements list rows for the Python rule.
-``tests/test_metastore_lease_rule.py`` checks that this SQL and the Python rule
-classify the same rows the same way.
+PostgreSQL has the whole rule (batch lease, available tasks, per-state counts, heartbeat);
+SQLite only the held test the heartbeat needs, and lists rows for the Python rule.
+``tests/test_metastore_lease_rule.py`` checks both rules classify rows alike.
 """
 
 from __future__ import annotations
@@ -125,12 +122,10 @@ def per_realm(default: str, overrides: Sequence[tuple[str, str]], alias: str = "
 def plainly_held(now: str, timeout: str) -> str:
     """True only for rows ``state_case`` calls leased (or dead), never orphaned; cheap.
 
-    An executor, no end time at all, and a start time within ``timeout`` of
-    ``now``. Placed before the CASE, it drops the rows other sweepers hold for
-    a fraction of the CASE's cost. The start time is first compared, as text,
-    with ``last_update_timestamp``, which our leases and renewals write with the
-    same value: no regex on the rows we hold. Rows it misses (an end time older
-    than the start, say) are still judged by the CASE.
+    An executor, no end time, and a start within ``timeout`` of ``now``; placed before the CASE
+    it drops other sweepers' rows cheaply. The start is compared as text with
+    ``last_update_timestamp``, which our leases write with the same value: no regex on our
+    rows. Rows it misses are still judged by the CASE.
     """
     start = f"e.properties->>'{Prop.START_TIME}'"
     written_with_update = (
@@ -270,11 +265,10 @@ def held(
 ) -> str:
     """Row ``e`` is held at ``now`` (``tasks.hold.HoldView.held_until_ms``).
 
-    A parent task within its hold; or a child (MANIFEST/BATCH named after its parent)
-    whose parent row exists and is within its hold: one probe of Polaris's unique
-    name index. ``realm_hold`` is per realm for each row (``per_realm``); for the
-    parent too: a child and its parent share the realm. ``events``: Polaris's events
-    table, None where the schema has none (the drop time is then the task's creation).
+    A parent within its hold, or a child (MANIFEST/BATCH named after its parent) whose parent
+    row exists and is held: one probe of Polaris's unique name index. ``realm_hold`` is per
+    row's realm (a child shares its parent's). ``events`` None: no events table (drop time is
+    the task's creation).
     """
     parent_hold = _hold_ms("p", entities, realm_hold, catalogs)
     child = (

@@ -1,12 +1,8 @@
 """The grants and row-level-security policy of the pipeline's PostgreSQL role.
 
-Under them the role reads every entity (the overlap and leak checks judge tables,
-namespaces and catalogs) but inserts, updates and deletes TASK rows only, and
-reads and inserts into ``events`` (the drop events the leak report reads, the task
-events it writes) where the schema has that table. What
-a task row is comes from ``predicates.task_rows``, the statements' own rule.
-``polaris-pipeline grant-role ROLE`` prints the script; docs/operator-guide.md
-section 2 pipes it to psql as the schema's owner.
+The role reads every entity (the guards judge them all) but writes TASK rows only
+(``predicates.task_rows``), and reads and inserts ``events`` where it exists.
+``polaris-pipeline grant-role ROLE`` prints the script (docs/operator-guide.md section 2).
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Every statement the metastore runs, by name, with its PostgreSQL and SQLite variants.
 
-``metastore/store.py`` runs them (what each transition writes is
-``metastore/transitions.py``). A ``Query`` has a builder per dialect; None where
-that dialect has no such statement and the store lists ``TASKS_BY_AGE`` or
-``LIST_TASKS`` and applies the Python rule (``TaskRow.state``) instead. The
-task-state rule is not written here: the PostgreSQL variants embed it from
+A ``Query`` has a builder per dialect; None where that dialect lacks the statement and
+the store applies the Python rule (``TaskRow.state``) to ``TASKS_BY_AGE`` or
+``LIST_TASKS`` instead. PostgreSQL variants embed the task-state rule from
 ``predicates``, its one SQL source.
-
-Text statements take their values as bind parameters at execution
-(``policy_params`` gives the lease policy's); Core statements carry theirs.
 """
 
 from __future__ import annotations
@@ -309,11 +304,9 @@ def policy_params(policy: TaskPolicy) -> dict[str, Any]:
 def _state(policy: TaskPolicy, now: str, drop_events: bool) -> tuple[str, str]:
     """(the rule's state of row ``e`` at ``now``, its lease timeout), both as SQL.
 
-    ``drop_events``: the database has Polaris's events table (schema v3+), whose drop
-    events a hold counts from.
-    The lease timeout and grace are per realm: one CASE on realm_id over the realms
-    with overrides (bound by ``policy_params``, never spliced); with none, plain
-    ``:timeout`` and ``:grace``.
+    ``drop_events``: the database has Polaris's events table (v3+) for holds to count from.
+    Timeout and grace are per realm: one CASE on realm_id over the overridden realms (bound by
+    ``policy_params``, never spliced); with none, plain ``:timeout`` and ``:grace``.
     """
     realms = range(len(policy.realm_overrides))
     timeout = predicates.per_realm(

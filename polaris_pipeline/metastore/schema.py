@@ -1,11 +1,8 @@
-"""Polaris's ``entities`` and ``version`` tables, as SQLAlchemy Core tables.
+"""Polaris's ``entities`` and ``version`` tables, as SQLAlchemy Core tables to query.
 
-The statements use these; creating a metastore uses ``ddl`` (Polaris's whole
-schema of a chosen version), and these tables only describe what is queried.
-
-PostgreSQL keeps them in schema ``polaris_schema`` with JSONB properties;
-SQLite (the embedded default) has no schemas and stores the JSON as text. One
-``MetaData`` serves both through a schema translate map.
+Creating a metastore uses ``ddl``. PostgreSQL keeps them in schema ``polaris_schema``
+with JSONB; SQLite has no schemas and stores JSON as text: one ``MetaData`` serves both
+through a schema translate map.
 """
 
 from __future__ import annotations
@@ -42,11 +39,8 @@ NOSQL_UNSUPPORTED = (
 
 
 class PropertiesJSON(TypeDecorator[Any]):
-    """JSONB on PostgreSQL, text elsewhere.
-
-    Results come back raw (a decoded object from JSONB, the text from SQLite)
-    so that a malformed value reaches the task model, which reports it on
-    that task instead of failing a whole query.
+    """JSONB on PostgreSQL, text elsewhere; results come back raw, so a malformed value reaches
+    the task model, which reports it on that task instead of failing a whole query.
     """
 
     impl = Text
@@ -146,11 +140,9 @@ def check_entities_shape(conn: Connection) -> bool:
 def create_schema(conn: Connection, schema_version: int = LATEST_SCHEMA_VERSION) -> bool:
     """Create Polaris's tables of ``schema_version``; return False if ``entities`` existed.
 
-    Every table, key and index Polaris's own DDL of that version creates (see
-    ``ddl``), and the version row, so a Polaris server of that version can start
-    on the database. An existing Polaris ``entities`` table means the database is
-    someone's metastore already: nothing is created or changed, not even the
-    version row. A foreign ``entities`` table is refused (SchemaMismatchError).
+    Every table, key and index of that version's DDL (``ddl``) and the version row, so that
+    Polaris version can start on it. An existing Polaris ``entities`` is someone's metastore:
+    nothing is changed. A foreign ``entities`` is refused (SchemaMismatchError).
     """
     ddl.check_version(schema_version)
     if check_entities_shape(conn):

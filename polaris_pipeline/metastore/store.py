@@ -1,15 +1,10 @@
 """Every state transition of a Polaris task, against PostgreSQL or SQLite.
 
-Each transition is one guarded write: a compare-and-set on
-(realm_id, id, entity_version, grant_records_version) exactly as Polaris
-writes its own leases, so a live Polaris and any number of our sweepers can
-share the table. Holders are identified by (executor id, attemptCount): every
-lease grant increments attemptCount, which makes it a fencing token.
-
-What each transition writes is a pure function of ``metastore/transitions.py``;
-the statements are named in ``metastore/queries.py``, with their dialect
-variants. A method here reads the row, asks the transition, runs the statement
-and reads the rows: I/O and the compare-and-set loop, nothing else.
+Each transition is one compare-and-set on (realm_id, id, entity_version,
+grant_records_version), as Polaris writes its own leases, so a live Polaris and any
+number of sweepers can share the table. A holder is (executor id, attemptCount): every
+grant increments attemptCount, which makes it a fencing token. What a transition writes
+is ``transitions.py``; the statements are ``queries.py``; here: I/O and the CAS loop.
 """
 
 from __future__ import annotations
@@ -406,12 +401,10 @@ class Metastore:
             return self._write_leased_row(conn, task, leased, now)
 
     def select_available(self, limit: int, realms: Iterable[str] | None = None) -> list[TaskRow]:
-        """Up to ``limit`` tasks ``lease_available`` would lease now; writes nothing.
+        """Up to ``limit`` tasks ``lease_available`` would lease now (same rule); writes nothing.
 
-        The sweeper selects candidates with it and each run leases its own task
-        when it starts (``Runner.start``): a run waiting in a queue holds no lease
-        that could lapse. Same availability rule as the lease statement: on
-        PostgreSQL the same predicates, on SQLite the Python rule.
+        The sweeper selects with it and each run leases its own task at start, so a queued run
+        holds no lease that could lapse.
         """
         if limit <= 0:
             return []
@@ -438,13 +431,9 @@ class Metastore:
         return decode_row(row) if row is not None else None
 
     def lease_row_for_operator(self, task: TaskRow, executor_id: str) -> TaskRow | None:
-        """An operator's "run it now": requeue and lease ``task`` as read, backing off or
-        dead, in one CAS (its version guards the write), without reading it again; the row
-        as the lease left it.
-
-        None unless the task is backing off or dead (an available task takes
-        ``lease_row``; a held, pending or unhandled one is not taken) or when the
-        row changed meanwhile.
+        """An operator's "run it now": requeue and lease ``task`` as read, backing off or dead, in
+        one CAS guarded by its version; the row as leased. None for any other state (an available
+        task takes ``lease_row``) or when the row changed meanwhile.
         """
         if task.properties_error:
             return None
@@ -464,9 +453,8 @@ class Metastore:
     ) -> tuple[HolderCas, _T | None]:
         """Apply ``change(conn, task, now)`` while ``lease`` is held; retry lost CAS races.
 
-        ``change`` returns None when its compare-and-set lost. The only writers of
-        a held row are the holder itself (its heartbeat) and a leaser after
-        expiry, so a failed CAS is re-read and re-judged.
+        ``change`` returns None when its CAS lost. Only the holder (its heartbeat) and a leaser
+        after expiry write a held row, so a lost CAS is re-read and re-judged.
         Returns (APPLIED, value), or (GONE | LOST, None).
         """
         for _ in range(_CAS_RETRIES):
@@ -508,11 +496,10 @@ class Metastore:
         return self.held_for_ms(lease) is not None
 
     def renew_held_by(self, realm_id: str, executor_id: str) -> int:
-        """Heartbeat for everything one executor holds in a realm, in one statement.
+        """Heartbeat everything one executor holds in a realm, in one statement; how many renewed.
 
-        Executor ids are unique per sweep process and per Dagster run, so this
-        renews exactly the tasks that holder is running or has queued (a table
-        cleanup's children). Returns how many leases were renewed.
+        Executor ids are unique per sweep process and Dagster run, so this renews exactly the
+        holder's running or queued tasks (a table cleanup's children).
         """
         params = {
             "realm": realm_id,
@@ -567,12 +554,9 @@ class Metastore:
     ) -> TaskState:
         """Revive a dead or backing-off task: attempts reset, backoff cleared.
 
-        ``allow_shared_location``: also record the operator's override of the
-        shared-location guard on the row (``Prop.ALLOW_SHARED_LOCATION``).
-        ``force``: requeue a pending task too (``transitions.requeue_refusal``).
-
-        Raises MetastoreError for a task that does not exist, is leased now, or is
-        refused by ``transitions.requeue_refusal``.
+        ``allow_shared_location`` records the operator's override of the shared-location guard
+        (``Prop.ALLOW_SHARED_LOCATION``); ``force`` requeues a pending task too. MetastoreError
+        for a task that is missing, leased now, or refused by ``transitions.requeue_refusal``.
         """
         for _ in range(_CAS_RETRIES):
             with self._begin() as conn:
@@ -599,13 +583,11 @@ class Metastore:
         raise MetastoreError(f"task {realm_id}/{task_id} kept changing; try again")
 
     def end_restored(self, task: TaskRow, holder: Lease | None = None) -> list[TaskRow]:
-        """End a restored table's purge: delete its parent task and every child named after
-        it (``task`` is either), each with a compare-and-set, all in one transaction; the
-        rows ended, ``task``'s family's parent first when it is still there.
+        """End a restored table's purge: its parent task and every child named after it (``task``
+        is either), each by CAS, in one transaction; the rows ended, parent first.
 
-        Refused (MetastoreError naming the holder) while any of them is leased by another
-        than ``holder``'s executor (the attempt that found the table restored), when
-        ``task`` is gone, and when any changed since it was read: then nothing is ended.
+        Refused (MetastoreError naming the holder), ending nothing, while any is leased by
+        another than ``holder``'s executor, when ``task`` is gone, or when any changed since read.
         """
         family = parent_name_of(task) or task.name
         with self._begin() as conn:
@@ -645,10 +627,8 @@ class Metastore:
     ) -> list[DiscardResult]:
         """Delete unhandled tasks (``TaskState.UNHANDLED``) and nothing else.
 
-        ``task_ids`` None: every unhandled task of ``realms`` (None: every realm).
-        Each delete is a compare-and-set on the entity_version that was judged, so
-        a row changed meanwhile is refused, not deleted. A named task that is not
-        unhandled, or is found in several realms, is refused with the reason.
+        ``task_ids`` None: every unhandled task of ``realms`` (None: all). Each delete is a CAS on
+        the judged entity_version; a named task not unhandled, or in several realms, is refused.
         """
         realm_list = list(realms) if realms is not None else None
         with self._begin() as conn:
@@ -677,10 +657,9 @@ class Metastore:
     def insert_tasks(self, tasks: Sequence[NewTask], *, holder: Lease | None = None) -> list[Lease]:
         """Insert tasks in one transaction.
 
-        With ``holder``, the holder's lease is checked inside the same
-        transaction and the new tasks are created already leased by the
-        holder's executor (attempt 1), so nobody else starts them while the
-        holder runs them, and they fall to any sweeper once that lease lapses.
+        With ``holder``, its lease is checked in the same transaction and the tasks are created
+        leased by its executor (attempt 1): nobody else starts them while it runs, and they fall
+        to any sweeper once that lease lapses.
         """
         if not tasks:
             return []

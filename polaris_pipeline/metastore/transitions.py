@@ -1,14 +1,9 @@
 """What each state transition of a task writes, as pure functions: properties in, properties out.
 
-``store.Metastore`` reads a row, asks one of these what the row becomes, and
-writes that with a compare-and-set. Nothing here does I/O or reads a clock: the
-database's ``now_ms`` and any randomness are arguments. Complete and discard
-delete the row; ``holds`` and ``discard_refusal`` judge them. The moves' result
-types live here too.
-
-The PostgreSQL lease and renewal statements (``queries.LEASE_BATCH``,
-``queries.RENEW_HELD_BY``) make the changes of ``lease`` and ``renew`` in SQL;
-tests/test_transitions.py holds the two in agreement.
+``store.Metastore`` reads a row, asks one of these, and writes the result with a
+compare-and-set; the clock (``now_ms``) and randomness are arguments. The PostgreSQL
+statements ``queries.LEASE_BATCH`` and ``RENEW_HELD_BY`` make the changes of ``lease``
+and ``renew`` in SQL; tests/test_transitions.py holds the two in agreement.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Is a held table still restorable? Every file its last metadata names, checked, read-only.
 
-The files: the metadata file itself, each snapshot's manifest list, the manifests
-they name, the data and delete files those manifests hold live (ADDED or
-EXISTING: a DELETED entry's file may be gone by the table's own expiry), and the
-statistics and partition statistics files. The answer is ``restorable`` or
-``N of M files missing`` with a sample.
-
-Work is bounded: a manifest is immutable, so its entries are read once and kept in a
-``ManifestCache`` (by path) across checks; a check reads at most ``max_manifests``
-new manifests and otherwise says it is incomplete, to be finished by the next one.
-Existence is one paged listing of the table's location, then a stat for each
-file outside it.
+The metadata file, manifest lists, manifests, their live (ADDED or EXISTING) data and
+delete files, and statistics files: ``restorable`` or ``N of M files missing``. Bounded:
+manifests are immutable, so a ``ManifestCache`` keeps their entries; a check reads at most
+``max_manifests`` new ones, else says it is incomplete. Existence is one paged listing of
+the location, plus a stat per file outside it.
 """
 
 from __future__ import annotations

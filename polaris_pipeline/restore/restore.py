@@ -1,21 +1,18 @@
 """``tasks restore``: bring back a held (or not yet purged) table from its last metadata.
 
-In order, each step changing nothing when it refuses:
+In order, each refusal changing nothing:
 
-1. the task is a table's or a view's drop (the parent cleanup task);
+1. the task is a table's or view's drop (the parent cleanup task);
 2. every file its last metadata names exists (``restorable``);
-3. no live table, view or namespace overlaps its location, but the table itself registered
-   again from this very file (a restored table sharing files with a live one would make
-   their purges delete each other's data);
-4. the catalog's REST API registers the metadata file under the name (its own, or
-   ``--as``); without an endpoint the request and the two calls are printed instead,
-   and nothing else happens;
-5. the parent task and every child of that table are ended with our compare-and-set
-   (refused, naming the holder, while a run holds a lease);
-6. a restore record is written beside the deletion records, when they are kept.
+3. nothing live overlaps its location but the table itself registered from this file
+   (shared files would make two purges delete each other's data);
+4. the catalog's REST API registers the file under its name (or ``--as``); without an
+   endpoint the request and calls are printed, nothing else happens;
+5. the parent and every child are ended by compare-and-set (refused, naming the holder,
+   while a run holds a lease);
+6. a restore record is written beside the deletion records, when kept.
 
-A register that succeeded and an ending that failed are both reported; a rerun
-finds the table registered with this very metadata file and finishes the ending.
+A rerun after a failed ending finds the table registered from this file and finishes.
 """
 
 from __future__ import annotations

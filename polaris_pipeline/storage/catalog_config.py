@@ -1,14 +1,10 @@
 """Decode the storage configuration Polaris copies onto each task.
 
-Polaris writes its ``PolarisStorageConfigurationInfo`` as Jackson JSON into the
-task's internal property ``storage_configuration_info``: a type id under ``@type``
-(the subclass's ``@JsonTypeName``) and one field per getter. This module reads
-the four types Polaris knows (S3, Azure, GCS, FILE) into frozen dataclasses and
-refuses everything else with a :class:`PayloadError`: a malformed or unknown
-document is the catalog's record being wrong, so nothing is read or deleted.
-
-Unknown fields are ignored, as Polaris's own reader does, so a newer Polaris
-adding a field does not stop the sweep.
+Polaris writes ``PolarisStorageConfigurationInfo`` as Jackson JSON into the internal
+property ``storage_configuration_info`` (type id under ``@type``). The four types it knows
+(S3, Azure, GCS, FILE) decode to frozen dataclasses; anything else is a
+:class:`PayloadError`, so nothing is read or deleted. Unknown fields are ignored, as
+Polaris's reader does, so a newer Polaris does not stop the sweep.
 """
 
 from __future__ import annotations
@@ -113,10 +109,8 @@ _TYPES: dict[str, str] = {
 
 
 def catalog_storage(internal_properties: Mapping[str, str]) -> CatalogStorage | None:
-    """The task's storage configuration, or None when the task carries none.
-
-    A present but blank value is malformed, not absent: the catalog meant to say
-    something, and guessing the static config instead could reach other storage.
+    """The task's storage configuration, or None when it carries none. A present but blank value
+    is malformed, not absent: guessing the static config instead could reach other storage.
     """
     if STORAGE_CONFIG_KEY not in internal_properties:
         return None
@@ -124,10 +118,8 @@ def catalog_storage(internal_properties: Mapping[str, str]) -> CatalogStorage | 
 
 
 def decode_storage_config(text: object) -> CatalogStorage:
-    """Decode one ``storage_configuration_info`` document; PayloadError if malformed.
-
-    Messages name fields and types, never values: the document is the catalog's,
-    and an external id is a shared secret of sorts.
+    """Decode one ``storage_configuration_info`` document; PayloadError if malformed, naming
+    fields and types, never values (an external id is a shared secret of sorts).
     """
     where = STORAGE_CONFIG_KEY
     if not isinstance(text, str) or not text.strip():

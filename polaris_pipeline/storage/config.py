@@ -1,6 +1,6 @@
 """Storage configuration: per-location filesystem options and allowed prefixes.
 
-The file (YAML or JSON) looks like::
+The file (YAML or JSON)::
 
     locations:
       - prefix: s3://bucket/wh
@@ -8,15 +8,13 @@ The file (YAML or JSON) looks like::
           endpoint_url: http://minio:9000
           key: {env: WH_ACCESS_KEY}
           secret: {env: WH_SECRET_KEY}
-          client_kwargs: {region_name: us-east-1}
     allowed_prefixes: [s3://bucket/wh]
     catalog_s3_endpoint: endpointInternal   # or endpoint
     storage_names: {}                       # see storage.named
 
-Options are passed to the fsspec filesystem as keyword arguments, and an option
-the filesystem does not accept is refused when the file loads (the rule is in
-``storage.options``). A value written as ``{env: NAME}`` (that key alone) is read
-from the environment at load time, so secrets stay out of the file.
+Options go to the fsspec filesystem; one it does not accept is refused at load
+(``storage.options``). ``{env: NAME}`` is read from the environment at load, keeping
+secrets out of the file.
 """
 
 from __future__ import annotations

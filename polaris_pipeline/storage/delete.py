@@ -1,28 +1,19 @@
 """Delete files by literal path, reporting the outcome of every path.
 
-Paths are never handed to a call that expands globs: fsspec's ``rm`` (and s3fs's)
-expands ``*``, ``?`` and ``[...]``, so deleting ``a[1].parquet`` through it deletes
-``a1.parquet``. Instead:
+Never through a call that expands globs (fsspec's and s3fs's ``rm`` would delete
+``a1.parquet`` for ``a[1].parquet``):
 
-- S3: one ``DeleteObjects`` request per (bucket, up to 1000 keys), whose per-key
-  ``Errors`` are read. s3fs's own ``_bulk_delete`` returns the ``Deleted`` list and
-  drops ``Errors`` silently, so it is not used.
-- Local files: ``os.unlink`` per path, relative to its parent directory opened
-  without following a link below the table's root (``storage.local_walk``): a
-  directory swapped for a symlink after the guard's check fails the path;
-  directories are refused. With
-  ``sidecar_check`` given, the Hadoop checksum sidecar ``<dir>/.<name>.crc`` of
-  each local path goes too, when it is a regular file the check admits (see
-  :func:`crc_sidecar`).
-- Other filesystems: ``fs.rm_file(path)`` per path.
+- S3: one ``DeleteObjects`` per (bucket, up to 1000 keys), its per-key ``Errors`` read
+  (s3fs's ``_bulk_delete`` drops them silently).
+- Local: ``os.unlink`` relative to the parent opened without following a link below the
+  table's root (``storage.local_walk``), so a directory swapped for a symlink after the
+  guard's check fails the path; directories are refused. With ``sidecar_check``, each
+  path's Hadoop ``.<name>.crc`` sidecar goes too when the check admits it.
+- Others: ``fs.rm_file(path)``.
 
-A store that keeps what is deleted (S3 versioning, Azure soft delete, GCS
-versioning or soft delete) answers a delete by hiding the object: its bytes stay
-until the store's own lifecycle expires them. Before the first delete in each
-bucket the resolver's :class:`~polaris_pipeline.storage.retention_probe.RetentionProbe`
-asks the store; objects deleted there are reported as ``retained`` (or
-``retention_unknown`` when the store would not say), never as bytes freed. Only
-the current version is ever deleted: no request names a version.
+On a store that keeps deleted objects (``RetentionProbe``, asked before the first delete
+per bucket) deletions are reported ``retained`` or ``retention_unknown``, never freed.
+No request names a version: only the current one is ever deleted.
 """
 
 from __future__ import annotations
@@ -53,11 +44,9 @@ _GLOB_CHARS = frozenset("*?[")
 
 @dataclass
 class DeleteReport:
-    """What happened to each path of a delete.
-
-    ``bytes_freed`` is None when any deleted file's size was not known (S3 sizes
-    are not fetched: that would cost a request per key). ``requests`` counts
-    DeleteObjects calls for S3, files elsewhere.
+    """What happened to each path of a delete. ``bytes_freed`` is None when a deleted file's size
+    was unknown (S3 sizes are not fetched: a request per key). ``requests``: DeleteObjects
+    calls for S3, files elsewhere.
     """
 
     deleted: list[str] = field(default_factory=list)
@@ -113,11 +102,9 @@ def is_crc_sidecar_name(name: str) -> bool:
 def crc_sidecar(uri: str) -> str | None:
     """The Hadoop checksum sidecar of the local file ``uri``: ``<dir>/.<name>.crc``.
 
-    Hadoop's local filesystem (what Polaris's FileIO uses for ``file:``) writes it
-    beside every file and deletes it with the file. None for any other scheme, and
-    for a name that is itself a checksum file (Hadoop gives those no sidecar). The
-    sidecar keeps the URI's own spelling (``file:/``, ``file:///`` or a bare path)
-    so that the guard judges it exactly as it judged the file.
+    Hadoop's local filesystem (Polaris's FileIO for ``file:``) writes one beside every file and
+    deletes it with the file. None for other schemes and for a checksum file itself. It keeps
+    the URI's own spelling, so the guard judges it exactly as it judged the file.
     """
     scheme, _ = split_uri(uri)
     if scheme != "file":
@@ -138,20 +125,14 @@ def bulk_delete(
     report: DeleteReport | None = None,
     local_roots: Sequence[str] = (),
 ) -> DeleteReport:
-    """Delete ``uris`` (literal paths, already admitted by a
-    :class:`~polaris_pipeline.cleanup.guard.paths.PathGuard`), returning the outcome of each.
+    """Delete ``uris`` (literal paths a ``PathGuard`` admitted), returning each one's outcome.
 
-    Never raises for a single path: its error goes to ``failed``, credentials masked.
-    ``check()`` runs before every request (S3) or file (elsewhere) and may raise to
-    stop at once: a holder whose lease lapsed mid-chunk deletes nothing more.
-    ``sidecar_check(uri)`` (the caller's guard) admits a local file's checksum
-    sidecar; without it none is touched. A sidecar is looked for whether its file
-    was deleted or found missing: a crash between the two unlinks leaves only the
-    sidecar, and the retry must finish it. ``report``, when given, is filled in
-    place: a caller whose ``check()`` raised still knows what was deleted before.
-    ``local_roots`` (the guard's roots) are where a local delete starts its walk:
-    links above them are followed, none below (``storage.local_walk``); a local path
-    under none of them is walked from ``/`` without following any link.
+    Never raises for one path: its error goes to ``failed``, masked. ``check()`` runs before
+    each request (S3) or file and may raise to stop at once (a lapsed lease deletes nothing
+    more); ``report``, filled in place, still says what went before. ``sidecar_check`` admits
+    a local file's checksum sidecar (none touched without it), looked for also when the file
+    was already missing: a crash between the two unlinks leaves only the sidecar.
+    ``local_roots`` start a local delete's walk (``storage.local_walk``).
     """
     guard_step = check or (lambda: None)
     if not 1 <= chunk_size <= MAX_KEYS_PER_REQUEST:

@@ -1,33 +1,22 @@
 """The deletion record: one JSON Lines file per attempt saying what it deleted.
 
-Polaris keeps no trace of what a purge deleted and Dagster keeps only counts;
-proving a dropped table's data is gone, or finding what one attempt did, needs
-the paths. With the ``deletion_record`` setting (an fsspec URI prefix) each
-attempt that deletes anything writes
-``<prefix>/<realm>/<task id>/attempt-<n>-<executor>-<timestamp>.jsonl``, and
-each reclaim of a leaked root (``leaks/reclaim.py``) that deletes anything
-``<prefix>/<realm>/reclaims/<catalog>/reclaim-<timestamp>.jsonl`` (its header
-says ``"kind": "reclaim"``, the root and the catalog, instead of a task):
+Polaris keeps no trace of what a purge deleted and Dagster keeps only counts. With the
+``deletion_record`` setting (an fsspec URI prefix) each attempt that deletes anything
+writes ``<prefix>/<realm>/<task id>/attempt-<n>-<executor>-<timestamp>.jsonl``, each
+reclaim of a leaked root ``<prefix>/<realm>/reclaims/<catalog>/reclaim-<timestamp>.jsonl``
+(header ``"kind": "reclaim"``):
 
-- a ``header`` line (task, attempt, executor id, Dagster run id, started),
-  written and flushed before the first delete, so that a record that cannot be
-  written stops the attempt before anything is deleted;
-- one ``path`` line per path: ``deleted``, ``already gone``, ``refused`` (with
-  its reason) or ``failed`` (with its error), the size when known, and the time
-  its chunk ended; written after each delete chunk, so a crash leaves every
-  chunk done before it;
-- a ``footer`` line (totals, status, ended), written before the row is
-  completed or failed.
+- a ``header`` line, flushed before the first delete: a record that cannot be written
+  stops the attempt before anything is deleted;
+- one ``path`` line per path (``deleted``, ``already gone``, ``refused`` with its reason,
+  ``failed`` with its error; size when known; chunk end time), written after each chunk,
+  so a crash leaves every chunk done before it;
+- a ``footer`` line (totals, status), written before the row is completed or failed.
 
-A purge that ends because its table came back (``tasks restore``, or a table restored
-by other means) writes ``<prefix>/<realm>/<task id>/restore-<timestamp>.json`` instead
-(``write_restore_record``): one JSON object, ``"record": "restore"``.
-
-Only paths and error texts go in, each through the resolver's redaction: no
-option, no credential. Local files are appended to and fsync'd after each
-chunk. Object stores have no append, so the object is rewritten whole at each
-chunk: cheap for a table's thousands of files, and what makes a crash leave a
-readable record there too.
+A purge ended because its table came back writes ``restore-<timestamp>.json`` there
+instead (``write_restore_record``). Only paths and redacted error texts go in, never an
+option or credential. Local files are appended and fsync'd per chunk; object stores have
+no append, so the object is rewritten whole per chunk (still readable after a crash).
 """
 
 from __future__ import annotations
@@ -146,9 +135,8 @@ def _header_fields(header: RecordHeader | ReclaimHeader) -> dict[str, Any]:
 
 class DeletionRecord:
     """One attempt's (or reclaim's) record under ``prefix``, opened at its first delete.
-
-    ``resolver`` reaches the prefix (the static storage config: the record is
-    the deployment's, never reached with a task's scoped credentials).
+    ``resolver`` is the static storage config's: the record is the deployment's, never
+    reached with a task's scoped credentials.
     """
 
     def __init__(

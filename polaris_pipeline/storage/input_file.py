@@ -30,10 +30,8 @@ class FileReach(Protocol):
 
 
 class ResolvedInputFile(InputFile):
-    """A pyiceberg ``InputFile`` read through ``fs``, whose ``location`` stays the original URI.
-
-    pyiceberg looks at ``location`` (e.g. for a ``.gz.metadata.json`` suffix) while
-    the filesystem wants its own path form, so the two are kept apart.
+    """A pyiceberg ``InputFile`` read through ``fs`` whose ``location`` stays the original URI:
+    pyiceberg reads ``location`` (a ``.gz.metadata.json`` suffix) where ``fs`` wants its own path.
     """
 
     def __init__(

@@ -1,30 +1,16 @@
 """Everything under one prefix, listed in pages: bounded in memory whatever its size.
 
-``list_prefix(resolver, prefix)`` yields pages (lists of at most ``page_size``
-``ListedObject``: URI, size, last-modified time) and never holds the whole
-listing: fsspec's ``find``/``ls`` of a prefix return everything at once, so
+fsspec's ``find``/``ls`` return everything at once, so ``list_prefix`` pages itself:
+S3 by ``ListObjectsV2`` through ``call_s3``; local files one ``os.scandir`` at a time,
+never following a symlink (a symlinked directory is listed as the link, which a delete
+unlinks, never its target); GCS and Azure one ``ls`` level at a time, its cache dropped.
+Each URI is the prefix as the catalog wrote it plus the relative path, so the guard
+judges it in the prefix's spelling. A failing listing raises ``StorageError`` there:
+earlier pages were whole, nothing after is yielded.
 
-- S3: ``ListObjectsV2`` page by page through the filesystem's own client
-  (``call_s3``, as ``delete.py`` sends ``DeleteObjects``), under ``prefix/``;
-- local files: one directory at a time (``os.scandir``), never following a
-  symlink: a symlinked directory is listed as the link itself, which a delete
-  unlinks (never its target), and the guard judges it as any other path;
-- other stores (GCS, Azure): one directory at a time (``ls`` of one level, its
-  listing cache dropped after each), as their directories or common prefixes
-  give them.
-
-Each URI is the prefix as the catalog wrote it, ``/``, and the object's path
-relative to it, so the guard judges it in the same spelling as the prefix. A
-listing that fails raises ``StorageError`` where it failed: the pages before it
-were listed whole, nothing after it is yielded.
-
-``list_directory(resolver, directory)`` yields one level only: the files directly in
-a directory and its subdirectories (``SubDirectory``), as S3's ``Delimiter=/``
-pages, one ``os.scandir`` or one ``ls`` give them: a walk that must not descend
-into some subtrees (the leak report's, around live tables) lists with it.
-
-``remove_empty_directories`` removes, bottom up, the empty directories a local
-filesystem keeps under the prefix, and the prefix itself once empty.
+``list_directory`` yields one level (files and ``SubDirectory``), for walks that must
+not descend into some subtrees (the leak report's, around live tables).
+``remove_empty_directories`` removes a local prefix's empty directories bottom up.
 """
 
 from __future__ import annotations

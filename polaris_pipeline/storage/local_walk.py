@@ -1,14 +1,12 @@
 """Open a local file's parent directory without following a symbolic link below a trusted root.
 
-The guard judges a local path by resolving its parent, but a directory inside a
-table can be swapped for a symlink after that check. A delete therefore never
-goes by the path string: it opens the deepest trusted root that holds the path
-(the table's roots, resolved when the delete starts: a link ABOVE a root, such as
-``/tmp -> /private/tmp``, is the operator's and is followed), then each directory
-below it with ``O_NOFOLLOW`` relative to the one before, and unlinks the name
-relative to the last. A symlinked (or otherwise swapped) component fails with
-:class:`UnsafeComponent`. Without a root that holds the path the walk starts at
-``/`` and no link at all is followed.
+A directory inside a table can be swapped for a symlink after the guard's check, so a
+delete never goes by the path string: it opens the deepest trusted root holding the path
+(the table's roots, resolved at the delete's start: a link above a root, such as
+``/tmp -> /private/tmp``, is the operator's and is followed), then each directory below
+with ``O_NOFOLLOW``, and unlinks relative to the last. A swapped component raises
+:class:`UnsafeComponent`. With no root holding the path the walk starts at ``/``, following
+no link at all.
 """
 
 from __future__ import annotations
@@ -46,11 +44,9 @@ def _not_a_directory(name: str, dir_fd: int) -> str:
 
 
 class TrustedRoots:
-    """Local directories a walk may start from, each resolved once, here.
-
-    ``roots`` are URIs or absolute paths (other schemes are ignored). Each is kept
-    with its spelling (to find the root of a path spelt the same way) and its real
-    path (what is opened).
+    """Local directories a walk may start from, each resolved once, here: ``roots`` (URIs or
+    absolute paths; other schemes ignored), each kept with its spelling (to match a path spelt
+    alike) and its real path (what is opened).
     """
 
     def __init__(self, roots: Iterable[str] = ()) -> None:

@@ -1,20 +1,18 @@
 """Named credential sources: what a catalog's ``storageName`` means to this sweeper.
 
-Polaris 1.4+ lets a catalog's storage configuration carry ``storageName``; with
-the realm flag ``RESOLVE_CREDENTIALS_BY_STORAGE_NAME`` Polaris then signs with
-the server-side credentials configured under that name instead of its default
-identity. The sweeper cannot read Polaris's server configuration, so the storage
-config file says it, once per name::
+Polaris 1.4+ with the realm flag ``RESOLVE_CREDENTIALS_BY_STORAGE_NAME`` signs with the
+server-side credentials configured under a catalog's ``storageName``. The sweeper cannot
+read Polaris's configuration, so the storage config says it per name::
 
     storage_names:
       analytics:                      # the catalog's storageName
         key: {env: ANALYTICS_AWS_KEY}  # the identity that calls AssumeRole (S3)
         secret: {env: ANALYTICS_AWS_SECRET}
       shared:
-        default_identity: true        # this name signs with the sweeper's own identity
+        default_identity: true        # signs with the sweeper's own identity
 
-A name the file does not list fails the task (``unmapped``): falling back to the
-default identity could reach storage with credentials Polaris would not use.
+An unlisted name fails the task (``unmapped``): the default identity could reach storage
+with credentials Polaris would not use.
 """
 
 from __future__ import annotations

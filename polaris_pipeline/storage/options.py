@@ -1,20 +1,12 @@
 """Which fsspec filesystem serves a scheme, and which keyword arguments it accepts.
 
-A misspelt option (``endpoint`` for ``endpoint_url``) would otherwise go unnoticed
-until a run, or never: s3fs hands unknown keywords on to botocore's session. So
-the storage config is checked when it loads, by this rule:
-
-- The accepted names are the named parameters of the ``__init__`` of the
-  filesystem class and of each base class it hands ``**kwargs`` on to (the next
-  class in its MRO), down to fsspec's ``AbstractFileSystem``, whose documented
-  options (the listings cache, ``skip_instance_cache``, ``asynchronous``,
-  ``loop``) are accepted everywhere.
-- s3fs's ``S3FileSystem`` does not hand its ``**kwargs`` to a base class but to
-  aiobotocore's session: for ``s3`` the accepted names are ``S3FileSystem``'s own
-  parameters (``client_kwargs`` and ``config_kwargs`` among them: botocore client
-  and ``Config`` options go there), fsspec's, and the session's (``profile``).
-- A scheme whose implementation is not installed is not checked here: using it
-  fails with "install <package>" when a task reaches it.
+s3fs hands unknown keywords on to botocore, so a misspelt option would go unnoticed;
+the storage config is checked at load. Accepted: the named ``__init__`` parameters of
+the filesystem class and each base it hands ``**kwargs`` to, down to fsspec's
+``AbstractFileSystem`` (whose documented options are accepted everywhere). For ``s3``,
+``S3FileSystem``'s own (``client_kwargs``, ``config_kwargs``), fsspec's and the
+session's (``profile``). An uninstalled scheme is not checked here: a task reaching it
+fails with "install <package>".
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""Keep credentials out of reprs, logs, error messages and output: the one place that
-says what a secret looks like and masks it.
+"""Keep credentials out of reprs, logs, errors and output: the one definition of a secret.
 
-``redact`` masks a text: the values known to be secret, and whatever has the shape of
-one (a URL's password, a secret-named ``name=value`` or ``"name": "value"`` pair: a
-URL query's ``password=``, a connection string's ``AccountKey=``, a SAS's ``sig=``).
-``mask_options`` masks a structure: every value under a secret-looking name, and
-every string through ``redact``. ``masked_repr_args`` is pydantic's repr through it.
-Every other site that shows a setting, a URL or an error calls one of these.
+``redact`` masks known secret values and secret shapes in a text (a URL's password, a
+secret-named ``name=value`` or ``"name": "value"``, ``AccountKey=``, a SAS's ``sig=``);
+``mask_options`` masks a structure; ``masked_repr_args`` is pydantic's repr through it.
 """
 
 from __future__ import annotations
@@ -85,10 +81,8 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
 
 
 def mask_options(options: Mapping[Any, Any]) -> dict[Any, Any]:
-    """A copy of ``options`` whose secret-looking values are replaced by ``***``.
-
-    Nested mappings and lists (``client_kwargs``, ``config_kwargs``) are masked too,
-    and every string goes through ``redact``.
+    """A copy of ``options`` with secret-looking values as ``***``, nested mappings and lists
+    (``client_kwargs``, ``config_kwargs``) too, and every string through ``redact``.
     """
     return {k: MASK if looks_secret(k) and v else mask_value(v) for k, v in options.items()}
 

@@ -51,11 +51,9 @@ MAX_CATALOG_FILESYSTEMS = 32
 
 
 class StorageResolver:
-    """Filesystems for URIs, built once per (protocol, options) and then reused.
-
-    The cache lives in the resolver rather than in fsspec's global instance cache so
-    that one resolver owns its clients (and their listing caches) for as long as it
-    lives, e.g. across sensor ticks, whatever else in the process does with fsspec.
+    """Filesystems for URIs, built once per (protocol, options) and reused. Cached here, not in
+    fsspec's global instance cache, so one resolver owns its clients (and listing caches) for
+    its life, across sensor ticks, whatever else the process does with fsspec.
     """
 
     def __init__(
@@ -90,14 +88,11 @@ class StorageResolver:
         self, task: TaskRow, storage_properties: Mapping[str, str] | None = None
     ) -> StorageResolver:
         """The resolver for one task: catalog storage mode when the task carries
-        ``storage_configuration_info``, the static config's resolver otherwise.
+        ``storage_configuration_info``, the static config's otherwise.
 
-        ``storage_properties`` replaces the task's internal properties as the source
-        of its storage configuration and scope: the caller's lookup of the task's
-        catalog, for a task Polaris wrote without them (``execution/task_storage.py``).
-
-        Raises PayloadError for a malformed configuration and StorageError when the
-        task's location cannot be scoped (none, or outside ``allowedLocations``).
+        ``storage_properties`` replaces the task's internal properties (the catalog lookup for
+        tasks Polaris wrote without them, ``execution/task_storage.py``). PayloadError for a
+        malformed configuration; StorageError when the location cannot be scoped.
         """
         props = task.internal_properties if storage_properties is None else storage_properties
         storage = catalog_storage(props)
@@ -106,13 +101,9 @@ class StorageResolver:
         return self.for_storage(storage, task_scope(storage, props))
 
     def for_storage(self, storage: CatalogStorage, scope: tuple[str, ...]) -> StorageResolver:
-        """The resolver reaching ``scope`` with a catalog's ``storage`` configuration (its
-        role, endpoint, ``storageName``), credentials made for ``scope`` only; a URI under
-        a static storage rule still goes through that rule. A task's (``for_task``), or
-        the locations of a catalog the leak report walks.
-
-        Raises StorageError when the ``storageName`` maps to an identity that cannot sign
-        for that storage.
+        """The resolver reaching ``scope`` with a catalog's ``storage`` configuration, credentials
+        for ``scope`` only (a static storage rule still wins); for a task or a leak walk.
+        StorageError when the ``storageName`` maps to an identity that cannot sign for it.
         """
         if (
             isinstance(storage, AwsStorage)
@@ -239,10 +230,9 @@ class StorageResolver:
 class CatalogStorageResolver(StorageResolver):
     """One task's filesystems, reached with credentials from the catalog's storage config.
 
-    A URI under a static storage rule still goes through that rule (the explicit
-    override); every other URI is reached as Polaris reaches it, with credentials
-    scoped to ``scope``. Filesystems are cached here, not in the parent: each
-    holds this task's credentials and goes away with the task.
+    A URI under a static storage rule still goes through that rule (the explicit override);
+    any other is reached as Polaris reaches it, with credentials scoped to ``scope``, cached
+    here (not in the parent) so they go away with the task.
     """
 
     def __init__(

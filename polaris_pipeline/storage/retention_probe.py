@@ -1,28 +1,17 @@
 """Whether a bucket or container keeps what is deleted from it, asked once per bucket.
 
-A delete on a store that keeps deleted objects frees nothing until the store's own
-rule expires them: an S3 bucket with versioning (Enabled, or Suspended: the
-versions written while it was on stay) answers a delete with a delete marker;
-Azure's blob soft delete keeps deleted blobs for its retention days; a GCS bucket
-with object versioning or a soft-delete policy keeps noncurrent or soft-deleted
-objects. Reporting those bytes as freed would be false, so ``bulk_delete`` asks
-here before the first delete in each bucket and reports by the answer.
+A store that keeps deleted objects (S3 versioning Enabled or Suspended, Azure blob soft
+delete, GCS versioning or soft-delete policy) frees nothing on delete, so reporting those
+bytes as freed would be false: ``bulk_delete`` asks here before the first delete in each
+bucket. The store is asked, never guessed; a refused answer is ``UNKNOWN``, never
+reported as freed. Local files are never versioned.
 
-The question is asked of the store itself, never guessed: an answer the store
-refuses (no permission, an emulator without the call) is ``UNKNOWN``, which is
-never reported as freed. Local files are never versioned.
-
-What each store is asked, and where the answer cannot be had:
-
-- S3: ``GetBucketVersioning``; needs ``s3:GetBucketVersioning``, which a session
-  policy scoped to the table's prefixes may not grant (then unknown).
-- Azure: the blob service's ``delete_retention_policy``
-  (``get_service_properties``), an account-level call a container or directory
-  SAS cannot make (then unknown). Blob *versioning* is a management-plane setting
-  the data plane does not expose; an account with versioning but no soft delete
-  reads as not keeping.
-- GCS: the bucket's ``versioning.enabled`` and ``softDeletePolicy``
-  (``buckets.get``); needs ``storage.buckets.get``.
+- S3: ``GetBucketVersioning`` (needs ``s3:GetBucketVersioning``; a prefix-scoped session
+  policy may lack it).
+- Azure: ``get_service_properties``' ``delete_retention_policy``, an account-level call a
+  container or directory SAS cannot make. Blob versioning is management-plane only: an
+  account with versioning but no soft delete reads as not keeping.
+- GCS: ``buckets.get``'s ``versioning.enabled`` and ``softDeletePolicy``.
 """
 
 from __future__ import annotations
@@ -47,10 +36,8 @@ class Retention(Enum):
 
 
 class RetentionProbe:
-    """Each bucket's answer, asked at most once for the life of the probe.
-
-    One probe lives in a resolver and is shared by the resolvers it makes per task,
-    so a run asks each bucket once however many tasks delete in it.
+    """Each bucket's answer, asked at most once for the probe's life: shared by a resolver and
+    the per-task resolvers it makes, so a run asks each bucket once.
     """
 
     def __init__(self) -> None:

@@ -1,15 +1,10 @@
 """A task decoded once from its row: its kind, its payload and its table.
 
-``DecodedTask.from_row`` is the one place a row's ``taskType`` and ``data`` are
-decoded, as procrastinate's ``Job.from_row`` builds a job: a frozen object,
-never edited, that travels from the run start to the handler, the run's tags
-and the report. Task types are named here too (``task_type_name``,
-``polaris_type_name``), for every surface.
-
-A payload that does not decode is kept as its ``PayloadError`` (naming the
-task): ``require_kind`` and the payload accessors raise it where the work needs
-them, so the attempt records the same clear error; views that only show a task
-read ``problem`` and every part that did decode (a child's ``tableId``).
+``DecodedTask.from_row`` is the one place a row's ``taskType`` and ``data`` are decoded:
+a frozen object that travels from the run start to the handler, tags and report. Task
+type names live here too. An undecodable payload is kept as its ``PayloadError``:
+``require_kind`` and the payload accessors raise it where the work needs them; views
+read ``problem`` and whatever did decode.
 """
 
 from __future__ import annotations
@@ -138,12 +133,8 @@ class DecodedTask:
         return task if isinstance(task, DecodedTask) else cls.from_row(task)
 
     def reread(self, row: TaskRow) -> DecodedTask:
-        """``row``, a later read of this task's row, decoded: this decoding kept (with
-        ``row``) when what it was decoded from is unchanged, else ``from_row(row)``.
-
-        A held row changes between reads only in what its holder writes (the lease,
-        the attempt), never in its kind or payload: a table's last stage re-reads its
-        row to know it still holds it, and need not decode it again.
+        """``row``, a later read of this task's row, decoded: this decoding kept when what it came
+        from is unchanged (a held row changes only in its lease and attempt), else ``from_row``.
         """
         if row is self.row:
             return self

@@ -163,12 +163,8 @@ def quoted_task_label(realm_id: str, task_id: int, name: str) -> str:
 
 
 def error_cause(error: str | None, realm_id: str, task_id: int, name: str) -> str:
-    """A recorded error without the ``task <label>: `` it starts with.
-
-    The engine's messages name the task in full (``task POLARIS/7 '<name>': cause``);
-    beside the task's own row that is a repeat, and for a batch child the name is
-    the whole file list, which hides the cause. Later mentions of the full label
-    become the short one.
+    """A recorded error without its leading ``task <label>: ``, later full labels shortened:
+    beside the task's own row it repeats, and a batch child's name (its file list) hides the cause.
     """
     if not error:
         return ""

@@ -1,19 +1,15 @@
 """The hold: a dropped table's purge waits N days after the drop (per realm or catalog).
 
-A hold keeps the table restorable (``restore/``) for its window: its parent task
-(ENTITY_CLEANUP_SCHEDULER) is not leased until ``drop time + hold``, and neither
-is any child of it (MANIFEST/BATCH rows a Polaris attempt created before failing):
-purging a child would delete files the held table still names.
+A hold keeps the table restorable (``restore/``): its ENTITY_CLEANUP_SCHEDULER task is not
+leased until ``drop time + hold``, nor any child of it (MANIFEST/BATCH rows a Polaris
+attempt created): purging a child would delete files the held table still names.
 
-The drop time is the ``timestamp_ms`` of Polaris's drop event where the release
-writes one (1.6+, its persistence listener on; ``leaks/drops.py`` says what it
-writes): the earliest AFTER_DROP_TABLE (AFTER_DROP_VIEW for a view) of the task's
-realm, catalog name and identifier made no earlier than ``DROP_EVENT_SLACK_MS``
-before the task. Else the task's ``create_timestamp``: Polaris writes the task in
-the drop's own call. ``DropTimeSource`` says which, per task, in the output. A
-child is held while its parent row exists and is within its window. A hold never
-outranks the dead-letter rule (``TaskRow.state``). The same rule is SQL in
-``metastore.predicates.held``; ``tests/test_hold.py`` holds the two in agreement.
+The drop time is the earliest AFTER_DROP_TABLE (AFTER_DROP_VIEW) event of the task's realm,
+catalog and identifier no earlier than ``DROP_EVENT_SLACK_MS`` before the task, where the
+release writes one (1.6+, listener on; ``leaks/drops.py``); else the task's
+``create_timestamp`` (Polaris writes it in the drop's own call). ``DropTimeSource`` says
+which. A child is held while its parent row exists and is held. A hold never outranks the
+dead-letter rule. The SQL twin is ``metastore.predicates.held`` (``tests/test_hold.py``).
 """
 
 from __future__ import annotations

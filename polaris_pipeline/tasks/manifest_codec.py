@@ -1,14 +1,9 @@
 """Iceberg's ``ManifestFiles.encode`` bytes: the payload of a MANIFEST_FILE_CLEANUP task.
 
-Layout (Iceberg ``AvroEncoderUtil``): magic ``0xC2 0x01``; the Avro writer
-schema as JSON, written like Java's ``DataOutputStream.writeUTF`` (2-byte
-big-endian length, then modified UTF-8); then one Avro binary datum of that
-schema, without a container.
-
-Decoding always uses the schema embedded in the bytes, and finds fields by
-their Iceberg ``field-id`` rather than by name: writers differ in both the set
-of fields (older ones lack ``first_row_id``, ``key_metadata``, ``contains_nan``)
-and the names (Java names 504-506 ``added_data_files_count`` and so on).
+Layout (``AvroEncoderUtil``): magic ``0xC2 0x01``; the writer schema as JSON in Java's
+``writeUTF`` form (2-byte big-endian length, modified UTF-8); one Avro binary datum.
+Decoding uses the embedded schema and finds fields by ``field-id``: writers differ in the
+fields (older lack ``first_row_id``, ``key_metadata``, ``contains_nan``) and names.
 """
 
 from __future__ import annotations
@@ -73,9 +68,7 @@ class ManifestFileRef:
     first_row_id: int | None = None
 
 
-# ---------------------------------------------------------------------------
-# The writer schema. (field id, name, Avro type, optional)
-# ---------------------------------------------------------------------------
+# ------------------------------ The writer schema. (field id, name, Avro type, optional)
 
 _SUMMARY_FIELDS: tuple[tuple[int, str, str, bool], ...] = (
     (509, "contains_null", "boolean", False),
@@ -143,9 +136,7 @@ _SCHEMA_JSON = json.dumps(manifest_file_avro_schema(), separators=(",", ":"))
 _PARSED_WRITER_SCHEMA = fastavro.parse_schema(json.loads(_SCHEMA_JSON))
 
 
-# ---------------------------------------------------------------------------
-# Java's modified UTF-8 (DataOutputStream.writeUTF / DataInputStream.readUTF)
-# ---------------------------------------------------------------------------
+# ----------- Java's modified UTF-8 (DataOutputStream.writeUTF / DataInputStream.readUTF)
 
 
 def encode_modified_utf8(text: str) -> bytes:
@@ -209,9 +200,7 @@ def java_write_utf(text: str) -> bytes:
     return struct.pack(">H", len(body)) + body
 
 
-# ---------------------------------------------------------------------------
-# Encode
-# ---------------------------------------------------------------------------
+# -------------------------------------------------------------------------------- Encode
 
 
 def _check_range(name: str, value: int | None, bounds: tuple[int, int]) -> None:
@@ -244,9 +233,7 @@ def encode_manifest_file(ref: ManifestFileRef) -> bytes:
     return out.getvalue()
 
 
-# ---------------------------------------------------------------------------
-# Decode
-# ---------------------------------------------------------------------------
+# -------------------------------------------------------------------------------- Decode
 
 
 def _read_schema(data: bytes) -> tuple[dict[str, Any], int]:
@@ -444,9 +431,7 @@ def _ref_from_datum(
     return ManifestFileRef(manifest_path=path, content=content, partitions=partitions, **values)
 
 
-# ---------------------------------------------------------------------------
-# pyiceberg
-# ---------------------------------------------------------------------------
+# ----------------------------------------------------------------------------- pyiceberg
 
 
 def manifest_ref_from_pyiceberg(mf: ManifestFile) -> ManifestFileRef:

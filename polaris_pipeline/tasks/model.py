@@ -123,15 +123,10 @@ MAX_ERROR_LENGTH = 2000
 
 @dataclass(frozen=True)
 class TaskPolicy:
-    """How the realms' tasks are run: the metastore section resolved (``from_section``):
-    leasing (timeout, grace, attempts, backoff), the metadata batch size, the
-    unreferenced mode, the Polaris release, the task events and the holds, in the units
-    the engine uses. Each default is the section's (``settings/metastore.py``), declared
-    there once; only the backoff, which no setting changes, is declared here.
-
-    ``realm_overrides`` gives realms their own values; ``for_realm`` resolves the
-    policy one realm runs under. The rule (``TaskRow.state``) and the lease
-    statement both apply it per row.
+    """How the realms' tasks are run: the metastore section resolved (``from_section``), in the
+    engine's units. Defaults are the section's (``settings/metastore.py``); only the backoff,
+    which no setting changes, is declared here. ``for_realm`` applies ``realm_overrides``;
+    the state rule and the lease statement apply it per row.
     """
 
     lease_timeout_ms: int = _SECTION.lease_timeout_ms
@@ -320,12 +315,10 @@ def start_time_of(properties: Mapping[str, str]) -> int | None:
 def is_unhandled_cleanup(task_type: str | None, data: str | None) -> bool:
     """Whether a task is an ENTITY_CLEANUP_SCHEDULER for an entity that is not TABLE_LIKE.
 
-    Deliberately conservative (``metastore.predicates.UNHANDLED`` is the same rule
-    in SQL): any doubt about which ``typeCode`` a JSON reader would see (a second
-    ``"typeCode"`` anywhere, a ``\\u`` escape that could spell one, data not
-    ending in ``}``, non-compact JSON, a string or fractional value) leaves the task
-    to the normal path, where the payload decoder decides. A real table's task is
-    therefore never unhandled: its typeCode is 7.
+    Conservative, as its SQL twin ``metastore.predicates.UNHANDLED``: any doubt about the
+    ``typeCode`` a JSON reader would see (a second ``"typeCode"``, a ``\\u`` escape, data not
+    ending in ``}``, non-compact JSON, a string or fractional value) leaves the task to the
+    payload decoder. A real table's task (typeCode 7) is never unhandled.
     """
     if task_type != UNHANDLED_TASK_TYPE or data is None or not data.endswith("}"):
         return False
@@ -492,14 +485,11 @@ class TaskRow:
         )
 
     def state(self, now_ms: int, policy: TaskPolicy, held_until_ms: int | None = None) -> TaskState:
-        """The state at ``now_ms`` (database clock) under the realm's policy.
+        """The state at ``now_ms`` (database clock) under the realm's policy (as ``predicates``).
 
-        Mirrors ``metastore.predicates``. Unhandled comes first: it depends on the
-        payload alone, which never changes, so such a task is never leased, and one
-        an older version dead-lettered no longer counts as dead. ``held_until_ms``:
-        the end of the task's hold (``tasks/hold.py``; default: the row's own); a hold
-        never outranks dead, leased or backing off: it only keeps a task from being
-        taken.
+        Unhandled first: it depends on the payload alone, so such a task is never leased and never
+        counts as dead. ``held_until_ms``: the hold's end (``tasks/hold.py``); a hold never outranks
+        dead, leased or backing off: it only keeps a task from being taken.
         """
         if held_until_ms is None:
             held_until_ms = self.held_until_ms

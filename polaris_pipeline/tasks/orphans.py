@@ -1,13 +1,10 @@
 """Which available tasks are the orphaned children of one table's purge, to run together.
 
-A Polaris table cleanup (TableCleanupTaskHandler; ``tasks.payloads`` does the
-same) names its children ``<parent task name>_<manifest or file list>_<uuid>``,
-and each child's payload names the table (``tableId``). When the parent row is
-gone (its Polaris server finished it, or died after creating them) the children
-are orphans of one purge: the sweeper requests one run for them instead of one
-run each. Anything else (a child whose parent row still exists, as its holder
-may still be creating or running children; a lone orphan; a task whose name or
-payload does not parse) stays a run of its own.
+Polaris's TableCleanupTaskHandler (and ``tasks.payloads``) names children
+``<parent task name>_<manifest or file list>_<uuid>`` with the table's ``tableId``. When
+the parent row is gone they are orphans of one purge: one run for them all. A child whose
+parent still exists (its holder may still be creating children), a lone orphan, or a
+task that does not parse stays a run of its own.
 """
 
 from __future__ import annotations

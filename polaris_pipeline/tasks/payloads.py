@@ -90,9 +90,7 @@ def _check_path(value: Any, label: str) -> str:
     return value
 
 
-# ---------------------------------------------------------------------------
-# TableIdentifier
-# ---------------------------------------------------------------------------
+# ----------------------------------------------------------------------- TableIdentifier
 
 
 @dataclass(frozen=True)
@@ -126,9 +124,7 @@ class TableIdentifier:
         return ".".join((*self.namespace, self.name))
 
 
-# ---------------------------------------------------------------------------
-# ENTITY_CLEANUP_SCHEDULER: the dropped table or view
-# ---------------------------------------------------------------------------
+# ----------------------------------- ENTITY_CLEANUP_SCHEDULER: the dropped table or view
 
 # Jackson bean names, in the order Polaris writes them, and DroppedEntity's fields.
 _ENTITY_FIELDS = {
@@ -281,9 +277,7 @@ def _child_payload(data: str, what: str) -> tuple[dict[str, Any], TableIdentifie
     return obj, TableIdentifier.from_json_obj(_require(obj, "tableId", f"{what} data"))
 
 
-# ---------------------------------------------------------------------------
-# MANIFEST_FILE_CLEANUP
-# ---------------------------------------------------------------------------
+# ----------------------------------------------------------------- MANIFEST_FILE_CLEANUP
 
 
 @dataclass(frozen=True)
@@ -315,9 +309,7 @@ def encode_manifest_cleanup(p: ManifestCleanupPayload) -> str:
     return _dumps({"tableId": p.table_id.to_json_obj(), "manifestFileData": encoded})
 
 
-# ---------------------------------------------------------------------------
-# BATCH_FILE_CLEANUP
-# ---------------------------------------------------------------------------
+# -------------------------------------------------------------------- BATCH_FILE_CLEANUP
 
 
 @dataclass(frozen=True)
@@ -353,9 +345,7 @@ def encode_batch_cleanup(p: BatchCleanupPayload, *, with_type: bool = True) -> s
     return _dumps(doc)
 
 
-# ---------------------------------------------------------------------------
-# Task names and properties, as Polaris builds them
-# ---------------------------------------------------------------------------
+# ------------------------------------- Task names and properties, as Polaris builds them
 
 
 def entity_cleanup_task_name(entity_id: int) -> str:

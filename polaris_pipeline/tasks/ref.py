@@ -1,19 +1,11 @@
 """How a task is referred to: ``TaskRef`` (which task), ``Lease`` (a claim on it), and
 ``TableRef`` (the dropped table it cleans up).
 
-Both are built from a row in one place each: ``TaskRef.from_row`` and
-``Lease.from_row``, from a decoded ``TaskRow``; the PostgreSQL lease statement's
-rows take ``Lease.from_leased_columns``.
-
-``to_dict``/``from_dict`` are their JSON-safe forms (Dagster run config, child
-payloads). The keys are the ones Dagster run configs have always carried:
-
-- reference: ``realm_id``, ``task_id`` (a decimal string: ids are 63-bit),
-  ``entity_version``, ``name``, ``task_type`` (the ``taskType`` code or null);
-- lease: those, and ``executor_id``, ``attempt``, ``start_time_ms``.
-
-``from_dict`` reads either form (a reference from a lease's dict too) and
-raises ValueError naming the key that is missing or malformed.
+Built from a decoded ``TaskRow`` by ``from_row`` (the lease statement's rows by
+``Lease.from_leased_columns``). ``to_dict``/``from_dict`` are the JSON-safe forms of
+run configs and child payloads: ``realm_id``, ``task_id`` (a decimal string: ids are
+63-bit), ``entity_version``, ``name``, ``task_type``; a lease adds ``executor_id``,
+``attempt``, ``start_time_ms``. ``from_dict`` raises ValueError naming the bad key.
 """
 
 from __future__ import annotations
@@ -101,10 +93,9 @@ class TaskRef:
 class Lease:
     """A lease held on one task.
 
-    ``executor_id`` plus ``attempt`` (the ``attemptCount`` the lease wrote) is
-    the fencing token: every lease grant increments ``attemptCount``, so a
-    later holder never matches an earlier one, even with the same executor id.
-    ``entity_version`` is the row's version as the lease's last write left it.
+    ``executor_id`` plus ``attempt`` (the ``attemptCount`` it wrote) is the fencing token: every
+    grant increments ``attemptCount``, so a later holder never matches an earlier one, even
+    with the same executor id. ``entity_version``: the row's version after the lease's last write.
     """
 
     realm_id: str
@@ -147,11 +138,9 @@ class Lease:
     def from_leased_columns(cls, columns: Sequence[Any], executor_id: str) -> Lease:
         """A lease from a leased row of ``queries.LEASE_BATCH``, for ``executor_id``.
 
-        Its columns, in order: leased, realm_id, id, name, entity_version,
-        attempt, task_type_code, now_ms (the lease's start). Read by position:
-        named access to a result row's fields costs about 0.5 µs each, several
-        times the rest of a lease's client-side cost. tests/test_transitions.py
-        holds it equal to ``from_row`` of the row the statement wrote.
+        Columns by position (leased, realm_id, id, name, entity_version, attempt, task_type_code,
+        now_ms): named access costs ~0.5 µs a field, several times the rest of a lease's client
+        cost. tests/test_transitions.py holds it equal to ``from_row`` of the written row.
         """
         _, realm_id, task_id, name, version, attempt, task_type_code, start = columns
         return cls(realm_id, task_id, executor_id, attempt, version, start, task_type_code, name)

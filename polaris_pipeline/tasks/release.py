@@ -1,15 +1,10 @@
 """Which Polaris release reads the rows we write, and what that release decides.
 
-Polaris never migrates its schema (``/work/shared/polaris-task-model.md`` §1): a
-1.7 server upgraded from 1.4 runs on a v4 database for ever. So what depends on
-the release (the BATCH payload's ``type``, task events and their catalog) is
-decided here from a ``PolarisRelease``, never from the schema version alone.
-The schema version only bounds the release from below: the newest DDL each
-release bootstraps on an empty database.
-
-When no release is configured, ``infer`` decides it per realm from the BATCH
-rows Polaris itself wrote (their shape is the running release's, §4) and from
-the schema version. ``metastore/release_probe.py`` reads that evidence.
+Polaris never migrates its schema (``/work/shared/polaris-task-model.md`` §1): a 1.7
+server upgraded from 1.4 runs on a v4 database for ever. So the BATCH payload's ``type``
+and task events are decided from a ``PolarisRelease``; the schema version only bounds it
+from below. Unconfigured, ``infer`` decides per realm from Polaris's own BATCH rows (§4)
+and the schema version (``metastore/release_probe.py`` reads the evidence).
 """
 
 from __future__ import annotations

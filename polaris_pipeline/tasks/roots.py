@@ -38,11 +38,8 @@ class RecordedRoots:
 
 
 def recorded_location(task: TaskRow, entity: DroppedEntity | None) -> tuple[str, str] | None:
-    """The table location the catalog recorded, and which record it came from (for
-    messages); None when it recorded none.
-
-    The task's ``storageLocation``, else the dropped entity's ``location`` property;
-    blank values count as absent.
+    """The table location the catalog recorded and its source (for messages), or None: the
+    task's ``storageLocation``, else the dropped entity's ``location``; blanks count as absent.
     """
     location = task.internal_properties.get(STORAGE_LOCATION_KEY, "")
     if location.strip():
@@ -56,9 +53,8 @@ def recorded_location(task: TaskRow, entity: DroppedEntity | None) -> tuple[str,
 def recorded_roots(task: TaskRow, entity: DroppedEntity | None = None) -> RecordedRoots | None:
     """The task's recorded roots, or None when the catalog recorded no location.
 
-    The location is ``recorded_location``'s. Root properties come from the entity's
-    properties and the task's internal properties (the task's win: it is what the
-    catalog handed the task). ``DecodedTask.roots`` is this, for a decoded task.
+    ``recorded_location``'s location plus the root properties of the entity and the task's
+    internal properties (the task's win: it is what the catalog handed the task).
     """
     found = recorded_location(task, entity)
     if found is None:

@@ -84,11 +84,8 @@ def why_available(task: TaskRow) -> str:
 def orphaned_since_ms(task: TaskRow, policy: TaskPolicy) -> int:
     """When an orphaned task became available to the sweepers (epoch ms, database clock).
 
-    The latest of: its creation (plus the grace period when it was never
-    leased and is Polaris's own), the end of its last lease (released, or
-    expired), the end of its backoff, and its last update (a requeue revives a
-    task at that moment; every other write comes before these times anyway).
-    The task's realm may have its own lease timeout and grace period.
+    The latest of: creation (plus the realm's grace for Polaris's never-leased tasks), the end
+    of its last lease, the end of its backoff, and its last update (a requeue's moment).
     """
     policy = policy.for_realm(task.realm_id)
     since = task.last_update_timestamp

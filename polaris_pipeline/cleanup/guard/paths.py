@@ -1,17 +1,11 @@
 """Decide whether a path may be deleted on behalf of one table.
 
-Polaris itself has no such fence: the credentials vended for a task are the only
-limit, and a manifest (or a crafted task) can name any path. The guard admits a
-path only when it lies strictly inside one of the table's roots (its location and
-its configured data/metadata paths) and, when the storage config lists allowed
-prefixes, inside one of those too.
-
-Checks are lexical, by the location rule of ``storage.uri`` (no URL decoding),
-plus, for local files, symlink resolution of the parent directory.
-
-The roots must come from what the catalog recorded, never from a file the guard
-is about to judge: ``DecodedTask.roots`` (``tasks/roots.py``) holds them
-(the task's ``storageLocation``, else the dropped entity's ``location``).
+Polaris has no such fence (vended credentials are its only limit, and a manifest or
+crafted task can name any path). A path is admitted only strictly inside one of the
+table's roots (its location and data/metadata paths) and, when the storage config lists
+allowed prefixes, inside one of those. Checks are lexical (``storage.uri``, no URL
+decoding), plus symlink resolution of a local parent. The roots come from what the
+catalog recorded (``DecodedTask.roots``), never from a file the guard is about to judge.
 """
 
 from __future__ import annotations

@@ -1,30 +1,23 @@
 """The shared-location guard of the referenced purge: no live entity may use the files.
 
-A dropped table's (or view's) files are deleted only while no live table or view
-shares them: one in any realm or catalog at, above or under any of the task's
-recorded roots (its location, and its ``write.data.path``-style roots, which the
-path guard admits deletes under too; Polaris's overlap rule,
-``metastore/overlap.py``; a namespace or catalog above it is where tables live and
-does not count), nor one whose
-``metadata-location`` is a file about to be deleted (a table registered over the
-dropped one's metadata file). Checked before a table plans its children or a
-view deletes its file, and again before each chunk of deletes of every task,
-children included, so that a table created at the path meanwhile stops the rest.
+Files are deleted only while no live table or view, in any realm or catalog, lies at,
+above or under any recorded root (location and ``write.data.path``-style roots;
+``metastore/overlap.py``; a namespace or catalog above does not count), nor has a file
+about to be deleted as its ``metadata-location``. Checked before planning children or
+deleting a view's file, and before each chunk of every task, so a table created at the
+path meanwhile stops the rest.
 
-A hit that is the dropped entity itself, live again, is no refusal: a live table or
-view of the task's realm whose ``metadata-location`` is exactly the dropped entity's
-last metadata file (re-registered by Spark or any client) ends the purge as
-``restored`` (``TableRestored``; parent and children, nothing deleted), whatever else
-the check found and even under the override below: deleting a live table's files is
-never what an operator meant. The file is the parent's (its dropped entity), handed
-down to its children as ``DROPPED_METADATA_KEY``. Another realm's table of the same
-file is another table (realms are separate): refused as any overlap.
+A live table or view of the task's realm whose ``metadata-location`` is exactly the
+dropped entity's last metadata file (handed to children as ``DROPPED_METADATA_KEY``) is
+the drop restored (re-registered by any client): the purge ends ``restored``
+(``TableRestored``), nothing deleted, whatever else was found and even under the
+override: deleting a live table's files is never what an operator meant. Another realm's
+table of that file is another table: refused.
 
-Any other hit refuses the task permanently (``SharedLocationRefusal``: dead-lettered at
-once, naming the live entity) unless an operator checked it and requeued the task
-with ``--allow-shared-location`` (``Prop.ALLOW_SHARED_LOCATION`` on its row):
-then the purge goes on and the result says what was overridden. The override is
-for the referenced purge only; the unreferenced phase keeps refusing such a prefix.
+Any other hit refuses permanently (``SharedLocationRefusal``: dead-lettered at once,
+naming the entity) unless an operator requeued with ``--allow-shared-location``
+(``Prop.ALLOW_SHARED_LOCATION``); the result then says what was overridden. The
+unreferenced phase keeps refusing.
 """
 
 from __future__ import annotations
@@ -77,12 +70,10 @@ def check_shared_location(
     roots: Sequence[str],
     files: Sequence[str],
 ) -> None:
-    """Raise ``SharedLocationRefusal`` when a live entity shares ``location`` or uses one
-    of ``files`` (see the module docstring); with the task's override, note it instead.
+    """Raise ``SharedLocationRefusal`` when a live entity shares ``location`` or uses one of
+    ``files`` (see the module docstring); with the task's override, note it instead.
 
-    ``location``: the task's recorded table location; ``roots``: every recorded root
-    (the location and ``write.data.path``-style roots), where ``files`` lie: each is
-    looked up, as the path guard admits deletes under each.
+    ``roots``: every recorded root, each looked up, as the path guard admits deletes under each.
     MetastoreError (the check could not be made) propagates: a transient failure.
     """
     live = ctx.live

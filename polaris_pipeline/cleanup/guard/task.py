@@ -78,12 +78,9 @@ class Guard:
         return self.check(uri) is None
 
     def may_delete(self, result: CleanupTally, uris: Sequence[str]) -> list[str]:
-        """The question before deleting ``uris`` now: those the path rule admits (each
-        refusal recorded in ``result``), once the shared-location rule
-        (``shared_location.py``) has passed them; asked right before each delete.
-
+        """Of ``uris``, those the path rule admits (none without recorded roots; refusals recorded
+        in ``result``) once the shared-location rule passed them; asked right before each delete.
         Raises SharedLocationRefusal or TableRestored, or notes the task's override.
-        Without recorded roots every path is refused by the path rule already.
         """
         allowed = [uri for uri in uris if self.admit(uri, result)]
         if self.roots is not None and allowed:
@@ -100,15 +97,12 @@ class Guard:
     def admit_declared_location(
         self, metadata_uri: str, declared: object, result: CleanupTally
     ) -> bool:
-        """Whether the ``location`` a metadata file declares is the recorded root.
+        """Whether the ``location`` a metadata file declares is the recorded root (``storage.uri``).
 
-        One location by the rule of ``storage.uri`` (``file:/x`` is ``file:///x``,
-        ``s3a://`` is ``s3://``, a trailing slash does not count). Polaris writes
-        ``storageLocation`` from the metadata's own ``location``, so a real file
-        agrees; a wider location (the namespace directory) would make the file's
-        other paths look like the table's, a narrower or a sibling one means the
-        file is not this table's. A disagreement is recorded as a refusal of the
-        metadata file: nothing the file names is then scheduled or deleted.
+        Polaris writes ``storageLocation`` from the metadata's own ``location``, so a real file
+        agrees; a wider one would make other paths look like the table's, a narrower or sibling
+        one means the file is not this table's. A disagreement refuses the metadata file: nothing
+        it names is scheduled or deleted.
         """
         if self.roots is None:
             return self.admit(metadata_uri, result)

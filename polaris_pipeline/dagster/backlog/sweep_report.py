@@ -23,11 +23,8 @@ from polaris_pipeline.tasks.model import TaskState
 
 
 class BacklogReporter:
-    """The backlog report of one sweep, made once and only when it is due.
-
-    Due when ``report_interval_seconds`` passed since the cursor's last report.
-    A report that fails to read is logged and left for the next sweep: it must
-    never stop the sweep itself.
+    """The backlog report of one sweep, made once when ``report_interval_seconds`` passed since
+    the cursor's last; one that fails to read is logged and left for the next: never stops a sweep.
     """
 
     def __init__(

@@ -26,10 +26,8 @@ _cache_lock = threading.Lock()
 
 
 def cached_metastore(url: str, policy: TaskPolicy) -> Metastore:
-    """The process's Metastore for ``url`` and ``policy``, created on first use.
-
-    The process id is part of the key: a forked child must not share its
-    parent's pooled connections.
+    """The process's Metastore for ``url`` and ``policy``, created on first use; keyed by process
+    id too: a forked child must not share its parent's pooled connections.
     """
     parsed = resolve_url(url)
     key = (os.getpid(), parsed.render_as_string(hide_password=False), policy)
@@ -56,11 +54,9 @@ class RealmOverrideConfig(Config, RealmOverride):
 
 
 class PolarisMetastoreResource(ConfigurableResource, MetastoreSection):
-    """The Polaris metastore that holds the TASK entities, and how tasks are leased.
-
-    Its fields are ``MetastoreSection``'s (the settings' metastore section). Set ``url``
-    with ``EnvVar("POLARIS_METASTORE_URL")``: the UI then shows the variable's name,
-    never the URL or its password.
+    """The Polaris metastore holding the TASK entities, and how tasks are leased: fields of
+    ``MetastoreSection``. Set ``url`` with ``EnvVar("POLARIS_METASTORE_URL")`` so the UI shows
+    the variable's name, never the URL or its password.
     """
 
     url: str = Field(description=MetastoreSection.model_fields["url"].description)
@@ -93,10 +89,8 @@ class PolarisMetastoreResource(ConfigurableResource, MetastoreSection):
         return make_executor_id(kind, self.executor_prefix)
 
     def run_executor_id(self, run_id: str) -> str:
-        """The executor id of a Dagster run: the same in every op process of the run.
-
-        So a child created by the root op is already held by the op that runs it
-        (adopting it is a no-op), and any op's heartbeat renews every lease the
-        run holds. Run ids are UUIDs, which keeps the id unique per holder.
+        """The executor id of a Dagster run, the same in every op process: a child the root op
+        created is already held by the op running it, and any op's heartbeat renews every lease
+        of the run. Run ids are UUIDs: unique per holder.
         """
         return f"{self.executor_prefix}:run:{run_id}"

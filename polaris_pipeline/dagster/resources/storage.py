@@ -1,12 +1,9 @@
 """The ``storage`` resource: where table files live and which prefixes may be deleted.
 
-Either a storage config file (``config_path``, else ``$POLARIS_PIPELINE_STORAGE_CONFIG``,
-else no rules), or the same content inline (``locations``, ``allowed_prefixes``).
-Secrets belong in the file or inline as ``{env: NAME}``, resolved when the config
-is loaded, so neither the UI nor the run config ever shows them.
-
-The loaded config and its ``StorageResolver`` (which keeps filesystem clients) are
-cached per process and per configuration, like the metastore.
+A config file (``config_path``, else ``$POLARIS_PIPELINE_STORAGE_CONFIG``, else no rules)
+or the same content inline; secrets as ``{env: NAME}``, resolved at load, so neither the
+UI nor run config shows them. Config and ``StorageResolver`` are cached per process and
+configuration.
 """
 
 from __future__ import annotations
@@ -34,10 +31,8 @@ def clear_storage_cache() -> None:
 
 
 class PolarisStorageResource(ConfigurableResource, StorageSection):
-    """Filesystem options per location prefix, and the prefixes deletion is confined to.
-
-    Its fields are ``StorageSection``'s; ``config_path`` unset reads
-    ``$POLARIS_PIPELINE_STORAGE_CONFIG`` when a run starts.
+    """Filesystem options per location prefix, and the prefixes deletion is confined to
+    (``StorageSection``'s fields); no ``config_path`` reads ``$POLARIS_PIPELINE_STORAGE_CONFIG``.
     """
 
     def _load(self) -> tuple[StorageConfig, StorageResolver]:

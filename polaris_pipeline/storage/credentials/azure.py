@@ -1,20 +1,12 @@
 """Azure credentials for a task's location: a SAS limited to the table, as Polaris vends.
 
-Which identity signs the SAS, in order:
-
-- a configured account key, in the Azure SDK's own variables:
-  ``AZURE_STORAGE_CONNECTION_STRING`` (whose ``AccountName`` must be the
-  location's account; its ``BlobEndpoint`` is honoured, e.g. for Azurite) or
-  ``AZURE_STORAGE_ACCOUNT_NAME`` + ``AZURE_STORAGE_ACCOUNT_KEY``: a service SAS;
-- otherwise ``DefaultAzureCredential`` (environment, workload identity, managed
-  identity, Azure CLI): a user delegation key, then a user delegation SAS, as
-  Polaris's ``AzureCredentialsStorageIntegration`` does.
-
-Scope: on an account with a hierarchical namespace (the catalog says
-``hierarchical``) the SAS is a directory SAS on the table's directory; otherwise
-Azure has no narrower SAS than the container, and the path guard is the only
-fence inside it (docs/operator-guide.md says so). The SAS allows read, list and
-delete only.
+Signed by a configured account key (``AZURE_STORAGE_CONNECTION_STRING``, whose
+``AccountName`` must be the location's and whose ``BlobEndpoint`` is honoured, or
+``AZURE_STORAGE_ACCOUNT_NAME`` + ``_KEY``: a service SAS), else ``DefaultAzureCredential``
+(a user delegation SAS, as Polaris's ``AzureCredentialsStorageIntegration``). With a
+hierarchical namespace it is a directory SAS on the table; otherwise Azure has nothing
+narrower than the container and the path guard is the only fence inside it
+(docs/operator-guide.md). Read, list and delete only.
 """
 
 from __future__ import annotations

@@ -1,16 +1,13 @@
 """The cache of vended credentials: one per key, made again before it expires.
 
-S3 sessions from AssumeRole, Azure SAS tokens and GCS downscoped credentials
-are all asked for per (identity, location set) and reused by every task with
-the same key (a table's children share their parent's). A value is made again
-``refresh_margin_s`` before its expiry, so a long run never holds one that dies
-half way; values whose expiry has passed are dropped when a new one is stored,
-and at most ``max_entries`` are kept (oldest out), since every table brings its
-own location set.
+S3 sessions, Azure SAS and GCS downscoped tokens are keyed by (identity, location set)
+and shared by every task with that key (a table's children share their parent's). Made
+again ``refresh_margin_s`` before expiry, so a long run never holds a dying one; expired
+values are dropped on store, at most ``max_entries`` kept (oldest out).
 
-Not botocore's ``RefreshableCredentials``: that refreshes one AWS credential set,
-with no key, while this keys Azure SAS and GCS tokens too; and s3fs signs through
-aiobotocore, which awaits ``get_frozen_credentials`` (botocore's is synchronous).
+Not botocore's ``RefreshableCredentials``: it refreshes one unkeyed AWS credential set,
+not SAS or GCS tokens, and is synchronous where aiobotocore awaits
+``get_frozen_credentials``.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """GCS credentials for a task's locations: downscoped tokens, as Polaris vends them.
 
-The sweeper's Application Default Credentials (or, when the catalog names
-``gcpServiceAccount``, that service account impersonated with them, as Polaris
-does) are exchanged for a downscoped token whose Credential Access Boundary
-allows reading and listing, and deleting, only objects under the task's
-prefixes. The google-auth credentials object refreshes itself when the token
-expires, so a long run never holds a dead one.
-
-With ``STORAGE_EMULATOR_HOST`` set (fake-gcs-server, the official emulators)
-there is no IAM to downscope against: gcsfs goes there anonymously, and the path
-guard is the only fence (docs/operator-guide.md says so).
+Application Default Credentials (impersonating the catalog's ``gcpServiceAccount`` when
+named, as Polaris does) are exchanged for a token whose Credential Access Boundary allows
+read, list and delete only under the task's prefixes; google-auth refreshes it itself.
+With ``STORAGE_EMULATOR_HOST`` there is no IAM: gcsfs goes anonymously and the path guard
+is the only fence (docs/operator-guide.md).
 """
 
 from __future__ import annotations

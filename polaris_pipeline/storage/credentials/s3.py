@@ -1,15 +1,10 @@
 """S3 credentials scoped to one task's locations, the way Polaris vends them.
 
-The sweeper's own AWS identity (botocore's default chain: environment, web
-identity, profile, instance role) calls STS AssumeRole on the catalog's
-``roleARN`` with its ``externalId`` and an inline session policy that allows
-reading, listing and deleting only under the task's locations. The session
-policy is a second fence behind the path guard: even a guard bug cannot delete
-outside the table, because the credentials cannot.
-
-Credentials are cached per (role, external id, STS endpoint, region, location
-set) and asked for again ``refresh_margin_s`` before they expire, so a long
-manifest never runs on an expired token.
+The sweeper's own AWS identity (botocore's default chain) calls STS AssumeRole on the
+catalog's ``roleARN`` with its ``externalId`` and an inline session policy allowing read,
+list and delete only under the task's locations: a second fence behind the path guard,
+so even a guard bug cannot delete outside the table. Cached per (role, external id, STS
+endpoint, region, location set).
 """
 
 from __future__ import annotations
@@ -120,9 +115,7 @@ _CacheKey = tuple[str, str, str, str, str, tuple[str, ...]]
 
 class StsCredentials:
     """AssumeRole results per (role, external id, endpoint, region, locations), refreshed early.
-
-    ``session`` is the botocore session whose default credential chain is the
-    sweeper's identity (a fresh one by default); ``clock`` is for tests.
+    ``session``: the botocore session whose default chain is the sweeper's identity.
     """
 
     def __init__(
@@ -244,10 +237,8 @@ def _client_credentials(identity: NamedIdentity | None) -> dict[str, Any]:
 def s3_options(
     storage: AwsStorage, session: AwsSession | None, identity: NamedIdentity | None = None
 ) -> dict[str, Any]:
-    """s3fs keyword arguments for the catalog's endpoint, region and addressing style.
-
-    With no session (STS unavailable) the named identity's keys sign, else the keys
-    are left out, so botocore's default chain (the sweeper's identity) signs.
+    """s3fs keyword arguments for the catalog's endpoint, region and addressing style. With no
+    session (STS unavailable) the named identity's keys sign, else botocore's default chain.
     """
     options: dict[str, Any] = {}
     if session is not None:
