@@ -36,6 +36,7 @@ def test_each_flag_s_help_is_its_field_s_description_and_variable() -> None:
         "setting:metastore.unreferenced",
         "setting:storage.config_path",
         "setting:storage.deletion_record",
+        "setting:guard.bound_s",
     }
     for dest, action in flags.items():
         section, field = dest.removeprefix("setting:").split(".")
@@ -46,6 +47,7 @@ def test_each_flag_s_help_is_its_field_s_description_and_variable() -> None:
     # The names every example uses are kept.
     names = {a.option_strings[0] for a in flags.values()}
     assert {"--metastore", "--realm", "--storage-config", "--lease-timeout-ms"} <= names
+    assert "--guard-bound-s" in names
 
 
 def test_flags_set_their_fields_and_beat_set_and_the_environment(
