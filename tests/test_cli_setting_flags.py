@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import sqlite3
+from pathlib import Path
 
 import pytest
 
-from polaris_pipeline.cli.context import settings_for
+from polaris_pipeline.cli.context import open_metastore, settings_for
 from polaris_pipeline.cli.parser import build_parser
 from polaris_pipeline.settings import PipelineSettings, env_variable
 
@@ -102,3 +104,19 @@ def test_a_bad_flag_is_refused_by_its_field_s_rule(
     assert exit_.value.code == 2
     [line] = capsys.readouterr().err.splitlines()
     assert message in line
+
+
+def test_the_guard_bound_flag_is_the_metastore_s_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every guard check of a command asks its store for the bound (Metastore.guard_bound_s)."""
+    for name in list(os.environ):
+        if name.startswith("POLARIS_"):
+            monkeypatch.delenv(name)
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    args = build_parser().parse_args(["sweep", "--metastore", url, "--guard-bound-s", "2.5"])
+    sqlite3.connect(tmp_path / "m.db").close()
+    for read_only in (False, True):
+        store = open_metastore(settings_for(args), read_only=read_only)
+        assert store.guard_bound_s == 2.5
+        store.dispose()
