@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import sqlite3
+from pathlib import Path
 
 import pytest
 
-from polaris_pipeline.cli.context import settings_for
+from polaris_pipeline.cli.context import open_metastore, settings_for
 from polaris_pipeline.cli.parser import build_parser
 from polaris_pipeline.settings import PipelineSettings, env_variable
 
@@ -36,6 +38,7 @@ def test_each_flag_s_help_is_its_field_s_description_and_variable() -> None:
         "setting:metastore.unreferenced",
         "setting:storage.config_path",
         "setting:storage.deletion_record",
+        "setting:guard.bound_s",
     }
     for dest, action in flags.items():
         section, field = dest.removeprefix("setting:").split(".")
@@ -46,6 +49,7 @@ def test_each_flag_s_help_is_its_field_s_description_and_variable() -> None:
     # The names every example uses are kept.
     names = {a.option_strings[0] for a in flags.values()}
     assert {"--metastore", "--realm", "--storage-config", "--lease-timeout-ms"} <= names
+    assert "--guard-bound-s" in names
 
 
 def test_flags_set_their_fields_and_beat_set_and_the_environment(
@@ -100,3 +104,19 @@ def test_a_bad_flag_is_refused_by_its_field_s_rule(
     assert exit_.value.code == 2
     [line] = capsys.readouterr().err.splitlines()
     assert message in line
+
+
+def test_the_guard_bound_flag_is_the_metastore_s_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every guard check of a command asks its store for the bound (Metastore.guard_bound_s)."""
+    for name in list(os.environ):
+        if name.startswith("POLARIS_"):
+            monkeypatch.delenv(name)
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    args = build_parser().parse_args(["sweep", "--metastore", url, "--guard-bound-s", "2.5"])
+    sqlite3.connect(tmp_path / "m.db").close()
+    for read_only in (False, True):
+        store = open_metastore(settings_for(args), read_only=read_only)
+        assert store.guard_bound_s == 2.5
+        store.dispose()

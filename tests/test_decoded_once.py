@@ -1,8 +1,8 @@
 """A task is decoded once (``DecodedTask.from_row``), and that decoding travels: in its
-outcome (``TaskOutcome.task``), a table's finish (``TableFinish.task``), to the views.
+outcome (``TaskOutcome.task``), a table's finish (``TableFinish.task``), to the renderers.
 
 A real pyiceberg table is dropped and purged by a ``Runner`` (its children, then its
-last stage) while every ``from_row`` is counted; the CLI's report, the outcome views
+last stage) while every ``from_row`` is counted; the CLI's report, the outcome renderers
 and the Dagster step's metadata read every outcome. A consumer that decodes a row
 again makes a count go above one.
 """
@@ -24,7 +24,9 @@ from polaris_pipeline.execution.outcome import Status, TableFinish, TaskOutcome
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.report.outcome_view import OutcomeView
+from polaris_pipeline.report.outcome_json import outcome_json
+from polaris_pipeline.report.outcome_line import cli_line, log_line
+from polaris_pipeline.report.outcome_metadata import step_output
 from polaris_pipeline.tasks.decoded import DecodedTask
 from polaris_pipeline.tasks.model import Prop, TaskRow
 from tests.support.iceberg import Warehouse
@@ -59,11 +61,10 @@ def _dropped_table(store: Metastore, wh: Warehouse) -> int:
 
 def _shown(outcome: TaskOutcome) -> None:
     """Every view of an outcome a surface makes: its line, JSON, output, step metadata."""
-    view = OutcomeView(outcome)
-    view.line(120)
-    view.json()
-    view.output()
-    view.log_line()
+    cli_line(outcome, 120)
+    outcome_json(outcome)
+    step_output(outcome)
+    log_line(outcome)
     DEFAULT_TRANSLATOR.done_metadata(outcome, outcome.task)
 
 

@@ -269,6 +269,27 @@ def test_a_guard_past_its_bound_fails_the_attempt_and_deletes_nothing(
     assert all(Path(split_uri(f)[1]).exists() for f in files), "a file was deleted"
 
 
+def test_the_metastore_s_bound_reaches_the_runner_s_checks(
+    v5_store: Metastore,
+    local_warehouse: Warehouse,
+    policy: TaskPolicy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CLI's --guard-bound-s travels as the store's bound (the environment's unset)."""
+    monkeypatch.delenv(GUARD_BOUND_ENV, raising=False)
+    _bulk_live_tables(v5_store)
+    table = local_warehouse.build("t", appends=1)
+    task = built_tasks.drop_table_task(table)
+    v5_store.insert_tasks([task])
+    bounded = Metastore(policy=policy, engine=v5_store.engine, guard_bound_s=0.001)
+
+    with Runner(bounded, local_warehouse.config, resolver=local_warehouse.resolver) as runner:
+        [outcome] = sweep_tasks(runner, ["POLARIS"])
+
+    assert outcome.status is Status.FAILED, outcome.error
+    assert outcome.error is not None and "within its bound of 0.001 s" in outcome.error
+
+
 def test_a_bound_that_is_no_number_is_one_clear_error(
     v5_store: Metastore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -23,7 +23,8 @@ from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.schema import entities
 from polaris_pipeline.report.fields import UNREFERENCED
-from polaris_pipeline.report.outcome_view import OutcomeView
+from polaris_pipeline.report.outcome_facts import OutcomeFacts
+from polaris_pipeline.report.outcome_json import outcome_json
 from polaris_pipeline.report.step_record import STEP_RECORD_KEY, StepRecord
 from polaris_pipeline.tasks.model import NewTask, Prop
 from polaris_pipeline.tasks.ref import Lease
@@ -101,11 +102,11 @@ def test_a_row_gone_at_the_fence_reports_what_is_left_and_deletes_nothing(
     assert left == before and report.deleted == 0
     assert report.left == len(left) > 0
     assert report.summary().endswith(f"; {len(left)} object(s) left under it")
-    view = OutcomeView(outcome)
-    assert view.unreferenced_left == len(left) and view.json()["unreferenced_left"] == len(left)
+    assert OutcomeFacts(outcome).unreferenced_left == len(left)
+    assert outcome_json(outcome)["unreferenced_left"] == len(left)
     assert metastore.list_tasks() == []  # no child was created for a row that is gone
     # The Dagster step says it too, in its structured record and beside the lease lost.
-    meta = DEFAULT_TRANSLATOR.lease_lost_metadata(outcome.lease, "lost", view)
+    meta = DEFAULT_TRANSLATOR.lease_lost_metadata(outcome.lease, "lost", outcome)
     record = StepRecord.from_json(meta[STEP_RECORD_KEY].value)
     assert record is not None and record.unreferenced == report
     assert meta[UNREFERENCED] == report.summary()
@@ -169,4 +170,4 @@ def test_a_table_whose_row_vanished_while_its_children_ran_says_what_is_left(
     assert report.deleted == 0 and report.mode == "report"
     # The children's referenced files went; the unreferenced ones, never deleted, are left.
     assert report.left == len(left) > 0
-    assert OutcomeView(root).unreferenced_left == len(left)
+    assert OutcomeFacts(root).unreferenced_left == len(left)

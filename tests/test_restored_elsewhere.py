@@ -38,7 +38,9 @@ from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.execution.sweep import execute_tree
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.fields import RESTORED_AS
-from polaris_pipeline.report.outcome_view import OutcomeView
+from polaris_pipeline.report.outcome_json import outcome_json
+from polaris_pipeline.report.outcome_line import cli_line, log_line
+from polaris_pipeline.report.outcome_metadata import step_output
 from polaris_pipeline.tasks.model import NewTask, Prop
 from polaris_pipeline.tasks.ref import Lease
 from tests.support.cli import url_of
@@ -101,12 +103,12 @@ def test_a_table_re_registered_from_its_last_metadata_file_ends_its_purge_as_res
     assert record["metadata_file"] == table.metadata_location
     assert record["tasks_ended"] == [f"POLARIS/{parent.id}", f"POLARIS/{child.id}"]
     # Every surface says restored and names the live entity.
-    view = OutcomeView(outcome.evolve(task=outcome.task))
-    assert view.line().startswith("restored ") and f"POLARIS/{live_id}" in view.line()
-    assert view.json()["status"] == "restored"
-    assert view.json()["restored_as"] == outcome.restored_as
-    assert view.output()["restored_as"] == outcome.restored_as
-    assert "restored" in view.log_line() and "nothing deleted" in view.log_line()
+    shown = outcome.evolve(task=outcome.task)
+    assert cli_line(shown).startswith("restored ") and f"POLARIS/{live_id}" in cli_line(shown)
+    assert outcome_json(shown)["status"] == "restored"
+    assert outcome_json(shown)["restored_as"] == outcome.restored_as
+    assert step_output(shown)["restored_as"] == outcome.restored_as
+    assert "restored" in log_line(shown) and "nothing deleted" in log_line(shown)
     meta = PolarisTranslator().done_metadata(outcome, outcome.task)
     assert meta["status"] == "restored"
     assert outcome.restored_as in meta[RESTORED_AS].value

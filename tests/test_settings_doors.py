@@ -2,13 +2,14 @@
 
 The table below holds a value for every field of every section (the test fails when a
 section gains a field the table lacks), and each door is asked for the section it
-builds: the environment (and the code location built from it), the CLI's ``--set``,
-the resources, ``build_defs`` and the component's YAML. A field that one door cannot
-set fails the comparison for that door.
+builds: the environment (and the code location built from it), the CLI's ``--set`` and
+its generated flags, the resources, ``build_defs`` and the component's YAML. A field that
+one door cannot set fails the comparison for that door.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from typing import Any
@@ -136,6 +137,10 @@ VALUES: dict[str, list[dict[str, tuple[Any, str]]]] = {
 
 # The blocks of PipelineSettings: what the CLI and the code location are built from.
 BLOCKS = list(PipelineSettings.model_fields)
+# Every section the CLI must reach (by --set, and a flag where a command has one): all
+# but the executor's, which only a Dagster deployment's steps use. Named here, not read
+# from PipelineSettings, so a section dropped from the CLI's settings fails.
+CLI_SECTIONS = [section for section in VALUES if section != "executor"]
 # The blocks a deployment has as resources (build_defs' keywords, the component's blocks).
 RESOURCES = ["metastore", "storage", "sweeper", "backlog", "retention", "leaks"]
 # Fields no variable sets: the inline storage rules are YAML or Python.
@@ -191,16 +196,68 @@ def test_the_environment(section: str, index: int) -> None:
         assert _dump(deployed, url) == _dump(_expected(section, index), url)
 
 
-@pytest.mark.parametrize(("section", "index"), [c for c in CASES if c[0] in BLOCKS])
-def test_the_command_line(section: str, index: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def _no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("POLARIS_"):
             monkeypatch.delenv(name)
+
+
+@pytest.mark.parametrize(("section", "index"), [c for c in CASES if c[0] in CLI_SECTIONS])
+def test_the_command_line(section: str, index: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    _no_environment(monkeypatch)
     argv = ["sweep"]
     for field, (_, text) in VALUES[section][index].items():
         argv += ["--set", f"{section}.{field}={text}"]
     settings = settings_for(build_parser().parse_args(argv))
     assert getattr(settings, section) == _expected(section, index)
+
+
+def _setting_flags() -> list[tuple[tuple[str, ...], str, str, str, str]]:
+    """Every generated setting flag of every command: (command, flag, section, field,
+    help)."""
+    found = []
+
+    def walk(parser: argparse.ArgumentParser, path: tuple[str, ...]) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, (*path, name))
+            elif action.dest.startswith("setting:"):
+                section, field = action.dest.removeprefix("setting:").split(".")
+                help_text = str(action.help)
+                found.append((path, action.option_strings[0], section, field, help_text))
+
+    walk(build_parser(), ())
+    return found
+
+
+SETTING_FLAGS = _setting_flags()
+
+
+def test_the_commands_that_run_guard_checks_take_the_guard_s_bound() -> None:
+    """The guard's bound is a setting these commands use: each has its flag."""
+    guarded = {path for path, _, section, _, _ in SETTING_FLAGS if section == "guard"}
+    assert guarded == {("sweep",), ("tasks", "run"), ("tasks", "restore"), ("leaks",)}
+
+
+@pytest.mark.parametrize(("path", "flag", "section", "field", "help_text"), SETTING_FLAGS)
+def test_each_generated_flag(
+    path: tuple[str, ...],
+    flag: str,
+    section: str,
+    field: str,
+    help_text: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sets its field as the table's text says, with its field's help."""
+    _no_environment(monkeypatch)
+    [case] = [case for case in VALUES[section] if field in case]
+    value, text = case[field]
+    argv = [*path, *(["1"] if path[-1] in ("show", "requeue", "run", "restore") else [])]
+    settings = settings_for(build_parser().parse_args([*argv, flag, text]))
+    assert getattr(getattr(settings, section), field) == value
+    description = SECTIONS[section][0].model_fields[field].description
+    assert description and help_text.startswith(description.replace("%", "%%"))
 
 
 def _resource(section: str, index: int) -> Any:

@@ -33,7 +33,7 @@ from polaris_pipeline.dagster.tables import TABLE_REF_KEY, TableRef, table_of
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR
 from polaris_pipeline.errors import GuardRefusal
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
-from polaris_pipeline.report import outcome_view, totals
+from polaris_pipeline.report import outcome_metadata, totals
 from polaris_pipeline.report.step_record import STEP_RECORD_KEY, StepRecord, read_step
 from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.tasks.decoded import DecodedTask
@@ -76,7 +76,7 @@ DEAD = TaskOutcome(
 GROUP = [
     TaskResult({"status": "done"}, {}, KEPT),
     TaskResult({"status": "done"}, {}, FREED),
-    TaskResult({"status": "already-done"}, {}),
+    TaskResult({"status": "already-done"}, {}, found="already-done"),
 ]
 REFS = [TaskRef("R", 11, 1, name="t11")]
 TABLE = TableRef("R", ("ns",), "t", catalog_id=5)
@@ -115,7 +115,7 @@ def test_each_step_writes_one_record_that_totals_it() -> None:
 @pytest.fixture
 def renamed_labels(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every number's display label reworded, as a later release may."""
-    for module in (totals, outcome_view):
+    for module in (totals, outcome_metadata):
         for name in ("OUTCOME_FIELDS", "RETENTION_FIELDS"):
             fields = getattr(module, name)
             renamed = tuple(dataclasses.replace(f, label=f"{f.label} (renamed)") for f in fields)

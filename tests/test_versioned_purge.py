@@ -22,7 +22,9 @@ from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.leaks.reclaim import ReclaimReport
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.report.leaks_view import reclaim_json, reclaim_line
-from polaris_pipeline.report.outcome_view import OutcomeView, totals_json
+from polaris_pipeline.report.outcome_json import outcome_json, totals_json
+from polaris_pipeline.report.outcome_line import cli_line, log_line
+from polaris_pipeline.report.outcome_metadata import outcome_metadata, step_output
 from polaris_pipeline.report.step_record import read_step
 from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.storage.delete import DeleteReport
@@ -112,38 +114,39 @@ def test_a_failure_sample_stops_at_the_sample_size() -> None:
 
 
 def test_kept_bytes_on_every_surface() -> None:
-    view = OutcomeView(_outcome(deleted=3, bytes_freed=0, retained=3, bytes_retained=None))
-    line, log = view.line(), view.log_line()
+    done = _outcome(deleted=3, bytes_freed=0, retained=3, bytes_retained=None)
+    line, log = cli_line(done), log_line(done)
     assert f"3 object(s) deleted; their bytes {KEPT}" in line and "freed" not in line
     assert KEPT in log and "freed" not in log
-    doc = view.json()
+    doc = outcome_json(done)
     assert (doc["retention"], doc["files_retained"], doc["bytes_retained"]) == ("kept", 3, None)
-    meta = view.metadata()
+    meta = outcome_metadata(done)
     assert meta["files kept by versioning"] == 3
     assert meta["tasks without sizes of kept files"] == 1
     # A run's total reads a step's record back.
-    step = PolarisTranslator().done_metadata(view.outcome, None)
+    step = PolarisTranslator().done_metadata(done, None)
     run = read_step({k: getattr(v, "value", v) for k, v in step.items()}).totals
     assert run.files_retained == 3 and run.bytes_retained_known is None
     assert KEPT in run.line() and "freed" not in run.line()
-    assert view.output()["files_retained"] == 3
+    assert step_output(done)["files_retained"] == 3
     ref = TableRef("POLARIS", ("ns",), "t")
-    event = PolarisTranslator().table_materialization(ref, OutcomeTotals.of([view.outcome]), "r")
+    event = PolarisTranslator().table_materialization(ref, OutcomeTotals.of([done]), "r")
     assert KEPT in (event.description or "") and "freed" not in (event.description or "")
     assert event.metadata["files kept by versioning"].value == 3
 
 
 def test_kept_bytes_with_sizes_are_counted() -> None:
-    view = OutcomeView(_outcome(deleted=2, bytes_freed=0, retained=2, bytes_retained=2048))
-    assert f"2 object(s) deleted; 2.0 KiB {KEPT}" in view.line()
-    assert view.json()["bytes_retained"] == 2048
+    done = _outcome(deleted=2, bytes_freed=0, retained=2, bytes_retained=2048)
+    assert f"2 object(s) deleted; 2.0 KiB {KEPT}" in cli_line(done)
+    assert outcome_json(done)["bytes_retained"] == 2048
 
 
 def test_an_unanswered_question_is_unknown_not_freed() -> None:
-    view = OutcomeView(_outcome(deleted=2, bytes_freed=0, retention_unknown=2))
-    assert "bytes kept or freed: unknown" in view.line() and "freed (" not in view.line()
-    assert view.json()["retention"] == "unknown" and view.json()["retention_unknown"] == 2
-    totals = OutcomeTotals.of([view.outcome])
+    done = _outcome(deleted=2, bytes_freed=0, retention_unknown=2)
+    assert "bytes kept or freed: unknown" in cli_line(done) and "freed (" not in cli_line(done)
+    doc = outcome_json(done)
+    assert doc["retention"] == "unknown" and doc["retention_unknown"] == 2
+    totals = OutcomeTotals.of([done])
     assert "bytes kept or freed: unknown" in totals.line() and " B freed" not in totals.line()
     assert totals.metadata()["files kept or freed: unknown"] == 2
 

@@ -43,10 +43,12 @@ def settings_for(args: argparse.Namespace) -> PipelineSettings:
 
 def open_metastore(settings: PipelineSettings, *, read_only: bool) -> Metastore:
     """The metastore; ``read_only`` for commands that must not create or change anything."""
+    policy = TaskPolicy.from_section(settings.metastore)
+    bound = settings.guard.bound_s
     if not read_only:
-        return Metastore(settings.metastore.url, policy=TaskPolicy.from_section(settings.metastore))
+        return Metastore(settings.metastore.url, policy=policy, guard_bound_s=bound)
     engine = make_engine(resolve_url(settings.metastore.url), read_only=True)
-    return Metastore(policy=TaskPolicy.from_section(settings.metastore), engine=engine)
+    return Metastore(policy=policy, engine=engine, guard_bound_s=bound)
 
 
 def checked_metastore(settings: PipelineSettings, *, read_only: bool) -> Metastore:

@@ -132,8 +132,9 @@ def cmd_leaks(args: argparse.Namespace, out: TextIO) -> int:
     # Read-only even to reclaim: a reclaim deletes files and writes no row.
     store = checked_metastore(settings, read_only=True)
     realms = settings.metastore.realm_list()
-    if realms or args.catalogs:
-        chosen = check_filters(read_catalogs(store.engine), realms, args.catalogs)
+    catalogs = settings.leaks.catalogs
+    if realms or catalogs:
+        chosen = check_filters(read_catalogs(store.engine), realms, catalogs)
         if args.reclaim is not None:
             _check_reclaim_filters(args, chosen)
     config = storage_config(settings)
@@ -141,7 +142,7 @@ def cmd_leaks(args: argparse.Namespace, out: TextIO) -> int:
     if args.reclaim is not None:
         warn_if_unbounded(config)
         return _reclaim(args, settings, store, resolver, out)
-    report = metastore_leaks(store, resolver, realms=realms, catalogs=args.catalogs)
+    report = metastore_leaks(store, resolver, realms=realms, catalogs=catalogs)
     # A partial report exits 1 in either form: a script must not read it as whole.
     status = EXIT_TASK_FAILED if report.partial else EXIT_OK
     if args.json:

@@ -1,7 +1,7 @@
 """What the commands print: tables and lines that fit the terminal, and their JSON.
 
-An outcome's line and record are the outcome view's (``report.outcome_view``), as
-everywhere; ids and times in JSON are ``tasks.formatting``'s.
+An outcome's line and record are the report's renderers (``report.outcome_line``,
+``report.outcome_json``), as everywhere; ids and times in JSON are ``tasks.formatting``'s.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from polaris_pipeline.cli.table import Column, output_width, render, wrapped
 from polaris_pipeline.execution.outcome import TaskOutcome
 from polaris_pipeline.metastore.transitions import DiscardOutcome, DiscardResult
-from polaris_pipeline.report.outcome_view import OutcomeView, totals_json, unreferenced_json
+from polaris_pipeline.report.outcome_json import outcome_json, totals_json, unreferenced_json
+from polaris_pipeline.report.outcome_line import cli_line
 from polaris_pipeline.report.progress import ProgressSink
 from polaris_pipeline.report.totals import OutcomeTotals, RunningTotals
 from polaris_pipeline.settings import PipelineSettings
@@ -364,11 +365,10 @@ class OutcomeReport:
         self._width = output_width(out)
 
     def __call__(self, outcome: TaskOutcome) -> None:
-        view = OutcomeView(outcome, self.running.add(outcome))
-        self.records.append(view.json())
+        self.records.append(outcome_json(outcome, self.running.add(outcome)))
         if not self._as_json:
             self.progress.clear()
-            print(view.line(self._width), file=self._out, flush=True)
+            print(cli_line(outcome, self._width), file=self._out, flush=True)
 
     @property
     def totals(self) -> OutcomeTotals:

@@ -17,9 +17,7 @@ from polaris_pipeline.cli.restore import add_restore_parser
 from polaris_pipeline.cli.setting_flags import add_setting
 from polaris_pipeline.metastore.ddl import LATEST_SCHEMA_VERSION, MIN_SCHEMA_VERSION
 from polaris_pipeline.metastore.privileges import require_role_name
-from polaris_pipeline.settings import (
-    URL_ENV,
-)
+from polaris_pipeline.settings import GUARD_BOUND_ENV, URL_ENV
 from polaris_pipeline.tasks.model import TaskState
 
 
@@ -128,6 +126,11 @@ def _add_policy(p: argparse.ArgumentParser) -> None:
     add_setting(p, "metastore", "polaris_version", metavar="X.Y[.Z]", default="inferred per realm")
 
 
+def _add_guard_bound(p: argparse.ArgumentParser) -> None:
+    """A command that runs the shared-location guard's checks."""
+    add_setting(p, "guard", "bound_s", metavar="SECONDS")
+
+
 def _add_unreferenced(p: argparse.ArgumentParser) -> None:
     add_setting(p, "metastore", "unreferenced")
 
@@ -221,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
         "and the shared-location guards look up by: live entities by location_without_scheme, "
         "and tables and views by the file name of their metadata-location. Without them every "
         "guard check reads every entity row (warned once at the first check; a check past its "
-        "bound, POLARIS_PIPELINE_GUARD_BOUND_S, fails the task's attempt, retried). On "
+        f"bound, {GUARD_BOUND_ENV}, fails the task's attempt, retried). On "
         "PostgreSQL built CONCURRENTLY: Polaris's writes go on meanwhile; each later write of "
         "an entity maintains two more index entries. Run it as the owner of Polaris's tables "
         "(creating an index needs that), not as the pipeline's role. See docs/performance.md.",
@@ -323,6 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_storage_config(run)
     _add_unreferenced(run)
     _add_deletion_record(run)
+    _add_guard_bound(run)
     _add_json(run, "the start decision, the outcome of every task and the summary")
 
     discard = tsub.add_parser(
@@ -359,6 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_task_ref(restore)
     _add_storage_config(restore)
     _add_deletion_record(restore)
+    _add_guard_bound(restore)
 
     sweep = sub.add_parser(
         "sweep",
@@ -377,6 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_storage_config(sweep)
     _add_unreferenced(sweep)
     _add_deletion_record(sweep)
+    _add_guard_bound(sweep)
     sweep.add_argument(
         "--dry-run",
         action="store_true",
@@ -411,15 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_metastore(leaks)
     _add_realms(leaks, "every realm that has a catalog; a realm that has none is refused")
-    leaks.add_argument(
-        "--catalog",
-        action="append",
-        dest="catalogs",
-        metavar="NAME",
-        type=_text("a catalog's name"),
-        help="only this catalog's locations; repeat for several (default: every catalog). "
-        "Ownership is still judged against every realm and catalog",
-    )
+    add_setting(leaks, "leaks", "catalogs", metavar="NAME", default="every catalog")
     _add_storage_config(leaks)
     leaks.add_argument(
         "--reclaim",
@@ -431,6 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
         "than --min-age-days; its metadata last, once nothing else is left",
     )
     add_setting(leaks, "leaks", "min_age_days", metavar="DAYS")
+    _add_guard_bound(leaks)
     _add_json(
         leaks, "the report (per catalog: roots, not-a-table directories, errors) or the reclaim"
     )

@@ -13,8 +13,10 @@ from polaris_pipeline.cli.context import (
     settings_for,
     storage_config,
 )
-from polaris_pipeline.restore.register import CATALOG_ENV, URI_ENV, RestTarget
+from polaris_pipeline.cli.setting_flags import add_setting
+from polaris_pipeline.restore.register import RestTarget
 from polaris_pipeline.restore.restore import restore
+from polaris_pipeline.settings import env_variable
 from polaris_pipeline.storage.resolve import StorageResolver
 
 
@@ -32,7 +34,8 @@ def add_restore_parser(
         "and write a restore record beside the deletion records. Without a REST endpoint, "
         "print the registerTable request, Spark's register_table call and pyiceberg's call, "
         "and change nothing. OAuth2 client credentials come from "
-        "$POLARIS_PIPELINE_RESTORE_CLIENT_ID and $POLARIS_PIPELINE_RESTORE_CLIENT_SECRET.",
+        f"${env_variable('restore', 'client_id')} and "
+        f"${env_variable('restore', 'client_secret')} (or --set restore.client_id=...).",
         # Laid out as the parser's other examples (cli/parser.py _examples).
         epilog="Example: polaris-pipeline tasks restore 4711\n"
         "         polaris-pipeline tasks restore 4711 --as ns.orders_restored "
@@ -45,19 +48,8 @@ def add_restore_parser(
         type=text("a namespace and a name"),
         help="register under this name (default: its own)",
     )
-    p.add_argument(
-        "--rest-uri",
-        metavar="URI",
-        type=text("the catalog's REST endpoint"),
-        help="the catalog's Iceberg REST endpoint, e.g. https://polaris/api/catalog "
-        f"(default: ${URI_ENV}, else print the calls and change nothing)",
-    )
-    p.add_argument(
-        "--catalog",
-        metavar="NAME",
-        type=text("a catalog's name"),
-        help=f"the catalog's name, the REST prefix (default: ${CATALOG_ENV})",
-    )
+    add_setting(p, "restore", "rest_uri", metavar="URI")
+    add_setting(p, "restore", "catalog", metavar="NAME")
     return p
 
 
@@ -65,7 +57,7 @@ def cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
     settings = settings_for(args)
     store = checked_metastore(settings, read_only=False)
     task = find_task(store, args.task_id, args.realm, settings.metastore.realm_list())
-    target = RestTarget.from_env(args.rest_uri, args.catalog)
+    target = RestTarget.from_section(settings.restore)
     resolver = StorageResolver(storage_config(settings))
     result = restore(store, resolver, target, task, args.new_name, settings.storage.deletion_record)
     for line in result.lines:

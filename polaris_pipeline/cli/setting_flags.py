@@ -1,6 +1,6 @@
 """The command line's flags for settings, generated from the schema.
 
-A flag is its field's name, dashed (``--lease-timeout-ms``), but for three that keep
+A flag is its field's name, dashed (``--lease-timeout-ms``), but for five that keep
 the names every example uses; its help is the field's description with its variable
 and default; its value is read as the variable is (``settings/env.py``) and checked
 by the section's own rule when the command line is parsed, so a bad value is
@@ -25,6 +25,8 @@ _NAMES = {
     ("metastore", "url"): "--metastore",
     ("metastore", "realms"): "--realm",
     ("storage", "config_path"): "--storage-config",
+    ("leaks", "catalogs"): "--catalog",
+    ("guard", "bound_s"): "--guard-bound-s",
 }
 # Where argparse keeps a setting's value: "setting:section.field".
 _DEST = "setting:"

@@ -34,7 +34,7 @@ from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.execution.sweep import sweep_tasks
-from polaris_pipeline.report.outcome_view import OutcomeView
+from polaris_pipeline.report.outcome_line import log_line
 from polaris_pipeline.report.progress import ProgressSink
 from polaris_pipeline.report.totals import OutcomeTotals, RunningTotals, status_word
 from polaris_pipeline.tasks.formatting import realms_text
@@ -107,7 +107,7 @@ class _Tally:
                 }
             )
         log = self.context.log.debug if outcome.ok else self.context.log.warning
-        log(OutcomeView(outcome).log_line())
+        log(log_line(outcome))
         self.progress.note(f"realm {self.realm}: {self.line()} so far")
 
     @property

@@ -70,7 +70,8 @@ from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.execution.outcome import Status, TableFinish, TaskOutcome
 from polaris_pipeline.execution.sweep import child_stages
 from polaris_pipeline.report.fields import UNREFERENCED
-from polaris_pipeline.report.outcome_view import OutcomeView
+from polaris_pipeline.report.outcome_facts import OutcomeFacts
+from polaris_pipeline.report.outcome_metadata import unreferenced_metadata
 from polaris_pipeline.report.step_record import StepRecord
 from polaris_pipeline.tasks.ref import TaskRef
 
@@ -348,12 +349,11 @@ def _finished(
 ) -> Output[dict]:
     """The table's last step told: the phase's numbers and line, never a task status
     (the root step counted the table, so the run's total counts it once)."""
-    view = OutcomeView(final)
-    left = view.unreferenced
+    left = OutcomeFacts(final).unreferenced
     summary = left.summary() if left is not None else "no unreferenced phase"
     meta = {
         **translator.lease_metadata(final.lease),
-        **view.unreferenced_metadata(),
+        **unreferenced_metadata(final),
         **translator.step_record_metadata(StepRecord(unreferenced=left)),
     }
     label = translator.task_label(final.lease)

@@ -13,7 +13,7 @@ lease, adopt or refuse) and runs it to one of four ends:
 
 ``run_child_group`` runs one mapped step's group of child tasks this way. What
 each end shows (tags, metadata) is the translator's (``translator.py``); the
-outcome's numbers and lines are the engine's outcome view.
+outcome's numbers and lines are the report's renderers (``report/outcome_*.py``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ from polaris_pipeline.errors import StorageConfigError
 from polaris_pipeline.execution.outcome import Status
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.execution.start import StartAction, StartDecision
-from polaris_pipeline.report.outcome_view import OutcomeView
+from polaris_pipeline.report.outcome_line import log_line
+from polaris_pipeline.report.outcome_metadata import step_output
 from polaris_pipeline.report.progress import ProgressSink
 from polaris_pipeline.tasks.decoded import task_type_name
 from polaris_pipeline.tasks.formatting import iso_utc_seconds
@@ -131,7 +132,12 @@ def open_step(
 
 
 def _refused(
-    context: OpExecutionContext, step: TaskStep, decision: StartDecision, *, child: bool
+    context: OpExecutionContext,
+    step: TaskStep,
+    decision: StartDecision,
+    ref: TaskRef,
+    *,
+    child: bool,
 ) -> TaskResult:
     """A task this run did not start: skipped (the sweeper lost a race) or a failure."""
     summary: dict[str, Any] = {"status": "skipped", "message": decision.message}
@@ -146,7 +152,12 @@ def _refused(
     if child and decision.action is StartAction.GONE:
         # A child finished by an earlier try of this run (or its lineage): done.
         context.log.info(decision.message)
-        return TaskResult({**summary, "status": "already-done"}, {"note": decision.message})
+        return TaskResult(
+            {**summary, "status": "already-done"},
+            {"note": decision.message},
+            found="already-done",
+            task=ref,
+        )
     if step.intent.operator:
         context.log.error(f"{decision.message} ({step.intent.how})")
         raise Failure(
@@ -157,7 +168,7 @@ def _refused(
     context.log.info(f"skipped: {decision.message}; nothing was done")
     if not child:
         add_tags(context, step.translator.outcome_tags(OUTCOME_SKIPPED))
-    return TaskResult(summary, step.translator.skipped_metadata(decision.message))
+    return TaskResult(summary, step.translator.skipped_metadata(decision.message), task=ref)
 
 
 def _start_tags(step: TaskStep, decision: StartDecision) -> dict[str, str]:
@@ -201,7 +212,9 @@ def run_task(
     )
     mine = decision.lease
     if mine is None:
-        return _refused(context, step, decision, child=child)
+        task = decision.task
+        ref = TaskRef.from_row(task) if task is not None else TaskRef(realm_id, task_id)
+        return _refused(context, step, decision, ref, child=child)
     label = translator.task_label(mine)
     if decision.action is StartAction.OPERATOR_RETRY:
         context.log.warning(decision.message)
@@ -227,11 +240,10 @@ def run_task(
     outcome = runner.execute(
         mine, record_failure=_is_last_attempt(context), decoded=decision.decoded
     )
-    view = OutcomeView(outcome)
 
     if outcome.status is Status.DONE:
         table = translator.table_of(decision.decoded) if decision.decoded is not None else None
-        context.log.info(view.log_line(table=table.label if table else None))
+        context.log.info(log_line(outcome, table=table.label if table else None))
         result = outcome.result
         sample = result.deleted_paths_sample if result is not None else []
         if result is not None and sample:
@@ -244,17 +256,17 @@ def run_task(
         if not child:
             add_tags(context, translator.outcome_tags(OUTCOME_DONE))
         return TaskResult(
-            view.output(), translator.done_metadata(outcome, decision.decoded), outcome
+            step_output(outcome), translator.done_metadata(outcome, decision.decoded), outcome
         )
 
     if outcome.status is Status.RESTORED:
         # The table is live again: not a failure, and nothing was deleted.
-        context.log.info(view.log_line())
+        context.log.info(log_line(outcome))
         # A child too: the whole family was ended, so the run's table (or group) is
         # restored, whatever its root said before.
         add_tags(context, translator.outcome_tags(OUTCOME_RESTORED))
         return TaskResult(
-            view.output(), translator.done_metadata(outcome, decision.decoded), outcome
+            step_output(outcome), translator.done_metadata(outcome, decision.decoded), outcome
         )
 
     if outcome.status is Status.LEASE_LOST:
@@ -267,8 +279,9 @@ def run_task(
         context.log.warning(message)
         if not child:
             add_tags(context, translator.outcome_tags(OUTCOME_LEASE_LOST))
-        output = {**view.output(), "message": message}
-        return TaskResult(output, translator.lease_lost_metadata(mine, message, view))
+        output = {**step_output(outcome), "message": message}
+        meta = translator.lease_lost_metadata(mine, message, outcome)
+        return TaskResult(output, meta, found="lease-lost", task=mine)
 
     error = _first_line(outcome.error)
     if not outcome.recorded:

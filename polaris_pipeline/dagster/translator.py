@@ -46,7 +46,13 @@ from polaris_pipeline.report.fields import (
     UNREFERENCED,
     restored_text,
 )
-from polaris_pipeline.report.outcome_view import OutcomeView, per_task_metadata
+from polaris_pipeline.report.outcome_facts import OutcomeFacts
+from polaris_pipeline.report.outcome_metadata import (
+    not_run_metadata,
+    outcome_metadata,
+    per_task_metadata,
+    unreferenced_metadata,
+)
 from polaris_pipeline.report.step_record import STEP_RECORD_KEY, StepRecord
 from polaris_pipeline.report.totals import OutcomeTotals
 from polaris_pipeline.storage.uri import split_uri
@@ -219,7 +225,7 @@ class PolarisTranslator:
         return {STEP_RECORD_KEY: MetadataValue.json(record.to_json())}
 
     def _outcome_record(self, outcome: TaskOutcome) -> dict[str, MetadataValue]:
-        record = StepRecord(OutcomeTotals.of([outcome]), OutcomeView(outcome).unreferenced)
+        record = StepRecord(OutcomeTotals.of([outcome]), OutcomeFacts(outcome).unreferenced)
         return self.step_record_metadata(record)
 
     def done_metadata(
@@ -229,12 +235,11 @@ class PolarisTranslator:
         as): the table, the lease, the numbers."""
         result = outcome.result
         decoded = DecodedTask.of(task) if task is not None else None
-        view = OutcomeView(outcome)
         meta = {
             **self.table_metadata(self.table_of(decoded) if decoded is not None else None),
             **self.lease_metadata(outcome.lease),
             STATUS: outcome.status.value,
-            "type": view.type_name,
+            "type": task_type_name(outcome.task_type),
             **self._outcome_record(outcome),
         }
         if outcome.restored_as:
@@ -243,7 +248,7 @@ class PolarisTranslator:
         if result is None:
             meta["note"] = "task row already gone: finished by another executor"
             return meta
-        meta.update(view.metadata())
+        meta.update(outcome_metadata(outcome))
         if result.deleted_paths_sample:
             meta["deleted paths (sample)"] = MetadataValue.json(list(result.deleted_paths_sample))
         if result.notes:
@@ -276,7 +281,7 @@ class PolarisTranslator:
             meta["next attempt"] = next_attempt
         result = outcome.result
         if result is not None:
-            meta.update(OutcomeView(outcome).metadata())
+            meta.update(outcome_metadata(outcome))
             if result.refused:
                 meta["refused paths (sample)"] = MetadataValue.json(
                     [{"path": r.path, "reason": r.reason} for r in result.refused[:PATH_SAMPLE]]
@@ -289,18 +294,18 @@ class PolarisTranslator:
         return meta
 
     def lease_lost_metadata(
-        self, lease: Lease, message: str, view: OutcomeView | None = None
+        self, lease: Lease, message: str, outcome: TaskOutcome | None = None
     ) -> dict[str, Any]:
         """A step whose task was taken away mid-way: counted as lease lost, no numbers
-        (the current holder finishes it and claims its work); with ``view``, what is left
-        under the table's location when its row vanished meanwhile."""
+        (the current holder finishes it and claims its work); with ``outcome``, what is
+        left under the table's location when its row vanished meanwhile."""
         totals = OutcomeTotals.counted("lease-lost")
-        left = view.unreferenced if view is not None else None
+        left = OutcomeFacts(outcome).unreferenced if outcome is not None else None
         return {
             **self.lease_metadata(lease),
             STATUS: "lease-lost",
             "message": message,
-            **(view.unreferenced_metadata() if view is not None else {}),
+            **(unreferenced_metadata(outcome) if outcome is not None else {}),
             **self.step_record_metadata(StepRecord(totals, left)),
         }
 
@@ -315,9 +320,7 @@ class PolarisTranslator:
     def _group_totals(self, done: Sequence[TaskResult]) -> OutcomeTotals:
         ran = OutcomeTotals.of([r.outcome for r in done if r.outcome is not None], child=True)
         # Found already done: a status, no outcome.
-        found = [
-            OutcomeTotals.counted(r.output["status"], child=True) for r in done if r.outcome is None
-        ]
+        found = [OutcomeTotals.counted(r.found, child=True) for r in done if r.outcome is None]
         return sum(found, ran)
 
     def group_metadata(
@@ -338,7 +341,7 @@ class PolarisTranslator:
             "realm": ", ".join(sorted({ref.realm_id for ref in refs})),
             "lease executor": executor_id,
             **totals.metadata(),
-            "tasks": MetadataValue.json([per_task_metadata(r.output) for r in done]),
+            "tasks": MetadataValue.json([_per_task(r) for r in done]),
         }
         if sample:
             meta["deleted paths (sample)"] = MetadataValue.json(sample)
@@ -389,3 +392,10 @@ def translator_from_path(path: str) -> PolarisTranslator:
     if not (isinstance(found, type) and issubclass(found, PolarisTranslator)):
         raise ValueError(f"translator {path!r} is not a PolarisTranslator subclass")
     return found()
+
+
+def _per_task(ran: TaskResult) -> dict[str, Any]:
+    """A group step's entry for one task, from what ran (never from its output value)."""
+    if ran.outcome is not None:
+        return per_task_metadata(ran.outcome)
+    return not_run_metadata(ran.found, ran.task)

@@ -88,7 +88,11 @@ class TaskContexts:
             release=self.releases.release(realm),
             metadata_batch_size=self.metastore.policy.for_realm(realm).metadata_batch_size,
             # Every handler's shared-location guard asks the whole metastore.
-            live=LiveLocations(self.metastore.engine, self.schema_version()),
+            live=LiveLocations(
+                self.metastore.engine,
+                self.schema_version(),
+                bound_s=self.metastore.guard_bound_s,
+            ),
         )
         if lease is not None:
             holder = self.holder

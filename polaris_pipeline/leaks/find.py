@@ -68,7 +68,7 @@ def metastore_leaks(
     ownership judged against every realm and catalog of ``store``."""
     version = store.check_schema()
     # One connection for the walk's check per directory (LiveLocations.held).
-    with LiveLocations(store.engine, version).held() as live:
+    with LiveLocations(store.engine, version, bound_s=store.guard_bound_s).held() as live:
         return find_leaks(
             read_catalogs(store.engine, realms, catalogs),
             RootOwners(live, store.list_tasks(None)),

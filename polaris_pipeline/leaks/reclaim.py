@@ -203,7 +203,7 @@ def reclaim_root(
     except ValueError as e:
         report.refusal = f"{root_uri!r} is not a location that may be reclaimed ({e})"
         return report
-    live = LiveLocations(store.engine, store.check_schema())
+    live = LiveLocations(store.engine, store.check_schema(), bound_s=store.guard_bound_s)
     cutoff = (now_ms if now_ms is not None else int(time.time() * 1000)) - min_age_ms
     metadata = Location(root.scheme, root.store, (*root.segments, METADATA_DIRECTORY))
     record: DeletionRecord | None = None

@@ -74,9 +74,12 @@ class Metastore:
         *,
         policy: TaskPolicy | None = None,
         engine: Engine | None = None,
+        guard_bound_s: float | None = None,
     ) -> None:
         self.url = resolve_url(url) if engine is None else engine.url
         self.policy = policy or TaskPolicy()
+        # Each shared-location guard check's bound (None: this process's guard section).
+        self.guard_bound_s = guard_bound_s
         self.engine = (
             engine
             if engine is not None

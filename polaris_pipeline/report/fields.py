@@ -1,6 +1,7 @@
 """The wording of an outcome, in one place: each number named once per surface (CLI JSON
 key, Dagster metadata label, step output key), and every other label, key and phrase
-the renderers (``outcome_view``, ``totals``, the translator) share.
+the renderers (``outcome_line``, ``outcome_json``, ``outcome_metadata``, ``totals``, the
+translator) share.
 
 The CLI's JSON keys and the step output keys are public (scripts): never rename one.
 The metadata labels are for display only: a step's numbers are stored and read back
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 class OutcomeField:
     """One number of an outcome, named once per surface (None: not on that surface)."""
 
-    attr: str  # the attribute of OutcomeView and of OutcomeTotals
+    attr: str  # the attribute of OutcomeFacts and of OutcomeTotals
     json_key: str | None  # the CLI's --json
     label: str  # Dagster metadata of a step or a run: display only, never read back
     output_key: str | None  # a task step's output value

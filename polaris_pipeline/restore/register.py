@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 from polaris_pipeline.errors import PolarisPipelineError, one_line
 from polaris_pipeline.settings import ENV_VARIABLES, restore_settings
-from polaris_pipeline.settings.restore import DEFAULT_SCOPE
+from polaris_pipeline.settings.restore import DEFAULT_SCOPE, RestoreSection
 from polaris_pipeline.tasks.payloads import TableIdentifier
 
 if TYPE_CHECKING:
@@ -44,21 +44,26 @@ class RestTarget:
     scope: str = DEFAULT_SCOPE
 
     @classmethod
-    def from_env(
-        cls, uri: str | None, catalog: str | None, environ: Mapping[str, str] | None = None
-    ) -> RestTarget:
-        """Flags first, then the restore section; the catalog is required (the REST prefix)."""
-        section = restore_settings(environ)
-        name = catalog or section.catalog
-        if not name:
+    def from_section(cls, section: RestoreSection) -> RestTarget:
+        """The restore section's target; the catalog is required (the REST prefix)."""
+        if not section.catalog:
             raise PolarisPipelineError(f"name the catalog: --catalog or ${CATALOG_ENV}")
         return cls(
-            uri=uri or section.rest_uri,
-            catalog=name,
+            uri=section.rest_uri,
+            catalog=section.catalog,
             client_id=section.client_id,
             client_secret=section.client_secret,
             scope=section.scope,
         )
+
+    @classmethod
+    def from_env(
+        cls, uri: str | None, catalog: str | None, environ: Mapping[str, str] | None = None
+    ) -> RestTarget:
+        """The op's config first, then the restore section of this process's environment."""
+        given = {"rest_uri": uri, "catalog": catalog}
+        section = restore_settings(environ)
+        return cls.from_section(section.model_copy(update={k: v for k, v in given.items() if v}))
 
     def redact(self, text: str) -> str:
         return text.replace(self.client_secret, "***") if self.client_secret else text

@@ -88,7 +88,7 @@ def plan_restore(
         )
     location = entity.properties.get("location")
     if location:
-        live = LiveLocations(store.engine, store.check_schema())
+        live = LiveLocations(store.engine, store.check_schema(), bound_s=store.guard_bound_s)
         # The table itself, registered again from this very file (by a first run whose
         # ending failed, or by any client), is no other owner: the rerun finishes.
         back = live.restored_as(task.realm_id, entity.metadata_location)

@@ -45,8 +45,8 @@ _log = logging.getLogger(__name__)
 ENV_PREFIX = "POLARIS_PIPELINE_"
 
 # Every section the environment sets, and the word its variables start with after the
-# prefix. The executor, guard and restore sections are read by the process that uses
-# them (settings/pipeline.py), the others are blocks of PipelineSettings.
+# prefix. The executor section is read by the process that runs the steps
+# (settings/pipeline.py), the others are blocks of PipelineSettings.
 SECTIONS: dict[str, tuple[type[Section], str]] = {
     "metastore": (MetastoreSection, ""),
     "storage": (StorageSection, "STORAGE_"),

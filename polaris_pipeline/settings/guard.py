@@ -1,15 +1,18 @@
 """The guard section: how long one shared-location guard check may take.
 
-Read by the process that runs the check, from its own environment (a bound for
-this host's metastore), so it is not a block of ``PipelineSettings``.
+A bound for this host's metastore: a Dagster step reads it from its own process's
+environment; the CLI has it as a block of ``PipelineSettings`` (``--guard-bound-s``).
 """
 
 from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from polaris_pipeline.settings.bounds import finite
+from polaris_pipeline.settings.bounds import at_most, finite
 from polaris_pipeline.settings.section import Section
+
+# PostgreSQL's statement_timeout, which bounds a check, is at most 2^31-1 ms.
+MAX_BOUND_S = (2**31 - 1) // 1000
 
 
 class GuardSection(Section):
@@ -27,4 +30,5 @@ class GuardSection(Section):
     @field_validator("bound_s")
     @classmethod
     def _bound(cls, value: float) -> float:
-        return finite(value, "the guard bound")
+        at_most(finite(value, "the guard bound"), MAX_BOUND_S, "the guard bound")
+        return value

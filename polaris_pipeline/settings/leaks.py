@@ -34,7 +34,11 @@ class LeakSection(Section):
         description="The check warns when more bytes than this are leaked (0: any leak).",
     )
     catalogs: list[str] | None = Field(
-        default=None, description="Catalogs whose locations are walked; null: every catalog."
+        default=None,
+        description=(
+            "Catalogs whose locations are walked (ownership is still judged against every "
+            "realm and catalog); null: every catalog."
+        ),
     )
     cron: str = Field(default="0 4 * * 0", description="When the report's schedule ticks.")
     min_age_days: float = Field(

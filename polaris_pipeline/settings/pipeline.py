@@ -1,9 +1,11 @@
 """The whole configuration, its sections nested, read from the environment and from flags.
 
 The environment is read by pydantic-settings (``settings/env.py``, which spells each
-variable). The executor, guard and restore sections are read the same way, but by the
-process that uses them (``executor_settings``, ``setting_from_env``): they are not blocks
-of ``PipelineSettings``. Nothing outside ``settings/`` reads a setting's variable.
+variable). The executor section is read the same way, but by the process that runs the
+steps (``executor_settings``): it is not a block of ``PipelineSettings``. A Dagster step
+reads the guard and restore sections from its own process's environment
+(``setting_from_env``, ``restore_settings``); the CLI has them as blocks, so its flags
+and ``--set`` reach them. Nothing outside ``settings/`` reads a setting's variable.
 
 An unset or blank variable means the default. A bad value is a ``SettingsError``
 naming the variable (or the flag) and what is wrong with it.
@@ -20,6 +22,7 @@ from polaris_pipeline.settings.alerts import AlertSection
 from polaris_pipeline.settings.backlog import BacklogSection
 from polaris_pipeline.settings.env import decode_text, read_section, warn_unknown_variables
 from polaris_pipeline.settings.executor import ExecutorSection
+from polaris_pipeline.settings.guard import GuardSection
 from polaris_pipeline.settings.leaks import LeakSection
 from polaris_pipeline.settings.metastore import MetastoreSection
 from polaris_pipeline.settings.restore import RestoreSection
@@ -39,6 +42,8 @@ class PipelineSettings(Section):
     retention: RetentionSection = Field(default_factory=RetentionSection)
     leaks: LeakSection = Field(default_factory=LeakSection)
     alerts: AlertSection = Field(default_factory=AlertSection)
+    guard: GuardSection = Field(default_factory=GuardSection)
+    restore: RestoreSection = Field(default_factory=RestoreSection)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> PipelineSettings:

@@ -1,7 +1,7 @@
 """The restore section: the catalog's Iceberg REST endpoint a held table is registered with.
 
-Read by the command or the op that restores, from its own environment, under the
-flags or the op's config it was given; not a block of ``PipelineSettings``.
+The CLI has it as a block of ``PipelineSettings`` (``--rest-uri``, ``--catalog``); the
+restore op reads it from its own process's environment, under the op's config.
 """
 
 from __future__ import annotations

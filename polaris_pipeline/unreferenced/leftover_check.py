@@ -84,7 +84,9 @@ def left_under(runner: Lister, task: DecodedTask, entity: DroppedEntity) -> Unre
             dry_run=True,
             error=f"storage not reached: {one_line(exc)}",
         )
-    live = LiveLocations(runner.metastore.engine, runner.schema_version())
+    live = LiveLocations(
+        runner.metastore.engine, runner.schema_version(), bound_s=runner.metastore.guard_bound_s
+    )
     try:
         return run_unreferenced(ctx, entity, UnreferencedMode.REPORT, live.overlaps)
     except LeaseLost as exc:  # a report fences nothing; never expected

@@ -55,7 +55,7 @@ from polaris_pipeline.storage.uri import (
 from polaris_pipeline.tasks.formatting import PATH_SAMPLE
 from polaris_pipeline.tasks.payloads import DroppedEntity
 from polaris_pipeline.unreferenced.mode import UnreferencedMode
-from polaris_pipeline.unreferenced.report import UnreferencedReport
+from polaris_pipeline.unreferenced.report import UnreferencedReport, UnreferencedTally
 
 # A dry run's plan lists at most this many paths (the rest are counted): bounded memory.
 PLAN_PATHS = 100_000
@@ -109,25 +109,38 @@ def run_unreferenced(
     (they are still there and listed apart). ``all_paths``: keep every path that
     would go, up to ``PLAN_PATHS``, not a sample (a dry run's plan). Raises only LeaseLost.
     """
-    report = UnreferencedReport(mode=mode.value, dry_run=ctx.dry_run)
+    report = UnreferencedTally.start(mode.value, ctx.dry_run)
+    _listed(ctx, report, overlaps, writers, referenced, all_paths)
+    return report.freeze()
+
+
+def _listed(
+    ctx: CleanupContext,
+    report: UnreferencedTally,
+    overlaps: OverlapCheck | None,
+    writers: OverlapCheck | None,
+    referenced: Set[str],
+    all_paths: bool,
+) -> None:
+    """``run_unreferenced``'s work, added to ``report``; a refusal or an error ends it."""
     roots = ctx.decoded.roots
     if roots is None:
         report.refusal = "the catalog recorded no table location"
-        return report
+        return
     report.prefix = roots.location
     prefix, refusal = prefix_refusal(ctx, roots.location)
     if prefix is None:
         report.refusal = refusal
-        return report
+        return
     if overlaps is None:
         report.refusal = "no metastore to check for overlapping live entities"
-        return report
+        return
     guard = Guard.for_task(ctx)
     try:
         found = overlaps(prefix) or (writers(prefix) if writers is not None else [])
         if found:
             report.refusal = _overlap_text(found)
-            return report
+            return
         for page in list_prefix(ctx.resolver, roots.location, page_size=ctx.delete_chunk_size):
             candidates = _candidates(ctx, guard, page, report, referenced)
             if not candidates:
@@ -139,18 +152,18 @@ def run_unreferenced(
             found = overlaps(prefix)
             if found:
                 report.refusal = _overlap_text(found)
-                return report
+                return
             _delete(ctx, guard, report, candidates)
     except (StorageError, MetastoreError) as e:
         report.error = str(e)
-        return report
+        return
     if report.deleting:
         # The referenced purge leaves its directories too, even with nothing else left.
         report.directories_removed = remove_empty_directories(roots.location)
-    return report
+    return
 
 
-def _keep(report: UnreferencedReport, uri: str, why: str) -> None:
+def _keep(report: UnreferencedTally, uri: str, why: str) -> None:
     if len(report.kept_sample) < PATH_SAMPLE:
         report.kept_sample.append(f"{uri}: {why}")
 
@@ -159,7 +172,7 @@ def _candidates(
     ctx: CleanupContext,
     guard: Guard,
     page: list[ListedObject],
-    report: UnreferencedReport,
+    report: UnreferencedTally,
     referenced: Set[str],
 ) -> list[ListedObject]:
     drop_ms = ctx.task.create_timestamp
@@ -186,14 +199,14 @@ def _candidates(
     return out
 
 
-def _would_go(report: UnreferencedReport, objects: list[ListedObject], all_paths: bool) -> None:
+def _would_go(report: UnreferencedTally, objects: list[ListedObject], all_paths: bool) -> None:
     report.would_delete += len(objects)
     report.would_bytes += sum(o.size or 0 for o in objects)
     report.add_paths([o.uri for o in objects], PLAN_PATHS if all_paths else PATH_SAMPLE)
 
 
 def _delete(
-    ctx: CleanupContext, guard: Guard, report: UnreferencedReport, objects: list[ListedObject]
+    ctx: CleanupContext, guard: Guard, report: UnreferencedTally, objects: list[ListedObject]
 ) -> None:
     ctx.fence()
     sizes = {o.uri: o.size for o in objects}

@@ -50,7 +50,11 @@ def run_phase(
     paths (``result.would_delete``) are listed apart and every path that would go is
     kept for the plan.
     """
-    live = LiveLocations(ctx.live.engine, ctx.live.schema_version) if ctx.live else None
+    live = (
+        LiveLocations(ctx.live.engine, ctx.live.schema_version, bound_s=ctx.live.bound_s)
+        if ctx.live
+        else None
+    )
     referenced: Set[str] = (
         frozenset(normalize_uri(u) for u in result.would_delete) if ctx.dry_run else frozenset()
     )

@@ -1,4 +1,9 @@
-"""What the unreferenced phase of one table found and did (a leaf: values only)."""
+"""What the unreferenced phase of one table found and did (a leaf: values only).
+
+``UnreferencedReport`` is made once, frozen; the listing adds up an
+``UnreferencedTally`` while it runs and freezes it (as ``CleanupTally`` does for
+``CleanupResult``).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from typing import Any
 from polaris_pipeline.tasks.formatting import PATH_SAMPLE, retention_text
 
 
-@dataclass
+@dataclass(frozen=True)
 class UnreferencedReport:
     """One table prefix after its referenced purge: what is there, what went or would go.
 
@@ -38,30 +43,25 @@ class UnreferencedReport:
     refused_paths: int = 0  # refused one by one by the table's guard: kept
     referenced: int = 0  # dry run: listed, but the referenced plan deletes them
     failures: int = 0  # deletes that failed; ``failed`` holds the first few
-    failed: dict[str, str] = field(default_factory=dict)
+    failed: Mapping[str, str] = field(default_factory=dict)
     directories_removed: int = 0
     # Paths that went (or, in report mode and a dry run, would go); the first PATH_SAMPLE
     # only, unless the caller asked for all of them (a dry run's plan).
-    paths: list[str] = field(default_factory=list)
+    paths: tuple[str, ...] = ()
     more_paths: int = 0
-    kept_sample: list[str] = field(default_factory=list)  # "path: why"
+    kept_sample: tuple[str, ...] = ()  # "path: why"
 
     def to_record(self) -> dict[str, Any]:
         """Every field as plain JSON, under its name: what a step's record stores."""
-        return asdict(self)
+        return {**asdict(self), **{name: list(getattr(self, name)) for name in _SEQUENCES}}
 
     @classmethod
     def from_record(cls, record: object) -> UnreferencedReport | None:
         """What ``to_record`` wrote (unknown keys dropped); None for anything else."""
         if not isinstance(record, Mapping) or not isinstance(record.get("mode"), str):
             return None
-        return cls(**{f.name: record[f.name] for f in fields(cls) if f.name in record})
-
-    def add_paths(self, paths: list[str], cap: int = PATH_SAMPLE) -> None:
-        """Keep ``paths`` while ``paths`` holds fewer than ``cap``; count the rest."""
-        room = max(0, cap - len(self.paths))
-        self.paths.extend(paths[:room])
-        self.more_paths += max(0, len(paths) - room)
+        values = {f.name: record[f.name] for f in fields(cls) if f.name in record}
+        return cls(**_frozen_values(values))
 
     @property
     def deleting(self) -> bool:
@@ -128,3 +128,69 @@ class UnreferencedReport:
         else:
             text += "; the prefix is empty" if left == 0 else f"; {left} object(s) left under it"
         return text
+
+
+# The report's fields that hold a sequence: a tuple in the report, a list in a tally.
+_SEQUENCES = ("paths", "kept_sample")
+
+
+def _frozen_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with each sequence a tuple and the failures a new dict."""
+    out = dict(values)
+    for name in _SEQUENCES:
+        if name in out:
+            out[name] = tuple(out[name])
+    if "failed" in out:
+        out["failed"] = dict(out["failed"])
+    return out
+
+
+@dataclass
+class UnreferencedTally:
+    """The report while the phase runs, added to in place: ``UnreferencedReport``'s
+    fields (their meaning and defaults are there). ``start`` one, ``freeze`` it once."""
+
+    mode: str
+    dry_run: bool
+    prefix: str | None
+    refusal: str | None
+    error: str | None
+    listed: int
+    deleted: int
+    bytes_deleted: int | None
+    retained: int
+    bytes_retained: int | None
+    retention_unknown: int
+    would_delete: int
+    would_bytes: int
+    missing: int
+    kept_newer: int
+    refused_paths: int
+    referenced: int
+    failures: int
+    failed: dict[str, str]
+    directories_removed: int
+    paths: list[str]
+    more_paths: int
+    kept_sample: list[str]
+
+    @classmethod
+    def start(cls, mode: str, dry_run: bool) -> UnreferencedTally:
+        """An empty tally: nothing listed yet."""
+        report = asdict(UnreferencedReport(mode=mode, dry_run=dry_run))
+        return cls(**{**report, **{name: list(report[name]) for name in _SEQUENCES}})
+
+    def freeze(self) -> UnreferencedReport:
+        """The report as it stands, made once: later additions do not reach it."""
+        return UnreferencedReport(**_frozen_values(asdict(self)))
+
+    @property
+    def deleting(self) -> bool:
+        """Whether files are deleted (``delete`` mode, not a dry run) or only listed."""
+        return self.mode == "delete" and not self.dry_run
+
+    def add_paths(self, paths: list[str], cap: int = PATH_SAMPLE) -> None:
+        """Keep ``paths`` while ``paths`` holds fewer than ``cap``; count the rest."""
+        room = max(0, cap - len(self.paths))
+        self.paths.extend(paths[:room])
+        self.more_paths += max(0, len(paths) - room)

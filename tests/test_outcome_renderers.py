@@ -1,4 +1,4 @@
-"""The outcome view, the progress sink and the "nothing available" explanation of ``report/``.
+"""The outcome renderers, the progress sink and the "nothing available" explanation of ``report/``.
 
 Each is the one wording of its kind: these hold the surfaces that read them
 (the CLI's line and JSON, a step's metadata and output, the sensor's reason)
@@ -16,10 +16,14 @@ from polaris_pipeline.errors import GuardRefusal
 from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.report.fields import OUTCOME_FIELDS, SIZES_UNREPORTED
 from polaris_pipeline.report.nothing_available import no_orphans_reason
-from polaris_pipeline.report.outcome_view import (
-    OutcomeView,
+from polaris_pipeline.report.outcome_facts import OutcomeFacts
+from polaris_pipeline.report.outcome_json import outcome_json, totals_json
+from polaris_pipeline.report.outcome_line import cli_line, log_line
+from polaris_pipeline.report.outcome_metadata import (
+    not_run_metadata,
+    outcome_metadata,
     per_task_metadata,
-    totals_json,
+    step_output,
 )
 from polaris_pipeline.report.progress import PROGRESS_INTERVAL_S, ProgressSink, progress_text
 from polaris_pipeline.report.totals import OutcomeTotals
@@ -41,8 +45,8 @@ def an_outcome(*, freed: int | None = 2048, status: Status = Status.DONE) -> Tas
 
 
 def test_every_surface_names_the_same_numbers() -> None:
-    view = OutcomeView(an_outcome())
-    numbers = {f.attr: getattr(view, f.attr) for f in OUTCOME_FIELDS}
+    outcome = an_outcome()
+    numbers = {f.attr: getattr(OutcomeFacts(outcome), f.attr) for f in OUTCOME_FIELDS}
     assert numbers == {
         "files_deleted": 3,
         "files_missing": 1,
@@ -51,41 +55,53 @@ def test_every_surface_names_the_same_numbers() -> None:
         "child_tasks": 2,
     }
     # The step's metadata is what OutcomeTotals writes for the same one outcome.
-    assert view.metadata() == OutcomeTotals.of([view.outcome]).metadata()
-    doc = view.json()
+    assert outcome_metadata(outcome) == OutcomeTotals.of([outcome]).metadata()
+    doc = outcome_json(outcome)
     assert (doc["files_deleted"], doc["already_gone"], doc["bytes_freed"]) == (3, 1, 2048)
     assert doc["paths_refused"] == 1 and doc["children"] == ["71", "72"]
     assert doc["role"] == "root" and doc["parent_id"] is None
-    output = view.output()
+    output = step_output(outcome)
     assert (output["deleted"], output["bytes_freed"], output["refused"]) == (3, 2048, 1)
     assert output["children"] == 2 and output["task_type"] == "batch_file_cleanup"
-    assert per_task_metadata(output) == {
-        "task id": "7",
-        "type": "batch_file_cleanup",
-        "status": "done",
-        "lease attempt": 2,
+    # A group step's entry reads the outcome, as the output does: the same numbers.
+    assert per_task_metadata(outcome) == {
+        "task id": output["task_id"],
+        "type": output["task_type"],
+        "status": output["status"],
+        "lease attempt": output["attempt"],
         "files deleted": 3,
         "bytes freed": 2048,
+    }
+    # A task the step ran nothing of: which task, what was found, no numbers.
+    assert not_run_metadata("already-done", lease(8)) == {
+        "task id": "8",
+        "type": "batch_file_cleanup",
+        "status": "already-done",
+        "lease attempt": 2,
+        "files deleted": 0,
+        "bytes freed": 0,
     }
 
 
 def test_storage_without_sizes_is_null_in_json_and_a_lower_bound_in_metadata() -> None:
-    view = OutcomeView(an_outcome(freed=None), parent_id=1)
-    assert view.json()["bytes_freed"] is None and view.json()["role"] == "child"
-    assert view.metadata()["bytes freed"] == 0 and view.metadata()[SIZES_UNREPORTED] == 1
-    assert view.metadata() == OutcomeTotals.of([view.outcome]).metadata()
-    totals = OutcomeTotals.of([view.outcome])
+    outcome = an_outcome(freed=None)
+    doc = outcome_json(outcome, parent_id=1)
+    assert doc["bytes_freed"] is None and doc["role"] == "child"
+    meta = outcome_metadata(outcome)
+    assert meta["bytes freed"] == 0 and meta[SIZES_UNREPORTED] == 1
+    assert meta == OutcomeTotals.of([outcome]).metadata()
+    totals = OutcomeTotals.of([outcome])
     assert totals_json(totals)["bytes_freed"] is None
     assert totals_json(totals)["files_deleted"] == 3 and totals_json(totals)["tasks"] == 1
 
 
 def test_the_cli_line_and_the_log_line() -> None:
-    view = OutcomeView(an_outcome())
-    assert view.line() == (
+    outcome = an_outcome()
+    assert cli_line(outcome) == (
         "done       POLARIS/7 entityCleanup_1  deleted 3 (2.0 KiB), 1 were gone, 2 child task(s)"
     )
-    assert view.line(30).endswith("…") and len(view.line(30)) == 30
-    assert view.log_line(table="ns.t") == (
+    assert cli_line(outcome, 30).endswith("…") and len(cli_line(outcome, 30)) == 30
+    assert log_line(outcome, table="ns.t") == (
         "task POLARIS/7 'entityCleanup_1' (batch_file_cleanup) done: 3 file(s) deleted, "
         "2.0 KiB (2048 bytes) freed, 1 already gone, 1 refused by the guard, "
         "2 child task(s); lease exec-1 attempt 2; table ns.t"
@@ -93,8 +109,8 @@ def test_the_cli_line_and_the_log_line() -> None:
     failed = an_outcome(status=Status.DEAD).evolve(
         error="task POLARIS/7 'entityCleanup_1': guard refused 1 path(s)"
     )
-    assert OutcomeView(failed).log_line().endswith(f" dead: {failed.error}")
-    assert OutcomeView(failed).cause == "guard refused 1 path(s)"
+    assert log_line(failed).endswith(f" dead: {failed.error}")
+    assert OutcomeFacts(failed).cause == "guard refused 1 path(s)"
 
 
 def test_progress_is_throttled_to_the_one_interval() -> None:
@@ -134,7 +150,8 @@ def test_reading_outcomes_loads_no_cleanup_engine() -> None:
     """The run-report sensor reads totals: it must not load the runner or the cleanup code."""
     probe = (
         "import sys\n"
-        "import polaris_pipeline.report.totals, polaris_pipeline.report.outcome_view\n"
+        "import polaris_pipeline.report.totals, polaris_pipeline.report.outcome_metadata\n"
+        "import polaris_pipeline.report.outcome_json, polaris_pipeline.report.outcome_line\n"
         "import polaris_pipeline.report.progress, polaris_pipeline.report.nothing_available\n"
         "print(','.join(sorted(m for m in sys.modules if m == 'polaris_pipeline.execution.runner'"
         " or m.startswith('polaris_pipeline.cleanup'))) or 'none')\n"
