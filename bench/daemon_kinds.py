@@ -90,7 +90,7 @@ def floor_ratio(ours: Drain, floor: Drain) -> float:
     return floor.seconds / ours.seconds
 
 
-def _seed(kind: str, size: dict[str, int]) -> Any:
+def kind_seed(kind: str, size: dict[str, int]) -> Any:
     def seed(root: Path, store: Any) -> dict[str, int]:
         created = store.now_ms() - OLD_MS
         if kind == "batch":
@@ -116,7 +116,7 @@ def kind_pair(kind: str, size: dict[str, int]) -> dict[str, Any]:
         "sqlite",
         f"kind_{kind}",
         size,
-        _seed(kind, size),
+        kind_seed(kind, size),
         size["deadline_s"],
         max_concurrent_runs=conc,
         lease_timeout_ms=LEASE_MS,
