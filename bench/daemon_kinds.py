@@ -90,6 +90,13 @@ def floor_ratio(ours: Drain, floor: Drain) -> float:
     return floor.seconds / ours.seconds
 
 
+def compiled() -> bool:
+    """Whether the library has bytecode: without it every run process compiles it."""
+    from builders.daemon import REPO_ROOT
+
+    return any((REPO_ROOT / "polaris_pipeline").glob("__pycache__/*.pyc"))
+
+
 def kind_seed(kind: str, size: dict[str, int]) -> Any:
     def seed(root: Path, store: Any) -> dict[str, int]:
         created = store.now_ms() - OLD_MS
@@ -184,6 +191,12 @@ def run(quick: bool = False) -> BenchResult:
             "deadline": f"{size['deadline_s']} s per backlog",
         },
     )
+    if not compiled():
+        result.notes.append(
+            "Measured without the project's bytecode (`make bytecode`, which `make bench` "
+            "runs first): each of our run processes compiled the library from source, which "
+            "the no-op runs do not, so our side is slower than a deployment's."
+        )
     pairs = {kind: kind_pair(kind, size) for kind in LABELS}
     result.add(*(kind_figure(kind, pair) for kind, pair in pairs.items()))
     rows = [
