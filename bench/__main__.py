@@ -26,6 +26,7 @@ DESCRIPTIONS = {
     "dagster_e2e": "Dagster: 1,000 orphaned tasks (250 with --quick), first tick to all done",
     "sensor_tick": "Dagster sensor tick with a 10,000-task backlog",
     "daemon_e2e": "through dagster-daemon: mixed backlog, 2,000-child table, queue, the floor",
+    "daemon_kinds": "through dagster-daemon: BATCH, small tables, mixed, each against the floor",
     "pgbouncer_auth": "a new connection to Dagster's database: straight, through PgBouncer",
     "unreferenced": "a dropped table's unreferenced files on S3 (moto): listed, deleted; RSS",
     "leaks": "leak report over 1M objects in 1,000 live tables, 5 leaked, vs a full listing",

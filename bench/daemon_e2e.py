@@ -81,30 +81,47 @@ LEASE_MS = 300_000  # the production default
 # ------------------------------------------------------------------ fixtures
 
 
-def seed_mixed(root: Path, store: Any, size: dict[str, int]) -> dict[str, int]:
-    """The mixed backlog (see the module docstring); returns its counts."""
+def dropped_table_tasks(root: Path, n: int, created: int) -> list[Any]:
+    """``n`` small dropped pyiceberg tables (one append each) and their drop tasks."""
     from builders import tables as built_tables
     from builders import tasks as built_tasks
 
     warehouse = built_tables.local_warehouse_uri(root / "wh")
     catalog = built_tables.open_catalog(warehouse, root / "catalog.db", name="bench")
-    created = store.now_ms() - OLD_MS
-    tasks: list[Any] = []
-    for i in range(size["dropped_tables"]):
+    tasks = []
+    for i in range(n):
         table = built_tables.build_table(catalog, ("ns", f"dropped_{i}"), appends=1)
         tasks.append(built_tasks.drop_table_task(table, realm_id=REALM, create_timestamp=created))
-    for i in range(size["orphan_tables"]):
-        tasks += orphaned_children(
-            REALM, root / "wh", f"orphans_{i}", size["children_each"], created
-        )
-    for i in range(size["batch"]):
+    return tasks
+
+
+def batch_tasks(root: Path, n: int, created: int) -> list[Any]:
+    """``n`` independent BATCH tasks of 5 files each, their parent row gone."""
+    tasks = []
+    for i in range(n):
         location = root / "wh" / "ns" / f"batch_{i}"
         files = touch_files(location / "metadata", 5)
         tasks.append(
             orphaned_batch(REALM, location, f"batch_{i}", files, f"entityCleanup_b{i}", created)
         )
+    return tasks
+
+
+def insert_all(store: Any, tasks: list[Any]) -> None:
     for start in range(0, len(tasks), 500):
         store.insert_tasks(tasks[start : start + 500])
+
+
+def seed_mixed(root: Path, store: Any, size: dict[str, int]) -> dict[str, int]:
+    """The mixed backlog (see the module docstring); returns its counts."""
+    created = store.now_ms() - OLD_MS
+    tasks = dropped_table_tasks(root, size["dropped_tables"], created)
+    for i in range(size["orphan_tables"]):
+        tasks += orphaned_children(
+            REALM, root / "wh", f"orphans_{i}", size["children_each"], created
+        )
+    tasks += batch_tasks(root, size["batch"], created)
+    insert_all(store, tasks)
     return {
         "tasks": len(tasks),
         "dropped_tables": size["dropped_tables"],
@@ -319,7 +336,8 @@ def backlog_phase(
             left = store.count_tasks()
             time.sleep(2)  # the last runs write their end
             runs = run_stats(daemon, "polaris_task_job")
-            tasks = task_stats(daemon, runs.pop("records"))
+            records = runs.pop("records")
+            tasks = task_stats(daemon, records)
             ticks = tick_stats(daemon, "polaris_task_sweeper")
             daemon.stop()
         phase = {
@@ -327,6 +345,7 @@ def backlog_phase(
             "kind": kind,
             "fixture": fixture,
             "seconds": seconds,
+            "drain_s": drain_seconds(records),
             "done": done,
             "tasks_left": left,
             "files_left": files_left(root),
@@ -395,8 +414,7 @@ def _fanout_seed(n: int) -> Any:
     def seed(root: Path, store: Any) -> dict[str, int]:
         created = store.now_ms() - OLD_MS
         tasks = orphaned_children(REALM, root / "wh", "fanout", n, created)
-        for start in range(0, len(tasks), 500):
-            store.insert_tasks(tasks[start : start + 500])
+        insert_all(store, tasks)
         return {"tasks": len(tasks)}
 
     return seed
@@ -418,7 +436,7 @@ def _queue_seed(n: int) -> Any:
     return seed
 
 
-def _cpu_per_run(e: dict[str, Any]) -> float | None:
+def cpu_per_run(e: dict[str, Any]) -> float | None:
     """CPU seconds of one run's own process, on average."""
     run = e["cpu"].get("run")
     return run["cpu_s"] / e["runs"] if run and e["runs"] else None
@@ -617,8 +635,8 @@ def run(quick: bool = False) -> BenchResult:
     m = mixed["sqlite"]
     cores = os.cpu_count() or 1
     per_run = m["fixture"]["tasks"] / m["runs"] if m["runs"] else 0.0
-    ours_cpu = _cpu_per_run(m)
-    base_cpu = _cpu_per_run(floor)
+    ours_cpu = cpu_per_run(m)
+    base_cpu = cpu_per_run(floor)
     if ours_cpu is not None and base_cpu:
         ceiling = cores * 60 / ours_cpu
         result.add(
@@ -636,7 +654,7 @@ def run(quick: bool = False) -> BenchResult:
             )
         )
 
-    floor_cpu = _cpu_per_run(floor_one)
+    floor_cpu = cpu_per_run(floor_one)
     if floor_cpu and m["runs"]:
         backlog = f"the backlog's {m['runs']} runs ({per_run:.2f} tasks per run)"
         all_in = _all_cpu(floor_one) / floor_one["runs"]
@@ -693,7 +711,7 @@ def run(quick: bool = False) -> BenchResult:
             f"{e['runs'] / e['fixture']['tasks']:.2f} | {fmt(e['mean_attempt'])} "
             f"({e['max_attempt']}) | {fmt(e['median_run_s'])} | "
             f"{fmt(e['median_start_latency_s'])} | {t['ticks']} ({t['with_runs']}) | "
-            f"{fmt(t['median_s'])} / {fmt(t['max_s'])} | {fmt(_cpu_per_run(e))} | "
+            f"{fmt(t['median_s'])} / {fmt(t['max_s'])} | {fmt(cpu_per_run(e))} | "
             f"{_service_cpu(e):.0f} | {e['files_left']} |"
         )
     for label, f in (("floor: trivial job", floor), ("floor: trivial job, in process", floor_one)):
@@ -703,7 +721,7 @@ def run(quick: bool = False) -> BenchResult:
             f"{f['runs'] / (f['seconds'] / 60):.0f} runs/min | {f['runs']} | {DASH_} | "
             f"{DASH_} | {fmt(f['median_run_s'])} | {fmt(f['median_start_latency_s'])} | "
             f"{t['ticks']} ({t['with_runs']}) | {fmt(t['median_s'])} / {fmt(t['max_s'])} | "
-            f"{fmt(_cpu_per_run(f))} | {_service_cpu(f):.0f} | {DASH_} |"
+            f"{fmt(cpu_per_run(f))} | {_service_cpu(f):.0f} | {DASH_} |"
         )
     result.section("Phases", "\n".join(rows))
     result.section(

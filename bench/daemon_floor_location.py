@@ -11,7 +11,11 @@ least cost for a run launched this way.
 
 import os
 
-from dagster import (
+from bench.run_profile import profile_if_asked
+
+profile_if_asked()
+
+from dagster import (  # noqa: E402  # imported under the profiler, when asked
     DefaultSensorStatus,
     Definitions,
     RunRequest,

@@ -24,6 +24,7 @@ TIMES = "\u00d7"
 # end-to-end figure (dagster_e2e) stays as a secondary line.
 ORDER = (
     "daemon_e2e",
+    "daemon_kinds",
     "pgbouncer_auth",
     "lease",
     "sweep_query",

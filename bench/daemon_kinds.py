@@ -1,0 +1,234 @@
+"""Through a real ``dagster-daemon``, per kind of task, against Dagster's floor side by side.
+
+Three backlogs, each drained by the task job and then, at once, by Dagster's
+floor for the same runs: the trivial one-op job of ``bench/daemon_floor_location.py``
+(in process, as the task job), as many runs as the backlog took, through the same
+daemon configuration (``bench/daemon_e2e.py``'s phases):
+
+- **BATCH**: independent BATCH tasks of 5 files, one run each;
+- **tables**: small dropped pyiceberg tables (one append), one run each, their
+  manifest and batch children created and run inside the table's run;
+- **mixed**: ``daemon_e2e``'s mixed backlog, scaled down.
+
+The ratio is our tasks per minute over the floor's for the same tasks and runs:
+both drain times run from the first run's creation to the last run's end
+(``drain_seconds``), so neither counts the daemon's start or the wait for the
+first sweep. Above 1 the task job drains its runs faster than no-op runs do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.common import machine_load
+from bench.daemon_e2e import (
+    LEASE_MS,
+    OLD_MS,
+    backlog_phase,
+    batch_tasks,
+    cpu_per_run,
+    dropped_table_tasks,
+    floor_phase,
+    insert_all,
+    seed_mixed,
+)
+from bench.report import BenchResult, Figure, fmt
+
+TITLE = "1b. Through dagster-daemon, per kind: BATCH tasks, small tables, a mixed backlog"
+# Twice the quick sizes: the quick run took 7 min at load 5 on 2 cores (20 min at
+# load 12 to 20), so this one stays near 15 min on a host as loaded as the first.
+FULL: dict[str, int] = {
+    "batch": 24,
+    "tables": 16,
+    "dropped_tables": 8,
+    "orphan_tables": 1,
+    "children_each": 30,
+    "mixed_batch": 8,
+    "concurrent_runs": 4,
+    "sweep_interval_s": 5,
+    "deadline_s": 420,
+}
+QUICK: dict[str, int] = {
+    "batch": 12,
+    "tables": 8,
+    "dropped_tables": 4,
+    "orphan_tables": 1,
+    "children_each": 10,
+    "mixed_batch": 4,
+    "concurrent_runs": 4,
+    "sweep_interval_s": 5,
+    "deadline_s": 240,
+}
+TABLE_TARGET = 0.9
+# Issue 46's "before", measured side by side on an earlier head.
+BEFORE = {"batch": "1.33x", "tables": "0.84x"}
+LABELS = {"batch": "BATCH tasks", "tables": "small tables", "mixed": "mixed backlog"}
+
+
+@dataclass(frozen=True)
+class Drain:
+    """One side of a ratio: the runs a backlog took and their drain time."""
+
+    runs: int
+    seconds: float | None
+    complete: bool = True
+
+
+def floor_ratio(ours: Drain, floor: Drain) -> float:
+    """Our tasks/min over the floor's for the same tasks: the floor's drain time over
+    ours. Raises ValueError when the two sides are not the same runs, fully drained."""
+    if ours.runs != floor.runs:
+        raise ValueError(f"the floor drained {floor.runs} runs where ours took {ours.runs}")
+    if ours.runs <= 0:
+        raise ValueError("no runs to compare")
+    if not ours.complete or not floor.complete:
+        raise ValueError("a side did not drain its backlog before its deadline")
+    if ours.seconds is None or not ours.seconds > 0:
+        raise ValueError(f"ours: no drain time ({ours.seconds})")
+    if floor.seconds is None or not floor.seconds > 0:
+        raise ValueError(f"the floor: no drain time ({floor.seconds})")
+    return floor.seconds / ours.seconds
+
+
+def compiled() -> bool:
+    """Whether the library has bytecode: without it every run process compiles it."""
+    from builders.daemon import REPO_ROOT
+
+    return any((REPO_ROOT / "polaris_pipeline").glob("__pycache__/*.pyc"))
+
+
+def kind_seed(kind: str, size: dict[str, int]) -> Any:
+    def seed(root: Path, store: Any) -> dict[str, int]:
+        created = store.now_ms() - OLD_MS
+        if kind == "batch":
+            tasks = batch_tasks(root, size["batch"], created)
+        else:
+            tasks = dropped_table_tasks(root, size["tables"], created)
+        insert_all(store, tasks)
+        return {"tasks": len(tasks)}
+
+    if kind == "mixed":
+        mixed = {**size, "batch": size["mixed_batch"]}
+        return lambda root, store: seed_mixed(root, store, mixed)
+    return seed
+
+
+def kind_pair(kind: str, size: dict[str, int]) -> dict[str, Any]:
+    """Our backlog of ``kind``, then the floor for as many runs; the load before each."""
+    from bench.daemon_floor_location import IN_PROCESS
+
+    conc = size["concurrent_runs"]
+    load_ours = machine_load()
+    ours = backlog_phase(
+        "sqlite",
+        f"kind_{kind}",
+        size,
+        kind_seed(kind, size),
+        size["deadline_s"],
+        max_concurrent_runs=conc,
+        lease_timeout_ms=LEASE_MS,
+        sweep_interval_s=size["sweep_interval_s"],
+    )
+    load_floor = machine_load()
+    floor = floor_phase("sqlite", max(ours["runs"], 1), conc, executor=IN_PROCESS)
+    return {"ours": ours, "floor": floor, "load": (load_ours, load_floor)}
+
+
+def kind_figure(kind: str, pair: dict[str, Any]) -> Figure:
+    ours, floor = pair["ours"], pair["floor"]
+    tasks = ours["fixture"]["tasks"]
+    label = f"floor ratio, {LABELS[kind]}: tasks/min against no-op runs as many (sqlite)"
+    target = f">= {TABLE_TARGET}x" if kind == "tables" else ""
+    before = f"; before (issue 46): {BEFORE[kind]}" if kind in BEFORE else ""
+    load = f"load {pair['load'][0][0]:.1f} before ours, {pair['load'][1][0]:.1f} before the floor"
+    try:
+        ratio = floor_ratio(
+            Drain(ours["runs"], ours["drain_s"], ours["done"]),
+            Drain(floor["runs"], floor["drain_s"]),
+        )
+    except ValueError as exc:
+        return Figure(
+            label,
+            None,
+            "tasks/min",
+            target=target,
+            met=False if target else None,
+            why=f"no ratio: {exc}; {load}",
+        )
+    rate = tasks / (ours["drain_s"] / 60)
+    return Figure(
+        label,
+        rate,
+        "tasks/min",
+        baseline=tasks / (floor["drain_s"] / 60),
+        ratio=ratio,
+        target=target,
+        met=ratio >= TABLE_TARGET if target else None,
+        why=f"{tasks:,} tasks in {ours['runs']} runs drained in {ours['drain_s']:.0f} s "
+        f"({ours['seconds']:.0f} s from the insert to an empty metastore); the floor's "
+        f"{floor['runs']} no-op runs in {floor['drain_s']:.0f} s; CPU per run process "
+        f"{fmt(cpu_per_run(ours), 's')} against {fmt(cpu_per_run(floor), 's')}; "
+        f"{load}{before}",
+    )
+
+
+def run(quick: bool = False) -> BenchResult:
+    size = QUICK if quick else FULL
+    result = BenchResult(
+        name="daemon_kinds",
+        title=TITLE,
+        command="python -m bench daemon_kinds" + (" --quick" if quick else ""),
+        scale="quick" if quick else "full",
+        params={
+            "BATCH": f"{size['batch']} independent BATCH tasks of 5 files",
+            "tables": f"{size['tables']} dropped pyiceberg tables of one append",
+            "mixed": f"{size['dropped_tables']} dropped tables, {size['orphan_tables']} "
+            f"tables each leaving {size['children_each']} orphaned children, "
+            f"{size['mixed_batch']} BATCH tasks",
+            "daemon": f"SQLite instance, max_concurrent_runs {size['concurrent_runs']}, "
+            f"sweep interval {size['sweep_interval_s']} s, lease 300 s, run monitoring "
+            "as deploy/dagster.yaml",
+            "deadline": f"{size['deadline_s']} s per backlog",
+        },
+    )
+    if not compiled():
+        result.notes.append(
+            "Measured without the project's bytecode (`make bytecode`, which `make bench` "
+            "runs first): each of our run processes compiled the library from source, which "
+            "the no-op runs do not, so our side is slower than a deployment's."
+        )
+    pairs = {kind: kind_pair(kind, size) for kind in LABELS}
+    result.add(*(kind_figure(kind, pair) for kind, pair in pairs.items()))
+    rows = [
+        "| kind | tasks | runs | ours: drain s (insert to empty) | floor: drain s | "
+        "median run s, ours / floor | median queue wait s, ours / floor | "
+        "CPU s per run process, ours / floor | load (1 min) before ours / floor |",
+        "|---|---:|---:|---:|---:|---|---|---|---|",
+    ]
+    for kind, pair in pairs.items():
+        ours, floor = pair["ours"], pair["floor"]
+        rows.append(
+            f"| {LABELS[kind]} | {ours['fixture']['tasks']:,} | {ours['runs']} | "
+            f"{fmt(ours['drain_s'])} ({ours['seconds']:.0f}{'' if ours['done'] else ', cut'}) | "
+            f"{fmt(floor['drain_s'])} | {fmt(ours['median_run_s'])} / "
+            f"{fmt(floor['median_run_s'])} | {fmt(ours['median_start_latency_s'])} / "
+            f"{fmt(floor['median_start_latency_s'])} | {fmt(cpu_per_run(ours))} / "
+            f"{fmt(cpu_per_run(floor))} | {pair['load'][0][0]:.1f} / {pair['load'][1][0]:.1f} |"
+        )
+    result.section("Phases", "\n".join(rows))
+    result.section(
+        "Method",
+        "For each kind, `dagster-daemon run` starts on a fresh SQLite instance and metastore "
+        "(`backlog_phase` of bench/daemon_e2e.py), the tasks are inserted after the sensor's "
+        "first tick, and the phase ends when the metastore holds none. Right after, the "
+        "trivial one-op job (bench/daemon_floor_location.py, in-process executor) is "
+        "requested by a sensor once per run, as many runs as ours took, through the same "
+        "instance configuration (`floor_phase`). Both sides' drain time runs from the first "
+        "run's creation to the last run's end; the ratio is the floor's over ours "
+        "(`floor_ratio`), that is our tasks per minute over the floor's for the same "
+        "tasks. The two halves run minutes apart on the shared host: the load before each "
+        "is given.",
+    )
+    return result
