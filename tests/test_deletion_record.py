@@ -38,7 +38,12 @@ from polaris_pipeline.storage.deletion_record import DeletionRecord, RecordHeade
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.tasks.model import NewTask
 from tests.support.cli import POLICY_FLAGS, run, url_of
-from tests.support.iceberg import Warehouse, drop_task_row, table_files
+from tests.support.iceberg import (
+    BUILT_TABLE,
+    Warehouse,
+    drop_task_row,
+    table_files,
+)
 from tests.support.metastore import with_policy
 from tests.support.s3 import MotoS3
 from tests.support.table_metadata import content_files
@@ -201,14 +206,14 @@ def _s3_records(moto: MotoS3, bucket: str) -> dict[str, bytes]:
 
 
 def test_an_s3_table_recorded_on_s3_holds_its_paths_and_no_secret(
-    s3_warehouse: Warehouse, store: Metastore, moto_server: MotoS3
+    built_s3_warehouse: Warehouse, store: Metastore, moto_server: MotoS3
 ) -> None:
     audit = f"pp-audit-{uuid.uuid4().hex[:12]}"
     moto_server.client().create_bucket(Bucket=audit)
-    table = s3_warehouse.build("t", appends=2)
+    table = built_s3_warehouse.catalog.load_table(BUILT_TABLE)
     oracle = table_files(table)
     store.insert_tasks([_drop_task(table)])
-    bucket = s3_warehouse.uri.removeprefix("s3://").split("/")[0]
+    bucket = built_s3_warehouse.uri.removeprefix("s3://").split("/")[0]
     config = _s3_record_config(moto_server, bucket, audit)
 
     with Runner(

@@ -55,7 +55,7 @@ from tests.support.catalog_storage import (
 )
 from tests.support.dagster import deployed_sensor, metastore_resource, sweeper_resources
 from tests.support.gcs import FakeGcs, fake_gcs  # noqa: F401
-from tests.support.iceberg import Warehouse, table_files
+from tests.support.iceberg import BUILT_NEIGHBOUR, BUILT_TABLE, Warehouse, table_files
 from tests.support.s3 import MotoIam
 
 OLD_MS = 10 * 60_000
@@ -242,12 +242,13 @@ def _assert_refused(store: Metastore, task: NewTask, outcome: TaskOutcome, words
 
 @pytest.mark.parametrize(("recorded", "declared"), LOCAL_PAIRS, ids=LOCAL_IDS)
 def test_table_purged_when_catalog_and_metadata_spell_the_location_apart(
-    local_warehouse: Warehouse, store: Metastore, recorded: str, declared: str
+    built_local_warehouse: Warehouse, store: Metastore, recorded: str, declared: str
 ) -> None:
     """Issue 26: ``file:/wh/ns/t`` recorded, ``file:///wh/ns/t`` declared: one directory."""
-    wh = local_warehouse
-    table = wh.build("t", appends=2)
-    neighbour = wh.build("t_2", appends=1)  # shares the table's name as a string prefix
+    wh = built_local_warehouse
+    table = wh.catalog.load_table(BUILT_TABLE)
+    # The neighbour shares the table's name as a string prefix.
+    neighbour = wh.catalog.load_table(BUILT_NEIGHBOUR)
     oracle, kept = table_files(table), table_files(neighbour)
     path = _path(table.location())
     _declare(table, SPELL[declared](path))
@@ -413,11 +414,11 @@ def test_sweep_once_purges_the_table_of_issue_26(
 
 
 def test_dagster_job_purges_a_table_whose_storage_location_is_hadoop_s_spelling(
-    local_warehouse: Warehouse, store: Metastore, instance: DagsterInstance
+    built_local_warehouse: Warehouse, store: Metastore, instance: DagsterInstance
 ) -> None:
-    wh = local_warehouse
-    table = wh.build("t", appends=2)
-    neighbour = wh.build("t_2", appends=1)
+    wh = built_local_warehouse
+    table = wh.catalog.load_table(BUILT_TABLE)
+    neighbour = wh.catalog.load_table(BUILT_NEIGHBOUR)
     oracle, kept = table_files(table), table_files(neighbour)
     task = built_tasks.drop_table_task(
         table,

@@ -32,7 +32,7 @@ from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import LiveLocations
 from polaris_pipeline.storage.uri import parse_location, split_uri
 from polaris_pipeline.tasks.model import Prop, TaskPolicy, TaskType, bounded_error
-from tests.support.iceberg import Warehouse, table_files
+from tests.support.iceberg import BUILT_NEIGHBOUR, BUILT_TABLE, Warehouse, table_files
 from tests.support.metastore import pipeline_store
 from tests.support.unreferenced import CATALOG_TYPE_CODE, NAMESPACE_TYPE_CODE, live_entity
 
@@ -63,8 +63,8 @@ class Dropped:
 
 
 def _drop(store: Metastore, wh: Warehouse, *, allow: bool = False) -> Dropped:
-    table = wh.build("t", appends=2)
-    sibling = wh.build("t_2", appends=1)
+    table = wh.catalog.load_table(BUILT_TABLE)
+    sibling = wh.catalog.load_table(BUILT_NEIGHBOUR)
     task = built_tasks.drop_table_task(table)
     if allow:
         task.properties[Prop.ALLOW_SHARED_LOCATION] = "true"
@@ -172,28 +172,28 @@ REFUSING = {
 
 @pytest.mark.parametrize("case", list(REFUSING))
 def test_a_live_table_sharing_the_files_refuses_the_purge_before_any_delete(
-    guarded: Metastore, local_warehouse: Warehouse, case: str
+    guarded: Metastore, built_local_warehouse: Warehouse, case: str
 ) -> None:
     add_live, words = REFUSING[case]
-    dropped = _drop(guarded, local_warehouse)
+    dropped = _drop(guarded, built_local_warehouse)
     add_live(guarded, dropped)
 
-    error = _assert_refused(guarded, dropped, _sweep(guarded, local_warehouse))
+    error = _assert_refused(guarded, dropped, _sweep(guarded, built_local_warehouse))
 
     for word in words:
         assert word in error, error
     assert "--allow-shared-location" in error
 
 
-def test_s3a_and_s3_are_one_location(guarded: Metastore, s3_warehouse: Warehouse) -> None:
-    dropped = _drop(guarded, s3_warehouse)
+def test_s3a_and_s3_are_one_location(guarded: Metastore, built_s3_warehouse: Warehouse) -> None:
+    dropped = _drop(guarded, built_s3_warehouse)
     _live(guarded, "s3a://" + dropped.location.removeprefix("s3://"), name="spark_side")
 
-    [root] = _sweep(guarded, s3_warehouse)
+    [root] = _sweep(guarded, built_s3_warehouse)
 
     assert (root.status, root.permanent) == (Status.DEAD, True)
     assert root.error is not None and "'spark_side'" in root.error
-    assert all(s3_warehouse.exists(f) for f in dropped.files)
+    assert all(built_s3_warehouse.exists(f) for f in dropped.files)
     row = guarded.get_task("POLARIS", dropped.task_id)
     assert row is not None and row.failure_permanent and "spark_side" in (row.last_error or "")
 
@@ -202,9 +202,9 @@ def test_s3a_and_s3_are_one_location(guarded: Metastore, s3_warehouse: Warehouse
 
 
 def test_a_sibling_sharing_a_string_prefix_and_a_namespace_above_do_not_refuse(
-    guarded: Metastore, local_warehouse: Warehouse
+    guarded: Metastore, built_local_warehouse: Warehouse
 ) -> None:
-    dropped = _drop(guarded, local_warehouse)
+    dropped = _drop(guarded, built_local_warehouse)
     _live(guarded, dropped.sibling.location(), name="t_2")
     _live(
         guarded,
@@ -213,7 +213,7 @@ def test_a_sibling_sharing_a_string_prefix_and_a_namespace_above_do_not_refuse(
         name="ns",
     )
 
-    outcomes = _sweep(guarded, local_warehouse)
+    outcomes = _sweep(guarded, built_local_warehouse)
 
     assert all(o.status is Status.DONE for o in outcomes), [o.error for o in outcomes]
     assert guarded.list_tasks() == []
@@ -226,12 +226,14 @@ def test_a_sibling_sharing_a_string_prefix_and_a_namespace_above_do_not_refuse(
 
 
 def test_children_are_refused_once_a_live_table_appears_at_the_location(
-    metastore: Metastore, local_warehouse: Warehouse
+    metastore: Metastore, built_local_warehouse: Warehouse
 ) -> None:
     """Each child checks again before its deletes: a table created at the path after
     its parent planned stops every manifest and batch child, which are dead-lettered."""
-    dropped = _drop(metastore, local_warehouse)
-    with Runner(metastore, local_warehouse.config, resolver=local_warehouse.resolver) as runner:
+    dropped = _drop(metastore, built_local_warehouse)
+    with Runner(
+        metastore, built_local_warehouse.config, resolver=built_local_warehouse.resolver
+    ) as runner:
         [lease] = runner.lease(1, ["POLARIS"])
         parent = runner.execute(lease)
         assert parent.ok and parent.children, parent.error
@@ -252,16 +254,16 @@ def test_children_are_refused_once_a_live_table_appears_at_the_location(
 
 
 def test_requeue_with_the_override_lets_the_purge_go_on_and_says_so(
-    guarded: Metastore, local_warehouse: Warehouse
+    guarded: Metastore, built_local_warehouse: Warehouse
 ) -> None:
-    dropped = _drop(guarded, local_warehouse)
+    dropped = _drop(guarded, built_local_warehouse)
     _another_realm_over_the_same_metadata(guarded, dropped)
-    _assert_refused(guarded, dropped, _sweep(guarded, local_warehouse))
+    _assert_refused(guarded, dropped, _sweep(guarded, built_local_warehouse))
 
     guarded.requeue("POLARIS", dropped.task_id, allow_shared_location=True)
     row = guarded.get_task("POLARIS", dropped.task_id)
     assert row is not None and row.properties[Prop.ALLOW_SHARED_LOCATION] == "true"
-    outcomes = _sweep(guarded, local_warehouse)
+    outcomes = _sweep(guarded, built_local_warehouse)
 
     assert all(o.status is Status.DONE for o in outcomes), [o.error for o in outcomes]
     root = outcomes[0]
@@ -277,14 +279,14 @@ def test_requeue_with_the_override_lets_the_purge_go_on_and_says_so(
 
 
 def test_a_requeue_without_the_override_is_refused_again(
-    metastore: Metastore, local_warehouse: Warehouse
+    metastore: Metastore, built_local_warehouse: Warehouse
 ) -> None:
-    dropped = _drop(metastore, local_warehouse)
+    dropped = _drop(metastore, built_local_warehouse)
     _live(metastore, dropped.location, name="live")
-    _assert_refused(metastore, dropped, _sweep(metastore, local_warehouse))
+    _assert_refused(metastore, dropped, _sweep(metastore, built_local_warehouse))
 
     metastore.requeue("POLARIS", dropped.task_id)
-    error = _assert_refused(metastore, dropped, _sweep(metastore, local_warehouse))
+    error = _assert_refused(metastore, dropped, _sweep(metastore, built_local_warehouse))
 
     assert "'live'" in error
 

@@ -33,7 +33,7 @@ from polaris_pipeline.tasks.payloads import decode_dropped_entity
 from polaris_pipeline.unreferenced.listing import prefix_refusal, run_unreferenced
 from polaris_pipeline.unreferenced.mode import UnreferencedMode
 from polaris_pipeline.unreferenced.report import UnreferencedReport
-from tests.support.iceberg import Warehouse, table_files
+from tests.support.iceberg import BUILT_NEIGHBOUR, BUILT_TABLE, Warehouse, table_files
 from tests.support.metastore import with_policy
 from tests.support.unreferenced import (
     NAMESPACE_TYPE_CODE,
@@ -58,8 +58,8 @@ class Dropped:
 
 
 def _drop(wh: Warehouse) -> Dropped:
-    table = wh.build("t", appends=2)
-    neighbour = wh.build("t_2", appends=1)
+    table = wh.catalog.load_table(BUILT_TABLE)
+    neighbour = wh.catalog.load_table(BUILT_NEIGHBOUR)
     unreferenced = add_unreferenced(table, wh.resolver)
     settle()  # every file is older than the drop
     task = built_tasks.drop_table_task(table)
@@ -90,19 +90,19 @@ def _left(wh: Warehouse, location: str) -> set[str]:
 
 
 def test_delete_mode_deletes_every_unreferenced_file_and_the_empty_directories(
-    store: Metastore, warehouse: Warehouse
+    store: Metastore, built_warehouse: Warehouse
 ) -> None:
-    dropped = _drop(warehouse)
+    dropped = _drop(built_warehouse)
 
-    report = _report(_sweep(store, warehouse, dropped, "delete"))
+    report = _report(_sweep(store, built_warehouse, dropped, "delete"))
 
     assert report.refusal is None and report.error is None, report
     assert report.deleted == len(dropped.unreferenced) == report.listed
     assert report.kept_newer == 0 and report.failures == 0
     assert report.bytes_deleted is not None and report.bytes_deleted > 0
-    assert _left(warehouse, dropped.location) == set()
-    assert all(warehouse.exists(f) for f in dropped.neighbour_files)
-    if warehouse.kind == "local":
+    assert _left(built_warehouse, dropped.location) == set()
+    assert all(built_warehouse.exists(f) for f in dropped.neighbour_files)
+    if built_warehouse.kind == "local":
         assert report.directories_removed >= 3
         assert not Path(split_uri(dropped.location)[1]).exists()
         # The namespace directory holding the neighbour stays.
@@ -113,24 +113,24 @@ def test_delete_mode_deletes_every_unreferenced_file_and_the_empty_directories(
 
 
 def test_report_mode_lists_everything_and_deletes_nothing(
-    store: Metastore, warehouse: Warehouse
+    store: Metastore, built_warehouse: Warehouse
 ) -> None:
-    dropped = _drop(warehouse)
+    dropped = _drop(built_warehouse)
 
-    report = _report(_sweep(store, warehouse, dropped, "report"))
+    report = _report(_sweep(store, built_warehouse, dropped, "report"))
 
     assert report.deleted == 0 and report.would_delete == len(dropped.unreferenced)
     assert set(report.paths) == dropped.unreferenced
-    assert _left(warehouse, dropped.location) == dropped.unreferenced
-    assert all(warehouse.exists(f) for f in dropped.neighbour_files)
+    assert _left(built_warehouse, dropped.location) == dropped.unreferenced
+    assert all(built_warehouse.exists(f) for f in dropped.neighbour_files)
     assert "would go" in report.summary()
     # What is left under the prefix is stated, and is exactly what a listing finds.
-    assert report.left == len(_left(warehouse, dropped.location)) > 0
+    assert report.left == len(_left(built_warehouse, dropped.location)) > 0
     assert report.summary().endswith(f"; {report.left} object(s) left under it")
 
 
 def test_off_mode_and_a_realm_override_run_no_phase(
-    tmp_path: Path, local_warehouse: Warehouse
+    tmp_path: Path, built_local_warehouse: Warehouse
 ) -> None:
     policy = TaskPolicy(
         lease_timeout_ms=60_000,
@@ -139,29 +139,29 @@ def test_off_mode_and_a_realm_override_run_no_phase(
     )
     store = Metastore(f"sqlite:///{tmp_path}/o.db", policy=policy)
     store.init_schema()
-    dropped = _drop(local_warehouse)
+    dropped = _drop(built_local_warehouse)
 
-    root = _sweep(store, local_warehouse, dropped, "delete")
+    root = _sweep(store, built_local_warehouse, dropped, "delete")
 
     assert root.result is not None and root.result.unreferenced is None
-    assert _left(local_warehouse, dropped.location) == dropped.unreferenced
+    assert _left(built_local_warehouse, dropped.location) == dropped.unreferenced
     store.dispose()
 
 
 def test_an_object_newer_than_the_drop_is_kept_and_reported(
-    store: Metastore, warehouse: Warehouse
+    store: Metastore, built_warehouse: Warehouse
 ) -> None:
-    dropped = _drop(warehouse)
+    dropped = _drop(built_warehouse)
     store.insert_tasks([dropped.task])
     settle()
     newer = write_object(
-        warehouse.resolver, f"{dropped.location}/data/after-the-drop.parquet", b"new"
+        built_warehouse.resolver, f"{dropped.location}/data/after-the-drop.parquet", b"new"
     )
 
     with Runner(
         with_policy(store, unreferenced="delete"),
-        warehouse.config,
-        resolver=warehouse.resolver,
+        built_warehouse.config,
+        resolver=built_warehouse.resolver,
     ) as runner:
         outcomes = sweep_tasks(runner, ["POLARIS"])
 
@@ -169,7 +169,7 @@ def test_an_object_newer_than_the_drop_is_kept_and_reported(
     report = _report(root)
     assert root.ok and report.kept_newer == 1
     assert any(s.startswith(newer) and "newer than the drop" in s for s in report.kept_sample)
-    assert _left(warehouse, dropped.location) == {newer}
+    assert _left(built_warehouse, dropped.location) == {newer}
     assert "1 kept as newer than the drop" in report.summary()
 
 
@@ -195,35 +195,35 @@ def _refused(store: Metastore, wh: Warehouse, dropped: Dropped) -> str:
 
 
 def test_a_live_table_created_at_the_same_location_after_the_drop_refuses(
-    metastore: Metastore, local_warehouse: Warehouse
+    metastore: Metastore, built_local_warehouse: Warehouse
 ) -> None:
-    dropped = _drop(local_warehouse)
+    dropped = _drop(built_local_warehouse)
     live_entity(metastore, dropped.location, name="t_again")
 
-    refusal = _refused(metastore, local_warehouse, dropped)
+    refusal = _refused(metastore, built_local_warehouse, dropped)
 
     assert "overlap with live table-like 't_again'" in refusal
     assert dropped.location in refusal
 
 
 def test_a_live_table_nested_under_the_location_refuses(
-    metastore: Metastore, warehouse: Warehouse
+    metastore: Metastore, built_warehouse: Warehouse
 ) -> None:
-    dropped = _drop(warehouse)
+    dropped = _drop(built_warehouse)
     live_entity(metastore, f"{dropped.location}/nested/inner", name="inner")
 
-    refusal = _refused(metastore, warehouse, dropped)
+    refusal = _refused(metastore, built_warehouse, dropped)
 
     assert "'inner'" in refusal and "at or under the prefix" in refusal
 
 
 def test_a_live_table_writing_under_the_prefix_by_its_write_data_path_refuses(
-    metastore: Metastore, local_warehouse: Warehouse
+    metastore: Metastore, built_local_warehouse: Warehouse
 ) -> None:
     """A live table elsewhere whose ``write.data.path`` lies under the dropped table's
     location: its data files are there and unreferenced by the dropped table."""
-    wh = local_warehouse
-    table = wh.build("t", appends=2)
+    wh = built_local_warehouse
+    table = wh.catalog.load_table(BUILT_TABLE)
     inside = f"{table.location().rstrip('/')}/data/of_live"
     live = wh.build("live", appends=1, properties={"write.data.path": inside})
     live_files = {f for f in table_files(live) if f.startswith(inside + "/")}
@@ -245,44 +245,44 @@ def test_a_live_table_writing_under_the_prefix_by_its_write_data_path_refuses(
 
 
 def test_a_namespace_whose_base_location_is_the_prefix_refuses(
-    metastore: Metastore, local_warehouse: Warehouse
+    metastore: Metastore, built_local_warehouse: Warehouse
 ) -> None:
-    dropped = _drop(local_warehouse)
+    dropped = _drop(built_local_warehouse)
     live_entity(metastore, dropped.location + "/", type_code=NAMESPACE_TYPE_CODE, name="ns2")
 
-    refusal = _refused(metastore, local_warehouse, dropped)
+    refusal = _refused(metastore, built_local_warehouse, dropped)
 
     assert "live namespace 'ns2'" in refusal
 
 
 def test_a_namespace_above_the_prefix_and_a_neighbour_sharing_its_name_do_not_refuse(
-    metastore: Metastore, local_warehouse: Warehouse
+    metastore: Metastore, built_local_warehouse: Warehouse
 ) -> None:
-    dropped = _drop(local_warehouse)
+    dropped = _drop(built_local_warehouse)
     namespace_dir = dropped.location.rsplit("/", 1)[0]
     live_entity(metastore, namespace_dir, type_code=NAMESPACE_TYPE_CODE, name="ns")
     live_entity(metastore, dropped.location + "_2", name="t_2")
 
-    report = _report(_sweep(metastore, local_warehouse, dropped, "delete"))
+    report = _report(_sweep(metastore, built_local_warehouse, dropped, "delete"))
 
     assert report.refusal is None and report.deleted == len(dropped.unreferenced)
 
 
 def test_a_live_table_above_the_prefix_refuses(
-    metastore: Metastore, local_warehouse: Warehouse
+    metastore: Metastore, built_local_warehouse: Warehouse
 ) -> None:
-    dropped = _drop(local_warehouse)
+    dropped = _drop(built_local_warehouse)
     live_entity(metastore, dropped.location.rsplit("/", 1)[0], name="outer")
 
-    refusal = _refused(metastore, local_warehouse, dropped)
+    refusal = _refused(metastore, built_local_warehouse, dropped)
 
     assert "the prefix lies inside it" in refusal
 
 
 def test_a_malformed_entity_location_counts_as_overlapping(
-    metastore: Metastore, local_warehouse: Warehouse
+    metastore: Metastore, built_local_warehouse: Warehouse
 ) -> None:
-    dropped = _drop(local_warehouse)
+    dropped = _drop(built_local_warehouse)
     live_entity(
         metastore,
         dropped.location + "/x",
@@ -290,45 +290,45 @@ def test_a_malformed_entity_location_counts_as_overlapping(
         properties={"location": "not a location"},
     )
 
-    refusal = _refused(metastore, local_warehouse, dropped)
+    refusal = _refused(metastore, built_local_warehouse, dropped)
 
     assert "malformed" in refusal
 
 
 def test_the_overlap_is_checked_in_every_realm(
-    metastore: Metastore, local_warehouse: Warehouse
+    metastore: Metastore, built_local_warehouse: Warehouse
 ) -> None:
-    dropped = _drop(local_warehouse)
+    dropped = _drop(built_local_warehouse)
     live_entity(metastore, dropped.location, name="elsewhere", realm_id="OTHER", catalog_id=77)
 
-    refusal = _refused(metastore, local_warehouse, dropped)
+    refusal = _refused(metastore, built_local_warehouse, dropped)
 
     assert "OTHER/" in refusal
 
 
 def test_schema_v1_reads_the_entities_location_property(
-    tmp_path: Path, local_warehouse: Warehouse
+    tmp_path: Path, built_local_warehouse: Warehouse
 ) -> None:
     store = Metastore(
         f"sqlite:///{tmp_path}/v1.db", policy=TaskPolicy(lease_timeout_ms=60_000, grace_ms=0)
     )
     store.init_schema(1)
-    dropped = _drop(local_warehouse)
+    dropped = _drop(built_local_warehouse)
     live_entity(store, f"{dropped.location}/inner", name="inner", with_location_column=False)
 
-    refusal = _refused(store, local_warehouse, dropped)
+    refusal = _refused(store, built_local_warehouse, dropped)
 
     assert "'inner'" in refusal
     store.dispose()
 
 
 def test_a_catalog_whose_base_location_is_the_prefix_refuses(
-    store: Metastore, local_warehouse: Warehouse
+    store: Metastore, built_local_warehouse: Warehouse
 ) -> None:
-    dropped = _drop(local_warehouse)
+    dropped = _drop(built_local_warehouse)
     live_entity(store, dropped.location, type_code=4, name="cat")
 
-    refusal = _refused(store, local_warehouse, dropped)
+    refusal = _refused(store, built_local_warehouse, dropped)
 
     assert "live catalog 'cat'" in refusal
 
@@ -380,27 +380,27 @@ def test_a_prefix_at_or_above_an_allowed_location_is_refused() -> None:
 
 
 def test_a_table_at_the_bucket_root_keeps_everything(
-    store: Metastore, s3_warehouse: Warehouse
+    store: Metastore, built_s3_warehouse: Warehouse
 ) -> None:
-    bucket_root = s3_warehouse.uri.rsplit("/", 1)[0]
-    dropped = _drop(s3_warehouse)
+    bucket_root = built_s3_warehouse.uri.rsplit("/", 1)[0]
+    dropped = _drop(built_s3_warehouse)
     task = dataclasses.replace(
         dropped.task,
         internal_properties={**dropped.task.internal_properties, "storageLocation": bucket_root},
     )
-    before = s3_warehouse.files()
+    before = built_s3_warehouse.files()
     store.insert_tasks([task])
 
     with Runner(
         with_policy(store, unreferenced="delete"),
-        s3_warehouse.config,
-        resolver=s3_warehouse.resolver,
+        built_s3_warehouse.config,
+        resolver=built_s3_warehouse.resolver,
     ) as r:
         [outcome, *_] = sweep_tasks(r, ["POLARIS"])
 
     # The referenced purge refuses a root; the unreferenced phase never runs.
     assert not outcome.ok and outcome.result is not None and outcome.result.unreferenced is None
-    assert s3_warehouse.files() == before
+    assert built_s3_warehouse.files() == before
 
 
 def test_like_patterns_escape_the_prefix() -> None:
@@ -416,15 +416,15 @@ def test_like_patterns_escape_the_prefix() -> None:
 
 
 def test_the_dry_run_lists_unreferenced_files_apart_from_referenced_ones(
-    store: Metastore, warehouse: Warehouse
+    store: Metastore, built_warehouse: Warehouse
 ) -> None:
-    dropped = _drop(warehouse)
+    dropped = _drop(built_warehouse)
     store.insert_tasks([dropped.task])
 
     with Runner(
         with_policy(store, unreferenced="delete"),
-        warehouse.config,
-        resolver=warehouse.resolver,
+        built_warehouse.config,
+        resolver=built_warehouse.resolver,
     ) as r:
         [(_, result)] = dry_run(r, ["POLARIS"])
 
@@ -432,24 +432,24 @@ def test_the_dry_run_lists_unreferenced_files_apart_from_referenced_ones(
     assert set(result.unreferenced.paths) == dropped.unreferenced
     assert result.unreferenced.referenced > 0 and result.unreferenced.deleted == 0
     assert not set(result.would_delete) & dropped.unreferenced
-    assert _left(warehouse, dropped.location) >= dropped.unreferenced
+    assert _left(built_warehouse, dropped.location) >= dropped.unreferenced
 
 
 # -- a listing that fails half way -----------------------------------------------------
 
 
 def test_a_listing_that_fails_half_way_fails_the_attempt_and_the_retry_finishes(
-    store: Metastore, local_warehouse: Warehouse
+    store: Metastore, built_local_warehouse: Warehouse
 ) -> None:
-    dropped = _drop(local_warehouse)
+    dropped = _drop(built_local_warehouse)
     table_dir = Path(split_uri(dropped.location)[1])
     unlistable_directory(table_dir / "data")
     store.insert_tasks([dropped.task])
 
     with Runner(
         with_policy(store, unreferenced="delete"),
-        local_warehouse.config,
-        resolver=local_warehouse.resolver,
+        built_local_warehouse.config,
+        resolver=built_local_warehouse.resolver,
     ) as r:
         outcomes = sweep_tasks(r, ["POLARIS"])
 
@@ -460,29 +460,29 @@ def test_a_listing_that_fails_half_way_fails_the_attempt_and_the_retry_finishes(
     # Recorded (bounded), retried later.
     assert row is not None and row.last_error and row.last_error.startswith("unreferenced files of")
     # The referenced purge is done and stays done: the metadata file is gone.
-    assert not local_warehouse.exists(dropped.table.metadata_location)
-    assert all(local_warehouse.exists(f) for f in dropped.neighbour_files)
+    assert not built_local_warehouse.exists(dropped.table.metadata_location)
+    assert all(built_local_warehouse.exists(f) for f in dropped.neighbour_files)
 
     # The operator removes the cause; the retry goes straight to the unreferenced phase.
     shutil.rmtree(table_dir / "data" / ("d" * 250))
     assert store.requeue("POLARIS", dropped.task.id) is TaskState.ORPHANED
     with Runner(
         with_policy(store, unreferenced="delete"),
-        local_warehouse.config,
-        resolver=local_warehouse.resolver,
+        built_local_warehouse.config,
+        resolver=built_local_warehouse.resolver,
     ) as r:
         [again] = sweep_tasks(r, ["POLARIS"])
 
     assert again.ok and not again.children
     assert _report(again).error is None
-    assert _left(local_warehouse, dropped.location) == set()
+    assert _left(built_local_warehouse, dropped.location) == set()
     assert store.list_tasks() == []
 
 
 def test_a_hadoop_file_colon_slash_location_with_a_trailing_slash(
-    store: Metastore, local_warehouse: Warehouse
+    store: Metastore, built_local_warehouse: Warehouse
 ) -> None:
-    dropped = _drop(local_warehouse)
+    dropped = _drop(built_local_warehouse)
     hadoop = "file:" + split_uri(dropped.location)[1] + "/"
     task = dataclasses.replace(
         dropped.task,
@@ -490,13 +490,13 @@ def test_a_hadoop_file_colon_slash_location_with_a_trailing_slash(
     )
 
     report = _report(
-        _sweep(store, local_warehouse, dataclasses.replace(dropped, task=task), "delete")
+        _sweep(store, built_local_warehouse, dataclasses.replace(dropped, task=task), "delete")
     )
 
     assert report.prefix == hadoop and report.deleted == len(dropped.unreferenced)
     assert all(p.startswith(hadoop) for p in report.paths)
-    assert _left(local_warehouse, dropped.location) == set()
-    assert all(local_warehouse.exists(f) for f in dropped.neighbour_files)
+    assert _left(built_local_warehouse, dropped.location) == set()
+    assert all(built_local_warehouse.exists(f) for f in dropped.neighbour_files)
 
 
 def test_with_nothing_unreferenced_the_empty_directories_still_go(
@@ -515,18 +515,18 @@ def test_with_nothing_unreferenced_the_empty_directories_still_go(
 
 
 def test_a_table_created_at_the_path_during_the_sweep_stops_the_next_batch(
-    store: Metastore, local_warehouse: Warehouse
+    store: Metastore, built_local_warehouse: Warehouse
 ) -> None:
     """The overlap is checked again before each batch: one created after the first
     batch stops the rest, which stay."""
-    dropped = _drop(local_warehouse)
-    _sweep(store, local_warehouse, dropped, "off")  # the referenced purge alone
-    assert _left(local_warehouse, dropped.location) == dropped.unreferenced
+    dropped = _drop(built_local_warehouse)
+    _sweep(store, built_local_warehouse, dropped, "off")  # the referenced purge alone
+    assert _left(built_local_warehouse, dropped.location) == dropped.unreferenced
     task = built_tasks.task_row(dropped.task)
     ctx = CleanupContext(
         task=task,
-        resolver=local_warehouse.resolver,
-        config=local_warehouse.config,
+        resolver=built_local_warehouse.resolver,
+        config=built_local_warehouse.config,
         delete_chunk_size=1,
     )
     live = LiveLocations(store.engine, store.check_schema())
@@ -544,13 +544,13 @@ def test_a_table_created_at_the_path_during_the_sweep_stops_the_next_batch(
     assert report.deleted == 1 and report.refusal is not None
     assert "created_meanwhile" in report.refusal
     # Everything but the one file of the first batch stays.
-    assert len(_left(local_warehouse, dropped.location)) == len(dropped.unreferenced) - 1
+    assert len(_left(built_local_warehouse, dropped.location)) == len(dropped.unreferenced) - 1
 
 
 def test_a_symlinked_directory_is_unlinked_never_followed(
-    store: Metastore, local_warehouse: Warehouse, tmp_path: Path
+    store: Metastore, built_local_warehouse: Warehouse, tmp_path: Path
 ) -> None:
-    dropped = _drop(local_warehouse)
+    dropped = _drop(built_local_warehouse)
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     (outside / "precious.parquet").write_bytes(b"keep")
@@ -560,7 +560,7 @@ def test_a_symlinked_directory_is_unlinked_never_followed(
     task = built_tasks.drop_table_task(dropped.table)
 
     report = _report(
-        _sweep(store, local_warehouse, dataclasses.replace(dropped, task=task), "delete")
+        _sweep(store, built_local_warehouse, dataclasses.replace(dropped, task=task), "delete")
     )
 
     assert (outside / "precious.parquet").read_bytes() == b"keep"

@@ -17,7 +17,7 @@ from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Prop
 from tests.support.dagster import metastore_resource, realm_run_config, run_task_job
-from tests.support.iceberg import Warehouse, table_files
+from tests.support.iceberg import BUILT_NEIGHBOUR, BUILT_TABLE, Warehouse, table_files
 from tests.support.unreferenced import add_unreferenced, live_entity, settle
 
 
@@ -31,8 +31,8 @@ def _run(
 ) -> tuple[Table, set[str], set[str], Any]:
     """``allow_shared_location``: the operator's override, so that the referenced purge
     goes on past a live entity at the location (never the unreferenced phase)."""
-    table = wh.build("t", appends=2)
-    neighbour = table_files(wh.build("t_2", appends=1))
+    table = wh.catalog.load_table(BUILT_TABLE)
+    neighbour = table_files(wh.catalog.load_table(BUILT_NEIGHBOUR))
     unreferenced = add_unreferenced(table, wh.resolver)
     settle()
     task = built_tasks.drop_table_task(table)
@@ -44,10 +44,10 @@ def _run(
 
 
 def test_delete_mode_runs_last_and_the_tables_event_says_what_went(
-    store: Metastore, local_warehouse: Warehouse, instance: DagsterInstance
+    store: Metastore, built_local_warehouse: Warehouse, instance: DagsterInstance
 ) -> None:
     table, neighbour, unreferenced, result = _run(
-        store, local_warehouse, instance, unreferenced="delete"
+        store, built_local_warehouse, instance, unreferenced="delete"
     )
 
     assert result.success
@@ -55,7 +55,7 @@ def test_delete_mode_runs_last_and_the_tables_event_says_what_went(
     assert finished["status"] == "done"
     assert f"{len(unreferenced)} files" in finished["unreferenced"]
     assert built_tables.list_files(table.location()) == set()
-    assert all(local_warehouse.exists(f) for f in neighbour)
+    assert all(built_local_warehouse.exists(f) for f in neighbour)
     assert store.list_tasks() == []
     # The finish step comes after every child step.
     steps = [e.step_key for e in result.all_events if e.event_type_value == "STEP_SUCCESS"]
@@ -76,9 +76,9 @@ def test_delete_mode_runs_last_and_the_tables_event_says_what_went(
 
 
 def test_report_mode_is_the_default_and_deletes_nothing(
-    store: Metastore, local_warehouse: Warehouse, instance: DagsterInstance
+    store: Metastore, built_local_warehouse: Warehouse, instance: DagsterInstance
 ) -> None:
-    table, _, unreferenced, result = _run(store, local_warehouse, instance)
+    table, _, unreferenced, result = _run(store, built_local_warehouse, instance)
 
     assert result.success
     assert "would go" in result.output_for_node(FINISH_STEP)["unreferenced"]
@@ -87,11 +87,11 @@ def test_report_mode_is_the_default_and_deletes_nothing(
 
 
 def test_a_realm_override_turns_it_off(
-    store: Metastore, local_warehouse: Warehouse, instance: DagsterInstance
+    store: Metastore, built_local_warehouse: Warehouse, instance: DagsterInstance
 ) -> None:
     overrides: dict[str, Any] = {"realm_overrides": {"POLARIS": {"unreferenced": "off"}}}
     table, _, unreferenced, result = _run(
-        store, local_warehouse, instance, unreferenced="delete", **overrides
+        store, built_local_warehouse, instance, unreferenced="delete", **overrides
     )
 
     assert result.success
@@ -102,11 +102,11 @@ def test_a_realm_override_turns_it_off(
 
 
 def test_an_overlap_is_a_recorded_refusal_not_a_failure(
-    store: Metastore, local_warehouse: Warehouse, instance: DagsterInstance
+    store: Metastore, built_local_warehouse: Warehouse, instance: DagsterInstance
 ) -> None:
-    live_entity(store, f"{local_warehouse.uri}/ns/t", name="recreated")
+    live_entity(store, f"{built_local_warehouse.uri}/ns/t", name="recreated")
     table, _, unreferenced, result = _run(
-        store, local_warehouse, instance, allow_shared_location=True, unreferenced="delete"
+        store, built_local_warehouse, instance, allow_shared_location=True, unreferenced="delete"
     )
 
     assert result.success
@@ -130,15 +130,15 @@ def test_an_overlap_is_a_recorded_refusal_not_a_failure(
 )
 def test_the_realm_backfill_runs_the_deployments_unreferenced_mode(
     store: Metastore,
-    local_warehouse: Warehouse,
+    built_local_warehouse: Warehouse,
     instance: DagsterInstance,
     resource: dict[str, Any],
     deleted: bool,
 ) -> None:
     """The realm backfill's Runner takes the mode from the metastore resource's policy, as
     the task job's does: it once built its Runner without it and ran with ``off``."""
-    wh = local_warehouse
-    table = wh.build("t", appends=2)
+    wh = built_local_warehouse
+    table = wh.catalog.load_table(BUILT_TABLE)
     unreferenced = add_unreferenced(table, wh.resolver)
     settle()
     store.insert_tasks([built_tasks.drop_table_task(table)])

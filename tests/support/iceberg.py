@@ -8,6 +8,12 @@ for tests.
   sqlite file in ``tmp_path``, tables under a local directory or under
   ``s3://<fresh bucket>/wh``), with a StorageConfig and StorageResolver for it.
 - ``warehouse``: parametrized over both (ids ``local`` and ``s3``).
+- ``built_local_warehouse`` / ``built_s3_warehouse`` / ``built_warehouse``: the same,
+  already holding ``ns.t`` (two appends) and its neighbour ``ns.t_2`` (one append),
+  built once per test process and put back to that state for each test: building
+  them is most of the CPU of a test that drops one (0.45 s locally, 3.3 s on moto),
+  putting them back 0.05 s and 0.7 s. Their location is the same for every test of a
+  process; ``BUILT_TABLE`` and ``BUILT_NEIGHBOUR`` name them.
 - ``table_files(table)``: the oracle, every file of a table: what its metadata
   names (pyiceberg's own readers and inspection tables) UNION a listing of its
   location.
@@ -23,6 +29,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -48,6 +56,8 @@ from polaris_pipeline.tasks.payloads import encode_dropped_entity, entity_cleanu
 from tests.support.table_metadata import referenced_files
 
 __all__ = [
+    "BUILT_NEIGHBOUR",
+    "BUILT_TABLE",
     "Warehouse",
     "build_table",
     "drop_task_row",
@@ -219,12 +229,7 @@ def local_warehouse(tmp_path: Path) -> Warehouse:
 
 @pytest.fixture
 def s3_warehouse(tmp_path: Path, moto_server: Any, s3_bucket: str) -> Warehouse:
-    s3 = S3Options(
-        endpoint=moto_server.endpoint_url,
-        access_key=moto_server.key,
-        secret_key=moto_server.secret,
-        region=moto_server.region,
-    )
+    s3 = _s3_options(moto_server)
     uri = f"s3://{s3_bucket}/wh"
     catalog = built_tables.open_catalog(uri, tmp_path / "catalog.db", name="s3", s3=s3)
     config = moto_server.storage_config(s3_bucket)
@@ -240,3 +245,132 @@ def warehouse(request: pytest.FixtureRequest) -> Iterator[Warehouse]:
 def make_table(warehouse: Warehouse) -> Callable[..., Table]:
     """``make_table(name, **build_table_kwargs)`` in the parametrized warehouse."""
     return warehouse.build
+
+
+# -- warehouses built once per process ------------------------------------------------
+
+BUILT_TABLE = ("ns", "t")
+BUILT_NEIGHBOUR = ("ns", "t_2")
+
+
+def _build_pair(catalog: SqlCatalog) -> None:
+    build_table(catalog, BUILT_TABLE, appends=2)
+    build_table(catalog, BUILT_NEIGHBOUR, appends=1)
+
+
+@dataclass(frozen=True)
+class _BuiltLocal:
+    """``live`` (the warehouse tests use) and ``pristine`` (its built state), each a
+    directory holding ``wh/`` and ``catalog.db``."""
+
+    live: Path
+    pristine: Path
+
+    def restore(self) -> None:
+        # Moved aside first: what a test left (an unlistable directory, a symlink)
+        # can never stop the next test from getting the built state.
+        if self.live.exists():
+            trash = self.live.with_name(f"trash-{uuid.uuid4().hex[:8]}")
+            os.rename(self.live, trash)
+            shutil.rmtree(trash, ignore_errors=True)
+        # copy2 keeps the files' times: they stay older than a task made now.
+        shutil.copytree(self.pristine, self.live, symlinks=True)
+
+
+@pytest.fixture(scope="session")
+def _built_local(tmp_path_factory: pytest.TempPathFactory) -> _BuiltLocal:
+    root = tmp_path_factory.mktemp("built-local")
+    built = _BuiltLocal(root / "live", root / "pristine")
+    catalog = built_tables.open_catalog(
+        built_tables.local_warehouse_uri(built.live / "wh"), built.live / "catalog.db", name="local"
+    )
+    _build_pair(catalog)
+    catalog.engine.dispose()
+    shutil.copytree(built.live, built.pristine, symlinks=True)
+    return built
+
+
+@pytest.fixture
+def built_local_warehouse(_built_local: _BuiltLocal) -> Warehouse:
+    """A local warehouse holding ``ns.t`` and ``ns.t_2`` as built (see the module doc)."""
+    _built_local.restore()
+    uri = built_tables.local_warehouse_uri(_built_local.live / "wh")
+    catalog = built_tables.open_catalog(uri, _built_local.live / "catalog.db", name="local")
+    config = StorageConfig()
+    return Warehouse("local", uri, catalog, config, StorageResolver(config))
+
+
+@dataclass(frozen=True)
+class _BuiltS3:
+    """The warehouse's bucket ``live`` and its built state in bucket ``pristine``; the
+    catalog files as in :class:`_BuiltLocal`."""
+
+    live: str
+    pristine: str
+    catalogs: _BuiltLocal
+
+    def restore(self, client: Any) -> None:
+        self.catalogs.restore()
+        for key in _keys(client, self.live):
+            client.delete_object(Bucket=self.live, Key=key)
+        for key in _keys(client, self.pristine):
+            source = {"Bucket": self.pristine, "Key": key}
+            client.copy_object(Bucket=self.live, Key=key, CopySource=source)
+
+
+def _keys(client: Any, bucket: str) -> list[str]:
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+    return [obj["Key"] for page in pages for obj in page.get("Contents", [])]
+
+
+def _s3_options(moto_server: Any) -> S3Options:
+    return S3Options(
+        endpoint=moto_server.endpoint_url,
+        access_key=moto_server.key,
+        secret_key=moto_server.secret,
+        region=moto_server.region,
+    )
+
+
+@pytest.fixture(scope="session")
+def _built_s3(tmp_path_factory: pytest.TempPathFactory, moto_server: Any) -> _BuiltS3:
+    root = tmp_path_factory.mktemp("built-s3")
+    tag = uuid.uuid4().hex[:12]
+    built = _BuiltS3(
+        f"pp-built-{tag}", f"pp-pristine-{tag}", _BuiltLocal(root / "live", root / "pristine")
+    )
+    client = moto_server.client()
+    for bucket in (built.live, built.pristine):
+        client.create_bucket(Bucket=bucket)
+    built.catalogs.live.mkdir()
+    catalog = built_tables.open_catalog(
+        f"s3://{built.live}/wh",
+        built.catalogs.live / "catalog.db",
+        name="s3",
+        s3=_s3_options(moto_server),
+    )
+    _build_pair(catalog)
+    catalog.engine.dispose()
+    for key in _keys(client, built.live):
+        source = {"Bucket": built.live, "Key": key}
+        client.copy_object(Bucket=built.pristine, Key=key, CopySource=source)
+    shutil.copytree(built.catalogs.live, built.catalogs.pristine)
+    return built
+
+
+@pytest.fixture
+def built_s3_warehouse(_built_s3: _BuiltS3, moto_server: Any) -> Warehouse:
+    """An S3 warehouse holding ``ns.t`` and ``ns.t_2`` as built (see the module doc)."""
+    _built_s3.restore(moto_server.client())
+    s3 = _s3_options(moto_server)
+    uri = f"s3://{_built_s3.live}/wh"
+    catalog = built_tables.open_catalog(
+        uri, _built_s3.catalogs.live / "catalog.db", name="s3", s3=s3
+    )
+    config = moto_server.storage_config(_built_s3.live)
+    return Warehouse("s3", uri, catalog, config, StorageResolver(config), s3)
+
+
+@pytest.fixture(params=["local", "s3"])
+def built_warehouse(request: pytest.FixtureRequest) -> Iterator[Warehouse]:
+    yield request.getfixturevalue(f"built_{request.param}_warehouse")
