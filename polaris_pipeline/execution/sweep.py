@@ -35,12 +35,10 @@ def execute_tree(
     rest: list[TaskOutcome] = []
     restored: TaskOutcome | None = None
     # One at a time, so each stage is done before the next one starts.
-    for _, stage in child_stages(root):
-        for child in stage:
-            rest.extend(execute_tree(runner, child, tell))
-            restored = next((o for o in rest if o.status is Status.RESTORED), None)
-            if restored is not None:
-                break
+    for child in (child for _, stage in child_stages(root) for child in stage):
+        ran = execute_tree(runner, child, tell)
+        rest.extend(ran)
+        restored = next((o for o in ran if o.status is Status.RESTORED), None)
         if restored is not None:
             break
     if root.finish is None:
@@ -48,12 +46,16 @@ def execute_tree(
     if restored is not None:
         # A child found the table live again and ended the whole family (its rows are
         # gone): the table is restored, not done, and has no last stage to run.
-        outcome = root.evolve(status=Status.RESTORED, restored_as=restored.restored_as, finish=None)
-        outcomes = [outcome, *rest]
-        if on_outcome is not None:
-            for each in outcomes:
-                on_outcome(each)
-        return outcomes
+        final = root.evolve(status=Status.RESTORED, restored_as=restored.restored_as, finish=None)
+    else:
+        done = all(outcome.ok for outcome in rest)
+        finished = runner.finish_table(root.finish, children_done=done, result=root.result)
+        final = finished.evolve(children=root.children)
+    outcomes = [final, *rest]
+    if on_outcome is not None:
+        for outcome in outcomes:
+            on_outcome(outcome)
+    return outcomes
     done = all(outcome.ok for outcome in rest)
     finished = runner.finish_table(root.finish, children_done=done, result=root.result)
     outcomes = [finished.evolve(children=root.children), *rest]
