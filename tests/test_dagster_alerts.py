@@ -788,3 +788,23 @@ def test_the_ui_never_sees_an_alert_secret() -> None:
     snapshot = serialize_value(RepositorySnap.from_def(repository))
     assert "polaris_check_failure_alert" in snapshot
     assert not {"PATHSECRET", "QSECRET", "PASSWORDSECRET"} & set(re.findall(r"\w+", snapshot))
+
+
+def test_apprise_is_imported_only_to_send_and_its_log_is_held_back_before() -> None:
+    """Every run worker loads the code location: apprise is left out until an alert
+    needs it, and its logger (which quotes secrets) is held back by its real name."""
+    import subprocess
+    import sys
+
+    import apprise
+
+    from polaris_pipeline.dagster.alert_delivery import APPRISE_LOGGER_NAME
+
+    assert APPRISE_LOGGER_NAME == apprise.LOGGER_NAME
+    assert logging.getLogger(apprise.LOGGER_NAME).propagate is False
+    probe = "import sys, definitions; print(sorted(m for m in sys.modules if 'apprise' in m))"
+    root = Path(__file__).resolve().parents[1]
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, check=True
+    )
+    assert loaded.stdout.strip() == "[]"

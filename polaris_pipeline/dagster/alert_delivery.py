@@ -13,17 +13,23 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cache
+from types import ModuleType
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
-
-import apprise
 
 from polaris_pipeline.settings import AlertSection
 from polaris_pipeline.storage.redact import maskable, redact
 
+if TYPE_CHECKING:
+    import apprise
+
 # Apprise logs each URL it loads and sends to, secrets included, at DEBUG: its records
 # never reach the application's handlers. They are still made, at every level, since a
-# failure's reason is read from them (apprise's result keeps a call's records).
-_APPRISE_LOG = logging.getLogger(apprise.LOGGER_NAME)
+# failure's reason is read from them (apprise's result keeps a call's records). Its
+# name is apprise.LOGGER_NAME, set here before apprise is first imported (test_dagster_alerts).
+APPRISE_LOGGER_NAME = "apprise"
+_APPRISE_LOG = logging.getLogger(APPRISE_LOGGER_NAME)
 _APPRISE_LOG.propagate = False
 _APPRISE_LOG.setLevel(logging.DEBUG)
 
@@ -47,7 +53,21 @@ _MASK_WEBHOOK_SECRETS = _MaskSecrets()
 for _name in ("urllib3.connectionpool", "urllib3.util.retry"):
     logging.getLogger(_name).addFilter(_MASK_WEBHOOK_SECRETS)
 
-_ASSET = apprise.AppriseAsset(app_id="polaris-pipeline", app_desc="polaris-pipeline alerts")
+
+@cache
+def _apprise() -> ModuleType:
+    # Imported on first use: every run worker loads this module with the code
+    # location, and only a location with alerts configured needs apprise.
+    import apprise
+
+    return apprise
+
+
+@cache
+def _asset() -> apprise.AppriseAsset:
+    return _apprise().AppriseAsset(app_id="polaris-pipeline", app_desc="polaris-pipeline alerts")
+
+
 # Apprise's JSON payload, mapped to the one key incoming webhooks read ("" drops a key).
 _WEBHOOK_PAYLOAD = {
     ":message": "text",
@@ -94,7 +114,7 @@ class Destination:
 
     def client(self) -> apprise.Apprise:
         """An apprise client for this URL; ValueError when apprise refuses it."""
-        client = apprise.Apprise(asset=_ASSET)
+        client = _apprise().Apprise(asset=_asset())
         with _apprise_warnings() as refused:
             accepted = client.add(self.url)
         if not accepted:
@@ -107,7 +127,10 @@ class Destination:
         client = self.client()
         title, body = (alert.title, alert.message()) if self.subject else ("", alert.text())
         result = client.notify(
-            body=body, title=title, body_format=apprise.NotifyFormat.TEXT, log_level=logging.DEBUG
+            body=body,
+            title=title,
+            body_format=_apprise().NotifyFormat.TEXT,
+            log_level=logging.DEBUG,
         )
         if result:
             return None
