@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from dagster import Failure, OpExecutionContext, Output
@@ -43,6 +44,8 @@ from polaris_pipeline.errors import StorageConfigError
 from polaris_pipeline.execution.outcome import Status
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.execution.start import StartAction, StartDecision
+from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.metastore.release_probe import ReleaseProbe
 from polaris_pipeline.report.outcome_line import log_line
 from polaris_pipeline.report.outcome_metadata import step_output
 from polaris_pipeline.report.progress import ProgressSink
@@ -86,6 +89,13 @@ def _first_line(text: str | None) -> str:
     return lines[0] if lines else "task failed"
 
 
+@lru_cache(maxsize=16)
+def run_release_probe(store: Metastore, run_id: str) -> ReleaseProbe:
+    """One probe for every step of a run (the schema and each realm's release read once
+    per run, as a sweep reads them once): a run of a small table has seven steps."""
+    return ReleaseProbe(store)
+
+
 @contextmanager
 def open_step(
     context: OpExecutionContext,
@@ -124,6 +134,7 @@ def open_step(
         # Long deletes show life in the step's log; every line is an event the run stores.
         progress=ProgressSink(context.log.info),
         deletion_record=deletion_record,
+        releases=run_release_probe(store, context.run_id),
     )
     try:
         yield TaskStep(runner, intent, busy is None, translator, config_error)

@@ -41,6 +41,7 @@ class TaskContexts:
         records: AttemptRecords,
         run_id: str | None = None,
         progress: ProgressFn | None = None,
+        releases: ReleaseProbe | None = None,
     ) -> None:
         self.metastore = metastore
         self.config = config
@@ -49,9 +50,9 @@ class TaskContexts:
         self.records = records
         self.run_id = run_id
         self.progress = progress
-        # The schema version and each realm's Polaris release, read once per Runner (one
-        # sweep or run): they say which Polaris reads the rows we write.
-        self.releases = ReleaseProbe(metastore)
+        # The schema version and each realm's Polaris release, read once per sweep or
+        # run (a run's steps share one): they say which Polaris reads the rows we write.
+        self.releases = releases or ReleaseProbe(metastore)
 
     def schema_version(self) -> int | None:
         """The metastore's Polaris schema version (None without a version row), cached."""

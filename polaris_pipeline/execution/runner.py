@@ -32,6 +32,7 @@ from polaris_pipeline.execution.outcome import ProgressFn, Status, TableFinish, 
 from polaris_pipeline.execution.start import StartAction, StartDecision, decide_start
 from polaris_pipeline.execution.table_finish import TableFinisher
 from polaris_pipeline.metastore import Metastore
+from polaris_pipeline.metastore.release_probe import ReleaseProbe
 from polaris_pipeline.storage.config import StorageConfig
 from polaris_pipeline.tasks.decoded import DecodedTask
 from polaris_pipeline.tasks.model import NewTask
@@ -61,11 +62,13 @@ class Runner:
         progress: ProgressFn | None = None,
         tracer_provider: Any | None = None,
         deletion_record: str | None = None,
+        releases: ReleaseProbe | None = None,
     ) -> None:
         """The policy is the metastore's, resolved once, for all the runner does.
         ``tracer_provider``: else the global one (no-op without OpenTelemetry). ``deletion_record``:
         the fsspec prefix of ``storage/deletion_record.py``'s records (static storage config);
-        None: no record.
+        None: no record. ``releases``: the run's probe, when its steps share one; else the
+        runner's own.
         """
         self.metastore = metastore
         config = config or StorageConfig()
@@ -85,6 +88,7 @@ class Runner:
             records=records,
             run_id=run_id,
             progress=progress,
+            releases=releases,
         )
         self.observer = AttemptObserver(
             metastore,
