@@ -341,6 +341,7 @@ def run_child_group(
     children = [TaskRef.from_dict(data) for data in refs]
     leases = [_held(data) for data in refs]
     done: list[TaskResult] = []
+    summaries: list[dict[str, Any]] = []
     transient: list[str] = []
     failures: list[Failure] = []
     with open_step(context, metastore, storage, children[0].realm_id, translator) as step:
@@ -362,8 +363,9 @@ def run_child_group(
                     f"child {translator.task_label(child)} created {len(outcome.children)} "
                     "task(s) of its own; they are left to the sweeper"
                 )
-            ran.output.setdefault("task_id", str(child.task_id))
             done.append(ran)
+            # A step that found its task gone names none: the summary names it.
+            summaries.append({"task_id": str(child.task_id), **ran.output})
         executor_id = step.runner.executor_id
     if is_group_run(context.dagster_run.run_config):
         _tag_group(context, translator, executor_id, done)
@@ -381,7 +383,6 @@ def run_child_group(
             metadata=translator.group_failure_metadata(done, failures),
             allow_retries=False,
         )
-    summaries = [ran.output for ran in done]
     group = {
         "tasks": summaries,
         "deleted": sum(s.get("deleted") or 0 for s in summaries),
