@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from polaris_pipeline.settings import PipelineSettings, env_variable
-from polaris_pipeline.settings.env import decode_text
+from polaris_pipeline.settings.env import decode_text, is_list, optional_inner
 from polaris_pipeline.settings.section import first_problem
 
 # Names older than the rule, kept: every example and script uses them.
@@ -49,7 +49,7 @@ def add_setting(
     """The flag of ``section.field`` on ``parser``; ``default`` says what unset means
     when the field's own default does not say it (``every realm with tasks``)."""
     info = PipelineSettings.section_type(section).model_fields[field]
-    repeat = _is_list(info.annotation)
+    repeat = is_list(info.annotation)
     choices = _choices(info.annotation)
     value = getattr(getattr(_DEFAULTS, section), field)
     shown = default or ("none" if value is None else f"{value:g}" if _is_number(value) else value)
@@ -98,19 +98,8 @@ def _checked(section: str, field: str) -> Callable[[str], Any]:
     return parse
 
 
-def _inner(annotation: Any) -> Any:
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if typing.get_origin(annotation) in (typing.Union, type(int | None)) and len(args) == 1:
-        return args[0]
-    return annotation
-
-
-def _is_list(annotation: Any) -> bool:
-    return typing.get_origin(_inner(annotation)) is list
-
-
 def _choices(annotation: Any) -> list[str] | None:
-    kind = _inner(annotation)
+    kind = optional_inner(annotation)
     return list(typing.get_args(kind)) if typing.get_origin(kind) is typing.Literal else None
 
 

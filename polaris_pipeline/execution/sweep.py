@@ -56,13 +56,6 @@ def execute_tree(
         for outcome in outcomes:
             on_outcome(outcome)
     return outcomes
-    done = all(outcome.ok for outcome in rest)
-    finished = runner.finish_table(root.finish, children_done=done, result=root.result)
-    outcomes = [finished.evolve(children=root.children), *rest]
-    if on_outcome is not None:
-        for outcome in outcomes:
-            on_outcome(outcome)
-    return outcomes
 
 
 def sweep_tasks(

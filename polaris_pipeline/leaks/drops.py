@@ -23,7 +23,6 @@ no drop is persisted (1.2-1.5 wrote only ``AFTER_CREATE_TABLE``/``_CATALOG``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -31,6 +30,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from polaris_pipeline.metastore.ddl import EVENTS_SINCE_SCHEMA_VERSION
+from polaris_pipeline.metastore.overlap import json_object
 from polaris_pipeline.metastore.schema import events
 from polaris_pipeline.tasks.model import DROP_TABLE_EVENT, DROP_VIEW_EVENT
 
@@ -49,15 +49,6 @@ class DropEvent:
     namespace: tuple[str, ...]  # its namespace levels, as far as they could be told
 
 
-def _properties(raw: object) -> dict[str, object]:
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            return {}
-    return raw if isinstance(raw, dict) else {}
-
-
 def drop_event(
     event_type: str,
     catalog: str | None,
@@ -68,7 +59,7 @@ def drop_event(
 ) -> DropEvent:
     """One events row as a :class:`DropEvent`: the name and namespace from the
     attributes Polaris stores, else from the rendered identifier."""
-    props = _properties(properties)
+    props = json_object(properties) or {}
     name = props.get(_NAME_KEYS.get(event_type, ""))
     namespace = props.get("namespace")
     if isinstance(name, str) and name:

@@ -159,7 +159,9 @@ def overlap_terms(prefix: Location) -> tuple[list[str], list[str]]:
     return list(equal), like
 
 
-def _properties(raw: Any) -> Mapping[str, Any] | None:
+def json_object(raw: Any) -> Mapping[str, Any] | None:
+    """A JSON-object column (text, or decoded by the driver) as a mapping; null is empty,
+    anything else (not JSON, not an object) None."""
     if isinstance(raw, Mapping):
         return raw
     if raw is None:
@@ -188,7 +190,7 @@ def judge(
     def overlap(location: str, why: str) -> Overlap:
         return Overlap(realm_id, catalog_id, entity_id, kind, name, location, why)
 
-    props = _properties(properties)
+    props = json_object(properties)
     if props is None:
         return overlap(location_without_scheme or "?", "its properties do not decode")
     key = CATALOG_BASE_LOCATION_KEY if type_code == CATALOG_TYPE_CODE else LOCATION_KEY
@@ -268,7 +270,7 @@ def _indexes_of(engine: Engine, schema_version: int | None) -> frozenset[str]:
 
 def _metadata_user(row: Any, wanted: set[Location]) -> Overlap | None:
     """The live table-like ``row`` when its ``metadata-location`` is one of ``wanted``."""
-    internal = _properties(row.internal_properties)
+    internal = json_object(row.internal_properties)
     raw = internal.get(METADATA_LOCATION_KEY) if internal is not None else None
     if not isinstance(raw, str):
         return None
@@ -278,7 +280,7 @@ def _metadata_user(row: Any, wanted: set[Location]) -> Overlap | None:
         return None
     if loc not in wanted:
         return None
-    props = _properties(row.properties) or {}
+    props = json_object(row.properties) or {}
     location = props.get(LOCATION_KEY)
     return Overlap(
         row.realm_id,
@@ -564,7 +566,7 @@ class LiveLocations:
 
 def _write_root_hits(rows: Iterable[Any], prefix: Location) -> Iterator[Overlap]:
     for row in rows:
-        props = _properties(row.properties)
+        props = json_object(row.properties)
         if props is None:
             continue  # judged by ``overlaps`` (its properties do not decode)
         for key in ROOT_PROPERTIES:

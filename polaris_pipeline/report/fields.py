@@ -81,7 +81,7 @@ UNREFERENCED_FIELDS: tuple[OutcomeField, ...] = (
 # The metadata entry and JSON key holding the phase's whole report (its one line).
 UNREFERENCED = "unreferenced"
 
-# Tasks whose kept files' sizes storage did not report: BYTES_RETAINED is a lower bound.
+# Tasks whose kept files' sizes storage did not report: "bytes kept" is then a lower bound.
 RETAINED_SIZES_UNREPORTED = "tasks without sizes of kept files"
 STATUS = "status"  # a step that ran one task: its status
 BY_STATUS = "by status"  # the child tasks a step ran, by status

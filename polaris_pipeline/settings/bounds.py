@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 # Polaris's ids, times and counts are Java longs: a larger number names nothing, and
 # SQLite refuses to bind it.
@@ -27,3 +29,14 @@ def at_most(value: float, bound: float, what: str) -> None:
     if value > bound:
         shown = f"{bound:d}" if isinstance(bound, int) else f"{bound:g}"
         raise ValueError(f"{what} must be at most {shown}")
+
+
+def minimum(bound: float, what: str) -> Callable[[Any], Any]:
+    """A field's validator: ``at_least`` (a float first ``finite``); None (unset) passes."""
+
+    def check(value: Any) -> Any:
+        if value is not None:
+            at_least(finite(value, what) if isinstance(value, float) else value, bound, what)
+        return value
+
+    return check

@@ -130,14 +130,14 @@ class _Environment(EnvSettingsSource):
         self, field_name: str, field: FieldInfo, value: Any, value_is_complex: bool
     ) -> Any:
         # The words of a variable are not JSON: a list is comma-separated.
-        if isinstance(value, str) and _is_list(field.annotation):
+        if isinstance(value, str) and is_list(field.annotation):
             items = list(dict.fromkeys(item.strip() for item in value.split(",") if item.strip()))
             if not items:
                 raise ValueError("names nothing (a comma-separated list, e.g. POLARIS,TEST)")
             return items
         if isinstance(value, str) and not _is_mapping(field.annotation):
             value = value.strip()
-            number = _optional_inner(field.annotation)
+            number = optional_inner(field.annotation)
             if number in (bool, int, float):
                 # Typed here, as pydantic reads a string: a section's own rule may refuse
                 # text (a quoted "7" in YAML is a typo, a variable's 7 is not).
@@ -151,19 +151,21 @@ class _Environment(EnvSettingsSource):
             raise ValueError('not JSON (e.g. {"TEST": {"lease_timeout_ms": 60000}})') from None
 
 
-def _optional_inner(annotation: Any) -> Any:
+def optional_inner(annotation: Any) -> Any:
+    """``X`` of an ``X | None`` annotation; any other annotation as it is."""
     if isinstance(annotation, UnionType) or typing.get_origin(annotation) is typing.Union:
         kinds = [k for k in typing.get_args(annotation) if k is not NoneType]
         return kinds[0] if len(kinds) == 1 else annotation
     return annotation
 
 
-def _is_list(annotation: Any) -> bool:
-    return typing.get_origin(_optional_inner(annotation)) is list
+def is_list(annotation: Any) -> bool:
+    """Whether a field of ``annotation`` holds a list (optional or not)."""
+    return typing.get_origin(optional_inner(annotation)) is list
 
 
 def _is_mapping(annotation: Any) -> bool:
-    return typing.get_origin(_optional_inner(annotation)) is dict
+    return typing.get_origin(optional_inner(annotation)) is dict
 
 
 def decode_text(section: str, field: str, raw: str) -> Any:

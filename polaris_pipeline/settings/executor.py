@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from polaris_pipeline.settings.section import Section
+from polaris_pipeline.settings.section import Section, blank_is_none
 
 # How the task job's steps execute: all in the run's own process (a run is one task's
 # worth of work), one process per step, or on Celery workers (dagster-celery, an extra).
@@ -52,7 +52,6 @@ class ExecutorSection(Section):
         ),
     )
 
-    @field_validator("celery_broker", "celery_backend", "celery_queue", "io_base_dir")
-    @classmethod
-    def _text(cls, value: str | None) -> str | None:
-        return value.strip() or None if value is not None else None
+    _text = field_validator("celery_broker", "celery_backend", "celery_queue", "io_base_dir")(
+        blank_is_none
+    )

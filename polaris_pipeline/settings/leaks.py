@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from polaris_pipeline.settings.bounds import JAVA_LONG_MAX, at_least, at_most, finite
+from polaris_pipeline.settings.bounds import JAVA_LONG_MAX, at_least, at_most, finite, minimum
 from polaris_pipeline.settings.section import Section, nonblank_cron
 
 # Below a day a reclaim could race a writer (a table being created at the root).
@@ -57,19 +57,6 @@ class LeakSection(Section):
         ),
     )
 
-    @field_validator("max_bytes")
-    @classmethod
-    def _bytes(cls, value: int) -> int:
-        at_least(value, 0, "the leaked bytes")
-        return value
-
-    @field_validator("cron")
-    @classmethod
-    def _cron(cls, value: str) -> str:
-        return nonblank_cron(value)
-
-    @field_validator("min_age_days")
-    @classmethod
-    def _age(cls, value: float) -> float:
-        checked_min_age_days(value)
-        return value
+    _bytes = field_validator("max_bytes")(minimum(0, "the leaked bytes"))
+    _cron = field_validator("cron")(nonblank_cron)
+    _age = field_validator("min_age_days")(checked_min_age_days)

@@ -136,11 +136,7 @@ class MetastoreSection(Section):
                 check_lease_timing(value, None)
         return value
 
-    @field_validator("hold_days", mode="before")
-    @classmethod
-    def _hold(cls, value: object) -> object:
-        check_hold_days(value)  # type: ignore[arg-type]
-        return value
+    _hold = field_validator("hold_days", mode="before")(check_hold_days)
 
     @field_validator("catalog_hold_days", mode="before")
     @classmethod

@@ -20,14 +20,15 @@ from polaris_pipeline.unreferenced.mode import UnreferencedMode
 DEFAULT_METADATA_BATCH_SIZE = 10
 
 
-def check_hold_days(days: float | None) -> None:
-    """A hold is a finite number of days, 0 (off) or more; a bool is not a number."""
+def check_hold_days(days: object) -> object:
+    """``days``: a finite number of days, 0 (off) or more, or None; a bool is not a number."""
     if days is None:
-        return
+        return None
     if isinstance(days, bool) or not isinstance(days, int | float):
         raise ValueError("a hold must be a number of days")
     if not math.isfinite(days) or days < 0:
         raise ValueError("a hold must be 0 (off) or a positive number of days")
+    return days
 
 
 def hold_days_ms(days: float) -> int:
@@ -96,11 +97,7 @@ class RealmOverride(BaseModel):
         description="Days a dropped table's purge is held in this realm's catalogs (0: off).",
     )
 
-    @field_validator("hold_days", mode="before")
-    @classmethod
-    def _hold(cls, value: object) -> object:
-        check_hold_days(value)  # type: ignore[arg-type]
-        return value
+    _hold = field_validator("hold_days", mode="before")(check_hold_days)
 
     @field_validator("unreferenced")
     @classmethod

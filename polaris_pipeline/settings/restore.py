@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from polaris_pipeline.settings.section import Section
+from polaris_pipeline.settings.section import Section, blank_is_none
 
 # Polaris's: every role the principal holds.
 DEFAULT_SCOPE = "PRINCIPAL_ROLE:ALL"
@@ -30,10 +30,7 @@ class RestoreSection(Section):
     )
     scope: str = Field(default=DEFAULT_SCOPE, description="OAuth2 scope.")
 
-    @field_validator("rest_uri", "catalog", "client_id")
-    @classmethod
-    def _text(cls, value: str | None) -> str | None:
-        return value.strip() or None if value is not None else None
+    _text = field_validator("rest_uri", "catalog", "client_id")(blank_is_none)
 
     @field_validator("scope")
     @classmethod

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from polaris_pipeline.settings.bounds import at_least
+from polaris_pipeline.settings.bounds import minimum
 from polaris_pipeline.settings.section import Section, nonblank_cron
 
 
@@ -30,23 +30,9 @@ class RetentionSection(Section):
     )
     cron: str = Field(default="0 * * * *", description="When the retention schedule ticks.")
 
-    @field_validator("success_days", "failure_days")
-    @classmethod
-    def _days(cls, value: int | None) -> int | None:
-        if value is not None:
-            at_least(value, 1, "the days a run is kept")
-        return value
-
-    @field_validator("batch_size")
-    @classmethod
-    def _batch(cls, value: int) -> int:
-        at_least(value, 1, "the runs deleted per tick")
-        return value
-
-    @field_validator("cron")
-    @classmethod
-    def _cron(cls, value: str) -> str:
-        return nonblank_cron(value)
+    _days = field_validator("success_days", "failure_days")(minimum(1, "the days a run is kept"))
+    _batch = field_validator("batch_size")(minimum(1, "the runs deleted per tick"))
+    _cron = field_validator("cron")(nonblank_cron)
 
     @property
     def enabled(self) -> bool:

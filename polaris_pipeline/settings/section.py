@@ -63,6 +63,11 @@ def first_problem(exc: ValidationError) -> str:
     return f"{inner}: {message}" if inner else message
 
 
+def blank_is_none(value: str | None) -> str | None:
+    """A field's validator: the text stripped; None when it is unset or blank."""
+    return value.strip() or None if value is not None else None
+
+
 def nonblank_cron(value: str) -> str:
     # Dagster checks the expression itself when it builds the schedule.
     if not value.strip():

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from polaris_pipeline.settings.section import Section, uri_prefix
+from polaris_pipeline.settings.section import Section, blank_is_none, uri_prefix
 
 # Older than the rule that spells a variable from its field: the field names it.
 CONFIG_ENV_VAR = "POLARIS_PIPELINE_STORAGE_CONFIG"
@@ -53,10 +53,7 @@ class StorageSection(Section):
         json_schema_extra={"env": DELETION_RECORD_ENV},
     )
 
-    @field_validator("config_path")
-    @classmethod
-    def _path(cls, value: str | None) -> str | None:
-        return value.strip() or None if value is not None else None
+    _path = field_validator("config_path")(blank_is_none)
 
     @field_validator("deletion_record")
     @classmethod

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from polaris_pipeline.settings.bounds import at_least, finite
+from polaris_pipeline.settings.bounds import finite, minimum
 from polaris_pipeline.settings.section import Section
 
 
@@ -45,11 +45,7 @@ class SweeperSection(Section):
         ),
     )
 
-    @field_validator("interval_seconds")
-    @classmethod
-    def _interval(cls, value: float) -> float:
-        at_least(finite(value, "the sweep interval"), 0, "the sweep interval")
-        return value
+    _interval = field_validator("interval_seconds")(minimum(0, "the sweep interval"))
 
     @field_validator("jitter")
     @classmethod
@@ -58,8 +54,6 @@ class SweeperSection(Section):
             raise ValueError("the jitter is a fraction of the interval between 0 and 10")
         return value
 
-    @field_validator("max_runs_per_tick", "max_pending_runs")
-    @classmethod
-    def _runs(cls, value: int) -> int:
-        at_least(value, 1, "the runs per tick and the pending runs")
-        return value
+    _runs = field_validator("max_runs_per_tick", "max_pending_runs")(
+        minimum(1, "the runs per tick and the pending runs")
+    )

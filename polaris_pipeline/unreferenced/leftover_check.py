@@ -1,28 +1,20 @@
 """What is left under a dropped table's location when its task row vanished while we held it.
 
-A holder finds its row gone when a fence or a compare-and-set of its lease finds no
-row: Polaris ran the task to its end (its row is deleted then), another holder
-finished it after our lease lapsed, or an operator discarded it. Either way nobody
-will run it again, and a row gone does not prove the files are (issue 38). So the
-holder does not just stop: it lists the dropped entity's recorded location as the
-unreferenced phase does in ``report`` mode (``unreferenced/listing.py``: the
-catalog's recorded location only, refused when a live entity overlaps it or it is
-a root or above an allowed location), reads only, deletes nothing, and the outcome
-carries that report (``the prefix is empty`` or ``N object(s) left under it``,
-``unreferenced_left``) on every surface the phase's report reaches.
+A holder finds its row gone (a fence or a lease compare-and-set finds no row) when Polaris
+ran the task to its end, another holder finished it after our lease lapsed, or an operator
+discarded it. Nobody will run it again, and a row gone does not prove the files are (issue
+38). So the holder lists the dropped entity's recorded location as the unreferenced phase
+does in ``report`` mode (``unreferenced/listing.py``: the catalog's recorded location only,
+refused when a live entity overlaps it or it is a root or above an allowed location),
+deletes nothing, and the outcome carries that report (``unreferenced_left``) on every
+surface the phase's report reaches.
 
 Only a table's or view's own ENTITY_CLEANUP task is checked: a child works under its
-table's location, which the table's own check lists. The listing is what is there
-when the loss is found; children this attempt created may still delete more. A row
-gone before the attempt read it (``Runner.execute`` found nothing) records no
-location to list.
-
-The ``Runner`` calls ``after_attempt`` when an attempt ends, and its table's last stage
-(``execution/table_finish.py``) ``after_table_vanished`` when a table whose unreferenced
-phase waited for its children finds its row gone. Both read the task as the attempt
-decoded it (``TaskOutcome.task``), and list through a dry-run context of the runner's
-(``execution/contexts.py``), which ``Lister`` names so that this module needs nothing
-of ``execution/``.
+table's location. The listing is what is there when the loss is found (children this
+attempt created may still delete more); a row gone before the attempt read it records no
+location. The runner calls ``after_attempt`` and ``after_table_vanished`` with the task as
+the attempt decoded it and a ``Lister`` (a dry-run context), so nothing of ``execution/``
+is imported here.
 """
 
 from __future__ import annotations

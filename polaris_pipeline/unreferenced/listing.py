@@ -1,37 +1,33 @@
 """A dropped table's unreferenced files: what its last metadata no longer names.
 
-Iceberg's purge (Polaris's, and the referenced purge of ``table.py`` and its
-children) deletes what the table's last metadata references. Under the table's
-location there may be more: data files of failed commits, speculative task
-attempts, aborted compactions, metadata files that fell out of the log, their
-Hadoop ``.crc`` sidecars. Once the table is dropped no tool can clean them (a
-live table is needed for orphan-file maintenance). This phase does, last in a
-table's run, after every referenced file and child is done:
+Iceberg's purge (Polaris's, and ``table.py``'s with its children) deletes what the table's
+last metadata references. Under its location there may be more (data files of failed
+commits, speculative attempts, aborted compactions, metadata files that fell out of the
+log, their ``.crc`` sidecars), which no tool cleans once the table is dropped (orphan-file
+maintenance needs a live table). This phase does, last in a table's run, after every
+referenced file and child is done:
 
-1. The prefix is the catalog's: the task's recorded table location
-   (``DecodedTask.roots``, what the guard uses), never a location read from a file.
-   Refused, with the reason, when it is a bucket or filesystem root, equal to or
-   above an ``allowedLocations`` entry of the catalog's storage configuration (or
-   an allowed prefix of the static config).
-2. No live entity may overlap it (``metastore/overlap.py``: Polaris's overlap
-   rule over every realm and catalog): checked before listing and again before
-   each delete batch, so a table created at the same path during the sweep stops
-   it. No live table may write under it by a ``write.data.path``-style property
-   (checked once, before listing: no column holds these, so every table row naming
-   one is read). An overlap refuses the whole prefix.
-3. The prefix is listed in pages (``storage/listing.py``); each object last
-   modified after the task was created (the drop) is kept and counted, as is one
-   without a time; each other object must pass the table's guard (symlinks,
-   ``..``, paths outside the roots refused as for referenced files).
-4. ``report``: counted and sampled, nothing deleted. ``delete``: each page is
-   deleted by ``bulk_delete`` (literal paths, per-key results), fenced first; on
-   local filesystems the empty directories are removed afterwards.
+1. The prefix is the task's recorded table location (``DecodedTask.roots``, as the guard
+   uses), never one read from a file; refused, with the reason, when it is a bucket or
+   filesystem root, or at or above an ``allowedLocations`` entry of the catalog's storage
+   configuration (or an allowed prefix of the static config).
+2. No live entity may overlap it (``metastore/overlap.py``: Polaris's rule, every realm and
+   catalog): checked before listing and before each delete batch, so a table created there
+   during the sweep stops it. No live table may write under it by a ``write.data.path``-style
+   property (checked once, before listing: no column holds these). An overlap refuses the
+   whole prefix.
+3. The prefix is listed in pages (``storage/listing.py``); an object last modified after the
+   task was created (the drop), or with no time, is kept and counted; every other must pass
+   the table's guard (symlinks, ``..``, paths outside the roots refused as for referenced
+   files).
+4. ``report``: counted and sampled, nothing deleted. ``delete``: each page is deleted by
+   ``bulk_delete`` (literal paths, per-key results), fenced first; on local filesystems the
+   empty directories are removed afterwards.
 
-A refusal is a safety decision, not the task's failure: it is recorded and the
-task completes. A failure (a listing or the overlap query failing half way) is
-recorded in ``UnreferencedReport.error``; the runner fails the attempt with it,
-so it is retried, and never undoes the referenced work. Nothing is deleted but
-what was listed, checked and re-checked against the metastore.
+A refusal is a safety decision, not the task's failure: recorded, and the task completes. A
+failure (a listing or the overlap query failing half way) is recorded in
+``UnreferencedReport.error`` and fails the attempt (retried), never undoing the referenced
+work. Nothing is deleted but what was listed, checked and re-checked against the metastore.
 """
 
 from __future__ import annotations
