@@ -248,6 +248,22 @@ def test_the_backlog_shows_held_tasks_and_never_calls_them_stale_orphans(
     assert str(tasks["held"].id) not in sample and str(tasks["child"].id) not in sample
 
 
+def test_a_purge_free_after_its_hold_waited_from_the_holds_end_not_the_drop(
+    metastore: Metastore,
+) -> None:
+    """Dropped 8 days ago, held 7: an orphan for a day, not for 8 (the stale-orphan check
+    would page on every hold that ends)."""
+    tasks = _seed(metastore)
+    report = read_report(metastore, ["POLARIS"])
+    waited = {o.task.id: o.waited_s for b in report.backlogs for o in b.orphans}
+    day_s = DAY_MS / 1000
+    assert day_s - 60 <= waited[tasks["expired"].id] <= day_s + 60, waited
+    # No hold: from its creation (plus grace), as before.
+    assert waited[tasks["free"].id] >= day_s - 60 - metastore.policy.effective_grace_ms / 1000
+    check = evaluate_orphan_check(report, max_age_s=2 * day_s, sample_size=10)
+    assert check.passed, check.metadata
+
+
 def test_the_sensor_line_counts_held_tasks() -> None:
     counts = {TaskState.HELD: 3, TaskState.PENDING: 1}
     line = no_orphans_reason(counts, ["POLARIS"], wait_s=30)

@@ -85,7 +85,8 @@ def orphaned_since_ms(task: TaskRow, policy: TaskPolicy) -> int:
     """When an orphaned task became available to the sweepers (epoch ms, database clock).
 
     The latest of: creation (plus the realm's grace for Polaris's never-leased tasks), the end
-    of its last lease, the end of its backoff, and its last update (a requeue's moment).
+    of its last lease, the end of its backoff, its last update (a requeue's moment), and the
+    end of its hold (a purge held a week is not a week-old orphan the moment it is free).
     """
     policy = policy.for_realm(task.realm_id)
     since = task.last_update_timestamp
@@ -98,4 +99,6 @@ def orphaned_since_ms(task: TaskRow, policy: TaskPolicy) -> int:
         since = max(since, lease_end or 0)
     if task.next_attempt_ms is not None:
         since = max(since, task.next_attempt_ms)
+    if task.held_until_ms is not None:
+        since = max(since, task.held_until_ms)
     return max(since, task.create_timestamp)
