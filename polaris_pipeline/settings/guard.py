@@ -1,7 +1,8 @@
 """The guard section: how long one shared-location guard check may take.
 
-A bound for this host's metastore: a Dagster step reads it from its own process's
-environment; the CLI has it as a block of ``PipelineSettings`` (``--guard-bound-s``).
+A bound for this host's metastore: a Dagster deployment has it as the metastore
+resource's ``guard`` block (every step's Metastore is built with it); the CLI has it as a
+block of ``PipelineSettings`` (``--guard-bound-s``).
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ MAX_BOUND_S = (2**31 - 1) // 1000
 class GuardSection(Section):
     """The bound of each guard check: past it the attempt fails and is retried."""
 
+    # Checked by the validator, not ``gt=``: a constraint in the annotation is a type the
+    # component's YAML schema (the metastore block's ``guard:``) cannot read.
     bound_s: float = Field(
         default=60.0,
-        gt=0,
         description=(
             "Seconds one guard check may take before the attempt fails (retried later; "
             "nothing is deleted on a guess)."
@@ -30,5 +32,7 @@ class GuardSection(Section):
     @field_validator("bound_s")
     @classmethod
     def _bound(cls, value: float) -> float:
-        at_most(finite(value, "the guard bound"), MAX_BOUND_S, "the guard bound")
+        if not finite(value, "the guard bound") > 0:
+            raise ValueError("the guard bound must be greater than 0")
+        at_most(value, MAX_BOUND_S, "the guard bound")
         return value
