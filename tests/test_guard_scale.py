@@ -22,14 +22,15 @@ from typing import Any
 
 import pytest
 import yaml
-from dagster import DagsterInstance, ExecuteInProcessResult
+from dagster import DagsterInstance, ExecuteInProcessResult, RetryPolicy
 from dagster.components.core.component_tree import ComponentTree
 from sqlalchemy import Engine, event, text
 
 from builders import tasks as built_tasks
 from polaris_pipeline.cli.main import main as cli
 from polaris_pipeline.dagster import PolarisSweeper, build_defs_from_env
-from polaris_pipeline.dagster.contract import JOB_NAME, run_config_for
+from polaris_pipeline.dagster.contract import run_config_for
+from polaris_pipeline.dagster.task_job import build_polaris_task_job
 from polaris_pipeline.execution.runner import Runner, Status
 from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.leaks.catalogs import read_catalogs
@@ -311,8 +312,8 @@ def test_a_bound_set_through_a_deployment_s_door_reaches_the_run_s_guard_checks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The component's ``metastore: {guard: {bound_s: ...}}`` block, or the environment the
-    code location is built from, bounds every check of a run: not the step's own
-    environment (unset here)."""
+    code location is built from, bounds the checks of a run's steps, which read no
+    variable of their own (unset here)."""
     monkeypatch.delenv(GUARD_BOUND_ENV, raising=False)
     _bulk_live_tables(v5_store)
     task = built_tasks.drop_table_task(local_warehouse.build("t", appends=1))
@@ -337,8 +338,13 @@ def test_a_bound_set_through_a_deployment_s_door_reaches_the_run_s_guard_checks(
         monkeypatch.setenv(URL_ENV, url)  # the resource's EnvVar, read in the run
         defs = build_defs_from_env(env)
 
-    result = defs.resolve_job_def(JOB_NAME).execute_in_process(
-        run_config=run_config_for("POLARIS", task.id), instance=instance, raise_on_error=False
+    # The deployment's resources, in the task job without its retries' delays.
+    job = build_polaris_task_job("polaris_task_job_once", retry_policy=RetryPolicy(max_retries=0))
+    result = job.execute_in_process(
+        run_config=run_config_for("POLARIS", task.id),
+        instance=instance,
+        resources={key: (defs.resources or {})[key] for key in ("metastore", "storage")},
+        raise_on_error=False,
     )
 
     assert not result.success

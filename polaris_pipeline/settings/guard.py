@@ -8,6 +8,7 @@ block of ``PipelineSettings`` (``--guard-bound-s``).
 from __future__ import annotations
 
 from pydantic import Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from polaris_pipeline.settings.bounds import at_most, finite
 from polaris_pipeline.settings.section import Section
@@ -32,7 +33,8 @@ class GuardSection(Section):
     @field_validator("bound_s")
     @classmethod
     def _bound(cls, value: float) -> float:
-        if not finite(value, "the guard bound") > 0:
-            raise ValueError("the guard bound must be greater than 0")
+        if not value > 0:  # pydantic's own message, as ``gt=0`` gave
+            raise PydanticCustomError("greater_than", "Input should be greater than 0")
+        finite(value, "the guard bound")
         at_most(value, MAX_BOUND_S, "the guard bound")
         return value
