@@ -287,7 +287,7 @@ def test_the_resources_and_build_defs(section: str, index: int) -> None:
     if section in NESTED_IN:
         # Given as the block of the resource it is nested in.
         outer = {"url": "sqlite:////tmp/doors.db", section: resource}
-        given = {NESTED_IN[section]: PolarisMetastoreResource(**outer)}
+        given: dict[str, Any] = {NESTED_IN[section]: PolarisMetastoreResource(**outer)}
     else:
         given = {section: resource}
     defs = build_defs(**given)
