@@ -106,6 +106,7 @@ def test_the_code_location_holds_the_deployment_the_environment_names(
         "backlog",
         "leaks",
         "metastore",
+        "restore",
         "retention",
         "storage",
         "sweeper",

@@ -19,6 +19,7 @@ from polaris_pipeline.dagster.contract import JOB_NAME
 from polaris_pipeline.dagster.sweeper import SENSOR_NAME
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.settings import URL_ENV
+from tests.support.dagster import NESTED_IN, deployed_section
 from tests.support.tasks import seed
 
 ATTRIBUTES: dict[str, Any] = {
@@ -264,19 +265,37 @@ EVERY_SETTING: dict[str, dict[str, Any]] = {
         "min_age_days": 30.0,
         "auto_reclaim_catalogs": ["wh"],
     },
+    "guard": {"bound_s": 2.5},
+    "restore": {
+        "rest_uri": "https://polaris.example.com/api/catalog",
+        "catalog": "lake",
+        "client_id": "pp",
+        "client_secret": "s3cret",
+        "scope": "PRINCIPAL_ROLE:x",
+    },
 }
 
 
-# Sections a deployment's runs read from their own environment (the guard's bound, the
-# restore job's REST target), not blocks of the component; the CLI reaches them by flags.
-ENVIRONMENT_ONLY = {"guard", "restore"}
+def _attributes(settings: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``settings`` as the component's attributes, each nested section in its block."""
+    attributes: dict[str, Any] = {k: v for k, v in settings.items() if k not in NESTED_IN}
+    for name, outer in NESTED_IN.items():
+        attributes[outer] = {**attributes[outer], name: settings[name]}
+    return attributes
+
+
+def _block_values(resources: dict[str, Any], name: str) -> dict[str, Any]:
+    """What the deployed resources hold of section ``name``, as its block spells it."""
+    nested = {k for k, outer in NESTED_IN.items() if outer == name}
+    dumped: dict[str, Any] = deployed_section(resources, name).model_dump(exclude=nested)
+    return dumped
 
 
 def test_every_setting_of_every_section_is_a_key_of_its_block(tmp_path: Path) -> None:
     from polaris_pipeline.settings import PipelineSettings
 
     sections = PipelineSettings.model_fields
-    assert set(EVERY_SETTING) == set(sections) - ENVIRONMENT_ONLY
+    assert set(EVERY_SETTING) == set(sections)
     for name, values in EVERY_SETTING.items():
         section_type = sections[name].annotation
         assert section_type is not None
@@ -284,11 +303,11 @@ def test_every_setting_of_every_section_is_a_key_of_its_block(tmp_path: Path) ->
         defaults = section_type().model_dump() if name != "metastore" else {}
         changed = {k for k, v in values.items() if defaults.get(k, object()) != v}
         assert changed >= set(values) - {"config_path"}, name  # each value is not the default
-    resources = _load_resources({**EVERY_SETTING, "executor": "in_process"})
+    resources = _load_resources({**_attributes(EVERY_SETTING), "executor": "in_process"})
     for name, values in EVERY_SETTING.items():
         if name == "alerts":
             continue  # not a resource: the alert sensors, below
-        dumped = resources[name].model_dump()
+        dumped = _block_values(resources, name)
         if name == "metastore":
             dumped["realm_overrides"] = {
                 realm: {k: v for k, v in o.items() if v is not None}

@@ -26,7 +26,7 @@ from polaris_pipeline.dagster.definitions import (
 )
 from polaris_pipeline.settings import URL_ENV
 
-RESOURCE_KEYS = ["metastore", "storage", "sweeper", "backlog", "retention", "leaks"]
+RESOURCE_KEYS = ["metastore", "storage", "sweeper", "backlog", "retention", "leaks", "restore"]
 # build_defs' signature as users call it: keyword-only, in this order.
 PUBLIC_PARAMETERS = [
     *RESOURCE_KEYS,

@@ -21,10 +21,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from dagster import DagsterInstance, ExecuteInProcessResult, RetryPolicy
+from dagster.components.core.component_tree import ComponentTree
 from sqlalchemy import Engine, event, text
 
 from builders import tasks as built_tasks
 from polaris_pipeline.cli.main import main as cli
+from polaris_pipeline.dagster import PolarisSweeper, build_defs_from_env
+from polaris_pipeline.dagster.contract import run_config_for
+from polaris_pipeline.dagster.task_job import build_polaris_task_job
 from polaris_pipeline.execution.runner import Runner, Status
 from polaris_pipeline.execution.sweep import sweep_tasks
 from polaris_pipeline.leaks.catalogs import read_catalogs
@@ -37,7 +43,7 @@ from polaris_pipeline.metastore.guard_indexes import (
     missing_guard_indexes,
 )
 from polaris_pipeline.metastore.overlap import GuardTimeout, LiveLocations
-from polaris_pipeline.settings import GUARD_BOUND_ENV, SettingsError
+from polaris_pipeline.settings import GUARD_BOUND_ENV, URL_ENV, SettingsError
 from polaris_pipeline.storage.uri import parse_location, split_uri
 from polaris_pipeline.tasks.model import TaskPolicy
 from tests.support.iceberg import Warehouse, table_files
@@ -288,6 +294,64 @@ def test_the_metastore_s_bound_reaches_the_runner_s_checks(
 
     assert outcome.status is Status.FAILED, outcome.error
     assert outcome.error is not None and "within its bound of 0.001 s" in outcome.error
+
+
+def _guard_failure(result: ExecuteInProcessResult) -> str:
+    """The one-line error the run's root step failed with."""
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    return str(failure.event_specific_data)
+
+
+@pytest.mark.parametrize("door", ["component", "environment"])
+def test_a_bound_set_through_a_deployment_s_door_reaches_the_run_s_guard_checks(
+    door: str,
+    v5_store: Metastore,
+    local_warehouse: Warehouse,
+    policy: TaskPolicy,
+    instance: DagsterInstance,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The component's ``metastore: {guard: {bound_s: ...}}`` block, or the environment the
+    code location is built from, bounds the checks of a run's steps, which read no
+    variable of their own (unset here)."""
+    monkeypatch.delenv(GUARD_BOUND_ENV, raising=False)
+    _bulk_live_tables(v5_store)
+    task = built_tasks.drop_table_task(local_warehouse.build("t", appends=1))
+    v5_store.insert_tasks([task])
+    url = v5_store.url.render_as_string(hide_password=False)
+    if door == "component":
+        metastore = {
+            "url": url,
+            "grace_ms": policy.grace_ms,
+            "lease_timeout_ms": policy.lease_timeout_ms,
+            "guard": {"bound_s": 0.001},
+        }
+        component = PolarisSweeper.resolve_from_yaml(yaml.safe_dump({"metastore": metastore}))
+        defs = component.build_defs(ComponentTree.for_test().load_context)
+    else:
+        env = {
+            URL_ENV: url,
+            "POLARIS_PIPELINE_GRACE_MS": str(policy.grace_ms),
+            "POLARIS_PIPELINE_LEASE_TIMEOUT_MS": str(policy.lease_timeout_ms),
+            GUARD_BOUND_ENV: "0.001",
+        }
+        monkeypatch.setenv(URL_ENV, url)  # the resource's EnvVar, read in the run
+        defs = build_defs_from_env(env)
+
+    # The deployment's resources, in the task job without its retries' delays.
+    job = build_polaris_task_job("polaris_task_job_once", retry_policy=RetryPolicy(max_retries=0))
+    result = job.execute_in_process(
+        run_config=run_config_for("POLARIS", task.id),
+        instance=instance,
+        resources={key: (defs.resources or {})[key] for key in ("metastore", "storage")},
+        raise_on_error=False,
+    )
+
+    assert not result.success
+    message = _guard_failure(result)
+    assert "GuardTimeout" in message and "within its bound of 0.001 s" in message, message
+    row = v5_store.get_task("POLARIS", task.id)
+    assert row is not None and row.status != "dead" and not row.failure_permanent
 
 
 def test_a_bound_that_is_no_number_is_one_clear_error(

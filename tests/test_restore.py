@@ -9,10 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dagster import EnvVar, build_resources
+from dagster.components.core.component_tree import ComponentTree
 from pyiceberg.table import Table
 
 from builders.tasks import drop_table_task
-from polaris_pipeline.dagster import build_defs, build_defs_from_env
+from polaris_pipeline.dagster import PolarisSweeper, build_defs, build_defs_from_env
+from polaris_pipeline.dagster.definitions import RESTORE_SECRET_ENV, deployment_from_env
+from polaris_pipeline.dagster.resources import PolarisRestoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.restore_job import (
     RESTORE_JOB,
@@ -21,7 +25,7 @@ from polaris_pipeline.dagster.restore_job import (
 )
 from polaris_pipeline.errors import PolarisPipelineError
 from polaris_pipeline.metastore import Metastore
-from polaris_pipeline.restore.register import RegisterError, RestTarget
+from polaris_pipeline.restore.register import CATALOG_ENV, URI_ENV, RegisterError, RestTarget
 from polaris_pipeline.restore.restore import (
     RestorePlan,
     RestoreRefused,
@@ -220,7 +224,11 @@ def test_the_dagster_job_takes_the_same_config_and_fails_on_a_refusal(
     parent, child = _dropped(store, table)
     batch = batch_task("POLARIS", ["file:///x"])
     store.insert_tasks([batch])
-    resources = {"metastore": metastore_resource(store), "storage": PolarisStorageResource()}
+    resources = {
+        "metastore": metastore_resource(store),
+        "storage": PolarisStorageResource(),
+        "restore": PolarisRestoreResource(),
+    }
 
     def launch(task_id: int) -> Any:
         config = {"realm": "POLARIS", "task_id": task_id, "catalog": "lake"}
@@ -267,4 +275,108 @@ def test_the_deployed_definitions_have_the_restore_job_and_it_restores_as_a_name
     (output,) = [e for e in result.all_node_events if e.is_successful_output]
     printed = str(output.step_output_data.metadata["result"].value)
     assert "register_table(table => 'ns.back'" in printed, printed
+    _unchanged(store, parent, child)
+
+
+def _launched(defs: Any, task_id: int, **config: Any) -> Any:
+    """One run of the deployed restore job for ``task_id`` (errors kept in the result)."""
+    job = defs.resolve_job_def(RESTORE_JOB)
+    run_config = {
+        "ops": {RESTORE_OP: {"config": {"realm": "POLARIS", "task_id": task_id, **config}}}
+    }
+    return job.execute_in_process(run_config=run_config, raise_on_error=False)
+
+
+def _printed(result: Any) -> str:
+    (output,) = [e for e in result.all_node_events if e.is_successful_output]
+    return str(output.step_output_data.metadata["result"].value)
+
+
+def _failure(result: Any) -> str:
+    return str(next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE"))
+
+
+def test_the_job_registers_with_its_deployment_s_restore_resource_not_the_process_s_variables(
+    local_warehouse: Warehouse, store: Metastore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """build_defs(restore=), the component's restore: block and the environment the code
+    location is built from each give the op its target; the run's config beats it, as a
+    flag beats the section; the op's process environment is not read."""
+    monkeypatch.delenv(URI_ENV, raising=False)
+    monkeypatch.setenv(CATALOG_ENV, "from_the_process")
+    table = local_warehouse.build("orders", appends=1)
+    parent, child = _dropped(store, table)
+    metastore = metastore_resource(store)
+
+    given = build_defs(metastore=metastore, restore=PolarisRestoreResource(catalog="lake"))
+    assert "CALL lake.system.register_table(" in _printed(_launched(given, parent.id))
+    flagged = _launched(given, parent.id, catalog="sea")
+    assert "CALL sea.system.register_table(" in _printed(flagged)
+    yaml_text = f"metastore: {{url: {metastore.url!r}}}\nrestore: {{catalog: yard}}\n"
+    component = PolarisSweeper.resolve_from_yaml(yaml_text)
+    built = component.build_defs(ComponentTree.for_test().load_context)
+    assert "CALL yard.system.register_table(" in _printed(_launched(built, parent.id))
+    monkeypatch.setenv(URL_ENV, url_of(store))
+    from_env = build_defs_from_env({URL_ENV: url_of(store), CATALOG_ENV: "pond"})
+    assert "CALL pond.system.register_table(" in _printed(_launched(from_env, parent.id))
+
+    # No catalog in the deployment: refused with the command's line, whatever the
+    # op's process has.
+    refused = _launched(build_defs(metastore=metastore), parent.id)
+    assert not refused.success
+    assert f"name the catalog: --catalog or ${CATALOG_ENV}" in _failure(refused)
+    _unchanged(store, parent, child)
+
+
+def test_the_restore_resource_s_target_takes_the_run_s_config_over_its_own() -> None:
+    resource = PolarisRestoreResource(
+        rest_uri="https://polaris/api/catalog", catalog=" lake ", client_secret="s3cret", scope=" "
+    )
+    target = resource.target(None, None)
+    assert (target.uri, target.catalog, target.scope) == (
+        "https://polaris/api/catalog",
+        "lake",
+        "PRINCIPAL_ROLE:ALL",
+    )
+    assert target.client_secret == "s3cret" and "s3cret" not in repr(target)
+    assert "s3cret" not in repr(resource)
+    flagged = resource.target("https://other/api/catalog", "sea")
+    assert (flagged.uri, flagged.catalog) == ("https://other/api/catalog", "sea")
+    with pytest.raises(PolarisPipelineError, match=f"--catalog or \\${CATALOG_ENV}$"):
+        PolarisRestoreResource().target(None, None)
+
+
+def test_the_restore_secret_travels_as_its_variable_and_is_never_shown(
+    local_warehouse: Warehouse, store: Metastore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The environment door and the component's template hand the resource the variable
+    (the UI shows its name); the op's process resolves it; no event of a failed run,
+    its config or its one line holds the value."""
+    secret = "s3cr3t-value"
+    monkeypatch.delenv(RESTORE_SECRET_ENV, raising=False)
+    monkeypatch.setenv("RESTORE_SECRET", secret)
+    env = {URL_ENV: url_of(store), RESTORE_SECRET_ENV: secret}
+    from_env = deployment_from_env(env).resources["restore"]
+    assert from_env.client_secret == EnvVar(RESTORE_SECRET_ENV)
+    yaml_text = (
+        f"metastore: {{url: {url_of(store)!r}}}\n"
+        'restore: {catalog: lake, client_id: pp, client_secret: "{{ env.RESTORE_SECRET }}"}\n'
+    )
+    component = PolarisSweeper.resolve_from_yaml(yaml_text)
+    assert component.restore is not None
+    assert component.restore.client_secret == EnvVar("RESTORE_SECRET")
+    assert secret not in repr(component) and secret not in repr(from_env)
+    with build_resources({"restore": component.restore}) as resolved:
+        assert resolved.restore.target(None, None).client_secret == secret
+
+    table = local_warehouse.build("t", appends=1)
+    parent, child = _dropped(store, table)
+    defs = component.build_defs(ComponentTree.for_test().load_context)
+    endpoint = f"http://127.0.0.1:{_closed_port()}/api/catalog"
+    failed = _launched(defs, parent.id, rest_uri=endpoint)
+    assert not failed.success
+    assert "cannot connect at http://127.0.0.1" in _failure(failed)
+    run = failed.dagster_run
+    shown = [str(e) for e in failed.all_events] + [repr(run.run_config)]
+    assert not [text for text in shown if secret in text]
     _unchanged(store, parent, child)

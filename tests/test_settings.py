@@ -21,7 +21,6 @@ from polaris_pipeline.settings import (
     SettingsError,
     env_variable,
     executor_settings,
-    restore_settings,
     setting_from_env,
 )
 from polaris_pipeline.settings.pipeline import section_from_env
@@ -109,7 +108,7 @@ def test_every_variable_is_read() -> None:
     )
     assert "s3cret" not in repr(steps)
     assert setting_from_env("guard", "bound_s", env) == 2.5
-    restore = restore_settings(env)
+    restore = section_from_env("restore", env)
     assert restore == RestoreSection(
         rest_uri="https://polaris.example.com/api/catalog",
         catalog="lake",
@@ -419,29 +418,6 @@ def test_the_metastore_url_not_passed_is_the_variable_s(monkeypatch: pytest.Monk
         MetastoreError, match=f"^no metastore URL: pass --metastore or set {URL_ENV}$"
     ):
         resolve_url(None)
-
-
-def test_the_restore_target_takes_flags_over_its_section() -> None:
-    from polaris_pipeline.errors import PolarisPipelineError
-    from polaris_pipeline.restore.register import CATALOG_ENV, URI_ENV, RestTarget
-
-    env = {
-        URI_ENV: "https://polaris/api/catalog",
-        CATALOG_ENV: " lake ",
-        "POLARIS_PIPELINE_RESTORE_CLIENT_SECRET": "s3cret",
-        "POLARIS_PIPELINE_RESTORE_SCOPE": " ",
-    }
-    target = RestTarget.from_env(None, None, env)
-    assert (target.uri, target.catalog, target.scope) == (
-        "https://polaris/api/catalog",
-        "lake",
-        "PRINCIPAL_ROLE:ALL",
-    )
-    assert target.client_secret == "s3cret" and "s3cret" not in repr(target)
-    flagged = RestTarget.from_env("https://other/api/catalog", "sea", env)
-    assert (flagged.uri, flagged.catalog) == ("https://other/api/catalog", "sea")
-    with pytest.raises(PolarisPipelineError, match=f"--catalog or \\${CATALOG_ENV}$"):
-        RestTarget.from_env(None, None, {})
 
 
 def test_an_unknown_variable_under_the_prefix_is_warned_of_with_the_nearest_name(

@@ -4,7 +4,8 @@ The table below holds a value for every field of every section (the test fails w
 section gains a field the table lacks), and each door is asked for the section it
 builds: the environment (and the code location built from it), the CLI's ``--set`` and
 its generated flags, the resources, ``build_defs`` and the component's YAML. A field that
-one door cannot set fails the comparison for that door.
+one door cannot set fails the comparison for that door. The guard section is the
+metastore resource's ``guard`` block (``NESTED_IN``); the others are resources.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from polaris_pipeline.cli.context import settings_for
 from polaris_pipeline.cli.parser import build_parser
 from polaris_pipeline.dagster import PolarisSweeper, build_defs
 from polaris_pipeline.dagster.definitions import deployment_from_env
+from polaris_pipeline.dagster.resources import PolarisMetastoreResource
 from polaris_pipeline.settings import MetastoreSection, PipelineSettings, Section
 from polaris_pipeline.settings.env import SECTIONS, env_variable, read_section
 from polaris_pipeline.tasks.model import TaskPolicy
+from tests.support.dagster import NESTED_IN, deployed_section
 
 # section -> cases, each case field -> (value, the text a variable or --set gives).
 # Storage has two cases: a file, or the same rules inline (one source at a time).
@@ -141,8 +144,12 @@ BLOCKS = list(PipelineSettings.model_fields)
 # but the executor's, which only a Dagster deployment's steps use. Named here, not read
 # from PipelineSettings, so a section dropped from the CLI's settings fails.
 CLI_SECTIONS = [section for section in VALUES if section != "executor"]
-# The blocks a deployment has as resources (build_defs' keywords, the component's blocks).
-RESOURCES = ["metastore", "storage", "sweeper", "backlog", "retention", "leaks"]
+# The blocks a deployment has (build_defs' keywords and the component's blocks, or
+# nested in one: NESTED_IN): every block of PipelineSettings but the alerts (no resource).
+RESOURCES = [*(b for b in BLOCKS if b != "alerts")]
+# Fields a deployment holds as a reference to the variable that gives them (EnvVar): the
+# UI shows the variable's name, never the value.
+AS_VARIABLE = {"metastore": {"url"}, "restore": {"client_secret"}}
 # Fields no variable sets: the inline storage rules are YAML or Python.
 NO_VARIABLE = {("storage", "locations"), ("storage", "allowed_prefixes")}
 
@@ -188,12 +195,13 @@ def test_the_environment(section: str, index: int) -> None:
     if section in BLOCKS:
         assert getattr(PipelineSettings.from_env(env), section) == _expected(section, index)
     if section in RESOURCES:
-        deployed = deployment_from_env(env).resources[section]
-        # The code location names the URL's variable, never the URL.
-        url = {"url"} if section == "metastore" else set()
-        if url:
-            assert deployed.url == EnvVar(str(env_variable("metastore", "url")))
-        assert _dump(deployed, url) == _dump(_expected(section, index), url)
+        deployed = deployed_section(deployment_from_env(env).resources, section)
+        # The code location names the URL's (the secret's) variable, never the value.
+        by_variable = AS_VARIABLE.get(section, set())
+        for field in by_variable:
+            assert getattr(deployed, field) == EnvVar(str(env_variable(section, field)))
+        exclude = by_variable | _nested_blocks(section)
+        assert _dump(deployed, exclude) == _dump(_expected(section, index), by_variable)
 
 
 def _no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -260,8 +268,13 @@ def test_each_generated_flag(
     assert description and help_text.startswith(description.replace("%", "%%"))
 
 
+def _nested_blocks(section: str) -> set[str]:
+    """The blocks of other sections inside ``section``'s resource."""
+    return {name for name, outer in NESTED_IN.items() if outer == section}
+
+
 def _resource(section: str, index: int) -> Any:
-    resource_type = type(deployment_from_env({}).resources[section])
+    resource_type = type(deployed_section(deployment_from_env({}).resources, section))
     values = {field: value for field, (value, _) in VALUES[section][index].items()}
     return resource_type(**values)
 
@@ -270,23 +283,34 @@ def _resource(section: str, index: int) -> Any:
 def test_the_resources_and_build_defs(section: str, index: int) -> None:
     expected = _dump(_expected(section, index))
     resource = _resource(section, index)
-    assert _dump(resource) == expected
-    defs = build_defs(**{section: resource})
-    assert _dump((defs.resources or {})[section]) == expected
+    assert _dump(resource, _nested_blocks(section)) == expected
+    if section in NESTED_IN:
+        # Given as the block of the resource it is nested in.
+        outer = {"url": "sqlite:////tmp/doors.db", section: resource}
+        given: dict[str, Any] = {NESTED_IN[section]: PolarisMetastoreResource(**outer)}
+    else:
+        given = {section: resource}
+    defs = build_defs(**given)
+    deployed = deployed_section(defs.resources or {}, section)
+    assert _dump(deployed, _nested_blocks(section)) == expected
 
 
 @pytest.mark.parametrize(("section", "index"), [c for c in CASES if c[0] in [*RESOURCES, "alerts"]])
 def test_the_component_yaml(section: str, index: int) -> None:
     block = {field: value for field, (value, _) in VALUES[section][index].items()}
-    attributes: dict[str, Any] = {section: block}
-    if section != "metastore":
-        attributes["metastore"] = {"url": "sqlite:////tmp/doors.db"}
+    attributes: dict[str, Any] = {"metastore": {"url": "sqlite:////tmp/doors.db"}}
+    if section in NESTED_IN:
+        attributes[NESTED_IN[section]][section] = block
+    else:
+        attributes[section] = {**attributes.get(section, {}), **block}
     component = PolarisSweeper.resolve_from_yaml(yaml.safe_dump(attributes))
     expected = _dump(_expected(section, index))
-    assert _dump(getattr(component, section)) == expected
+    blocks = {key: getattr(component, key) for key in attributes}
+    assert _dump(deployed_section(blocks, section), _nested_blocks(section)) == expected
     if section in RESOURCES:
         defs = component.build_defs(ComponentTree.for_test().load_context)
-        assert _dump((defs.resources or {})[section]) == expected
+        deployed = deployed_section(defs.resources or {}, section)
+        assert _dump(deployed, _nested_blocks(section)) == expected
 
 
 # The metastore section's fields that say where and as whom, not how tasks are run.

@@ -16,6 +16,7 @@ from polaris_pipeline.dagster.definitions import (
 from polaris_pipeline.dagster.leaks import LeakSettings, polaris_leaked_roots
 from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
+    PolarisRestoreResource,
     PolarisStorageResource,
     SweeperSettings,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "TASK_EXECUTOR_ENV",
     "LeakSettings",
     "PolarisMetastoreResource",
+    "PolarisRestoreResource",
     "PolarisStorageResource",
     "PolarisSweeper",
     "PolarisTranslator",

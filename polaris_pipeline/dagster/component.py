@@ -10,9 +10,15 @@ backlog asset and checks. Each block resolves into its resource (as dagster-slin
         url: "{{ env.POLARIS_METASTORE_URL }}"
         realms: [POLARIS]
         realm_overrides: {TEST: {lease_timeout_ms: 60000}}
+        guard: {bound_s: 30}
       storage: {config_path: /etc/polaris-pipeline/storage.yaml}
       sweeper: {interval_seconds: 60, jitter: 0.2}
       retention: {success_days: 14, failure_days: 90}
+      restore:
+        rest_uri: https://polaris.example.com/api/catalog
+        catalog: lake
+        client_id: pp
+        client_secret: "{{ env.RESTORE_SECRET }}"
       executor: in_process
 
 What is left out keeps the library's default (``polaris_pipeline.settings``).
@@ -31,6 +37,7 @@ from polaris_pipeline.dagster.backlog import BacklogSettings
 from polaris_pipeline.dagster.definitions import build_defs
 from polaris_pipeline.dagster.leaks import LeakSettings
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
+from polaris_pipeline.dagster.resources.restore import PolarisRestoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
 from polaris_pipeline.dagster.retention import RetentionSettings
@@ -80,6 +87,11 @@ def _url_as_env_var(values: dict[str, Any]) -> dict[str, Any]:
     return {**values, "url": _as_env_var(values["url"])}
 
 
+def _secret_as_env_var(values: dict[str, Any]) -> dict[str, Any]:
+    secret = values.get("client_secret")
+    return {**values, "client_secret": _as_env_var(secret)} if secret else values
+
+
 def _alerts(context: dg.ResolutionContext, block: Any) -> AlertSection | None:
     return None if block is None else AlertSection(**_templated(context, block))
 
@@ -89,7 +101,10 @@ class PolarisSweeper(dg.Component, dg.Model, dg.Resolvable):
 
     metastore: Annotated[
         PolarisMetastoreResource | None, _block(PolarisMetastoreResource, _url_as_env_var)
-    ] = Field(default=None, description="The metastore and its realms' task policy.")
+    ] = Field(
+        default=None,
+        description="The metastore, its realms' task policy and its guard checks' bound.",
+    )
     storage: Annotated[PolarisStorageResource | None, _block(PolarisStorageResource)] = Field(
         default=None, description="Filesystem options, allowed prefixes, deletion record."
     )
@@ -104,6 +119,15 @@ class PolarisSweeper(dg.Component, dg.Model, dg.Resolvable):
     )
     leaks: Annotated[LeakSettings | None, _block(LeakSettings)] = Field(
         default=None, description="The leak report's threshold, catalogs, schedule."
+    )
+    restore: Annotated[
+        PolarisRestoreResource | None, _block(PolarisRestoreResource, _secret_as_env_var)
+    ] = Field(
+        default=None,
+        description=(
+            "The restore job's Iceberg REST endpoint and OAuth2 client; write the secret "
+            'as a template: client_secret: "{{ env.RESTORE_SECRET }}".'
+        ),
     )
     # Read after its templates are rendered: a secret is written as one (its value is
     # not a URL until then). Alerts are no resource: the section itself.
@@ -140,6 +164,7 @@ class PolarisSweeper(dg.Component, dg.Model, dg.Resolvable):
             backlog=self.backlog,
             retention=self.retention,
             leaks=self.leaks,
+            restore=self.restore,
             executor=self.executor,
             alerts=self.alerts,
             translator=translator_from_path(self.translator) if self.translator else None,

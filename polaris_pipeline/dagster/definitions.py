@@ -49,6 +49,7 @@ from polaris_pipeline.dagster.leaks import (
 from polaris_pipeline.dagster.realm_backfill import polaris_realm_backfill_job
 from polaris_pipeline.dagster.reporting import build_run_report_sensor
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
+from polaris_pipeline.dagster.resources.restore import PolarisRestoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.dagster.resources.sweeper import SweeperSettings
 from polaris_pipeline.dagster.restore_job import polaris_restore_table_job
@@ -57,12 +58,15 @@ from polaris_pipeline.dagster.sweeper import build_polaris_task_sweeper
 from polaris_pipeline.dagster.task_job import MULTIPROCESS_EXECUTOR, build_polaris_task_job
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR, PolarisTranslator
 from polaris_pipeline.settings import (
+    ENV_VARIABLES,
     URL_ENV,
     AlertSection,
     PipelineSettings,
     TaskExecutor,
     executor_settings,
 )
+
+RESTORE_SECRET_ENV = ENV_VARIABLES[("restore", "client_secret")]
 
 if TYPE_CHECKING:
     # An asset job (the leak report) before resolution: Dagster 1.13 exports no public name.
@@ -100,7 +104,7 @@ def sweeper_default_status(autostart: bool | None) -> DefaultSensorStatus:
 
 @dataclasses.dataclass(frozen=True)
 class DeploymentResources:
-    """A deployment's six resources as given (None: not given), each field named as its key.
+    """A deployment's seven resources as given (None: not given), each field named as its key.
 
     The one statement of the resources a deployment has, their types and their
     defaults (``by_key``): ``build_defs`` takes them as keyword arguments of the same
@@ -115,6 +119,7 @@ class DeploymentResources:
     backlog: BacklogSettings | None = None
     retention: RetentionSettings | None = None
     leaks: LeakSettings | None = None
+    restore: PolarisRestoreResource | None = None
 
     def by_key(self) -> dict[str, Any]:
         """Every resource by its key, its default where none was given: the metastore at
@@ -126,6 +131,7 @@ class DeploymentResources:
             "backlog": self.backlog or BacklogSettings(),
             "retention": self.retention or RetentionSettings(),
             "leaks": self.leaks or LeakSettings(),
+            "restore": self.restore or PolarisRestoreResource(),
         }
 
 
@@ -137,6 +143,7 @@ def build_defs(
     backlog: BacklogSettings | None = None,
     retention: RetentionSettings | None = None,
     leaks: LeakSettings | None = None,
+    restore: PolarisRestoreResource | None = None,
     executor: TaskExecutor | ExecutorDefinition | None = None,
     io_manager: FilesystemIOManager | None = None,
     alerts: AlertSection | None = None,
@@ -146,15 +153,16 @@ def build_defs(
 
     Each setting is a field of one resource (``polaris_pipeline.settings``' sections):
     ``metastore`` (None: ``url=EnvVar("POLARIS_METASTORE_URL")`` and the defaults,
-    the realms' task policy included), ``storage``, ``sweeper``, ``backlog``,
-    ``retention`` (its job and schedule only when an age is set), ``leaks``
-    (``DeploymentResources``). ``executor`` chooses how the task job's steps run.
+    the realms' task policy and the guard's bound included), ``storage``, ``sweeper``,
+    ``backlog``, ``retention`` (its job and schedule only when an age is set), ``leaks``,
+    ``restore`` (the restore job's REST target; ``DeploymentResources``). ``executor``
+    chooses how the task job's steps run.
     ``alerts`` (the component's ``alerts:`` block) turns the alert sensors on when it
     names a destination (polaris_pipeline.dagster.alerts). ``translator`` (a
     ``PolarisTranslator`` subclass) decides the runs' tags, the steps' metadata and the
     tables' asset keys and events.
     """
-    # The six resource arguments are spelt out above for the signature users call and
+    # The seven resource arguments are spelt out above for the signature users call and
     # type-check against; what they are and default to is DeploymentResources'.
     given = DeploymentResources(
         metastore=metastore,
@@ -163,6 +171,7 @@ def build_defs(
         backlog=backlog,
         retention=retention,
         leaks=leaks,
+        restore=restore,
     )
     return _assemble(
         build_resources(given, io_manager=io_manager),
@@ -326,14 +335,19 @@ def deployment_from_env(environ: Mapping[str, str] | None = None) -> EnvDeployme
         from polaris_pipeline.dagster.celery import io_manager_for
 
         io_manager = io_manager_for(steps)
+    # A secret that is set stays a reference to its variable: the UI shows the name only.
+    secret = EnvVar(RESTORE_SECRET_ENV) if settings.restore.client_secret else None
     given = DeploymentResources(
         # The URL stays a reference to its variable: the UI shows the name, never the URL.
-        metastore=PolarisMetastoreResource.from_section(settings.metastore, EnvVar(URL_ENV)),
+        metastore=PolarisMetastoreResource.from_section(
+            settings.metastore, EnvVar(URL_ENV), settings.guard
+        ),
         storage=PolarisStorageResource(**settings.storage.model_dump()),
         sweeper=SweeperSettings(**settings.sweeper.model_dump()),
         backlog=BacklogSettings(**settings.backlog.model_dump()),
         retention=RetentionSettings(**settings.retention.model_dump()),
         leaks=LeakSettings(**settings.leaks.model_dump()),
+        restore=PolarisRestoreResource.from_section(settings.restore, secret),
     )
     resources = build_resources(given, io_manager=io_manager)
     return EnvDeployment(

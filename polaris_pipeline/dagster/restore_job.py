@@ -2,9 +2,9 @@
 
 Launched by an operator with ``ops.polaris_restore_table.config`` naming the task (realm,
 id), optionally ``as_name``, and the catalog's REST endpoint and catalog name (else the
-environment's, as the command reads them); the OAuth2 client comes from the
-environment only (``POLARIS_PIPELINE_RESTORE_CLIENT_ID`` / ``_SECRET``), so the secret
-is never part of a run's config or the UI. A refusal fails the run with its one line.
+``restore`` resource's, as the command's flags beat its settings); the OAuth2 client
+comes from the resource only (its secret an ``EnvVar``), so the secret is never part of
+a run's config or shown by the UI. A refusal fails the run with its one line.
 Every deployment has it: ``build_defs``' job list (``build_jobs_and_schedules``) names it.
 """
 
@@ -16,10 +16,10 @@ from typing import Optional
 from dagster import Config, Failure, OpExecutionContext, in_process_executor, job, op
 
 from polaris_pipeline.dagster.resources.metastore import PolarisMetastoreResource
+from polaris_pipeline.dagster.resources.restore import PolarisRestoreResource
 from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.errors import PolarisPipelineError
-from polaris_pipeline.restore.register import RestTarget
-from polaris_pipeline.restore.restore import restore
+from polaris_pipeline.restore.restore import restore as restore_table
 
 RESTORE_OP = "polaris_restore_table"
 RESTORE_JOB = "polaris_restore_table_job"
@@ -41,14 +41,15 @@ def polaris_restore_table(
     config: RestoreTableConfig,
     metastore: PolarisMetastoreResource,
     storage: PolarisStorageResource,
+    restore: PolarisRestoreResource,
 ) -> None:
     store = metastore.get_metastore()
     try:
         task = store.get_task(config.realm, config.task_id)
         if task is None:
             raise PolarisPipelineError(f"no task {config.task_id} in realm {config.realm!r}")
-        target = RestTarget.from_env(config.rest_uri, config.catalog)
-        result = restore(
+        target = restore.target(config.rest_uri, config.catalog)
+        result = restore_table(
             store,
             storage.get_resolver(),
             target,

@@ -1,7 +1,7 @@
 """Registering a dropped table's last metadata file with the catalog's Iceberg REST API.
 
 ``RestTarget``: the endpoint, the catalog (the REST prefix, Polaris's catalog name)
-and OAuth2 client credentials, from the command's flags or the environment; the
+and OAuth2 client credentials, from the restore section (``from_section``); the
 secret never appears in a repr, a log line or an error. Without an endpoint nothing
 is called: ``register_forms`` gives the exact ``registerTable`` request, Spark's
 ``register_table`` procedure call and pyiceberg's call, for an operator to run.
@@ -10,13 +10,12 @@ is called: ``register_forms`` gives the exact ``registerTable`` request, Spark's
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from polaris_pipeline.errors import PolarisPipelineError, one_line
-from polaris_pipeline.settings import ENV_VARIABLES, restore_settings
+from polaris_pipeline.settings import ENV_VARIABLES
 from polaris_pipeline.settings.restore import DEFAULT_SCOPE, RestoreSection
 from polaris_pipeline.tasks.payloads import TableIdentifier
 
@@ -55,15 +54,6 @@ class RestTarget:
             client_secret=section.client_secret,
             scope=section.scope,
         )
-
-    @classmethod
-    def from_env(
-        cls, uri: str | None, catalog: str | None, environ: Mapping[str, str] | None = None
-    ) -> RestTarget:
-        """The op's config first, then the restore section of this process's environment."""
-        given = {"rest_uri": uri, "catalog": catalog}
-        section = restore_settings(environ)
-        return cls.from_section(section.model_copy(update={k: v for k, v in given.items() if v}))
 
     def redact(self, text: str) -> str:
         return text.replace(self.client_secret, "***") if self.client_secret else text

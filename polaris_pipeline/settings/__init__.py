@@ -17,7 +17,6 @@ from polaris_pipeline.settings.metastore import MetastoreSection
 from polaris_pipeline.settings.pipeline import (
     PipelineSettings,
     executor_settings,
-    restore_settings,
     setting_from_env,
 )
 from polaris_pipeline.settings.restore import RestoreSection
@@ -66,6 +65,5 @@ __all__ = [
     "TaskExecutor",
     "env_variable",
     "executor_settings",
-    "restore_settings",
     "setting_from_env",
 ]

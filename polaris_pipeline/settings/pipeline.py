@@ -2,10 +2,10 @@
 
 The environment is read by pydantic-settings (``settings/env.py``, which spells each
 variable). The executor section is read the same way, but by the process that runs the
-steps (``executor_settings``): it is not a block of ``PipelineSettings``. A Dagster step
-reads the guard and restore sections from its own process's environment
-(``setting_from_env``, ``restore_settings``); the CLI has them as blocks, so its flags
-and ``--set`` reach them. Nothing outside ``settings/`` reads a setting's variable.
+steps (``executor_settings``): it is not a block of ``PipelineSettings``. The guard and
+restore sections reach a Dagster deployment as its resources (the metastore resource's
+``guard`` block, the ``restore`` resource), the CLI's flags and ``--set`` as blocks.
+Nothing outside ``settings/`` reads a setting's variable.
 
 An unset or blank variable means the default. A bad value is a ``SettingsError``
 naming the variable (or the flag) and what is wrong with it.
@@ -116,11 +116,4 @@ def executor_settings(environ: Mapping[str, str] | None = None) -> ExecutorSecti
     """The executor section, read from the environment of the process that runs the steps."""
     section = read_section("executor", environ)
     assert isinstance(section, ExecutorSection)
-    return section
-
-
-def restore_settings(environ: Mapping[str, str] | None = None) -> RestoreSection:
-    """The restore section, read from the environment of the command or op that restores."""
-    section = read_section("restore", environ)
-    assert isinstance(section, RestoreSection)
     return section

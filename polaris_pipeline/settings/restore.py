@@ -1,7 +1,7 @@
 """The restore section: the catalog's Iceberg REST endpoint a held table is registered with.
 
-The CLI has it as a block of ``PipelineSettings`` (``--rest-uri``, ``--catalog``); the
-restore op reads it from its own process's environment, under the op's config.
+The CLI has it as a block of ``PipelineSettings`` (``--rest-uri``, ``--catalog``); a
+Dagster deployment as its ``restore`` resource, under the restore op's config.
 """
 
 from __future__ import annotations

@@ -128,6 +128,19 @@ def child_summaries(result: Any, node: str) -> list[dict[str, Any]]:
     return [task for group in groups.values() for task in group["tasks"]]
 
 
+# A section that is a block inside another's in a deployment: the guard bounds the
+# checks of the metastore resource's store, so it is that resource's ``guard`` block.
+NESTED_IN = {"guard": "metastore"}
+
+
+def deployed_section(resources: Mapping[str, Any], section: str) -> Any:
+    """The object a deployment's ``resources`` hold for ``section``: its resource, or the
+    block of the resource it is nested in."""
+    if section in NESTED_IN:
+        return getattr(resources[NESTED_IN[section]], section)
+    return resources[section]
+
+
 def metastore_resource(store: Metastore, **overrides: Any) -> PolarisMetastoreResource:
     """The Dagster resource over the same database and lease policy as ``store``."""
     policy = store.policy

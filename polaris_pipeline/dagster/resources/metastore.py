@@ -3,7 +3,7 @@
 Dagster builds resources again for every sensor tick and every op process, so
 the resource itself is only configuration; the ``Metastore`` (a SQLAlchemy
 engine with its connection pool) is kept in a module-level cache, one per
-process and per (url, lease policy).
+process and per (url, lease policy, guard bound).
 """
 
 from __future__ import annotations
@@ -17,24 +17,24 @@ from pydantic import Field
 from polaris_pipeline.execution.holder import make_executor_id
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.connection import resolve_url, safe_url
-from polaris_pipeline.settings import MetastoreSection
+from polaris_pipeline.settings import GuardSection, MetastoreSection
 from polaris_pipeline.settings.realm import RealmOverride
 from polaris_pipeline.tasks.model import TaskPolicy
 
-_cache: dict[tuple[int, str, TaskPolicy], Metastore] = {}
+_cache: dict[tuple[int, str, TaskPolicy, float], Metastore] = {}
 _cache_lock = threading.Lock()
 
 
-def cached_metastore(url: str, policy: TaskPolicy) -> Metastore:
-    """The process's Metastore for ``url`` and ``policy``, created on first use; keyed by process
-    id too: a forked child must not share its parent's pooled connections.
+def cached_metastore(url: str, policy: TaskPolicy, guard_bound_s: float) -> Metastore:
+    """The process's Metastore for ``url``, ``policy`` and the guard's bound, created on first
+    use; keyed by process id too: a forked child must not share its parent's pooled connections.
     """
     parsed = resolve_url(url)
-    key = (os.getpid(), parsed.render_as_string(hide_password=False), policy)
+    key = (os.getpid(), parsed.render_as_string(hide_password=False), policy, guard_bound_s)
     with _cache_lock:
         store = _cache.get(key)
         if store is None:
-            store = Metastore(url, policy=policy)
+            store = Metastore(url, policy=policy, guard_bound_s=guard_bound_s)
             _cache[key] = store
         return store
 
@@ -53,10 +53,15 @@ class RealmOverrideConfig(Config, RealmOverride):
     (Dagster nests only its own config classes)."""
 
 
+class GuardConfig(Config, GuardSection):
+    """The guard section in Dagster's config: ``GuardSection`` with Dagster's base."""
+
+
 class PolarisMetastoreResource(ConfigurableResource, MetastoreSection):
     """The Polaris metastore holding the TASK entities, and how tasks are leased: fields of
-    ``MetastoreSection``. Set ``url`` with ``EnvVar("POLARIS_METASTORE_URL")`` so the UI shows
-    the variable's name, never the URL or its password.
+    ``MetastoreSection``, and the guard section as its ``guard`` block (the bound of each
+    shared-location check of its store). Set ``url`` with ``EnvVar("POLARIS_METASTORE_URL")``
+    so the UI shows the variable's name, never the URL or its password.
     """
 
     url: str = Field(description=MetastoreSection.model_fields["url"].description)
@@ -65,11 +70,20 @@ class PolarisMetastoreResource(ConfigurableResource, MetastoreSection):
         default_factory=dict,
         description=MetastoreSection.model_fields["realm_overrides"].description,
     )
+    # Here, not a resource of its own: every guard check of a run is a query of this
+    # resource's Metastore, built in each step's process from this config.
+    guard: GuardConfig = Field(default_factory=GuardConfig, description=GuardSection.__doc__)
 
     @classmethod
-    def from_section(cls, section: MetastoreSection, url: str | EnvVar) -> PolarisMetastoreResource:
-        """The resource of ``section``, its URL given as the UI should show it."""
-        return cls(**{**section.model_dump(exclude={"url"}), "url": url})
+    def from_section(
+        cls, section: MetastoreSection, url: str | EnvVar, guard: GuardSection | None = None
+    ) -> PolarisMetastoreResource:
+        """The resource of ``section`` and ``guard`` (None: its defaults), its URL given as the
+        UI should show it."""
+        values = section.model_dump(exclude={"url"})
+        if guard is not None:
+            values["guard"] = guard.model_dump()
+        return cls(**values, url=url)
 
     def policy(self) -> TaskPolicy:
         """The task policy this resource's section gives."""
@@ -77,7 +91,7 @@ class PolarisMetastoreResource(ConfigurableResource, MetastoreSection):
 
     def get_metastore(self) -> Metastore:
         """The shared Metastore of this process for this configuration."""
-        return cached_metastore(self.url, self.policy())
+        return cached_metastore(self.url, self.policy(), self.guard.bound_s)
 
     @property
     def display_url(self) -> str:
