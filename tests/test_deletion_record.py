@@ -425,7 +425,7 @@ def test_the_unreferenced_phase_records_the_files_it_deletes(
 ) -> None:
     table = local_warehouse.build("t", appends=1)
     unreferenced = add_unreferenced(table, local_warehouse.resolver)
-    settle()  # every file is older than the drop
+    settle(local_warehouse.resolver, table.location())  # every file is older than the drop
     oracle = table_files(table)
     store.insert_tasks([_drop_task(table)])
     audit = tmp_path / "audit"

@@ -34,7 +34,7 @@ def _run(
     table = wh.catalog.load_table(BUILT_TABLE)
     neighbour = table_files(wh.catalog.load_table(BUILT_NEIGHBOUR))
     unreferenced = add_unreferenced(table, wh.resolver)
-    settle()
+    settle(wh.resolver, table.location())
     task = built_tasks.drop_table_task(table)
     if allow_shared_location:
         task.properties[Prop.ALLOW_SHARED_LOCATION] = "true"
@@ -140,7 +140,7 @@ def test_the_realm_backfill_runs_the_deployments_unreferenced_mode(
     wh = built_local_warehouse
     table = wh.catalog.load_table(BUILT_TABLE)
     unreferenced = add_unreferenced(table, wh.resolver)
-    settle()
+    settle(wh.resolver, table.location())
     store.insert_tasks([built_tasks.drop_table_task(table)])
 
     result = polaris_realm_backfill_job.execute_in_process(
