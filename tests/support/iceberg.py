@@ -5,8 +5,10 @@ The builders themselves live in the top-level ``builders`` package (``tables``: 
 for tests.
 
 - ``local_warehouse`` / ``s3_warehouse``: a :class:`Warehouse` (a SqlCatalog over a
-  sqlite file in ``tmp_path``, tables under a local directory or under
-  ``s3://<fresh bucket>/wh``), with a StorageConfig and StorageResolver for it.
+  sqlite file in ``tmp_path``, tables under an emptied local directory or under
+  ``s3://<s3_bucket>/wh``), with a StorageConfig and StorageResolver for it. Its
+  location is the same for every test of a process, so that ``build`` copies back a
+  table this process built before (``tests/support/table_recipes.py``).
 - ``warehouse``: parametrized over both (ids ``local`` and ``s3``).
 - ``built_local_warehouse`` / ``built_s3_warehouse`` / ``built_warehouse``: the same,
   already holding ``ns.t`` (two appends) and its neighbour ``ns.t_2`` (one append),
@@ -54,6 +56,7 @@ from polaris_pipeline.storage.uri import split_uri
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskRow, TaskType
 from polaris_pipeline.tasks.payloads import encode_dropped_entity, entity_cleanup_task_name
 from tests.support.table_metadata import referenced_files
+from tests.support.table_recipes import LocalTableFiles, Recipe, RecipeCache, S3TableFiles
 
 __all__ = [
     "BUILT_NEIGHBOUR",
@@ -78,10 +81,16 @@ class Warehouse:
     config: StorageConfig
     resolver: StorageResolver
     s3: S3Options | None = None
+    recipes: RecipeCache | None = None
+    # The recipes this warehouse (one test's) built: a second build is a new table.
+    built_here: set[Recipe] = dataclasses.field(default_factory=set)
 
     def build(self, name: str, **kwargs: Any) -> Table:
-        """``build_table`` in namespace ``ns`` of this warehouse."""
-        return build_table(self.catalog, ("ns", name), **kwargs)
+        """``build_table`` in namespace ``ns`` of this warehouse (copied back when built
+        before by this process: ``tests/support/table_recipes.py``)."""
+        if self.recipes is None:
+            return build_table(self.catalog, ("ns", name), **kwargs)
+        return self.recipes.build(self.catalog, ("ns", name), self.built_here, **kwargs)
 
     def files(self) -> set[str]:
         """Every file under the warehouse (the catalog's sqlite file lives elsewhere)."""
@@ -219,21 +228,58 @@ def view_metadata(
     return path, json.dumps(doc).encode()
 
 
+@dataclass(frozen=True)
+class _LocalRecipes:
+    """The directory every ``local_warehouse`` of this process is, and its recipes."""
+
+    live: Path
+    recipes: RecipeCache
+
+
+@pytest.fixture(scope="session")
+def _local_recipes(tmp_path_factory: pytest.TempPathFactory) -> _LocalRecipes:
+    root = tmp_path_factory.mktemp("local-warehouse")
+    (root / "recipes").mkdir()
+    return _LocalRecipes(root / "wh", RecipeCache(LocalTableFiles(root / "recipes")))
+
+
+def _emptied(directory: Path) -> Path:
+    # Moved aside first: what a test left (an unlistable directory, a symlink)
+    # can never stop the next test from getting an empty directory.
+    if directory.exists():
+        trash = directory.with_name(f"trash-{uuid.uuid4().hex[:8]}")
+        os.rename(directory, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+    return directory
+
+
 @pytest.fixture
-def local_warehouse(tmp_path: Path) -> Warehouse:
-    uri = built_tables.local_warehouse_uri(tmp_path / "wh")
+def local_warehouse(tmp_path: Path, _local_recipes: _LocalRecipes) -> Warehouse:
+    uri = built_tables.local_warehouse_uri(_emptied(_local_recipes.live))
     catalog = built_tables.open_catalog(uri, tmp_path / "catalog.db", name="local")
     config = StorageConfig()
-    return Warehouse("local", uri, catalog, config, StorageResolver(config))
+    return Warehouse(
+        "local", uri, catalog, config, StorageResolver(config), recipes=_local_recipes.recipes
+    )
+
+
+@pytest.fixture(scope="session")
+def _s3_recipes(moto_server: Any) -> RecipeCache:
+    client = moto_server.client()
+    bucket = f"pp-recipes-{uuid.uuid4().hex[:12]}"
+    client.create_bucket(Bucket=bucket)
+    return RecipeCache(S3TableFiles(client, bucket), keep_build=2)
 
 
 @pytest.fixture
-def s3_warehouse(tmp_path: Path, moto_server: Any, s3_bucket: str) -> Warehouse:
+def s3_warehouse(
+    tmp_path: Path, moto_server: Any, s3_bucket: str, _s3_recipes: RecipeCache
+) -> Warehouse:
     s3 = _s3_options(moto_server)
     uri = f"s3://{s3_bucket}/wh"
     catalog = built_tables.open_catalog(uri, tmp_path / "catalog.db", name="s3", s3=s3)
     config = moto_server.storage_config(s3_bucket)
-    return Warehouse("s3", uri, catalog, config, StorageResolver(config), s3)
+    return Warehouse("s3", uri, catalog, config, StorageResolver(config), s3, _s3_recipes)
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -267,14 +313,8 @@ class _BuiltLocal:
     pristine: Path
 
     def restore(self) -> None:
-        # Moved aside first: what a test left (an unlistable directory, a symlink)
-        # can never stop the next test from getting the built state.
-        if self.live.exists():
-            trash = self.live.with_name(f"trash-{uuid.uuid4().hex[:8]}")
-            os.rename(self.live, trash)
-            shutil.rmtree(trash, ignore_errors=True)
         # copy2 keeps the files' times: they stay older than a task made now.
-        shutil.copytree(self.pristine, self.live, symlinks=True)
+        shutil.copytree(self.pristine, _emptied(self.live), symlinks=True)
 
 
 @pytest.fixture(scope="session")
