@@ -59,11 +59,10 @@ class Dropped:
 
 def _drop(wh: Warehouse) -> Dropped:
     table = wh.catalog.load_table(BUILT_TABLE)
-    neighbour = wh.catalog.load_table(BUILT_NEIGHBOUR)
     unreferenced = add_unreferenced(table, wh.resolver)
     settle(wh.resolver, table.location())  # every file is older than the drop
     task = built_tasks.drop_table_task(table)
-    return Dropped(table, table_files(neighbour), unreferenced, task)
+    return Dropped(table, wh.built_files(BUILT_NEIGHBOUR), unreferenced, task)
 
 
 def _sweep(store: Metastore, wh: Warehouse, dropped: Dropped, mode: str) -> TaskOutcome:
