@@ -47,6 +47,9 @@ def test_a_local_warehouse_is_put_back_file_for_file_with_its_times(
     assert _times(root) == built
     table = built_local_warehouse.catalog.load_table(BUILT_TABLE)
     assert table_files(table) and all(built_local_warehouse.exists(f) for f in table_files(table))
+    for ident in (BUILT_TABLE, BUILT_NEIGHBOUR):
+        now = table_files(built_local_warehouse.catalog.load_table(ident))
+        assert built_local_warehouse.built_files(ident) == now
 
 
 def test_an_s3_warehouse_is_put_back_object_for_object(
@@ -55,8 +58,12 @@ def test_an_s3_warehouse_is_put_back_object_for_object(
     wh = built_s3_warehouse
     built = wh.files()
     table = wh.catalog.load_table(BUILT_TABLE)
-    neighbour = table_files(wh.catalog.load_table(BUILT_NEIGHBOUR))
+    neighbour = wh.catalog.load_table(BUILT_NEIGHBOUR)
     fs, _ = wh.resolver.filesystem(wh.uri)
+    # Only what differs is put back: an object written over in place must be too.
+    overwritten = neighbour.metadata_location.removeprefix("s3://")
+    content = fs.cat(overwritten)
+    fs.pipe(overwritten, b"{}")
     for uri in table_files(table):
         fs.rm(uri.removeprefix("s3://"))
     fs.pipe(f"{table.location().removeprefix('s3://')}/data/stray.parquet", b"stray")
@@ -65,4 +72,6 @@ def test_an_s3_warehouse_is_put_back_object_for_object(
     _built_s3.restore(moto_server.client())
 
     assert wh.files() == built
-    assert all(wh.exists(f) for f in neighbour)
+    assert fs.cat(overwritten) == content
+    for ident in (BUILT_TABLE, BUILT_NEIGHBOUR):
+        assert wh.built_files(ident) == table_files(wh.catalog.load_table(ident))

@@ -53,7 +53,7 @@ def _dropped_table(store: Metastore, wh: Warehouse) -> int:
     """A dropped table with unreferenced files; its task's id."""
     table = wh.build("t", appends=3)
     add_unreferenced(table, wh.resolver)
-    settle()  # every file is older than the drop
+    settle(wh.resolver, table.location())  # every file is older than the drop
     task = built_tasks.drop_table_task(table)
     store.insert_tasks([task])
     return task.id

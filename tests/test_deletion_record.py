@@ -211,7 +211,7 @@ def test_an_s3_table_recorded_on_s3_holds_its_paths_and_no_secret(
     audit = f"pp-audit-{uuid.uuid4().hex[:12]}"
     moto_server.client().create_bucket(Bucket=audit)
     table = built_s3_warehouse.catalog.load_table(BUILT_TABLE)
-    oracle = table_files(table)
+    oracle = built_s3_warehouse.built_files(BUILT_TABLE)
     store.insert_tasks([_drop_task(table)])
     bucket = built_s3_warehouse.uri.removeprefix("s3://").split("/")[0]
     config = _s3_record_config(moto_server, bucket, audit)
@@ -425,7 +425,7 @@ def test_the_unreferenced_phase_records_the_files_it_deletes(
 ) -> None:
     table = local_warehouse.build("t", appends=1)
     unreferenced = add_unreferenced(table, local_warehouse.resolver)
-    settle()  # every file is older than the drop
+    settle(local_warehouse.resolver, table.location())  # every file is older than the drop
     oracle = table_files(table)
     store.insert_tasks([_drop_task(table)])
     audit = tmp_path / "audit"

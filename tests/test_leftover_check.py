@@ -55,7 +55,7 @@ def _hand_to_another_holder(store: Metastore, task: NewTask) -> None:
 def _dropped(store: Metastore, wh: Warehouse) -> tuple[Table, NewTask]:
     table = wh.build("t", appends=3)
     add_unreferenced(table, wh.resolver)
-    settle()  # every file is older than the drop
+    settle(wh.resolver, table.location())  # every file is older than the drop
     task = built_tasks.drop_table_task(table)
     store.insert_tasks([task])
     return table, task

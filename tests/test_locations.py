@@ -248,8 +248,7 @@ def test_table_purged_when_catalog_and_metadata_spell_the_location_apart(
     wh = built_local_warehouse
     table = wh.catalog.load_table(BUILT_TABLE)
     # The neighbour shares the table's name as a string prefix.
-    neighbour = wh.catalog.load_table(BUILT_NEIGHBOUR)
-    oracle, kept = table_files(table), table_files(neighbour)
+    oracle, kept = wh.built_files(BUILT_TABLE), wh.built_files(BUILT_NEIGHBOUR)
     path = _path(table.location())
     _declare(table, SPELL[declared](path))
     task = _drop(table, SPELL[recorded](path))
@@ -418,8 +417,7 @@ def test_dagster_job_purges_a_table_whose_storage_location_is_hadoop_s_spelling(
 ) -> None:
     wh = built_local_warehouse
     table = wh.catalog.load_table(BUILT_TABLE)
-    neighbour = wh.catalog.load_table(BUILT_NEIGHBOUR)
-    oracle, kept = table_files(table), table_files(neighbour)
+    oracle, kept = wh.built_files(BUILT_TABLE), wh.built_files(BUILT_NEIGHBOUR)
     task = built_tasks.drop_table_task(
         table,
         create_timestamp=store.now_ms() - OLD_MS,

@@ -32,7 +32,7 @@ from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.metastore.overlap import LiveLocations
 from polaris_pipeline.storage.uri import parse_location, split_uri
 from polaris_pipeline.tasks.model import Prop, TaskPolicy, TaskType, bounded_error
-from tests.support.iceberg import BUILT_NEIGHBOUR, BUILT_TABLE, Warehouse, table_files
+from tests.support.iceberg import BUILT_NEIGHBOUR, BUILT_TABLE, Warehouse
 from tests.support.metastore import pipeline_store
 from tests.support.unreferenced import CATALOG_TYPE_CODE, NAMESPACE_TYPE_CODE, live_entity
 
@@ -69,7 +69,9 @@ def _drop(store: Metastore, wh: Warehouse, *, allow: bool = False) -> Dropped:
     if allow:
         task.properties[Prop.ALLOW_SHARED_LOCATION] = "true"
     store.insert_tasks([task])
-    return Dropped(table, table_files(table), sibling, table_files(sibling), task.id)
+    return Dropped(
+        table, wh.built_files(BUILT_TABLE), sibling, wh.built_files(BUILT_NEIGHBOUR), task.id
+    )
 
 
 def _live(store: Metastore, location: str, **kwargs: Any) -> int:

@@ -41,7 +41,7 @@ from tests.support.unreferenced import (
     live_entity,
     settle,
     unlistable_directory,
-    write_object,
+    write_after,
 )
 
 
@@ -59,11 +59,10 @@ class Dropped:
 
 def _drop(wh: Warehouse) -> Dropped:
     table = wh.catalog.load_table(BUILT_TABLE)
-    neighbour = wh.catalog.load_table(BUILT_NEIGHBOUR)
     unreferenced = add_unreferenced(table, wh.resolver)
-    settle()  # every file is older than the drop
+    settle(wh.resolver, table.location())  # every file is older than the drop
     task = built_tasks.drop_table_task(table)
-    return Dropped(table, table_files(neighbour), unreferenced, task)
+    return Dropped(table, wh.built_files(BUILT_NEIGHBOUR), unreferenced, task)
 
 
 def _sweep(store: Metastore, wh: Warehouse, dropped: Dropped, mode: str) -> TaskOutcome:
@@ -153,9 +152,13 @@ def test_an_object_newer_than_the_drop_is_kept_and_reported(
 ) -> None:
     dropped = _drop(built_warehouse)
     store.insert_tasks([dropped.task])
-    settle()
-    newer = write_object(
-        built_warehouse.resolver, f"{dropped.location}/data/after-the-drop.parquet", b"new"
+    row = store.get_task(dropped.task.realm_id, dropped.task.id)
+    assert row is not None
+    newer = write_after(
+        built_warehouse.resolver,
+        f"{dropped.location}/data/after-the-drop.parquet",
+        b"new",
+        row.create_timestamp,
     )
 
     with Runner(
@@ -234,7 +237,7 @@ def test_a_live_table_writing_under_the_prefix_by_its_write_data_path_refuses(
         name="live",
         properties={"location": live.location(), "write.data.path": inside},
     )
-    settle()
+    settle(wh.resolver, table.location())
     dropped = Dropped(table, set(), set(), built_tasks.drop_table_task(table))
 
     report = _report(_sweep(metastore, wh, dropped, "delete"))
@@ -556,7 +559,7 @@ def test_a_symlinked_directory_is_unlinked_never_followed(
     (outside / "precious.parquet").write_bytes(b"keep")
     link = Path(split_uri(dropped.location)[1]) / "data" / "linked"
     link.symlink_to(outside, target_is_directory=True)
-    settle()
+    settle(built_local_warehouse.resolver, dropped.location)
     task = built_tasks.drop_table_task(dropped.table)
 
     report = _report(

@@ -41,7 +41,7 @@ def _dropped(
     table = wh.build("t", appends=1)
     neighbour = table_files(wh.build("t_2", appends=1))
     unreferenced = add_unreferenced(table, wh.resolver)
-    settle()
+    settle(wh.resolver, table.location())
     task = built_tasks.drop_table_task(table)
     if allow_shared_location:
         task.properties[Prop.ALLOW_SHARED_LOCATION] = "true"

@@ -44,7 +44,7 @@ def _sweep(
         cloud.put(name, b"stray")
     neighbour = f"{cloud.prefix}_2/data/keep.parquet"
     cloud.put(neighbour, b"keep")
-    settle()
+    settle(StorageResolver(), cloud.table.location())
     task = built_tasks.drop_table_task(
         cloud.table, extra_internal_properties={STORAGE_CONFIG_KEY: cloud.storage_info}
     )

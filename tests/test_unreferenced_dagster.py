@@ -17,7 +17,7 @@ from polaris_pipeline.dagster.resources.storage import PolarisStorageResource
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import Prop
 from tests.support.dagster import metastore_resource, realm_run_config, run_task_job
-from tests.support.iceberg import BUILT_NEIGHBOUR, BUILT_TABLE, Warehouse, table_files
+from tests.support.iceberg import BUILT_NEIGHBOUR, BUILT_TABLE, Warehouse
 from tests.support.unreferenced import add_unreferenced, live_entity, settle
 
 
@@ -32,9 +32,9 @@ def _run(
     """``allow_shared_location``: the operator's override, so that the referenced purge
     goes on past a live entity at the location (never the unreferenced phase)."""
     table = wh.catalog.load_table(BUILT_TABLE)
-    neighbour = table_files(wh.catalog.load_table(BUILT_NEIGHBOUR))
+    neighbour = wh.built_files(BUILT_NEIGHBOUR)
     unreferenced = add_unreferenced(table, wh.resolver)
-    settle()
+    settle(wh.resolver, table.location())
     task = built_tasks.drop_table_task(table)
     if allow_shared_location:
         task.properties[Prop.ALLOW_SHARED_LOCATION] = "true"
@@ -140,7 +140,7 @@ def test_the_realm_backfill_runs_the_deployments_unreferenced_mode(
     wh = built_local_warehouse
     table = wh.catalog.load_table(BUILT_TABLE)
     unreferenced = add_unreferenced(table, wh.resolver)
-    settle()
+    settle(wh.resolver, table.location())
     store.insert_tasks([built_tasks.drop_table_task(table)])
 
     result = polaris_realm_backfill_job.execute_in_process(

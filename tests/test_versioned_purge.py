@@ -161,7 +161,7 @@ def test_a_runner_sweep_with_unreferenced_files_on_a_versioned_bucket(
     )
     table = s3_warehouse.build("t", appends=2)
     unreferenced = add_unreferenced(table, s3_warehouse.resolver)
-    settle()
+    settle(s3_warehouse.resolver, table.location())
     task = built_tasks.drop_table_task(table)
     versions = _versions(moto_server, s3_bucket)
     store.insert_tasks([task])

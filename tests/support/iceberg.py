@@ -5,15 +5,19 @@ The builders themselves live in the top-level ``builders`` package (``tables``: 
 for tests.
 
 - ``local_warehouse`` / ``s3_warehouse``: a :class:`Warehouse` (a SqlCatalog over a
-  sqlite file in ``tmp_path``, tables under a local directory or under
-  ``s3://<fresh bucket>/wh``), with a StorageConfig and StorageResolver for it.
+  sqlite file in ``tmp_path``, tables under an emptied local directory or under
+  ``s3://<s3_bucket>/wh``), with a StorageConfig and StorageResolver for it. Its
+  location is the same for every test of a process, so that ``build`` copies back a
+  table this process built before (``tests/support/table_recipes.py``).
 - ``warehouse``: parametrized over both (ids ``local`` and ``s3``).
 - ``built_local_warehouse`` / ``built_s3_warehouse`` / ``built_warehouse``: the same,
   already holding ``ns.t`` (two appends) and its neighbour ``ns.t_2`` (one append),
   built once per test process and put back to that state for each test: building
   them is most of the CPU of a test that drops one (0.45 s locally, 3.3 s on moto),
   putting them back 0.05 s and 0.7 s. Their location is the same for every test of a
-  process; ``BUILT_TABLE`` and ``BUILT_NEIGHBOUR`` name them.
+  process; ``BUILT_TABLE`` and ``BUILT_NEIGHBOUR`` name them, and
+  ``Warehouse.built_files`` gives each one's ``table_files`` as built (reading its
+  manifests again costs 0.2 s a table locally, more on moto).
 - ``table_files(table)``: the oracle, every file of a table: what its metadata
   names (pyiceberg's own readers and inspection tables) UNION a listing of its
   location.
@@ -54,6 +58,7 @@ from polaris_pipeline.storage.uri import split_uri
 from polaris_pipeline.tasks.model import NewTask, Prop, TaskRow, TaskType
 from polaris_pipeline.tasks.payloads import encode_dropped_entity, entity_cleanup_task_name
 from tests.support.table_metadata import referenced_files
+from tests.support.table_recipes import LocalTableFiles, Recipe, RecipeCache, S3TableFiles
 
 __all__ = [
     "BUILT_NEIGHBOUR",
@@ -78,10 +83,23 @@ class Warehouse:
     config: StorageConfig
     resolver: StorageResolver
     s3: S3Options | None = None
+    recipes: RecipeCache | None = None
+    # A built warehouse's tables -> table_files of each as built (the same every test).
+    built: Mapping[tuple[str, ...], frozenset[str]] = dataclasses.field(default_factory=dict)
+    # The recipes this warehouse (one test's) built: a second build is a new table.
+    built_here: set[Recipe] = dataclasses.field(default_factory=set)
 
     def build(self, name: str, **kwargs: Any) -> Table:
-        """``build_table`` in namespace ``ns`` of this warehouse."""
-        return build_table(self.catalog, ("ns", name), **kwargs)
+        """``build_table`` in namespace ``ns`` of this warehouse (copied back when built
+        before by this process: ``tests/support/table_recipes.py``)."""
+        if self.recipes is None:
+            return build_table(self.catalog, ("ns", name), **kwargs)
+        return self.recipes.build(self.catalog, ("ns", name), self.built_here, **kwargs)
+
+    def built_files(self, identifier: tuple[str, ...]) -> set[str]:
+        """``table_files`` of a table of a built warehouse as built (it is put back so
+        for each test): ``BUILT_TABLE`` or ``BUILT_NEIGHBOUR``, before the test changes it."""
+        return set(self.built[identifier])
 
     def files(self) -> set[str]:
         """Every file under the warehouse (the catalog's sqlite file lives elsewhere)."""
@@ -219,21 +237,58 @@ def view_metadata(
     return path, json.dumps(doc).encode()
 
 
+@dataclass(frozen=True)
+class _LocalRecipes:
+    """The directory every ``local_warehouse`` of this process is, and its recipes."""
+
+    live: Path
+    recipes: RecipeCache
+
+
+@pytest.fixture(scope="session")
+def _local_recipes(tmp_path_factory: pytest.TempPathFactory) -> _LocalRecipes:
+    root = tmp_path_factory.mktemp("local-warehouse")
+    (root / "recipes").mkdir()
+    return _LocalRecipes(root / "wh", RecipeCache(LocalTableFiles(root / "recipes")))
+
+
+def _emptied(directory: Path) -> Path:
+    # Moved aside first: what a test left (an unlistable directory, a symlink)
+    # can never stop the next test from getting an empty directory.
+    if directory.exists():
+        trash = directory.with_name(f"trash-{uuid.uuid4().hex[:8]}")
+        os.rename(directory, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+    return directory
+
+
 @pytest.fixture
-def local_warehouse(tmp_path: Path) -> Warehouse:
-    uri = built_tables.local_warehouse_uri(tmp_path / "wh")
+def local_warehouse(tmp_path: Path, _local_recipes: _LocalRecipes) -> Warehouse:
+    uri = built_tables.local_warehouse_uri(_emptied(_local_recipes.live))
     catalog = built_tables.open_catalog(uri, tmp_path / "catalog.db", name="local")
     config = StorageConfig()
-    return Warehouse("local", uri, catalog, config, StorageResolver(config))
+    return Warehouse(
+        "local", uri, catalog, config, StorageResolver(config), recipes=_local_recipes.recipes
+    )
+
+
+@pytest.fixture(scope="session")
+def _s3_recipes(moto_server: Any) -> RecipeCache:
+    client = moto_server.client()
+    bucket = f"pp-recipes-{uuid.uuid4().hex[:12]}"
+    client.create_bucket(Bucket=bucket)
+    return RecipeCache(S3TableFiles(client, bucket), keep_build=2)
 
 
 @pytest.fixture
-def s3_warehouse(tmp_path: Path, moto_server: Any, s3_bucket: str) -> Warehouse:
+def s3_warehouse(
+    tmp_path: Path, moto_server: Any, s3_bucket: str, _s3_recipes: RecipeCache
+) -> Warehouse:
     s3 = _s3_options(moto_server)
     uri = f"s3://{s3_bucket}/wh"
     catalog = built_tables.open_catalog(uri, tmp_path / "catalog.db", name="s3", s3=s3)
     config = moto_server.storage_config(s3_bucket)
-    return Warehouse("s3", uri, catalog, config, StorageResolver(config), s3)
+    return Warehouse("s3", uri, catalog, config, StorageResolver(config), s3, _s3_recipes)
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -253,9 +308,16 @@ BUILT_TABLE = ("ns", "t")
 BUILT_NEIGHBOUR = ("ns", "t_2")
 
 
-def _build_pair(catalog: SqlCatalog) -> None:
-    build_table(catalog, BUILT_TABLE, appends=2)
-    build_table(catalog, BUILT_NEIGHBOUR, appends=1)
+def _build_pair(catalog: SqlCatalog) -> dict[tuple[str, ...], frozenset[str]]:
+    """Build the pair; returns ``table_files`` of each, as built."""
+    tables = (
+        build_table(catalog, BUILT_TABLE, appends=2),
+        build_table(catalog, BUILT_NEIGHBOUR, appends=1),
+    )
+    return {
+        BUILT_TABLE: frozenset(table_files(tables[0])),
+        BUILT_NEIGHBOUR: frozenset(table_files(tables[1])),
+    }
 
 
 @dataclass(frozen=True)
@@ -265,26 +327,21 @@ class _BuiltLocal:
 
     live: Path
     pristine: Path
+    files: Mapping[tuple[str, ...], frozenset[str]] = dataclasses.field(default_factory=dict)
 
     def restore(self) -> None:
-        # Moved aside first: what a test left (an unlistable directory, a symlink)
-        # can never stop the next test from getting the built state.
-        if self.live.exists():
-            trash = self.live.with_name(f"trash-{uuid.uuid4().hex[:8]}")
-            os.rename(self.live, trash)
-            shutil.rmtree(trash, ignore_errors=True)
         # copy2 keeps the files' times: they stay older than a task made now.
-        shutil.copytree(self.pristine, self.live, symlinks=True)
+        shutil.copytree(self.pristine, _emptied(self.live), symlinks=True)
 
 
 @pytest.fixture(scope="session")
 def _built_local(tmp_path_factory: pytest.TempPathFactory) -> _BuiltLocal:
     root = tmp_path_factory.mktemp("built-local")
-    built = _BuiltLocal(root / "live", root / "pristine")
+    live = root / "live"
     catalog = built_tables.open_catalog(
-        built_tables.local_warehouse_uri(built.live / "wh"), built.live / "catalog.db", name="local"
+        built_tables.local_warehouse_uri(live / "wh"), live / "catalog.db", name="local"
     )
-    _build_pair(catalog)
+    built = _BuiltLocal(live, root / "pristine", _build_pair(catalog))
     catalog.engine.dispose()
     shutil.copytree(built.live, built.pristine, symlinks=True)
     return built
@@ -297,7 +354,9 @@ def built_local_warehouse(_built_local: _BuiltLocal) -> Warehouse:
     uri = built_tables.local_warehouse_uri(_built_local.live / "wh")
     catalog = built_tables.open_catalog(uri, _built_local.live / "catalog.db", name="local")
     config = StorageConfig()
-    return Warehouse("local", uri, catalog, config, StorageResolver(config))
+    return Warehouse(
+        "local", uri, catalog, config, StorageResolver(config), built=_built_local.files
+    )
 
 
 @dataclass(frozen=True)
@@ -308,19 +367,27 @@ class _BuiltS3:
     live: str
     pristine: str
     catalogs: _BuiltLocal
+    files: Mapping[tuple[str, ...], frozenset[str]]
 
     def restore(self, client: Any) -> None:
+        """Only what differs: an object the test added goes, one it removed or changed
+        (another ETag: another content) is copied back; the rest stays as it was."""
         self.catalogs.restore()
-        for key in _keys(client, self.live):
-            client.delete_object(Bucket=self.live, Key=key)
-        for key in _keys(client, self.pristine):
-            source = {"Bucket": self.pristine, "Key": key}
-            client.copy_object(Bucket=self.live, Key=key, CopySource=source)
+        live, pristine = _etags(client, self.live), _etags(client, self.pristine)
+        added = [{"Key": key} for key in live if key not in pristine]
+        for start in range(0, len(added), 1000):
+            chunk = added[start : start + 1000]
+            client.delete_objects(Bucket=self.live, Delete={"Objects": chunk, "Quiet": True})
+        for key, etag in pristine.items():
+            if live.get(key) != etag:
+                source = {"Bucket": self.pristine, "Key": key}
+                client.copy_object(Bucket=self.live, Key=key, CopySource=source)
 
 
-def _keys(client: Any, bucket: str) -> list[str]:
+def _etags(client: Any, bucket: str) -> dict[str, str]:
+    """Each key of ``bucket`` -> its ETag."""
     pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
-    return [obj["Key"] for page in pages for obj in page.get("Contents", [])]
+    return {obj["Key"]: obj["ETag"] for page in pages for obj in page.get("Contents", [])}
 
 
 def _s3_options(moto_server: Any) -> S3Options:
@@ -336,22 +403,18 @@ def _s3_options(moto_server: Any) -> S3Options:
 def _built_s3(tmp_path_factory: pytest.TempPathFactory, moto_server: Any) -> _BuiltS3:
     root = tmp_path_factory.mktemp("built-s3")
     tag = uuid.uuid4().hex[:12]
-    built = _BuiltS3(
-        f"pp-built-{tag}", f"pp-pristine-{tag}", _BuiltLocal(root / "live", root / "pristine")
-    )
+    live, pristine = f"pp-built-{tag}", f"pp-pristine-{tag}"
+    catalogs = _BuiltLocal(root / "live", root / "pristine")
     client = moto_server.client()
-    for bucket in (built.live, built.pristine):
+    for bucket in (live, pristine):
         client.create_bucket(Bucket=bucket)
-    built.catalogs.live.mkdir()
+    catalogs.live.mkdir()
     catalog = built_tables.open_catalog(
-        f"s3://{built.live}/wh",
-        built.catalogs.live / "catalog.db",
-        name="s3",
-        s3=_s3_options(moto_server),
+        f"s3://{live}/wh", catalogs.live / "catalog.db", name="s3", s3=_s3_options(moto_server)
     )
-    _build_pair(catalog)
+    built = _BuiltS3(live, pristine, catalogs, _build_pair(catalog))
     catalog.engine.dispose()
-    for key in _keys(client, built.live):
+    for key in _etags(client, built.live):
         source = {"Bucket": built.live, "Key": key}
         client.copy_object(Bucket=built.pristine, Key=key, CopySource=source)
     shutil.copytree(built.catalogs.live, built.catalogs.pristine)
@@ -368,7 +431,7 @@ def built_s3_warehouse(_built_s3: _BuiltS3, moto_server: Any) -> Warehouse:
         uri, _built_s3.catalogs.live / "catalog.db", name="s3", s3=s3
     )
     config = moto_server.storage_config(_built_s3.live)
-    return Warehouse("s3", uri, catalog, config, StorageResolver(config), s3)
+    return Warehouse("s3", uri, catalog, config, StorageResolver(config), s3, built=_built_s3.files)
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -91,12 +91,42 @@ def moto_server() -> Iterator[MotoS3]:
         server.stop()
 
 
+def remove_bucket(client: Any, bucket: str) -> bool:
+    """Delete every version of every object of ``bucket``, then the bucket; False when
+    anything stays (a policy or a lock a test set)."""
+    try:
+        pages = client.get_paginator("list_object_versions").paginate(Bucket=bucket)
+        for page in pages:
+            doomed = [
+                {"Key": v["Key"], "VersionId": v["VersionId"]}
+                for v in [*page.get("Versions", []), *page.get("DeleteMarkers", [])]
+            ]
+            if doomed:
+                client.delete_objects(Bucket=bucket, Delete={"Objects": doomed, "Quiet": True})
+        client.delete_bucket(Bucket=bucket)
+    except client.exceptions.NoSuchBucket:
+        return True
+    except Exception:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def _s3_bucket_name() -> list[str]:
+    """The name of this process's test bucket (a new one when the old cannot be removed)."""
+    return [f"pp-test-{uuid.uuid4().hex[:16]}"]
+
+
 @pytest.fixture
-def s3_bucket(moto_server: MotoS3) -> str:
-    """A new bucket for this test only (the server is shared by the session)."""
-    name = f"pp-test-{uuid.uuid4().hex[:16]}"
-    moto_server.client().create_bucket(Bucket=name)
-    return name
+def s3_bucket(moto_server: MotoS3, _s3_bucket_name: list[str]) -> str:
+    """A new, empty bucket for this test (the server is shared by the session). Its name
+    is the same for every test of a process, deleted and created again, so that a
+    warehouse's tables can be copied back (``tests/support/table_recipes.py``)."""
+    client = moto_server.client()
+    if not remove_bucket(client, _s3_bucket_name[0]):
+        _s3_bucket_name[0] = f"pp-test-{uuid.uuid4().hex[:16]}"
+    client.create_bucket(Bucket=_s3_bucket_name[0])
+    return _s3_bucket_name[0]
 
 
 @pytest.fixture

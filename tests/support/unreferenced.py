@@ -9,8 +9,12 @@
   ``entities`` at a location, as Polaris writes it (``properties["location"]``,
   or ``default-base-location`` for a catalog, and ``location_without_scheme``
   where the schema has it).
-- ``settle()``: wait until storage's clock has moved past what was just written,
-  so a task created now is newer than every file (S3 keeps whole seconds).
+- ``settle(resolver, location)``: wait until the clock is past the last-modified time
+  storage gives each object under a location, so a task created now (the drop) is
+  newer than every one of them; ``write_after(resolver, uri, data, ms)``: write an
+  object whose last-modified time storage gives as later than ``ms`` (a file made
+  after the drop). Both read the times as the phase does (``list_prefix``), so
+  they wait only as long as that store's clock needs (S3 keeps whole seconds).
 - ``unlistable_directory(parent)``: a directory whose listing fails, even as root.
 """
 
@@ -27,6 +31,7 @@ from pyiceberg.table import Table
 from builders.tasks import insert_row
 from polaris_pipeline.metastore import Metastore, new_entity_id
 from polaris_pipeline.metastore.overlap import CATALOG_TYPE_CODE, NAMESPACE_TYPE_CODE
+from polaris_pipeline.storage.listing import list_prefix
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.uri import split_uri
 from polaris_pipeline.tasks.model import TABLE_LIKE_TYPE_CODE
@@ -38,6 +43,7 @@ __all__ = [
     "add_unreferenced",
     "live_entity",
     "settle",
+    "write_after",
     "write_object",
 ]
 
@@ -70,8 +76,43 @@ def add_unreferenced(table: Table, resolver: StorageResolver) -> set[str]:
     return written
 
 
-def settle(seconds: float = 1.1) -> None:
-    time.sleep(seconds)
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _newest_mtime_ms(resolver: StorageResolver, location: str) -> int | None:
+    times = [o.mtime_ms for page in list_prefix(resolver, location) for o in page]
+    assert None not in times, f"storage gave no last-modified time under {location}"
+    return max((t for t in times if t is not None), default=None)
+
+
+def settle(resolver: StorageResolver, location: str) -> None:
+    """Wait until a task created now is newer than every object under ``location``.
+
+    The metastore's clock (PostgreSQL's rounds to the nearest millisecond, SQLite's may
+    read one below) is this host's: past the newest time by two milliseconds is enough.
+    """
+    newest = _newest_mtime_ms(resolver, location)
+    if newest is None:
+        return
+    while _now_ms() <= newest + 2:
+        time.sleep(0.002)
+
+
+def write_after(resolver: StorageResolver, uri: str, data: bytes, after_ms: int) -> str:
+    """Write ``uri`` until storage gives its last-modified time as later than ``after_ms``."""
+    deadline = time.monotonic() + 10
+    parent = uri.rsplit("/", 1)[0]
+    while True:
+        write_object(resolver, uri, data)
+        [mtime] = [
+            o.mtime_ms for page in list_prefix(resolver, parent) for o in page if o.uri == uri
+        ]
+        assert mtime is not None, f"storage gave no last-modified time for {uri}"
+        if mtime > after_ms:
+            return uri
+        assert time.monotonic() < deadline, f"{uri} never became newer than {after_ms}"
+        time.sleep(0.02)
 
 
 def _without_scheme(location: str) -> str:
