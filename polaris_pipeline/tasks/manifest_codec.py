@@ -436,7 +436,8 @@ def _ref_from_datum(
 
 def manifest_ref_from_pyiceberg(mf: ManifestFile) -> ManifestFileRef:
     """Convert a manifest list entry read by pyiceberg."""
-    if mf.added_snapshot_id is None:
+    snapshot_id = mf.added_snapshot_id
+    if snapshot_id is None:
         raise PayloadError(f"manifest {mf.manifest_path!r} has no added_snapshot_id")
     partitions = None
     if mf.partitions is not None:
@@ -449,20 +450,25 @@ def manifest_ref_from_pyiceberg(mf: ManifestFile) -> ManifestFileRef:
             )
             for p in mf.partitions
         )
-    # The numbers under the names Iceberg's schema and pyiceberg share; pyiceberg 0.12 has
-    # no first_row_id accessor, a later one may.
-    numbers: dict[str, Any] = {
-        name: getattr(mf, name, None)
-        for _, name, avro_type, _ in _MANIFEST_FIELDS
-        if avro_type in ("int", "long") and name != "content"
-    }
-    if not isinstance(numbers["first_row_id"], int):
-        numbers["first_row_id"] = None
+    content = mf.content
     key_metadata = mf.key_metadata
+    # pyiceberg 0.12 has no accessor for first_row_id; a later one may.
+    first_row_id = getattr(mf, "first_row_id", None)
     return ManifestFileRef(
         manifest_path=mf.manifest_path,
-        content=CONTENT_DATA if mf.content is None else int(mf.content),
+        manifest_length=mf.manifest_length,
+        partition_spec_id=mf.partition_spec_id,
+        content=CONTENT_DATA if content is None else int(content),
+        sequence_number=mf.sequence_number,
+        min_sequence_number=mf.min_sequence_number,
+        added_snapshot_id=snapshot_id,
+        added_files_count=mf.added_files_count,
+        existing_files_count=mf.existing_files_count,
+        deleted_files_count=mf.deleted_files_count,
+        added_rows_count=mf.added_rows_count,
+        existing_rows_count=mf.existing_rows_count,
+        deleted_rows_count=mf.deleted_rows_count,
         partitions=partitions,
         key_metadata=None if key_metadata is None else bytes(key_metadata),
-        **numbers,
+        first_row_id=first_row_id if isinstance(first_row_id, int) else None,
     )
