@@ -202,7 +202,9 @@ def test_without_the_guard_indexes_the_first_check_warns_once(
 ) -> None:
     # A fresh process's memory of the engines warned of (a database URL may be reused).
     monkeypatch.setattr(overlap, "_indexes", {})
-    live = LiveLocations(v5_store.engine, v5_store.check_schema())
+    # The check's own bound (a resource's, say), never the environment's, is the one said.
+    monkeypatch.setenv(GUARD_BOUND_ENV, "45")
+    live = LiveLocations(v5_store.engine, v5_store.check_schema(), bound_s=7)
     prefix = parse_location("s3://bulk/ns/t1", directory=True)
     with caplog.at_level(logging.WARNING, logger="polaris_pipeline.metastore.overlap"):
         live.overlaps(prefix)
@@ -211,6 +213,7 @@ def test_without_the_guard_indexes_the_first_check_warns_once(
     [warning] = [r.getMessage() for r in caplog.records]
     assert LOCATIONS_INDEX in warning and METADATA_FILES_INDEX in warning
     assert "polaris-pipeline guard-indexes" in warning and GUARD_BOUND_ENV in warning
+    assert "bounded by 7 s" in warning, warning
 
 
 def test_with_the_guard_indexes_no_warning(

@@ -242,7 +242,7 @@ _indexes: dict[str, frozenset[str]] = {}
 _indexes_lock = threading.Lock()
 
 
-def _indexes_of(engine: Engine, schema_version: int | None) -> frozenset[str]:
+def _indexes_of(engine: Engine, schema_version: int | None, bound_s: float) -> frozenset[str]:
     key = engine.url.render_as_string(hide_password=True)
     with _indexes_lock:
         known = _indexes.get(key)
@@ -262,7 +262,7 @@ def _indexes_of(engine: Engine, schema_version: int | None) -> frozenset[str]:
             "creates them",
             ", ".join(i.name for i in missing),
             "; ".join(i.what for i in missing),
-            guard_bound_s(),
+            bound_s,
             GUARD_BOUND_ENV,
         )
     return found
@@ -346,7 +346,7 @@ class LiveLocations:
         error in the check is a MetastoreError, running out of time a GuardTimeout."""
         started = time.monotonic()
         try:
-            self._indexes = _indexes_of(self.engine, self.schema_version)
+            self._indexes = _indexes_of(self.engine, self.schema_version, self.bound_s)
             if self._held is not None:
                 try:
                     with self._bounded(self._held):
