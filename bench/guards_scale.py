@@ -252,7 +252,7 @@ def statement_pages(store: Metastore, location: str, metadata_file: str) -> dict
     event.listen(Engine, "before_cursor_execute", on)
     try:
         live.overlaps(prefix)
-        live.metadata_users([prefix], [metadata_file])
+        live.metadata_users([metadata_file])
         live.enclosing_table(parse_location(f"{location}/data", directory=True))
     finally:
         event.remove(Engine, "before_cursor_execute", on)

@@ -144,9 +144,7 @@ def test_with_the_guard_indexes_every_guard_statement_is_an_index_search(
     prefix = parse_location("s3://bulk/ns/t77", directory=True)
     with Statements(v5_store) as seen:
         [overlap] = live.overlaps(prefix)
-        [user] = live.metadata_users(
-            [prefix], ["s3a://bulk/ns/t77/metadata/00001-77.metadata.json"]
-        )
+        [user] = live.metadata_users(["s3a://bulk/ns/t77/metadata/00001-77.metadata.json"])
         enclosing = live.enclosing_table(parse_location("s3://bulk/ns/t77/data", directory=True))
         if v5_store.engine.dialect.name == "postgresql":
             # The leak walk's catalogs too (SQLite's statistics may prefer a scan there).
@@ -208,7 +206,7 @@ def test_without_the_guard_indexes_the_first_check_warns_once(
     prefix = parse_location("s3://bulk/ns/t1", directory=True)
     with caplog.at_level(logging.WARNING, logger="polaris_pipeline.metastore.overlap"):
         live.overlaps(prefix)
-        live.metadata_users([prefix], ["s3://bulk/ns/t1/metadata/x.metadata.json"])
+        live.metadata_users(["s3://bulk/ns/t1/metadata/x.metadata.json"])
         LiveLocations(v5_store.engine, v5_store.check_schema()).overlaps(prefix)
     [warning] = [r.getMessage() for r in caplog.records]
     assert LOCATIONS_INDEX in warning and METADATA_FILES_INDEX in warning
@@ -245,7 +243,7 @@ def test_the_indexed_metadata_lookup_finds_every_spelling_of_the_file(
         "metadata-location": raw,
     })  # fmt: skip
     live = LiveLocations(v5_store.engine, v5_store.check_schema())
-    [hit] = live.metadata_users([parse_location("file:///wh/ns/t")], [f"file://{path}"])
+    [hit] = live.metadata_users([f"file://{path}"])
     assert hit.name == "registered"
 
 
@@ -394,6 +392,5 @@ def test_a_check_of_a_held_connection_past_its_bound_is_a_guard_timeout(
     """The leak walk's one connection is bounded too (once for its session)."""
     _bulk_live_tables(v5_store)
     live = LiveLocations(v5_store.engine, v5_store.check_schema(), bound_s=0.001)
-    prefix = parse_location("s3://bulk/ns/t1", directory=True)
     with live.held(), pytest.raises(GuardTimeout, match=r"the metadata-file guard gave no"):
-        live.metadata_users([prefix], ["s3://bulk/ns/t1/metadata/00001-1.metadata.json"])
+        live.metadata_users(["s3://bulk/ns/t1/metadata/00001-1.metadata.json"])

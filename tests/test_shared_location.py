@@ -345,10 +345,9 @@ def test_metadata_users_finds_a_live_table_over_a_file_in_any_spelling(
         internal_properties={"metadata-location": f"{root}_2/metadata/00001-a.metadata.json"},
     )
     live = LiveLocations(guarded.engine, guarded.check_schema())
-    roots = [parse_location(root, directory=True)]
 
-    [hit] = live.metadata_users(roots, [metadata, f"{root}/data/a.parquet"])
-    none = live.metadata_users(roots, [f"{root}/metadata/00002-b.metadata.json"])
+    [hit] = live.metadata_users([metadata, f"{root}/data/a.parquet"])
+    none = live.metadata_users([f"{root}/metadata/00002-b.metadata.json"])
 
     assert hit.name == "registered" and "metadata-location" in hit.why
     assert none == []

@@ -395,14 +395,11 @@ class LiveLocations:
         """Up to ``limit`` live entities overlapping ``prefix``; empty when none does."""
         return self._first("shared-location overlap", lambda c: self._candidates(c, prefix), limit)
 
-    def metadata_users(
-        self, roots: Iterable[Location], files: Iterable[str], limit: int = 5
-    ) -> list[Overlap]:
+    def metadata_users(self, files: Iterable[str], limit: int = 5) -> list[Overlap]:
         """Up to ``limit`` live tables or views whose ``metadata-location`` is one of
         ``files`` (compared as locations: ``file:/x`` is ``file:///x``, ``s3a`` is
-        ``s3``). ``roots``: where those files lie (the dropped table's roots); the rows
-        are found by file name (``guard_indexes.py``), every candidate judged here."""
-        del roots  # a file's name finds every spelling of it, wherever it lies
+        ``s3``). The rows are found by file name (``guard_indexes.py``), which finds every
+        spelling of a file wherever it lies; every candidate is judged here."""
         wanted: set[Location] = set()
         for uri in files:
             try:

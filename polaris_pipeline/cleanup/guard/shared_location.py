@@ -87,7 +87,7 @@ def check_shared_location(
                 seen.add((hit.realm_id, hit.entity_id))
                 found.append(hit)
     if files:
-        found += live.metadata_users(_locations(roots), files)
+        found += live.metadata_users(files)
     if not found:
         return
     metadata_file = dropped_metadata_file(ctx)
