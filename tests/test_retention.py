@@ -132,8 +132,15 @@ RETENTION_JOB = build_run_retention_job()
 def pg_instance(dagster_pg_env: dict[str, str], tmp_path: Path) -> Iterator[DagsterInstance]:
     """A dagster-postgres instance on a database made for this test."""
     url = dagster_postgres_url(dagster_pg_env["DAGSTER_PG_DB"])
-    with temp_instance(tmp_path / "pg_home", postgres_url=url) as instance:
+    with temp_instance(tmp_path / "pg_home", postgres_url=url, capture_logs=True) as instance:
         yield instance
+
+
+@pytest.fixture
+def instance(tmp_path: Path) -> Iterator[DagsterInstance]:
+    """A SQLite instance that captures its steps' logs, which retention deletes."""
+    with temp_instance(tmp_path / "dagster_home", capture_logs=True) as inst:
+        yield inst
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

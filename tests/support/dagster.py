@@ -68,22 +68,39 @@ def _fresh_resource_caches() -> Iterator[None]:
 # Every instance a test makes reports nothing to Dagster's telemetry.
 NO_TELEMETRY: Mapping[str, Any] = {"telemetry": {"enabled": False}}
 
+# The compute log manager of a test instance that does not ask for captured logs: none.
+# Dagster's default (LocalComputeLogManager) starts a `tail` and a Python watcher process
+# for each step; only tests/test_retention.py reads the files (it deletes them).
+NO_CAPTURED_LOGS: Mapping[str, Any] = {
+    "compute_logs": {
+        "module": "dagster._core.storage.noop_compute_log_manager",
+        "class": "NoOpComputeLogManager",
+    }
+}
+
 
 def temp_instance(
     home: Path,
     *,
     postgres_url: str | None = None,
     overrides: Mapping[str, Any] | None = None,
+    capture_logs: bool = False,
 ) -> DagsterInstance:
     """A real Dagster instance in DAGSTER_HOME ``home`` (made if missing), telemetry off.
 
     Its run, event and schedule storage are SQLite files in ``home``, or the PostgreSQL
     database at ``postgres_url`` (a psycopg2 URL, see ``dagster_postgres_url``);
     ``overrides`` are further dagster.yaml sections (a compute log manager, say).
+    Steps' stdout and stderr are captured (Dagster's default compute log manager) only
+    with ``capture_logs``.
     Use it as a context manager; the ``instance`` fixture is the common case.
     """
     home.mkdir(parents=True, exist_ok=True)
-    config: dict[str, Any] = {**NO_TELEMETRY, **(overrides or {})}
+    config: dict[str, Any] = {
+        **NO_TELEMETRY,
+        **({} if capture_logs else NO_CAPTURED_LOGS),
+        **(overrides or {}),
+    }
     if postgres_url is not None:
         config["storage"] = {"postgres": {"postgres_url": postgres_url}}
     return DagsterInstance.local_temp(str(home), overrides=config)
