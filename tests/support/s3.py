@@ -7,7 +7,7 @@ parsing and error handling are the real ones.
 - ``s3_bucket`` (function): the name of a new, empty, uniquely named bucket.
 - ``s3_storage_config`` (function): a callable ``(bucket, allowed_prefixes=())``
   returning a StorageConfig that points ``s3://<bucket>`` at the server.
-- ``moto_iam`` (module): a second moto server, in its own process, with IAM
+- ``moto_iam`` (session): a second moto server, in its own process, with IAM
   authorization enforced (see :class:`MotoIam`). Its own process because moto
   keeps the enforcement switch in a process-wide setting, which would lock the
   shared ``moto_server`` out too.
@@ -328,9 +328,12 @@ def _arrange_iam(endpoint: str, region: str) -> tuple[IamUser, IamUser, IamUser]
     return admin, sweeper, polaris
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def moto_iam() -> Iterator[MotoIam]:
-    """A moto server on 127.0.0.1 enforcing IAM, for one test module."""
+    """A moto server on 127.0.0.1 enforcing IAM, for the test process: starting one (a
+    Python process importing moto, then its IAM set-up) costs about 1.5 s of CPU, and
+    the tests of five modules spread over every xdist worker use it. Each test makes
+    its own buckets and users (unique names); the set-up's users and roles are only read."""
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
