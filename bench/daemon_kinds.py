@@ -151,6 +151,20 @@ def kind_seed(kind: str, size: dict[str, int]) -> Any:
     return seed
 
 
+def ours_drain(kind: str, size: dict[str, int], name: str | None = None) -> dict[str, Any]:
+    """Our backlog of ``kind`` at ``size``, drained through a fresh daemon."""
+    return backlog_phase(
+        "sqlite",
+        name or f"kind_{kind}",
+        size,
+        kind_seed(kind, size),
+        size["deadline_s"],
+        max_concurrent_runs=size["concurrent_runs"],
+        lease_timeout_ms=LEASE_MS,
+        sweep_interval_s=size["sweep_interval_s"],
+    )
+
+
 def kind_pair(
     kind: str, size: dict[str, int], *, runs: int | None = None, floors_first: bool = False
 ) -> dict[str, Any]:
@@ -161,16 +175,7 @@ def kind_pair(
     conc = size["concurrent_runs"]
 
     def ours_phase() -> dict[str, Any]:
-        return backlog_phase(
-            "sqlite",
-            f"kind_{kind}",
-            size,
-            kind_seed(kind, size),
-            size["deadline_s"],
-            max_concurrent_runs=conc,
-            lease_timeout_ms=LEASE_MS,
-            sweep_interval_s=size["sweep_interval_s"],
-        )
+        return ours_drain(kind, size)
 
     def floor_phases(n: int) -> tuple[dict[str, Any], dict[str, Any]]:
         floors, loads = {}, {}
@@ -216,16 +221,7 @@ def warm_up(size: dict[str, int]) -> dict[str, Any]:
     round of a single-pair run, so that cost fell on our side alone."""
     wave = {**size, "tables": size["concurrent_runs"]}
     load = machine_load()
-    pair = backlog_phase(
-        "sqlite",
-        "kind_warm_up",
-        wave,
-        kind_seed("tables", wave),
-        size["deadline_s"],
-        max_concurrent_runs=size["concurrent_runs"],
-        lease_timeout_ms=LEASE_MS,
-        sweep_interval_s=size["sweep_interval_s"],
-    )
+    pair = ours_drain("tables", wave, "kind_warm_up")
     floor = floor_phase("sqlite", max(pair["runs"], 1), size["concurrent_runs"])
     return {"ours_drain_s": pair["drain_s"], "floor_drain_s": floor["drain_s"], "load": load}
 
