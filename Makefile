@@ -11,6 +11,11 @@ BIN := $(VENV)/bin
 # on one worker.
 PYTEST_WORKERS ?= 4
 PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadgroup
+# `make test-fast` leaves out the daemon and subprocess waits that extra workers fill,
+# so it is CPU-bound and a fourth worker only adds its start-up and contention: measured
+# 2026-12-07 at fea59e5, 4 workers took 324 and 358 s (551 and 601 s of CPU), 3 workers
+# 286 to 314 s (472 to 519 s of CPU).
+TEST_FAST_WORKERS ?= 3
 # pytest keeps a test module's rewritten code in __pycache__ only where it may write
 # bytecode; where PYTHONDONTWRITEBYTECODE is set, every pytest process (the serial
 # pass, each worker) rewrites and compiles the 30,000 lines of tests again: 10.9 s of
@@ -104,7 +109,7 @@ test: $(BIN)/.installed bytecode system services lint
 # is left is mostly Dagster runs and pyiceberg tables on moto, 1 to 5 s of CPU each.
 test-fast: $(BIN)/.installed bytecode emulators services
 	@tmp=$$(mktemp -d $(TEST_TMP_ROOT)/pp.XXXXXX); \
-	$(PYTEST) $(PYTEST_PARALLEL) --basetemp=$$tmp/p -m "not slow"; status=$$?; \
+	$(PYTEST) -n $(TEST_FAST_WORKERS) --dist loadgroup --basetemp=$$tmp/p -m "not slow"; status=$$?; \
 	if [ $$status -eq 0 ]; then rm -rf $$tmp; else echo "test files kept in $$tmp"; fi; \
 	exit $$status
 

@@ -49,7 +49,7 @@ from polaris_pipeline.dagster.contract import (
 )
 from polaris_pipeline.dagster.reporting import REPORT_SENSOR_NAME, report_run
 from polaris_pipeline.dagster.resources import PolarisStorageResource, clear_storage_cache
-from polaris_pipeline.dagster.sweeper import run_request_for
+from polaris_pipeline.dagster.sweep_plan import run_request_for
 from polaris_pipeline.dagster.tables import table_of
 from polaris_pipeline.dagster.task_job import build_polaris_task_job, polaris_task_job
 from polaris_pipeline.dagster.translator import PolarisTranslator, translator_from_path

@@ -49,9 +49,6 @@ from polaris_pipeline.dagster.sweep_plan import (
     rows_to_read,
     waiting_tasks,
 )
-from polaris_pipeline.dagster.sweep_plan import (
-    run_request_for as run_request_for,  # its home before sweep_plan: still importable
-)
 from polaris_pipeline.dagster.sweeper_state import SENSOR_NAME, SweepCursor
 from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.dagster.translator import DEFAULT_TRANSLATOR, PolarisTranslator
@@ -398,6 +395,8 @@ def build_polaris_task_sweeper(
     *,
     name: str = SENSOR_NAME,
     minimum_interval_seconds: int = MINIMUM_INTERVAL_SECONDS,
+    # Running by default: a sweeper that waits for someone to switch it on guarantees
+    # nothing. Stopping it in the UI is remembered by the instance.
     default_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
     check_storage: bool = True,
     cadence: SweeperSettings | None = None,
@@ -482,16 +481,3 @@ def build_polaris_task_sweeper(
             + cadence_text(cadence or SweeperSettings(), minimum_interval_seconds)
         ),
     )(evaluate)
-
-
-# Running by default: a sweeper that waits for someone to switch it on guarantees
-# nothing. Stopping it in the UI is remembered by the instance.
-polaris_task_sweeper = build_polaris_task_sweeper(check_storage=False)
-"""Kept for users who import it (a public name); nothing in this package uses it.
-
-The sweeper of the default task job with only the ``metastore`` and ``sweeper``
-resources: no sweep checks the storage config, and the backlog checks it reports
-use the default thresholds. The sweeper a deployment runs is ``build_defs``'s
-(``build_defs(...).resolve_sensor_def(SENSOR_NAME)``, its required resources in
-the same ``Definitions``): evaluate that one to see what a deployment does.
-"""

@@ -40,6 +40,7 @@ from moto.server import ThreadedMotoServer
 
 from builders.ports import free_port
 from polaris_pipeline.storage.config import StorageConfig, StorageRule
+from tests.support.moto_backends import list_backends_once
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ def moto_server() -> Iterator[MotoS3]:
     """moto's S3 over HTTP on a free port of 127.0.0.1, for the whole session."""
     # werkzeug logs every request at INFO; thousands of lines drown test output.
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    list_backends_once()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -342,7 +344,8 @@ def moto_iam() -> Iterator[MotoIam]:
     recording = tempfile.mkdtemp(prefix="moto-recording-")
     env["MOTO_RECORDER_FILEPATH"] = os.path.join(recording, "requests.jsonl")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, "-m", "tests.support.moto_backends", "-H", "127.0.0.1", "-p", str(port)],
+        cwd=Path(__file__).resolve().parents[2],  # where ``tests`` is importable
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
