@@ -128,18 +128,29 @@ RETENTION_JOB = build_run_retention_job()
 # -- instances ---------------------------------------------------------------------
 
 
+def _captures(request: pytest.FixtureRequest) -> bool:
+    """Whether the test reads its runs' captured logs (``@pytest.mark.captured_logs``):
+    Dagster's local compute-log manager starts a tail and a watcher process per step,
+    which the tests that never look at the logs need not pay."""
+    return request.node.get_closest_marker("captured_logs") is not None
+
+
 @pytest.fixture
-def pg_instance(dagster_pg_env: dict[str, str], tmp_path: Path) -> Iterator[DagsterInstance]:
+def pg_instance(
+    dagster_pg_env: dict[str, str], tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[DagsterInstance]:
     """A dagster-postgres instance on a database made for this test."""
     url = dagster_postgres_url(dagster_pg_env["DAGSTER_PG_DB"])
-    with temp_instance(tmp_path / "pg_home", postgres_url=url, capture_logs=True) as instance:
+    home = tmp_path / "pg_home"
+    with temp_instance(home, postgres_url=url, capture_logs=_captures(request)) as instance:
         yield instance
 
 
 @pytest.fixture
-def instance(tmp_path: Path) -> Iterator[DagsterInstance]:
-    """A SQLite instance that captures its steps' logs, which retention deletes."""
-    with temp_instance(tmp_path / "dagster_home", capture_logs=True) as inst:
+def instance(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[DagsterInstance]:
+    """A SQLite instance; with ``captured_logs``, it captures its steps' logs, which
+    retention deletes."""
+    with temp_instance(tmp_path / "dagster_home", capture_logs=_captures(request)) as inst:
         yield inst
 
 
@@ -249,6 +260,7 @@ def retain(instance: DagsterInstance, **run_config: Any) -> dict[str, Any]:
 # -- what goes, what stays ------------------------------------------------------------
 
 
+@pytest.mark.captured_logs
 def test_only_old_finished_runs_of_the_task_job_and_their_events_go(
     any_instance: DagsterInstance,
 ) -> None:
@@ -337,6 +349,7 @@ def test_each_tick_deletes_one_bounded_batch_oldest_first(any_instance: DagsterI
     assert not set(old) & run_ids(instance)
 
 
+@pytest.mark.captured_logs
 def test_a_dry_run_records_the_same_runs_and_deletes_nothing(
     any_instance: DagsterInstance,
 ) -> None:
