@@ -70,9 +70,9 @@ def azure_locations() -> list[dict[str, Any]]:
 def pg_store(pg_database: str) -> Iterator[Metastore]:
     """A PostgreSQL metastore reached through a URL whose query holds two passwords
     (127.0.0.1 is trusted: they are passed to libpq, never checked)."""
-    from tests.support.metastore import _reset_pg_schema
+    from tests.support.pg_schema import drop_polaris_schema
 
-    _reset_pg_schema(pg_database)
+    drop_polaris_schema(pg_database)
     store = Metastore(with_query_passwords(pg_database))
     store.init_schema()
     yield store

@@ -17,7 +17,8 @@ from builders.daemon import DaemonConfig, DaemonHarness
 from builders.tasks import batch_task
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.tasks.model import NewTask, TaskPolicy
-from tests.support.metastore import _reset_pg_schema, as_pipeline
+from tests.support.metastore import as_pipeline
+from tests.support.pg_schema import drop_polaris_schema
 
 # Lease timeout of the daemon tests: short, so a lapsed lease is seen in seconds.
 LEASE_TIMEOUT_MS = 8_000
@@ -27,7 +28,7 @@ LEASE_TIMEOUT_MS = 8_000
 def pg_url(pg_database: str) -> str:
     """The session's PostgreSQL database with an empty Polaris schema, as the pipeline
     connects to it (``as_pipeline``: the restricted role under ``PP_TEST_RESTRICTED_ROLE``)."""
-    _reset_pg_schema(pg_database)
+    drop_polaris_schema(pg_database)
     store = Metastore(pg_database)
     store.init_schema()
     store.dispose()

@@ -1,7 +1,9 @@
 """Metastore fixtures: every metastore test runs on PostgreSQL and on SQLite.
 
 PostgreSQL: one fresh database per test session, i.e. per xdist worker (created
-here, dropped at the end), and a fresh ``polaris_schema`` per test inside it. SQLite: a fresh file
+here, dropped at the end), and a fresh ``polaris_schema`` per test inside it (for the
+``metastore`` fixture, the last test's emptied when nothing else of it changed:
+``pg_schema``). SQLite: a fresh file
 per test.
 """
 
@@ -14,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from builders.postgres import PG_ADMIN_URL as PG_ADMIN_URL
@@ -26,6 +27,7 @@ from polaris_pipeline.metastore.rows import after_write
 from polaris_pipeline.metastore.schema import LATEST_SCHEMA_VERSION
 from polaris_pipeline.tasks.model import TaskPolicy, TaskRow
 from polaris_pipeline.tasks.ref import Lease
+from tests.support.pg_schema import drop_polaris_schema, fresh_polaris_schema
 from tests.support.tasks import sqlite_metastore
 
 # Every statement of metastore/queries.py (test_queries checks the list is whole).
@@ -67,19 +69,20 @@ def pg_database() -> Iterator[str]:
         yield database_url(name)
 
 
-def _reset_pg_schema(url: str) -> None:
-    engine = create_engine(url, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(text("DROP SCHEMA IF EXISTS polaris_schema CASCADE"))
-    engine.dispose()
+def _reuses_pg_schema(request: pytest.FixtureRequest) -> bool:
+    """Whether this test's PostgreSQL metastore is the last one emptied (``pg_schema``):
+    for the ``metastore`` fixture, whose schema the pipeline's own role may use as is."""
+    return "metastore" in request.fixturenames and not restricted_role_wanted()
 
 
 @pytest.fixture(params=["postgresql", "sqlite"])
 def metastore_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """An empty database URL (no Polaris schema yet), on each backend in turn."""
+    """An empty database URL (no Polaris schema yet), on each backend in turn; under the
+    ``metastore`` fixture, that fixture makes the schema fresh."""
     if request.param == "postgresql":
         url = request.getfixturevalue("pg_database")
-        _reset_pg_schema(url)
+        if not _reuses_pg_schema(request):
+            drop_polaris_schema(url)
         return url
     return f"sqlite:///{tmp_path_factory.mktemp('metastore')}/polaris.db"
 
@@ -96,12 +99,18 @@ def policy(request: pytest.FixtureRequest) -> TaskPolicy:
 
 
 @pytest.fixture
-def metastore(metastore_url: str, policy: TaskPolicy) -> Iterator[Metastore]:
+def metastore(
+    request: pytest.FixtureRequest, metastore_url: str, policy: TaskPolicy
+) -> Iterator[Metastore]:
     """A metastore with the Polaris schema created, on each backend in turn.
 
     With ``PP_TEST_RESTRICTED_ROLE=1``, on PostgreSQL: connected as a role under the
     operator guide's grants and row-level security (TASK rows only)."""
-    store = pipeline_store(metastore_url, policy)
+    if _reuses_pg_schema(request) and metastore_url.startswith("postgresql"):
+        fresh_polaris_schema(metastore_url)
+        store = Metastore(metastore_url, policy=policy)
+    else:
+        store = pipeline_store(metastore_url, policy)
     yield store
     store.dispose()
 
