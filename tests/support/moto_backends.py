@@ -21,15 +21,15 @@ MOTOS_OWN_LISTING = backends.list_of_moto_modules
 
 
 def list_backends_once() -> None:
-    """Make ``moto.backends.list_of_moto_modules`` answer from one listing."""
-    if getattr(backends.list_of_moto_modules, "listed_once", False):
+    """Make ``moto.backends.list_of_moto_modules`` answer from one listing (once: a
+    function other than moto's own is that listing already)."""
+    if backends.list_of_moto_modules is not MOTOS_OWN_LISTING:
         return
-    names = tuple(backends.list_of_moto_modules())
+    names = tuple(MOTOS_OWN_LISTING())
 
     def listed() -> tuple[str, ...]:
         return names
 
-    listed.listed_once = True  # type: ignore[attr-defined]
     backends.list_of_moto_modules = listed
 
 
