@@ -29,7 +29,7 @@ PYTEST = PYTHONDONTWRITEBYTECODE= $(BIN)/pytest
 # disk and 10.7 to 11.1 s under /dev/shm.
 TEST_TMP_ROOT ?= $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm || echo /tmp)
 
-.PHONY: demo test test-fast test-polaris polaris-mutations lint bench services system emulators bytecode clean lock test-restricted
+.PHONY: demo test test-fast test-polaris polaris-mutations lint bench services system fast-system bytecode clean lock test-restricted
 
 # Every dependency (runtime and dev, every platform) pinned with its hashes, by `make lock`.
 LOCK := requirements-dev.lock
@@ -81,9 +81,10 @@ services:
 system:
 	bash scripts/install-system-packages.sh
 
-# Azurite alone (system installs it too): the fast tests reach Azure, not the browser or Java.
-emulators:
+# What the fast tests need of `system`: Azurite and pgbouncer, not the browser or Java.
+fast-system:
 	bash scripts/install-storage-emulators.sh
+	bash scripts/install-pgbouncer.sh
 
 # Two pytest runs: the tests marked serial (they restart PostgreSQL or time
 # themselves) one at a time with nothing beside them, then every other test in
@@ -107,7 +108,7 @@ test: $(BIN)/.installed bytecode system services lint
 # to 3 s of CPU); Dagster's alembic scripts are read once per process (an instance
 # 0.35 s to 0.13 s of CPU, each run 0.06 s less; test_dagster_sensor 26 s to 18 s). What
 # is left is mostly Dagster runs and pyiceberg tables on moto, 1 to 5 s of CPU each.
-test-fast: $(BIN)/.installed bytecode emulators services
+test-fast: $(BIN)/.installed bytecode fast-system services
 	@tmp=$$(mktemp -d $(TEST_TMP_ROOT)/pp.XXXXXX); \
 	$(PYTEST) -n $(TEST_FAST_WORKERS) --dist loadgroup --basetemp=$$tmp/p -m "not slow"; status=$$?; \
 	if [ $$status -eq 0 ]; then rm -rf $$tmp; else echo "test files kept in $$tmp"; fi; \

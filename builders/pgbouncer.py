@@ -111,8 +111,8 @@ def _pgbouncer_binary() -> str:
     found = shutil.which("pgbouncer", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
     if found is None:
         raise RuntimeError(
-            "pgbouncer is not installed: `make system` installs Debian's package "
-            "(scripts/install-system-packages.sh)"
+            "pgbouncer is not installed: `make fast-system` (or `make system`) installs "
+            "Debian's package (scripts/install-pgbouncer.sh)"
         )
     return found
 

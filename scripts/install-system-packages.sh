@@ -20,12 +20,7 @@ if ! command -v faketime >/dev/null 2>&1; then
     $SUDO apt-get update -q
     $SUDO apt-get install -y faketime
 fi
-# Debian's package also enables a system-wide service; only the binary is used here.
-if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
-    echo "pgbouncer missing: installing it with apt-get" >&2
-    $SUDO apt-get update -q
-    $SUDO apt-get install -y pgbouncer
-fi
+bash scripts/install-pgbouncer.sh
 bash scripts/install-jq.sh >/dev/null
 bash scripts/install-browser.sh
 bash scripts/install-iceberg-java.sh

@@ -132,3 +132,19 @@ def test_the_lock_is_what_make_lock_writes() -> None:
     command = command.replace("$(BIN)", ".venv/bin").replace("$(LOCK)", LOCK.name)
     header = LOCK.read_text().splitlines()[1].removeprefix("#").strip()
     assert ".venv/bin/" + header == command
+
+
+def test_make_test_fast_installs_the_binaries_its_tests_start() -> None:
+    """A fresh machine's `make test-fast` failed on pgbouncer (tests/test_pgbouncer_instance.py
+    is not slow): only `make system` installed it. The fast suite's target installs it, by the
+    one script `make system` runs too."""
+    prerequisites, _ = _recipe("test-fast")
+    assert "fast-system" in prerequisites.split()
+    _, fast_system = _recipe("fast-system")
+    assert "scripts/install-pgbouncer.sh" in fast_system
+    assert "scripts/install-storage-emulators.sh" in fast_system
+    system_script = (ROOT / "scripts" / "install-system-packages.sh").read_text()
+    assert "bash scripts/install-pgbouncer.sh" in system_script
+    assert "apt-get install -y pgbouncer" not in system_script  # one install, not two
+    pgbouncer_tests = (ROOT / "tests" / "test_pgbouncer_instance.py").read_text()
+    assert "pytest.mark.slow" not in pgbouncer_tests.split("def test_the_example_refuses")[1]
