@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 
 from dagster import (
     DagsterRun,
@@ -92,10 +93,9 @@ def cadence_text(settings: SweeperSettings, evaluation_interval_s: int) -> str:
     )
 
 
-def next_sweep_ms(now_ms: int, settings: SweeperSettings, rng: random.Random | None = None) -> int:
+def next_sweep_ms(now_ms: int, settings: SweeperSettings) -> int:
     """``now`` plus the base interval stretched by a random part of the jitter."""
-    unit = (rng or random).random()
-    return now_ms + int(settings.interval_seconds * 1000 * (1 + settings.jitter * unit))
+    return now_ms + int(settings.interval_seconds * 1000 * (1 + settings.jitter * random.random()))
 
 
 def _waiting_runs(context: SensorEvaluationContext, job_name: str) -> list[DagsterRun]:
@@ -253,14 +253,13 @@ def sweep_tick(
     storage: PolarisStorageResource | None = None,
     *,
     job_name: str = polaris_task_job.name,
-    now_ms: int | None = None,
     backlog: BacklogSettings | None = None,
     translator: PolarisTranslator = DEFAULT_TRANSLATOR,
 ) -> SensorResult | SkipReason:
     """One evaluation of the sweeper (see the module docstring). ``backlog``: the reported checks'
     thresholds (defaults if None); ``translator``: the requested runs' tags.
     """
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    now = int(time.time() * 1000)
     cursor = SweepCursor.parse(context.cursor)
     if cursor.next_sweep_ms is not None and now < cursor.next_sweep_ms:
         wait_s = math.ceil((cursor.next_sweep_ms - now) / 1000)
@@ -411,22 +410,7 @@ def build_polaris_task_sweeper(
     checks use its thresholds (else the defaults). ``build_defs`` sets both.
     """
 
-    def tick(
-        context: SensorEvaluationContext,
-        metastore: PolarisMetastoreResource,
-        sweeper: SweeperSettings,
-        storage: PolarisStorageResource | None = None,
-        backlog: BacklogSettings | None = None,
-    ) -> SensorResult | SkipReason:
-        return sweep_tick(
-            context,
-            metastore,
-            sweeper,
-            storage,
-            job_name=job.name,
-            backlog=backlog,
-            translator=translator,
-        )
+    tick = partial(sweep_tick, job_name=job.name, translator=translator)
 
     # Dagster gives a sensor the resources its typed parameters name, and requires
     # them: one signature per choice of the optional two.
@@ -437,7 +421,7 @@ def build_polaris_task_sweeper(
         storage: PolarisStorageResource,
         backlog: BacklogSettings,
     ) -> SensorResult | SkipReason:
-        return tick(context, metastore, sweeper, storage, backlog)
+        return tick(context, metastore, sweeper, storage, backlog=backlog)
 
     def with_storage(
         context: SensorEvaluationContext,
