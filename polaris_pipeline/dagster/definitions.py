@@ -36,7 +36,7 @@ from polaris_pipeline.dagster.backlog import (
     BACKLOG_CHECKS,
     STORAGE_CHECKS,
     BacklogSettings,
-    build_sweeper_watch,
+    polaris_sweeper_watch,
     polaris_task_backlog,
 )
 from polaris_pipeline.dagster.leaks import (
@@ -265,7 +265,7 @@ def build_sensors(
             backlog_resource=True,
             translator=translator,
         ),
-        build_sweeper_watch(),
+        polaris_sweeper_watch,
         build_run_report_sensor(task_job.name, translator=translator),
         *alert_sensors(alerts),
     ]

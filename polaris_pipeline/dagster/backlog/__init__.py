@@ -19,18 +19,13 @@ from polaris_pipeline.dagster.backlog.assets import (
     sweeper_is_sweeping,
 )
 from polaris_pipeline.dagster.backlog.settings import BacklogSettings
-from polaris_pipeline.dagster.backlog.watch import (
-    WATCH_NAME,
-    build_sweeper_watch,
-    polaris_sweeper_watch,
-)
+from polaris_pipeline.dagster.backlog.watch import WATCH_NAME, polaris_sweeper_watch
 
 __all__ = [
     "BACKLOG_CHECKS",
     "STORAGE_CHECKS",
     "WATCH_NAME",
     "BacklogSettings",
-    "build_sweeper_watch",
     "held_tables_restorable",
     "no_dead_tasks",
     "no_failing_tasks",

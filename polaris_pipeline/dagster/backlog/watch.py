@@ -6,7 +6,6 @@ Dagster instance, reports it from the sweeper's stored state.
 
 from dagster import (
     DefaultSensorStatus,
-    SensorDefinition,
     SensorEvaluationContext,
     SensorResult,
     sensor,
@@ -25,34 +24,23 @@ WATCH_NAME = "polaris_sweeper_watch"
 WATCH_INTERVAL_SECONDS = 30
 
 
-def build_sweeper_watch(
-    *,
-    minimum_interval_seconds: int = WATCH_INTERVAL_SECONDS,
-    default_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
-) -> SensorDefinition:
-    """The sensor that reports ``sweeper_is_sweeping`` (never the metastore: the instance only)."""
-
-    @sensor(
-        name=WATCH_NAME,
-        minimum_interval_seconds=minimum_interval_seconds,
-        default_status=default_status,
-        description=(
-            f"Reports the {FRESHNESS_CHECK} check of {ASSET_NAME} from the stored state of "
-            f"{SENSOR_NAME}: a sweeper that is stopped or failing cannot report it itself. "
-            "Reads the Dagster instance only."
-        ),
+@sensor(
+    name=WATCH_NAME,
+    minimum_interval_seconds=WATCH_INTERVAL_SECONDS,
+    default_status=DefaultSensorStatus.RUNNING,
+    description=(
+        f"Reports the {FRESHNESS_CHECK} check of {ASSET_NAME} from the stored state of "
+        f"{SENSOR_NAME}: a sweeper that is stopped or failing cannot report it itself. "
+        "Reads the Dagster instance only."
+    ),
+)
+def polaris_sweeper_watch(
+    context: SensorEvaluationContext, sweeper: SweeperSettings, backlog: BacklogSettings
+) -> SensorResult:
+    """Reports ``sweeper_is_sweeping`` (never the metastore: the instance only)."""
+    result = freshness_of(context.instance, sweeper, backlog)
+    verdict = "passed" if result.passed else f"failed: {result.description}"
+    return SensorResult(
+        asset_events=[check_evaluation(FRESHNESS_CHECK, result)],
+        skip_reason=f"{FRESHNESS_CHECK} {verdict}",
     )
-    def _watch(
-        context: SensorEvaluationContext, sweeper: SweeperSettings, backlog: BacklogSettings
-    ) -> SensorResult:
-        result = freshness_of(context.instance, sweeper, backlog)
-        verdict = "passed" if result.passed else f"failed: {result.description}"
-        return SensorResult(
-            asset_events=[check_evaluation(FRESHNESS_CHECK, result)],
-            skip_reason=f"{FRESHNESS_CHECK} {verdict}",
-        )
-
-    return _watch
-
-
-polaris_sweeper_watch = build_sweeper_watch()
