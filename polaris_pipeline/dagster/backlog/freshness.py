@@ -18,12 +18,12 @@ from polaris_pipeline.dagster.sweeper_state import SENSOR_NAME, SweepCursor
 from polaris_pipeline.tasks.formatting import iso_utc
 
 
-def sweeper_states(instance: DagsterInstance, sensor_name: str) -> list[InstigatorState]:
+def sweeper_states(instance: DagsterInstance) -> list[InstigatorState]:
     """The stored states of the sweeper sensor (one per code location that has it)."""
     return [
         state
         for state in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR)
-        if state.instigator_name == sensor_name
+        if state.instigator_name == SENSOR_NAME
     ]
 
 
@@ -32,7 +32,6 @@ def evaluate_freshness(
     now_s: float,
     sweeper: SweeperSettings,
     intervals: float,
-    sensor_name: str = SENSOR_NAME,
 ) -> AssetCheckResult:
     """Fails when no running sweeper has swept within ``intervals`` of its longest waits.
 
@@ -45,7 +44,7 @@ def evaluate_freshness(
     allowed_s = max(60.0, intervals * longest_s)
     meta: dict[str, Any] = {
         "allowed delay (s)": MetadataValue.float(round(allowed_s, 3)),
-        "sweeper sensor": MetadataValue.text(sensor_name),
+        "sweeper sensor": MetadataValue.text(SENSOR_NAME),
     }
     running = [s for s in states if s.is_running]
     if not running:
@@ -55,7 +54,7 @@ def evaluate_freshness(
             severity=AssetCheckSeverity.ERROR,
             metadata={**meta, "sensor status": MetadataValue.text(why)},
             description=(
-                f"the sweeper sensor {sensor_name} {why}: no task is swept (start it on the "
+                f"the sweeper sensor {SENSOR_NAME} {why}: no task is swept (start it on the "
                 "Automation page)"
             ),
         )
@@ -93,7 +92,7 @@ def evaluate_freshness(
         metadata=meta,
         severity=AssetCheckSeverity.ERROR,
         description=(
-            f"the sweeper sensor {sensor_name} is running but has not swept: {detail}; is the "
+            f"the sweeper sensor {SENSOR_NAME} is running but has not swept: {detail}; is the "
             "dagster-daemon running, and are its ticks failing?"
         ),
     )
@@ -104,5 +103,5 @@ def freshness_of(
 ) -> AssetCheckResult:
     """``sweeper_is_sweeping`` now, from the sweeper's stored state on ``instance``."""
     return evaluate_freshness(
-        sweeper_states(instance, SENSOR_NAME), time.time(), sweeper, backlog.freshness_intervals
+        sweeper_states(instance), time.time(), sweeper, backlog.freshness_intervals
     )
