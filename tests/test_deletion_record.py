@@ -351,14 +351,14 @@ def test_the_setting_reaches_the_cli_env_and_the_dagster_storage_resource(
     resources = dict(
         build_defs(storage=PolarisStorageResource(deletion_record="s3://audit/pp/")).resources or {}
     )
-    assert resources["storage"].get_deletion_record() == "s3://audit/pp/"
-    assert dict(build_defs().resources or {})["storage"].get_deletion_record() is None
+    assert resources["storage"].deletion_record == "s3://audit/pp/"
+    assert dict(build_defs().resources or {})["storage"].deletion_record is None
     with pytest.raises(ValueError, match=r"deletion_record\n.*not an fsspec URI prefix"):
         PolarisStorageResource(deletion_record="nowhere")
 
     monkeypatch.setenv("POLARIS_PIPELINE_DELETION_RECORD", "file:///var/log/pp/")
     from_env = dict(build_defs_from_env().resources or {})
-    assert from_env["storage"].get_deletion_record() == "file:///var/log/pp/"
+    assert from_env["storage"].deletion_record == "file:///var/log/pp/"
 
 
 def test_a_lease_lost_midway_through_a_chunk_leaves_what_it_deleted_recorded(
@@ -417,7 +417,7 @@ def test_the_component_hands_the_prefix_to_the_storage_resource(
         )
         with sandbox.load_component_and_build_defs(defs_path=defs_path) as (_, defs):
             storage = dict(defs.resources or {})["storage"]
-    assert storage.get_deletion_record() == "s3://audit/polaris-pipeline/"
+    assert storage.deletion_record == "s3://audit/polaris-pipeline/"
 
 
 def test_the_unreferenced_phase_records_the_files_it_deletes(

@@ -203,7 +203,7 @@ def polaris_leaked_roots(
             report,
             leaks.auto_reclaim_catalogs,
             min_age_ms=leaks.min_age_ms(),
-            deletion_record=storage.get_deletion_record(),
+            deletion_record=storage.deletion_record,
             run_id=context.run.run_id,
         )
         _log_reclaims(context, reclaims)
@@ -246,14 +246,13 @@ def polaris_reclaim_leaked_roots(
     if not config.roots:
         raise Failure("no root to reclaim: name the report's roots in the run config")
     store, resolver = metastore.get_metastore(), storage.get_resolver()
-    record = storage.get_deletion_record()
     reports = [
         reclaim_root(
             store,
             resolver,
             uri,
             min_age_ms=min_age_ms,
-            deletion_record=record,
+            deletion_record=storage.deletion_record,
             run_id=context.run_id,
         )
         for uri in dict.fromkeys(config.roots)

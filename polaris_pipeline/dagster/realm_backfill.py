@@ -172,7 +172,7 @@ def sweep_realm(
         run_id=context.run_id,
         resolver=storage.get_resolver(),
         progress=tally.progress,
-        deletion_record=storage.get_deletion_record(),
+        deletion_record=storage.deletion_record,
     ) as runner:
         sweep_tasks(
             runner,

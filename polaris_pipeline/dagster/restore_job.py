@@ -55,7 +55,7 @@ def polaris_restore_table(
             target,
             task,
             config.as_name,
-            storage.get_deletion_record(),
+            storage.deletion_record,
         )
     except PolarisPipelineError as e:
         raise Failure(str(e)) from None

@@ -117,7 +117,7 @@ def open_step(
     try:
         config = storage.get_config()
         resolver = storage.get_resolver()
-        deletion_record = storage.get_deletion_record()
+        deletion_record = storage.deletion_record
     except StorageConfigError as exc:
         # Not transient: recorded on the task (after leasing it) instead of retried.
         config_error = f"storage configuration: {exc}"

@@ -63,10 +63,6 @@ class PolarisStorageResource(ConfigurableResource, StorageSection):
                 _cache[key] = cached
             return cached
 
-    def get_deletion_record(self) -> str | None:
-        """The deletion record's prefix (checked by the section); None: off."""
-        return self.deletion_record
-
     def get_config(self) -> StorageConfig:
         return self._load()[0]
 
