@@ -25,7 +25,7 @@ from dagster import (
 
 from builders.runs import set_run_started
 from builders.tasks import batch_task
-from polaris_pipeline.dagster.contract import JOB_NAME, TaskRunConfig, run_config_for
+from polaris_pipeline.dagster.contract import JOB_NAME, TaskRunConfig, run_config_for, task_number
 from polaris_pipeline.dagster.definitions import build_defs_from_env
 from polaris_pipeline.dagster.resources import (
     PolarisMetastoreResource,
@@ -117,7 +117,7 @@ def test_run_requests_match_available_tasks(metastore: Metastore, instance: Dags
             "entity_version": row.entity_version,
         }
         parsed = TaskRunConfig(**config)
-        assert parsed.task_number() == task.id
+        assert task_number(parsed.task_id) == task.id
         # Polaris ids use 63 bits: passed as text so the UI cannot round them.
         assert isinstance(config["task_id"], str)
     # The live lease and the fresh task are untouched.

@@ -173,9 +173,6 @@ class TaskRunConfig(Config):
         ),
     )
 
-    def task_number(self) -> int:
-        return task_number(self.task_id)
-
 
 def task_number(raw: str) -> int:
     """A task id of the run config as a number; a non-retried Failure if it is not one."""

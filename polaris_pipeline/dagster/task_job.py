@@ -150,7 +150,7 @@ def _root_op(plan: tuple[ChildStage, ...], translator: PolarisTranslator) -> OpD
         if config.task_ids:
             yield from _orphan_stages(context, config, metastore, plan, translator)
             return
-        task_id = config.task_number()
+        task_id = task_number(config.task_id)
         with open_step(context, metastore, storage, config.realm_id, translator) as step:
             ran = run_task(context, step, config.realm_id, task_id)
         yield Output(ran.output, OUTCOME_OUTPUT, metadata=ran.metadata)
