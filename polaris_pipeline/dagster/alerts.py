@@ -67,16 +67,6 @@ def run_failure_alert(
     return Alert(title, "\n".join(lines), run_id=run_id, url=_run_url(ui_url, run_id))
 
 
-def _failed_run_alert(context: RunFailureSensorContext, ui_url: str | None) -> Alert:
-    """The alert of the run ``context`` reports, as both run-failure sensors send it."""
-    run = context.dagster_run
-    # Empty unless the run deleted on storage that keeps deleted objects.
-    kept = run_total(context.instance, run.run_id).retention_text()
-    return run_failure_alert(
-        run.job_name, run.run_id, run.tags, _run_error(context), ui_url, kept=kept
-    )
-
-
 def _run_error(context: RunFailureSensorContext) -> str | None:
     """The first failed step's error (a task's own reason: what refused it, naming the
     live table that shares its files); else the run's failure message."""
@@ -106,7 +96,11 @@ def build_polaris_failure_alert(
         or "Sends every failed run of this code location (table, realm, error, link) on.",
     )
     def _alert(context: RunFailureSensorContext) -> None:
-        notify(_failed_run_alert(context, ui_url))
+        run = context.dagster_run
+        # Empty unless the run deleted on storage that keeps deleted objects.
+        kept = run_total(context.instance, run.run_id).retention_text()
+        error = _run_error(context)
+        notify(run_failure_alert(run.job_name, run.run_id, run.tags, error, ui_url, kept=kept))
 
     return _alert
 
