@@ -251,9 +251,9 @@ def run_task(
     outcome = runner.execute(
         mine, record_failure=_is_last_attempt(context), decoded=decision.decoded
     )
+    table = translator.table_of(decision.decoded) if decision.decoded is not None else None
 
     if outcome.status is Status.DONE:
-        table = translator.table_of(decision.decoded) if decision.decoded is not None else None
         context.log.info(log_line(outcome, table=table.label if table else None))
         result = outcome.result
         sample = result.deleted_paths_sample if result is not None else []
@@ -307,7 +307,7 @@ def run_task(
         context.run_id,
         error,
         next_attempt=next_attempt if outcome.next_attempt_ms is not None else None,
-        table=translator.table_of(decision.decoded) if decision.decoded is not None else None,
+        table=table,
     )
     if outcome.status is Status.DEAD:
         lease = outcome.lease
