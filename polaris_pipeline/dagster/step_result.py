@@ -20,8 +20,3 @@ class TaskResult:
     outcome: TaskOutcome | None = None
     found: str = "skipped"  # without an outcome: skipped, already-done or lease-lost
     task: TaskRef | Lease | None = None
-
-    @property
-    def status(self) -> str:
-        """The outcome's status, else what the step found."""
-        return self.outcome.status.value if self.outcome is not None else self.found
