@@ -128,8 +128,9 @@ def build_run_report_sensor(
     )
     def _report(context: SensorEvaluationContext) -> SkipReason:
         after = float(context.cursor) if context.cursor else None
+        since = datetime.fromtimestamp(after, UTC) if after is not None else None
         records = context.instance.get_run_records(
-            RunsFilter(job_name=job_name, statuses=REPORTED_STATUSES, updated_after=_dt(after)),
+            RunsFilter(job_name=job_name, statuses=REPORTED_STATUSES, updated_after=since),
             limit=100,
             ascending=True,
         )
@@ -145,7 +146,3 @@ def build_run_report_sensor(
         return SkipReason(f"reported {reported} finished run(s) of {job_name}")
 
     return _report
-
-
-def _dt(stamp: float | None) -> datetime | None:
-    return datetime.fromtimestamp(stamp, UTC) if stamp is not None else None
