@@ -181,10 +181,6 @@ class RetentionResult:
         }
 
 
-def _rule_label(rule: RetentionRule) -> str:
-    return f"{rule.job_name} {rule.outcome} > {rule.days} d"
-
-
 def apply_retention(
     instance: DagsterInstance,
     settings: RetentionSettings,
@@ -218,7 +214,7 @@ def apply_retention(
                 _delete_captured_logs(instance, run.run_id, result)
                 result.event_log_files_removed += _remove_event_log_file(instance, run.run_id)
             result.runs.append(record)
-            result.by_rule[_rule_label(rule)] += 1
+            result.by_rule[f"{rule.job_name} {rule.outcome} > {rule.days} d"] += 1
         budget -= len(records)
     return result
 
