@@ -33,7 +33,6 @@ class RunIntent:
     operator: bool  # an operator's deliberate act: backing-off and dead tasks run now
     root_run_id: str  # the run lineage's first run: it names the executor id
     parent_run_id: str | None
-    retry_number: int | None  # an automatic run retry by the daemon
     how: str  # in words, for logs
 
 
@@ -45,12 +44,12 @@ def run_intent(run_id: str, tags: Mapping[str, str]) -> RunIntent:
     retry = int(raw_retry) if raw_retry and raw_retry.isdigit() else None
     if parent is None:
         how = "requested by the sweeper" if by_sweeper else "launched by an operator"
-        return RunIntent(not by_sweeper, root, None, None, how)
+        return RunIntent(not by_sweeper, root, None, how)
     if retry is not None:
         # The daemon's run retry carries the parent's tags: the original intent holds.
         how = f"automatic run retry {retry} of run {parent}"
-        return RunIntent(not by_sweeper, root, parent, retry, how)
-    return RunIntent(True, root, parent, None, f"re-execution of run {parent} by an operator")
+        return RunIntent(not by_sweeper, root, parent, how)
+    return RunIntent(True, root, parent, f"re-execution of run {parent} by an operator")
 
 
 def intent_of(context: OpExecutionContext) -> RunIntent:
