@@ -262,7 +262,6 @@ def build_sensors(
             task_job,
             default_status=sweeper_default_status(resources["sweeper"].autostart),
             cadence=resources["sweeper"],
-            backlog_resource=True,
             translator=translator,
         ),
         polaris_sweeper_watch,

@@ -13,10 +13,9 @@ import math
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import partial
 
 from dagster import (
     DagsterRun,
@@ -186,7 +185,7 @@ class CheckProblem:
 
 
 def config_problem(
-    metastore: PolarisMetastoreResource, storage: PolarisStorageResource | None
+    metastore: PolarisMetastoreResource, storage: PolarisStorageResource
 ) -> CheckProblem | None:
     """What would make every run fail, found before anything is selected; None if all is well:
     valid lease settings, a metastore with Polaris's tables, a storage config that loads.
@@ -194,8 +193,7 @@ def config_problem(
     try:
         metastore.policy()
         metastore.get_metastore().check_schema()
-        if storage is not None:
-            storage.get_config()
+        storage.get_config()
     except (PolarisPipelineError, ValueError) as exc:
         return CheckProblem(one_line(exc), _unreachable(exc))
     except Exception as exc:
@@ -250,14 +248,14 @@ def sweep_tick(
     context: SensorEvaluationContext,
     metastore: PolarisMetastoreResource,
     sweeper: SweeperSettings,
-    storage: PolarisStorageResource | None = None,
+    storage: PolarisStorageResource,
+    backlog: BacklogSettings,
     *,
-    job_name: str = polaris_task_job.name,
-    backlog: BacklogSettings | None = None,
-    translator: PolarisTranslator = DEFAULT_TRANSLATOR,
+    job_name: str,
+    translator: PolarisTranslator,
 ) -> SensorResult | SkipReason:
     """One evaluation of the sweeper (see the module docstring). ``backlog``: the reported checks'
-    thresholds (defaults if None); ``translator``: the requested runs' tags.
+    thresholds; ``translator``: the requested runs' tags.
     """
     now = int(time.time() * 1000)
     cursor = SweepCursor.parse(context.cursor)
@@ -273,9 +271,8 @@ def sweep_tick(
             skip_reason=problem.skip_reason(wait_s),
             cursor=SweepCursor(later, reported_ms=cursor.reported_ms).dump(),
         )
-    if storage is not None:
-        _warn_unbounded_once(context, storage)
-    report = BacklogReporter(context, metastore, backlog or BacklogSettings(), cursor, now)
+    _warn_unbounded_once(context, storage)
+    report = BacklogReporter(context, metastore, backlog, cursor, now)
     waiting = _waiting_runs(context, job_name)
     pending = len(waiting)
     cap = queue_limit(
@@ -392,76 +389,40 @@ def _relaunch_used_keys(
 def build_polaris_task_sweeper(
     job: JobDefinition = polaris_task_job,
     *,
-    name: str = SENSOR_NAME,
-    minimum_interval_seconds: int = MINIMUM_INTERVAL_SECONDS,
     # Running by default: a sweeper that waits for someone to switch it on guarantees
     # nothing. Stopping it in the UI is remembered by the instance.
     default_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
-    check_storage: bool = True,
     cadence: SweeperSettings | None = None,
-    backlog_resource: bool = False,
     translator: PolarisTranslator = DEFAULT_TRANSLATOR,
 ) -> SensorDefinition:
     """The sweeper sensor for ``job`` (built by ``build_polaris_task_job``, with ``translator``).
 
-    ``cadence``: the sweeper settings, so the description states the real cadence.
-    ``check_storage``: require the ``storage`` resource, so each sweep checks the runs' storage
-    config loads. ``backlog_resource``: require the ``backlog`` resource, so the reported
-    checks use its thresholds (else the defaults). ``build_defs`` sets both.
+    ``cadence``: the sweeper settings, so the description states the real cadence. It requires
+    the ``storage`` resource, so each sweep checks the runs' storage config loads, and the
+    ``backlog`` resource, whose thresholds the reported checks use.
     """
 
-    tick = partial(sweep_tick, job_name=job.name, translator=translator)
-
-    # Dagster gives a sensor the resources its typed parameters name, and requires
-    # them: one signature per choice of the optional two.
-    def with_storage_and_backlog(
+    # Dagster gives a sensor the resources its typed parameters name.
+    def evaluate(
         context: SensorEvaluationContext,
         metastore: PolarisMetastoreResource,
         sweeper: SweeperSettings,
         storage: PolarisStorageResource,
         backlog: BacklogSettings,
     ) -> SensorResult | SkipReason:
-        return tick(context, metastore, sweeper, storage, backlog=backlog)
+        return sweep_tick(
+            context, metastore, sweeper, storage, backlog, job_name=job.name, translator=translator
+        )
 
-    def with_storage(
-        context: SensorEvaluationContext,
-        metastore: PolarisMetastoreResource,
-        sweeper: SweeperSettings,
-        storage: PolarisStorageResource,
-    ) -> SensorResult | SkipReason:
-        return tick(context, metastore, sweeper, storage)
-
-    def with_backlog(
-        context: SensorEvaluationContext,
-        metastore: PolarisMetastoreResource,
-        sweeper: SweeperSettings,
-        backlog: BacklogSettings,
-    ) -> SensorResult | SkipReason:
-        return tick(context, metastore, sweeper, backlog=backlog)
-
-    def metastore_only(
-        context: SensorEvaluationContext,
-        metastore: PolarisMetastoreResource,
-        sweeper: SweeperSettings,
-    ) -> SensorResult | SkipReason:
-        return tick(context, metastore, sweeper)
-
-    variants: dict[tuple[bool, bool], Callable[..., SensorResult | SkipReason]] = {
-        (True, True): with_storage_and_backlog,
-        (True, False): with_storage,
-        (False, True): with_backlog,
-        (False, False): metastore_only,
-    }
-    evaluate = variants[(check_storage, backlog_resource)]
     return sensor(
-        name=name,
+        name=SENSOR_NAME,
         job=job,
-        minimum_interval_seconds=minimum_interval_seconds,
+        minimum_interval_seconds=MINIMUM_INTERVAL_SECONDS,
         default_status=default_status,
         description=(
             "Selects available Polaris cleanup tasks (never leased past the grace period, "
             "lease expired, backoff over, or requeued) and requests one run of the task job "
             "per task, which leases it when it starts. "
-            + cadence_text(cadence or SweeperSettings(), minimum_interval_seconds)
+            + cadence_text(cadence or SweeperSettings(), MINIMUM_INTERVAL_SECONDS)
         ),
     )(evaluate)
