@@ -29,8 +29,6 @@ REALMS_ENV = ENV_VARIABLES[("metastore", "realms")]
 LEASE_TIMEOUT_ENV = ENV_VARIABLES[("metastore", "lease_timeout_ms")]
 GRACE_ENV = ENV_VARIABLES[("metastore", "grace_ms")]
 MAX_ATTEMPTS_ENV = ENV_VARIABLES[("metastore", "max_attempts")]
-UNREFERENCED_ENV = ENV_VARIABLES[("metastore", "unreferenced")]
-LEAK_MIN_AGE_ENV = ENV_VARIABLES[("leaks", "min_age_days")]
 URL_ENV = ENV_VARIABLES[("metastore", "url")]
 GUARD_BOUND_ENV = ENV_VARIABLES[("guard", "bound_s")]
 TASK_EXECUTOR_ENV = ENV_VARIABLES[("executor", "task_executor")]
@@ -42,12 +40,10 @@ __all__ = [
     "ENV_VARIABLES",
     "GRACE_ENV",
     "GUARD_BOUND_ENV",
-    "LEAK_MIN_AGE_ENV",
     "LEASE_TIMEOUT_ENV",
     "MAX_ATTEMPTS_ENV",
     "REALMS_ENV",
     "TASK_EXECUTOR_ENV",
-    "UNREFERENCED_ENV",
     "URL_ENV",
     "AlertSection",
     "BacklogSection",
