@@ -268,7 +268,8 @@ def _int_or_none(value: str | None) -> int | None:
 # No ":" before a letter or digit: SQLAlchemy's text() would read ":0" as a parameter.
 _JSON_INT = r"-?(?:[1-9][0-9]*|0)"
 _JSON_SCALAR = rf'(?:{_JSON_INT}|"(?:[^"\\]|\\["\\/bfnrt])*"|true|false|null)'
-UNHANDLED_DATA_PATTERN = rf'^\{{(?:"[A-Za-z]+":{_JSON_SCALAR},)*"typeCode":({_JSON_INT})[,}}]'
+_MEMBERS = rf'(?:"[A-Za-z]+":{_JSON_SCALAR},)*'
+UNHANDLED_DATA_PATTERN = rf'^\{{{_MEMBERS}"typeCode":({_JSON_INT})[,}}]'
 UNHANDLED_TYPE_KEY = '"typeCode"'
 # A Polaris table cleanup names its children ``<parent>_<what>_<uuid>``, the parent
 # ``entityCleanup_<entity id>`` and the UUID in Java's ``UUID.toString`` form.
@@ -276,13 +277,12 @@ _UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 CHILD_NAME_PATTERN = rf"^(entityCleanup_[0-9]+)_.*_{_UUID}$"
 # The dropped entity's catalogId, read the same way (Jackson writes it first): the
 # hold rule's catalog, in Python and in PostgreSQL alike.
-CATALOG_ID_DATA_PATTERN = rf'^\{{(?:"[A-Za-z]+":{_JSON_SCALAR},)*"catalogId":({_JSON_INT})[,}}]'
+CATALOG_ID_DATA_PATTERN = rf'^\{{{_MEMBERS}"catalogId":({_JSON_INT})[,}}]'
 # The dropped entity's kind, name and namespace, read the same way, for its drop
 # event (``tasks/hold.py``): its subTypeCode; its name, only without a JSON escape;
 # its ``parent-namespace`` inside the ``internalProperties`` text, levels joined by
 # ``%1F`` with no other %-escape (``+`` is a space). A payload they cannot read
 # plainly, or that names one of ``DROP_KEYS`` twice, matches no event.
-_MEMBERS = rf'(?:"[A-Za-z]+":{_JSON_SCALAR},)*'
 DROP_SUB_TYPE_DATA_PATTERN = rf'^\{{{_MEMBERS}"subTypeCode":({_JSON_INT})[,}}]'
 DROP_NAME_DATA_PATTERN = rf'^\{{{_MEMBERS}"name":"([^"\\]+)"[,}}]'
 DROP_NAMESPACE_DATA_PATTERN = (
