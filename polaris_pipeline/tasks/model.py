@@ -290,6 +290,7 @@ DROP_NAMESPACE_DATA_PATTERN = (
     r'[{,]\\"parent-namespace\\":\\"([^"\\%]*(?:%1F[^"\\%]*)*)\\"[,}]'
 )
 DROP_KEYS = ('"subTypeCode":', '"name":', '"internalProperties":', "parent-namespace")
+# Iceberg's RESTUtil joins namespace levels with the URL-encoded unit separator.
 NAMESPACE_LEVEL_SEPARATOR = "%1F"
 # Polaris's drop events by the dropped entity's subTypeCode (``leaks/drops.py``).
 DROP_TABLE_EVENT = "AFTER_DROP_TABLE"

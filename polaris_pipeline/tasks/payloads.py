@@ -25,6 +25,7 @@ from polaris_pipeline.tasks.manifest_codec import (
 )
 from polaris_pipeline.tasks.model import (
     ICEBERG_VIEW_SUB_TYPE,
+    NAMESPACE_LEVEL_SEPARATOR,
     TABLE_LIKE_TYPE_CODE,
     Prop,
     TaskType,
@@ -35,8 +36,6 @@ BATCH_TYPE_TABLE_METADATA = "TABLE_METADATA"
 BATCH_TYPES = frozenset({BATCH_TYPE_TABLE_METADATA})
 METADATA_LOCATION_KEY = "metadata-location"
 PARENT_NAMESPACE_KEY = "parent-namespace"
-# Iceberg's RESTUtil joins namespace levels with the URL-encoded unit separator.
-NAMESPACE_SEPARATOR = "%1F"
 
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 
@@ -248,7 +247,7 @@ def table_identifier(entity: DroppedEntity) -> TableIdentifier:
     level is decoded with form semantics.
     """
     encoded = entity.internal_properties.get(PARENT_NAMESPACE_KEY, "")
-    levels = tuple(unquote_plus(p) for p in encoded.split(NAMESPACE_SEPARATOR)) if encoded else ()
+    levels = tuple(map(unquote_plus, encoded.split(NAMESPACE_LEVEL_SEPARATOR))) if encoded else ()
     return TableIdentifier(levels, entity.name)
 
 
