@@ -24,6 +24,7 @@ from polaris_pipeline.tasks.manifest_codec import (
     encode_manifest_file,
 )
 from polaris_pipeline.tasks.model import (
+    ICEBERG_TABLE_SUB_TYPE,
     ICEBERG_VIEW_SUB_TYPE,
     NAMESPACE_LEVEL_SEPARATOR,
     TABLE_LIKE_TYPE_CODE,
@@ -160,7 +161,7 @@ class DroppedEntity:
     id: int
     name: str
     type_code: int = TABLE_LIKE_TYPE_CODE
-    sub_type_code: int = 2  # ICEBERG_TABLE
+    sub_type_code: int = ICEBERG_TABLE_SUB_TYPE
     catalog_id: int = 0
     parent_id: int = 0
     entity_version: int = 0
@@ -180,10 +181,6 @@ class DroppedEntity:
     @property
     def is_view(self) -> bool:
         return self.sub_type_code == ICEBERG_VIEW_SUB_TYPE
-
-    @property
-    def table_properties(self) -> dict[str, str]:
-        return self.properties
 
 
 def _entity_int(obj: Mapping[str, Any], key: str, *, required: bool) -> int:
