@@ -9,7 +9,7 @@ in its section's module.
 
 from polaris_pipeline.settings.alerts import AlertSection
 from polaris_pipeline.settings.backlog import BacklogSection
-from polaris_pipeline.settings.env import ENV_PREFIX, ENV_VARIABLES, env_variable
+from polaris_pipeline.settings.env import ENV_VARIABLES, env_variable
 from polaris_pipeline.settings.executor import ExecutorSection, TaskExecutor
 from polaris_pipeline.settings.guard import GuardSection
 from polaris_pipeline.settings.leaks import LeakSection
@@ -22,7 +22,7 @@ from polaris_pipeline.settings.pipeline import (
 from polaris_pipeline.settings.restore import RestoreSection
 from polaris_pipeline.settings.retention import RetentionSection
 from polaris_pipeline.settings.section import Section, SettingsError
-from polaris_pipeline.settings.storage import CONFIG_ENV_VAR, DELETION_RECORD_ENV, StorageSection
+from polaris_pipeline.settings.storage import CONFIG_ENV_VAR, StorageSection
 from polaris_pipeline.settings.sweeper import SweeperSection
 
 REALMS_ENV = ENV_VARIABLES[("metastore", "realms")]
@@ -35,8 +35,6 @@ TASK_EXECUTOR_ENV = ENV_VARIABLES[("executor", "task_executor")]
 
 __all__ = [
     "CONFIG_ENV_VAR",
-    "DELETION_RECORD_ENV",
-    "ENV_PREFIX",
     "ENV_VARIABLES",
     "GRACE_ENV",
     "GUARD_BOUND_ENV",
