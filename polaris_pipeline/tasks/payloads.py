@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import unquote_plus
 
 from polaris_pipeline.errors import PayloadError
+from polaris_pipeline.settings.bounds import JAVA_LONG_MAX
 from polaris_pipeline.tasks.manifest_codec import (
     ManifestFileRef,
     decode_manifest_file,
@@ -37,8 +38,6 @@ BATCH_TYPE_TABLE_METADATA = "TABLE_METADATA"
 BATCH_TYPES = frozenset({BATCH_TYPE_TABLE_METADATA})
 METADATA_LOCATION_KEY = "metadata-location"
 PARENT_NAMESPACE_KEY = "parent-namespace"
-
-_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 
 
 def _dumps(value: Any) -> str:
@@ -191,7 +190,7 @@ def _entity_int(obj: Mapping[str, Any], key: str, *, required: bool) -> int:
         return 0
     if isinstance(value, bool) or not isinstance(value, int):
         raise PayloadError(f"dropped entity {key} is not an integer (found {_json_kind(value)})")
-    if not _LONG_MIN <= value <= _LONG_MAX:
+    if not -JAVA_LONG_MAX - 1 <= value <= JAVA_LONG_MAX:
         raise PayloadError(f"dropped entity {key} is out of range for a long")
     return value
 
