@@ -161,7 +161,8 @@ class TaskPolicy:
             hold_ms=hold_days_ms(section.hold_days),
             catalog_hold_ms={c: hold_days_ms(d) for c, d in section.catalog_hold_days.items()},
             realm_overrides={
-                realm: RealmOverride(**RealmOverride.values_of(o))
+                # A plain RealmOverride whatever subclass the section holds (the resource's).
+                realm: RealmOverride(**o.model_dump(exclude_none=True))
                 for realm, o in section.realm_overrides.items()
             },
         )
