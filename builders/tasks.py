@@ -22,6 +22,7 @@ from polaris_pipeline.metastore import Metastore, new_entity_id, queries
 from polaris_pipeline.metastore.rows import inserted
 from polaris_pipeline.tasks.model import (
     ICEBERG_VIEW_SUB_TYPE,
+    NAMESPACE_LEVEL_SEPARATOR,
     TABLE_LIKE_TYPE_CODE,
     NewTask,
     Prop,
@@ -30,7 +31,6 @@ from polaris_pipeline.tasks.model import (
 )
 from polaris_pipeline.tasks.payloads import (
     METADATA_LOCATION_KEY,
-    NAMESPACE_SEPARATOR,
     PARENT_NAMESPACE_KEY,
     DroppedEntity,
     encode_dropped_entity,
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 def encode_namespace(namespace: Iterable[str]) -> str:
     """As Polaris writes ``parent-namespace``: each level form-encoded (Java's
     ``URLEncoder``: a space is ``+``), the levels joined by ``%1F``."""
-    return NAMESPACE_SEPARATOR.join(quote_plus(level, safe="") for level in namespace)
+    return NAMESPACE_LEVEL_SEPARATOR.join(quote_plus(level, safe="") for level in namespace)
 
 
 def dropped_entity(

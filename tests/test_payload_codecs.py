@@ -578,7 +578,7 @@ def test_decode_polaris_dropped_entity() -> None:
     assert e.drop_timestamp == 1_700_000_100_000
     assert e.metadata_location == "s3://b/wh/ns/orders/metadata/00003-x.metadata.json"
     assert require_metadata_location(e) == e.metadata_location
-    assert e.table_properties == {"write.format.default": "parquet"}
+    assert e.properties == {"write.format.default": "parquet"}
     assert not e.is_view
 
 
@@ -611,7 +611,7 @@ def test_dropped_view_and_maps_given_as_objects_or_empty() -> None:
     obj.update(subTypeCode=3, properties={"a": "1"}, internalProperties="")
     e = decode_dropped_entity(json.dumps(obj))
     assert e.is_view
-    assert e.table_properties == {"a": "1"}
+    assert e.properties == {"a": "1"}
     assert e.internal_properties == {} and e.metadata_location is None
     obj.update(properties=None, internalProperties="null")
     e = decode_dropped_entity(json.dumps(obj))

@@ -23,7 +23,7 @@ from polaris_pipeline.settings import (
     executor_settings,
     setting_from_env,
 )
-from polaris_pipeline.settings.pipeline import section_from_env
+from polaris_pipeline.settings.env import read_section
 from polaris_pipeline.settings.realm import RealmOverride
 from polaris_pipeline.tasks.model import TaskPolicy
 from polaris_pipeline.unreferenced.mode import UnreferencedMode
@@ -108,7 +108,7 @@ def test_every_variable_is_read() -> None:
     )
     assert "s3cret" not in repr(steps)
     assert setting_from_env("guard", "bound_s", env) == 2.5
-    restore = section_from_env("restore", env)
+    restore = read_section("restore", env)
     assert restore == RestoreSection(
         rest_uri="https://polaris.example.com/api/catalog",
         catalog="lake",
@@ -386,7 +386,7 @@ def test_a_bad_value_of_a_process_section_names_its_variable(
     section: str, name: str, raw: str, message: str
 ) -> None:
     with pytest.raises(SettingsError) as err:
-        section_from_env(section, {name: raw})
+        read_section(section, {name: raw})
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
@@ -396,7 +396,7 @@ def test_one_setting_is_read_alone_from_its_section() -> None:
     env = {"POLARIS_PIPELINE_DELETION_RECORD": "nowhere", CONFIG_ENV_VAR: " /etc/s.yaml "}
     assert setting_from_env("storage", "config_path", env) == "/etc/s.yaml"
     with pytest.raises(SettingsError, match="POLARIS_PIPELINE_DELETION_RECORD"):
-        section_from_env("storage", env)
+        read_section("storage", env)
     assert setting_from_env("storage", "config_path", {}) is None
     assert setting_from_env("guard", "bound_s", {}) == GuardSection().bound_s == 60.0
     # Not a block of the pipeline's settings: the CLI and the code location are not

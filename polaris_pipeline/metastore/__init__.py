@@ -1,16 +1,14 @@
 """Access to the Polaris metastore: schema, connection, named statements, task state transitions."""
 
-from polaris_pipeline.metastore.connection import make_engine, resolve_url, safe_url
+from polaris_pipeline.metastore.connection import make_engine, resolve_url
 from polaris_pipeline.metastore.store import Metastore, new_entity_id
-from polaris_pipeline.metastore.transitions import CompleteOutcome, FailOutcome, FailureRecord
+from polaris_pipeline.metastore.transitions import CompleteOutcome, FailOutcome
 
 __all__ = [
     "CompleteOutcome",
     "FailOutcome",
-    "FailureRecord",
     "Metastore",
     "make_engine",
     "new_entity_id",
     "resolve_url",
-    "safe_url",
 ]

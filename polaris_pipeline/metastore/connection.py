@@ -48,17 +48,16 @@ def resolve_url(url: str | URL | None) -> URL:
         raise MetastoreError(
             "metastore URL is not a SQLAlchemy URL (e.g. sqlite:///polaris.db)"
         ) from None
-    if parsed.get_backend_name() in NOSQL_BACKENDS:
+    backend = parsed.get_backend_name()
+    if backend in NOSQL_BACKENDS:
         raise MetastoreError(
-            f"metastore URL is a {parsed.get_backend_name()} URL, not a relational Polaris "
+            f"metastore URL is a {backend} URL, not a relational Polaris "
             f"metastore: {NOSQL_UNSUPPORTED}; only Polaris's relational JDBC persistence "
             "(PostgreSQL) is supported"
         )
-    if parsed.get_backend_name() not in DB_NOW_MS:
-        raise MetastoreError(
-            f"unsupported metastore backend {parsed.get_backend_name()!r}: use postgresql or sqlite"
-        )
-    if parsed.get_backend_name() == "sqlite":
+    if backend not in DB_NOW_MS:
+        raise MetastoreError(f"unsupported metastore backend {backend!r}: use postgresql or sqlite")
+    if backend == "sqlite":
         _check_sqlite_url(parsed)
     if parsed.drivername == "postgresql":
         # psycopg 3 is the driver this project installs; SQLAlchemy 2.0 would pick psycopg2.

@@ -150,6 +150,8 @@ def _principal_authentication_data() -> TableDef:
 
 
 def _policy_mapping_record() -> TableDef:
+    target = ("target_catalog_id", "target_id")
+    policy = ("policy_type_code", "policy_catalog_id", "policy_id")
     return TableDef(
         "policy_mapping_record",
         (
@@ -161,27 +163,8 @@ def _policy_mapping_record() -> TableDef:
             _not_null("policy_id", "BIGINT"),
             Col("parameters", JSON, not_null=True, default=EMPTY_JSON),
         ),
-        primary_key=(
-            "realm_id",
-            "target_catalog_id",
-            "target_id",
-            "policy_type_code",
-            "policy_catalog_id",
-            "policy_id",
-        ),
-        indexes=(
-            Index(
-                "idx_policy_mapping_record",
-                (
-                    "realm_id",
-                    "policy_type_code",
-                    "policy_catalog_id",
-                    "policy_id",
-                    "target_catalog_id",
-                    "target_id",
-                ),
-            ),
-        ),
+        primary_key=("realm_id", *target, *policy),
+        indexes=(Index("idx_policy_mapping_record", ("realm_id", *policy, *target)),),
     )
 
 

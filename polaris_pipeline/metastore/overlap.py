@@ -54,15 +54,13 @@ from polaris_pipeline.metastore.schema import entities
 from polaris_pipeline.settings import GUARD_BOUND_ENV, setting_from_env
 from polaris_pipeline.storage.uri import Location, parse_location
 from polaris_pipeline.tasks.model import CATALOG_TYPE_CODE, TABLE_LIKE_TYPE_CODE
-from polaris_pipeline.tasks.roots import ROOT_PROPERTIES
+from polaris_pipeline.tasks.payloads import METADATA_LOCATION_KEY
+from polaris_pipeline.tasks.roots import ENTITY_LOCATION_KEY, ROOT_PROPERTIES
 
 NAMESPACE_TYPE_CODE = 6
 log = logging.getLogger(__name__)
 _KINDS = {CATALOG_TYPE_CODE: "catalog", NAMESPACE_TYPE_CODE: "namespace"}
-LOCATION_KEY = "location"
 CATALOG_BASE_LOCATION_KEY = "default-base-location"
-# The internal property naming a table's (or view's) current metadata file.
-METADATA_LOCATION_KEY = "metadata-location"
 # Catalogs are top-level entities: Polaris gives them catalog id 0 (its null id), so
 # that ``idx_entities`` (realm_id, catalog_id, id) finds them among any number of tables.
 CATALOG_ROWS_CATALOG_ID = 0
@@ -193,7 +191,7 @@ def judge(
     props = json_object(properties)
     if props is None:
         return overlap(location_without_scheme or "?", "its properties do not decode")
-    key = CATALOG_BASE_LOCATION_KEY if type_code == CATALOG_TYPE_CODE else LOCATION_KEY
+    key = CATALOG_BASE_LOCATION_KEY if type_code == CATALOG_TYPE_CODE else ENTITY_LOCATION_KEY
     raw = props.get(key)
     if not isinstance(raw, str) or not raw.strip():
         if location_without_scheme:
@@ -281,7 +279,7 @@ def _metadata_user(row: Any, wanted: set[Location]) -> Overlap | None:
     if loc not in wanted:
         return None
     props = json_object(row.properties) or {}
-    location = props.get(LOCATION_KEY)
+    location = props.get(ENTITY_LOCATION_KEY)
     return Overlap(
         row.realm_id,
         int(row.catalog_id),

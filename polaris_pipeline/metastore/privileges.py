@@ -28,14 +28,6 @@ def require_role_name(role: str) -> str:
     return role
 
 
-def policy_names(role: str) -> dict[str, str]:
-    """The name of ``role``'s policy for each command it is given."""
-    return {
-        cmd: f"{role}_{cmd.lower()}_{'entities' if cmd == 'SELECT' else 'tasks'}"
-        for cmd in ("SELECT", "INSERT", "UPDATE", "DELETE")
-    }
-
-
 def _refuse_hidden_roles(role: str) -> str:
     # Row-level security hides every row from a role with no policy: refuse, naming
     # them, when a role other than the owner, a superuser, one that bypasses it or
@@ -68,7 +60,6 @@ def role_script(role: str) -> str:
     replaces the policies."""
     require_role_name(role)
     task = task_rows(None)
-    names = policy_names(role)
     who = f'"{role}"'
     lines = [
         "BEGIN;",
@@ -92,7 +83,8 @@ def role_script(role: str) -> str:
         "DELETE": f"USING ({task})",
     }
     for command, rule in rules.items():
-        name = f'"{names[command]}"'
+        target = "entities" if command == "SELECT" else "tasks"
+        name = f'"{role}_{command.lower()}_{target}"'
         lines.append(f"DROP POLICY IF EXISTS {name} ON {ENTITIES};")
         lines.append(f"CREATE POLICY {name} ON {ENTITIES} FOR {command} TO {who} {rule};")
     lines.append("COMMIT;")

@@ -432,6 +432,16 @@ LEASE_BATCH = Query("LEASE_BATCH", postgresql=_lease_batch, sqlite=None)
 # ---------------------------------------------------------------------- writes
 
 
+def _task_as_read(task: TaskRow) -> tuple[ColumnElement[bool], ...]:
+    """``task``'s row, still a task whatever was read, at the version that was read."""
+    return (
+        entities.c.realm_id == task.realm_id,
+        entities.c.id == task.id,
+        entities.c.type_code == TASK_TYPE_CODE,
+        entities.c.entity_version == task.entity_version,
+    )
+
+
 def _cas_write(task: TaskRow, properties: dict[str, str], now: int) -> Executable:
     """Polaris's compare-and-set: guarded on the (version, grants) that were read, and
     on the row being a task whatever was read."""
@@ -439,10 +449,7 @@ def _cas_write(task: TaskRow, properties: dict[str, str], now: int) -> Executabl
     return (
         update(entities)
         .where(
-            entities.c.realm_id == task.realm_id,
-            entities.c.id == task.id,
-            entities.c.type_code == TASK_TYPE_CODE,
-            entities.c.entity_version == task.entity_version,
+            *_task_as_read(task),
             entities.c.grant_records_version == task.grant_records_version,
         )
         .values(
@@ -488,12 +495,7 @@ WHERE {predicates.task_rows(None)} AND realm_id = :realm
 
 def _complete(task: TaskRow) -> Executable:
     """The holder's delete; the lease was checked in the same transaction."""
-    return delete(entities).where(
-        entities.c.realm_id == task.realm_id,
-        entities.c.id == task.id,
-        entities.c.type_code == TASK_TYPE_CODE,
-        entities.c.entity_version == task.entity_version,
-    )
+    return delete(entities).where(*_task_as_read(task))
 
 
 COMPLETE = _both("COMPLETE", _complete)
@@ -512,11 +514,7 @@ LIST_FOR_DISCARD = _both("LIST_FOR_DISCARD", _list_for_discard)
 def _discard(task: TaskRow) -> Executable:
     """A compare-and-set delete: refused when the row changed since it was judged."""
     return delete(entities).where(
-        entities.c.realm_id == task.realm_id,
-        entities.c.id == task.id,
-        entities.c.type_code == TASK_TYPE_CODE,
-        entities.c.entity_version == task.entity_version,
-        entities.c.grant_records_version == task.grant_records_version,
+        *_task_as_read(task), entities.c.grant_records_version == task.grant_records_version
     )
 
 

@@ -9,7 +9,7 @@ in its section's module.
 
 from polaris_pipeline.settings.alerts import AlertSection
 from polaris_pipeline.settings.backlog import BacklogSection
-from polaris_pipeline.settings.env import ENV_PREFIX, ENV_VARIABLES, env_variable
+from polaris_pipeline.settings.env import ENV_VARIABLES, env_variable
 from polaris_pipeline.settings.executor import ExecutorSection, TaskExecutor
 from polaris_pipeline.settings.guard import GuardSection
 from polaris_pipeline.settings.leaks import LeakSection
@@ -22,32 +22,26 @@ from polaris_pipeline.settings.pipeline import (
 from polaris_pipeline.settings.restore import RestoreSection
 from polaris_pipeline.settings.retention import RetentionSection
 from polaris_pipeline.settings.section import Section, SettingsError
-from polaris_pipeline.settings.storage import CONFIG_ENV_VAR, DELETION_RECORD_ENV, StorageSection
+from polaris_pipeline.settings.storage import CONFIG_ENV_VAR, StorageSection
 from polaris_pipeline.settings.sweeper import SweeperSection
 
 REALMS_ENV = ENV_VARIABLES[("metastore", "realms")]
 LEASE_TIMEOUT_ENV = ENV_VARIABLES[("metastore", "lease_timeout_ms")]
 GRACE_ENV = ENV_VARIABLES[("metastore", "grace_ms")]
 MAX_ATTEMPTS_ENV = ENV_VARIABLES[("metastore", "max_attempts")]
-UNREFERENCED_ENV = ENV_VARIABLES[("metastore", "unreferenced")]
-LEAK_MIN_AGE_ENV = ENV_VARIABLES[("leaks", "min_age_days")]
 URL_ENV = ENV_VARIABLES[("metastore", "url")]
 GUARD_BOUND_ENV = ENV_VARIABLES[("guard", "bound_s")]
 TASK_EXECUTOR_ENV = ENV_VARIABLES[("executor", "task_executor")]
 
 __all__ = [
     "CONFIG_ENV_VAR",
-    "DELETION_RECORD_ENV",
-    "ENV_PREFIX",
     "ENV_VARIABLES",
     "GRACE_ENV",
     "GUARD_BOUND_ENV",
-    "LEAK_MIN_AGE_ENV",
     "LEASE_TIMEOUT_ENV",
     "MAX_ATTEMPTS_ENV",
     "REALMS_ENV",
     "TASK_EXECUTOR_ENV",
-    "UNREFERENCED_ENV",
     "URL_ENV",
     "AlertSection",
     "BacklogSection",

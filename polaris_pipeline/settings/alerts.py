@@ -14,17 +14,6 @@ from pydantic import Field, ValidationInfo, field_validator
 from polaris_pipeline.settings.section import Section
 
 
-def plaintext_login_refusal(user: str | None, starttls: bool, login_insecure: bool) -> str | None:
-    """Why a login to the SMTP server is refused (its password would travel in clear);
-    None when it is not."""
-    if user and not starttls and not login_insecure:
-        return (
-            "an SMTP login without STARTTLS sends the password in clear: set smtp_starttls, "
-            "or smtp_login_insecure for a link you trust"
-        )
-    return None
-
-
 class AlertSection(Section):
     """A Slack (or Mattermost) incoming webhook and/or e-mail, and the UI's address."""
 
@@ -86,13 +75,13 @@ class AlertSection(Section):
     @field_validator("smtp_user")
     @classmethod
     def _login(cls, value: str | None, info: ValidationInfo) -> str | None:
-        refusal = plaintext_login_refusal(
-            value,
-            bool(info.data.get("smtp_starttls")),
-            bool(info.data.get("smtp_login_insecure")),
-        )
-        if refusal:
-            raise ValueError(refusal)
+        # Refused: the password would travel in clear.
+        trusted = info.data.get("smtp_starttls") or info.data.get("smtp_login_insecure")
+        if value and not trusted:
+            raise ValueError(
+                "an SMTP login without STARTTLS sends the password in clear: set smtp_starttls, "
+                "or smtp_login_insecure for a link you trust"
+            )
         return value
 
     @field_validator("email_to")

@@ -100,12 +100,6 @@ class PipelineSettings(Section):
         return self.model_copy(update=sections)
 
 
-def section_from_env(section: str, environ: Mapping[str, str] | None = None) -> Section:
-    """One section, read from the environment (``from_env``'s reading, for a front end
-    that needs only that section)."""
-    return read_section(section, environ)
-
-
 def setting_from_env(section: str, field: str, environ: Mapping[str, str] | None = None) -> Any:
     """One field of a section, read from the environment and checked alone (a bad value
     of another field of the section is not this caller's error)."""

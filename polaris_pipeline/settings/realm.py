@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -114,13 +113,6 @@ class RealmOverride(BaseModel):
         check_lease_timing(self.lease_timeout_ms, self.grace_ms)
         check_batch_size(self.metadata_batch_size)
         return self
-
-    @staticmethod
-    def values_of(value: RealmOverride | Mapping[str, Any]) -> dict[str, Any]:
-        """The fields a realm's override sets, from the model or from a plain mapping."""
-        if isinstance(value, RealmOverride):
-            return value.model_dump(exclude_none=True)
-        return dict(value)
 
     @classmethod
     def from_json_obj(cls, value: object, *, realm: str = "?") -> RealmOverride:

@@ -133,9 +133,7 @@ class HoldView:
         """The hold of a parent task: its catalog's, else its realm's (0 for other tasks)."""
         if task.task_type_code != PARENT_TASK_TYPE or task.properties_error:
             return 0
-        catalog_id = catalog_id_of(task)
-        name = None if catalog_id is None else self.catalogs.get((task.realm_id, catalog_id))
-        return self.policy.hold_ms_for(task.realm_id, name)
+        return self.policy.hold_ms_for(task.realm_id, self.catalog_name(task))
 
     def drop_time(self, task: TaskRow) -> tuple[int, DropTimeSource]:
         """A parent task's drop time: its earliest drop event from ``DROP_EVENT_SLACK_MS``
@@ -169,15 +167,11 @@ class HoldView:
     def with_hold(self, task: TaskRow) -> TaskRow:
         """``task`` carrying its hold (``TaskRow.held_until_ms`` and its drop time)."""
         hold = self.hold(task)
-        if hold is None:
-            return dataclasses.replace(
-                task, held_until_ms=None, dropped_at_ms=None, drop_time_source=None
-            )
+        until, dropped, source = (
+            (None, None, None) if hold is None else (hold.until_ms, hold.dropped_at_ms, hold.source)
+        )
         return dataclasses.replace(
-            task,
-            held_until_ms=hold.until_ms,
-            dropped_at_ms=hold.dropped_at_ms,
-            drop_time_source=hold.source,
+            task, held_until_ms=until, dropped_at_ms=dropped, drop_time_source=source
         )
 
     def catalog_name(self, task: TaskRow) -> str | None:

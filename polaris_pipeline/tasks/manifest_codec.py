@@ -146,9 +146,10 @@ def encode_modified_utf8(text: str) -> bytes:
     surrogates of three bytes each, and NUL becomes ``C0 80`` so the output
     never holds a zero byte.
     """
-    units = _utf16_units(text)
+    # surrogatepass keeps lone surrogates that a Python str may hold.
+    raw = text.encode("utf-16-be", "surrogatepass")
     out = bytearray()
-    for unit in units:
+    for unit in struct.unpack(f">{len(raw) // 2}H", raw):
         if 0 < unit < 0x80:
             out.append(unit)
         elif unit < 0x800:  # includes NUL, written in two bytes
@@ -156,12 +157,6 @@ def encode_modified_utf8(text: str) -> bytes:
         else:
             out += bytes((0xE0 | (unit >> 12), 0x80 | ((unit >> 6) & 0x3F), 0x80 | (unit & 0x3F)))
     return bytes(out)
-
-
-def _utf16_units(text: str) -> tuple[int, ...]:
-    # surrogatepass keeps lone surrogates that a Python str may hold.
-    raw = text.encode("utf-16-be", "surrogatepass")
-    return struct.unpack(f">{len(raw) // 2}H", raw)
 
 
 def decode_modified_utf8(data: bytes) -> str:

@@ -161,7 +161,8 @@ class TaskPolicy:
             hold_ms=hold_days_ms(section.hold_days),
             catalog_hold_ms={c: hold_days_ms(d) for c, d in section.catalog_hold_days.items()},
             realm_overrides={
-                realm: RealmOverride(**RealmOverride.values_of(o))
+                # A plain RealmOverride whatever subclass the section holds (the resource's).
+                realm: RealmOverride(**o.model_dump(exclude_none=True))
                 for realm, o in section.realm_overrides.items()
             },
         )
@@ -268,7 +269,8 @@ def _int_or_none(value: str | None) -> int | None:
 # No ":" before a letter or digit: SQLAlchemy's text() would read ":0" as a parameter.
 _JSON_INT = r"-?(?:[1-9][0-9]*|0)"
 _JSON_SCALAR = rf'(?:{_JSON_INT}|"(?:[^"\\]|\\["\\/bfnrt])*"|true|false|null)'
-UNHANDLED_DATA_PATTERN = rf'^\{{(?:"[A-Za-z]+":{_JSON_SCALAR},)*"typeCode":({_JSON_INT})[,}}]'
+_MEMBERS = rf'(?:"[A-Za-z]+":{_JSON_SCALAR},)*'
+UNHANDLED_DATA_PATTERN = rf'^\{{{_MEMBERS}"typeCode":({_JSON_INT})[,}}]'
 UNHANDLED_TYPE_KEY = '"typeCode"'
 # A Polaris table cleanup names its children ``<parent>_<what>_<uuid>``, the parent
 # ``entityCleanup_<entity id>`` and the UUID in Java's ``UUID.toString`` form.
@@ -276,13 +278,12 @@ _UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 CHILD_NAME_PATTERN = rf"^(entityCleanup_[0-9]+)_.*_{_UUID}$"
 # The dropped entity's catalogId, read the same way (Jackson writes it first): the
 # hold rule's catalog, in Python and in PostgreSQL alike.
-CATALOG_ID_DATA_PATTERN = rf'^\{{(?:"[A-Za-z]+":{_JSON_SCALAR},)*"catalogId":({_JSON_INT})[,}}]'
+CATALOG_ID_DATA_PATTERN = rf'^\{{{_MEMBERS}"catalogId":({_JSON_INT})[,}}]'
 # The dropped entity's kind, name and namespace, read the same way, for its drop
 # event (``tasks/hold.py``): its subTypeCode; its name, only without a JSON escape;
 # its ``parent-namespace`` inside the ``internalProperties`` text, levels joined by
 # ``%1F`` with no other %-escape (``+`` is a space). A payload they cannot read
 # plainly, or that names one of ``DROP_KEYS`` twice, matches no event.
-_MEMBERS = rf'(?:"[A-Za-z]+":{_JSON_SCALAR},)*'
 DROP_SUB_TYPE_DATA_PATTERN = rf'^\{{{_MEMBERS}"subTypeCode":({_JSON_INT})[,}}]'
 DROP_NAME_DATA_PATTERN = rf'^\{{{_MEMBERS}"name":"([^"\\]+)"[,}}]'
 DROP_NAMESPACE_DATA_PATTERN = (
@@ -290,6 +291,7 @@ DROP_NAMESPACE_DATA_PATTERN = (
     r'[{,]\\"parent-namespace\\":\\"([^"\\%]*(?:%1F[^"\\%]*)*)\\"[,}]'
 )
 DROP_KEYS = ('"subTypeCode":', '"name":', '"internalProperties":', "parent-namespace")
+# Iceberg's RESTUtil joins namespace levels with the URL-encoded unit separator.
 NAMESPACE_LEVEL_SEPARATOR = "%1F"
 # Polaris's drop events by the dropped entity's subTypeCode (``leaks/drops.py``).
 DROP_TABLE_EVENT = "AFTER_DROP_TABLE"

@@ -10,19 +10,13 @@ task that does not parse stays a run of its own.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from polaris_pipeline.errors import PayloadError
-from polaris_pipeline.tasks.model import CHILD_NAME_PATTERN, TaskRow, TaskType
+from polaris_pipeline.tasks.hold import parent_name_of
+from polaris_pipeline.tasks.model import TaskRow
 from polaris_pipeline.tasks.payloads import decode_child_table_id
-
-# ``<parent>_<what>_<uuid>``: the parent is a table cleanup, ``entityCleanup_<entity id>``,
-# and Polaris (as ``tasks.payloads``) ends a child's name with a random UUID in
-# Java's ``UUID.toString`` form. Anything not shaped so is not taken for a child.
-_PARENT_NAME = re.compile(CHILD_NAME_PATTERN, re.DOTALL)
-_CHILD_TYPES = {TaskType.MANIFEST_FILE_CLEANUP.code, TaskType.BATCH_FILE_CLEANUP.code}
 
 
 @dataclass(frozen=True)
@@ -39,16 +33,16 @@ class CandidateRun:
 
 def orphan_key(task: TaskRow) -> tuple[str, str, str] | None:
     """(realm, parent task name, table) of a cleanup child, or None for anything else."""
-    if task.task_type_code not in _CHILD_TYPES:
-        return None
-    match = _PARENT_NAME.match(task.name)
-    if match is None:
+    # A child's name is ``<parent>_<what>_<uuid>``, the parent a table cleanup (as the
+    # hold reads it): anything not shaped so is not taken for a child.
+    parent = parent_name_of(task)
+    if parent is None:
         return None
     try:
         table = decode_child_table_id(task.data())
     except PayloadError:
         return None
-    return task.realm_id, match.group(1), json.dumps(table.to_json_obj(), sort_keys=True)
+    return task.realm_id, parent, json.dumps(table.to_json_obj(), sort_keys=True)
 
 
 def group_candidates(

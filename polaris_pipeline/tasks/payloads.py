@@ -18,13 +18,16 @@ from typing import Any
 from urllib.parse import unquote_plus
 
 from polaris_pipeline.errors import PayloadError
+from polaris_pipeline.settings.bounds import JAVA_LONG_MAX
 from polaris_pipeline.tasks.manifest_codec import (
     ManifestFileRef,
     decode_manifest_file,
     encode_manifest_file,
 )
 from polaris_pipeline.tasks.model import (
+    ICEBERG_TABLE_SUB_TYPE,
     ICEBERG_VIEW_SUB_TYPE,
+    NAMESPACE_LEVEL_SEPARATOR,
     TABLE_LIKE_TYPE_CODE,
     Prop,
     TaskType,
@@ -35,10 +38,6 @@ BATCH_TYPE_TABLE_METADATA = "TABLE_METADATA"
 BATCH_TYPES = frozenset({BATCH_TYPE_TABLE_METADATA})
 METADATA_LOCATION_KEY = "metadata-location"
 PARENT_NAMESPACE_KEY = "parent-namespace"
-# Iceberg's RESTUtil joins namespace levels with the URL-encoded unit separator.
-NAMESPACE_SEPARATOR = "%1F"
-
-_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 
 
 def _dumps(value: Any) -> str:
@@ -161,7 +160,7 @@ class DroppedEntity:
     id: int
     name: str
     type_code: int = TABLE_LIKE_TYPE_CODE
-    sub_type_code: int = 2  # ICEBERG_TABLE
+    sub_type_code: int = ICEBERG_TABLE_SUB_TYPE
     catalog_id: int = 0
     parent_id: int = 0
     entity_version: int = 0
@@ -182,10 +181,6 @@ class DroppedEntity:
     def is_view(self) -> bool:
         return self.sub_type_code == ICEBERG_VIEW_SUB_TYPE
 
-    @property
-    def table_properties(self) -> dict[str, str]:
-        return self.properties
-
 
 def _entity_int(obj: Mapping[str, Any], key: str, *, required: bool) -> int:
     value = obj.get(key)
@@ -195,7 +190,7 @@ def _entity_int(obj: Mapping[str, Any], key: str, *, required: bool) -> int:
         return 0
     if isinstance(value, bool) or not isinstance(value, int):
         raise PayloadError(f"dropped entity {key} is not an integer (found {_json_kind(value)})")
-    if not _LONG_MIN <= value <= _LONG_MAX:
+    if not -JAVA_LONG_MAX - 1 <= value <= JAVA_LONG_MAX:
         raise PayloadError(f"dropped entity {key} is out of range for a long")
     return value
 
@@ -248,7 +243,7 @@ def table_identifier(entity: DroppedEntity) -> TableIdentifier:
     level is decoded with form semantics.
     """
     encoded = entity.internal_properties.get(PARENT_NAMESPACE_KEY, "")
-    levels = tuple(unquote_plus(p) for p in encoded.split(NAMESPACE_SEPARATOR)) if encoded else ()
+    levels = tuple(map(unquote_plus, encoded.split(NAMESPACE_LEVEL_SEPARATOR))) if encoded else ()
     return TableIdentifier(levels, entity.name)
 
 

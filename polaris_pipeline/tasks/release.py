@@ -197,30 +197,25 @@ def infer(realm_id: str, schema_version: int | None, batch: BatchEvidence) -> Re
     """
     floor = schema_floor(schema_version)
     schema = _schema_text(schema_version)
+    release, source = floor, ReleaseSource.BATCH_ROWS
     if batch.typed_task_id is not None:
         release = max(floor, BATCH_TYPE_SINCE)
         evidence = f"BATCH task {batch.typed_task_id} written by Polaris has type; {schema}"
-        return ResolvedRelease(
-            realm_id, release, ReleaseSource.BATCH_ROWS, schema_version, evidence, True
-        )
-    if batch.untyped_task_id is not None and floor < BATCH_TYPE_SINCE:
+    elif batch.untyped_task_id is not None and floor < BATCH_TYPE_SINCE:
         evidence = (
             f"BATCH task {batch.untyped_task_id} written by Polaris has no type: before "
             f"{BATCH_TYPE_SINCE}; {schema}"
         )
-        return ResolvedRelease(
-            realm_id, floor, ReleaseSource.BATCH_ROWS, schema_version, evidence, True
-        )
-    if batch.untyped_task_id is not None:
+    elif batch.untyped_task_id is not None:
+        source = ReleaseSource.SCHEMA_VERSION
         evidence = (
             f"{schema}; BATCH task {batch.untyped_task_id} without type ignored: only "
             f"{floor}+ creates {schema}"
         )
     else:
+        source = ReleaseSource.SCHEMA_VERSION
         evidence = f"{schema}, no BATCH task written by Polaris"
-    return ResolvedRelease(
-        realm_id, floor, ReleaseSource.SCHEMA_VERSION, schema_version, evidence, True
-    )
+    return ResolvedRelease(realm_id, release, source, schema_version, evidence, True)
 
 
 def batch_evidence(rows: list[tuple[int, str | None]]) -> BatchEvidence:

@@ -34,7 +34,7 @@ from polaris_pipeline.dagster.resources import (
 from polaris_pipeline.dagster.task_job import polaris_task_job
 from polaris_pipeline.metastore import Metastore
 from polaris_pipeline.settings import AlertSection
-from polaris_pipeline.settings.pipeline import section_from_env
+from polaris_pipeline.settings.env import read_section
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -207,7 +207,7 @@ def metastore_resource(store: Metastore, **overrides: Any) -> PolarisMetastoreRe
 
 def alert_section(env: Mapping[str, str]) -> AlertSection:
     """The environment's alerts section (the settings' one reading of it)."""
-    section = section_from_env("alerts", env)
+    section = read_section("alerts", env)
     assert isinstance(section, AlertSection)
     return section
 
