@@ -105,8 +105,6 @@ class AzureSas:
     def __repr__(self) -> str:
         return f"AzureSas(blob_endpoint={self.blob_endpoint!r}, expires_at={self.expires_at!r})"
 
-    __str__ = __repr__
-
 
 class AzureCredentials:
     """SAS tokens per (account, container, directory), made again before they expire."""

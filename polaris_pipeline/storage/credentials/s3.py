@@ -45,8 +45,6 @@ class AwsSession:
     def __repr__(self) -> str:
         return f"AwsSession(access_key_id={MASK!r}, expires_at={self.expires_at!r})"
 
-    __str__ = __repr__
-
 
 def _escape_glob(value: str) -> str:
     """IAM policy variables make ``*``, ``?`` and ``$`` in a key literal (as Polaris does)."""
