@@ -102,7 +102,7 @@ def list_prefix(
 
 
 def list_directory(
-    resolver: StorageResolver, directory_uri: str, *, page_size: int = PAGE_SIZE
+    resolver: StorageResolver, directory_uri: str
 ) -> Iterator[ListedObject | SubDirectory]:
     """The files and subdirectories directly in ``directory_uri``, one level only.
 
@@ -114,7 +114,7 @@ def list_directory(
     if isinstance(fs, LocalFileSystem):
         yield from _local_level(resolver, directory_uri, base or "/")
     elif is_s3(fs):
-        yield from _s3_level(resolver, fs, directory_uri, base, max(1, page_size))
+        yield from _s3_level(resolver, fs, directory_uri, base, PAGE_SIZE)
     else:
         yield from _ls_level(resolver, fs, directory_uri, base)
 
