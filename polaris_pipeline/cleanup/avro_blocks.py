@@ -22,7 +22,7 @@ from typing import IO, Any
 
 import fastavro
 
-from polaris_pipeline.cleanup.inflate import RAW_DEFLATE, inflate_at_most
+from polaris_pipeline.cleanup.inflate import PIECE, RAW_DEFLATE, exceeded, inflate_at_most
 from polaris_pipeline.errors import StorageError
 
 MiB = 1024 * 1024
@@ -37,11 +37,6 @@ MAX_HEADER_BYTES = 16 * MiB
 MAGIC = b"Obj\x01"
 SYNC_SIZE = 16
 _MAX_LONG_BYTES = 10  # a zig-zag varint of 64 bits
-
-
-def exceeded(location: str, bound: str, value: int, detail: str) -> StorageError:
-    """A file refused for a bound, in one line: ``<file> exceeds <BOUND> (<value>): ...``."""
-    return StorageError(f"{location} exceeds {bound} ({value:,}): {detail}; not read further")
 
 
 @dataclass(frozen=True)
@@ -112,11 +107,6 @@ def _read_sized(s: _Stream, what: str) -> bytes:
     return s.read(size)
 
 
-# Inflated a piece at a time, so a bomb is stopped with at most one block's bound held
-# (one call with max_length would join its pieces into a copy as large): inflate.py.
-_PIECE = 1024 * 1024
-
-
 class _Output:
     """A block's inflated bytes, refused once they pass ``MAX_BLOCK_BYTES``."""
 
@@ -144,18 +134,10 @@ def _deflate(data: bytes, location: str) -> bytes:
 
 def _stream(d: bz2.BZ2Decompressor | lzma.LZMADecompressor, data: bytes, location: str) -> bytes:
     out = _Output(location)
-    out.add(d.decompress(data, _PIECE))
+    out.add(d.decompress(data, PIECE))
     while not d.eof and not d.needs_input:
-        out.add(d.decompress(b"", _PIECE))
+        out.add(d.decompress(b"", PIECE))
     return bytes(out.data)
-
-
-def _bzip2(data: bytes, location: str) -> bytes:
-    return _stream(bz2.BZ2Decompressor(), data, location)
-
-
-def _xz(data: bytes, location: str) -> bytes:
-    return _stream(lzma.LZMADecompressor(), data, location)
 
 
 def _zstandard(data: bytes, location: str) -> bytes:
@@ -163,7 +145,7 @@ def _zstandard(data: bytes, location: str) -> bytes:
 
     out = _Output(location)
     with zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True) as reader:
-        while piece := reader.read(_PIECE):
+        while piece := reader.read(PIECE):
             out.add(piece)
     return bytes(out.data)
 
@@ -171,8 +153,8 @@ def _zstandard(data: bytes, location: str) -> bytes:
 _CODECS: dict[str, Callable[[bytes, str], bytes]] = {
     "null": lambda data, _: data,
     "deflate": _deflate,
-    "bzip2": _bzip2,
-    "xz": _xz,
+    "bzip2": lambda data, location: _stream(bz2.BZ2Decompressor(), data, location),
+    "xz": lambda data, location: _stream(lzma.LZMADecompressor(), data, location),
     "zstandard": _zstandard,
 }
 

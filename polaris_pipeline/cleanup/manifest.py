@@ -14,7 +14,7 @@ from typing import IO, Any, cast
 
 from pyiceberg.io import InputFile
 
-from polaris_pipeline.cleanup.avro_blocks import AvroBlocks, exceeded
+from polaris_pipeline.cleanup.avro_blocks import AvroBlocks
 from polaris_pipeline.cleanup.context import CleanupContext, CleanupTally
 from polaris_pipeline.cleanup.deleting import (
     delete_chunked,
@@ -24,6 +24,7 @@ from polaris_pipeline.cleanup.deleting import (
 )
 from polaris_pipeline.cleanup.gc_policy import gc_disabling_value, gc_kept_note
 from polaris_pipeline.cleanup.guard.task import Guard
+from polaris_pipeline.cleanup.inflate import exceeded
 from polaris_pipeline.errors import StorageError
 from polaris_pipeline.tasks.manifest_codec import ManifestFileRef
 from polaris_pipeline.tasks.payloads import ManifestCleanupPayload

@@ -16,7 +16,8 @@ from typing import IO, cast
 from pyiceberg.io import InputFile, InputStream
 from pyiceberg.manifest import ManifestFile, read_manifest_list
 
-from polaris_pipeline.cleanup.avro_blocks import AvroBlocks, exceeded
+from polaris_pipeline.cleanup.avro_blocks import AvroBlocks
+from polaris_pipeline.cleanup.inflate import exceeded
 
 # A stored manifest list: Java writes about 100 bytes an entry, deflated.
 MAX_MANIFEST_LIST_BYTES = 64 * 1024 * 1024

@@ -11,7 +11,7 @@ from __future__ import annotations
 import zlib
 from typing import IO, TYPE_CHECKING, cast
 
-from polaris_pipeline.cleanup.inflate import GZIP, inflate_at_most
+from polaris_pipeline.cleanup.inflate import GZIP, exceeded, inflate_at_most
 from polaris_pipeline.errors import StorageError
 
 if TYPE_CHECKING:
@@ -23,12 +23,6 @@ MAX_METADATA_BYTES = 256 * 1024 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
 
 
-def _exceeded(location: str, what: str) -> StorageError:
-    return StorageError(
-        f"{location} exceeds MAX_METADATA_BYTES ({MAX_METADATA_BYTES:,}): {what}; not read further"
-    )
-
-
 def gunzipped(data: bytes, location: str) -> bytes:
     """``data``, inflated when it is gzip; StorageError past the bound or when corrupt."""
     if data[:2] != GZIP_MAGIC:
@@ -38,7 +32,7 @@ def gunzipped(data: bytes, location: str) -> bytes:
     except zlib.error as e:
         raise StorageError(f"{location} is not valid gzip: {e}") from None
     if out is None:
-        raise _exceeded(location, "it inflates past it")
+        raise exceeded(location, "MAX_METADATA_BYTES", MAX_METADATA_BYTES, "it inflates past it")
     return out
 
 
@@ -47,5 +41,5 @@ def read_metadata_bytes(input_file: InputFile) -> bytes:
     with input_file.open() as stream:
         data = cast(IO[bytes], stream).read(MAX_METADATA_BYTES + 1)
     if len(data) > MAX_METADATA_BYTES:
-        raise _exceeded(input_file.location, "its size")
+        raise exceeded(input_file.location, "MAX_METADATA_BYTES", MAX_METADATA_BYTES, "its size")
     return gunzipped(data, input_file.location)

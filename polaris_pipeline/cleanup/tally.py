@@ -28,21 +28,20 @@ def tally(
         result.deleted_paths_sample.extend(report.deleted[:room])
     result.retained += len(report.retained)
     result.retention_unknown += len(report.retention_unknown)
-    freed_uris = report.freed
-    freed: int | None
-    if freed_uris and sizes is not None and all(sizes.get(u) is not None for u in freed_uris):
-        freed = sum(sizes[u] or 0 for u in freed_uris) + report.sidecar_bytes
-    else:
-        freed = report.bytes_freed
+    by_size = _sized(report.freed, sizes)
+    freed = report.bytes_freed if by_size is None else by_size + report.sidecar_bytes
     result.bytes_freed = _add(result.bytes_freed, freed)
-    kept: int | None = report.bytes_retained
-    if (
-        report.retained
-        and sizes is not None
-        and all(sizes.get(u) is not None for u in report.retained)
-    ):
-        kept = sum(sizes[u] or 0 for u in report.retained)
-    result.bytes_retained = _add(result.bytes_retained, kept)
+    kept = _sized(report.retained, sizes)
+    result.bytes_retained = _add(
+        result.bytes_retained, report.bytes_retained if kept is None else kept
+    )
+
+
+def _sized(uris: list[str], sizes: Mapping[str, int | None] | None) -> int | None:
+    """The bytes of ``uris`` by ``sizes``; None when there are none or a size is not known."""
+    if not uris or sizes is None or any(sizes.get(u) is None for u in uris):
+        return None
+    return sum(sizes[u] or 0 for u in uris)
 
 
 def _add(total: int | None, n: int | None) -> int | None:

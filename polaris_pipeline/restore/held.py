@@ -3,8 +3,8 @@
 The held tasks are the parents in state ``held`` (``tasks/hold.py``); each is
 checked through the storage its purge would use (``execution/task_storage.py``),
 read-only. A view's only file is its metadata file. Bounded per call: at most
-``max_tables`` tables and ``max_manifests`` new manifests each (the cache keeps the
-rest from one call to the next).
+``MAX_TABLES`` tables and ``check_restorable``'s ``max_manifests`` new manifests each (the
+cache keeps the rest from one call to the next).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.tasks.decoded import DecodedTask
 from polaris_pipeline.tasks.hold import PARENT_TASK_TYPE
 from polaris_pipeline.tasks.model import TaskRow, TaskState
+
+MAX_TABLES = 50
 
 # What a table no longer restorable under a hold means, said once: the check and the CLI.
 STILL_DELETING = (
@@ -58,8 +60,6 @@ def check_task(
     resolver: StorageResolver,
     task: TaskRow,
     cache: ManifestCache | None = None,
-    *,
-    max_manifests: int = 1_000,
 ) -> HeldTable:
     """Whether the table ``task`` drops is restorable (the task need not be held)."""
     decoded = DecodedTask.of(task)
@@ -74,7 +74,7 @@ def check_task(
             found = own.exists(entity.metadata_location)
             missing = () if found else (entity.metadata_location,)
             return HeldTable(task, table, Restorability(entity.metadata_location, 1, missing))
-        result = check_restorable(own, entity.metadata_location, cache, max_manifests=max_manifests)
+        result = check_restorable(own, entity.metadata_location, cache)
     except PolarisPipelineError as e:
         return HeldTable(task, table, error=f"cannot be checked: {e}")
     return HeldTable(task, table, result)
@@ -84,13 +84,7 @@ def check_held_tables(
     store: Metastore,
     resolver: StorageResolver,
     cache: ManifestCache | None = None,
-    *,
-    max_tables: int = 50,
-    max_manifests: int = 1_000,
 ) -> list[HeldTable]:
-    """The restorability of up to ``max_tables`` held drops, oldest first."""
+    """The restorability of up to ``MAX_TABLES`` held drops, oldest first."""
     cache = ManifestCache() if cache is None else cache
-    return [
-        check_task(store, resolver, task, cache, max_manifests=max_manifests)
-        for task in held_parents(store)[:max_tables]
-    ]
+    return [check_task(store, resolver, task, cache) for task in held_parents(store)[:MAX_TABLES]]

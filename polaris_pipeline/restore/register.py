@@ -64,8 +64,7 @@ def register_forms(target: RestTarget, table: TableIdentifier, metadata_file: st
     namespace = quote(_LEVEL_SEPARATOR.join(table.namespace), safe="")
     base = (target.uri or "https://<polaris>/api/catalog").rstrip("/")
     body = json.dumps({"name": table.name, "metadata-location": metadata_file})
-    dotted = ".".join([*table.namespace, table.name])
-    spark_name = dotted.replace("'", "''")
+    spark_name = str(table).replace("'", "''")
     spark_file = metadata_file.replace("'", "''")
     return [
         f"POST {base}/v1/{quote(target.catalog, safe='')}/namespaces/{namespace}/register",

@@ -13,14 +13,13 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from pyiceberg.table.metadata import TableMetadata
-
-
 from polaris_pipeline.errors import StorageError, one_line
 from polaris_pipeline.storage.listing import list_prefix
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.uri import location_within, normalize_uri
+
+if TYPE_CHECKING:
+    from pyiceberg.table.metadata import TableMetadata
 
 SAMPLE_SIZE = 5
 _DELETED = 2  # a manifest entry's status

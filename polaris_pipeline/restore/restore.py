@@ -116,7 +116,7 @@ def restore(
 ) -> RestoreResult:
     """The whole restore (see the module); RestoreRefused when it changed nothing."""
     plan = plan_restore(store, resolver, task, new_name)
-    shown = ".".join([*plan.name.namespace, plan.name.name])
+    shown = str(plan.name)
     if plan.is_view:
         raise RestoreRefused(
             f"task {task.label} drops a view: registering a view is not in the Iceberg REST "
@@ -166,7 +166,7 @@ def write_restore_record(
         {
             "by": getpass.getuser(),
             "metadata_file": plan.metadata_file,
-            "registered_as": ".".join([*plan.name.namespace, plan.name.name]),
+            "registered_as": str(plan.name),
             "catalog": target.catalog,
             "tasks_ended": ended,
         },

@@ -65,8 +65,6 @@ class StorageRule:
     def __repr__(self) -> str:
         return f"StorageRule(prefix={self.prefix!r}, options={mask_options(self.options)!r})"
 
-    __str__ = __repr__
-
 
 # Said once when a process starts deleting with no allowed_prefixes: the operator
 # guide's "where deleting is allowed at all" is then the catalogs' word alone.
@@ -203,8 +201,6 @@ class StorageConfig:
             f"catalog_s3_endpoint={self.catalog_s3_endpoint!r}, "
             f"storage_names={list(self.storage_names.values())!r})"
         )
-
-    __str__ = __repr__
 
 
 def _refuse_unknown(data: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:

@@ -102,7 +102,7 @@ def list_prefix(
 
 
 def list_directory(
-    resolver: StorageResolver, directory_uri: str, *, page_size: int = PAGE_SIZE
+    resolver: StorageResolver, directory_uri: str
 ) -> Iterator[ListedObject | SubDirectory]:
     """The files and subdirectories directly in ``directory_uri``, one level only.
 
@@ -114,7 +114,7 @@ def list_directory(
     if isinstance(fs, LocalFileSystem):
         yield from _local_level(resolver, directory_uri, base or "/")
     elif is_s3(fs):
-        yield from _s3_level(resolver, fs, directory_uri, base, max(1, page_size))
+        yield from _s3_level(resolver, fs, directory_uri, base, PAGE_SIZE)
     else:
         yield from _ls_level(resolver, fs, directory_uri, base)
 
@@ -187,7 +187,8 @@ def _s3_level(
             name = full[len(start) :]
             # Not the directory's own marker object, nor (one level) a deeper key.
             if full.startswith(start) and name and (recursive or "/" not in name):
-                yield _s3_object(_join(directory_uri, name), item)
+                uri = _join(directory_uri, name)
+                yield ListedObject(uri, item.get("Size"), _ms(item.get("LastModified")))
 
 
 def _s3_pages(
@@ -212,11 +213,6 @@ def _s3_pages(
         token = response.get("NextContinuationToken") if response.get("IsTruncated") else None
         if not token:
             return
-
-
-def _s3_object(uri: str, item: dict[str, Any]) -> ListedObject:
-    """A ``Contents`` entry of a ``list_objects_v2`` response."""
-    return ListedObject(uri, item.get("Size"), _ms(item.get("LastModified")))
 
 
 def _ls_level(

@@ -50,8 +50,6 @@ class NamedIdentity:
         held = "default identity" if self.default_identity else f"key={MASK!r}"
         return f"NamedIdentity(name={self.name!r}, {held})"
 
-    __str__ = __repr__
-
 
 def parse_named_identities(value: object, where: str) -> dict[str, NamedIdentity]:
     """The ``storage_names`` block (``{env: NAME}`` values already resolved)."""

@@ -60,17 +60,13 @@ def accepted_options(cls: type) -> frozenset[str]:
             break
         own, forwards = _init_params(klass)
         names |= own
-        if _is_s3fs(klass):
+        if klass.__module__.startswith("s3fs.") and klass.__name__ == "S3FileSystem":
             # Its **kwargs go to aiobotocore's session, not to its base classes.
             names |= _aiobotocore_session_params()
             break
         if not forwards:
             break
     return frozenset(names)
-
-
-def _is_s3fs(klass: type) -> bool:
-    return klass.__module__.startswith("s3fs.") and klass.__name__ == "S3FileSystem"
 
 
 def _aiobotocore_session_params() -> set[str]:

@@ -85,7 +85,9 @@ def left_under(runner: Lister, task: DecodedTask, entity: DroppedEntity) -> Unre
         return UnreferencedReport(mode=UnreferencedMode.REPORT.value, dry_run=True, error=str(exc))
 
 
-def _checked(runner: Lister, outcome: TaskOutcome) -> TaskOutcome:
+def after_table_vanished(runner: Lister, outcome: TaskOutcome) -> TaskOutcome:
+    """``outcome``, with what is left under its location now that its row is gone (a
+    deferred table once its children ran, or an attempt that vanished)."""
     task = outcome.task
     # The dropped table or view of an ENTITY_CLEANUP task; None for a child, a row
     # gone before the attempt read it, or a payload that did not decode.
@@ -105,9 +107,4 @@ def _checked(runner: Lister, outcome: TaskOutcome) -> TaskOutcome:
 def after_attempt(runner: Lister, outcome: TaskOutcome) -> TaskOutcome:
     """``outcome``, with what is left under its location when its row vanished
     meanwhile; unchanged otherwise."""
-    return _checked(runner, outcome) if _vanished(outcome) else outcome
-
-
-def after_table_vanished(runner: Lister, outcome: TaskOutcome) -> TaskOutcome:
-    """A deferred table whose row was gone once its children ran: what is left."""
-    return _checked(runner, outcome)
+    return after_table_vanished(runner, outcome) if _vanished(outcome) else outcome

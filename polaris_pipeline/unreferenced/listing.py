@@ -156,7 +156,6 @@ def _listed(
     if report.deleting:
         # The referenced purge leaves its directories too, even with nothing else left.
         report.directories_removed = remove_empty_directories(roots.location)
-    return
 
 
 def _keep(report: UnreferencedTally, uri: str, why: str) -> None:

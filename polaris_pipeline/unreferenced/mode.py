@@ -19,8 +19,6 @@ class UnreferencedMode(StrEnum):
     @classmethod
     def parse(cls, value: object) -> UnreferencedMode:
         """``value`` as a mode (case and spaces ignored); ValueError naming the choices."""
-        if isinstance(value, UnreferencedMode):
-            return value
         text = str(value).strip().lower()
         try:
             return cls(text)

@@ -21,20 +21,15 @@ from polaris_pipeline.unreferenced.mode import UnreferencedMode
 from polaris_pipeline.unreferenced.report import UnreferencedReport
 
 
-def table_of(task: TaskRow | DecodedTask) -> DroppedEntity | None:
-    """The dropped table of an ENTITY_CLEANUP task; None for a view, a child, or a
-    payload that does not decode (its own attempt records why)."""
-    entity = DecodedTask.of(task).entity
-    return None if entity is None or entity.is_view else entity
-
-
 def phase_entity(
     mode: UnreferencedMode, task: TaskRow | DecodedTask, result: CleanupTally | None
 ) -> DroppedEntity | None:
-    """The table to run the phase for, or None when it does not apply."""
+    """The table to run the phase for (an ENTITY_CLEANUP task's), or None when it does not
+    apply: a view, a child, or a payload that does not decode (its own attempt records why)."""
     if mode is UnreferencedMode.OFF or result is None or not result.ok:
         return None
-    return table_of(task)
+    entity = DecodedTask.of(task).entity
+    return None if entity is None or entity.is_view else entity
 
 
 def run_phase(

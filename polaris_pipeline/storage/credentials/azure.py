@@ -105,8 +105,6 @@ class AzureSas:
     def __repr__(self) -> str:
         return f"AzureSas(blob_endpoint={self.blob_endpoint!r}, expires_at={self.expires_at!r})"
 
-    __str__ = __repr__
-
 
 class AzureCredentials:
     """SAS tokens per (account, container, directory), made again before they expire."""
@@ -114,12 +112,10 @@ class AzureCredentials:
     def __init__(
         self,
         *,
-        lifetime_s: int = SAS_LIFETIME_S,
         refresh_margin_s: float = DEFAULT_REFRESH_MARGIN_S,
         clock: Callable[[], float] = time.time,
         credential: Any = None,
     ) -> None:
-        self.lifetime_s = lifetime_s
         self._credential = credential  # DefaultAzureCredential unless given
         self._cache: RefreshingCache[tuple[str, str, str, bool], AzureSas] = RefreshingCache(
             lambda sas: sas.expires_at, refresh_margin_s=refresh_margin_s, clock=clock
@@ -141,7 +137,7 @@ class AzureCredentials:
         )
 
         now = datetime.now(UTC)
-        start, expiry = now - timedelta(minutes=5), now + timedelta(seconds=self.lifetime_s)
+        start, expiry = now - timedelta(minutes=5), now + timedelta(seconds=SAS_LIFETIME_S)
         account_key = configured_key(root.account)
         endpoint = (account_key.blob_endpoint if account_key else None) or root.blob_endpoint
         signer: dict[str, Any]

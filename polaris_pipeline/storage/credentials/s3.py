@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import botocore.session
 
 SESSION_NAME = "polaris-pipeline"
-DEFAULT_DURATION_S = 3600
+DURATION_S = 3600
 
 
 @dataclass(frozen=True, repr=False)
@@ -44,8 +44,6 @@ class AwsSession:
 
     def __repr__(self) -> str:
         return f"AwsSession(access_key_id={MASK!r}, expires_at={self.expires_at!r})"
-
-    __str__ = __repr__
 
 
 def _escape_glob(value: str) -> str:
@@ -122,12 +120,10 @@ class StsCredentials:
         self,
         *,
         session: botocore.session.Session | None = None,
-        duration_s: int = DEFAULT_DURATION_S,
         refresh_margin_s: float = DEFAULT_REFRESH_MARGIN_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._session = session
-        self.duration_s = duration_s
         self._clock = clock
         self._cache: RefreshingCache[_CacheKey, AwsSession] = RefreshingCache(
             lambda s: s.expires_at, refresh_margin_s=refresh_margin_s, clock=clock
@@ -187,7 +183,7 @@ class StsCredentials:
             "RoleArn": storage.role_arn,
             "RoleSessionName": SESSION_NAME,
             "Policy": json.dumps(session_policy(storage, locations), separators=(",", ":")),
-            "DurationSeconds": self.duration_s,
+            "DurationSeconds": DURATION_S,
         }
         if storage.external_id:
             request["ExternalId"] = storage.external_id
@@ -211,7 +207,7 @@ class StsCredentials:
         expires_at = (
             expiration.timestamp()
             if hasattr(expiration, "timestamp")
-            else self._clock() + self.duration_s
+            else self._clock() + DURATION_S
         )
         return AwsSession(
             creds["AccessKeyId"], creds["SecretAccessKey"], creds["SessionToken"], expires_at
