@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 from polaris_pipeline.cli.argtypes import assignment as _assignment
 from polaris_pipeline.cli.argtypes import text as _text
 from polaris_pipeline.cli.setting_flags import add_setting
+from polaris_pipeline.execution.sweep import SWEEP_BATCH_SIZE
 from polaris_pipeline.metastore.ddl import LATEST_SCHEMA_VERSION, MIN_SCHEMA_VERSION
 from polaris_pipeline.metastore.privileges import require_role_name
 from polaris_pipeline.settings import GUARD_BOUND_ENV, URL_ENV, env_variable
@@ -411,8 +412,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument(
         "--batch-size",
         type=_whole_number(1, "the number of tasks per round trip"),
+        default=SWEEP_BATCH_SIZE,
         metavar="N",
-        help="tasks leased per round trip (default 32)",
+        help=f"tasks leased per round trip (default {SWEEP_BATCH_SIZE})",
     )
     _add_json(sweep, "the outcome of every task and the summary (with --dry-run: the plan)")
 
