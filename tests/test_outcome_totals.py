@@ -12,15 +12,16 @@ import pytest
 from polaris_pipeline.cleanup.context import CleanupResult
 from polaris_pipeline.errors import GuardRefusal
 from polaris_pipeline.execution.runner import Status, TaskOutcome
-from polaris_pipeline.report.fields import BY_STATUS, SIZES_UNREPORTED, STATUS
+from polaris_pipeline.report.fields import BY_STATUS, OUTCOME_FIELDS, SIZES_UNREPORTED, STATUS
 from polaris_pipeline.report.totals import (
-    CHILD_TASKS,
     RECORD_NUMBERS,
     OutcomeTotals,
     RunningTotals,
     format_counts,
 )
 from polaris_pipeline.tasks.ref import Lease
+
+CHILD_TASKS = next(f.label for f in OUTCOME_FIELDS if f.attr == "child_tasks")
 
 
 def lease(task_id: int, realm: str = "R") -> Lease:

@@ -1,5 +1,4 @@
-"""Argument types shared by the CLI's parsers (``parser.py`` and the commands that add
-their own, such as ``restore.py``)."""
+"""Argument types shared by the CLI's parsers (the commands of ``parser.py``)."""
 
 from __future__ import annotations
 

@@ -13,11 +13,11 @@ from typing import Any, NoReturn
 
 from polaris_pipeline.cli.argtypes import assignment as _assignment
 from polaris_pipeline.cli.argtypes import text as _text
-from polaris_pipeline.cli.restore import add_restore_parser
 from polaris_pipeline.cli.setting_flags import add_setting
+from polaris_pipeline.execution.sweep import SWEEP_BATCH_SIZE
 from polaris_pipeline.metastore.ddl import LATEST_SCHEMA_VERSION, MIN_SCHEMA_VERSION
 from polaris_pipeline.metastore.privileges import require_role_name
-from polaris_pipeline.settings import GUARD_BOUND_ENV, URL_ENV
+from polaris_pipeline.settings import GUARD_BOUND_ENV, URL_ENV, env_variable
 from polaris_pipeline.tasks.model import TaskState
 
 
@@ -131,12 +131,14 @@ def _add_guard_bound(p: argparse.ArgumentParser) -> None:
     add_setting(p, "guard", "bound_s", metavar="SECONDS")
 
 
-def _add_unreferenced(p: argparse.ArgumentParser) -> None:
-    add_setting(p, "metastore", "unreferenced")
-
-
-def _add_deletion_record(p: argparse.ArgumentParser) -> None:
+def _add_purge(p: argparse.ArgumentParser, *, unreferenced: bool = True) -> None:
+    """A command that runs a task's purge, or ends it (restore): the storage config, the
+    unreferenced files' mode, the deletion record, the guard's bound."""
+    _add_storage_config(p)
+    if unreferenced:
+        add_setting(p, "metastore", "unreferenced")
     add_setting(p, "storage", "deletion_record", metavar="URI")
+    _add_guard_bound(p)
 
 
 def _add_json(p: argparse.ArgumentParser, what: str) -> None:
@@ -323,10 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     _add_task_ref(run)
-    _add_storage_config(run)
-    _add_unreferenced(run)
-    _add_deletion_record(run)
-    _add_guard_bound(run)
+    _add_purge(run)
     _add_json(run, "the start decision, the outcome of every task and the summary")
 
     discard = tsub.add_parser(
@@ -359,11 +358,34 @@ def build_parser() -> argparse.ArgumentParser:
     _add_realms(discard)
     _add_metastore(discard)
 
-    restore = add_restore_parser(tsub)
+    restore = tsub.add_parser(
+        "restore",
+        help="register a dropped table again from its last metadata file, and end its purge",
+        description="Check that every file the dropped table's last metadata names exists and "
+        "that no live table or view overlaps its location, register the metadata file through "
+        "the catalog's Iceberg REST API (registerTable), then end the task and its children "
+        "and write a restore record beside the deletion records. Without a REST endpoint, "
+        "print the registerTable request, Spark's register_table call and pyiceberg's call, "
+        "and change nothing. OAuth2 client credentials come from "
+        f"${env_variable('restore', 'client_id')} and "
+        f"${env_variable('restore', 'client_secret')} (or --set restore.client_id=...).",
+        epilog=_examples(
+            "polaris-pipeline tasks restore 4711",
+            "polaris-pipeline tasks restore 4711 --as ns.orders_restored "
+            "--rest-uri https://polaris.example/api/catalog --catalog prod",
+        ),
+    )
+    restore.add_argument(
+        "--as",
+        dest="new_name",
+        metavar="NAMESPACE.NAME",
+        type=_text("a namespace and a name"),
+        help="register under this name (default: its own)",
+    )
+    add_setting(restore, "restore", "rest_uri", metavar="URI")
+    add_setting(restore, "restore", "catalog", metavar="NAME")
     _add_task_ref(restore)
-    _add_storage_config(restore)
-    _add_deletion_record(restore)
-    _add_guard_bound(restore)
+    _add_purge(restore, unreferenced=False)
 
     sweep = sub.add_parser(
         "sweep",
@@ -379,10 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_metastore(sweep)
     _add_realms(sweep)
     _add_policy(sweep)
-    _add_storage_config(sweep)
-    _add_unreferenced(sweep)
-    _add_deletion_record(sweep)
-    _add_guard_bound(sweep)
+    _add_purge(sweep)
     sweep.add_argument(
         "--dry-run",
         action="store_true",
@@ -393,8 +412,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument(
         "--batch-size",
         type=_whole_number(1, "the number of tasks per round trip"),
+        default=SWEEP_BATCH_SIZE,
         metavar="N",
-        help="tasks leased per round trip (default 32)",
+        help=f"tasks leased per round trip (default {SWEEP_BATCH_SIZE})",
     )
     _add_json(sweep, "the outcome of every task and the summary (with --dry-run: the plan)")
 

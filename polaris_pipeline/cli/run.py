@@ -8,7 +8,7 @@ metastore read-only.
 from __future__ import annotations
 
 import argparse
-from typing import Any, TextIO
+from typing import TextIO
 
 from polaris_pipeline.cli.context import (
     EXIT_OK,
@@ -93,10 +93,7 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
     report = OutcomeReport(out, as_json=args.json)
     with _runner(settings, store, "sweep", report.progress) as runner:
         report.progress.status(f"sweeping {store.display_url} …")
-        sweep_args: dict[str, Any] = {}
-        if args.batch_size is not None:
-            sweep_args["batch_size"] = args.batch_size
-        outcomes = sweep_tasks(runner, realms, on_outcome=report, **sweep_args)
+        outcomes = sweep_tasks(runner, realms, batch_size=args.batch_size, on_outcome=report)
         report.progress.clear()
     report.finish("swept")
     if not outcomes and not args.json:

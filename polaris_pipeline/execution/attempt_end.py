@@ -99,30 +99,19 @@ class AttemptEnds:
         closing = self._records.close(lease, RecordStatus.FAILED, error, result)
         if closing is not None:
             error = f"{error}; {closing}"
+        failed = TaskOutcome(
+            lease, Status.FAILED, task.task_type_code, error=error, result=done, children=kids
+        )
         if not record and not permanent:
-            return TaskOutcome(
-                lease,
-                Status.FAILED,
-                task.task_type_code,
-                error=error,
-                result=done,
-                children=kids,
-                recorded=False,
-            )
+            return failed.evolve(recorded=False)
         written = self._metastore.fail(lease, error, run_id=self._run_id, permanent=permanent)
         if written.outcome is FailOutcome.LEASE_LOST:
             return self.lost(lease, task.task_type_code, "before its failure was written", kids)
         if written.outcome is FailOutcome.ALREADY_GONE:
             return TaskOutcome(lease, Status.DONE, task.task_type_code, result=done, children=kids)
-        status = Status.DEAD if written.outcome is FailOutcome.DEAD else Status.FAILED
         log.warning("task %s failed (attempt %d): %s", task.label, lease.attempt, error)
-        return TaskOutcome(
-            lease,
-            status,
-            task.task_type_code,
-            error=error,
-            result=done,
-            children=kids,
+        return failed.evolve(
+            status=Status.DEAD if written.outcome is FailOutcome.DEAD else Status.FAILED,
             next_attempt_ms=written.next_attempt_ms,
             permanent=permanent,
         )

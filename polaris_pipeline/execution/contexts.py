@@ -8,7 +8,6 @@ reached means for its work (a failed attempt, a note in a report).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -100,11 +99,6 @@ class TaskContexts:
             ctx.record = self.records.open(task.row, lease, holder.executor_id, self.run_id)
             ctx.fence = partial(holder.deadlines.fence, lease)
             ctx.still_held = partial(holder.deadlines.still_held, lease)
-            ctx.progress = self._progress_for(lease)
+            if self.progress is not None:
+                ctx.progress = partial(self.progress, lease)
         return ctx
-
-    def _progress_for(self, lease: Lease) -> Callable[[int, int, str], None] | None:
-        progress = self.progress
-        if progress is None:
-            return None
-        return lambda done, total, what: progress(lease, done, total, what)

@@ -59,6 +59,17 @@ def _iso(ms: int | None) -> str:
     return iso_utc_seconds(ms) or "unknown"
 
 
+def _started(action: StartAction, message: str, task: TaskRow, leased: TaskRow) -> StartDecision:
+    """The work goes ahead: ``leased``, the row as its lease left it, decoded once."""
+    return StartDecision(
+        action, message, Lease.from_row(leased), task, DecodedTask.from_row(leased)
+    )
+
+
+def _not_run(message: str, task: TaskRow) -> StartDecision:
+    return StartDecision(StartAction.NOT_AVAILABLE, message, None, task)
+
+
 def gone_message(realm_id: str, task_id: int) -> str:
     return f"task {realm_id}/{task_id} is gone: it was completed (or discarded); nothing to do"
 
@@ -92,25 +103,23 @@ def decide_start(
         now, task, state = store.task_state(task)
         if state is TaskState.LEASED:
             if task.executor_id == executor_id and may_adopt:
-                return StartDecision(
+                return _started(
                     StartAction.ADOPTED,
                     f"task {task.label}: adopted this lineage's lease (attempt "
                     f"{task.attempt_count}); the same attempt continues",
-                    Lease.from_row(task),
                     task,
-                    DecodedTask.from_row(task),
+                    task,
                 )
             own = task.executor_id == executor_id
             return StartDecision(StartAction.HELD, _held_message(task, store, now, own), None, task)
         if state is TaskState.ORPHANED:
             leased = store.lease_row(task, executor_id)
             if leased is not None:
-                return StartDecision(
+                return _started(
                     StartAction.LEASED,
                     f"task {task.label}: leased as attempt {leased.attempt_count}",
-                    Lease.from_row(leased),
                     task,
-                    DecodedTask.from_row(leased),
+                    leased,
                 )
             continue  # changed meanwhile: judge it again
         if state in (TaskState.BACKING_OFF, TaskState.DEAD):
@@ -121,47 +130,31 @@ def decide_start(
                     if state is TaskState.BACKING_OFF
                     else " (only an operator's retry or requeue revives it)"
                 )
-                return StartDecision(
-                    StartAction.NOT_AVAILABLE,
-                    f"task {task.label} is {what}{when}; not run",
-                    None,
-                    task,
-                )
+                return _not_run(f"task {task.label} is {what}{when}; not run", task)
             leased = store.lease_row_for_operator(task, executor_id)
             if leased is not None:
-                return StartDecision(
+                return _started(
                     StartAction.OPERATOR_RETRY,
                     f"operator retry: {what} task retried now ({task.label}, was attempt "
                     f"{task.attempt_count}, last error: {task.last_error or 'none'}); attempts "
                     "restart at 1",
-                    Lease.from_row(leased),
                     task,
-                    DecodedTask.from_row(leased),
+                    leased,
                 )
             continue
         if state is TaskState.HELD:
-            return StartDecision(
-                StartAction.NOT_AVAILABLE,
-                f"task {task.label} is held: {purges_after(task.held_until_ms)}; not run",
-                None,
-                task,
+            return _not_run(
+                f"task {task.label} is held: {purges_after(task.held_until_ms)}; not run", task
             )
         if state is TaskState.PENDING:
             grace = store.policy.for_realm(task.realm_id).effective_grace_ms
-            return StartDecision(
-                StartAction.NOT_AVAILABLE,
+            return _not_run(
                 f"task {task.label} is pending: created at {_iso(task.create_timestamp)}, within "
                 "the grace period a Polaris server may be running it in-process; it becomes "
                 f"available at {_iso(task.create_timestamp + grace)}",
-                None,
                 task,
             )
-        return StartDecision(
-            StartAction.NOT_AVAILABLE,
-            f"task {task.label} is {state.value}; it is never leased",
-            None,
-            task,
-        )
+        return _not_run(f"task {task.label} is {state.value}; it is never leased", task)
     label = task.label if task is not None else f"{realm_id}/{task_id}"
     return StartDecision(
         StartAction.HELD,

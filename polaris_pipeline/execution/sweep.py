@@ -14,6 +14,9 @@ from polaris_pipeline.execution.outcome import Status, TaskOutcome
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.tasks.ref import Lease
 
+# Tasks a sweep leases per round trip, unless told otherwise.
+SWEEP_BATCH_SIZE = 32
+
 
 def child_stages(outcome: TaskOutcome, plan: Sequence[ChildStage] = CHILD_STAGES) -> Staged[Lease]:
     """The children an attempt created, in the stages its handler put them in."""
@@ -62,7 +65,7 @@ def sweep_tasks(
     runner: Runner,
     realms: Iterable[str] | None = None,
     *,
-    batch_size: int = 32,
+    batch_size: int = SWEEP_BATCH_SIZE,
     max_tasks: int | None = None,
     on_outcome: Callable[[TaskOutcome], None] | None = None,
 ) -> list[TaskOutcome]:

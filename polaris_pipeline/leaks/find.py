@@ -26,7 +26,7 @@ from polaris_pipeline.storage.listing import ListedObject, SubDirectory, list_di
 from polaris_pipeline.storage.resolve import StorageResolver
 from polaris_pipeline.storage.uri import Location, parse_location
 
-# Told each directory as it is listed (the CLI's progress line).
+# Told each directory as it is listed.
 ProgressFn = Callable[[str], None]
 
 
@@ -62,7 +62,6 @@ def metastore_leaks(
     *,
     realms: Sequence[str] | None = None,
     catalogs: Sequence[str] | None = None,
-    progress: ProgressFn | None = None,
 ) -> LeakReport:
     """The leak report of the catalogs of ``realms`` named ``catalogs`` (None: all),
     ownership judged against every realm and catalog of ``store``."""
@@ -74,7 +73,6 @@ def metastore_leaks(
             RootOwners(live, store.list_tasks(None)),
             resolver,
             DropEvents(store.engine, version),
-            progress,
         )
 
 
@@ -82,7 +80,7 @@ def find_leaks(
     catalogs: Sequence[CatalogRef],
     owners: RootOwners,
     resolver: StorageResolver,
-    drops: DropEvents | None = None,
+    drops: DropEvents,
     progress: ProgressFn | None = None,
 ) -> LeakReport:
     """The leak report of ``catalogs`` (see the module docstring)."""
@@ -115,9 +113,9 @@ def _walk(
     start: str,
     owners: RootOwners,
     resolver: StorageResolver,
-    drops: DropEvents | None,
+    drops: DropEvents,
     progress: ProgressFn | None,
-    covered: Sequence[Location] = (),
+    covered: Sequence[Location],
 ) -> None:
     pending = [start]
     while pending:
@@ -173,7 +171,7 @@ def _judge_root(
     metadata_files: list[ListedObject],
     owners: RootOwners,
     resolver: StorageResolver,
-    drops: DropEvents | None,
+    drops: DropEvents,
 ) -> None:
     if owners.live_owner(loc) is not None:
         leaks.owned_roots += 1
@@ -192,16 +190,11 @@ def _judge_root(
         error=meta.error,
     )
     add_totals(root, resolver)
-    if drops is not None:
-        event = drops.find(
-            leaks.catalog.realm_id,
-            leaks.catalog.name,
-            loc.segments,
-            meta.kind,
-            meta.last_updated_ms,
-        )
-        if event is not None:
-            root.dropped_by, root.dropped_at_ms = event.principal, event.timestamp_ms
+    event = drops.find(
+        leaks.catalog.realm_id, leaks.catalog.name, loc.segments, meta.kind, meta.last_updated_ms
+    )
+    if event is not None:
+        root.dropped_by, root.dropped_at_ms = event.principal, event.timestamp_ms
     leaks.roots.append(root)
 
 

@@ -61,12 +61,9 @@ def newest_metadata_file(resolver: StorageResolver, files: list[ListedObject]) -
     if hint is not None:
         try:
             version = int(_read(resolver, hint.uri, 64).decode().strip())
-        except (StorageError, ValueError, UnicodeDecodeError):
+        except (StorageError, ValueError):  # UnicodeDecodeError is a ValueError
             version = None
-        if version is not None:
-            named = [f for f in candidates if _version(_name(f)) == version]
-            if named:
-                candidates = named
+        candidates = [f for f in candidates if _version(_name(f)) == version] or candidates
     if not candidates:
         return None
     newest = max(candidates, key=lambda f: (_version(_name(f)), f.mtime_ms or 0, _name(f)))

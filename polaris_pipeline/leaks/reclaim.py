@@ -111,8 +111,7 @@ def catalog_at(catalogs: list[CatalogRef], root: Location) -> CatalogRef | None:
     """The first of ``catalogs`` with a walked location that is ``root`` itself."""
     for catalog in catalogs:
         for start in walk_starts(catalog)[0]:
-            location = parse_location(start, directory=True)
-            if location.contains(root) and root.contains(location):
+            if parse_location(start, directory=True) == root:
                 return catalog
     return None
 

@@ -30,7 +30,7 @@ STATE_WORDS: Mapping[TaskState, str] = {
     TaskState.ORPHANED: "orphaned",
     TaskState.HELD: "held",
 }
-# When the first task of a state frees, and what only an operator can do.
+# When the first task of a state frees (soonest kind first), and what only an operator can do.
 _WHEN = {
     TaskState.LEASED: "the first lease expires",
     TaskState.BACKING_OFF: "the first retry is",
@@ -42,15 +42,7 @@ _OPERATOR = {
     TaskState.UNHANDLED: "never run; `tasks discard` removes them",
 }
 # The CLI's order: what frees by itself first, soonest kind first.
-_CLI_ORDER = (
-    TaskState.LEASED,
-    TaskState.BACKING_OFF,
-    TaskState.PENDING,
-    TaskState.HELD,
-    TaskState.DEAD,
-    TaskState.UNHANDLED,
-    TaskState.ORPHANED,
-)
+_CLI_ORDER = (*_WHEN, *_OPERATOR, TaskState.ORPHANED)
 # The sensor's: every state a task can wait in, zeros included.
 _SENSOR_ORDER = (TaskState.PENDING, TaskState.LEASED, TaskState.BACKING_OFF, TaskState.DEAD)
 

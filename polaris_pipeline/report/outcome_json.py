@@ -98,9 +98,7 @@ def totals_json(totals: OutcomeTotals) -> dict[str, Any]:
         "roots": _counts_json(totals.tasks),
         "children": _counts_json(totals.children),
     }
-    for f in OUTCOME_FIELDS:
-        if f.json_key:
-            doc[f.json_key] = getattr(totals, f.attr)
+    doc.update({f.json_key: getattr(totals, f.attr) for f in OUTCOME_FIELDS if f.json_key})
     doc[RETENTION] = retention_state(
         totals.files_deleted, totals.files_retained, totals.retention_unknown
     )

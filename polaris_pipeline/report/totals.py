@@ -28,13 +28,6 @@ from polaris_pipeline.tasks.formatting import format_bytes, retention_text
 if TYPE_CHECKING:
     from polaris_pipeline.cleanup.context import CleanupResult
 
-# The display labels of a step (task job) or a run (report, backfill): for the UI only,
-# never read back. The numbers' labels are the outcome view's, in its order
-# (SIZES_UNREPORTED: BYTES_FREED is then a lower bound).
-FILES_DELETED, FILES_MISSING, BYTES_FREED, REFUSED_PATHS, CHILD_TASKS = (
-    f.label for f in OUTCOME_FIELDS
-)
-
 _FAILED = (Status.FAILED.value, Status.DEAD.value)
 
 # The numbers of a stored record (``to_record``), by their machine names: runs' event
