@@ -28,6 +28,7 @@ class Holder:
     def __init__(self, metastore: Metastore, executor_id: str, interval_s: float) -> None:
         self._metastore = metastore
         self._interval_s = interval_s
+        self._first_id = executor_id
         self.executor_id = executor_id
         self.heartbeat = Heartbeat(metastore, executor_id, interval_s)
         self.deadlines = LeaseDeadlines(metastore)
@@ -37,10 +38,14 @@ class Holder:
         self.heartbeat.watch(realm_id)
 
     def renew(self) -> None:
-        """Abandon every lease held: stop renewing them, and hold under a new id."""
+        """Abandon every lease held: stop renewing them, and hold under a new id.
+
+        The new id is the first one with a random part added, so the operator's prefix
+        and the command's kind it starts with stay (lastAttemptExecutorId shows them).
+        """
         self.heartbeat.stop()
         self.deadlines.clear()
-        self.executor_id = make_executor_id()
+        self.executor_id = f"{self._first_id}:{uuid.uuid4().hex[:12]}"
         self.heartbeat = Heartbeat(self._metastore, self.executor_id, self._interval_s)
 
     def stop(self) -> None:
