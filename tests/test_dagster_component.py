@@ -162,7 +162,7 @@ def test_the_polaris_release_reaches_the_resource_and_the_sensor_logs_it(
     assert policy.for_realm("TEST").polaris_version == "1.4.1"
     lines = [r.getMessage() for r in caplog.records if "Polaris release:" in r.getMessage()]
     assert len(lines) == 1, [r.getMessage() for r in caplog.records]
-    assert "POLARIS: Polaris 1.7 (configured (POLARIS_PIPELINE_POLARIS_VERSION))" in lines[0]
+    assert "POLARIS: Polaris 1.7 (configured (metastore.polaris_version))" in lines[0]
     assert "TEST: Polaris 1.4.1 (configured for the realm)" in lines[0]
 
 

@@ -39,7 +39,6 @@ from polaris_pipeline.tasks.payloads import (
     TableIdentifier,
     encode_batch_cleanup,
 )
-from polaris_pipeline.tasks.release import RELEASE_ENV
 from tests.reliability import journal as jr
 from tests.reliability.worker import run_polaris
 from tests.support.iceberg import Warehouse
@@ -205,7 +204,7 @@ def test_polaris_fails_and_our_daemon_finishes(
     with _polaris_failed(harness, tmp_path, "stopped after 5 deletes", request) as failed:
         daemon = start_daemon(
             metastore_url=failed.url,
-            extra_env={RELEASE_ENV: RELEASE},
+            extra_env={"POLARIS_PIPELINE_POLARIS_VERSION": RELEASE},
         )
         daemon.wait_for(
             lambda: failed.store.count_tasks([FAULT_REALM]) == 0,

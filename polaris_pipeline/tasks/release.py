@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
-RELEASE_ENV = "POLARIS_PIPELINE_POLARIS_VERSION"
-
 _PATTERN = re.compile(r"^(\d{1,3})\.(\d{1,3})(?:\.(\d{1,3}))?(?:-incubating)?$")
 
 
@@ -182,7 +180,8 @@ def configured(
     realm_id: str, release: PolarisRelease, schema_version: int | None, *, for_realm: bool = False
 ) -> ResolvedRelease:
     """The release the operator named for ``realm_id`` (``for_realm``: its own override)."""
-    where = "configured for the realm" if for_realm else f"configured ({RELEASE_ENV})"
+    # The setting's name, not one door's: the environment, a YAML block or --set may set it.
+    where = "configured for the realm" if for_realm else "configured (metastore.polaris_version)"
     return ResolvedRelease(realm_id, release, ReleaseSource.CONFIGURED, schema_version, where)
 
 
