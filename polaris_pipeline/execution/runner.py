@@ -38,6 +38,7 @@ from polaris_pipeline.tasks.decoded import DecodedTask
 from polaris_pipeline.tasks.model import NewTask
 from polaris_pipeline.tasks.ref import Lease
 from polaris_pipeline.unreferenced import leftover_check
+from polaris_pipeline.unreferenced.mode import UnreferencedMode
 
 if TYPE_CHECKING:
     # Imported where a runner is built: it brings in pyiceberg's file IO, which
@@ -264,4 +265,8 @@ class Runner:
     ) -> TaskOutcome:
         """A table's last stage, once its children ran: the CLI's and the task job's one
         path (``TableFinisher.finish``)."""
+        if finish.mode is UnreferencedMode.DELETE:
+            # The row is still held by the table's lease, renewed while the phase lists and
+            # deletes: the task job runs this in a step whose runner never executed the table.
+            self.holder.watch(finish.lease.realm_id)
         return self.table_finisher.finish(finish, children_done=children_done, result=result)
