@@ -23,13 +23,16 @@ class LeaseDeadlines:
 
     def fence(self, lease: Lease) -> None:
         """Raise LeaseLost unless ``lease`` still holds its task (database clock)."""
+        # The database reads its clock after this: the period counts from here, however
+        # late the answer comes (a slow answer must not stretch the lease).
+        asked = elapsed_clock()
         remaining = self._metastore.held_for_ms(lease)
         if remaining is None:
             self._deadlines.pop((lease.realm_id, lease.task_id), None)
             raise LeaseLost(f"lease on {lease.label} (attempt {lease.attempt}) was lost")
         # Keep a margin: a delete started just before the deadline must end before it.
         usable_s = remaining / 1000 * 0.8
-        self._deadlines[(lease.realm_id, lease.task_id)] = elapsed_clock() + usable_s
+        self._deadlines[(lease.realm_id, lease.task_id)] = asked + usable_s
 
     def still_held(self, lease: Lease) -> None:
         """Raise LeaseLost if the lease may have lapsed: fence again once the noted period ended."""
