@@ -4,12 +4,15 @@ and the command's kind, which lastAttemptExecutorId shows."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
+import sqlalchemy.exc
 
 from builders.tasks import batch_task
 from polaris_pipeline.execution import sweep as sweep_module
+from polaris_pipeline.execution.heartbeat import Heartbeat
 from polaris_pipeline.execution.holder import make_executor_id
 from polaris_pipeline.execution.runner import Runner
 from polaris_pipeline.execution.sweep import sweep_tasks
@@ -42,3 +45,31 @@ def test_an_abandoned_batch_leaves_its_leases_and_the_next_keep_the_prefix_and_k
         assert row is not None and row.executor_id == renewed_id
     finally:
         runner.close()
+
+
+def test_the_heartbeat_goes_on_beating_after_an_error_that_is_not_the_metastores(
+    metastore: Metastore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SQLAlchemy's own pool timeout is not a MetastoreError: a beat that raised it ended the
+    thread, and every later renewal with it, unseen."""
+    calls: list[str] = []
+    renew = metastore.renew_held_by
+
+    def flaky(realm_id: str, executor_id: str) -> int:
+        calls.append(realm_id)
+        if len(calls) == 1:
+            raise sqlalchemy.exc.TimeoutError("QueuePool limit of size 5 overflow 10 reached")
+        return renew(realm_id, executor_id)
+
+    monkeypatch.setattr(metastore, "renew_held_by", flaky)
+    heartbeat = Heartbeat(metastore, "holder", 0.02)
+    try:
+        heartbeat.watch("R")
+        deadline = time.monotonic() + 10
+        while len(calls) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        heartbeat.stop()
+    assert len(calls) >= 3, calls
+    assert heartbeat.failures == 1
+    assert "lease heartbeat failed: TimeoutError: QueuePool limit" in caplog.text

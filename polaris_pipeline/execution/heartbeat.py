@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from polaris_pipeline.errors import MetastoreError
+from polaris_pipeline.errors import one_line
 from polaris_pipeline.metastore import Metastore
 
 log = logging.getLogger("polaris_pipeline.runner")
@@ -37,11 +37,13 @@ class Heartbeat:
         for realm in realms:
             try:
                 self._metastore.renew_held_by(realm, self._executor_id)
-            except MetastoreError as exc:
+            except Exception as exc:
                 # A missed beat is survivable: the lease lasts several intervals,
-                # and the fencing check catches a lease that really lapsed.
+                # and the fencing check catches a lease that really lapsed. Any error,
+                # not only the metastore's (a pool timeout is SQLAlchemy's own): one
+                # that ended this thread would stop every later beat, unseen.
                 self.failures += 1
-                log.warning("lease heartbeat failed: %s", exc)
+                log.warning("lease heartbeat failed: %s", one_line(exc))
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval_s):
