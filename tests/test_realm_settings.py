@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 from collections import Counter
@@ -156,6 +157,10 @@ def test_policy_for_realm_resolution() -> None:
     assert (b.lease_timeout_ms, b.effective_grace_ms, b.metadata_batch_size) == (300_000, 0, 3)
     assert c is policy
     assert policy.shortest_lease_timeout_ms == 5_000
+    # A global grace, set, is every realm's that sets none: its lease timeout is not.
+    set_globally = dataclasses.replace(policy, grace_ms=60_000)
+    assert set_globally.for_realm("A").effective_grace_ms == 60_000
+    assert set_globally.for_realm("B").effective_grace_ms == 0
     assert a.max_attempts == policy.max_attempts and a.realm_overrides == {}
     # Picklable (a policy travels to worker processes) and equal after the trip.
     assert pickle.loads(pickle.dumps(policy)).for_realm("A") == a

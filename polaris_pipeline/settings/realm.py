@@ -68,9 +68,10 @@ class RealmOverride(BaseModel):
     """One realm's own values; a field left None takes the global one.
 
     Polaris lets a realm override ``POLARIS_TASK_TIMEOUT_MILLIS`` and
-    ``TABLE_METADATA_CLEANUP_BATCH_SIZE``; the grace period follows the lease
-    timeout unless set. A typed model: the settings, the ``metastore`` resource and
-    the component all nest this one (``realm_overrides``), each rule checked here.
+    ``TABLE_METADATA_CLEANUP_BATCH_SIZE``; the grace period follows the realm's lease
+    timeout unless set, here or globally. A typed model: the settings, the ``metastore``
+    resource and the component all nest this one (``realm_overrides``), each rule checked
+    here.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -79,7 +80,8 @@ class RealmOverride(BaseModel):
         default=None, description="The realm's POLARIS_TASK_TIMEOUT_MILLIS."
     )
     grace_ms: int | None = Field(
-        default=None, description="The realm's grace period; null: its lease timeout."
+        default=None,
+        description="The realm's grace period; null: the global grace_ms, else its lease timeout.",
     )
     metadata_batch_size: int | None = Field(
         default=None, description="The realm's TABLE_METADATA_CLEANUP_BATCH_SIZE."
