@@ -173,6 +173,8 @@ def test_policy_for_realm_resolution() -> None:
         ({"grace_ms": -1}, "grace period must not be negative"),
         ({"metadata_batch_size": 0}, "batch size must be at least 1"),
         ({"lease_timeout": 5}, "unknown override"),
+        # A typo names the override it is nearest, as an unknown key of a section does.
+        ({"grace": 5}, r"unknown override\(s\) grace \(did you mean grace_ms\?\)$"),
         ({"lease_timeout_ms": "5000"}, "must be an integer"),
         ({"lease_timeout_ms": True}, "must be an integer"),
         ({"lease_timeout_ms": 1.5}, "must be an integer"),

@@ -238,6 +238,11 @@ def test_blank_variables_mean_the_default() -> None:
             "realm 'TEST': unknown override(s) lease_timeout",
         ),
         (
+            "POLARIS_PIPELINE_REALM_OVERRIDES",
+            '{"TEST": {"metadata_batch": 5}}',
+            "unknown override(s) metadata_batch (did you mean metadata_batch_size?)",
+        ),
+        (
             "POLARIS_PIPELINE_POLARIS_VERSION",
             "1.x",
             "POLARIS_PIPELINE_POLARIS_VERSION='1.x': '1.x' is not a Polaris release (e.g. 1.7",

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from polaris_pipeline.errors import first_error
+from polaris_pipeline.settings.section import nearest
 from polaris_pipeline.tasks.release import PolarisRelease
 from polaris_pipeline.unreferenced.mode import UnreferencedMode
 
@@ -118,8 +119,8 @@ class RealmOverride(BaseModel):
     def from_json_obj(cls, value: object, *, realm: str = "?") -> RealmOverride:
         """From ``{"lease_timeout_ms": .., "grace_ms": .., "metadata_batch_size": ..}``.
 
-        Unknown keys and non-integer values are a ValueError naming the realm, so a
-        typo in a setting is not silently the default.
+        Unknown keys (with the nearest override's name) and non-integer values are a
+        ValueError naming the realm, so a typo in a setting is not silently the default.
         """
         if isinstance(value, RealmOverride):
             return value
@@ -127,7 +128,8 @@ class RealmOverride(BaseModel):
             raise ValueError(f"realm {realm!r}: overrides must be a JSON object")
         unknown = sorted(str(k) for k in value if k not in cls.model_fields)
         if unknown:
-            raise ValueError(f"realm {realm!r}: unknown override(s) {', '.join(unknown)}")
+            hint = nearest(unknown[0], cls.model_fields)
+            raise ValueError(f"realm {realm!r}: unknown override(s) {', '.join(unknown)}{hint}")
         for key, item in value.items():
             if key in _TEXT_OVERRIDES:
                 continue  # text, checked by the validators
