@@ -204,7 +204,8 @@ class StorageConfig:
 
 
 def _refuse_unknown(data: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
-    unknown = sorted(set(data) - set(known))
+    # As text: YAML reads a key such as 1 as a number, which sorts with no string.
+    unknown = sorted(str(k) for k in data if k not in known)
     if unknown:
         expected = ", ".join(repr(k) for k in known)
         raise StorageConfigError(f"{where}: unknown key {unknown[0]!r} (expected {expected})")
