@@ -172,6 +172,10 @@ def test_policy_for_realm_resolution() -> None:
         ({"lease_timeout_ms": 0}, "lease timeout must be positive"),
         ({"grace_ms": -1}, "grace period must not be negative"),
         ({"metadata_batch_size": 0}, "batch size must be at least 1"),
+        # Past a Java long, as the section's own numbers: Polaris stores none larger.
+        ({"lease_timeout_ms": 2**63}, "lease timeout ms must be at most 9223372036854775807"),
+        ({"grace_ms": 2**63}, "grace ms must be at most 9223372036854775807"),
+        ({"metadata_batch_size": 2**63}, "metadata batch size must be at most 92233720"),
         ({"lease_timeout": 5}, "unknown override"),
         # A typo names the override it is nearest, as an unknown key of a section does.
         ({"grace": 5}, r"unknown override\(s\) grace \(did you mean grace_ms\?\)$"),

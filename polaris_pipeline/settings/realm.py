@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from polaris_pipeline.errors import first_error
+from polaris_pipeline.settings.bounds import JAVA_LONG_MAX, at_most
 from polaris_pipeline.settings.section import nearest
 from polaris_pipeline.tasks.release import PolarisRelease
 from polaris_pipeline.unreferenced.mode import UnreferencedMode
@@ -51,6 +52,20 @@ def check_max_attempts(attempts: int) -> None:
 def check_batch_size(size: int | None) -> None:
     if size is not None and size < 1:
         raise ValueError("metadata batch size must be at least 1")
+
+
+def check_policy_number(field: str, value: int) -> None:
+    """The rule of the task policy's number ``field`` (``lease_timeout_ms``, ``grace_ms``,
+    ``max_attempts``, ``metadata_batch_size``): the section's and a realm's own alike."""
+    at_most(value, JAVA_LONG_MAX, field.replace("_", " "))
+    if field == "max_attempts":
+        check_max_attempts(value)
+    elif field == "metadata_batch_size":
+        check_batch_size(value)
+    elif field == "grace_ms":
+        check_lease_timing(None, value)
+    else:
+        check_lease_timing(value, None)
 
 
 def release_text(value: object) -> str:
@@ -109,11 +124,12 @@ class RealmOverride(BaseModel):
     def _release(cls, value: object) -> str | None:
         return None if value is None else release_text(value)
 
-    @model_validator(mode="after")
-    def _rules(self) -> RealmOverride:
-        check_lease_timing(self.lease_timeout_ms, self.grace_ms)
-        check_batch_size(self.metadata_batch_size)
-        return self
+    @field_validator("lease_timeout_ms", "grace_ms", "metadata_batch_size")
+    @classmethod
+    def _number(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None:
+            check_policy_number(str(info.field_name), value)
+        return value
 
     @classmethod
     def from_json_obj(cls, value: object, *, realm: str = "?") -> RealmOverride:
