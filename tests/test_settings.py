@@ -226,6 +226,18 @@ def test_blank_variables_mean_the_default() -> None:
         ("POLARIS_PIPELINE_RETENTION_BATCH_SIZE", "0", "runs deleted per tick must be at least 1"),
         ("POLARIS_PIPELINE_EXECUTOR_PREFIX", "a b", "must not contain white space"),
         ("POLARIS_PIPELINE_METADATA_BATCH_SIZE", "0", "metadata batch size must be at least 1"),
+        # A hold is a time in milliseconds, as Polaris's: a Java long.
+        ("POLARIS_PIPELINE_HOLD_DAYS", "1e300", "a hold in days must be at most 106751991167"),
+        (
+            "POLARIS_PIPELINE_CATALOG_HOLD_DAYS",
+            '{"finance": 1e13}',
+            "catalog 'finance': a hold in days must be at most 106751991167",
+        ),
+        (
+            "POLARIS_PIPELINE_REALM_OVERRIDES",
+            '{"TEST": {"hold_days": 106751991168}}',
+            "realm 'TEST': hold_days: a hold in days must be at most 106751991167",
+        ),
         ("POLARIS_PIPELINE_REALM_OVERRIDES", "{TEST: 1}", "REALM_OVERRIDES='{TEST: 1}': not JSON"),
         (
             "POLARIS_PIPELINE_REALM_OVERRIDES",

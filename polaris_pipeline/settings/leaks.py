@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from polaris_pipeline.settings.bounds import JAVA_LONG_MAX, at_least, at_most, finite, minimum
+from polaris_pipeline.settings.bounds import JAVA_LONG_MAX_DAYS, at_least, at_most, finite, minimum
 from polaris_pipeline.settings.section import Section, nonblank_cron
 
 # Below a day a reclaim could race a writer (a table being created at the root).
@@ -18,7 +18,7 @@ def checked_min_age_days(days: float) -> float:
     try:
         at_least(finite(days, what), MIN_AGE_FLOOR_DAYS, what)
         # In milliseconds it is a Java long, as every time Polaris stores.
-        at_most(days, JAVA_LONG_MAX // 86_400_000, what)
+        at_most(days, JAVA_LONG_MAX_DAYS, what)
     except ValueError as exc:
         # Given as a number (a flag, a run's config): the message says which.
         raise ValueError(f"{exc}, not {days:g}") from None

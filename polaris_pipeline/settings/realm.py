@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from polaris_pipeline.errors import first_error
-from polaris_pipeline.settings.bounds import JAVA_LONG_MAX, at_most
+from polaris_pipeline.settings.bounds import JAVA_LONG_MAX, JAVA_LONG_MAX_DAYS, at_most
 from polaris_pipeline.settings.section import nearest
 from polaris_pipeline.tasks.release import PolarisRelease
 from polaris_pipeline.unreferenced.mode import UnreferencedMode
@@ -22,13 +22,16 @@ DEFAULT_METADATA_BATCH_SIZE = 10
 
 
 def check_hold_days(days: object) -> object:
-    """``days``: a finite number of days, 0 (off) or more, or None; a bool is not a number."""
+    """``days``: a finite number of days, 0 (off) or more, at most a Java long's worth of
+    milliseconds, or None; a bool is not a number."""
     if days is None:
         return None
     if isinstance(days, bool) or not isinstance(days, int | float):
         raise ValueError("a hold must be a number of days")
     if not math.isfinite(days) or days < 0:
         raise ValueError("a hold must be 0 (off) or a positive number of days")
+    # In milliseconds it is a Java long, as every time Polaris stores.
+    at_most(days, JAVA_LONG_MAX_DAYS, "a hold in days")
     return days
 
 
