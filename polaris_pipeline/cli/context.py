@@ -30,15 +30,20 @@ def settings_for(args: argparse.Namespace) -> PipelineSettings:
     changes, labels = flagged_settings(args)
     # --set first: a flag of its own is the more specific.
     settings = (
-        PipelineSettings.from_env()
+        PipelineSettings.from_env(warn=_warn)
         .with_assignments(getattr(args, "assignments", None) or [])
         .with_overrides(changes, labels)
     )
     release = settings.metastore.polaris_version
     warning = untested_warning(PolarisRelease.parse(release)) if release else None
     if warning:
-        print(f"polaris-pipeline: warning: {warning}", file=sys.stderr)
+        _warn(warning)
     return settings
+
+
+def _warn(warning: str) -> None:
+    # On stderr, not in the log: without -v the log says nothing.
+    print(f"polaris-pipeline: warning: {warning}", file=sys.stderr)
 
 
 def open_metastore(settings: PipelineSettings, *, read_only: bool) -> Metastore:

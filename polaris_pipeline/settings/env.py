@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import NoneType, UnionType
 from typing import Any
 
@@ -234,9 +234,12 @@ def named_error(section: str, field: str, raw: str, message: str) -> SettingsErr
 _warned: set[str] = set()
 
 
-def warn_unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
-    """Log a warning (once per process) for each variable under the prefix that names no
-    setting, with the nearest name; returns the names warned of now."""
+def warn_unknown_variables(
+    environ: Mapping[str, str] | None = None, warn: Callable[[str], None] | None = None
+) -> list[str]:
+    """A warning (once per process) for each variable under the prefix that names no
+    setting, with the nearest name: logged, or given to ``warn`` (the CLI says it on
+    stderr, whose log is silent without -v); returns the names warned of now."""
     env = os.environ if environ is None else environ
     known = set(ENV_VARIABLES.values())
     unknown = [
@@ -250,5 +253,5 @@ def warn_unknown_variables(environ: Mapping[str, str] | None = None) -> list[str
     for name in sorted(unknown):
         _warned.add(name)
         hint = nearest(name.upper(), known)
-        _log.warning("%s names no setting of polaris-pipeline and is ignored%s", name, hint)
+        (warn or _log.warning)(f"{name} names no setting of polaris-pipeline and is ignored{hint}")
     return sorted(unknown)

@@ -13,7 +13,7 @@ naming the variable (or the flag) and what is wrong with it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import Field, ValidationError
@@ -46,10 +46,13 @@ class PipelineSettings(Section):
     restore: RestoreSection = Field(default_factory=RestoreSection)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> PipelineSettings:
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, warn: Callable[[str], None] | None = None
+    ) -> PipelineSettings:
         """The defaults, with every variable of ``ENV_VARIABLES`` that is set and not blank;
-        a variable under the prefix that names no setting is warned of."""
-        warn_unknown_variables(environ)
+        a variable under the prefix that names no setting is warned of (logged, or given
+        to ``warn``)."""
+        warn_unknown_variables(environ, warn)
         return cls.model_validate({name: read_section(name, environ) for name in cls.model_fields})
 
     @classmethod
