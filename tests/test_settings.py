@@ -472,6 +472,23 @@ def test_an_unknown_key_names_the_nearest_field() -> None:
         PipelineSettings.model_validate({"leaks": {"cronn": "0 * * * *"}})
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("catalogs", []), ("catalogs", [" "]), ("auto_reclaim_catalogs", ["wh", ""])],
+)
+def test_a_list_of_catalogs_with_a_blank_name_is_refused_as_its_variable_is(
+    field: str, value: list[str]
+) -> None:
+    """A YAML block or build_defs gives the list itself: one naming no catalog is refused,
+    as the variable naming nothing is, not a leak report of no catalog at all."""
+    with pytest.raises(ValueError) as err:
+        PipelineSettings.model_validate({"leaks": {field: value}})
+    assert f"leaks.{field}" in str(err.value)
+    assert "each catalog must be a non-empty name" in str(err.value)
+    with pytest.raises(SettingsError, match="names nothing"):
+        PipelineSettings.from_env({ENV_VARIABLES[("leaks", field)]: " , "})
+
+
 def test_set_reads_a_value_as_its_variable_and_names_itself_in_an_error() -> None:
     s = PipelineSettings().with_assignments(
         [
