@@ -226,6 +226,12 @@ def test_blank_variables_mean_the_default() -> None:
         ("POLARIS_PIPELINE_RETENTION_BATCH_SIZE", "0", "runs deleted per tick must be at least 1"),
         ("POLARIS_PIPELINE_EXECUTOR_PREFIX", "a b", "must not contain white space"),
         ("POLARIS_PIPELINE_METADATA_BATCH_SIZE", "0", "metadata batch size must be at least 1"),
+        # A realm with no name is none, as a catalog with no name is (catalog_hold_days).
+        (
+            "POLARIS_PIPELINE_REALM_OVERRIDES",
+            '{" ": {"grace_ms": 1}}',
+            'REALM_OVERRIDES=\'{" ": {"grace_ms": 1}}\': a realm name must not be empty',
+        ),
         # A hold is a time in milliseconds, as Polaris's: a Java long.
         ("POLARIS_PIPELINE_HOLD_DAYS", "1e300", "a hold in days must be at most 106751991167"),
         (

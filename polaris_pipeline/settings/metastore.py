@@ -165,6 +165,8 @@ class MetastoreSection(Section):
         # subclass's own override type (the Dagster resource's) is built from them.
         if not isinstance(value, dict):
             return value
+        if not all(str(realm).strip() for realm in value):
+            raise ValueError("a realm name must not be empty")
         return {
             str(realm): RealmOverride.from_json_obj(o, realm=str(realm)).model_dump(
                 exclude_none=True
