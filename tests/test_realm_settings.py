@@ -197,3 +197,11 @@ def test_overrides_from_json() -> None:
     assert overrides == {"A": RealmOverride(lease_timeout_ms=1_000), "B": RealmOverride()}
     with pytest.raises(ValueError, match="RealmOverride"):
         TaskPolicy(realm_overrides={"A": {"lease_timeout_ms": 1}})  # type: ignore[dict-item]
+
+
+def test_an_unknown_key_of_the_model_itself_names_the_nearest_override() -> None:
+    # Built in Python (build_defs' RealmOverrideConfig), not read from a mapping.
+    with pytest.raises(
+        ValueError, match=r"unknown setting 'grace' of RealmOverride \(did you mean grace_ms\?\)"
+    ):
+        RealmOverride(grace=5)  # type: ignore[call-arg]

@@ -9,11 +9,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from polaris_pipeline.errors import first_error
 from polaris_pipeline.settings.bounds import JAVA_LONG_MAX, JAVA_LONG_MAX_DAYS, at_most
-from polaris_pipeline.settings.section import nearest
+from polaris_pipeline.settings.section import Section, nearest
 from polaris_pipeline.tasks.release import PolarisRelease
 from polaris_pipeline.unreferenced.mode import UnreferencedMode
 
@@ -83,16 +83,15 @@ _TEXT_OVERRIDES = frozenset({"unreferenced", "polaris_version"})
 _NUMBER_OVERRIDES = frozenset({"hold_days"})
 
 
-class RealmOverride(BaseModel):
+class RealmOverride(Section):
     """One realm's own values; a field left None takes the global one.
 
     Polaris lets a realm override ``POLARIS_TASK_TIMEOUT_MILLIS`` and
     ``TABLE_METADATA_CLEANUP_BATCH_SIZE``; the grace period follows the lease
-    timeout unless set. A typed model: the settings, the ``metastore`` resource and
-    the component all nest this one (``realm_overrides``), each rule checked here.
+    timeout unless set. A section of its own (frozen, an unknown key named with the
+    nearest field): the settings, the ``metastore`` resource and the component all nest
+    this one (``realm_overrides``), each rule checked here.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     lease_timeout_ms: int | None = Field(
         default=None, description="The realm's POLARIS_TASK_TIMEOUT_MILLIS."
