@@ -495,6 +495,15 @@ def test_a_list_of_catalogs_with_a_blank_name_is_refused_as_its_variable_is(
         PipelineSettings.from_env({ENV_VARIABLES[("leaks", field)]: " , "})
 
 
+def test_set_names_a_secret_without_its_value_as_its_variable_does() -> None:
+    with pytest.raises(SettingsError) as err:
+        PipelineSettings().with_assignments([("alerts", "webhook_url", "hooks/SECRET")])
+    assert str(err.value) == "--set alerts.webhook_url: an http(s) URL"
+    with pytest.raises(SettingsError) as err:
+        PipelineSettings().with_overrides({"alerts": {"webhook_url": "http://h/SECRET"}})
+    assert str(err.value).startswith("alerts.webhook_url: an http:// webhook sends")
+
+
 def test_set_reads_a_value_as_its_variable_and_names_itself_in_an_error() -> None:
     s = PipelineSettings().with_assignments(
         [

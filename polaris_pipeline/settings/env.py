@@ -219,15 +219,18 @@ def read_section(
         raise SettingsError(f"{names}: {first_problem(exc)}") from None
 
 
-def named_error(section: str, field: str, raw: str, message: str) -> SettingsError:
-    """``message`` as the error of ``section.field``'s variable, set to ``raw``.
-
-    The value is shown, but never a URL's (it may hold a password) or a secret's
-    (a field kept out of the repr)."""
-    variable = env_variable(section, field) or f"{section}.{field}"
+def is_secret(section: str, field: str) -> bool:
+    """Whether an error never shows the value of ``section.field``: a URL's (it may hold a
+    password) or a secret's (a field kept out of the repr)."""
     info = SECTIONS[section][0].model_fields.get(field)
-    secret = field == "url" or looks_secret(field) or (info is not None and info.repr is False)
-    shown = "" if secret or not raw else f"={redact(raw.strip())!r}"
+    return field == "url" or looks_secret(field) or (info is not None and info.repr is False)
+
+
+def named_error(section: str, field: str, raw: str, message: str) -> SettingsError:
+    """``message`` as the error of ``section.field``'s variable, set to ``raw`` (shown
+    unless ``is_secret``)."""
+    variable = env_variable(section, field) or f"{section}.{field}"
+    shown = "" if is_secret(section, field) or not raw else f"={redact(raw.strip())!r}"
     return SettingsError(f"{variable}{shown}: {message}")
 
 

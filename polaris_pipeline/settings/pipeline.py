@@ -20,7 +20,12 @@ from pydantic import Field, ValidationError
 
 from polaris_pipeline.settings.alerts import AlertSection
 from polaris_pipeline.settings.backlog import BacklogSection
-from polaris_pipeline.settings.env import decode_text, read_section, warn_unknown_variables
+from polaris_pipeline.settings.env import (
+    decode_text,
+    is_secret,
+    read_section,
+    warn_unknown_variables,
+)
 from polaris_pipeline.settings.executor import ExecutorSection
 from polaris_pipeline.settings.guard import GuardSection
 from polaris_pipeline.settings.leaks import LeakSection
@@ -72,7 +77,7 @@ class PipelineSettings(Section):
             try:
                 changes.setdefault(section, {})[field] = decode_text(section, field, text)
             except ValueError as exc:
-                raise SettingsError(f"{label} {text!r}: {exc}") from None
+                raise SettingsError(f"{label}{_shown(section, field, text)}: {exc}") from None
             labels[(section, field)] = label
         return self.with_overrides(changes, labels)
 
@@ -98,9 +103,15 @@ class PipelineSettings(Section):
                 field = str(exc.errors()[0]["loc"][0]) if exc.errors()[0]["loc"] else ""
                 label = (labels or {}).get((section, field), f"{section}.{field}")
                 value = update.get(field)
-                shown = ",".join(value) if isinstance(value, list | tuple) else value
-                raise SettingsError(f"{label} {shown!r}: {first_problem(exc)}") from None
+                value = ",".join(value) if isinstance(value, list | tuple) else value
+                shown = _shown(section, field, value)
+                raise SettingsError(f"{label}{shown}: {first_problem(exc)}") from None
         return self.model_copy(update=sections)
+
+
+def _shown(section: str, field: str, value: Any) -> str:
+    """`` <value>`` in an error of ``section.field``; nothing for a secret's."""
+    return "" if is_secret(section, field) else f" {value!r}"
 
 
 def setting_from_env(section: str, field: str, environ: Mapping[str, str] | None = None) -> Any:
