@@ -504,6 +504,17 @@ def test_set_names_a_secret_without_its_value_as_its_variable_does() -> None:
     assert str(err.value).startswith("alerts.webhook_url: an http:// webhook sends")
 
 
+def test_a_rule_over_several_settings_names_each_one_set() -> None:
+    with pytest.raises(SettingsError) as err:
+        PipelineSettings().with_assignments(
+            [("storage", "config_path", "/x.yaml"), ("storage", "allowed_prefixes", '["/x"]')]
+        )
+    assert str(err.value) == (
+        "--set storage.config_path / --set storage.allowed_prefixes: "
+        "set either config_path or locations/allowed_prefixes, not both"
+    )
+
+
 def test_set_reads_a_value_as_its_variable_and_names_itself_in_an_error() -> None:
     s = PipelineSettings().with_assignments(
         [

@@ -100,11 +100,14 @@ class PipelineSettings(Section):
             try:
                 sections[section] = type(current)(**{**current.model_dump(), **update})
             except ValidationError as exc:
-                field = str(exc.errors()[0]["loc"][0]) if exc.errors()[0]["loc"] else ""
-                label = (labels or {}).get((section, field), f"{section}.{field}")
-                value = update.get(field)
+                named = labels or {}
+                loc = exc.errors()[0]["loc"]
+                culprits = [str(loc[0])] if loc else list(update)
+                # A rule over several fields (the storage's one source) names each one set.
+                label = " / ".join(named.get((section, f), f"{section}.{f}") for f in culprits)
+                value = update.get(culprits[0]) if len(culprits) == 1 else None
                 value = ",".join(value) if isinstance(value, list | tuple) else value
-                shown = _shown(section, field, value)
+                shown = "" if value is None else _shown(section, culprits[0], value)
                 raise SettingsError(f"{label}{shown}: {first_problem(exc)}") from None
         return self.model_copy(update=sections)
 
