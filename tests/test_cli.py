@@ -534,6 +534,20 @@ def test_a_variable_under_the_prefix_that_names_no_setting_is_warned_of_without_
     )
 
 
+def test_storage_rules_set_inline_are_the_commands_storage_config(
+    metastore: Metastore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--set storage.allowed_prefixes and storage.locations are the storage config, as the
+    resource's inline rules are: not ignored for want of a file."""
+    url = url_of(metastore)
+    code, _ = run("sweep", "--metastore", url, "--set", 'storage.allowed_prefixes=["/wh"]')
+    assert code == 0
+    assert "no allowed_prefixes" not in capsys.readouterr().err
+    code, _ = run("sweep", "--metastore", url, "--set", 'storage.locations=[{"prefx": "/wh"}]')
+    assert code == 2
+    assert "locations[0]: unknown key 'prefx' (did you mean prefix?)" in capsys.readouterr().err
+
+
 def test_the_tested_releases_are_those_whose_classes_the_compatibility_tests_load() -> None:
     listed = Path(__file__).parent / "polaris" / "releases"
     releases = [

@@ -64,7 +64,11 @@ def checked_metastore(settings: PipelineSettings, *, read_only: bool) -> Metasto
 
 
 def storage_config(settings: PipelineSettings) -> StorageConfig:
-    """The storage config the settings name, else the default (fsspec's own options)."""
+    """The storage config the settings give (their rules inline, else the file they name),
+    else the default (fsspec's own options)."""
+    body = settings.storage.inline()
+    if body is not None:
+        return StorageConfig.from_mapping(body, source="storage settings")
     path = settings.storage.config_path
     return StorageConfig.load(path) if path else StorageConfig()
 
