@@ -507,6 +507,47 @@ def test_an_untested_polaris_release_is_accepted_with_a_warning_naming_the_teste
     assert code == 0 and capsys.readouterr().err == ""
 
 
+def test_a_variable_under_the_prefix_that_names_no_setting_is_warned_of_without_v(
+    tmp_path: Path,
+) -> None:
+    """The warning is logged, and the CLI's log is silent without -v: a typo of a variable
+    would set nothing, and the operator would never hear of it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POLARIS_")}
+    Metastore(f"sqlite:///{tmp_path}/polaris.db").init_schema()
+    proc = subprocess.run(
+        [sys.executable, "-m", "polaris_pipeline.cli", "tasks", "list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={
+            **env,
+            "POLARIS_METASTORE_URL": f"sqlite:///{tmp_path}/polaris.db",
+            "POLARIS_PIPELINE_SWEEPER_INTERVAL_SECOND": "30",
+        },
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == (
+        "polaris-pipeline: warning: POLARIS_PIPELINE_SWEEPER_INTERVAL_SECOND names no setting "
+        "of polaris-pipeline and is ignored (did you mean "
+        "POLARIS_PIPELINE_SWEEPER_INTERVAL_SECONDS?)\n"
+    )
+
+
+def test_storage_rules_set_inline_are_the_commands_storage_config(
+    metastore: Metastore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--set storage.allowed_prefixes and storage.locations are the storage config, as the
+    resource's inline rules are: not ignored for want of a file."""
+    url = url_of(metastore)
+    code, _ = run("sweep", "--metastore", url, "--set", 'storage.allowed_prefixes=["/wh"]')
+    assert code == 0
+    assert "no allowed_prefixes" not in capsys.readouterr().err
+    code, _ = run("sweep", "--metastore", url, "--set", 'storage.locations=[{"prefx": "/wh"}]')
+    assert code == 2
+    assert "locations[0]: unknown key 'prefx' (did you mean prefix?)" in capsys.readouterr().err
+
+
 def test_the_tested_releases_are_those_whose_classes_the_compatibility_tests_load() -> None:
     listed = Path(__file__).parent / "polaris" / "releases"
     releases = [

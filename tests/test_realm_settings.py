@@ -177,7 +177,13 @@ def test_policy_for_realm_resolution() -> None:
         ({"lease_timeout_ms": 0}, "lease timeout must be positive"),
         ({"grace_ms": -1}, "grace period must not be negative"),
         ({"metadata_batch_size": 0}, "batch size must be at least 1"),
+        # Past a Java long, as the section's own numbers: Polaris stores none larger.
+        ({"lease_timeout_ms": 2**63}, "lease timeout ms must be at most 9223372036854775807"),
+        ({"grace_ms": 2**63}, "grace ms must be at most 9223372036854775807"),
+        ({"metadata_batch_size": 2**63}, "metadata batch size must be at most 92233720"),
         ({"lease_timeout": 5}, "unknown override"),
+        # A typo names the override it is nearest, as an unknown key of a section does.
+        ({"grace": 5}, r"unknown override\(s\) grace \(did you mean grace_ms\?\)$"),
         ({"lease_timeout_ms": "5000"}, "must be an integer"),
         ({"lease_timeout_ms": True}, "must be an integer"),
         ({"lease_timeout_ms": 1.5}, "must be an integer"),
@@ -196,3 +202,11 @@ def test_overrides_from_json() -> None:
     assert overrides == {"A": RealmOverride(lease_timeout_ms=1_000), "B": RealmOverride()}
     with pytest.raises(ValueError, match="RealmOverride"):
         TaskPolicy(realm_overrides={"A": {"lease_timeout_ms": 1}})  # type: ignore[dict-item]
+
+
+def test_an_unknown_key_of_the_model_itself_names_the_nearest_override() -> None:
+    # Built in Python (build_defs' RealmOverrideConfig), not read from a mapping.
+    with pytest.raises(
+        ValueError, match=r"unknown setting 'grace' of RealmOverride \(did you mean grace_ms\?\)"
+    ):
+        RealmOverride(grace=5)  # type: ignore[call-arg]

@@ -226,6 +226,24 @@ def test_blank_variables_mean_the_default() -> None:
         ("POLARIS_PIPELINE_RETENTION_BATCH_SIZE", "0", "runs deleted per tick must be at least 1"),
         ("POLARIS_PIPELINE_EXECUTOR_PREFIX", "a b", "must not contain white space"),
         ("POLARIS_PIPELINE_METADATA_BATCH_SIZE", "0", "metadata batch size must be at least 1"),
+        # A realm with no name is none, as a catalog with no name is (catalog_hold_days).
+        (
+            "POLARIS_PIPELINE_REALM_OVERRIDES",
+            '{" ": {"grace_ms": 1}}',
+            'REALM_OVERRIDES=\'{" ": {"grace_ms": 1}}\': a realm name must not be empty',
+        ),
+        # A hold is a time in milliseconds, as Polaris's: a Java long.
+        ("POLARIS_PIPELINE_HOLD_DAYS", "1e300", "a hold in days must be at most 106751991167"),
+        (
+            "POLARIS_PIPELINE_CATALOG_HOLD_DAYS",
+            '{"finance": 1e13}',
+            "catalog 'finance': a hold in days must be at most 106751991167",
+        ),
+        (
+            "POLARIS_PIPELINE_REALM_OVERRIDES",
+            '{"TEST": {"hold_days": 106751991168}}',
+            "realm 'TEST': hold_days: a hold in days must be at most 106751991167",
+        ),
         ("POLARIS_PIPELINE_REALM_OVERRIDES", "{TEST: 1}", "REALM_OVERRIDES='{TEST: 1}': not JSON"),
         (
             "POLARIS_PIPELINE_REALM_OVERRIDES",
@@ -236,6 +254,11 @@ def test_blank_variables_mean_the_default() -> None:
             "POLARIS_PIPELINE_REALM_OVERRIDES",
             '{"TEST": {"lease_timeout": 5}}',
             "realm 'TEST': unknown override(s) lease_timeout",
+        ),
+        (
+            "POLARIS_PIPELINE_REALM_OVERRIDES",
+            '{"TEST": {"metadata_batch": 5}}',
+            "unknown override(s) metadata_batch (did you mean metadata_batch_size?)",
         ),
         (
             "POLARIS_PIPELINE_POLARIS_VERSION",
@@ -453,6 +476,43 @@ def test_an_unknown_key_names_the_nearest_field() -> None:
         SweeperSettings(intervall_seconds=3)  # type: ignore[call-arg]
     with pytest.raises(ValueError, match=r"unknown setting 'cronn' of LeakSection .*\bcron\b"):
         PipelineSettings.model_validate({"leaks": {"cronn": "0 * * * *"}})
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("catalogs", []), ("catalogs", [" "]), ("auto_reclaim_catalogs", ["wh", ""])],
+)
+def test_a_list_of_catalogs_with_a_blank_name_is_refused_as_its_variable_is(
+    field: str, value: list[str]
+) -> None:
+    """A YAML block or build_defs gives the list itself: one naming no catalog is refused,
+    as the variable naming nothing is, not a leak report of no catalog at all."""
+    with pytest.raises(ValueError) as err:
+        PipelineSettings.model_validate({"leaks": {field: value}})
+    assert f"leaks.{field}" in str(err.value)
+    assert "each catalog must be a non-empty name" in str(err.value)
+    with pytest.raises(SettingsError, match="names nothing"):
+        PipelineSettings.from_env({ENV_VARIABLES[("leaks", field)]: " , "})
+
+
+def test_set_names_a_secret_without_its_value_as_its_variable_does() -> None:
+    with pytest.raises(SettingsError) as err:
+        PipelineSettings().with_assignments([("alerts", "webhook_url", "hooks/SECRET")])
+    assert str(err.value) == "--set alerts.webhook_url: an http(s) URL"
+    with pytest.raises(SettingsError) as err:
+        PipelineSettings().with_overrides({"alerts": {"webhook_url": "http://h/SECRET"}})
+    assert str(err.value).startswith("alerts.webhook_url: an http:// webhook sends")
+
+
+def test_a_rule_over_several_settings_names_each_one_set() -> None:
+    with pytest.raises(SettingsError) as err:
+        PipelineSettings().with_assignments(
+            [("storage", "config_path", "/x.yaml"), ("storage", "allowed_prefixes", '["/x"]')]
+        )
+    assert str(err.value) == (
+        "--set storage.config_path / --set storage.allowed_prefixes: "
+        "set either config_path or locations/allowed_prefixes, not both"
+    )
 
 
 def test_set_reads_a_value_as_its_variable_and_names_itself_in_an_error() -> None:

@@ -143,6 +143,17 @@ def test_missing_env_var_names_the_variable(
         ("bad.json", '{"locations": [' + f'"{SECRET}"', "invalid JSON at line 1"),
         ("shape.yaml", "locations: {prefix: s3://b}\n", "'locations' must be a list"),
         ("typo.yaml", "location: []\n", "unknown key 'location'"),
+        # A key YAML reads as a number is refused as any other, not a TypeError.
+        ("number.yaml", "locations: []\n1: a\nb: c\n", "unknown key '1'"),
+        ("rule.yaml", "locations: [{prefix: s3://b, 2: x}]\n", "locations[0]: unknown key '2'"),
+        # A typo names the key it is nearest, as an unknown key of a settings block does.
+        ("near.yaml", "allowed_prefix: []\n", "'allowed_prefix' (did you mean allowed_prefixes?)"),
+        ("near_rule.yaml", "locations: [{prefix: /wh, option: {}}]\n", "(did you mean options?)"),
+        (
+            "near_name.yaml",
+            "storage_names: {a: {defualt_identity: true}}\n",
+            "storage_names.a: unknown key 'defualt_identity' (did you mean default_identity?)",
+        ),
         ("noprefix.yaml", "locations: [{options: {}}]\n", "locations[0].prefix must be"),
         ("relative.yaml", "locations: [{prefix: data/wh}]\n", "neither a URI nor an absolute"),
         ("list.yaml", "- a\n- b\n", "top level must be a mapping"),

@@ -30,15 +30,20 @@ def settings_for(args: argparse.Namespace) -> PipelineSettings:
     changes, labels = flagged_settings(args)
     # --set first: a flag of its own is the more specific.
     settings = (
-        PipelineSettings.from_env()
+        PipelineSettings.from_env(warn=_warn)
         .with_assignments(getattr(args, "assignments", None) or [])
         .with_overrides(changes, labels)
     )
     release = settings.metastore.polaris_version
     warning = untested_warning(PolarisRelease.parse(release)) if release else None
     if warning:
-        print(f"polaris-pipeline: warning: {warning}", file=sys.stderr)
+        _warn(warning)
     return settings
+
+
+def _warn(warning: str) -> None:
+    # On stderr, not in the log: without -v the log says nothing.
+    print(f"polaris-pipeline: warning: {warning}", file=sys.stderr)
 
 
 def open_metastore(settings: PipelineSettings, *, read_only: bool) -> Metastore:
@@ -59,7 +64,11 @@ def checked_metastore(settings: PipelineSettings, *, read_only: bool) -> Metasto
 
 
 def storage_config(settings: PipelineSettings) -> StorageConfig:
-    """The storage config the settings name, else the default (fsspec's own options)."""
+    """The storage config the settings give (their rules inline, else the file they name),
+    else the default (fsspec's own options)."""
+    body = settings.storage.inline()
+    if body is not None:
+        return StorageConfig.from_mapping(body, source="storage settings")
     path = settings.storage.config_path
     return StorageConfig.load(path) if path else StorageConfig()
 

@@ -9,6 +9,8 @@ from typing import Any
 # Polaris's ids, times and counts are Java longs: a larger number names nothing, and
 # SQLite refuses to bind it.
 JAVA_LONG_MAX = 2**63 - 1
+# The most days a time of that kind can hold in milliseconds (a hold, a reclaim's age).
+JAVA_LONG_MAX_DAYS = JAVA_LONG_MAX // 86_400_000
 
 
 def finite(value: float, what: str) -> float:

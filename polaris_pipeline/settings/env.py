@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import NoneType, UnionType
 from typing import Any
 
@@ -219,24 +219,30 @@ def read_section(
         raise SettingsError(f"{names}: {first_problem(exc)}") from None
 
 
-def named_error(section: str, field: str, raw: str, message: str) -> SettingsError:
-    """``message`` as the error of ``section.field``'s variable, set to ``raw``.
-
-    The value is shown, but never a URL's (it may hold a password) or a secret's
-    (a field kept out of the repr)."""
-    variable = env_variable(section, field) or f"{section}.{field}"
+def is_secret(section: str, field: str) -> bool:
+    """Whether an error never shows the value of ``section.field``: a URL's (it may hold a
+    password) or a secret's (a field kept out of the repr)."""
     info = SECTIONS[section][0].model_fields.get(field)
-    secret = field == "url" or looks_secret(field) or (info is not None and info.repr is False)
-    shown = "" if secret or not raw else f"={redact(raw.strip())!r}"
+    return field == "url" or looks_secret(field) or (info is not None and info.repr is False)
+
+
+def named_error(section: str, field: str, raw: str, message: str) -> SettingsError:
+    """``message`` as the error of ``section.field``'s variable, set to ``raw`` (shown
+    unless ``is_secret``)."""
+    variable = env_variable(section, field) or f"{section}.{field}"
+    shown = "" if is_secret(section, field) or not raw else f"={redact(raw.strip())!r}"
     return SettingsError(f"{variable}{shown}: {message}")
 
 
 _warned: set[str] = set()
 
 
-def warn_unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
-    """Log a warning (once per process) for each variable under the prefix that names no
-    setting, with the nearest name; returns the names warned of now."""
+def warn_unknown_variables(
+    environ: Mapping[str, str] | None = None, warn: Callable[[str], None] | None = None
+) -> list[str]:
+    """A warning (once per process) for each variable under the prefix that names no
+    setting, with the nearest name: logged, or given to ``warn`` (the CLI says it on
+    stderr, whose log is silent without -v); returns the names warned of now."""
     env = os.environ if environ is None else environ
     known = set(ENV_VARIABLES.values())
     unknown = [
@@ -250,5 +256,5 @@ def warn_unknown_variables(environ: Mapping[str, str] | None = None) -> list[str
     for name in sorted(unknown):
         _warned.add(name)
         hint = nearest(name.upper(), known)
-        _log.warning("%s names no setting of polaris-pipeline and is ignored%s", name, hint)
+        (warn or _log.warning)(f"{name} names no setting of polaris-pipeline and is ignored{hint}")
     return sorted(unknown)

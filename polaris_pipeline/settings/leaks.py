@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
-from polaris_pipeline.settings.bounds import JAVA_LONG_MAX, at_least, at_most, finite, minimum
+from polaris_pipeline.settings.bounds import JAVA_LONG_MAX_DAYS, at_least, at_most, finite, minimum
 from polaris_pipeline.settings.section import Section, nonblank_cron
 
 # Below a day a reclaim could race a writer (a table being created at the root).
@@ -18,7 +18,7 @@ def checked_min_age_days(days: float) -> float:
     try:
         at_least(finite(days, what), MIN_AGE_FLOOR_DAYS, what)
         # In milliseconds it is a Java long, as every time Polaris stores.
-        at_most(days, JAVA_LONG_MAX // 86_400_000, what)
+        at_most(days, JAVA_LONG_MAX_DAYS, what)
     except ValueError as exc:
         # Given as a number (a flag, a run's config): the message says which.
         raise ValueError(f"{exc}, not {days:g}") from None
@@ -56,6 +56,18 @@ class LeakSection(Section):
             "object is older than min_age_days); empty: the report deletes nothing."
         ),
     )
+
+    @field_validator("catalogs", "auto_reclaim_catalogs")
+    @classmethod
+    def _catalogs(cls, value: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        # As a variable's list is read (settings/env.py); only auto_reclaim_catalogs' own
+        # default names none.
+        if value is None:
+            return None
+        catalogs = list(dict.fromkeys(c.strip() for c in value))
+        if not all(catalogs) or (not catalogs and info.field_name == "catalogs"):
+            raise ValueError("each catalog must be a non-empty name")
+        return catalogs
 
     _bytes = field_validator("max_bytes")(minimum(0, "the leaked bytes"))
     _cron = field_validator("cron")(nonblank_cron)

@@ -11,14 +11,11 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from polaris_pipeline.settings.bounds import JAVA_LONG_MAX, at_most
 from polaris_pipeline.settings.realm import (
     DEFAULT_METADATA_BATCH_SIZE,
     RealmOverride,
-    check_batch_size,
     check_hold_days,
-    check_lease_timing,
-    check_max_attempts,
+    check_policy_number,
 )
 from polaris_pipeline.settings.section import Section
 from polaris_pipeline.tasks.release import ALWAYS, PolarisRelease, TaskEvents, parse_task_events
@@ -125,15 +122,7 @@ class MetastoreSection(Section):
     def _policy_number(cls, value: int | None, info: ValidationInfo) -> int | None:
         # One field at a time, so an error names its variable; the rules are the policy's.
         if value is not None:
-            at_most(value, JAVA_LONG_MAX, str(info.field_name).replace("_", " "))
-            if info.field_name == "max_attempts":
-                check_max_attempts(value)
-            elif info.field_name == "metadata_batch_size":
-                check_batch_size(value)
-            elif info.field_name == "grace_ms":
-                check_lease_timing(None, value)
-            else:
-                check_lease_timing(value, None)
+            check_policy_number(str(info.field_name), value)
         return value
 
     _hold = field_validator("hold_days", mode="before")(check_hold_days)
@@ -176,6 +165,8 @@ class MetastoreSection(Section):
         # subclass's own override type (the Dagster resource's) is built from them.
         if not isinstance(value, dict):
             return value
+        if not all(str(realm).strip() for realm in value):
+            raise ValueError("a realm name must not be empty")
         return {
             str(realm): RealmOverride.from_json_obj(o, realm=str(realm)).model_dump(
                 exclude_none=True

@@ -13,14 +13,19 @@ naming the variable (or the flag) and what is wrong with it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import Field, ValidationError
 
 from polaris_pipeline.settings.alerts import AlertSection
 from polaris_pipeline.settings.backlog import BacklogSection
-from polaris_pipeline.settings.env import decode_text, read_section, warn_unknown_variables
+from polaris_pipeline.settings.env import (
+    decode_text,
+    is_secret,
+    read_section,
+    warn_unknown_variables,
+)
 from polaris_pipeline.settings.executor import ExecutorSection
 from polaris_pipeline.settings.guard import GuardSection
 from polaris_pipeline.settings.leaks import LeakSection
@@ -46,10 +51,13 @@ class PipelineSettings(Section):
     restore: RestoreSection = Field(default_factory=RestoreSection)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> PipelineSettings:
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, warn: Callable[[str], None] | None = None
+    ) -> PipelineSettings:
         """The defaults, with every variable of ``ENV_VARIABLES`` that is set and not blank;
-        a variable under the prefix that names no setting is warned of."""
-        warn_unknown_variables(environ)
+        a variable under the prefix that names no setting is warned of (logged, or given
+        to ``warn``)."""
+        warn_unknown_variables(environ, warn)
         return cls.model_validate({name: read_section(name, environ) for name in cls.model_fields})
 
     @classmethod
@@ -69,7 +77,7 @@ class PipelineSettings(Section):
             try:
                 changes.setdefault(section, {})[field] = decode_text(section, field, text)
             except ValueError as exc:
-                raise SettingsError(f"{label} {text!r}: {exc}") from None
+                raise SettingsError(f"{label}{_shown(section, field, text)}: {exc}") from None
             labels[(section, field)] = label
         return self.with_overrides(changes, labels)
 
@@ -92,12 +100,21 @@ class PipelineSettings(Section):
             try:
                 sections[section] = type(current)(**{**current.model_dump(), **update})
             except ValidationError as exc:
-                field = str(exc.errors()[0]["loc"][0]) if exc.errors()[0]["loc"] else ""
-                label = (labels or {}).get((section, field), f"{section}.{field}")
-                value = update.get(field)
-                shown = ",".join(value) if isinstance(value, list | tuple) else value
-                raise SettingsError(f"{label} {shown!r}: {first_problem(exc)}") from None
+                named = labels or {}
+                loc = exc.errors()[0]["loc"]
+                culprits = [str(loc[0])] if loc else list(update)
+                # A rule over several fields (the storage's one source) names each one set.
+                label = " / ".join(named.get((section, f), f"{section}.{f}") for f in culprits)
+                value = update.get(culprits[0]) if len(culprits) == 1 else None
+                value = ",".join(value) if isinstance(value, list | tuple) else value
+                shown = "" if value is None else _shown(section, culprits[0], value)
+                raise SettingsError(f"{label}{shown}: {first_problem(exc)}") from None
         return self.model_copy(update=sections)
+
+
+def _shown(section: str, field: str, value: Any) -> str:
+    """`` <value>`` in an error of ``section.field``; nothing for a secret's."""
+    return "" if is_secret(section, field) else f" {value!r}"
 
 
 def setting_from_env(section: str, field: str, environ: Mapping[str, str] | None = None) -> Any:

@@ -9,9 +9,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from polaris_pipeline.errors import first_error
+from polaris_pipeline.settings.bounds import JAVA_LONG_MAX, JAVA_LONG_MAX_DAYS, at_most
+from polaris_pipeline.settings.section import Section, nearest
 from polaris_pipeline.tasks.release import PolarisRelease
 from polaris_pipeline.unreferenced.mode import UnreferencedMode
 
@@ -20,13 +22,16 @@ DEFAULT_METADATA_BATCH_SIZE = 10
 
 
 def check_hold_days(days: object) -> object:
-    """``days``: a finite number of days, 0 (off) or more, or None; a bool is not a number."""
+    """``days``: a finite number of days, 0 (off) or more, at most a Java long's worth of
+    milliseconds, or None; a bool is not a number."""
     if days is None:
         return None
     if isinstance(days, bool) or not isinstance(days, int | float):
         raise ValueError("a hold must be a number of days")
     if not math.isfinite(days) or days < 0:
         raise ValueError("a hold must be 0 (off) or a positive number of days")
+    # In milliseconds it is a Java long, as every time Polaris stores.
+    at_most(days, JAVA_LONG_MAX_DAYS, "a hold in days")
     return days
 
 
@@ -52,6 +57,20 @@ def check_batch_size(size: int | None) -> None:
         raise ValueError("metadata batch size must be at least 1")
 
 
+def check_policy_number(field: str, value: int) -> None:
+    """The rule of the task policy's number ``field`` (``lease_timeout_ms``, ``grace_ms``,
+    ``max_attempts``, ``metadata_batch_size``): the section's and a realm's own alike."""
+    at_most(value, JAVA_LONG_MAX, field.replace("_", " "))
+    if field == "max_attempts":
+        check_max_attempts(value)
+    elif field == "metadata_batch_size":
+        check_batch_size(value)
+    elif field == "grace_ms":
+        check_lease_timing(None, value)
+    else:
+        check_lease_timing(value, None)
+
+
 def release_text(value: object) -> str:
     if not isinstance(value, str):
         raise ValueError("polaris_version must be a release such as 1.7 or 1.4.1")
@@ -64,17 +83,15 @@ _TEXT_OVERRIDES = frozenset({"unreferenced", "polaris_version"})
 _NUMBER_OVERRIDES = frozenset({"hold_days"})
 
 
-class RealmOverride(BaseModel):
+class RealmOverride(Section):
     """One realm's own values; a field left None takes the global one.
 
     Polaris lets a realm override ``POLARIS_TASK_TIMEOUT_MILLIS`` and
     ``TABLE_METADATA_CLEANUP_BATCH_SIZE``; the grace period follows the realm's lease
-    timeout unless set, here or globally. A typed model: the settings, the ``metastore``
-    resource and the component all nest this one (``realm_overrides``), each rule checked
-    here.
+    timeout unless set, here or globally. A section of its own (frozen, an unknown key
+    named with the nearest field): the settings, the ``metastore`` resource and the
+    component all nest this one (``realm_overrides``), each rule checked here.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     lease_timeout_ms: int | None = Field(
         default=None, description="The realm's POLARIS_TASK_TIMEOUT_MILLIS."
@@ -110,18 +127,19 @@ class RealmOverride(BaseModel):
     def _release(cls, value: object) -> str | None:
         return None if value is None else release_text(value)
 
-    @model_validator(mode="after")
-    def _rules(self) -> RealmOverride:
-        check_lease_timing(self.lease_timeout_ms, self.grace_ms)
-        check_batch_size(self.metadata_batch_size)
-        return self
+    @field_validator("lease_timeout_ms", "grace_ms", "metadata_batch_size")
+    @classmethod
+    def _number(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None:
+            check_policy_number(str(info.field_name), value)
+        return value
 
     @classmethod
     def from_json_obj(cls, value: object, *, realm: str = "?") -> RealmOverride:
         """From ``{"lease_timeout_ms": .., "grace_ms": .., "metadata_batch_size": ..}``.
 
-        Unknown keys and non-integer values are a ValueError naming the realm, so a
-        typo in a setting is not silently the default.
+        Unknown keys (with the nearest override's name) and non-integer values are a
+        ValueError naming the realm, so a typo in a setting is not silently the default.
         """
         if isinstance(value, RealmOverride):
             return value
@@ -129,7 +147,8 @@ class RealmOverride(BaseModel):
             raise ValueError(f"realm {realm!r}: overrides must be a JSON object")
         unknown = sorted(str(k) for k in value if k not in cls.model_fields)
         if unknown:
-            raise ValueError(f"realm {realm!r}: unknown override(s) {', '.join(unknown)}")
+            hint = nearest(unknown[0], cls.model_fields)
+            raise ValueError(f"realm {realm!r}: unknown override(s) {', '.join(unknown)}{hint}")
         for key, item in value.items():
             if key in _TEXT_OVERRIDES:
                 continue  # text, checked by the validators

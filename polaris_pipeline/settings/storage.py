@@ -64,7 +64,16 @@ class StorageSection(Section):
 
     @model_validator(mode="after")
     def _one_source(self) -> StorageSection:
-        inline = self.locations is not None or self.allowed_prefixes is not None
-        if inline and self.config_path is not None:
+        if self.inline() is not None and self.config_path is not None:
             raise ValueError("set either config_path or locations/allowed_prefixes, not both")
         return self
+
+    def inline(self) -> dict[str, Any] | None:
+        """The rules given inline, as a storage config file holds them; None: none are
+        (the file's apply, if one is named)."""
+        if self.locations is None and self.allowed_prefixes is None:
+            return None
+        return {
+            "locations": list(self.locations or []),
+            "allowed_prefixes": list(self.allowed_prefixes or []),
+        }

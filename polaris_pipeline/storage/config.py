@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from polaris_pipeline.errors import StorageConfigError
+from polaris_pipeline.settings.section import nearest
 from polaris_pipeline.storage.named import (
     STORAGE_NAMES_KEY,
     NamedIdentity,
@@ -204,10 +205,11 @@ class StorageConfig:
 
 
 def _refuse_unknown(data: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
-    unknown = sorted(set(data) - set(known))
+    # As text: YAML reads a key such as 1 as a number, which sorts with no string.
+    unknown = sorted(str(k) for k in data if k not in known)
     if unknown:
-        expected = ", ".join(repr(k) for k in known)
-        raise StorageConfigError(f"{where}: unknown key {unknown[0]!r} (expected {expected})")
+        hint = nearest(unknown[0], known) or f" (expected {', '.join(repr(k) for k in known)})"
+        raise StorageConfigError(f"{where}: unknown key {unknown[0]!r}{hint}")
 
 
 def _prefix(value: object, what: str) -> str:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from polaris_pipeline.errors import StorageConfigError, StorageError
+from polaris_pipeline.settings.section import nearest
 from polaris_pipeline.storage.redact import MASK
 
 # The storage config's key, and the catalog field it maps (named in messages).
@@ -71,9 +72,8 @@ def _identity(name: str, entry: Any, at: str) -> NamedIdentity:
         raise StorageConfigError(f"{at} must be a mapping (key and secret, or default_identity)")
     unknown = sorted(str(k) for k in set(entry) - set(_KEYS))
     if unknown:
-        raise StorageConfigError(
-            f"{at}: unknown key {unknown[0]!r} (expected {', '.join(repr(k) for k in _KEYS)})"
-        )
+        hint = nearest(unknown[0], _KEYS) or f" (expected {', '.join(repr(k) for k in _KEYS)})"
+        raise StorageConfigError(f"{at}: unknown key {unknown[0]!r}{hint}")
     default = entry.get("default_identity", False)
     if not isinstance(default, bool):
         raise StorageConfigError(f"{at}.default_identity must be true or false")

@@ -36,21 +36,17 @@ class PolarisStorageResource(ConfigurableResource, StorageSection):
     """
 
     def _load(self) -> tuple[StorageConfig, StorageResolver]:
-        inline = self.locations is not None or self.allowed_prefixes is not None
-        body = {
-            "locations": list(self.locations or []),
-            "allowed_prefixes": list(self.allowed_prefixes or []),
-        }
+        body = self.inline()
         path = self.config_path or setting_from_env("storage", "config_path")
         # Cached per process and per what is loaded: the inline content, or the file's path.
-        source = json.dumps(body, sort_keys=True, default=repr) if inline else path or ""
-        key = (os.getpid(), ("inline:" if inline else "file:") + source)
+        source = json.dumps(body, sort_keys=True, default=repr) if body is not None else path or ""
+        key = (os.getpid(), ("inline:" if body is not None else "file:") + source)
         with _cache_lock:
             cached = _cache.get(key)
             if cached is None:
                 config = (
                     StorageConfig.from_mapping(body, source="storage resource")
-                    if inline
+                    if body is not None
                     else StorageConfig.load(path)
                     if path
                     else StorageConfig()
