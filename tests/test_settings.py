@@ -235,6 +235,11 @@ def test_blank_variables_mean_the_default() -> None:
         # A hold is a time in milliseconds, as Polaris's: a Java long.
         ("POLARIS_PIPELINE_HOLD_DAYS", "1e300", "a hold in days must be at most 106751991167"),
         (
+            "POLARIS_PIPELINE_RETENTION_FAILURE_DAYS",
+            "1000000",
+            "the days a run is kept (unset: for ever) must be at most 36500",
+        ),
+        (
             "POLARIS_PIPELINE_CATALOG_HOLD_DAYS",
             '{"finance": 1e13}',
             "catalog 'finance': a hold in days must be at most 106751991167",

@@ -4,8 +4,19 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from polaris_pipeline.settings.bounds import minimum
+from polaris_pipeline.settings.bounds import at_most, minimum
 from polaris_pipeline.settings.section import Section, nonblank_cron
+
+# A century. The job reads a run's age as a date (now minus the days): a million days
+# went before year 1 and failed every tick. Longer than this is for ever: leave it unset.
+MOST_DAYS_KEPT = 36_500
+
+
+def _days_kept(days: int | None) -> int | None:
+    minimum(1, "the days a run is kept")(days)
+    if days is not None:
+        at_most(days, MOST_DAYS_KEPT, "the days a run is kept (unset: for ever)")
+    return days
 
 
 class RetentionSection(Section):
@@ -30,7 +41,7 @@ class RetentionSection(Section):
     )
     cron: str = Field(default="0 * * * *", description="When the retention schedule ticks.")
 
-    _days = field_validator("success_days", "failure_days")(minimum(1, "the days a run is kept"))
+    _days = field_validator("success_days", "failure_days")(_days_kept)
     _batch = field_validator("batch_size")(minimum(1, "the runs deleted per tick"))
     _cron = field_validator("cron")(nonblank_cron)
 
