@@ -536,3 +536,14 @@ def test_set_reads_a_value_as_its_variable_and_names_itself_in_an_error() -> Non
         PipelineSettings().with_assignments([("sweeper", "jitter", "11")])
     with pytest.raises(SettingsError, match=r"^--set metastore.grace_ms 'soon': Input should"):
         PipelineSettings().with_assignments([("metastore", "grace_ms", "soon")])
+
+
+def test_blank_alert_text_is_unset_as_its_variable_is() -> None:
+    """A YAML block's " " was taken as the sender, the SMTP host and the UI's link."""
+    blank = {"email_from": " ", "smtp_host": " ", "ui_url": " "}
+    given = PipelineSettings.model_validate({"alerts": blank}).alerts
+    from_env = PipelineSettings.from_env(
+        {ENV_VARIABLES[("alerts", field)]: value for field, value in blank.items()}
+    ).alerts
+    assert given == from_env == PipelineSettings().alerts
+    assert given.ui_url is None and given.smtp_host == "localhost"

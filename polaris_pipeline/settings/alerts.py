@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from polaris_pipeline.settings.section import Section
+from polaris_pipeline.settings.section import Section, blank_is_none
 
 
 class AlertSection(Section):
@@ -93,6 +93,15 @@ class AlertSection(Section):
         if not addresses or not all("@" in a for a in addresses):
             raise ValueError("a comma-separated list of e-mail addresses")
         return addresses
+
+    # Blank is unset, as a blank variable is: a YAML block's " " is not a host or a link.
+    _ui_url = field_validator("ui_url")(blank_is_none)
+
+    # (Whether the sender is an address is apprise's to say, when the destinations load.)
+    @field_validator("email_from", "smtp_host")
+    @classmethod
+    def _text(cls, value: str, info: ValidationInfo) -> str:
+        return value.strip() or str(cls.model_fields[str(info.field_name)].default)
 
     @field_validator("smtp_port")
     @classmethod
