@@ -156,6 +156,22 @@ def test_missing_env_var_names_the_variable(
         ),
         ("noprefix.yaml", "locations: [{options: {}}]\n", "locations[0].prefix must be"),
         ("relative.yaml", "locations: [{prefix: data/wh}]\n", "neither a URI nor an absolute"),
+        # A key given twice: the parsers keep the last, so the first rules would go unread.
+        (
+            "twice.yaml",
+            "allowed_prefixes: [s3://b/wh/]\nlocations: []\nallowed_prefixes: [s3://]\n",
+            "invalid YAML at line 1, column 1: key 'allowed_prefixes' given twice",
+        ),
+        (
+            "twice_rule.yaml",
+            f"locations: [{{prefix: s3://b, options: {{key: a, key: {SECRET}}}}}]\n",
+            "key 'key' given twice",
+        ),
+        (
+            "twice.json",
+            '{"allowed_prefixes": ["s3://b/wh/"], "allowed_prefixes": ["s3://"]}',
+            "invalid JSON: key 'allowed_prefixes' given twice",
+        ),
         ("list.yaml", "- a\n- b\n", "top level must be a mapping"),
         ("empty.yaml", "", "file is empty"),
     ],

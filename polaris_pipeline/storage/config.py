@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -219,18 +219,50 @@ def _prefix(value: object, what: str) -> str:
     return normalize_uri(value)
 
 
+# A key given twice in one mapping is refused, in JSON and YAML alike: their parsers keep
+# the last silently, so an allowed_prefixes written twice would keep only the second.
+def _once(keys: Iterable[object]) -> None:
+    seen: list[object] = []
+    for key in keys:
+        if key in seen:
+            raise ValueError(f"key {key!r} given twice")
+        seen.append(key)
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    _once(key for key, _ in pairs)
+    return dict(pairs)
+
+
+class _YamlLoader(yaml.SafeLoader):
+    """``yaml.safe_load``'s loader, refusing a key given twice in one mapping."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            keys = (self.construct_object(key, deep=deep) for key, _ in node.value)
+            try:
+                _once(keys)
+            except ValueError as e:
+                raise yaml.constructor.ConstructorError(
+                    None, None, str(e), node.start_mark
+                ) from None
+        return super().construct_mapping(node, deep=deep)
+
+
 def _parse(text: str, *, json_only: bool, source: str) -> Any:
     # Error messages are built from positions only: parser messages quote the
     # offending line, which may hold a secret.
     if json_only:
         try:
-            return json.loads(text) if text.strip() else None
+            return json.loads(text, object_pairs_hook=_json_object) if text.strip() else None
         except json.JSONDecodeError as e:
             raise StorageConfigError(
                 f"{source}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}"
             ) from None
+        except ValueError as e:  # a key given twice
+            raise StorageConfigError(f"{source}: invalid JSON: {e}") from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_YamlLoader)  # a SafeLoader: no object is built
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
