@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field, ValidationInfo, field_validator
 
 from polaris_pipeline.settings.bounds import JAVA_LONG_MAX_DAYS, at_least, at_most, finite, minimum
-from polaris_pipeline.settings.section import Section, nonblank_cron
+from polaris_pipeline.settings.section import Section, names, nonblank_cron
 
 # Below a day a reclaim could race a writer (a table being created at the root).
 MIN_AGE_FLOOR_DAYS = 1.0
@@ -60,14 +60,8 @@ class LeakSection(Section):
     @field_validator("catalogs", "auto_reclaim_catalogs")
     @classmethod
     def _catalogs(cls, value: list[str] | None, info: ValidationInfo) -> list[str] | None:
-        # As a variable's list is read (settings/env.py); only auto_reclaim_catalogs' own
-        # default names none.
-        if value is None:
-            return None
-        catalogs = list(dict.fromkeys(c.strip() for c in value))
-        if not all(catalogs) or (not catalogs and info.field_name == "catalogs"):
-            raise ValueError("each catalog must be a non-empty name")
-        return catalogs
+        # Only auto_reclaim_catalogs' own default names none.
+        return names(value, "catalog", may_be_empty=info.field_name == "auto_reclaim_catalogs")
 
     _bytes = field_validator("max_bytes")(minimum(0, "the leaked bytes"))
     _cron = field_validator("cron")(nonblank_cron)

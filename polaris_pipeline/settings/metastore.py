@@ -17,7 +17,7 @@ from polaris_pipeline.settings.realm import (
     check_hold_days,
     check_policy_number,
 )
-from polaris_pipeline.settings.section import Section
+from polaris_pipeline.settings.section import Section, names
 from polaris_pipeline.tasks.release import ALWAYS, PolarisRelease, TaskEvents, parse_task_events
 from polaris_pipeline.unreferenced.mode import DEFAULT_UNREFERENCED_MODE, UnreferencedMode
 
@@ -110,12 +110,7 @@ class MetastoreSection(Section):
     @field_validator("realms")
     @classmethod
     def _realms(cls, value: list[str] | None) -> list[str] | None:
-        if value is None:
-            return None
-        realms = list(dict.fromkeys(r.strip() for r in value))
-        if not realms or not all(realms):
-            raise ValueError("each realm must be a non-empty name")
-        return realms
+        return names(value, "realm")
 
     @field_validator("lease_timeout_ms", "grace_ms", "max_attempts", "metadata_batch_size")
     @classmethod

@@ -68,6 +68,18 @@ def blank_is_none(value: str | None) -> str | None:
     return value.strip() or None if value is not None else None
 
 
+def names(value: list[str] | None, what: str, *, may_be_empty: bool = False) -> list[str] | None:
+    """A list of names given whole (a YAML block, ``build_defs``): stripped, each once, as a
+    variable's comma-separated list is read; a blank name (or none, unless
+    ``may_be_empty``) is refused. None (unset) passes."""
+    if value is None:
+        return None
+    given = list(dict.fromkeys(name.strip() for name in value))
+    if not all(given) or not (given or may_be_empty):
+        raise ValueError(f"each {what} must be a non-empty name")
+    return given
+
+
 def nonblank_cron(value: str) -> str:
     # Dagster checks the expression itself when it builds the schedule.
     if not value.strip():
