@@ -42,7 +42,7 @@ def settings_for(args: argparse.Namespace) -> PipelineSettings:
 
 
 def _warn(warning: str) -> None:
-    # On stderr, not in the log: without -v the log says nothing.
+    # Every warning of the CLI, on stderr, not in the log: without -v the log says nothing.
     print(f"polaris-pipeline: warning: {warning}", file=sys.stderr)
 
 
@@ -77,7 +77,7 @@ def warn_if_unbounded(config: StorageConfig) -> None:
     """At the start of a command that deletes: without allowed_prefixes, say on stderr
     (once) that only the catalogs' own locations bound the deletes."""
     if not config.allowed_prefixes:
-        print(f"polaris-pipeline: warning: {UNBOUNDED_WARNING}", file=sys.stderr)
+        _warn(UNBOUNDED_WARNING)
 
 
 def find_task(
