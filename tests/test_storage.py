@@ -132,6 +132,20 @@ def test_missing_env_var_names_the_variable(
     assert "locations[0].options.secret" in str(err.value)
 
 
+def test_a_merge_key_and_the_keys_beside_it_are_no_key_given_twice(tmp_path: Path) -> None:
+    """YAML's merge (``<<: *defaults``) still loads, and a key written beside it overrides
+    the merged one, as YAML says: only a key written twice in one mapping is refused."""
+    path = tmp_path / "storage.yaml"
+    path.write_text(
+        "locations:\n"
+        "  - &s3 {prefix: s3://a/, options: {anon: true}}\n"
+        "  - {<<: *s3, prefix: s3://b/}\n"
+    )
+    config = StorageConfig.load(path)
+    assert [rule.prefix for rule in config.rules] == ["s3://a", "s3://b"]
+    assert config.rules[1].options == {"anon": True}
+
+
 @pytest.mark.parametrize(
     ("name", "text", "expected"),
     [

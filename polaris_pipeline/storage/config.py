@@ -239,7 +239,13 @@ class _YamlLoader(yaml.SafeLoader):
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         if isinstance(node, yaml.MappingNode):
-            keys = (self.construct_object(key, deep=deep) for key, _ in node.value)
+            # The keys written here; a merge (``<<: *defaults``) is no key, and a key
+            # written beside it overrides what it merges, as YAML says.
+            keys = (
+                self.construct_object(key, deep=deep)
+                for key, _ in node.value
+                if key.tag != "tag:yaml.org,2002:merge"
+            )
             try:
                 _once(keys)
             except ValueError as e:
