@@ -548,6 +548,33 @@ def test_storage_rules_set_inline_are_the_commands_storage_config(
     assert "locations[0]: unknown key 'prefx' (did you mean prefix?)" in capsys.readouterr().err
 
 
+def test_a_sweep_deletes_nothing_outside_the_allowed_prefixes_set_inline(tmp_path: Path) -> None:
+    """The attack the ignored --set opened: a file inside its own table, but outside the
+    prefixes the operator allowed on the command line, was deleted."""
+    store = Metastore(f"sqlite:///{tmp_path}/polaris.db")
+    store.init_schema()
+    table = tmp_path / "other" / "ns" / "t"
+    table.mkdir(parents=True)
+    (table / "data.parquet").write_text("kept")
+    location = {"storageLocation": f"file://{table}"}
+    task = batch_task("r1", [str(table / "data.parquet")], internal=location)
+    store.insert_tasks([task])
+    url = url_of(store)
+    store.dispose()
+    allowed = json.dumps([str(tmp_path / "wh")])
+    code, _ = run(
+        "sweep",
+        "--metastore",
+        url,
+        "--grace-ms",
+        "0",
+        "--set",
+        f"storage.allowed_prefixes={allowed}",
+    )
+    assert code == 1
+    assert (table / "data.parquet").read_text() == "kept"
+
+
 def test_the_tested_releases_are_those_whose_classes_the_compatibility_tests_load() -> None:
     listed = Path(__file__).parent / "polaris" / "releases"
     releases = [
